@@ -1,0 +1,90 @@
+import type { InferenceSession } from 'onnxruntime-node';
+
+/**
+ * The handler contract, after TorchServe's (`initialize`, `preprocess`, `inference`,
+ * `postprocess`, or one `handle`). A custom handler is a JavaScript ES module inside the
+ * archive whose default export (or named exports) implement `Handler`, or a default export
+ * that is a class / factory returning one.
+ */
+
+/** One request of a batch, as TorchServe hands it: `{ body }` for a raw body, one key per multipart/form field otherwise. */
+export type RequestRow = Record<string, Buffer | string | unknown>;
+
+/** Shape of one model input or output as reported by onnxruntime-node (`-1`/string = dynamic). */
+export interface TensorSignature {
+  name: string;
+  /** ORT tensor type name, e.g. 'float32', 'int64'. */
+  type: string;
+  /** Dimensions; a string or -1 marks a dynamic dimension. Empty when unknown. */
+  shape: ReadonlyArray<number | string>;
+}
+
+export interface ModelSignature {
+  inputs: TensorSignature[];
+  outputs: TensorSignature[];
+}
+
+/** What the server tells a handler at initialize time and with every batch. */
+export interface HandlerContext {
+  modelName: string;
+  modelVersion: string;
+  /** The parsed MAR-INF/MANIFEST.json. */
+  manifest: Record<string, unknown>;
+  /** Absolute path of the extracted archive folder. */
+  modelDir: string;
+  /** Absolute path of the manifest's serializedFile, when it has one. */
+  serializedFilePath: string | undefined;
+  /** The configured batch size (jobs per batch at most). */
+  batchSize: number;
+  /** model-config.yaml as parsed (every key, including those the server does not use). */
+  modelYamlConfig: Record<string, unknown>;
+  /** TorchServe's `context.system_properties`, same keys. */
+  systemProperties: {
+    model_dir: string;
+    gpu_id: null;
+    batch_size: number;
+    server_name: string;
+    server_version: string;
+    limit_max_image_pixels: boolean;
+  };
+  /** Intra-op threads this worker may use; handlers that make sessions must honour it. */
+  intraOpNumThreads: number;
+  /** Creates an onnxruntime-node session with the server's options (threads, optimisation level). Defaults to serializedFilePath. */
+  createSession(modelPath?: string): Promise<InferenceSession>;
+  /** Per-batch: the request id of each row. */
+  requestIds: string[];
+  /** Per-batch: a request header (lower-case name), or undefined. */
+  getRequestHeader(index: number, name: string): string | undefined;
+  /** Per-batch: set the HTTP status of one row (all rows when index is omitted). */
+  setResponseStatus(code: number, phrase?: string, index?: number): void;
+  setResponseContentType(index: number, contentType: string): void;
+  setResponseHeader(index: number, name: string, value: string): void;
+}
+
+export interface Handler {
+  initialize?(context: HandlerContext): Promise<void> | void;
+  preprocess?(data: RequestRow[], context: HandlerContext): unknown;
+  inference?(input: unknown, context: HandlerContext): unknown;
+  postprocess?(output: unknown, context: HandlerContext): unknown[] | Promise<unknown[]>;
+  /** When present, replaces preprocess → inference → postprocess. Must return one item per row. */
+  handle?(data: RequestRow[], context: HandlerContext): unknown[] | Promise<unknown[]>;
+}
+
+/** A problem found when checking a model against a handler (used by the validator). */
+export interface SignatureProblem {
+  code: string;
+  message: string;
+}
+
+/** A handler that ships with Marina, addressed by name in the manifest's `handler`. */
+export interface BuiltinHandler {
+  name: string;
+  description: string;
+  create(): Handler;
+  /**
+   * Checks that a model's inputs and outputs fit this handler. `batchSize` above 1
+   * needs a dynamic batch dimension. `classCount` is the number of names in
+   * index_to_name.json when the archive has one. Returns [] when it fits.
+   */
+  checkSignature(signature: ModelSignature, options: { batchSize: number; modelYamlConfig: Record<string, unknown>; classCount?: number }): SignatureProblem[];
+}

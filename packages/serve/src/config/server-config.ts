@@ -1,0 +1,94 @@
+/**
+ * The server's configuration after config.properties, CLI flags and environment have been
+ * merged and validated (see load-config.ts). Frozen once built; nothing below the edges re-checks it.
+ * Units are in the names. Keys follow TorchServe's config.properties (snake_case there, camelCase here).
+ */
+export interface ListenAddress {
+  /** 'http' or 'https' (TLS); unix sockets are not supported yet. */
+  protocol: 'http' | 'https';
+  host: string;
+  port: number;
+  /** The address as written in the configuration, for logs. */
+  raw: string;
+}
+
+/** Per model version settings from the `models` JSON in config.properties (TorchServe's names). */
+export interface ModelVersionSettings {
+  minWorkers?: number;
+  maxWorkers?: number;
+  batchSize?: number;
+  /** maxBatchDelay, in ms. */
+  maxBatchDelayMs?: number;
+  /** responseTimeout, in seconds (TorchServe's unit). */
+  responseTimeoutSec?: number;
+  startupTimeoutSec?: number;
+  defaultVersion?: boolean;
+  marName?: string;
+  jobQueueSize?: number;
+  /** Intra-op threads per worker (Marina's extension; TorchServe has none). */
+  intraOpNumThreads?: number;
+}
+
+/** One entry of load_models / --models: `file.mar`, `name=file.mar`, a URL, or a folder. */
+export interface LoadModelSpec {
+  name?: string;
+  url: string;
+}
+
+export interface ServerConfig {
+  inferenceAddress: ListenAddress;
+  managementAddress: ListenAddress;
+  metricsAddress: ListenAddress;
+  /** Absolute path of the model store, when configured. */
+  modelStore: string | undefined;
+  /** 'all' loads every archive in the store. */
+  loadModels: 'all' | LoadModelSpec[];
+  /** models JSON: name -> version -> settings. */
+  models: Record<string, Record<string, ModelVersionSettings>>;
+  /** default_workers_per_model; undefined means 1 worker per model (not TorchServe's one per core, see README). */
+  defaultWorkersPerModel: number | undefined;
+  /** job_queue_size, per model version. Default 100. */
+  jobQueueSize: number;
+  /** number_of_netty_threads: HTTP I/O threads (informational in Node: one event loop). 0 = cores. */
+  numberOfNettyThreads: number;
+  /** default_response_timeout, seconds. Default 120. */
+  defaultResponseTimeoutSec: number;
+  /** default_startup_timeout, seconds. Default 120. */
+  defaultStartupTimeoutSec: number;
+  /** max_request_size, bytes. Default 6553500. */
+  maxRequestBytes: number;
+  /** max_response_size, bytes. Default 6553500. */
+  maxResponseBytes: number;
+  /** allowed_urls: case-insensitive full-match regexes. */
+  allowedUrls: string[];
+  /** True when allowed_urls was left at TorchServe's allow-everything default (a warning is logged). */
+  isAllowedUrlsDefault: boolean;
+  disableTokenAuthorization: boolean;
+  enableModelApi: boolean;
+  enableMetricsApi: boolean;
+  /** token_expiration_min. Default 60. */
+  tokenExpirationMin: number;
+  /** Where key_file.json is written (TorchServe: the working directory). */
+  keyFilePath: string;
+  /** OMP_NUM_THREADS from the environment, when set: the per-worker thread default. */
+  ompNumThreads: number | undefined;
+  /** Logical cores available to the server (os.availableParallelism()). */
+  cpuCount: number;
+  /** Folder where archives are extracted, keyed by content hash. */
+  extractionCacheDir: string;
+  /** Folder holding config snapshots (TorchServe: {LOG_LOCATION}/config). */
+  snapshotDir: string;
+  /** False with --ncs / model_snapshot disabled. */
+  isSnapshotEnabled: boolean;
+  /** Folder for logs and the pid file. */
+  logDir: string;
+  corsAllowedOrigin: string | undefined;
+  corsAllowedMethods: string | undefined;
+  corsAllowedHeaders: string | undefined;
+  /** limit_max_image_pixels. Default true. */
+  limitMaxImagePixels: boolean;
+  /** Keys in the file that Marina does not know (warned about, never fatal). */
+  unknownKeys: string[];
+  /** Non-fatal notes produced while reading the configuration. */
+  warnings: string[];
+}
