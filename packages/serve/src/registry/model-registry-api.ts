@@ -1,0 +1,170 @@
+/**
+ * The contract between the serving core (registry, workers, scheduling) and the
+ * operator-facing parts (management routes, metrics, snapshots, autoscaler).
+ * The core implements it in model-registry.ts; the others depend only on this file.
+ */
+import type { EventEmitter } from 'node:events';
+
+export interface RegisterModelOptions {
+  /** What the user asked for (file name in the store, folder, or URL); reported as modelUrl. */
+  url: string;
+  /** Absolute path of the archive file or folder on disk (downloads are done before register). */
+  archivePath: string;
+  modelName?: string;
+  handler?: string;
+  runtime?: string;
+  batchSize?: number;
+  maxBatchDelayMs?: number;
+  /** Workers to start now (initial_workers); minWorkers otherwise. */
+  initialWorkers?: number;
+  minWorkers?: number;
+  maxWorkers?: number;
+  responseTimeoutSec?: number;
+  startupTimeoutSec?: number;
+  /** Make this version the default (first version of a model always is). */
+  isDefault?: boolean;
+  loadedAtStartup?: boolean;
+  /** Resolve only once the workers are READY (else once the archive is opened). */
+  synchronous?: boolean;
+  /** True when the archive was downloaded into the store by register (deleted again on unregister). */
+  isDownloaded?: boolean;
+}
+
+export interface RegisterResult {
+  modelName: string;
+  modelVersion: string;
+  workersRequested: number;
+  workersReady: number;
+}
+
+export interface ScaleOptions {
+  minWorkers: number;
+  maxWorkers: number;
+  synchronous: boolean;
+}
+
+export interface WorkerDescription {
+  /** TorchServe reports the worker's port; Marina numbers workers from 9000 the same way. */
+  id: string;
+  /** yyyy-MM-dd'T'HH:mm:ss.SSS'Z' (UTC). */
+  startTime: string;
+  status: 'READY' | 'BUSY' | 'LOADING' | 'UNLOADING' | 'FAILED';
+  /** Bytes; for worker threads the process RSS divided by live workers is not meaningful, so this is the worker's own heap + external. */
+  memoryUsage: number;
+  pid: number;
+  gpu: false;
+  gpuUsage: 'N/A';
+  /** Marina extension: intra-op threads of this worker's session. */
+  intraOpNumThreads: number;
+}
+
+export interface ModelDescription {
+  modelName: string;
+  modelVersion: string;
+  modelUrl: string;
+  runtime: string;
+  minWorkers: number;
+  maxWorkers: number;
+  batchSize: number;
+  maxBatchDelay: number;
+  responseTimeout: number;
+  startupTimeout: number;
+  maxRetryTimeoutInSec: number;
+  clientTimeoutInMills: number;
+  parallelType: string;
+  parallelLevel: number;
+  deviceType: 'cpu';
+  continuousBatching: boolean;
+  useJobTicket: boolean;
+  useVenv: boolean;
+  stateful: boolean;
+  sequenceMaxIdleMSec: number;
+  sequenceTimeoutMSec: number;
+  maxNumSequence: number;
+  maxSequenceJobQueueSize: number;
+  loadedAtStartup: boolean;
+  workers: WorkerDescription[];
+  jobQueueStatus: { remainingCapacity: number; pendingRequests: number };
+  /** Marina extension: the autoscaling policy in force (see README). */
+  autoscaling?: Record<string, unknown>;
+}
+
+export interface ModelListEntry {
+  modelName: string;
+  modelUrl: string;
+  defaultVersion: string;
+  versions: string[];
+}
+
+/** Live numbers per model version, for metrics and the autoscaler. */
+export interface ModelVersionStats {
+  modelName: string;
+  modelVersion: string;
+  queueDepth: number;
+  jobQueueSize: number;
+  workers: number;
+  busyWorkers: number;
+  minWorkers: number;
+  maxWorkers: number;
+  intraOpNumThreads: number;
+}
+
+/** What a snapshot stores per model version (TorchServe's models JSON keys). */
+export interface SnapshotModelVersion {
+  defaultVersion: boolean;
+  marName: string;
+  /** Where the archive lives (store file name or absolute path). */
+  url: string;
+  minWorkers: number;
+  maxWorkers: number;
+  batchSize: number;
+  maxBatchDelay: number;
+  responseTimeout: number;
+}
+
+/** Events the core emits; metrics and snapshots subscribe. */
+export interface RequestDoneEvent {
+  modelName: string;
+  /** The version asked for in the URL, or 'default' (TorchServe's label). */
+  requestedVersion: string;
+  modelVersion: string;
+  statusCode: number;
+  /** Time in the job queue, ms. */
+  queueMs: number;
+  /** Time in the worker (handler + model), ms; 0 when the job never reached a worker. */
+  inferenceMs: number;
+  /** From request arrival to response, ms. */
+  totalMs: number;
+}
+
+export interface BatchDoneEvent {
+  modelName: string;
+  modelVersion: string;
+  batchSize: number;
+  inferenceMs: number;
+}
+
+export interface RegistryEvents {
+  request: [RequestDoneEvent];
+  batch: [BatchDoneEvent];
+  /** Registration, unregistration, default version or worker settings changed. */
+  changed: [];
+}
+
+export interface ModelRegistryApi {
+  readonly events: EventEmitter<RegistryEvents>;
+  register(options: RegisterModelOptions): Promise<RegisterResult>;
+  /** Waits for in-flight jobs of the version(s) to finish. */
+  unregister(modelName: string, modelVersion?: string): Promise<void>;
+  scale(modelName: string, modelVersion: string | undefined, options: ScaleOptions): Promise<{ workers: number }>;
+  setDefault(modelName: string, modelVersion: string): void;
+  /** version undefined = default version; 'all' = every version. */
+  describe(modelName: string, modelVersion?: string): ModelDescription[];
+  /** Sorted by model name. */
+  list(): ModelListEntry[];
+  stats(): ModelVersionStats[];
+  /** name -> version -> settings, for the snapshot. */
+  snapshot(): Record<string, Record<string, SnapshotModelVersion>>;
+  /** Adds or removes workers of one version within [min,max] (used by the autoscaler). */
+  setWorkerCount(modelName: string, modelVersion: string, count: number): Promise<void>;
+}
