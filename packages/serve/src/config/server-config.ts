@@ -91,4 +91,10 @@ export interface ServerConfig {
   unknownKeys: string[];
   /** Non-fatal notes produced while reading the configuration. */
   warnings: string[];
+  /** private_key_file (PEM), required with an https:// address. */
+  privateKeyFile?: string;
+  /** certificate_file (PEM), required with an https:// address. */
+  certificateFile?: string;
+  /** Absolute path of the config file that was read; undefined when only defaults, CLI and env applied. */
+  configFile?: string;
 }

@@ -142,6 +142,10 @@ export interface BatchDoneEvent {
   modelVersion: string;
   batchSize: number;
   inferenceMs: number;
+  /** Marina: why the batch was sent: 'full' (batchSize reached), 'idle' (nothing else queued and no other worker busy), 'delay' (maxBatchDelay ran out), 'flush' (closing). */
+  dispatchReason?: 'full' | 'idle' | 'delay' | 'flush';
+  /** Marina: false when the batch failed as a whole (handler error, response timeout, crash). */
+  isOk?: boolean;
 }
 
 export interface RegistryEvents {

@@ -1,0 +1,284 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { lstat, mkdir, open, readdir, realpath, rename, rm, stat } from 'node:fs/promises';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import * as tar from 'tar';
+import unzipper from 'unzipper';
+import { isMarinaError } from '@marina/errors';
+import { archiveErrors } from './errors.ts';
+import { MANIFEST_PATH, normalizeManifest, readManifest, type Manifest } from './manifest.ts';
+import { isInside, unsafeEntryReason } from './safe-path.ts';
+
+/** The containers Marina reads: a zip (.mar, deflate or store), a gzipped tar, or a plain folder. */
+export type ArchiveFormat = 'zip' | 'tgz' | 'folder';
+
+/** One entry of an archive, as listed before anything is written. */
+export interface ArchiveEntry {
+  /** The name as stored, '/'-separated. */
+  name: string;
+  type: 'file' | 'directory' | 'symlink' | 'other';
+  /** Uncompressed bytes (0 for non-files). */
+  sizeBytes: number;
+  /** Set when extracting this entry could write outside the destination; such entries are never written. */
+  unsafeReason?: string;
+}
+
+const S_IFMT = 0o170000;
+const S_IFLNK = 0o120000;
+
+/**
+ * Detects the container by content: zip magic `PK\x03\x04` (also an empty zip's
+ * `PK\x05\x06`), gzip `1f 8b`, or a directory. The file name does not matter.
+ * @throws MARINA_ERR_ARCHIVE_NOT_FOUND when the path does not exist;
+ *   MARINA_ERR_ARCHIVE_UNREADABLE when it is none of the three.
+ */
+export async function detectArchiveFormat(archivePath: string): Promise<ArchiveFormat> {
+  let stats;
+  try {
+    stats = await stat(archivePath);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') throw archiveErrors.create.MARINA_ERR_ARCHIVE_NOT_FOUND(`archive '${archivePath}' does not exist; check the path`, { cause: error });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_UNREADABLE(`cannot read '${archivePath}': ${(error as Error).message}`, { cause: error });
+  }
+  if (stats.isDirectory()) return 'folder';
+  const handle = await open(archivePath, 'r');
+  const head = Buffer.alloc(4);
+  try {
+    await handle.read(head, 0, 4, 0);
+  } finally {
+    await handle.close();
+  }
+  if (head[0] === 0x50 && head[1] === 0x4b && ((head[2] === 3 && head[3] === 4) || (head[2] === 5 && head[3] === 6))) return 'zip';
+  if (head[0] === 0x1f && head[1] === 0x8b) return 'tgz';
+  throw archiveErrors.create.MARINA_ERR_ARCHIVE_UNREADABLE(`'${archivePath}' is neither a zip (.mar) nor a tar.gz nor a folder (first bytes ${head.toString('hex')}); re-create it with model-archiver`);
+}
+
+function unreadable(archivePath: string, format: ArchiveFormat, error: unknown): Error {
+  if (isMarinaError(error)) return error;
+  return archiveErrors.create.MARINA_ERR_ARCHIVE_UNREADABLE(`cannot read ${format} archive '${archivePath}': ${(error as Error).message}; it is truncated or corrupt, re-create it with model-archiver`, { cause: error });
+}
+
+async function openZip(archivePath: string) {
+  try {
+    return await unzipper.Open.file(archivePath);
+  } catch (error) {
+    throw unreadable(archivePath, 'zip', error);
+  }
+}
+
+function zipEntry(file: { path: string; type: string; uncompressedSize: number; externalFileAttributes: number }): ArchiveEntry {
+  const isSymlink = ((file.externalFileAttributes >>> 16) & S_IFMT) === S_IFLNK;
+  const type = isSymlink ? 'symlink' : file.type === 'Directory' ? 'directory' : 'file';
+  const reason = isSymlink ? 'is a symbolic link' : unsafeEntryReason(file.path);
+  return { name: file.path, type, sizeBytes: type === 'file' ? file.uncompressedSize : 0, ...(reason ? { unsafeReason: reason } : {}) };
+}
+
+function tarEntry(entry: { path: string; type: string; size: number }): ArchiveEntry {
+  const type = entry.type === 'File' || entry.type === 'OldFile' || entry.type === 'ContiguousFile' ? 'file' : entry.type === 'Directory' ? 'directory' : entry.type === 'SymbolicLink' || entry.type === 'Link' ? 'symlink' : 'other';
+  const reason = type === 'symlink' ? `is a ${entry.type === 'Link' ? 'hard' : 'symbolic'} link` : type === 'other' ? `is a ${entry.type} entry` : unsafeEntryReason(entry.path);
+  return { name: entry.path, type, sizeBytes: type === 'file' ? entry.size : 0, ...(reason ? { unsafeReason: reason } : {}) };
+}
+
+async function listFolder(root: string): Promise<ArchiveEntry[]> {
+  const realRoot = await realpath(root);
+  const entries: ArchiveEntry[] = [];
+  async function walk(dir: string): Promise<void> {
+    for (const dirent of await readdir(dir, { withFileTypes: true })) {
+      const path = join(dir, dirent.name);
+      const name = relative(root, path).split(sep).join('/');
+      if (dirent.isSymbolicLink()) {
+        let target: string | undefined;
+        try {
+          target = await realpath(path);
+        } catch {
+          target = undefined;
+        }
+        const reason = target === undefined ? 'is a dangling symbolic link' : isInside(realRoot, target) ? undefined : `is a symbolic link to '${target}', outside the folder`;
+        entries.push({ name, type: 'symlink', sizeBytes: 0, ...(reason ? { unsafeReason: reason } : {}) });
+      } else if (dirent.isDirectory()) {
+        entries.push({ name, type: 'directory', sizeBytes: 0 });
+        await walk(path);
+      } else if (dirent.isFile()) {
+        entries.push({ name, type: 'file', sizeBytes: (await lstat(path)).size });
+      } else {
+        entries.push({ name, type: 'other', sizeBytes: 0, unsafeReason: 'is not a regular file or folder' });
+      }
+    }
+  }
+  await walk(root);
+  return entries;
+}
+
+/**
+ * Lists an archive's entries without writing anything; unsafe entries carry `unsafeReason`.
+ * @throws MARINA_ERR_ARCHIVE_NOT_FOUND, MARINA_ERR_ARCHIVE_UNREADABLE.
+ */
+export async function listArchive(archivePath: string): Promise<{ format: ArchiveFormat; entries: ArchiveEntry[] }> {
+  const format = await detectArchiveFormat(archivePath);
+  if (format === 'folder') return { format, entries: await listFolder(archivePath) };
+  if (format === 'zip') {
+    const directory = await openZip(archivePath);
+    return { format, entries: directory.files.map(zipEntry) };
+  }
+  const entries: ArchiveEntry[] = [];
+  try {
+    await tar.t({ file: archivePath, strict: true, onReadEntry: (entry) => { entries.push(tarEntry(entry)); } });
+  } catch (error) {
+    throw unreadable(archivePath, format, error);
+  }
+  return { format, entries };
+}
+
+/**
+ * The folder holding MAR-INF (or, without a manifest, the model files) inside an
+ * extracted archive: the folder itself, or its single sub-folder when the archive wraps
+ * everything in a `<name>/` root, as TorchServe's tgz format does.
+ */
+export async function findModelRoot(dir: string): Promise<string> {
+  const dirents = await readdir(dir, { withFileTypes: true });
+  if (dirents.some((d) => d.name === dirname(MANIFEST_PATH))) return dir;
+  const only = dirents.length === 1 ? dirents[0] : undefined;
+  return only?.isDirectory() ? join(dir, only.name) : dir;
+}
+
+export interface ExtractArchiveOptions {
+  /** A zip, tgz, or folder. */
+  archivePath: string;
+  /** Created when missing. Nothing is ever written outside it. */
+  destDir: string;
+  /** `throw` (default): refuse the archive before writing anything. `skip`: write the safe entries, return the others. */
+  onUnsafeEntry?: 'throw' | 'skip';
+}
+
+export interface ExtractArchiveResult {
+  format: ArchiveFormat;
+  /** See `findModelRoot`; for a folder, the folder itself (nothing is copied). */
+  modelDir: string;
+  /** Entries refused (only with `onUnsafeEntry: 'skip'`). */
+  skippedEntries: ArchiveEntry[];
+}
+
+/**
+ * Extracts a zip or tgz into `destDir`, streaming, refusing absolute names, `..`
+ * segments, links and anything resolving outside `destDir`. A folder is not copied:
+ * its own path is returned as `modelDir`.
+ * @throws MARINA_ERR_ARCHIVE_NOT_FOUND, MARINA_ERR_ARCHIVE_UNREADABLE,
+ *   MARINA_ERR_ARCHIVE_PATH_ESCAPE (with `details.entries`) unless `onUnsafeEntry` is `skip`.
+ */
+export async function extractArchive(options: ExtractArchiveOptions): Promise<ExtractArchiveResult> {
+  const { archivePath } = options;
+  const { format, entries } = await listArchive(archivePath);
+  const unsafe = entries.filter((e) => e.unsafeReason !== undefined);
+  if (unsafe.length > 0 && (options.onUnsafeEntry ?? 'throw') === 'throw') {
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_PATH_ESCAPE(`archive '${archivePath}' has entries that would escape its folder: ${unsafe.map((e) => `'${e.name}' ${e.unsafeReason}`).join('; ')}; refusing to extract it`, { details: { entries: unsafe.map((e) => e.name) } });
+  }
+  if (format === 'folder') return { format, modelDir: resolve(archivePath), skippedEntries: unsafe };
+
+  const destDir = resolve(options.destDir);
+  await mkdir(destDir, { recursive: true });
+  const target = (name: string): string | undefined => {
+    if (unsafeEntryReason(name) !== undefined) return undefined;
+    const path = resolve(destDir, name);
+    return isInside(destDir, path) && path !== destDir ? path : undefined;
+  };
+  try {
+    if (format === 'zip') {
+      const directory = await openZip(archivePath);
+      for (const file of directory.files) {
+        const entry = zipEntry(file);
+        const path = entry.unsafeReason === undefined ? target(file.path) : undefined;
+        if (path === undefined) continue;
+        if (entry.type === 'directory') {
+          await mkdir(path, { recursive: true });
+        } else {
+          await mkdir(dirname(path), { recursive: true });
+          await pipeline(file.stream(), createWriteStream(path));
+        }
+      }
+    } else {
+      await tar.x({
+        file: archivePath,
+        cwd: destDir,
+        strict: true,
+        preserveOwner: false,
+        filter: (path, entry) => {
+          const listed = tarEntry(entry as tar.ReadEntry);
+          return listed.unsafeReason === undefined && (listed.type === 'file' || listed.type === 'directory') && target(path) !== undefined;
+        },
+      });
+    }
+  } catch (error) {
+    throw unreadable(archivePath, format, error);
+  }
+  return { format, modelDir: await findModelRoot(destDir), skippedEntries: unsafe };
+}
+
+/** sha256 of a file's bytes, hex, streaming. */
+export async function sha256File(path: string): Promise<string> {
+  const hash = createHash('sha256');
+  await pipeline(createReadStream(path), hash);
+  return hash.digest('hex');
+}
+
+export interface ExtractToCacheOptions {
+  archivePath: string;
+  /** Created when missing. Holds one folder per distinct archive content. */
+  cacheDir: string;
+}
+
+export interface ExtractToCacheResult {
+  /** Where the model's files are (MAR-INF's parent). A folder archive is used in place. */
+  modelDir: string;
+  /** sha256 of the archive bytes; for a folder, sha256 of "folder:" + its real path. */
+  digest: string;
+  /** The archive's manifest, or the one TorchServe would derive (see `normalizeManifest`): name and version always set. */
+  manifest: Manifest;
+}
+
+/**
+ * Extracts an archive once per content: to `<cacheDir>/<sha256>`, through a temporary
+ * folder renamed into place, so a crash never leaves a half-extracted entry and a second
+ * call (or a concurrent one) reuses the first. A folder is used in place, not copied.
+ * @throws MARINA_ERR_ARCHIVE_NOT_FOUND, MARINA_ERR_ARCHIVE_UNREADABLE,
+ *   MARINA_ERR_ARCHIVE_PATH_ESCAPE, MARINA_ERR_ARCHIVE_MANIFEST_INVALID.
+ */
+export async function extractToCache(options: ExtractToCacheOptions): Promise<ExtractToCacheResult> {
+  const { archivePath } = options;
+  const format = await detectArchiveFormat(archivePath);
+  let modelDir: string;
+  let digest: string;
+  if (format === 'folder') {
+    await extractArchive({ archivePath, destDir: archivePath });
+    modelDir = resolve(archivePath);
+    digest = createHash('sha256').update(`folder:${await realpath(archivePath)}`).digest('hex');
+  } else {
+    digest = await sha256File(archivePath);
+    const cacheDir = resolve(options.cacheDir);
+    const finalDir = join(cacheDir, digest);
+    if (!(await isDirectory(finalDir))) {
+      await mkdir(cacheDir, { recursive: true });
+      const tempDir = join(cacheDir, `.tmp-${digest.slice(0, 16)}-${process.pid}-${randomBytes(4).toString('hex')}`);
+      try {
+        await extractArchive({ archivePath, destDir: tempDir });
+        await rename(tempDir, finalDir);
+      } catch (error) {
+        await rm(tempDir, { recursive: true, force: true });
+        const code = (error as NodeJS.ErrnoException).code;
+        // Another process extracted the same content first: its copy is as good as ours.
+        if (!((code === 'ENOTEMPTY' || code === 'EEXIST') && (await isDirectory(finalDir)))) throw error;
+      }
+    }
+    modelDir = await findModelRoot(finalDir);
+  }
+  const manifest = normalizeManifest(await readManifest(modelDir), { archivePath });
+  return { modelDir, digest, manifest };
+}
+
+async function isDirectory(path: string): Promise<boolean> {
+  try {
+    return (await stat(path)).isDirectory();
+  } catch {
+    return false;
+  }
+}

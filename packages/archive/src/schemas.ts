@@ -1,0 +1,24 @@
+import { readFileSync } from 'node:fs';
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+
+// One strict Ajv instance; both schemas compile when this module loads, so a broken
+// schema fails at start-up rather than on the first archive.
+const ajv = new Ajv({ strict: true, allErrors: true });
+
+function compile(fileName: string): ValidateFunction {
+  const schema = JSON.parse(readFileSync(new URL(`../../../schemas/${fileName}`, import.meta.url), 'utf8')) as object;
+  return ajv.compile(schema);
+}
+
+export const validateManifestSchema = compile('manifest.schema.json');
+export const validateModelConfigSchema = compile('model-config.schema.json');
+
+/** One readable sentence per Ajv error: "model.modelVersion: must be string". */
+export function describeSchemaErrors(errors: ErrorObject[] | null | undefined, root: string): string[] {
+  return (errors ?? []).map((error) => {
+    const where = error.instancePath === '' ? root : `${root}${error.instancePath.replaceAll('/', '.')}`;
+    if (error.keyword === 'required') return `${where}: missing required key '${String((error.params as { missingProperty?: string }).missingProperty)}'`;
+    if (error.keyword === 'enum') return `${where}: must be one of ${((error.params as { allowedValues?: unknown[] }).allowedValues ?? []).map((v) => JSON.stringify(v)).join(', ')}`;
+    return `${where}: ${error.message ?? 'is invalid'}`;
+  });
+}

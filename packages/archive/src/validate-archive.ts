@@ -1,0 +1,289 @@
+import { mkdtemp, readFile, realpath, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { extname, join, resolve } from 'node:path';
+import { isMarinaError } from '@marina/errors';
+import { getBuiltinHandler, type ModelSignature, type TensorSignature } from '@marina/handlers';
+import type { ArchiveErrorCode } from './errors.ts';
+import { probeHandler } from './handler-probe.ts';
+import { MANIFEST_PATH, type Manifest } from './manifest.ts';
+import { parseModelConfig } from './model-config.ts';
+import { detectArchiveFormat, extractArchive, listArchive, type ArchiveEntry, type ArchiveFormat } from './open-archive.ts';
+import { isInside, resolveInside } from './safe-path.ts';
+import { describeSchemaErrors, validateManifestSchema } from './schemas.ts';
+
+/** One thing wrong with an archive. `code` is stable (see ERRORS.md); `message` says what and what to do. */
+export interface ValidationProblem {
+  code: ArchiveErrorCode;
+  severity: 'error' | 'warning';
+  message: string;
+  /** The archive entry concerned, when there is one. */
+  file?: string;
+}
+
+/** What `validateArchive` found. `isValid` is true when no problem has severity 'error'. */
+export interface ValidationReport {
+  isValid: boolean;
+  archivePath: string;
+  /** 'unknown' when the path is missing or is no archive. */
+  format: ArchiveFormat | 'unknown';
+  manifest?: Manifest;
+  problems: ValidationProblem[];
+  /** The ONNX model's inputs and outputs, when it was loaded. */
+  model?: ModelSignature;
+}
+
+export interface ValidateArchiveOptions {
+  /** Load the ONNX model in onnxruntime-node and check it against the handler. Default true. */
+  isModelLoadChecked?: boolean;
+  /** Batch size to check the model against. Default: model-config.yaml's batchSize, else 1. */
+  batchSize?: number;
+  /** Time a custom handler module may take to import. Default 10000. */
+  handlerImportTimeoutMs?: number;
+}
+
+const MANIFEST_FILE_FIELDS = ['serializedFile', 'modelFile', 'requirementsFile', 'configFile'] as const;
+const HANDLER_EXTENSIONS = ['.mjs', '.js', '.cjs'];
+const INDEX_TO_NAME = 'index_to_name.json';
+
+async function isFile(path: string): Promise<boolean> {
+  try {
+    return (await stat(path)).isFile();
+  } catch {
+    return false;
+  }
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** The number of classes index_to_name.json names, or a sentence saying why it is invalid. */
+function countClassNames(text: string): number | string {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    return `is not valid JSON (${(error as Error).message})`;
+  }
+  if (!isRecord(value)) return `must be a JSON object such as {"0": "tench", "1": "goldfish"}, got ${Array.isArray(value) ? 'a list' : typeof value}`;
+  const keys = Object.keys(value);
+  if (keys.length === 0) return 'is empty; it needs one name per output class';
+  const badKey = keys.find((k) => !/^(0|[1-9]\d*)$/.test(k));
+  if (badKey !== undefined) return `has the key '${badKey}', which is not a class index ("0", "1", ...)`;
+  const badValue = keys.find((k) => {
+    const v = value[k];
+    return !(typeof v === 'string' || (Array.isArray(v) && v.length > 0 && typeof v[v.length - 1] === 'string'));
+  });
+  if (badValue !== undefined) return `maps '${badValue}' to ${JSON.stringify(value[badValue])}; each value must be a name or a list whose last element is the name`;
+  return keys.length;
+}
+
+function toSignature(metadata: readonly { name: string; isTensor: boolean; type?: string; shape?: ReadonlyArray<number | string> }[]): TensorSignature[] {
+  return metadata.map((m) => (m.isTensor ? { name: m.name, type: m.type ?? 'unknown', shape: [...(m.shape ?? [])] } : { name: m.name, type: 'non-tensor', shape: [] }));
+}
+
+async function loadSignature(modelPath: string): Promise<ModelSignature> {
+  // Imported here so the cheap checks (run after every archiving) never load the native runtime.
+  const { InferenceSession } = await import('onnxruntime-node');
+  const session = await InferenceSession.create(modelPath, { intraOpNumThreads: 1, graphOptimizationLevel: 'disabled' });
+  try {
+    return { inputs: toSignature(session.inputMetadata), outputs: toSignature(session.outputMetadata) };
+  } finally {
+    await session.release();
+  }
+}
+
+/**
+ * Tells whether an archive (zip/.mar, tar.gz or folder) will serve, listing every
+ * problem found rather than stopping at the first: the container opens and has no entry
+ * escaping its folder; the manifest matches schemas/manifest.schema.json; every file it
+ * names is present; the handler resolves (built-in, or a module in the archive exporting
+ * the handler contract, imported in a worker thread); model-config.yaml matches its
+ * schema; index_to_name.json is well formed; and, unless `isModelLoadChecked` is false,
+ * the ONNX model loads and its inputs/outputs fit the handler and batch size.
+ * Never throws for a bad archive: every defect is a problem in the report.
+ */
+export async function validateArchive(path: string, options: ValidateArchiveOptions = {}): Promise<ValidationReport> {
+  const archivePath = resolve(path);
+  const problems: ValidationProblem[] = [];
+  const report: ValidationReport = { isValid: false, archivePath, format: 'unknown', problems };
+  const add = (code: ArchiveErrorCode, message: string, extra: { file?: string; severity?: 'error' | 'warning' } = {}): void => {
+    problems.push({ code, severity: extra.severity ?? 'error', message, ...(extra.file === undefined ? {} : { file: extra.file }) });
+  };
+  const addThrown = (error: unknown): void => {
+    if (isMarinaError(error)) add(error.code as ArchiveErrorCode, error.message, typeof error.details?.file === 'string' ? { file: error.details.file } : {});
+    else add('MARINA_ERR_ARCHIVE_UNREADABLE', `cannot read '${archivePath}': ${(error as Error).message}`);
+  };
+
+  let tempDir: string | undefined;
+  try {
+    let modelDir: string;
+    let unsafe: ArchiveEntry[];
+    try {
+      report.format = await detectArchiveFormat(archivePath);
+      if (report.format === 'folder') {
+        unsafe = (await listArchive(archivePath)).entries.filter((e) => e.unsafeReason !== undefined);
+        modelDir = archivePath;
+      } else {
+        tempDir = await mkdtemp(join(tmpdir(), 'marina-validate-'));
+        const extracted = await extractArchive({ archivePath, destDir: tempDir, onUnsafeEntry: 'skip' });
+        unsafe = extracted.skippedEntries;
+        modelDir = extracted.modelDir;
+      }
+    } catch (error) {
+      addThrown(error);
+      return finish(report);
+    }
+    for (const entry of unsafe) {
+      add('MARINA_ERR_ARCHIVE_PATH_ESCAPE', `entry '${entry.name}' ${entry.unsafeReason}; it would land outside the archive folder, so it is refused (re-create the archive with model-archiver)`, { file: entry.name });
+    }
+    const realModelDir = await realpath(modelDir);
+    /** A manifest-named file's path, or undefined (with a problem added) when it escapes. */
+    const inside = async (name: string, field: string): Promise<string | undefined> => {
+      try {
+        const path = resolveInside(modelDir, name, field);
+        // In a folder archive a link could still point out; extracted archives hold no links.
+        const real = await realpath(path).catch(() => path);
+        if (!isInside(realModelDir, real) && real !== path) {
+          add('MARINA_ERR_ARCHIVE_PATH_ESCAPE', `${field} '${name}' resolves to '${real}', outside the archive; archives may only name files inside themselves`, { file: name });
+          return undefined;
+        }
+        return path;
+      } catch (error) {
+        addThrown(error);
+        return undefined;
+      }
+    };
+
+    let manifestText: string;
+    try {
+      manifestText = await readFile(join(modelDir, MANIFEST_PATH), 'utf8');
+    } catch {
+      add('MARINA_ERR_ARCHIVE_MANIFEST_MISSING', `the archive has no ${MANIFEST_PATH}; re-create it with model-archiver, which writes one`, { file: MANIFEST_PATH });
+      return finish(report);
+    }
+    let raw: unknown;
+    try {
+      raw = JSON.parse(manifestText);
+    } catch (error) {
+      add('MARINA_ERR_ARCHIVE_MANIFEST_INVALID', `${MANIFEST_PATH} is not valid JSON (${(error as Error).message}); re-create the archive with model-archiver`, { file: MANIFEST_PATH });
+      return finish(report);
+    }
+    if (!validateManifestSchema(raw)) {
+      for (const sentence of describeSchemaErrors(validateManifestSchema.errors, 'manifest')) {
+        add('MARINA_ERR_ARCHIVE_MANIFEST_INVALID', `${MANIFEST_PATH} does not match the manifest schema: ${sentence}`, { file: MANIFEST_PATH });
+      }
+    }
+    if (!isRecord(raw) || !isRecord(raw.model)) return finish(report);
+    report.manifest = raw as Manifest;
+    const model = raw.model;
+    const missingMeta = (['archiverVersion', 'createdOn'] as const).filter((k) => raw[k] === undefined);
+    if (missingMeta.length > 0) {
+      add('MARINA_ERR_ARCHIVE_MANIFEST_INCOMPLETE', `${MANIFEST_PATH} has no ${missingMeta.join(' and ')}; it will serve, but re-archiving with model-archiver records them`, { file: MANIFEST_PATH, severity: 'warning' });
+    }
+
+    const present = new Map<string, string>();
+    for (const field of MANIFEST_FILE_FIELDS) {
+      const name = model[field];
+      if (typeof name !== 'string' || name === '') continue;
+      const path = await inside(name, `model.${field}`);
+      if (path === undefined) continue;
+      if (await isFile(path)) present.set(field, path);
+      else add('MARINA_ERR_ARCHIVE_FILE_MISSING', `the manifest names ${field} '${name}' but the archive has no such file; add it or fix the manifest`, { file: name });
+    }
+
+    const handlerName = typeof model.handler === 'string' ? model.handler : undefined;
+    const builtin = handlerName === undefined ? undefined : getBuiltinHandler(handlerName);
+    if (handlerName === undefined) {
+      add('MARINA_ERR_HANDLER_NOT_FOUND', 'the manifest names no handler (model.handler); re-archive with --handler image_classifier, tensor or a .js module');
+    } else if (!builtin) {
+      await checkCustomHandler(handlerName, { modelDir, inside, add, timeoutMs: options.handlerImportTimeoutMs });
+    }
+
+    let config: Record<string, unknown> = {};
+    const configPath = present.get('configFile');
+    if (configPath !== undefined) {
+      try {
+        config = parseModelConfig(await readFile(configPath, 'utf8'), String(model.configFile));
+      } catch (error) {
+        const sentences = isMarinaError(error) && Array.isArray(error.details?.errors) ? (error.details.errors as string[]) : [(error as Error).message];
+        for (const sentence of sentences) add('MARINA_ERR_MODEL_CONFIG_INVALID', `${String(model.configFile)}: ${sentence}`, { file: String(model.configFile) });
+      }
+    }
+    const configBatch = typeof config.batchSize === 'number' && config.batchSize > 0 ? config.batchSize : undefined;
+    const batchSize = options.batchSize ?? configBatch ?? 1;
+
+    let classCount: number | undefined;
+    const indexPath = join(modelDir, INDEX_TO_NAME);
+    if (await isFile(indexPath)) {
+      const counted = countClassNames(await readFile(indexPath, 'utf8'));
+      if (typeof counted === 'number') classCount = counted;
+      else add('MARINA_ERR_INDEX_TO_NAME_INVALID', `${INDEX_TO_NAME} ${counted}`, { file: INDEX_TO_NAME });
+    }
+
+    if (builtin && model.serializedFile === undefined) {
+      add('MARINA_ERR_ARCHIVE_NO_MODEL', `handler '${builtin.name}' runs an ONNX model but the manifest has no serializedFile; archive with --serialized-file model.onnx`);
+    }
+    const modelPath = present.get('serializedFile');
+    if ((options.isModelLoadChecked ?? true) && modelPath !== undefined) {
+      const modelName = String(model.serializedFile);
+      try {
+        report.model = await loadSignature(modelPath);
+      } catch (error) {
+        add('MARINA_ERR_MODEL_LOAD_FAILED', `onnxruntime-node cannot load '${modelName}': ${(error as Error).message.split('\n')[0]!.replaceAll(modelPath, modelName)}; ${extname(modelName) === '.onnx' ? 're-export the model to ONNX' : 'Marina serves ONNX models: export the model to .onnx'}`, { file: modelName });
+      }
+      if (report.model && builtin) {
+        for (const problem of builtin.checkSignature(report.model, { batchSize, modelYamlConfig: config, ...(classCount === undefined ? {} : { classCount }) })) {
+          add(problem.code as ArchiveErrorCode, problem.message, { file: problem.code === 'MARINA_ERR_INDEX_TO_NAME_MISMATCH' ? INDEX_TO_NAME : modelName });
+        }
+      }
+    }
+    return finish(report);
+  } finally {
+    if (tempDir !== undefined) await rm(tempDir, { recursive: true, force: true });
+  }
+}
+
+async function checkCustomHandler(
+  handlerName: string,
+  context: {
+    modelDir: string;
+    inside: (name: string, field: string) => Promise<string | undefined>;
+    add: (code: ArchiveErrorCode, message: string, extra?: { file?: string }) => void;
+    timeoutMs: number | undefined;
+  },
+): Promise<void> {
+  const suffix = /^(.+?):([A-Za-z_$][\w$]*)$/.exec(handlerName);
+  const moduleName = suffix ? suffix[1]! : handlerName;
+  const functionName = suffix ? suffix[2] : undefined;
+  if (extname(moduleName) === '.py') {
+    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is a Python module; Marina runs JavaScript handlers: re-archive with a built-in handler (image_classifier, tensor) or a .js/.mjs module`, { file: moduleName });
+    return;
+  }
+  const base = await context.inside(moduleName, 'model.handler');
+  if (base === undefined) return;
+  const candidates = HANDLER_EXTENSIONS.includes(extname(base)) ? [base] : [base, ...HANDLER_EXTENSIONS.map((ext) => `${base}${ext}`)];
+  let modulePath: string | undefined;
+  for (const candidate of candidates) {
+    if (HANDLER_EXTENSIONS.includes(extname(candidate)) && (await isFile(candidate))) {
+      modulePath = candidate;
+      break;
+    }
+  }
+  if (modulePath === undefined) {
+    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is not a built-in handler (image_classifier, tensor) and the archive has no module ${moduleName}${extname(moduleName) === '' ? '(.mjs|.js|.cjs)' : ''}; add the module or re-archive with a built-in handler`, { file: moduleName });
+    return;
+  }
+  const result = await probeHandler({ modulePath, ...(functionName === undefined ? {} : { functionName }), ...(context.timeoutMs === undefined ? {} : { timeoutMs: context.timeoutMs }) });
+  const file = modulePath.slice(context.modelDir.length + 1);
+  if (result.status === 'import-failed') {
+    context.add('MARINA_ERR_HANDLER_IMPORT_FAILED', `handler module '${file}' cannot be imported: ${result.message}; run it with node to see the full error`, { file });
+  } else if (result.status === 'contract') {
+    context.add('MARINA_ERR_HANDLER_CONTRACT', `handler module '${file}' does not export the handler contract: ${result.message}. Export handle(data, context), or inference() with optional initialize/preprocess/postprocess, as named exports, a default object, a default class or a default zero-argument factory`, { file });
+  }
+}
+
+function finish(report: ValidationReport): ValidationReport {
+  report.isValid = !report.problems.some((p) => p.severity === 'error');
+  return report;
+}

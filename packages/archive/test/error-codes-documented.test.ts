@@ -1,0 +1,31 @@
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { archiveErrors } from '../src/index.ts';
+
+const root = new URL('..', import.meta.url).pathname;
+
+async function codesUsedIn(files: string[]): Promise<Set<string>> {
+  const texts = await Promise.all(files.map((file) => readFile(file, 'utf8')));
+  return new Set(texts.join('\n').match(/MARINA_ERR_[A-Z0-9_]+/g));
+}
+
+describe('archive error codes', () => {
+  it('defines every MARINA_ERR_ code the archive code uses or the validator passes on from the signature checks', async () => {
+    const src = join(root, 'src');
+    const files = (await readdir(src)).filter((name) => /\.(ts|mjs)$/.test(name)).map((name) => join(src, name));
+    files.push(join(root, '../handlers/src/signature-checks.ts'));
+    const defined = Object.keys(archiveErrors.definitions);
+    expect([...(await codesUsedIn(files))].filter((code) => !defined.includes(code))).toEqual([]);
+  });
+
+  it('lists every defined code, with its description, in ERRORS.md', async () => {
+    const doc = await readFile(join(root, 'ERRORS.md'), 'utf8');
+    for (const [code, definition] of Object.entries(archiveErrors.definitions)) {
+      expect(doc, code).toContain(`| \`${code}\` |`);
+      expect(doc, code).toContain(definition.description.replaceAll('|', '\\|'));
+    }
+    const documented = doc.match(/`MARINA_ERR_[A-Z0-9_]+`/g)?.map((c) => c.slice(1, -1)) ?? [];
+    expect(documented.filter((c) => !(c in archiveErrors.definitions))).toEqual([]);
+  });
+});

@@ -1,0 +1,99 @@
+import type { MachineInfo } from './machine-info.ts';
+
+/** The experiments of issue #5, in the order they run. */
+export const experimentNames = ['ceiling', 'decentralized', 'centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory'] as const;
+export type ExperimentName = (typeof experimentNames)[number];
+
+/** One measured configuration: a line of the table and of results.csv. NaN marks "not measured". */
+export interface ResultRow {
+  experiment: ExperimentName;
+  /** Human label of the configuration, e.g. "batch 4", "cap 2 jobs", "2 workers × 1 thread". */
+  config: string;
+  /** Measured images (requests or jobs) that succeeded. */
+  images: number;
+  /** Client concurrency (or job cap). */
+  concurrency: number;
+  throughputPerSec: number;
+  p50Ms: number;
+  p90Ms: number;
+  p99Ms: number;
+  /** Highest CPU between two 100 ms samples, % of one core, of the measured processes. */
+  peakCpuPercent: number;
+  meanCpuPercent: number;
+  /** Highest RSS sum of the measured processes (server tree, or all live job processes), MB. */
+  peakRssMb: number;
+  /** Proportional set size at rest after the run, MB; NaN when not sampled. */
+  pssMb: number;
+  /** Failed requests / jobs. */
+  errors: number;
+  /** throughput ÷ the ceiling's best throughput. */
+  ratioToCeiling: number;
+  /** throughput ÷ the best decentralized throughput. */
+  ratioToBestDecentralized: number;
+  /** Decentralized only: mean share of a job's wall time spent creating the session. */
+  loadShare: number;
+  note: string;
+}
+
+/** A target from the issue, checked against this run's numbers. */
+export interface TargetCheck {
+  name: string;
+  /** The condition, in words with the threshold. */
+  target: string;
+  /** The measured value(s), in words. */
+  measured: string;
+  /** true met, false missed, undefined not measured in this run. */
+  isMet: boolean | undefined;
+  /** For a miss: by how much, and what the measurements say about why. */
+  explanation: string;
+}
+
+/** Reference timings measured in this run, used by the targets. */
+export interface ReferenceTimings {
+  /** Main model, one image in one process at the server's thread count: decode + preprocess + run, p50 ms. */
+  ownEndToEndP50Ms: number;
+  /** Main model, the same but only `session.run`, p50 ms. */
+  ownInferP50Ms: number;
+  /** Tiny model equivalents (overhead experiment). */
+  tinyOwnEndToEndP50Ms: number;
+  tinyOwnInferP50Ms: number;
+}
+
+export interface MemoryVariant {
+  label: string;
+  /** Weights inline or external (memory-mapped). */
+  weights: 'inline' | 'external';
+  isMallocThresholdSet: boolean;
+  workers: number;
+  rssMb: number;
+  pssMb: number;
+}
+
+/** Everything one run measured; what the reports are made from. */
+export interface BenchResult {
+  machine: MachineInfo;
+  model: string;
+  modelSizeMb: number;
+  /** Images per experiment and the load concurrency, as run. */
+  images: number;
+  concurrency: number;
+  mode: 'full' | 'quick' | 'smoke';
+  startedAt: string;
+  durationSec: number;
+  rows: ResultRow[];
+  references: ReferenceTimings;
+  memory: MemoryVariant[];
+  targets: TargetCheck[];
+  /** The configuration the sweep ran on. */
+  bestServerConfig: string | undefined;
+  notes: string[];
+}
+
+/** A row with every number unset; experiments fill in what they measure. */
+export function emptyRow(experiment: ExperimentName, config: string): ResultRow {
+  return {
+    experiment, config, images: 0, concurrency: 0, throughputPerSec: Number.NaN, p50Ms: Number.NaN, p90Ms: Number.NaN, p99Ms: Number.NaN,
+    peakCpuPercent: Number.NaN, meanCpuPercent: Number.NaN, peakRssMb: Number.NaN, pssMb: Number.NaN, errors: 0,
+    ratioToCeiling: Number.NaN, ratioToBestDecentralized: Number.NaN, loadShare: Number.NaN, note: '',
+  };
+}

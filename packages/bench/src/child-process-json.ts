@@ -1,0 +1,58 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { benchErrors } from './errors.ts';
+
+export interface JsonChildOptions {
+  /** Node script to run (a plain .mjs, so no tsx start-up is measured). */
+  scriptPath: string;
+  args: readonly string[];
+  env?: NodeJS.ProcessEnv;
+  /** Called for every JSON line the child prints on stdout. */
+  onMessage?: (message: Record<string, unknown>) => void;
+  /** Called once the child is spawned, with its pid (to sample it). */
+  onSpawn?: (child: ChildProcess) => void;
+}
+
+export interface JsonChildResult {
+  messages: Record<string, unknown>[];
+  /** Spawn to exit, ms. */
+  wallMs: number;
+}
+
+/**
+ * Runs a Node script as a child process and collects the JSON lines it prints.
+ *
+ * @throws MARINA_ERR_BENCH_CHILD_FAILED when the child exits non-zero or is killed.
+ */
+export function runJsonChild(options: JsonChildOptions): Promise<JsonChildResult> {
+  return new Promise((resolve, reject) => {
+    const startMs = performance.now();
+    const child = spawn(process.execPath, [options.scriptPath, ...options.args], {
+      env: options.env ?? process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    options.onSpawn?.(child);
+    const messages: Record<string, unknown>[] = [];
+    let stderr = '';
+    child.stderr!.on('data', (chunk: Buffer) => {
+      stderr = (stderr + chunk.toString()).slice(-4000);
+    });
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      if (!line.startsWith('{')) return;
+      try {
+        const message = JSON.parse(line) as Record<string, unknown>;
+        messages.push(message);
+        options.onMessage?.(message);
+      } catch {
+        // a partial or foreign line; the child's result lines are whole JSON objects
+      }
+    });
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      if (code === 0) resolve({ messages, wallMs: performance.now() - startMs });
+      else reject(benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(
+        `${options.scriptPath} ${options.args.join(' ').slice(0, 200)} exited with ${signal ?? `code ${code}`}; stderr: ${stderr.trim().slice(-1500) || '(empty)'}`,
+      ));
+    });
+  });
+}

@@ -1,0 +1,183 @@
+import { existsSync } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import os from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { experimentNames, type BenchResult, type ExperimentName, type MemoryVariant, type ReferenceTimings, type ResultRow } from './bench-result.ts';
+import { benchErrors } from './errors.ts';
+import { runCeiling, measureOwnTime } from './experiments/ceiling.ts';
+import { runDecentralized } from './experiments/decentralized.ts';
+import type { BenchProgressEvent, ExperimentContext, RunPlan } from './experiments/experiment-context.ts';
+import { runMemory } from './experiments/memory.ts';
+import { runOverhead } from './experiments/overhead.ts';
+import { runBatched, runCentralized, runSweep, runWorkers, type ServerRunResult } from './experiments/server-experiments.ts';
+import { getMachineInfo } from './machine-info.ts';
+import { benchModelNames, prepareAssets, type BenchModelName } from './model-assets.ts';
+import { writeReports, type ReportFiles } from './report/write-reports.ts';
+import { bestOf, bestServerRow, checkTargets } from './targets.ts';
+
+export type BenchMode = 'full' | 'quick' | 'smoke';
+
+export interface BenchOptions {
+  /** 'full' (ResNet-152, all experiments, 10–20 min on 2 cores), 'quick' (ResNet-18, a few minutes), 'smoke' (tiny model, seconds, for CI). Default 'full'. */
+  mode?: BenchMode;
+  /** Overrides the mode's model. */
+  model?: BenchModelName;
+  /** Requests per server experiment; overrides the mode's count. */
+  images?: number;
+  /** Client concurrency of the server experiments. Default 100 (smoke: 8). */
+  concurrency?: number;
+  /** Which experiments to run, in the fixed order of `experimentNames`. Default all (smoke: all but memory). */
+  experiments?: readonly ExperimentName[];
+  /** Output folder. Default `bench-results/<timestamp>` under the directory pnpm was started from. */
+  outDir?: string;
+  /** Model cache. Default $MARINA_CACHE_DIR or ~/.cache/marina/bench. */
+  cacheDir?: string;
+  /** The serve CLI. Default: @marina/serve's bin/serve.js in this workspace. */
+  serveBin?: string;
+  onProgress?: (event: BenchProgressEvent) => void;
+}
+
+const plans: Record<BenchMode, { model: BenchModelName; plan: RunPlan }> = {
+  full: {
+    model: 'resnet-152',
+    plan: {
+      images: 200, concurrency: 100, decentralizedJobs: 24, decentralizedCaps: [1, 2, 4, 8], ceilingBatchSizes: [1, 2, 4, 8], ceilingMinDurationMs: 8_000,
+      sweepConcurrencies: [1, 2, 4, 8, 16, 32, 64], sweepMinRequests: 48, maxRunMs: 90_000, overheadDurationMs: 5_000, overheadConcurrency: 32,
+    },
+  },
+  quick: {
+    model: 'resnet-18',
+    plan: {
+      images: 150, concurrency: 100, decentralizedJobs: 8, decentralizedCaps: [1, 2, 4], ceilingBatchSizes: [1, 2, 4, 8], ceilingMinDurationMs: 1_500,
+      sweepConcurrencies: [1, 4, 16, 64], sweepMinRequests: 40, maxRunMs: 15_000, overheadDurationMs: 2_000, overheadConcurrency: 32,
+    },
+  },
+  smoke: {
+    model: 'tiny',
+    plan: {
+      images: 40, concurrency: 8, decentralizedJobs: 3, decentralizedCaps: [1, 2], ceilingBatchSizes: [1, 8], ceilingMinDurationMs: 200,
+      sweepConcurrencies: [1, 4], sweepMinRequests: 20, maxRunMs: 5_000, overheadDurationMs: 500, overheadConcurrency: 8,
+    },
+  },
+};
+
+/** The serve CLI inside this workspace (through the bench's own dependency link). */
+export function defaultServeBin(): string {
+  const packageDir = dirname(dirname(fileURLToPath(import.meta.url)));
+  return join(packageDir, 'node_modules', '@marina', 'serve', 'bin', 'serve.js');
+}
+
+function defaultOutDir(startedAt: Date): string {
+  // pnpm runs the bin inside packages/bench; INIT_CWD is where the user typed `pnpm bench`.
+  const base = process.env.INIT_CWD ?? process.cwd();
+  return join(base, 'bench-results', startedAt.toISOString().replace(/[:.]/g, '-').replace('Z', ''));
+}
+
+function checkPositiveInteger(name: string, value: number | undefined): void {
+  if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
+    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`${name} must be a whole number of 1 or more, got ${value}`);
+  }
+}
+
+/**
+ * Runs the benchmark of issue #5 (ceiling, decentralized jobs, centralized server, batched,
+ * workers, concurrency sweep, plus overhead and memory checks) side by side in one run,
+ * writes results.csv, report.md, chart.svg and result.json into `outDir` (and `../latest`),
+ * and returns what was measured. Never prints; progress goes to `onProgress`.
+ *
+ * @throws MARINA_ERR_BENCH_OPTION_INVALID for a bad option; MARINA_ERR_BENCH_DEPENDENCY_MISSING when the serve CLI or a workspace package is missing;
+ *   MARINA_ERR_BENCH_SERVER_START_FAILED / MARINA_ERR_BENCH_CHILD_FAILED / MARINA_ERR_BENCH_REQUESTS_FAILED when a measured process fails.
+ */
+export async function runBench(options: BenchOptions = {}): Promise<{ result: BenchResult; files: ReportFiles }> {
+  const mode = options.mode ?? 'full';
+  if (!(mode in plans)) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`mode must be one of ${Object.keys(plans).join(', ')}, got '${mode}'`);
+  const model = options.model ?? plans[mode].model;
+  if (!benchModelNames.includes(model)) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`model must be one of ${benchModelNames.join(', ')}, got '${model}'`);
+  checkPositiveInteger('images', options.images);
+  checkPositiveInteger('concurrency', options.concurrency);
+  const unknown = (options.experiments ?? []).filter((e) => !experimentNames.includes(e));
+  if (unknown.length > 0) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`unknown experiment(s) ${unknown.join(', ')}; choose from ${experimentNames.join(', ')}`);
+  const selected = new Set(options.experiments ?? experimentNames.filter((e) => !(mode === 'smoke' && e === 'memory')));
+  const plan: RunPlan = { ...plans[mode].plan, ...(options.images ? { images: options.images } : {}), ...(options.concurrency ? { concurrency: options.concurrency } : {}) };
+  const needsServer = ['centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory'].some((e) => selected.has(e as ExperimentName));
+  const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
+  if (needsServer && !existsSync(serveBin)) {
+    throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(`the serve CLI is not at ${serveBin}; run \`pnpm install\` at the repository root, pass --serve-bin, or leave the server experiments out with --experiments ceiling,decentralized`);
+  }
+
+  const onProgress = options.onProgress ?? (() => undefined);
+  const startedAt = new Date();
+  const outDir = resolve(options.outDir ?? defaultOutDir(startedAt));
+  const cpuCount = os.availableParallelism();
+  const assets = await prepareAssets({ model, cacheDir: options.cacheDir, onStatus: (message) => onProgress({ type: 'log', message }) });
+  const tinyAssets = selected.has('overhead') ? (model === 'tiny' ? assets : await prepareAssets({ model: 'tiny', cacheDir: options.cacheDir, onStatus: (message) => onProgress({ type: 'log', message }) })) : undefined;
+  const modelBytes = (await stat(assets.modelPath)).size;
+  const context: ExperimentContext = { assets, tinyAssets, plan, serveBin, workDir: join(outDir, 'servers'), cpuCount, onProgress };
+
+  const rows: ResultRow[] = [];
+  const notes: string[] = [];
+  let memory: MemoryVariant[] = [];
+  const references: ReferenceTimings = { ownEndToEndP50Ms: Number.NaN, ownInferP50Ms: Number.NaN, tinyOwnEndToEndP50Ms: Number.NaN, tinyOwnInferP50Ms: Number.NaN };
+  const serverRuns: ServerRunResult[] = [];
+
+  if (selected.has('ceiling')) {
+    const { rows: ceilingRows, ownTime } = await runCeiling(context);
+    rows.push(...ceilingRows);
+    references.ownEndToEndP50Ms = ownTime.endToEndP50Ms;
+    references.ownInferP50Ms = ownTime.inferP50Ms;
+  } else if (selected.has('batched')) {
+    const own = await measureOwnTime(assets.modelPath, assets.imagePath, cpuCount, 20);
+    references.ownEndToEndP50Ms = own.endToEndP50Ms;
+    references.ownInferP50Ms = own.inferP50Ms;
+  }
+  if (selected.has('decentralized')) rows.push(...(await runDecentralized(context)));
+  const addServerRuns = (runs: ServerRunResult[], extraRows: ResultRow[] = []) => {
+    serverRuns.push(...runs);
+    rows.push(...runs.map((r) => r.row), ...extraRows);
+  };
+  if (selected.has('centralized')) addServerRuns([await runCentralized(context)]);
+  if (selected.has('batched')) {
+    const { loaded, lone } = await runBatched(context);
+    addServerRuns([loaded], [lone]);
+  }
+  if (selected.has('workers')) addServerRuns(await runWorkers(context));
+  let bestServerConfig: string | undefined;
+  if (selected.has('sweep')) {
+    const bestRow = bestServerRow(rows);
+    const spec = serverRuns.find((r) => r.row === bestRow)?.spec ?? { label: '1 worker, defaults' };
+    bestServerConfig = spec.label;
+    rows.push(...(await runSweep(context, spec)));
+  }
+  if (selected.has('overhead') && tinyAssets) {
+    const own = await measureOwnTime(tinyAssets.modelPath, tinyAssets.imagePath, cpuCount);
+    references.tinyOwnEndToEndP50Ms = own.endToEndP50Ms;
+    references.tinyOwnInferP50Ms = own.inferP50Ms;
+    rows.push(...(await runOverhead(context)));
+  }
+  if (selected.has('memory')) {
+    const measured = await runMemory(context);
+    rows.push(...measured.rows);
+    memory = measured.variants;
+  }
+
+  const ceiling = bestOf(rows, 'ceiling');
+  const decentralized = bestOf(rows, 'decentralized');
+  for (const row of rows) {
+    if (row.experiment === 'overhead' || row.experiment === 'memory') continue;
+    if (ceiling) row.ratioToCeiling = row.throughputPerSec / ceiling.throughputPerSec;
+    if (decentralized) row.ratioToBestDecentralized = row.throughputPerSec / decentralized.throughputPerSec;
+  }
+  const errorRows = rows.filter((r) => r.errors > 0);
+  if (errorRows.length > 0) notes.push(`Requests or jobs failed in: ${errorRows.map((r) => `${r.experiment} ${r.config} (${r.errors})`).join('; ')}.`);
+  notes.push(`Server runs: one process tree started from ${serveBin} with a generated config.properties (logs under ${context.workDir}).`);
+  const modelSizeMb = modelBytes / (1024 * 1024);
+  const result: BenchResult = {
+    machine: getMachineInfo(), model, modelSizeMb, images: plan.images, concurrency: plan.concurrency, mode,
+    startedAt: startedAt.toISOString(), durationSec: (Date.now() - startedAt.getTime()) / 1000,
+    rows, references, memory, bestServerConfig, notes,
+    targets: checkTargets({ model, rows, references, memory, modelSizeMb, cpuCount }),
+  };
+  const files = await writeReports(result, outDir);
+  return { result, files };
+}

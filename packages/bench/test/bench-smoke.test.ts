@@ -1,0 +1,53 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runBench, type BenchResult } from '../src/index.ts';
+
+// Runs the whole bench in --smoke mode (tiny model, real server, real onnxruntime-node and sharp)
+// and checks the reports exist and parse. The numbers themselves are never asserted: the machine is shared.
+describe('marina-bench --smoke', () => {
+  let dir: string;
+  let result: BenchResult;
+  let outDir: string;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'marina-bench-smoke-'));
+    outDir = join(dir, 'results', 'run');
+    ({ result } = await runBench({ mode: 'smoke', outDir, cacheDir: join(dir, 'cache') }));
+  }, 240_000);
+
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('measures every smoke experiment with successful requests', () => {
+    const experiments = new Set(result.rows.map((r) => r.experiment));
+    expect([...experiments].sort()).toEqual(['batched', 'ceiling', 'centralized', 'decentralized', 'overhead', 'sweep', 'workers']);
+    for (const row of result.rows) {
+      expect(row.images, `${row.experiment} ${row.config}`).toBeGreaterThan(0);
+      expect(row.errors, `${row.experiment} ${row.config}: ${row.note}`).toBe(0);
+    }
+  });
+
+  it('writes a CSV with one line per row and the same columns on every line', async () => {
+    const lines = (await readFile(join(outDir, 'results.csv'), 'utf8')).trim().split('\n');
+    expect(lines[0]).toMatch(/^experiment,config,images,concurrency,throughputPerSec,p50Ms/);
+    expect(lines).toHaveLength(result.rows.length + 1);
+  });
+
+  it('writes report.md with the machine, the table and every target', async () => {
+    const report = await readFile(join(outDir, 'report.md'), 'utf8');
+    expect(report).toContain(result.machine.cpuModel);
+    expect(report).toContain('| experiment | configuration |');
+    for (const target of result.targets) expect(report).toContain(target.name);
+  });
+
+  it('writes a chart and result.json, and mirrors them into latest/', async () => {
+    const svg = await readFile(join(outDir, 'chart.svg'), 'utf8');
+    expect(svg.startsWith('<svg')).toBe(true);
+    expect(svg.trimEnd().endsWith('</svg>')).toBe(true);
+    const json = JSON.parse(await readFile(join(dir, 'results', 'latest', 'result.json'), 'utf8')) as BenchResult;
+    expect(json.rows).toHaveLength(result.rows.length);
+  });
+});

@@ -1,0 +1,83 @@
+import { describe, expect, it } from 'vitest';
+import { emptyRow, type BenchResult } from '../src/bench-result.ts';
+import { formatCsv } from '../src/report/format-csv.ts';
+import { formatTable } from '../src/report/format-table.ts';
+import { renderChartSvg } from '../src/report/render-chart-svg.ts';
+import { formatMarkdownReport } from '../src/report/write-reports.ts';
+import { checkTargets } from '../src/targets.ts';
+
+const row = (experiment: Parameters<typeof emptyRow>[0], config: string, throughputPerSec: number, extra: Partial<ReturnType<typeof emptyRow>> = {}) => ({
+  ...emptyRow(experiment, config), images: 10, concurrency: 4, throughputPerSec, p50Ms: 100, p90Ms: 120, p99Ms: 150, ...extra,
+});
+
+const rows = [
+  row('ceiling', 'batch 1', 10),
+  row('decentralized', 'cap 2 jobs × 1 thread', 2, { loadShare: 0.6 }),
+  row('centralized', '1 worker, defaults', 9.6, { concurrency: 100 }),
+  row('batched', 'batch 8, delay 100 ms, lone client', 8, { concurrency: 1, p50Ms: 140 }),
+  row('sweep', '1 worker, defaults @ 1', 8, { concurrency: 1 }),
+  row('sweep', '1 worker, defaults @ 4', 9.7, { concurrency: 4 }),
+];
+const references = { ownEndToEndP50Ms: 120, ownInferP50Ms: 110, tinyOwnEndToEndP50Ms: 1, tinyOwnInferP50Ms: 0.1 };
+
+describe('targets', () => {
+  it('meets the ceiling and decentralized targets when the numbers do, and explains a miss with its shortfall', () => {
+    const checks = checkTargets({ model: 'resnet-152', rows, references, memory: [], modelSizeMb: 230, cpuCount: 2 });
+    const byName = Object.fromEntries(checks.map((c) => [c.name, c]));
+    expect(byName['Best server ≥ 95% of the ceiling']!.isMet).toBe(true);
+    expect(byName['Centralized ≥ 4× decentralized']!.isMet).toBe(true);
+    const wait = byName['Batching wastes no wait']!;
+    expect(wait.isMet).toBe(false);
+    expect(wait.explanation).toMatch(/over by 15\.0 ms/);
+    expect(byName['Each extra worker costs well under the model size']!.isMet).toBeUndefined();
+  });
+
+  it('charges an extra worker the PSS difference of the same variant', () => {
+    const memory = [
+      { label: '1 worker, inline weights', weights: 'inline' as const, isMallocThresholdSet: false, workers: 1, rssMb: 600, pssMb: 600 },
+      { label: '2 workers, inline weights', weights: 'inline' as const, isMallocThresholdSet: false, workers: 2, rssMb: 1150, pssMb: 1150 },
+      { label: '1 worker, external weights', weights: 'external' as const, isMallocThresholdSet: true, workers: 1, rssMb: 350, pssMb: 340 },
+      { label: '2 workers, external weights', weights: 'external' as const, isMallocThresholdSet: true, workers: 2, rssMb: 400, pssMb: 380 },
+    ];
+    const check = checkTargets({ model: 'resnet-152', rows, references, memory, modelSizeMb: 230, cpuCount: 2 }).find((c) => c.name.startsWith('Each extra worker'))!;
+    expect(check.measured).toContain('inline weights: +550 MB');
+    expect(check.measured).toContain('external weights: +40 MB');
+    expect(check.isMet).toBe(true);
+  });
+});
+
+describe('reports', () => {
+  const result: BenchResult = {
+    machine: { cpuModel: 'Test CPU', cores: 2, memoryGb: 8, nodeVersion: 'v20', onnxruntimeVersion: '1.30.0', sharpVersion: '0.35', kernel: 'Linux', hostname: 'h' },
+    model: 'resnet-152', modelSizeMb: 230, images: 10, concurrency: 100, mode: 'quick', startedAt: '2026-01-01T00:00:00.000Z', durationSec: 1,
+    rows, references, memory: [], targets: checkTargets({ model: 'resnet-152', rows, references, memory: [], modelSizeMb: 230, cpuCount: 2 }),
+    bestServerConfig: '1 worker, defaults', notes: ['a note, with "quotes"'],
+  };
+
+  it('quotes CSV cells that hold commas and leaves unmeasured numbers empty', () => {
+    const csv = formatCsv([row('decentralized', 'cap 2, 1 thread', 2, { note: 'say "hi"' })]);
+    const line = csv.trim().split('\n')[1]!;
+    expect(line).toContain('"cap 2, 1 thread"');
+    expect(line).toContain('"say ""hi"""');
+    expect(line).toMatch(/,,/);
+  });
+
+  it('aligns the terminal table: every line is as wide as the header', () => {
+    const lines = formatTable(rows).split('\n');
+    expect(new Set(lines.map((l) => l.length)).size).toBe(1);
+  });
+
+  it('draws a bar per throughput row and the sweep, escaping text', () => {
+    const svg = renderChartSvg({ ...result, machine: { ...result.machine, cpuModel: 'A & B <cpu>' } });
+    expect(svg).toContain('A &amp; B &lt;cpu&gt;');
+    expect(svg.match(/<rect /g)!.length).toBe(1 + 5); // background + ceiling, decentralized, centralized, batched, best sweep level
+    expect(svg).toContain('Concurrency sweep');
+  });
+
+  it('says in report.md which targets were missed and why', () => {
+    const md = formatMarkdownReport(result);
+    expect(md).toContain('| Batching wastes no wait |');
+    expect(md).toMatch(/\*\*missed\*\*/);
+    expect(md).toContain('### Why');
+  });
+});

@@ -1,0 +1,3 @@
+import { runCli } from './cli.ts';
+
+process.exitCode = await runCli(process.argv);

@@ -1,0 +1,203 @@
+import { resolve } from 'node:path';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import cliProgress from 'cli-progress';
+import { isMarinaError } from '@marina/errors';
+import { ARCHIVE_FORMATS, ARCHIVER_VERSION, packArchive, RUNTIMES, validateArchive, type ArchiveFormatOption, type PackProgress, type Runtime, type ValidationReport } from '@marina/archive';
+
+/** Exit codes: 0 done; 1 the command could not do its work (bad flags, missing files, existing output, ...); 2 an archive was read (or written) but fails validation. */
+export const EXIT_CODES = { ok: 0, userError: 1, validationFailed: 2 } as const;
+
+export interface CliIo {
+  /** Where results go. Default process.stdout. */
+  stdout?: { write(text: string): unknown };
+  /** Where errors, warnings and the progress bar go. Default process.stderr. */
+  stderr?: NodeJS.WritableStream & { isTTY?: boolean };
+  /** Draw a progress bar while archiving. Default: whether `stderr` is a terminal. */
+  isProgressShown?: boolean;
+  /** Folder relative paths resolve against. Default process.cwd(). */
+  cwd?: string;
+}
+
+interface ArchiveFlags {
+  modelName: string;
+  version: string;
+  handler: string;
+  serializedFile?: string;
+  modelFile?: string;
+  extraFiles?: string;
+  requirementsFile?: string;
+  configFile?: string;
+  runtime: Runtime;
+  exportPath: string;
+  archiveFormat: ArchiveFormatOption;
+  force?: boolean;
+}
+
+function formatMegabytes(bytes: number): string {
+  return (bytes / 1e6).toFixed(1);
+}
+
+function formatSize(bytes: number): string {
+  return bytes >= 1e6 ? `${formatMegabytes(bytes)} MB` : `${(bytes / 1e3).toFixed(1)} kB`;
+}
+
+function positiveInteger(value: string): number {
+  const parsed = Number(value);
+  if (!Number.isInteger(parsed) || parsed < 1) throw new InvalidArgumentError(`'${value}' is not a whole number of 1 or more.`);
+  return parsed;
+}
+
+/** The validation report as plain text: a verdict, then one line per problem. */
+export function formatReport(report: ValidationReport): string {
+  const errors = report.problems.filter((p) => p.severity === 'error').length;
+  const warnings = report.problems.length - errors;
+  const counts = [errors > 0 ? `${errors} error${errors === 1 ? '' : 's'}` : '', warnings > 0 ? `${warnings} warning${warnings === 1 ? '' : 's'}` : ''].filter(Boolean).join(', ');
+  const lines = [`${report.archivePath} (${report.format}): ${report.isValid ? 'will serve' : 'will NOT serve'}${counts ? ` (${counts})` : ''}`];
+  if (report.manifest) lines.push(`  model ${report.manifest.model.modelName} version ${report.manifest.model.modelVersion}, handler ${String(report.manifest.model.handler)}`);
+  if (report.model) {
+    const describe = (t: { name: string; type: string; shape: ReadonlyArray<number | string> }): string => `${t.name} ${t.type}[${t.shape.join(',')}]`;
+    lines.push(`  inputs: ${report.model.inputs.map(describe).join(', ')}; outputs: ${report.model.outputs.map(describe).join(', ')}`);
+  }
+  for (const problem of report.problems) {
+    lines.push(`  ${problem.severity === 'error' ? 'error  ' : 'warning'} ${problem.code}: ${problem.message}`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/**
+ * Builds the `model-archiver` program: the default action archives (TorchServe's
+ * torch-model-archiver flags and meanings); `validate <path>` checks an archive.
+ * `-v/--version` is the *model* version, as in TorchServe; the tool's own version is
+ * `-V/--archiver-version`. Only this layer prints and picks exit codes (EXIT_CODES).
+ */
+export function createProgram(io: CliIo = {}): Command {
+  const stdout = io.stdout ?? process.stdout;
+  const stderr = io.stderr ?? process.stderr;
+  const isProgressShown = io.isProgressShown ?? stderr.isTTY === true;
+  const cwd = io.cwd ?? process.cwd();
+  const program = new Command('model-archiver');
+  // Set before the subcommand is added so it inherits it: errors become CommanderErrors
+  // carrying the exit code, and only runCli (or a test) decides what to do with them.
+  program.exitOverride();
+
+  const fail = (command: Command, error: unknown): never => {
+    if (isMarinaError(error)) command.error(`error: ${error.message}`, { exitCode: EXIT_CODES.userError, code: error.code });
+    throw error;
+  };
+
+  program
+    .description('Package an ONNX model into a TorchServe-style model archive (.mar), or validate one.')
+    .version(ARCHIVER_VERSION, '-V, --archiver-version', "print model-archiver's own version")
+    .configureOutput({ writeOut: (text) => stdout.write(text), writeErr: (text) => stderr.write(text) })
+    .option('--model-name <name>', "name of the model; the archive is <name>.mar (letters, digits, '_', '-', '.'; starts with a letter or digit)")
+    .option('-v, --version <version>', '(required) model version, written to the manifest (e.g. 1.0)')
+    .option('--handler <handler>', '(required) built-in handler (image_classifier, tensor) or path to a JavaScript handler module (.mjs/.js/.cjs, optionally :functionName), copied into the archive')
+    .option('--serialized-file <path>', 'the ONNX model file')
+    .option('--model-file <path>', 'model definition file (stored for TorchServe compatibility)')
+    .option('--extra-files <list>', 'comma-separated files, folders (their contents) and globs to add')
+    .option('-r, --requirements-file <path>', 'requirements file to store in the archive')
+    .option('-c, --config-file <path>', 'model-config.yaml to store in the archive')
+    .addOption(new Option('--runtime <runtime>', 'runtime written to the manifest').choices(RUNTIMES).default('python'))
+    .option('--export-path <dir>', 'folder to write the archive to (created when missing)', '.')
+    .addOption(new Option('--archive-format <format>', 'default: zip (.mar); zip-store: zip without compression; tgz: <name>.tar.gz; no-archive: a <name>/ folder').choices(ARCHIVE_FORMATS).default('default'))
+    .option('-f, --force', 'overwrite an existing archive')
+    .addHelpText('after', `
+Examples:
+  model-archiver --model-name resnet-152 --version 1.0 --serialized-file resnet-152.onnx \\
+    --handler image_classifier --extra-files index_to_name.json --export-path model_store
+  model-archiver validate model_store/resnet-152.mar
+
+Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive fails validation.`)
+    .action(async (flags: ArchiveFlags, command: Command) => {
+      // Checked here, not with requiredOption, which commander would also enforce for `validate`.
+      for (const [key, flag] of [['modelName', '--model-name <name>'], ['version', '-v, --version <version>'], ['handler', '--handler <handler>']] as const) {
+        if (flags[key] === undefined) command.error(`error: required option '${flag}' not specified (run model-archiver --help for usage)`, { exitCode: EXIT_CODES.userError, code: 'commander.missingMandatoryOptionValue' });
+      }
+      let bar: cliProgress.SingleBar | undefined;
+      const onProgress = isProgressShown
+        ? ({ bytesDone, bytesTotal }: PackProgress) => {
+            if (!bar) {
+              bar = new cliProgress.SingleBar({ stream: stderr, format: `Archiving ${flags.modelName} [{bar}] {percentage}% | {doneMb}/{totalMb} MB`, hideCursor: true, clearOnComplete: true }, cliProgress.Presets.shades_classic);
+              bar.start(bytesTotal, 0, { doneMb: '0.0', totalMb: formatMegabytes(bytesTotal) });
+            }
+            bar.update(bytesDone, { doneMb: formatMegabytes(bytesDone), totalMb: formatMegabytes(bytesTotal) });
+          }
+        : undefined;
+      let result;
+      try {
+        result = await packArchive({
+          modelName: flags.modelName,
+          modelVersion: flags.version,
+          handler: flags.handler,
+          ...(flags.serializedFile === undefined ? {} : { serializedFile: flags.serializedFile }),
+          ...(flags.modelFile === undefined ? {} : { modelFile: flags.modelFile }),
+          ...(flags.extraFiles === undefined ? {} : { extraFiles: flags.extraFiles.split(',') }),
+          ...(flags.requirementsFile === undefined ? {} : { requirementsFile: flags.requirementsFile }),
+          ...(flags.configFile === undefined ? {} : { configFile: flags.configFile }),
+          runtime: flags.runtime,
+          exportPath: flags.exportPath,
+          archiveFormat: flags.archiveFormat,
+          isForced: flags.force === true,
+          cwd,
+          ...(onProgress ? { onProgress } : {}),
+        });
+      } catch (error) {
+        fail(command, error);
+        return;
+      } finally {
+        bar?.stop();
+      }
+      for (const warning of result.warnings) stderr.write(`warning: ${warning}\n`);
+      stdout.write(`${result.outputPath} (${formatSize(result.bytes)})\n`);
+      const report = await validateArchive(result.outputPath, { isModelLoadChecked: false });
+      if (report.problems.length > 0) stderr.write(formatReport(report));
+      if (!report.isValid) {
+        command.error(`error: the archive was written but will not serve; fix the errors above and archive again (run 'model-archiver validate ${result.outputPath}' for the full check)`, { exitCode: EXIT_CODES.validationFailed, code: 'marina.validationFailed' });
+      }
+    });
+
+  program
+    .command('validate')
+    .description('check that an archive (.mar, .tar.gz or folder) will serve, listing every problem with a code')
+    .argument('<path>', 'archive or folder to check')
+    .option('--json', 'print the report as JSON')
+    .option('--batch-size <n>', 'batch size to check the model against (default: model-config.yaml batchSize, else 1)', positiveInteger)
+    .option('--no-model-load', 'skip loading the ONNX model (only the cheap checks)')
+    .action(async (path: string, flags: { json?: boolean; batchSize?: number; modelLoad: boolean }, command: Command) => {
+      let report: ValidationReport;
+      try {
+        report = await validateArchive(resolveFrom(cwd, path), { isModelLoadChecked: flags.modelLoad, ...(flags.batchSize === undefined ? {} : { batchSize: flags.batchSize }) });
+      } catch (error) {
+        fail(command, error);
+        return;
+      }
+      stdout.write(flags.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
+      if (report.problems.some((p) => p.code === 'MARINA_ERR_ARCHIVE_NOT_FOUND')) {
+        command.error(`error: ${path} does not exist; check the path`, { exitCode: EXIT_CODES.userError, code: 'MARINA_ERR_ARCHIVE_NOT_FOUND' });
+      }
+      if (!report.isValid) {
+        command.error(`error: ${path} will not serve (see the problems ${flags.json ? 'in the report' : 'above'})`, { exitCode: EXIT_CODES.validationFailed, code: 'marina.validationFailed' });
+      }
+    });
+
+  return program;
+}
+
+function resolveFrom(cwd: string, path: string): string {
+  return resolve(cwd, path);
+}
+
+/**
+ * Runs the CLI and returns its exit code (see EXIT_CODES) instead of exiting, so the
+ * bin can set `process.exitCode` and let pending output flush.
+ */
+export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<number> {
+  try {
+    await createProgram(io).parseAsync([...argv]);
+    return EXIT_CODES.ok;
+  } catch (error) {
+    if (error instanceof CommanderError) return error.exitCode;
+    (io.stderr ?? process.stderr).write(`error: unexpected failure: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    return EXIT_CODES.userError;
+  }
+}

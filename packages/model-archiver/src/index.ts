@@ -1,0 +1,1 @@
+export { createProgram, runCli, formatReport, EXIT_CODES, type CliIo } from './cli.ts';

@@ -1,0 +1,179 @@
+import { randomUUID } from 'node:crypto';
+import { readdir, stat } from 'node:fs/promises';
+import { isAbsolute, join, resolve } from 'node:path';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
+import type { MarinaError } from '@marina/errors';
+import type { LoadModelSpec, ServerConfig } from './config/server-config.ts';
+import { createServeError, toMarinaError } from './errors.ts';
+import { ModelRegistry } from './registry/model-registry.ts';
+import { inferenceRoutes, sendError } from './routes/inference.ts';
+
+/** Which listener a plugin goes on. */
+export type ApiName = 'inference' | 'management' | 'metrics';
+
+export interface AppPlugin {
+  api: ApiName;
+  plugin: FastifyPluginAsync<{ registry: ModelRegistry; config: ServerConfig }> | FastifyPluginAsync<any>;
+  /** Extra options for the plugin (registry and config are always passed). */
+  options?: Record<string, unknown>;
+}
+
+export interface BuildAppOptions {
+  /** Plugins registered on the listeners before they are ready (management routes, metrics, auth hooks, …). */
+  plugins?: AppPlugin[];
+  /** Fastify logger option; false by default (the CLI passes its own). */
+  logger?: boolean | Record<string, unknown>;
+}
+
+export interface StartupLoadResult {
+  loaded: Array<{ modelName: string; modelVersion: string }>;
+  failed: Array<{ url: string; error: MarinaError }>;
+}
+
+export interface MarinaApp {
+  config: ServerConfig;
+  registry: ModelRegistry;
+  /** Serves the inference API. */
+  inference: FastifyInstance;
+  /** The same instance as `inference` when both addresses are equal (TorchServe: one listener). */
+  management: FastifyInstance;
+  metrics: FastifyInstance;
+  /** Loads `load_models` from the model store; a model that fails is logged, reported and skipped. */
+  loadStartupModels(): Promise<StartupLoadResult>;
+  /** Stops accepting, drains in-flight jobs, stops workers and closes the listeners. Idempotent. */
+  close(): Promise<void>;
+}
+
+function sameAddress(a: ServerConfig['inferenceAddress'], b: ServerConfig['inferenceAddress']): boolean {
+  return a.protocol === b.protocol && a.host === b.host && a.port === b.port;
+}
+
+function createInstance(config: ServerConfig, options: BuildAppOptions): FastifyInstance {
+  const app = Fastify({
+    logger: options.logger ?? false,
+    bodyLimit: config.maxRequestBytes,
+    genReqId: () => randomUUID(),
+    requestIdHeader: false,
+    return503OnClosing: true,
+  });
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+  app.setErrorHandler((error: FastifyError, _request, reply) => {
+    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE' || error.statusCode === 413) {
+      return sendError(reply, createServeError.MARINA_ERR_REQUEST_TOO_LARGE(`the request body is larger than max_request_size (${config.maxRequestBytes} bytes); send a smaller input or raise max_request_size in config.properties`));
+    }
+    if (error.validation || (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500)) {
+      return sendError(reply, createServeError.MARINA_ERR_BAD_REQUEST(error.message, { cause: error }));
+    }
+    return sendError(reply, toMarinaError(error));
+  });
+  app.setNotFoundHandler((request, reply) => {
+    reply.code(404).type('application/json').send(`${JSON.stringify({ code: 404, type: 'ResourceNotFoundException', message: 'Requested resource is not found, please refer to API document.' }, null, 2)}\n`);
+  });
+  return app;
+}
+
+const archivePattern = /\.(mar|model|tar\.gz|tgz)$/i;
+
+/** The archives `load_models` names: `all` = every .mar/.model/.tar.gz or folder in the store. */
+export async function listStartupModels(config: ServerConfig): Promise<Array<LoadModelSpec & { archivePath: string }>> {
+  const specs = config.loadModels;
+  if (specs !== 'all' && specs.length === 0) return [];
+  const store = config.modelStore;
+  if (specs === 'all') {
+    if (!store) throw createServeError.MARINA_ERR_MODEL_STORE_MISSING('load_models=all needs a model store; set model_store or --model-store');
+    let entries;
+    try {
+      entries = await readdir(store, { withFileTypes: true });
+    } catch (error) {
+      throw createServeError.MARINA_ERR_MODEL_STORE_MISSING(`cannot read the model store ${store}: ${(error as Error).message}`, { cause: error });
+    }
+    return entries
+      .filter((e) => !e.name.startsWith('.') && (e.isDirectory() || (e.isFile() && archivePattern.test(e.name))))
+      .sort((a, b) => (a.name < b.name ? -1 : 1))
+      .map((e) => ({ url: e.name, archivePath: join(store, e.name) }));
+  }
+  return specs.map((spec) => {
+    const path = spec.url.startsWith('file://') ? new URL(spec.url).pathname : spec.url;
+    const archivePath = isAbsolute(path) ? path : store ? join(store, path) : resolve(path);
+    return { ...spec, archivePath };
+  });
+}
+
+/**
+ * Builds the server: the model registry and the fastify instances for the inference,
+ * management and metrics APIs, with the inference routes registered. Never listens
+ * (main.ts does). Plugins from `options.plugins` are registered on their API's instance.
+ */
+export async function buildApp(config: ServerConfig, options: BuildAppOptions = {}): Promise<MarinaApp> {
+  const inference = createInstance(config, options);
+  const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options);
+  const metrics = createInstance(config, options);
+  const log = (level: 'info' | 'warn' | 'error', message: string) => inference.log[level](message);
+  const registry = new ModelRegistry({ config, log });
+
+  await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes });
+  const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };
+  for (const p of options.plugins ?? []) {
+    await instances[p.api].register(p.plugin as FastifyPluginAsync<Record<string, unknown>>, { registry, config, ...(p.options ?? {}) });
+  }
+  await Promise.all([...new Set([inference, management, metrics])].map((i) => i.ready()));
+
+  let closing: Promise<void> | undefined;
+  return {
+    config,
+    registry,
+    inference,
+    management,
+    metrics,
+
+    async loadStartupModels() {
+      const result: StartupLoadResult = { loaded: [], failed: [] };
+      let specs: Array<LoadModelSpec & { archivePath: string }>;
+      try {
+        specs = await listStartupModels(config);
+      } catch (error) {
+        result.failed.push({ url: String(config.modelStore), error: toMarinaError(error) });
+        return result;
+      }
+      // Open every archive first, so each worker's thread count knows all the workers to come.
+      const opened = [];
+      for (const spec of specs) {
+        try {
+          if (/^https?:\/\//i.test(spec.url)) throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`${spec.url}: loading models from a URL at startup is not supported; download it into the model store`);
+          await stat(spec.archivePath);
+          opened.push({ spec, version: await registry.open({ url: spec.url, archivePath: spec.archivePath, modelName: spec.name, loadedAtStartup: true, synchronous: true }) });
+        } catch (error) {
+          const e = toMarinaError(error);
+          const wrapped = (error as NodeJS.ErrnoException).code === 'ENOENT'
+            ? createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`Model not found at: ${spec.archivePath} (load_models entry '${spec.url}')`, { cause: error })
+            : e;
+          log('error', `model ${spec.url} was not loaded: ${wrapped.message}`);
+          result.failed.push({ url: spec.url, error: wrapped });
+        }
+      }
+      await Promise.all(opened.map(async ({ spec, version }) => {
+        try {
+          const r = await registry.start(version, { synchronous: true });
+          result.loaded.push({ modelName: r.modelName, modelVersion: r.modelVersion });
+        } catch (error) {
+          const e = toMarinaError(error);
+          log('error', `model ${spec.url} was not loaded: ${e.message}`);
+          result.failed.push({ url: spec.url, error: e });
+        }
+      }));
+      return result;
+    },
+
+    close() {
+      closing ??= (async () => {
+        // Stop accepting (fastify answers 503 to new requests while closing), let in-flight jobs finish.
+        const closingServers = [...new Set([inference, management, metrics])].map((i) => i.close());
+        await registry.close();
+        await Promise.all(closingServers);
+      })();
+      return closing;
+    },
+  };
+}

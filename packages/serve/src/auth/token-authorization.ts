@@ -1,0 +1,236 @@
+/**
+ * Token authorization as TorchServe does it (key_file.json, `Authorization: Bearer <key>`),
+ * except that a failure is a 401 that says what went wrong instead of TorchServe's 400.
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { chmod, readFile, rename, writeFile } from 'node:fs/promises';
+import { dirname, join, basename } from 'node:path';
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
+import { authErrors } from './auth-errors.ts';
+import { sendTorchServeError, setTorchServeHeaders } from './torchserve-response.ts';
+
+/** Which key a request must carry: `API` only guards `/token`. */
+export type KeyType = 'inference' | 'management' | 'API';
+
+/**
+ * Random bytes per key. TorchServe uses 6 (48 bits, 8 characters), which an attacker who can
+ * reach the port could search online and anyone holding an old copy of the file could guess
+ * offline; 24 bytes (192 bits, 32 URL-safe characters) costs nothing and puts guessing out of
+ * reach. The file format is unchanged: keys are opaque strings.
+ */
+export const KEY_BYTES = 24;
+
+interface ExpiringKey {
+  key: string;
+  /** Epoch ms after which the key is refused. */
+  expiresAtMs: number;
+}
+
+/** The content of key_file.json in TorchServe's format. */
+export interface KeyFile {
+  management: { key: string; 'expiration time': string };
+  inference: { key: string; 'expiration time': string };
+  API: { key: string };
+}
+
+export type TokenCheckResult = 'ok' | 'missing' | 'wrong' | 'expired';
+
+export interface TokenAuthorization {
+  /** Absolute path of key_file.json, quoted in error messages. */
+  readonly keyFilePath: string;
+  readonly tokenExpirationMin: number;
+  /** Checks a raw `Authorization` header value against the key of `keyType`. */
+  check(keyType: KeyType, authorizationHeader: string | undefined): TokenCheckResult;
+  /** Gives `keyType` a new key and a new expiry and rewrites key_file.json. */
+  rotate(keyType: 'inference' | 'management'): Promise<void>;
+  /** The keys as written to key_file.json. */
+  keyFile(): KeyFile;
+}
+
+export interface CreateTokenAuthorizationOptions {
+  keyFilePath: string;
+  /** Minutes the inference and management keys stay valid (token_expiration_min). Default 60. */
+  tokenExpirationMin?: number;
+  /** Epoch ms; injectable for tests. */
+  now?: () => number;
+}
+
+const BEARER = /^Bearer\s+(\S+)$/;
+
+function newKey(): string {
+  return randomBytes(KEY_BYTES).toString('base64url');
+}
+
+/** Compares through fixed-length digests so neither content nor length leaks through timing. */
+function isSameKey(given: string, expected: string): boolean {
+  const a = createHash('sha256').update(given).digest();
+  const b = createHash('sha256').update(expected).digest();
+  return timingSafeEqual(a, b);
+}
+
+/** Writes atomically with mode 0600, so the file is never readable by others, not even briefly. */
+async function writeKeyFile(path: string, content: KeyFile): Promise<void> {
+  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  await writeFile(temp, `${JSON.stringify(content, null, 2)}\n`, { mode: 0o600 });
+  await chmod(temp, 0o600);
+  await rename(temp, path);
+}
+
+/**
+ * Creates fresh inference, management and API keys and writes them to `keyFilePath`
+ * (mode 0600), as TorchServe does at every start.
+ * @throws MARINA_ERR_KEY_FILE_INVALID when the file cannot be written.
+ */
+export async function createTokenAuthorization(options: CreateTokenAuthorizationOptions): Promise<TokenAuthorization> {
+  const { keyFilePath } = options;
+  const tokenExpirationMin = options.tokenExpirationMin ?? 60;
+  const now = options.now ?? Date.now;
+  const expiring = (): ExpiringKey => ({ key: newKey(), expiresAtMs: now() + tokenExpirationMin * 60_000 });
+  const keys: { inference: ExpiringKey; management: ExpiringKey; api: string } = {
+    inference: expiring(),
+    management: expiring(),
+    api: newKey(),
+  };
+
+  const keyFile = (): KeyFile => ({
+    management: { key: keys.management.key, 'expiration time': new Date(keys.management.expiresAtMs).toISOString() },
+    inference: { key: keys.inference.key, 'expiration time': new Date(keys.inference.expiresAtMs).toISOString() },
+    API: { key: keys.api },
+  });
+  const save = async (): Promise<void> => {
+    try {
+      await writeKeyFile(keyFilePath, keyFile());
+    } catch (cause) {
+      throw authErrors.create.MARINA_ERR_KEY_FILE_INVALID(
+        `cannot write key file '${keyFilePath}': ${(cause as Error).message}; check that its folder exists and is writable`,
+        { cause },
+      );
+    }
+  };
+  await save();
+
+  return {
+    keyFilePath,
+    tokenExpirationMin,
+    keyFile,
+    check(keyType, authorizationHeader) {
+      const match = authorizationHeader === undefined ? null : BEARER.exec(authorizationHeader);
+      if (!match) return 'missing';
+      const token = match[1]!;
+      if (keyType === 'API') return isSameKey(token, keys.api) ? 'ok' : 'wrong';
+      const expected = keys[keyType];
+      if (!isSameKey(token, expected.key)) return 'wrong';
+      return now() > expected.expiresAtMs ? 'expired' : 'ok';
+    },
+    async rotate(keyType) {
+      keys[keyType] = expiring();
+      await save();
+    },
+  };
+}
+
+/**
+ * Reads key_file.json (for CLIs and tests).
+ * @throws MARINA_ERR_KEY_FILE_INVALID when missing, unreadable or not in TorchServe's format.
+ */
+export async function readKeyFile(keyFilePath: string): Promise<KeyFile> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(await readFile(keyFilePath, 'utf8'));
+  } catch (cause) {
+    throw authErrors.create.MARINA_ERR_KEY_FILE_INVALID(`cannot read key file '${keyFilePath}': ${(cause as Error).message}`, { cause });
+  }
+  const file = parsed as Partial<KeyFile> | null;
+  const isKey = (v: unknown): boolean => typeof v === 'object' && v !== null && typeof (v as { key?: unknown }).key === 'string';
+  if (!file || !isKey(file.management) || !isKey(file.inference) || !isKey(file.API)) {
+    throw authErrors.create.MARINA_ERR_KEY_FILE_INVALID(
+      `key file '${keyFilePath}' must hold "management", "inference" and "API" objects with a "key"; delete it and restart the server`,
+    );
+  }
+  return file as KeyFile;
+}
+
+function failure(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<TokenCheckResult, 'ok'>) {
+  const where = `the ${keyType} key is in '${tokens.keyFilePath}'`;
+  switch (result) {
+    case 'missing':
+      return authErrors.create.MARINA_ERR_TOKEN_MISSING(
+        `Token Authorization failed: no token was provided. Send 'Authorization: Bearer <key>'; ${where} (or start the server with --disable-token-auth).`,
+      );
+    case 'wrong':
+      return authErrors.create.MARINA_ERR_TOKEN_INVALID(
+        `Token Authorization failed: the token is incorrect for the ${keyType} API; ${where}.`,
+      );
+    case 'expired':
+      return authErrors.create.MARINA_ERR_TOKEN_EXPIRED(
+        `Token Authorization failed: the ${keyType} token expired (keys last ${tokens.tokenExpirationMin} min). Rotate it with '/token?type=${keyType}' and the API key, then read '${tokens.keyFilePath}' again.`,
+      );
+  }
+}
+
+function pathOf(request: FastifyRequest): string {
+  const url = request.url;
+  const q = url.indexOf('?');
+  return q === -1 ? url : url.slice(0, q);
+}
+
+const INVALID_KEY = { MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException' };
+
+export interface CreateTokenHookOptions {
+  /** The key this listener requires: 'inference' on the inference API, 'management' on the management API. */
+  keyType: 'inference' | 'management';
+  tokens: TokenAuthorization;
+}
+
+/**
+ * A fastify `onRequest` hook that rejects requests without the right bearer token with a 401
+ * `InvalidKeyException` body (plus `marinaCode`) and `WWW-Authenticate: Bearer`.
+ * `OPTIONS /` (the API description) is let through, as TorchServe does; on the management API
+ * `/token` is checked against the API key instead. Do not add it to the metrics listener.
+ */
+export function createTokenHook(options: CreateTokenHookOptions): onRequestHookHandler {
+  const { tokens } = options;
+  return function tokenHook(request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) {
+    const path = pathOf(request);
+    if (request.method === 'OPTIONS' && path === '/') return done();
+    const keyType: KeyType = options.keyType === 'management' && path === '/token' ? 'API' : options.keyType;
+    const result = tokens.check(keyType, request.headers.authorization);
+    if (result === 'ok') return done();
+    reply.header('WWW-Authenticate', `Bearer realm="marina-${keyType}"${result === 'missing' ? '' : ', error="invalid_token"'}`);
+    sendTorchServeError(request, reply, failure(tokens, keyType, result));
+  };
+}
+
+/**
+ * `/token?type=inference|management` on the management API (any method, as TorchServe):
+ * rotates that key and rewrites key_file.json; the body is empty (TorchServe's shape), the new
+ * key is in the file. The API key is checked by the hook from `createTokenHook`; register this
+ * plugin only where that hook runs, or pass `tokens` so it checks itself.
+ */
+export async function tokenRoutes(app: FastifyInstance, options: { tokens: TokenAuthorization; checkApiKey?: boolean }): Promise<void> {
+  const { tokens } = options;
+  app.route({
+    method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'],
+    url: '/token',
+    handler: async (request, reply) => {
+      if (options.checkApiKey) {
+        const result = tokens.check('API', request.headers.authorization);
+        if (result !== 'ok') return sendTorchServeError(request, reply, failure(tokens, 'API', result));
+      }
+      const type = (request.query as Record<string, unknown>).type;
+      if (type !== 'inference' && type !== 'management') {
+        return sendTorchServeError(
+          request,
+          reply,
+          authErrors.create.MARINA_ERR_TOKEN_TYPE_INVALID(
+            `'/token' needs type=inference or type=management, got ${type === undefined ? 'none' : `'${String(type)}'`}`,
+          ),
+          INVALID_KEY,
+        );
+      }
+      await tokens.rotate(type);
+      setTorchServeHeaders(request, reply, 200);
+      return reply.code(200).send('');
+    },
+  });
+}

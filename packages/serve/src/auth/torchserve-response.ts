@@ -1,0 +1,75 @@
+/**
+ * TorchServe's response conventions, shared by the management, metrics and auth code:
+ * pretty-printed JSON with a trailing newline, no-cache headers, `x-request-id`, and
+ * `Connection: close` on any status of 400 or above.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { isMarinaError } from '@marina/errors';
+
+/** TorchServe's error body, plus Marina's stable code where there is one. */
+export interface TorchServeErrorBody {
+  code: number;
+  type: string;
+  message: string;
+  marinaCode?: string;
+}
+
+/** Sets TorchServe's common headers on a reply (no body written). */
+export function setTorchServeHeaders(request: FastifyRequest, reply: FastifyReply, statusCode: number): void {
+  reply
+    .header('x-request-id', request.id)
+    .header('Cache-Control', 'no-cache; no-store, must-revalidate, private')
+    .header('Pragma', 'no-cache')
+    .header('Expires', 'Thu, 01 Jan 1970 00:00:00 GMT');
+  if (statusCode >= 400) reply.header('Connection', 'close');
+}
+
+/** Sends `body` as TorchServe does: pretty-printed JSON ending in a newline. */
+export function sendTorchServeJson(request: FastifyRequest, reply: FastifyReply, statusCode: number, body: unknown): FastifyReply {
+  setTorchServeHeaders(request, reply, statusCode);
+  return reply
+    .code(statusCode)
+    .type('application/json')
+    .send(`${JSON.stringify(body, null, 2)}\n`);
+}
+
+/** The Java exception name TorchServe reports for a status code. */
+export function torchServeExceptionType(statusCode: number): string {
+  switch (statusCode) {
+    case 400: return 'BadRequestException';
+    case 401: return 'InvalidKeyException';
+    case 403: return 'IllegalArgumentException';
+    case 404: return 'ModelNotFoundException';
+    case 405: return 'MethodNotAllowedException';
+    case 408: return 'RequestTimeoutException';
+    case 409: return 'ConflictStatusException';
+    case 503: return 'ServiceUnavailableException';
+    case 507: return 'OutOfMemoryError';
+    default: return 'InternalServerException';
+  }
+}
+
+/**
+ * Turns any thrown value into TorchServe's error body. A MarinaError keeps its status and
+ * message and adds `marinaCode`; `typeOverrides` maps Marina codes to TorchServe's exception
+ * names where the status alone does not decide it (e.g. download failures).
+ */
+export function toTorchServeError(error: unknown, typeOverrides: Record<string, string> = {}): TorchServeErrorBody {
+  if (isMarinaError(error)) {
+    return {
+      code: error.statusCode,
+      type: typeOverrides[error.code] ?? torchServeExceptionType(error.statusCode),
+      message: error.message,
+      marinaCode: error.code,
+    };
+  }
+  const statusCode = typeof (error as { statusCode?: unknown })?.statusCode === 'number' ? (error as { statusCode: number }).statusCode : 500;
+  const message = error instanceof Error ? error.message : String(error);
+  return { code: statusCode, type: torchServeExceptionType(statusCode), message };
+}
+
+/** Sends a thrown value as TorchServe's error body with its status. */
+export function sendTorchServeError(request: FastifyRequest, reply: FastifyReply, error: unknown, typeOverrides?: Record<string, string>): FastifyReply {
+  const body = toTorchServeError(error, typeOverrides);
+  return sendTorchServeJson(request, reply, body.code, body);
+}

@@ -1,0 +1,3 @@
+import { runCli } from './cli.ts';
+
+await runCli(process.argv);

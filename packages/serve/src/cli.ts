@@ -1,0 +1,102 @@
+import { readFileSync } from 'node:fs';
+import { Command, CommanderError, Option } from 'commander';
+import type { ServeCliOptions } from './config/load-config.ts';
+import { configError } from './config/config-errors.ts';
+
+/** Marina's version (packages/serve/package.json), printed by `serve --version`. */
+export const MARINA_VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+
+/** What one `serve` invocation asks for, after flag normalisation. */
+export type ServeCommand =
+  | { mode: 'version' }
+  | { mode: 'stop' }
+  | {
+      mode: 'start';
+      /** --foreground: run the server in this process instead of a background child. */
+      foreground: boolean;
+      cliOptions: ServeCliOptions;
+    };
+
+interface RawFlags {
+  start?: boolean;
+  stop?: boolean;
+  version?: boolean;
+  tsConfig?: string;
+  modelStore?: string;
+  models?: string[];
+  foreground?: boolean;
+  ncs?: boolean;
+  configSnapshots?: boolean;
+  disableTokenAuth?: boolean;
+  dt?: boolean;
+  enableModelApi?: boolean;
+  logConfig?: string;
+}
+
+/**
+ * The `serve` program with TorchServe's launcher flags. Parsing only: the action normalises the
+ * flags into a ServeCommand and hands it to `run` (main.ts's runServeCommand in the real CLI).
+ * Tests call `createProgram({ run }).exitOverride().parseAsync([...], { from: 'user' })`.
+ *
+ * @throws MARINA_ERR_CLI_ARGS_INVALID (from the action) for contradicting mode flags.
+ */
+export function createProgram(options: { run: (command: ServeCommand) => Promise<void> | void }): Command {
+  const program = new Command('serve')
+    .description('Serve ONNX models from TorchServe-style .mar archives with TorchServe-compatible config and APIs.')
+    .helpOption('-h, --help', 'show this help')
+    .option('--start', 'start the model server (the default when neither --stop nor --version is given)')
+    .option('--stop', 'stop a model server started in the background')
+    .option('-v, --version', 'print the Marina version')
+    .option('--ts-config <file>', 'configuration file (config.properties format); TS_CONFIG_FILE wins over it')
+    .option('--model-store <dir>', 'folder holding the model archives (overrides model_store)')
+    .option('--models <model...>', 'models to load at start-up: all, file.mar, name=file.mar or URLs, space separated (overrides load_models)')
+    .option('--foreground', 'run in this terminal instead of the background')
+    .option('--ncs', 'do not read or write config snapshots')
+    .option('--no-config-snapshots', 'same as --ncs')
+    .option('--disable-token-auth', 'turn token authorization off')
+    .addOption(new Option('--dt', 'same as --disable-token-auth').hideHelp())
+    .option('--enable-model-api', 'allow registering and unregistering models through the management API')
+    .option('--log-config <file>', "accepted for TorchServe compatibility and ignored (Marina does not use log4j2)")
+    .allowExcessArguments(false)
+    .action(async (flags: RawFlags) => {
+      await options.run(toServeCommand(flags));
+    });
+  return program;
+}
+
+/** Runs the CLI for `argv` (process.argv form); bin.ts calls this. */
+export async function runCli(argv: string[]): Promise<void> {
+  const { runServeCommand, exitProcess } = await import('./main.ts');
+  const program = createProgram({ run: runServeCommand }).exitOverride();
+  try {
+    await program.parseAsync(argv);
+  } catch (error) {
+    if (error instanceof CommanderError) exitProcess(error.exitCode);
+    else {
+      const code = (error as { code?: string }).code;
+      process.stderr.write(`${code ? `${code}: ` : ''}${(error as Error).message}\n`);
+      exitProcess(1);
+    }
+  }
+}
+
+function toServeCommand(flags: RawFlags): ServeCommand {
+  const modes = (['start', 'stop', 'version'] as const).filter((mode) => flags[mode]);
+  if (modes.length > 1) {
+    throw configError.MARINA_ERR_CLI_ARGS_INVALID(
+      `--${modes.join(' and --')} cannot be used together: use --start to start, --stop to stop, --version to print the version.`,
+    );
+  }
+  if (flags.version) return { mode: 'version' };
+  if (flags.stop) return { mode: 'stop' };
+  const cliOptions: ServeCliOptions = {};
+  if (flags.tsConfig !== undefined) cliOptions.tsConfig = flags.tsConfig;
+  if (flags.modelStore !== undefined) cliOptions.modelStore = flags.modelStore;
+  if (flags.models !== undefined) cliOptions.models = flags.models;
+  if (flags.ncs || flags.configSnapshots === false) cliOptions.ncs = true;
+  if (flags.disableTokenAuth || flags.dt) cliOptions.disableTokenAuth = true;
+  if (flags.enableModelApi) cliOptions.enableModelApi = true;
+  if (flags.logConfig !== undefined) cliOptions.logConfig = flags.logConfig;
+  if (flags.foreground) cliOptions.foreground = true;
+  return { mode: 'start', foreground: flags.foreground === true, cliOptions };
+}

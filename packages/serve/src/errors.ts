@@ -1,0 +1,81 @@
+/**
+ * The serve package's error registry: every error the server can answer with, its
+ * HTTP status and what it means. Each code is listed in ../ERRORS.md (a test checks it).
+ * Where TorchServe fixes a status code, the code below keeps it; `torchServeTypes` holds
+ * the `type` field TorchServe puts in its error bodies.
+ */
+import { defineErrors, isMarinaError, MarinaError } from '@marina/errors';
+
+export const serveErrors = defineErrors({
+  MARINA_ERR_MODEL_NOT_FOUND: { statusCode: 404, description: 'No model of that name is registered; check the name with GET /models on the management API.' },
+  MARINA_ERR_MODEL_VERSION_NOT_FOUND: { statusCode: 404, description: 'The model exists but not in the version asked for; the message lists the versions there are.' },
+  MARINA_ERR_QUEUE_FULL: { statusCode: 503, description: "The model version's job queue (job_queue_size) is full; retry after the Retry-After header, add workers, or raise jobQueueSize." },
+  MARINA_ERR_NO_WORKERS: { statusCode: 503, description: 'The model version has no workers (scaled to 0 or all failed to start); scale it up with PUT /models/{name}.' },
+  MARINA_ERR_RESPONSE_TIMEOUT: { statusCode: 504, description: 'The batch did not finish within responseTimeout; the worker was replaced. Raise responseTimeout or use a faster model or fewer threads per worker.' },
+  MARINA_ERR_WORKER_DIED: { statusCode: 500, description: 'The worker running the request crashed; it is restarted with back-off. The server log has the cause.' },
+  MARINA_ERR_WORKER_START_FAILED: { statusCode: 500, description: 'A worker could not load the model or its handler (the message has the cause); fix the archive and register it again.' },
+  MARINA_ERR_WORKER_STARTUP_TIMEOUT: { statusCode: 500, description: 'A worker did not finish loading within startupTimeout; raise startupTimeout for large models.' },
+  MARINA_ERR_HANDLER_FAILED: { statusCode: 503, description: "The handler threw while processing the batch (TorchServe's 'Prediction failed'); the message has the handler's error." },
+  MARINA_ERR_HANDLER_RESULT_COUNT: { statusCode: 503, description: "The handler returned a different number of results than requests in the batch (TorchServe's 'number of batch response mismatched'); return one item per request." },
+  MARINA_ERR_HANDLER_OUTPUT_INVALID: { statusCode: 503, description: 'The handler returned something that is not a list, or an item that cannot be serialised to JSON.' },
+  MARINA_ERR_REQUEST_TOO_LARGE: { statusCode: 413, description: 'The request body is larger than max_request_size; send a smaller body or raise max_request_size.' },
+  MARINA_ERR_BAD_REQUEST: { statusCode: 400, description: 'The request is malformed (for example a multipart body that cannot be parsed or has no fields).' },
+  MARINA_ERR_MODEL_LOAD_FAILED: { statusCode: 500, description: 'A model could not be opened or its settings are invalid; the message names the archive and the cause. Other models still load.' },
+  MARINA_ERR_MODEL_VERSION_CONFLICT: { statusCode: 409, description: 'That model version is already registered; unregister it first or give another version.' },
+  MARINA_ERR_DEFAULT_VERSION_REMOVAL: { statusCode: 403, description: 'The default version cannot be unregistered while other versions exist; set another default first.' },
+  MARINA_ERR_INVALID_WORKER_COUNT: { statusCode: 400, description: 'A worker count is negative, or max_worker is less than min_worker.' },
+  MARINA_ERR_MODEL_SETTINGS_INVALID: { statusCode: 400, description: 'A batchSize, maxBatchDelay, timeout or queue size from model-config.yaml, the models JSON or the register call is not a valid number.' },
+  MARINA_ERR_MODEL_STORE_MISSING: { statusCode: 500, description: 'load_models was set but there is no model_store, or it is not a readable folder.' },
+  MARINA_ERR_SERVER_CLOSING: { statusCode: 503, description: 'The server is shutting down and accepts no new requests; retry against another replica.' },
+  MARINA_ERR_MODEL_UNLOADING: { statusCode: 503, description: 'The model version is being unregistered or scaled to zero and takes no new requests.' },
+  MARINA_ERR_INTERNAL: { statusCode: 500, description: 'An unexpected error inside the server; the server log has the stack. Please report it.' },
+});
+
+export type ServeErrorCode = keyof typeof serveErrors.definitions;
+export const createServeError = serveErrors.create;
+
+/** TorchServe's `type` names for the error body; codes not listed get 'InternalServerException'. */
+const torchServeTypes: Record<string, string> = {
+  MARINA_ERR_MODEL_NOT_FOUND: 'ModelNotFoundException',
+  MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
+  MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
+  MARINA_ERR_NO_WORKERS: 'ServiceUnavailableException',
+  MARINA_ERR_SERVER_CLOSING: 'ServiceUnavailableException',
+  MARINA_ERR_MODEL_UNLOADING: 'ServiceUnavailableException',
+  MARINA_ERR_RESPONSE_TIMEOUT: 'RequestTimeoutException',
+  MARINA_ERR_REQUEST_TOO_LARGE: 'RequestEntityTooLargeException',
+  MARINA_ERR_BAD_REQUEST: 'BadRequestException',
+  MARINA_ERR_MODEL_VERSION_CONFLICT: 'ConflictStatusException',
+  MARINA_ERR_INVALID_WORKER_COUNT: 'BadRequestException',
+  MARINA_ERR_MODEL_SETTINGS_INVALID: 'BadRequestException',
+};
+
+/** The `type` field of TorchServe's error body for an error of this code and status. */
+export function torchServeErrorType(code: string, statusCode: number): string {
+  const known = torchServeTypes[code];
+  if (known) return known;
+  if (statusCode === 400) return 'BadRequestException';
+  if (statusCode === 404) return 'ResourceNotFoundException';
+  if (statusCode === 503) return 'ServiceUnavailableException';
+  return 'InternalServerException';
+}
+
+/** TorchServe's error body plus Marina's stable code: `{code, type, message, marinaCode}`. */
+export function errorBody(error: MarinaError): { code: number; type: string; message: string; marinaCode: string; details?: Record<string, unknown> } {
+  return {
+    code: error.statusCode,
+    type: torchServeErrorType(error.code, error.statusCode),
+    message: error.message,
+    marinaCode: error.code,
+    ...(error.details ? { details: error.details } : {}),
+  };
+}
+
+/** Wraps anything thrown into a MarinaError (unknown errors become MARINA_ERR_INTERNAL). */
+export function toMarinaError(error: unknown): MarinaError {
+  if (isMarinaError(error)) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return createServeError.MARINA_ERR_INTERNAL(`internal error: ${message}`, { cause: error });
+}
+
+export { MarinaError, isMarinaError };

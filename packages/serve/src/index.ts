@@ -1,0 +1,9 @@
+export { buildApp, listStartupModels, type MarinaApp, type BuildAppOptions, type AppPlugin, type ApiName, type StartupLoadResult } from './app.ts';
+export { serveErrors, createServeError, errorBody, torchServeErrorType, toMarinaError, type ServeErrorCode } from './errors.ts';
+export { ModelRegistry, type PredictOptions, type ModelRegistryOptions } from './registry/model-registry.ts';
+export type * from './registry/model-registry-api.ts';
+export { resolveModelSettings, type ModelSettings, type ApiModelSettings, type ResolveModelSettingsOptions, type SettingSource } from './model-settings.ts';
+export { resolveIntraOpThreads, type ThreadSource } from './workers/thread-defaults.ts';
+export { createSessionOptions } from './backend/ort-session.ts';
+export { sendError } from './routes/inference.ts';
+export type * from './config/server-config.ts';

@@ -1,0 +1,171 @@
+/**
+ * Prometheus metrics for the metrics API: TorchServe's three `ts_*` counters (same names, labels
+ * and HELP texts, so existing dashboards keep working) plus real histograms and live gauges.
+ * Uses its own prom-client Registry, never the global one, so two servers in one process
+ * (tests) do not share counters.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { BatchDoneEvent, ModelRegistryApi, RequestDoneEvent } from '../registry/model-registry-api.ts';
+
+/** Buckets for latencies, seconds: 0.5 ms to 2 minutes (TorchServe's default response timeout). */
+export const LATENCY_BUCKETS_SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+/** Buckets for batch sizes: powers of two up to 256. */
+export const BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+
+export interface ServerMetrics {
+  /** The prom-client registry holding every metric below. */
+  readonly promRegistry: Registry;
+  /** `text/plain; version=0.0.4; charset=utf-8`. */
+  readonly contentType: string;
+  /** Prometheus text for every metric, or only for `names` (unknown names are skipped). */
+  render(names?: readonly string[]): Promise<string>;
+  /** Stops listening to the registry's events. */
+  close(): void;
+}
+
+export interface CreateServerMetricsOptions {
+  registry: ModelRegistryApi;
+  /** The `hostname` label of TorchServe's counters (os.hostname()). */
+  hostname: string;
+  /** Adds prom-client's process/Node.js metrics (CPU, memory, event loop). Default true. */
+  collectProcessMetrics?: boolean;
+}
+
+/**
+ * Creates the metrics and subscribes to `registry.events` (`request`, `batch`); gauges are read
+ * from `registry.stats()` at scrape time, so they are never stale and unregistered models vanish.
+ */
+export function createServerMetrics(options: CreateServerMetricsOptions): ServerMetrics {
+  const { registry, hostname } = options;
+  const promRegistry = new Registry();
+
+  const tsLabels = ['model_name', 'model_version', 'hostname'] as const;
+  const tsRequests = new Counter({
+    name: 'ts_inference_requests_total',
+    help: 'Torchserve prometheus counter metric with unit: Count',
+    labelNames: tsLabels,
+    registers: [promRegistry],
+  });
+  const tsInferenceLatency = new Counter({
+    name: 'ts_inference_latency_microseconds',
+    help: 'Torchserve prometheus counter metric with unit: Microseconds',
+    labelNames: tsLabels,
+    registers: [promRegistry],
+  });
+  const tsQueueLatency = new Counter({
+    name: 'ts_queue_latency_microseconds',
+    help: 'Torchserve prometheus counter metric with unit: Microseconds',
+    labelNames: tsLabels,
+    registers: [promRegistry],
+  });
+
+  const modelLabels = ['model_name', 'model_version'] as const;
+  const requestsByStatus = new Counter({
+    name: 'marina_requests_total',
+    help: 'Inference requests answered, by model version and HTTP status code.',
+    labelNames: ['model_name', 'model_version', 'status_code'] as const,
+    registers: [promRegistry],
+  });
+  const queueLatency = new Histogram({
+    name: 'marina_queue_latency_seconds',
+    help: 'Time an inference job waited in its model version\'s job queue, seconds.',
+    labelNames: modelLabels,
+    buckets: LATENCY_BUCKETS_SECONDS,
+    registers: [promRegistry],
+  });
+  const inferenceLatency = new Histogram({
+    name: 'marina_inference_latency_seconds',
+    help: 'Time a job spent in a worker (handler + model), seconds; jobs that never reached a worker are not counted.',
+    labelNames: modelLabels,
+    buckets: LATENCY_BUCKETS_SECONDS,
+    registers: [promRegistry],
+  });
+  const requestLatency = new Histogram({
+    name: 'marina_request_latency_seconds',
+    help: 'End-to-end inference latency from request arrival to response, seconds, every status.',
+    labelNames: modelLabels,
+    buckets: LATENCY_BUCKETS_SECONDS,
+    registers: [promRegistry],
+  });
+  const batchSize = new Histogram({
+    name: 'marina_batch_size',
+    help: 'Jobs per batch sent to a worker.',
+    labelNames: modelLabels,
+    buckets: BATCH_SIZE_BUCKETS,
+    registers: [promRegistry],
+  });
+
+  // Gauges are filled from registry.stats() at scrape time; reset first so removed models vanish.
+  const gauges = {
+    queueDepth: new Gauge({ name: 'marina_queue_depth', help: 'Jobs waiting in the job queue of a model version.', labelNames: modelLabels, registers: [promRegistry] }),
+    queueCapacity: new Gauge({ name: 'marina_queue_capacity', help: 'Size of the job queue of a model version (job_queue_size).', labelNames: modelLabels, registers: [promRegistry] }),
+    workers: new Gauge({ name: 'marina_workers', help: 'Live workers of a model version.', labelNames: modelLabels, registers: [promRegistry] }),
+    busyWorkers: new Gauge({ name: 'marina_busy_workers', help: 'Workers of a model version running a batch right now.', labelNames: modelLabels, registers: [promRegistry] }),
+    minWorkers: new Gauge({ name: 'marina_min_workers', help: 'min_worker setting of a model version.', labelNames: modelLabels, registers: [promRegistry] }),
+    maxWorkers: new Gauge({ name: 'marina_max_workers', help: 'max_worker setting of a model version (the autoscaler\'s ceiling).', labelNames: modelLabels, registers: [promRegistry] }),
+  };
+  let isCollecting = false;
+  const collectStats = (): void => {
+    if (isCollecting) return;
+    isCollecting = true;
+    try {
+      for (const gauge of Object.values(gauges)) gauge.reset();
+      for (const s of registry.stats()) {
+        const labels = { model_name: s.modelName, model_version: s.modelVersion };
+        gauges.queueDepth.set(labels, s.queueDepth);
+        gauges.queueCapacity.set(labels, s.jobQueueSize);
+        gauges.workers.set(labels, s.workers);
+        gauges.busyWorkers.set(labels, s.busyWorkers);
+        gauges.minWorkers.set(labels, s.minWorkers);
+        gauges.maxWorkers.set(labels, s.maxWorkers);
+      }
+    } finally {
+      isCollecting = false;
+    }
+  };
+  // One collector for all six gauges: prom-client calls `collect` per metric; the flag above plus
+  // calling it only from the first gauge keeps it to one stats() call per scrape.
+  (gauges.queueDepth as unknown as { collect: () => void }).collect = collectStats;
+
+  if (options.collectProcessMetrics ?? true) collectDefaultMetrics({ register: promRegistry });
+
+  const onRequest = (event: RequestDoneEvent): void => {
+    const tsLabelValues = { model_name: event.modelName, model_version: event.requestedVersion || 'default', hostname };
+    tsRequests.inc(tsLabelValues);
+    // TorchServe adds latency only for answered (successful) requests: keep its meaning.
+    if (event.statusCode < 400) {
+      tsInferenceLatency.inc(tsLabelValues, event.totalMs * 1000);
+      tsQueueLatency.inc(tsLabelValues, event.queueMs * 1000);
+    }
+    const labels = { model_name: event.modelName, model_version: event.modelVersion };
+    requestsByStatus.inc({ ...labels, status_code: String(event.statusCode) });
+    requestLatency.observe(labels, event.totalMs / 1000);
+    queueLatency.observe(labels, event.queueMs / 1000);
+    if (event.inferenceMs > 0) inferenceLatency.observe(labels, event.inferenceMs / 1000);
+  };
+  const onBatch = (event: BatchDoneEvent): void => {
+    batchSize.observe({ model_name: event.modelName, model_version: event.modelVersion }, event.batchSize);
+  };
+  registry.events.on('request', onRequest);
+  registry.events.on('batch', onBatch);
+
+  return {
+    promRegistry,
+    contentType: promRegistry.contentType,
+    async render(names) {
+      if (names === undefined || names.length === 0) return promRegistry.metrics();
+      // Gauges share one collector hanging off marina_queue_depth; run it for filtered scrapes too.
+      collectStats();
+      const parts: string[] = [];
+      for (const name of new Set(names)) {
+        if (promRegistry.getSingleMetric(name) === undefined) continue;
+        parts.push(await promRegistry.getSingleMetricAsString(name));
+      }
+      return parts.length === 0 ? '' : `${parts.join('\n\n')}\n`;
+    },
+    close() {
+      registry.events.off('request', onRequest);
+      registry.events.off('batch', onBatch);
+    },
+  };
+}

@@ -1,0 +1,54 @@
+import { defineErrors } from '@marina/errors';
+
+/** Error codes of model URL resolution and downloads (see ERRORS-OPS.md). Statuses and messages follow TorchServe. */
+export const downloadErrors = defineErrors({
+  MARINA_ERR_MODEL_STORE_NOT_CONFIGURED: {
+    statusCode: 404,
+    description: 'Register needs a model store; start the server with --model-store or model_store=.',
+  },
+  MARINA_ERR_URL_RELATIVE_PATH: {
+    statusCode: 404,
+    description: 'The model url contains `..`, which is refused before anything is read or downloaded.',
+  },
+  MARINA_ERR_URL_NOT_ALLOWED: {
+    statusCode: 404,
+    description: 'The model url matches none of the allowed_urls patterns; add a pattern or use another url.',
+  },
+  MARINA_ERR_MODEL_URL_INVALID: {
+    statusCode: 404,
+    description: 'The model url is neither a plain file name in the model store nor a file:// or http(s):// URL with a usable file name.',
+  },
+  MARINA_ERR_MODEL_FILE_NOT_FOUND: {
+    statusCode: 404,
+    description: 'No archive or folder of that name exists in the model store (or at the file:// path).',
+  },
+  MARINA_ERR_MODEL_FILE_EXISTS: {
+    statusCode: 500,
+    description: 'A download would overwrite a file already in the model store; register it by file name or remove it first.',
+  },
+  MARINA_ERR_DOWNLOAD_FAILED: {
+    statusCode: 400,
+    description: 'The archive could not be downloaded (network error, non-2xx status or too many redirects).',
+  },
+  MARINA_ERR_DOWNLOAD_TOO_LARGE: {
+    statusCode: 400,
+    description: 'The download exceeded the size limit; raise the limit or serve a smaller archive.',
+  },
+  MARINA_ERR_DOWNLOAD_TIMEOUT: {
+    statusCode: 400,
+    description: 'The download did not finish within the time limit.',
+  },
+  MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: {
+    statusCode: 400,
+    description: 'The downloaded file is neither a zip (.mar) nor a gzip (.tar.gz) archive; it was deleted.',
+  },
+});
+
+/** TorchServe's exception names for these codes, where the status alone would say otherwise. */
+export const downloadErrorTypes: Record<string, string> = {
+  MARINA_ERR_MODEL_FILE_EXISTS: 'FileAlreadyExistsException',
+  MARINA_ERR_DOWNLOAD_FAILED: 'DownloadArchiveException',
+  MARINA_ERR_DOWNLOAD_TOO_LARGE: 'DownloadArchiveException',
+  MARINA_ERR_DOWNLOAD_TIMEOUT: 'DownloadArchiveException',
+  MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: 'DownloadArchiveException',
+};

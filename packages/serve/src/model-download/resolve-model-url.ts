@@ -1,0 +1,224 @@
+/**
+ * Where a register `url` points, with TorchServe's rules: a plain file name (or folder) in the
+ * model store, or a URL that must match `allowed_urls`. http(s) archives are streamed into the
+ * store under a size limit and a time limit, then moved into place without overwriting anything.
+ */
+import { randomBytes } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import { link, open, stat, unlink } from 'node:fs/promises';
+import { basename, isAbsolute, join } from 'node:path';
+import { Readable, Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { fileURLToPath } from 'node:url';
+import { downloadErrors } from './download-errors.ts';
+
+const { create } = downloadErrors;
+
+/** Default download size limit: 2 GiB (ONNX protobufs cannot exceed 2 GiB anyway). */
+export const DEFAULT_MAX_DOWNLOAD_BYTES = 2 * 1024 ** 3;
+/** Default time limit for a whole download: 10 minutes. */
+export const DEFAULT_DOWNLOAD_TIMEOUT_MS = 10 * 60_000;
+const MAX_REDIRECTS = 5;
+
+/**
+ * True when `url` fully matches one of the `allowedUrls` regexes, case-insensitively
+ * (TorchServe's `allowed_urls` semantics), and contains no `..`.
+ */
+export function isUrlAllowed(url: string, allowedUrls: readonly string[]): boolean {
+  if (url.includes('..')) return false;
+  return allowedUrls.some((pattern) => new RegExp(`^(?:${pattern})$`, 'i').test(url));
+}
+
+/** Throws TorchServe's 404 errors for a `..` or a URL outside `allowedUrls`. */
+export function assertUrlAllowed(url: string, allowedUrls: readonly string[]): void {
+  if (url.includes('..')) throw create.MARINA_ERR_URL_RELATIVE_PATH(`Relative path is not allowed in url: ${url}`);
+  if (!isUrlAllowed(url, allowedUrls)) {
+    throw create.MARINA_ERR_URL_NOT_ALLOWED(`Given URL ${url} does not match any allowed URL(s)`, { details: { allowedUrls: [...allowedUrls] } });
+  }
+}
+
+export interface ResolveModelUrlOptions {
+  /** What the user sent as `url`. */
+  url: string;
+  /** Absolute path of the model store; undefined when none is configured. */
+  modelStore: string | undefined;
+  /** allowed_urls patterns. */
+  allowedUrls: readonly string[];
+  /** Largest download accepted, bytes. Default 2 GiB. */
+  maxDownloadBytes?: number;
+  /** Time limit for one download, ms. Default 10 minutes. */
+  downloadTimeoutMs?: number;
+}
+
+export interface ResolvedModelUrl {
+  /** Absolute path of the archive file or model folder. */
+  archivePath: string;
+  /** True when the archive was downloaded into the store now (delete it again on unregister). */
+  isDownloaded: boolean;
+}
+
+/** The `resolveModelUrl` the management routes call, bound to a configuration. */
+export type ModelUrlResolver = (url: string) => Promise<ResolvedModelUrl>;
+
+const URL_SCHEME = /^[a-z][a-z0-9+.-]*:\/\//i;
+const SAFE_FILE_NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Resolves a register `url` to an archive on disk.
+ * - `name.mar` (no `/` or `\`): that file or folder in the model store;
+ * - `file:///abs/path`: must match allowed_urls, used where it is (not copied);
+ * - `http(s)://…/name.mar`: must match allowed_urls; downloaded to `<store>/name.mar`.
+ * @throws MARINA_ERR_URL_RELATIVE_PATH, MARINA_ERR_URL_NOT_ALLOWED, MARINA_ERR_MODEL_URL_INVALID,
+ *   MARINA_ERR_MODEL_FILE_NOT_FOUND, MARINA_ERR_MODEL_STORE_NOT_CONFIGURED (404);
+ *   MARINA_ERR_DOWNLOAD_FAILED, _TOO_LARGE, _TIMEOUT, _NOT_ARCHIVE (400); MARINA_ERR_MODEL_FILE_EXISTS (500).
+ */
+export async function resolveModelUrl(options: ResolveModelUrlOptions): Promise<ResolvedModelUrl> {
+  const { url, modelStore, allowedUrls } = options;
+  if (url.includes('..')) throw create.MARINA_ERR_URL_RELATIVE_PATH(`Relative path is not allowed in url: ${url}`);
+
+  if (URL_SCHEME.test(url)) {
+    assertUrlAllowed(url, allowedUrls);
+    const scheme = url.slice(0, url.indexOf(':')).toLowerCase();
+    if (scheme === 'file') {
+      let path: string;
+      try {
+        path = fileURLToPath(url);
+      } catch (cause) {
+        throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' is not a valid file:// URL: ${(cause as Error).message}`, { cause });
+      }
+      if (!(await exists(path))) throw create.MARINA_ERR_MODEL_FILE_NOT_FOUND(`Model not found at: ${url}`);
+      return { archivePath: path, isDownloaded: false };
+    }
+    if (scheme !== 'http' && scheme !== 'https') {
+      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' uses an unsupported scheme '${scheme}'; use file://, http:// or https://`);
+    }
+    if (modelStore === undefined) {
+      throw create.MARINA_ERR_MODEL_STORE_NOT_CONFIGURED('Model store has not been configured.');
+    }
+    return { archivePath: await downloadIntoStore(url, modelStore, options), isDownloaded: true };
+  }
+
+  if (url.includes('/') || url.includes('\\') || isAbsolute(url)) {
+    throw create.MARINA_ERR_MODEL_URL_INVALID(
+      `model url '${url}' must be a file name in the model store (no '/' or '\\'), or a file:// or http(s):// URL allowed by allowed_urls`,
+    );
+  }
+  if (modelStore === undefined) throw create.MARINA_ERR_MODEL_STORE_NOT_CONFIGURED('Model store has not been configured.');
+  const path = join(modelStore, url);
+  if (url === '' || url === '.' || !(await exists(path))) throw create.MARINA_ERR_MODEL_FILE_NOT_FOUND(`Model not found at: ${url}`);
+  return { archivePath: path, isDownloaded: false };
+}
+
+/** Binds `resolveModelUrl` to a configuration, for the management routes. */
+export function createModelUrlResolver(options: Omit<ResolveModelUrlOptions, 'url'>): ModelUrlResolver {
+  return (url) => resolveModelUrl({ ...options, url });
+}
+
+function fileNameFromUrl(url: string): string {
+  let name: string;
+  try {
+    name = decodeURIComponent(basename(new URL(url).pathname));
+  } catch (cause) {
+    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' is not a valid URL: ${(cause as Error).message}`, { cause });
+  }
+  if (!SAFE_FILE_NAME.test(name)) {
+    throw create.MARINA_ERR_MODEL_URL_INVALID(
+      `model url '${url}' does not end in a usable file name (got '${name}'); the last path segment names the file in the model store, e.g. https://host/models/resnet.mar`,
+    );
+  }
+  return name;
+}
+
+/** Follows redirects by hand so every hop is checked against allowed_urls (no SSRF through a redirect). */
+async function fetchAllowed(url: string, allowedUrls: readonly string[], signal: AbortSignal): Promise<Response> {
+  let current = url;
+  for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
+    const response = await fetch(current, { redirect: 'manual', signal });
+    if (response.status >= 300 && response.status < 400 && response.headers.has('location')) {
+      await response.body?.cancel();
+      const next = new URL(response.headers.get('location')!, current).toString();
+      assertUrlAllowed(next, allowedUrls);
+      current = next;
+      continue;
+    }
+    if (!response.ok) {
+      await response.body?.cancel();
+      throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (HTTP ${response.status} from ${current})`);
+    }
+    return response;
+  }
+  throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (more than ${MAX_REDIRECTS} redirects)`);
+}
+
+async function isArchive(path: string): Promise<boolean> {
+  const handle = await open(path, 'r');
+  try {
+    const head = Buffer.alloc(4);
+    const { bytesRead } = await handle.read(head, 0, 4, 0);
+    const isZip = bytesRead >= 4 && head[0] === 0x50 && head[1] === 0x4b && (head[2] === 3 || head[2] === 5) && (head[3] === 4 || head[3] === 6);
+    const isGzip = bytesRead >= 2 && head[0] === 0x1f && head[1] === 0x8b;
+    return isZip || isGzip;
+  } finally {
+    await handle.close();
+  }
+}
+
+async function downloadIntoStore(url: string, modelStore: string, options: ResolveModelUrlOptions): Promise<string> {
+  const maxBytes = options.maxDownloadBytes ?? DEFAULT_MAX_DOWNLOAD_BYTES;
+  const timeoutMs = options.downloadTimeoutMs ?? DEFAULT_DOWNLOAD_TIMEOUT_MS;
+  const fileName = fileNameFromUrl(url);
+  const target = join(modelStore, fileName);
+  if (await exists(target)) throw create.MARINA_ERR_MODEL_FILE_EXISTS(`Model file already exists ${fileName}`);
+
+  const temp = join(modelStore, `.${fileName}.${randomBytes(6).toString('hex')}.download`);
+  const signal = AbortSignal.timeout(timeoutMs);
+  const tooLarge = () =>
+    create.MARINA_ERR_DOWNLOAD_TOO_LARGE(`Failed to download archive from: ${url} (larger than the ${maxBytes}-byte limit)`, {
+      details: { maxDownloadBytes: maxBytes },
+    });
+  try {
+    const response = await fetchAllowed(url, options.allowedUrls, signal);
+    const declared = Number(response.headers.get('content-length'));
+    if (Number.isFinite(declared) && declared > maxBytes) {
+      await response.body?.cancel();
+      throw tooLarge();
+    }
+    let received = 0;
+    const limiter = new Transform({
+      transform(chunk: Buffer, _encoding, callback) {
+        received += chunk.length;
+        callback(received > maxBytes ? tooLarge() : null, chunk);
+      },
+    });
+    const body = response.body ? Readable.fromWeb(response.body as import('node:stream/web').ReadableStream) : Readable.from([]);
+    await pipeline(body, limiter, createWriteStream(temp, { flags: 'wx', mode: 0o644, flush: true }), { signal });
+    if (!(await isArchive(temp))) {
+      throw create.MARINA_ERR_DOWNLOAD_NOT_ARCHIVE(`Failed to download archive from: ${url} (the file is neither a .mar/zip nor a .tar.gz archive)`);
+    }
+    try {
+      // link() fails if the name exists, so a file that appeared meanwhile is never overwritten (rename would).
+      await link(temp, target);
+    } catch (cause) {
+      if ((cause as NodeJS.ErrnoException).code === 'EEXIST') throw create.MARINA_ERR_MODEL_FILE_EXISTS(`Model file already exists ${fileName}`);
+      throw cause;
+    }
+    return target;
+  } catch (error) {
+    if ((error as { code?: string }).code?.startsWith('MARINA_ERR_')) throw error;
+    if (signal.aborted) {
+      throw create.MARINA_ERR_DOWNLOAD_TIMEOUT(`Failed to download archive from: ${url} (no complete response within ${timeoutMs} ms)`, { cause: error });
+    }
+    throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (${(error as Error).message})`, { cause: error });
+  } finally {
+    await unlink(temp).catch(() => undefined);
+  }
+}

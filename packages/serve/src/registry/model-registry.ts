@@ -1,0 +1,370 @@
+import { EventEmitter } from 'node:events';
+import { rm } from 'node:fs/promises';
+import { extractToCache, normalizeManifest, readModelConfig } from '@marina/archive';
+import { isMarinaError, MarinaError } from '@marina/errors';
+import type { ServerConfig } from '../config/server-config.ts';
+import { createServeError, toMarinaError } from '../errors.ts';
+import { resolveModelSettings } from '../model-settings.ts';
+import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
+import { resolveIntraOpThreads } from '../workers/thread-defaults.ts';
+import type { WorkerInit } from '../workers/worker-protocol.ts';
+import type {
+  ModelDescription,
+  ModelListEntry,
+  ModelRegistryApi,
+  ModelVersionStats,
+  RegisterModelOptions,
+  RegisterResult,
+  RegistryEvents,
+  ScaleOptions,
+  SnapshotModelVersion,
+} from './model-registry-api.ts';
+import { ModelVersion } from './model-version.ts';
+
+const SERVER_VERSION = '0.1.0';
+
+interface Model {
+  versions: Map<string, ModelVersion>;
+  defaultVersion: string;
+}
+
+export interface PredictOptions {
+  modelName: string;
+  /** undefined = the default version. */
+  modelVersion?: string;
+  requestId: string;
+  input: JobInput;
+  headers?: Record<string, string>;
+  /** performance.now() when the request arrived (default: now). */
+  arrivedAt?: number;
+}
+
+export interface ModelRegistryOptions {
+  config: ServerConfig;
+  log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+}
+
+/**
+ * Model name → versions, default version, and each version's queue and workers.
+ * The core's implementation of ModelRegistryApi (see model-registry-api.ts for the contract).
+ */
+export class ModelRegistry implements ModelRegistryApi {
+  readonly events = new EventEmitter<RegistryEvents>();
+  readonly #config: ServerConfig;
+  readonly #log: (level: 'info' | 'warn' | 'error', message: string) => void;
+  readonly #models = new Map<string, Model>();
+  /** Versions being registered (archive opened, not yet in #models), to catch concurrent duplicates. */
+  readonly #registering = new Set<string>();
+  #isClosing = false;
+
+  constructor(options: ModelRegistryOptions) {
+    this.#config = options.config;
+    this.#log = options.log ?? (() => undefined);
+  }
+
+  get isClosing(): boolean {
+    return this.#isClosing;
+  }
+
+  /** Opens an archive and registers its model version, then starts its workers. */
+  async register(options: RegisterModelOptions): Promise<RegisterResult> {
+    const version = await this.open(options);
+    return this.start(version, { synchronous: options.synchronous ?? true });
+  }
+
+  /**
+   * First half of register: extracts the archive, combines settings and adds the version with
+   * no workers yet. Used by startup loading so that every model's workers are counted before
+   * any thread count is chosen.
+   * @throws MARINA_ERR_MODEL_VERSION_CONFLICT, MARINA_ERR_MODEL_SETTINGS_INVALID, archive errors.
+   */
+  async open(options: RegisterModelOptions): Promise<ModelVersion> {
+    if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and registers no models');
+    const extracted = await extractToCache({ archivePath: options.archivePath, cacheDir: this.#config.extractionCacheDir });
+    const manifest = normalizeManifest(extracted.manifest, { archivePath: options.archivePath, modelName: options.modelName, handler: options.handler });
+    const modelName = manifest.model.modelName;
+    const modelVersion = manifest.model.modelVersion;
+    const key = `${modelName}\u0000${modelVersion}`;
+    if (this.#models.get(modelName)?.versions.has(modelVersion) || this.#registering.has(key)) {
+      throw createServeError.MARINA_ERR_MODEL_VERSION_CONFLICT(`Model version ${modelVersion} is already registered for model ${modelName}; unregister it first (DELETE /models/${modelName}/${modelVersion})`);
+    }
+    this.#registering.add(key);
+    try {
+      const modelYamlConfig = await readModelConfig(extracted.modelDir, manifest);
+      const settings = resolveModelSettings({
+        modelName,
+        modelVersion,
+        server: this.#config,
+        modelYamlConfig,
+        modelsJson: this.#config.models[modelName]?.[modelVersion],
+        api: {
+          batchSize: options.batchSize,
+          maxBatchDelayMs: options.maxBatchDelayMs,
+          responseTimeoutSec: options.responseTimeoutSec,
+          startupTimeoutSec: options.startupTimeoutSec,
+          initialWorkers: options.initialWorkers,
+          minWorkers: options.minWorkers,
+          maxWorkers: options.maxWorkers,
+        },
+      });
+      const handler = manifest.model.handler;
+      if (!handler) {
+        throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`${modelName} (${options.url}) has no handler: set one in the manifest (model-archiver --handler) or pass handler= when registering`);
+      }
+      const version = new ModelVersion({
+        modelName,
+        modelVersion,
+        url: options.url,
+        archivePath: options.archivePath,
+        modelDir: extracted.modelDir,
+        digest: extracted.digest,
+        manifest,
+        modelYamlConfig,
+        handler,
+        runtime: options.runtime ?? manifest.runtime ?? 'python',
+        settings,
+        loadedAtStartup: options.loadedAtStartup ?? false,
+        isDownloaded: options.isDownloaded ?? false,
+        plannedWorkers: settings.minWorkers,
+        createInit: (v) => this.#createInit(v),
+        log: this.#log,
+      });
+      version.on('batch', (e) => {
+        this.events.emit('batch', { modelName, modelVersion, batchSize: e.batchSize, inferenceMs: e.inferenceMs, dispatchReason: e.reason, isOk: e.isOk });
+      });
+      let model = this.#models.get(modelName);
+      if (!model) {
+        model = { versions: new Map(), defaultVersion: modelVersion };
+        this.#models.set(modelName, model);
+      }
+      model.versions.set(modelVersion, version);
+      if (options.isDefault) model.defaultVersion = modelVersion;
+      this.events.emit('changed');
+      return version;
+    } finally {
+      this.#registering.delete(key);
+    }
+  }
+
+  /**
+   * Second half of register: starts the version's workers. With `synchronous`, waits until they
+   * are READY; if none of them could start, the version is removed again and the error thrown
+   * (TorchServe: "Failed to start workers").
+   */
+  async start(version: ModelVersion, options: { synchronous: boolean }): Promise<RegisterResult> {
+    const requested = version.plannedWorkers;
+    const starting = version.pool.setTarget(requested);
+    const result = (ready: number): RegisterResult => ({ modelName: version.modelName, modelVersion: version.modelVersion, workersRequested: requested, workersReady: ready });
+    if (!options.synchronous) {
+      void starting.catch(() => undefined);
+      return result(0);
+    }
+    const ready = await starting;
+    if (requested > 0 && ready === 0) {
+      const cause = version.pool.lastError;
+      await this.#remove(version);
+      throw createServeError.MARINA_ERR_WORKER_START_FAILED(`Failed to start workers for model ${version.modelName} version: ${version.modelVersion}: ${cause?.message ?? 'unknown error'}`, { cause });
+    }
+    this.events.emit('changed');
+    return result(ready);
+  }
+
+  #createInit(version: ModelVersion): WorkerInit {
+    const { intraOpNumThreads } = resolveIntraOpThreads({
+      configured: version.settings.intraOpNumThreads,
+      ompNumThreads: this.#config.ompNumThreads,
+      cpuCount: this.#config.cpuCount,
+      totalWorkers: this.plannedWorkerCount(),
+    });
+    const threadsInUse = [...this.#versions()].reduce((n, v) => n + v.pool.threadCount, 0);
+    return {
+      modelName: version.modelName,
+      modelVersion: version.modelVersion,
+      modelDir: version.modelDir,
+      manifest: version.manifest as unknown as Record<string, unknown>,
+      handler: version.handler,
+      serializedFilePath: version.manifest.model.serializedFile ? `${version.modelDir}/${version.manifest.model.serializedFile}` : undefined,
+      batchSize: version.settings.batchSize,
+      modelYamlConfig: version.modelYamlConfig,
+      intraOpNumThreads,
+      isOversubscribed: threadsInUse + intraOpNumThreads > this.#config.cpuCount,
+      limitMaxImagePixels: this.#config.limitMaxImagePixels,
+      serverVersion: SERVER_VERSION,
+    };
+  }
+
+  /** Workers all models will run: the basis of the default thread split. */
+  plannedWorkerCount(): number {
+    let n = 0;
+    for (const v of this.#versions()) n += v.plannedWorkers;
+    return n;
+  }
+
+  *#versions(): Iterable<ModelVersion> {
+    for (const model of this.#models.values()) yield* model.versions.values();
+  }
+
+  /**
+   * Finds a version: the default one when `modelVersion` is undefined.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404).
+   */
+  getVersion(modelName: string, modelVersion?: string): ModelVersion {
+    const model = this.#models.get(modelName);
+    if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+    const version = model.versions.get(modelVersion ?? model.defaultVersion);
+    if (!version) {
+      throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
+    }
+    return version;
+  }
+
+  /**
+   * Runs one inference request: queues a job on the version and waits for its result.
+   * Emits 'request' when it is answered (also for errors after the model was found).
+   * @throws MarinaError: not found (404), queue full / no workers (503), handler errors, timeouts.
+   */
+  async predict(options: PredictOptions): Promise<JobResult> {
+    const arrivedAt = options.arrivedAt ?? performance.now();
+    if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and accepts no new inference requests; retry against another replica');
+    const version = this.getVersion(options.modelName, options.modelVersion);
+    const job = new Job({ requestId: options.requestId, input: options.input, headers: options.headers, arrivedAt });
+    let statusCode = 500;
+    try {
+      version.submit(job);
+      const result = await job.promise;
+      statusCode = result.statusCode;
+      return result;
+    } catch (error) {
+      const e = toMarinaError(error);
+      statusCode = e.statusCode;
+      throw e;
+    } finally {
+      const t = job.timings;
+      const end = t.finishedAt ?? performance.now();
+      this.events.emit('request', {
+        modelName: version.modelName,
+        requestedVersion: options.modelVersion ?? 'default',
+        modelVersion: version.modelVersion,
+        statusCode,
+        queueMs: (t.dispatchedAt ?? end) - t.arrivedAt,
+        inferenceMs: t.dispatchedAt === undefined ? 0 : end - t.dispatchedAt,
+        totalMs: end - t.arrivedAt,
+      });
+    }
+  }
+
+  async unregister(modelName: string, modelVersion?: string): Promise<void> {
+    const model = this.#models.get(modelName);
+    if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+    const versionId = modelVersion ?? model.defaultVersion;
+    const version = model.versions.get(versionId);
+    if (!version) throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${versionId} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
+    if (versionId === model.defaultVersion && model.versions.size > 1) {
+      throw createServeError.MARINA_ERR_DEFAULT_VERSION_REMOVAL(`Cannot remove default version for model ${modelName}; set another default first (PUT /models/${modelName}/{version}/set-default)`);
+    }
+    await this.#remove(version);
+    if (version.isDownloaded) await rm(version.archivePath, { recursive: true, force: true });
+  }
+
+  async #remove(version: ModelVersion): Promise<void> {
+    const model = this.#models.get(version.modelName);
+    if (model?.versions.get(version.modelVersion) === version) {
+      model.versions.delete(version.modelVersion);
+      if (model.versions.size === 0) this.#models.delete(version.modelName);
+      version.plannedWorkers = 0;
+      this.events.emit('changed');
+    }
+    await version.drain();
+  }
+
+  async scale(modelName: string, modelVersion: string | undefined, options: ScaleOptions): Promise<{ workers: number }> {
+    if (options.minWorkers < 0 || options.maxWorkers < options.minWorkers) {
+      throw createServeError.MARINA_ERR_INVALID_WORKER_COUNT(
+        options.minWorkers < 0 ? `min_worker must be 0 or more, got ${options.minWorkers}` : 'max_worker cannot be less than min_worker.',
+      );
+    }
+    const version = this.getVersion(modelName, modelVersion);
+    version.minWorkers = options.minWorkers;
+    version.maxWorkers = options.maxWorkers;
+    const current = version.pool.target;
+    // TorchServe: below min → add up to min; otherwise remove everything above max.
+    const target = current < options.minWorkers ? options.minWorkers : Math.min(current, options.maxWorkers);
+    version.plannedWorkers = target;
+    const done = version.pool.setTarget(target);
+    this.events.emit('changed');
+    if (!options.synchronous) {
+      void done.catch(() => undefined);
+      return { workers: target };
+    }
+    return { workers: await done };
+  }
+
+  async setWorkerCount(modelName: string, modelVersion: string, count: number): Promise<void> {
+    const version = this.getVersion(modelName, modelVersion);
+    const target = Math.max(version.minWorkers, Math.min(version.maxWorkers, count));
+    version.plannedWorkers = target;
+    await version.pool.setTarget(target);
+    this.events.emit('changed');
+  }
+
+  setDefault(modelName: string, modelVersion: string): void {
+    const model = this.#models.get(modelName);
+    if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+    if (!model.versions.has(modelVersion)) throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
+    model.defaultVersion = modelVersion;
+    this.events.emit('changed');
+  }
+
+  describe(modelName: string, modelVersion?: string): ModelDescription[] {
+    if (modelVersion === 'all') {
+      const model = this.#models.get(modelName);
+      if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+      return [...model.versions.values()].map((v) => v.describe());
+    }
+    return [this.getVersion(modelName, modelVersion).describe()];
+  }
+
+  list(): ModelListEntry[] {
+    return [...this.#models.entries()]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([modelName, model]) => ({
+        modelName,
+        modelUrl: model.versions.get(model.defaultVersion)?.url ?? '',
+        defaultVersion: model.defaultVersion,
+        versions: [...model.versions.keys()],
+      }));
+  }
+
+  stats(): ModelVersionStats[] {
+    return [...this.#versions()].map((v) => v.stats());
+  }
+
+  snapshot(): Record<string, Record<string, SnapshotModelVersion>> {
+    const out: Record<string, Record<string, SnapshotModelVersion>> = {};
+    for (const [name, model] of this.#models) {
+      out[name] = {};
+      for (const [id, v] of model.versions) out[name][id] = v.snapshot(id === model.defaultVersion);
+    }
+    return out;
+  }
+
+  /** TorchServe's /ping: healthy when every model's default version has at least minWorkers workers up. */
+  isHealthy(): boolean {
+    for (const model of this.#models.values()) {
+      const v = model.versions.get(model.defaultVersion);
+      if (v && v.pool.readyCount < Math.min(v.minWorkers, v.pool.target)) return false;
+    }
+    return true;
+  }
+
+  /** Stops taking requests, lets queued and running jobs finish, stops every worker. */
+  async close(): Promise<void> {
+    this.#isClosing = true;
+    const versions = [...this.#versions()];
+    this.#models.clear();
+    await Promise.all(versions.map((v) => v.drain()));
+    this.events.emit('changed');
+  }
+}
+
+export { MarinaError, isMarinaError };

@@ -1,0 +1,106 @@
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import multipart from '@fastify/multipart';
+import { createServeError, errorBody, toMarinaError } from '../errors.ts';
+import type { ModelRegistry } from '../registry/model-registry.ts';
+import type { JobInput } from '../scheduling/job.ts';
+
+export interface InferenceRoutesOptions {
+  registry: ModelRegistry;
+  /** max_request_size, bytes. */
+  maxRequestBytes: number;
+}
+
+/** Codes whose 503 should tell clients when to come back. */
+const retryableCodes = new Set(['MARINA_ERR_QUEUE_FULL', 'MARINA_ERR_NO_WORKERS', 'MARINA_ERR_SERVER_CLOSING', 'MARINA_ERR_MODEL_UNLOADING']);
+
+/** Sends a MarinaError as TorchServe's error body (plus `marinaCode`), with Retry-After on overload. */
+export function sendError(reply: FastifyReply, error: unknown): FastifyReply {
+  const e = toMarinaError(error);
+  if (e.statusCode >= 500 && e.code === 'MARINA_ERR_INTERNAL') reply.log.error({ err: error }, e.message);
+  if (retryableCodes.has(e.code)) reply.header('retry-after', '1');
+  const headers = e.details?.['headers'];
+  if (headers && typeof headers === 'object') for (const [k, v] of Object.entries(headers)) reply.header(k, String(v));
+  return reply.code(e.statusCode).type('application/json').send(`${JSON.stringify(errorBody(e), null, 2)}\n`);
+}
+
+/** TorchServe's decode_input_request: JSON parsed (bytes kept when it does not parse), text/* as a string, other types as bytes. */
+function decodeBody(body: Buffer, contentType: string | undefined): unknown {
+  const type = (contentType ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type === 'application/json') {
+    try {
+      return JSON.parse(body.toString('utf8'));
+    } catch {
+      return body;
+    }
+  }
+  if (type.startsWith('text/')) return body.toString('utf8');
+  return body;
+}
+
+async function readInput(request: FastifyRequest): Promise<JobInput> {
+  if (request.isMultipart()) {
+    const input: JobInput = {};
+    for await (const part of request.parts()) {
+      if (part.type === 'file') input[part.fieldname] = await part.toBuffer();
+      else input[part.fieldname] = part.value;
+    }
+    if (Object.keys(input).length === 0) throw createServeError.MARINA_ERR_BAD_REQUEST('the multipart body has no fields; send the input in a field named data');
+    return input;
+  }
+  const body = request.body;
+  if (body === undefined || body === null) return {};
+  return { body: Buffer.isBuffer(body) ? decodeBody(body, request.headers['content-type']) : body };
+}
+
+const paramsSchema = {
+  type: 'object',
+  properties: { model_name: { type: 'string', minLength: 1 }, model_version: { type: 'string', minLength: 1 } },
+  required: ['model_name'],
+} as const;
+
+/**
+ * The inference API (TorchServe section 5): `GET /ping`, `POST|PUT /predictions/{model}[/{version}]`.
+ * Raw bodies of any content type reach the handler as `{ body }`; multipart fields each become a key.
+ */
+export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async (app: FastifyInstance, options) => {
+  const { registry, maxRequestBytes } = options;
+
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, body));
+  await app.register(multipart, { limits: { fileSize: maxRequestBytes, fieldSize: maxRequestBytes } });
+
+  app.get('/ping', async (_request, reply) => {
+    const isHealthy = registry.isHealthy() && !registry.isClosing;
+    return reply.code(isHealthy ? 200 : 500).type('application/json').send(`${JSON.stringify({ status: isHealthy ? 'Healthy' : 'Unhealthy' }, null, 2)}\n`);
+  });
+
+  const predict = async (request: FastifyRequest<{ Params: { model_name: string; model_version?: string } }>, reply: FastifyReply) => {
+    const arrivedAt = performance.now();
+    try {
+      const input = await readInput(request);
+      const headers: Record<string, string> = {};
+      for (const [k, v] of Object.entries(request.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+      const result = await registry.predict({
+        modelName: request.params.model_name,
+        modelVersion: request.params.model_version,
+        requestId: request.id,
+        input,
+        headers,
+        arrivedAt,
+      });
+      for (const [k, v] of Object.entries(result.headers)) reply.header(k, v);
+      if (result.contentType) reply.type(result.contentType);
+      return reply.code(result.statusCode).send(result.body);
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (code === 'FST_REQ_FILE_TOO_LARGE' || code === 'FST_PARTS_LIMIT' || code === 'FST_FILES_LIMIT') {
+        return sendError(reply, createServeError.MARINA_ERR_REQUEST_TOO_LARGE(`the multipart body is larger than max_request_size (${maxRequestBytes} bytes); send a smaller input or raise max_request_size`));
+      }
+      return sendError(reply, error);
+    }
+  };
+
+  for (const url of ['/predictions/:model_name', '/predictions/:model_name/:model_version']) {
+    app.route({ method: ['POST', 'PUT'], url, schema: { params: paramsSchema }, handler: predict });
+  }
+};

@@ -1,0 +1,268 @@
+/**
+ * The management API (TorchServe §4): register, scale, describe, list, unregister, set-default,
+ * and KServe v1 readiness, with TorchServe's parameters, status codes, messages and JSON shapes.
+ * Every error body is `{"code","type","message"}` plus Marina's `marinaCode`.
+ * Token checks are not done here: add `createTokenHook({ keyType: 'management' })` to the listener.
+ */
+import { unlink } from 'node:fs/promises';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { defineErrors, isMarinaError } from '@marina/errors';
+import type { ModelRegistryApi, RegisterModelOptions } from '../registry/model-registry-api.ts';
+import type { ServerConfig } from '../config/server-config.ts';
+import { sendTorchServeError, sendTorchServeJson } from '../auth/torchserve-response.ts';
+import { createModelUrlResolver, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
+import { downloadErrorTypes } from '../model-download/download-errors.ts';
+
+/** Error codes of the management routes (see ERRORS-OPS.md). */
+export const managementErrors = defineErrors({
+  MARINA_ERR_MODEL_API_DISABLED: {
+    statusCode: 405,
+    description: 'Register and unregister are off by default; start with --enable-model-api or enable_model_api=true.',
+  },
+  MARINA_ERR_METHOD_NOT_ALLOWED: {
+    statusCode: 405,
+    description: 'The path exists but not with this HTTP method; see the management API table in the README.',
+  },
+  MARINA_ERR_URL_REQUIRED: {
+    statusCode: 400,
+    description: 'Register was called without the `url` parameter (query string or JSON body).',
+  },
+  MARINA_ERR_WORKER_RANGE_INVALID: {
+    statusCode: 400,
+    description: 'Scale was called with max_worker below min_worker.',
+  },
+  MARINA_ERR_MANAGEMENT_BAD_REQUEST: {
+    statusCode: 400,
+    description: 'A management parameter has the wrong type or range, or the body is not valid JSON; the message names the parameter.',
+  },
+});
+const { create } = managementErrors;
+
+const METHOD_NOT_ALLOWED = 'Requested method is not allowed, please refer to API document.';
+
+/** TorchServe exception names where the status alone would name another one. */
+const TYPE_OVERRIDES: Record<string, string> = {
+  ...downloadErrorTypes,
+  MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
+  MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
+};
+
+export interface ManagementRoutesOptions {
+  registry: ModelRegistryApi;
+  config: ServerConfig;
+  /** Resolves a register `url` to an archive on disk; defaults to one bound to `config` (store, allowed_urls). */
+  resolveModelUrl?: ModelUrlResolver;
+  /** The `autoscaling` field of describe (from `createAutoscaler().describe`). */
+  autoscaling?: (modelName: string, modelVersion: string) => Record<string, unknown> | undefined;
+  /** Called with registry failures that end as 5xx, for logs. */
+  onError?: (error: unknown) => void;
+}
+
+const registerProperties = {
+  url: { type: 'string' },
+  model_name: { type: 'string', minLength: 1 },
+  handler: { type: 'string', minLength: 1 },
+  runtime: { type: 'string', minLength: 1 },
+  batch_size: { type: 'integer', minimum: 1 },
+  max_batch_delay: { type: 'integer', minimum: 0 },
+  initial_workers: { type: 'integer', minimum: 0 },
+  synchronous: { type: 'boolean' },
+  response_timeout: { type: 'integer', minimum: 1 },
+  startup_timeout: { type: 'integer', minimum: 1 },
+  s3_sse_kms: { type: 'boolean' },
+} as const;
+
+interface RegisterParams {
+  url?: string;
+  model_name?: string;
+  handler?: string;
+  runtime?: string;
+  batch_size?: number;
+  max_batch_delay?: number;
+  initial_workers?: number;
+  synchronous?: boolean;
+  response_timeout?: number;
+  startup_timeout?: number;
+}
+
+interface ScaleQuery {
+  min_worker?: number;
+  max_worker?: number;
+  synchronous?: boolean;
+  model_version?: string;
+}
+
+const nameParams = { type: 'object', properties: { name: { type: 'string', minLength: 1 } }, required: ['name'] } as const;
+const versionParams = {
+  type: 'object',
+  properties: { name: { type: 'string', minLength: 1 }, version: { type: 'string', minLength: 1 } },
+  required: ['name', 'version'],
+} as const;
+const scaleQuery = {
+  type: 'object',
+  properties: {
+    min_worker: { type: 'integer', minimum: 0 },
+    max_worker: { type: 'integer', minimum: 0 },
+    synchronous: { type: 'boolean' },
+    model_version: { type: 'string', minLength: 1 },
+    number_gpu: { type: 'integer' },
+    timeout: { type: 'integer' },
+  },
+} as const;
+
+/**
+ * Fastify plugin with every management endpoint. Register it without fastify-plugin so its error
+ * handler (TorchServe's error bodies) stays scoped to these routes.
+ */
+export async function managementRoutes(app: FastifyInstance, options: ManagementRoutesOptions): Promise<void> {
+  const { registry, config } = options;
+  const resolve = options.resolveModelUrl ?? createModelUrlResolver({ modelStore: config.modelStore, allowedUrls: config.allowedUrls });
+
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    if (error.validation) {
+      return sendTorchServeError(request, reply, create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(`Invalid parameter: ${error.message}`));
+    }
+    if (!isMarinaError(error) && typeof error.statusCode === 'number' && error.statusCode < 500) {
+      return sendTorchServeError(request, reply, create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(error.message));
+    }
+    const body = sendTorchServeError(request, reply, error, TYPE_OVERRIDES);
+    if (!isMarinaError(error) || error.statusCode >= 500) options.onError?.(error);
+    return body;
+  });
+
+  const status = (request: FastifyRequest, reply: FastifyReply, code: number, text: string) =>
+    sendTorchServeJson(request, reply, code, { status: text });
+  const assertModelApi = (action: string) => {
+    if (!config.enableModelApi) {
+      throw create.MARINA_ERR_MODEL_API_DISABLED(
+        `${METHOD_NOT_ALLOWED} ${action} is disabled: start the server with --enable-model-api or set enable_model_api=true.`,
+      );
+    }
+  };
+  const methodNotAllowed = async () => {
+    throw create.MARINA_ERR_METHOD_NOT_ALLOWED(METHOD_NOT_ALLOWED);
+  };
+
+  // Register: parameters from the query string, or from a JSON body with the same names.
+  app.post('/models', {
+    schema: {
+      querystring: { type: 'object', properties: registerProperties },
+      body: { type: ['object', 'null'], properties: registerProperties },
+    },
+  }, async (request, reply) => {
+    assertModelApi('Registering models');
+    const params: RegisterParams = { ...(request.query as RegisterParams), ...((request.body as RegisterParams | null) ?? {}) };
+    if (params.url === undefined || params.url === '') throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
+    const resolved = await resolve(params.url);
+    const synchronous = params.synchronous ?? true;
+    const registerOptions: RegisterModelOptions = {
+      url: params.url,
+      archivePath: resolved.archivePath,
+      isDownloaded: resolved.isDownloaded,
+      synchronous,
+      ...(params.model_name !== undefined && { modelName: params.model_name }),
+      ...(params.handler !== undefined && { handler: params.handler }),
+      ...(params.runtime !== undefined && { runtime: params.runtime }),
+      ...(params.batch_size !== undefined && { batchSize: params.batch_size }),
+      ...(params.max_batch_delay !== undefined && { maxBatchDelayMs: params.max_batch_delay }),
+      ...(params.initial_workers !== undefined && { initialWorkers: params.initial_workers }),
+      ...(params.response_timeout !== undefined && { responseTimeoutSec: params.response_timeout }),
+      ...(params.startup_timeout !== undefined && { startupTimeoutSec: params.startup_timeout }),
+    };
+    let result;
+    try {
+      result = await registry.register(registerOptions);
+    } catch (error) {
+      // A download that never got registered must not stay in the store (it would block a retry with 500 "already exists").
+      if (resolved.isDownloaded) await unlink(resolved.archivePath).catch(() => undefined);
+      throw error;
+    }
+    const { modelName, modelVersion, workersRequested, workersReady } = result;
+    if (workersRequested === 0) {
+      return status(request, reply, 200, `Model "${modelName}" Version: ${modelVersion} registered with 0 initial workers. Use scale workers API to add workers for the model.`);
+    }
+    if (!synchronous) return status(request, reply, 202, 'Processing worker updates...');
+    if (workersReady < workersRequested) return status(request, reply, 206, 'Workers scaling in progress...');
+    return status(request, reply, 200, `Model "${modelName}" Version: ${modelVersion} registered with ${workersReady} initial workers`);
+  });
+
+  // List: only default versions, sorted by name, offset paging.
+  app.get('/models', {
+    schema: {
+      querystring: {
+        type: 'object',
+        properties: { limit: { type: 'integer' }, next_page_token: { type: 'integer' } },
+      },
+    },
+  }, async (request, reply) => {
+    const query = request.query as { limit?: number; next_page_token?: number };
+    let limit = query.limit ?? 100;
+    if (limit > 100 || limit < 0) limit = 100;
+    const offset = Math.max(0, query.next_page_token ?? 0);
+    const all = registry.list();
+    const page = all.slice(offset, offset + limit);
+    const end = offset + page.length;
+    return sendTorchServeJson(request, reply, 200, {
+      ...(end < all.length && { nextPageToken: String(end) }),
+      models: page.map((m) => ({ modelName: m.modelName, modelUrl: m.modelUrl })),
+    });
+  });
+
+  const describe = async (request: FastifyRequest, reply: FastifyReply) => {
+    const { name, version } = request.params as { name: string; version?: string };
+    const descriptions = registry.describe(name, version).map((d) => {
+      const autoscaling = options.autoscaling?.(d.modelName, d.modelVersion);
+      return autoscaling === undefined ? d : { ...d, autoscaling };
+    });
+    return sendTorchServeJson(request, reply, 200, descriptions);
+  };
+  const describeQuery = { type: 'object', properties: { customized: { type: 'boolean' } } } as const;
+  app.get('/models/:name', { schema: { params: nameParams, querystring: describeQuery } }, describe);
+  app.get('/models/:name/:version', { schema: { params: versionParams, querystring: describeQuery } }, describe);
+
+  const scale = async (request: FastifyRequest, reply: FastifyReply) => {
+    const params = request.params as { name: string; version?: string };
+    const query = request.query as ScaleQuery;
+    const modelVersion = params.version ?? query.model_version;
+    const minWorkers = query.min_worker ?? 1;
+    const maxWorkers = query.max_worker ?? minWorkers;
+    if (maxWorkers < minWorkers) throw create.MARINA_ERR_WORKER_RANGE_INVALID('max_worker cannot be less than min_worker.');
+    const synchronous = query.synchronous ?? false;
+    // With synchronous=false the registry resolves once the change is accepted (after checking
+    // name and version, so an unknown model is still a 404 as in TorchServe).
+    const { workers } = await registry.scale(params.name, modelVersion, { minWorkers, maxWorkers, synchronous });
+    if (!synchronous) return status(request, reply, 202, 'Processing worker updates...');
+    if (workers < minWorkers) return status(request, reply, 206, 'Workers scaling in progress...');
+    return status(request, reply, 200, `Workers scaled to ${workers} for model: ${params.name}${modelVersion === undefined ? '' : `, version: ${modelVersion}`}`);
+  };
+  app.put('/models/:name', { schema: { params: nameParams, querystring: scaleQuery } }, scale);
+  app.put('/models/:name/:version', { schema: { params: versionParams, querystring: scaleQuery } }, scale);
+
+  const unregister = async (request: FastifyRequest, reply: FastifyReply) => {
+    assertModelApi('Unregistering models');
+    const { name, version } = request.params as { name: string; version?: string };
+    await registry.unregister(name, version);
+    return status(request, reply, 200, `Model "${name}" unregistered`);
+  };
+  app.delete('/models/:name', { schema: { params: nameParams } }, unregister);
+  app.delete('/models/:name/:version', { schema: { params: versionParams } }, unregister);
+
+  app.put('/models/:name/:version/set-default', { schema: { params: versionParams } }, async (request, reply) => {
+    const { name, version } = request.params as { name: string; version: string };
+    registry.setDefault(name, version);
+    return status(request, reply, 200, `Default version successfully updated for model "${name}" to "${version}"`);
+  });
+
+  // KServe v1 readiness: ready when the default version has at least one worker.
+  app.get('/v1/models/:name', { schema: { params: nameParams } }, async (request, reply) => {
+    const { name } = request.params as { name: string };
+    const [description] = registry.describe(name);
+    const ready = (description?.workers ?? []).some((w) => w.status === 'READY' || w.status === 'BUSY');
+    return sendTorchServeJson(request, reply, 200, { name, ready });
+  });
+
+  app.route({ method: ['PUT', 'DELETE', 'PATCH'], url: '/models', handler: methodNotAllowed });
+  app.route({ method: ['POST', 'PATCH'], url: '/models/:name', handler: methodNotAllowed });
+  app.route({ method: ['POST', 'PATCH'], url: '/models/:name/:version', handler: methodNotAllowed });
+  app.route({ method: ['GET', 'POST', 'DELETE', 'PATCH'], url: '/models/:name/:version/set-default', handler: methodNotAllowed });
+}

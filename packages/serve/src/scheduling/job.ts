@@ -1,0 +1,69 @@
+import type { MarinaError } from '@marina/errors';
+
+/** One request's input as the handler sees it: `{ body }` for a raw body, one key per multipart field otherwise. */
+export type JobInput = Record<string, unknown>;
+
+/** What a worker answers for one job. */
+export interface JobResult {
+  statusCode: number;
+  body: Buffer;
+  /** Set by the handler, or 'application/json' when the server serialised the item to JSON. */
+  contentType: string | undefined;
+  headers: Record<string, string>;
+}
+
+export interface JobTimings {
+  /** performance.now() when the request arrived. */
+  arrivedAt: number;
+  /** When it left the queue for a worker; undefined while queued. */
+  dispatchedAt: number | undefined;
+  /** When the worker answered. */
+  finishedAt: number | undefined;
+}
+
+/**
+ * One inference request travelling from the HTTP route through the queue to a worker.
+ * Settled exactly once: with a JobResult, or with a MarinaError.
+ */
+export class Job {
+  readonly requestId: string;
+  readonly input: JobInput;
+  /** Request headers, lower-case names (TorchServe forwards every header to the handler). */
+  readonly headers: Record<string, string>;
+  readonly timings: JobTimings;
+  readonly promise: Promise<JobResult>;
+  #resolve!: (result: JobResult) => void;
+  #reject!: (error: MarinaError) => void;
+  #isSettled = false;
+
+  constructor(options: { requestId: string; input: JobInput; headers?: Record<string, string>; arrivedAt?: number }) {
+    this.requestId = options.requestId;
+    this.input = options.input;
+    this.headers = options.headers ?? {};
+    this.timings = { arrivedAt: options.arrivedAt ?? performance.now(), dispatchedAt: undefined, finishedAt: undefined };
+    this.promise = new Promise<JobResult>((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    // A job failed before anyone awaits it (e.g. during close) must not become an unhandled rejection.
+    this.promise.catch(() => undefined);
+  }
+
+  get isSettled(): boolean {
+    return this.#isSettled;
+  }
+
+  resolve(result: JobResult): void {
+    if (this.#isSettled) return;
+    this.#isSettled = true;
+    this.timings.finishedAt = performance.now();
+    this.#resolve(result);
+  }
+
+  reject(error: MarinaError): void {
+    if (this.#isSettled) return;
+    this.#isSettled = true;
+    this.timings.finishedAt = performance.now();
+    this.#reject(error);
+  }
+}

@@ -1,0 +1,169 @@
+/**
+ * The worker thread: owns one handler and its onnxruntime-node session, runs one batch at a
+ * time. `InferenceSession.run` blocks this thread, never the HTTP thread.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { getHeapStatistics } from 'node:v8';
+import { isMarinaError } from '@marina/errors';
+import { getBuiltinHandler, loadCustomHandler, type Handler, type HandlerContext, type RequestRow } from '@marina/handlers';
+import { createSession } from '../backend/ort-session.ts';
+import type { ErrorPayload, FromWorker, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
+
+const init = workerData as WorkerInit;
+const port = parentPort!;
+
+function heapBytes(): number {
+  const h = getHeapStatistics();
+  return h.used_heap_size + h.external_memory;
+}
+
+function toPayload(error: unknown, fallbackCode: string, fallbackStatus: number, prefix = ''): ErrorPayload {
+  if (isMarinaError(error)) return { code: error.code, message: prefix + error.message, statusCode: error.statusCode, stack: error.stack };
+  const e = error instanceof Error ? error : new Error(String(error));
+  return { code: fallbackCode, message: prefix + e.message, statusCode: fallbackStatus, stack: e.stack };
+}
+
+function post(message: FromWorker, transfer: ArrayBuffer[] = []): void {
+  port.postMessage(message, transfer);
+}
+
+/** Structured-clone turns Buffers into Uint8Arrays; handlers expect Buffers as in TorchServe (bytes). */
+function reviveRow(row: Record<string, unknown>): RequestRow {
+  const out: RequestRow = {};
+  for (const [k, v] of Object.entries(row)) out[k] = v instanceof Uint8Array ? Buffer.from(v.buffer, v.byteOffset, v.byteLength) : v;
+  return out;
+}
+
+/** JSON with Maps as objects in insertion order (image_classifier's ranked labels may be numeric strings). */
+function toJson(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => (v instanceof Map ? Object.fromEntries(v) : typeof v === 'bigint' ? Number(v) : v), 2);
+}
+
+let handler: Handler;
+const threading = { intraOpNumThreads: init.intraOpNumThreads, isOversubscribed: init.isOversubscribed };
+
+interface BatchState {
+  requestIds: string[];
+  headers: Array<Record<string, string>>;
+  statuses: Array<{ code: number; phrase?: string } | undefined>;
+  contentTypes: Array<string | undefined>;
+  responseHeaders: Array<Record<string, string>>;
+}
+let batch: BatchState = { requestIds: [], headers: [], statuses: [], contentTypes: [], responseHeaders: [] };
+
+const context: HandlerContext = {
+  modelName: init.modelName,
+  modelVersion: init.modelVersion,
+  manifest: init.manifest,
+  modelDir: init.modelDir,
+  serializedFilePath: init.serializedFilePath,
+  batchSize: init.batchSize,
+  modelYamlConfig: init.modelYamlConfig,
+  systemProperties: {
+    model_dir: init.modelDir,
+    gpu_id: null,
+    batch_size: init.batchSize,
+    server_name: 'MMS',
+    server_version: init.serverVersion,
+    limit_max_image_pixels: init.limitMaxImagePixels,
+  },
+  intraOpNumThreads: init.intraOpNumThreads,
+  createSession(modelPath?: string) {
+    const path = modelPath ?? init.serializedFilePath;
+    if (!path) throw new Error(`model '${init.modelName}' has no serializedFile in its manifest, so createSession() needs a path`);
+    return createSession(path, threading);
+  },
+  get requestIds() {
+    return batch.requestIds;
+  },
+  getRequestHeader(index: number, name: string) {
+    return batch.headers[index]?.[name.toLowerCase()];
+  },
+  setResponseStatus(code: number, phrase?: string, index?: number) {
+    if (index === undefined) batch.statuses = batch.statuses.map(() => ({ code, phrase }));
+    else batch.statuses[index] = { code, phrase };
+  },
+  setResponseContentType(index: number, contentType: string) {
+    batch.contentTypes[index] = contentType;
+  },
+  setResponseHeader(index: number, name: string, value: string) {
+    (batch.responseHeaders[index] ??= {})[name] = value;
+  },
+};
+
+async function runHandler(rows: RequestRow[]): Promise<unknown> {
+  if (handler.handle) return handler.handle(rows, context);
+  const pre = handler.preprocess ? await handler.preprocess(rows, context) : rows;
+  const inferred = handler.inference ? await handler.inference(pre, context) : pre;
+  return handler.postprocess ? handler.postprocess(inferred, context) : inferred;
+}
+
+function serialise(item: unknown, index: number): ItemResult {
+  const headers = batch.responseHeaders[index] ?? {};
+  if (item instanceof Error) {
+    return { ok: false, error: toPayload(item, 'MARINA_ERR_HANDLER_FAILED', 503, 'Prediction failed: '), headers };
+  }
+  const status = batch.statuses[index];
+  let contentType = batch.contentTypes[index];
+  let body: Uint8Array;
+  if (Buffer.isBuffer(item) || item instanceof Uint8Array) body = item;
+  else if (typeof item === 'string') body = Buffer.from(item, 'utf8');
+  else {
+    let json: string | undefined;
+    try {
+      json = toJson(item);
+    } catch (error) {
+      return { ok: false, error: { code: 'MARINA_ERR_HANDLER_OUTPUT_INVALID', message: `Unsupported model output data type: item ${index} cannot be serialised to JSON (${(error as Error).message})`, statusCode: 503 }, headers };
+    }
+    body = Buffer.from(json ?? 'null', 'utf8');
+    contentType ??= 'application/json';
+  }
+  return { ok: true, statusCode: status?.code ?? 200, body, contentType, headers };
+}
+
+async function onBatch(message: Extract<ToWorker, { type: 'batch' }>): Promise<void> {
+  const n = message.rows.length;
+  batch = { requestIds: message.requestIds, headers: message.headers, statuses: new Array(n).fill(undefined), contentTypes: new Array(n).fill(undefined), responseHeaders: new Array(n).fill(undefined).map(() => ({})) };
+  const started = performance.now();
+  let output: unknown;
+  try {
+    output = await runHandler(message.rows.map(reviveRow));
+  } catch (error) {
+    post({ type: 'batch-failed', batchId: message.batchId, error: toPayload(error, 'MARINA_ERR_HANDLER_FAILED', 503, 'Prediction failed: '), heapBytes: heapBytes() });
+    return;
+  }
+  const handlerMs = performance.now() - started;
+  if (!Array.isArray(output)) {
+    post({ type: 'batch-failed', batchId: message.batchId, heapBytes: heapBytes(), error: { code: 'MARINA_ERR_HANDLER_OUTPUT_INVALID', statusCode: 503, message: `Invalid model predict output: the handler of model '${init.modelName}' returned ${output === null ? 'null' : typeof output} instead of a list with one item per request` } });
+    return;
+  }
+  if (output.length !== n) {
+    post({ type: 'batch-failed', batchId: message.batchId, heapBytes: heapBytes(), error: { code: 'MARINA_ERR_HANDLER_RESULT_COUNT', statusCode: 503, message: `number of batch response mismatched: the handler of model '${init.modelName}' returned ${output.length} results for a batch of ${n} requests; return exactly one item per request, in order` } });
+    return;
+  }
+  const items = output.map((item, i) => serialise(item, i));
+  const transfer: ArrayBuffer[] = [];
+  for (const item of items) {
+    if (item.ok && item.body.byteOffset === 0 && item.body.byteLength === item.body.buffer.byteLength && item.body.buffer instanceof ArrayBuffer && !transfer.includes(item.body.buffer)) transfer.push(item.body.buffer);
+  }
+  post({ type: 'result', batchId: message.batchId, items, heapBytes: heapBytes(), handlerMs }, transfer);
+}
+
+async function start(): Promise<void> {
+  try {
+    const builtin = getBuiltinHandler(init.handler);
+    handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });
+    await handler.initialize?.(context);
+  } catch (error) {
+    post({ type: 'init-failed', error: toPayload(error, 'MARINA_ERR_WORKER_START_FAILED', 500, `model '${init.modelName}' version '${init.modelVersion}' failed to load: `) });
+    return;
+  }
+  post({ type: 'ready', heapBytes: heapBytes() });
+  // One batch at a time: the pool sends the next only after this one answered.
+  port.on('message', (message: ToWorker) => {
+    if (message.type === 'batch') void onBatch(message);
+    else if (message.type === 'stop') port.close();
+  });
+}
+
+void start();

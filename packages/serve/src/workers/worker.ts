@@ -1,0 +1,245 @@
+import { EventEmitter } from 'node:events';
+import { Worker as NodeWorker } from 'node:worker_threads';
+import { MarinaError } from '@marina/errors';
+import { createServeError } from '../errors.ts';
+import type { Job } from '../scheduling/job.ts';
+import type { FromWorker, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
+
+/**
+ * LOADING → READY ⇄ BUSY → UNLOADING (stopped on purpose) or FAILED (crash, load failure,
+ * response timeout). A FAILED or UNLOADING worker never comes back; the pool starts a new one.
+ */
+export type WorkerState = 'LOADING' | 'READY' | 'BUSY' | 'UNLOADING' | 'FAILED';
+
+const bootstrapUrl = new URL('./worker-bootstrap.mjs', import.meta.url);
+
+/** TorchServe numbers workers by port from 9000; Marina keeps the numbering for describe's `id`. */
+let nextWorkerId = 9000;
+
+export interface WorkerOptions {
+  init: WorkerInit;
+  startupTimeoutMs: number;
+  responseTimeoutMs: number;
+  /** Label for messages: "model 'x' version '1.0'". */
+  label: string;
+}
+
+export interface BatchOutcome {
+  /** Time the worker spent on the batch, ms (0 when it failed before answering). */
+  inferenceMs: number;
+  isOk: boolean;
+}
+
+/**
+ * The main-thread side of one worker thread. Its lifecycle (start, stop, failure) is here;
+ * the loop that feeds it batches is the pool's and the aggregator's.
+ * Emits 'failed' (error: MarinaError) once when it crashes or is killed after a timeout, and
+ * 'exit' once its thread has really ended (a timed-out native run() keeps the thread, and its
+ * cores, busy until it returns, even after terminate()).
+ */
+export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
+  readonly id = String(nextWorkerId++);
+  readonly startTime = new Date();
+  readonly intraOpNumThreads: number;
+  #state: WorkerState = 'LOADING';
+  #thread: NodeWorker | undefined;
+  #heapBytes = 0;
+  #inFlight: { batchId: number; jobs: Job[]; started: number; resolve: (o: BatchOutcome) => void; timer: ReturnType<typeof setTimeout> } | undefined;
+  #nextBatchId = 1;
+  #hasExited = false;
+  readonly #options: WorkerOptions;
+  readonly exited: Promise<void>;
+  #markExited!: () => void;
+
+  constructor(options: WorkerOptions) {
+    super();
+    this.#options = options;
+    this.intraOpNumThreads = options.init.intraOpNumThreads;
+    this.exited = new Promise((resolve) => (this.#markExited = resolve));
+  }
+
+  get state(): WorkerState {
+    return this.#state;
+  }
+
+  get hasExited(): boolean {
+    return this.#hasExited;
+  }
+
+  /** Worker heap + external memory, bytes, as last reported by the thread. */
+  get memoryBytes(): number {
+    return this.#heapBytes;
+  }
+
+  /** Marks a READY worker as taken for a batch being collected. */
+  reserve(): void {
+    if (this.#state === 'READY') this.#state = 'BUSY';
+  }
+
+  /** Returns a reserved worker that got no batch (e.g. on close). */
+  release(): void {
+    if (this.#state === 'BUSY' && !this.#inFlight) this.#state = 'READY';
+  }
+
+  /**
+   * Starts the thread and resolves once the handler has initialised (model loaded).
+   * @throws MARINA_ERR_WORKER_START_FAILED with the handler's error, or MARINA_ERR_WORKER_STARTUP_TIMEOUT.
+   */
+  start(): Promise<void> {
+    const { init, label, startupTimeoutMs } = this.#options;
+    return new Promise<void>((resolve, reject) => {
+      const thread = new NodeWorker(bootstrapUrl, { workerData: init, stdout: false, stderr: false });
+      this.#thread = thread;
+      let isStarting = true;
+      const timer = setTimeout(() => {
+        if (!isStarting) return;
+        isStarting = false;
+        const error = createServeError.MARINA_ERR_WORKER_STARTUP_TIMEOUT(`worker ${this.id} of ${label} did not load the model within startupTimeout (${startupTimeoutMs / 1000} s); raise startupTimeout for large models`);
+        this.#fail(error);
+        reject(error);
+      }, startupTimeoutMs);
+      thread.on('message', (message: FromWorker) => {
+        if (message.type === 'ready') {
+          this.#heapBytes = message.heapBytes;
+          if (!isStarting) return;
+          isStarting = false;
+          clearTimeout(timer);
+          this.#state = 'READY';
+          resolve();
+        } else if (message.type === 'init-failed') {
+          if (!isStarting) return;
+          isStarting = false;
+          clearTimeout(timer);
+          const { code, message: text, stack } = message.error;
+          const wrapped = code === 'MARINA_ERR_WORKER_START_FAILED'
+            ? createServeError.MARINA_ERR_WORKER_START_FAILED(text, { details: { stack } })
+            : createServeError.MARINA_ERR_WORKER_START_FAILED(`${text} [${code}]`, { details: { handlerCode: code, stack } });
+          this.#fail(wrapped);
+          reject(wrapped);
+        } else {
+          this.#onBatchMessage(message);
+        }
+      });
+      thread.on('error', (error) => {
+        const died = createServeError.MARINA_ERR_WORKER_DIED(`worker ${this.id} of ${label} crashed: ${error.message}`, { cause: error });
+        if (isStarting) {
+          isStarting = false;
+          clearTimeout(timer);
+          reject(createServeError.MARINA_ERR_WORKER_START_FAILED(`worker ${this.id} of ${label} crashed while loading: ${error.message}`, { cause: error }));
+        }
+        this.#fail(died, false);
+      });
+      thread.on('exit', (code) => {
+        this.#hasExited = true;
+        if (isStarting) {
+          isStarting = false;
+          clearTimeout(timer);
+          reject(createServeError.MARINA_ERR_WORKER_START_FAILED(`worker ${this.id} of ${label} exited with code ${code} while loading`));
+        }
+        if (this.#state !== 'UNLOADING' && this.#state !== 'FAILED') {
+          this.#fail(createServeError.MARINA_ERR_WORKER_DIED(`worker ${this.id} of ${label} exited unexpectedly with code ${code}`), false);
+        }
+        this.#markExited();
+        this.emit('exit');
+      });
+    });
+  }
+
+  /**
+   * Runs one batch. Settles every job (result or error) before resolving; never rejects.
+   * A batch past responseTimeout fails its jobs with MARINA_ERR_RESPONSE_TIMEOUT and the worker
+   * is killed ('failed' is emitted; the pool replaces it).
+   */
+  runBatch(jobs: Job[]): Promise<BatchOutcome> {
+    const { label, responseTimeoutMs } = this.#options;
+    return new Promise<BatchOutcome>((resolve) => {
+      if (!this.#thread || (this.#state !== 'READY' && this.#state !== 'BUSY')) {
+        const error = createServeError.MARINA_ERR_WORKER_DIED(`worker ${this.id} of ${label} is ${this.#state} and cannot take a batch`);
+        for (const job of jobs) job.reject(error);
+        resolve({ inferenceMs: 0, isOk: false });
+        return;
+      }
+      this.#state = 'BUSY';
+      const batchId = this.#nextBatchId++;
+      const now = performance.now();
+      for (const job of jobs) job.timings.dispatchedAt = now;
+      // 504 rather than TorchServe's 500 "Worker died.": the request did not crash anything, it
+      // ran out of time; a gateway-timeout status tells clients and load balancers exactly that.
+      const timer = setTimeout(() => {
+        const error = createServeError.MARINA_ERR_RESPONSE_TIMEOUT(
+          `${label} did not answer within responseTimeout (${responseTimeoutMs / 1000} s) for a batch of ${jobs.length}; worker ${this.id} was stopped and is being replaced. Raise responseTimeout, or make the model faster (fewer workers with more threads, smaller batches)`,
+          { details: { responseTimeoutMs, batchSize: jobs.length } },
+        );
+        this.#fail(error);
+      }, responseTimeoutMs);
+      this.#inFlight = { batchId, jobs, started: now, resolve, timer };
+      const rows: Array<Record<string, unknown>> = [];
+      const transfer: ArrayBuffer[] = [];
+      for (const job of jobs) {
+        const row: Record<string, unknown> = {};
+        for (const [key, value] of Object.entries(job.input)) {
+          // Hand image bytes over without a copy when the Buffer owns its whole ArrayBuffer.
+          if (Buffer.isBuffer(value) && value.byteOffset === 0 && value.byteLength === value.buffer.byteLength && value.buffer instanceof ArrayBuffer && !transfer.includes(value.buffer)) {
+            transfer.push(value.buffer);
+          }
+          row[key] = value;
+        }
+        rows.push(row);
+      }
+      const message: ToWorker = { type: 'batch', batchId, rows, requestIds: jobs.map((j) => j.requestId), headers: jobs.map((j) => j.headers) };
+      this.#thread.postMessage(message, transfer);
+    });
+  }
+
+  /** Stops the worker on purpose (scale down, unregister, close). Callers drain it first. */
+  async stop(): Promise<void> {
+    if (this.#state !== 'FAILED') this.#state = 'UNLOADING';
+    if (this.#inFlight) this.#settleInFlight(createServeError.MARINA_ERR_MODEL_UNLOADING(`worker ${this.id} of ${this.#options.label} was stopped while running a batch`));
+    if (this.#thread && !this.#hasExited) await this.#thread.terminate();
+    await this.exited;
+  }
+
+  #onBatchMessage(message: Extract<FromWorker, { type: 'result' | 'batch-failed' }>): void {
+    this.#heapBytes = message.heapBytes;
+    const flight = this.#inFlight;
+    if (!flight || flight.batchId !== message.batchId) return;
+    clearTimeout(flight.timer);
+    this.#inFlight = undefined;
+    if (this.#state === 'BUSY') this.#state = 'READY';
+    const inferenceMs = performance.now() - flight.started;
+    if (message.type === 'batch-failed') {
+      const error = new MarinaError(message.error.code, message.error.message, message.error.statusCode, { details: { requestIds: flight.jobs.map((j) => j.requestId) } });
+      for (const job of flight.jobs) job.reject(error);
+      flight.resolve({ inferenceMs, isOk: false });
+      return;
+    }
+    message.items.forEach((item: ItemResult, i) => {
+      const job = flight.jobs[i]!;
+      if (item.ok) {
+        job.resolve({ statusCode: item.statusCode, body: Buffer.from(item.body.buffer, item.body.byteOffset, item.body.byteLength), contentType: item.contentType, headers: item.headers });
+      } else {
+        job.reject(new MarinaError(item.error.code, item.error.message, item.error.statusCode, { details: Object.keys(item.headers).length > 0 ? { headers: item.headers } : undefined }));
+      }
+    });
+    flight.resolve({ inferenceMs, isOk: true });
+  }
+
+  #settleInFlight(error: MarinaError): void {
+    const flight = this.#inFlight;
+    if (!flight) return;
+    clearTimeout(flight.timer);
+    this.#inFlight = undefined;
+    for (const job of flight.jobs) job.reject(error);
+    flight.resolve({ inferenceMs: performance.now() - flight.started, isOk: false });
+  }
+
+  #fail(error: MarinaError, shouldTerminate = true): void {
+    if (this.#state === 'FAILED' || this.#state === 'UNLOADING') return;
+    const wasRunning = this.#state === 'READY' || this.#state === 'BUSY';
+    this.#state = 'FAILED';
+    this.#settleInFlight(error);
+    // terminate() cannot interrupt a native run(); the thread ends when run() returns ('exit' then).
+    if (shouldTerminate && this.#thread && !this.#hasExited) void this.#thread.terminate();
+    if (wasRunning) this.emit('failed', error);
+  }
+}
