@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream, type ReadStream, type Stats } from 'node:fs';
 import { lstat, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { basename, dirname, extname, join, resolve } from 'node:path';
+import { once } from 'node:events';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import archiver from 'archiver';
@@ -210,19 +211,37 @@ async function writeContainer(options: { format: Exclude<ArchiveFormatOption, 'n
     ? archiver('tar', { gzip: true, gzipOptions: { level: 6 } })
     : archiver('zip', options.format === 'zip-store' ? { store: true } : { zlib: { level: 6 } });
   const output = createWriteStream(options.tempPath, { flags: 'wx' });
-  const done = new Promise<void>((resolveDone, reject) => {
-    output.on('close', resolveDone);
-    output.on('error', reject);
-    archive.on('error', reject);
-    // archiver reports unreadable inputs as warnings; an archive missing a file is a failure here.
-    archive.on('warning', reject);
+  let fail: (error: unknown) => void = () => {};
+  const failure = new Promise<never>((_, reject) => {
+    fail = reject;
   });
+  failure.catch(() => {});
+  output.on('error', fail);
+  archive.on('error', fail);
+  // archiver reports unreadable inputs as warnings; an archive missing a file is a failure here.
+  archive.on('warning', fail);
+  const closed = new Promise<void>((resolveClosed) => output.on('close', resolveClosed));
   archive.pipe(output);
-  archive.append(options.manifestText, { name: `${options.rootPrefix}${MANIFEST_PATH}` });
-  for (const entry of options.entries) {
-    archive.append(lazyCountingStream(entry.source, options.onBytes), { name: `${options.rootPrefix}${entry.name}`, stats: entry.stats, date: entry.stats.mtime, mode: entry.stats.mode & 0o777 });
+  try {
+    // One entry at a time: archiver pipes every appended stream at once, which would open
+    // every file together and lose a source's read error; waiting for 'entry' avoids both.
+    const add = async (source: Readable | string, name: string, stats?: Stats): Promise<void> => {
+      const added = once(archive, 'entry');
+      if (typeof source !== 'string') source.once('error', fail);
+      archive.append(source, stats ? { name, stats, date: stats.mtime, mode: stats.mode & 0o777 } : { name });
+      await Promise.race([added, failure]);
+    };
+    await add(options.manifestText, `${options.rootPrefix}${MANIFEST_PATH}`);
+    for (const entry of options.entries) {
+      await add(lazyCountingStream(entry.source, options.onBytes), `${options.rootPrefix}${entry.name}`, entry.stats);
+    }
+    await Promise.race([Promise.all([archive.finalize(), closed]), failure]);
+  } catch (error) {
+    archive.abort();
+    output.destroy();
+    await closed;
+    throw error;
   }
-  await Promise.all([archive.finalize(), done]);
 }
 
 async function writeFolder(options: { tempPath: string; entries: PlannedEntry[]; manifestText: string; onBytes: (bytes: number) => void }): Promise<void> {

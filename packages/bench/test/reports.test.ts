@@ -67,10 +67,11 @@ describe('reports', () => {
     expect(new Set(lines.map((l) => l.length)).size).toBe(1);
   });
 
-  it('draws a bar per throughput row and the sweep, escaping text', () => {
+  it('draws a bar per throughput row and the best sweep level, but not the lone-client latency check, escaping text', () => {
     const svg = renderChartSvg({ ...result, machine: { ...result.machine, cpuModel: 'A & B <cpu>' } });
     expect(svg).toContain('A &amp; B &lt;cpu&gt;');
-    expect(svg.match(/<rect /g)!.length).toBe(1 + 5); // background + ceiling, decentralized, centralized, batched, best sweep level
+    expect(svg.match(/<rect /g)!.length).toBe(1 + 4); // background + ceiling, decentralized, centralized, best sweep level
+    expect(svg).not.toContain('lone client');
     expect(svg).toContain('Concurrency sweep');
   });
 

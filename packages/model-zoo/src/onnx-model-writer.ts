@@ -155,6 +155,7 @@ async function withTempFile(finalPath: string, body: (writer: ChunkedFileWriter)
  * to `<outputPath>.data` (page-aligned offsets, `location` relative to the model).
  *
  * @throws MARINA_ERR_MODEL_ZOO_WRITE_FAILED when a file cannot be written.
+ * @throws MARINA_ERR_MODEL_ZOO_INVALID_OPTION when an inline model would exceed protobuf's 2 GiB limit.
  * @throws MARINA_ERR_MODEL_ZOO_UNSUPPORTED_PLATFORM on big-endian machines.
  */
 export async function writeOnnxModel(options: WriteOnnxModelOptions): Promise<WriteModelResult> {
@@ -218,6 +219,13 @@ export async function writeOnnxModel(options: WriteOnnxModelOptions): Promise<Wr
     graphWithoutInitializers.length,
   );
 
+  // protobuf (and so onnxruntime) cannot parse a message of 2 GiB or more.
+  if (graphBytes >= 2 ** 31 - modelHeader.length - 16) {
+    throw createError.MARINA_ERR_MODEL_ZOO_INVALID_OPTION(
+      `model '${outputPath}' would be ${graphBytes} bytes, over protobuf's 2 GiB limit; write it with isExternalData: true`,
+      { details: { option: 'isExternalData', value: isExternalData } },
+    );
+  }
   const scratch = new Float32Array(maxElements);
   const valuesOf = (t: (typeof tensors)[number]): Uint8Array => {
     const values = scratch.subarray(0, t.count);

@@ -169,9 +169,15 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     close() {
       closing ??= (async () => {
         // Stop accepting (fastify answers 503 to new requests while closing), let in-flight jobs finish.
-        const closingServers = [...new Set([inference, management, metrics])].map((i) => i.close());
+        const instances = [...new Set([inference, management, metrics])];
+        const closingServers = instances.map((i) => i.close());
         await registry.close();
-        await Promise.all(closingServers);
+        // Keep-alive connections that were busy when close() began are idle now; without this
+        // the listeners would wait for the clients' keep-alive timeout.
+        const closeIdle = () => { for (const i of instances) i.server.closeIdleConnections?.(); };
+        closeIdle();
+        const sweeper = setInterval(closeIdle, 50);
+        await Promise.all(closingServers).finally(() => clearInterval(sweeper));
       })();
       return closing;
     },

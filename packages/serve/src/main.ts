@@ -4,22 +4,20 @@ import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { AddressInfo } from 'node:net';
-import type { FastifyInstance } from 'fastify';
+import os from 'node:os';
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
+import { buildApp, type AppPlugin } from './app.ts';
+import { createTokenAuthorization, createTokenHook, tokenRoutes, type TokenAuthorization } from './auth/token-authorization.ts';
+import { createServerMetrics } from './metrics/server-metrics.ts';
+import { managementRoutes } from './routes/management.ts';
+import { metricsRoutes } from './routes/metrics.ts';
+import type { ModelRegistryApi } from './registry/model-registry-api.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import type { ServeCliOptions } from './config/load-config.ts';
 import { assertModelStoreConfigured, loadConfig } from './config/load-config.ts';
 import { configError } from './config/config-errors.ts';
 import { isServerProcessAlive, pidFilePath, readPidFile, removePidFile, writePidFile } from './config/pid-file.ts';
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
-
-/** The part of app.ts's MarinaApp that starting and stopping needs. */
-interface MarinaAppLike {
-  inference: FastifyInstance;
-  management: FastifyInstance;
-  metrics: FastifyInstance;
-  loadStartupModels(): Promise<{ loaded: unknown[]; failed: unknown[] }>;
-  close(): Promise<void>;
-}
 
 /** A server listening on its addresses. */
 export interface RunningServer {
@@ -50,10 +48,7 @@ const LOG_TAIL_LINES = 40;
  * Library function: prints nothing, never exits.
  */
 export async function startServer(config: ServerConfig): Promise<RunningServer> {
-  // Resolved at run time so the CLI and config tests do not load the serving core.
-  const appModule = './app.ts';
-  const { buildApp } = (await import(appModule)) as { buildApp(config: ServerConfig): Promise<MarinaAppLike> };
-  const app = await buildApp(config);
+  const app = await buildApp(config, { plugins: await createServerPlugins(config) });
   try {
     const { loaded, failed } = await app.loadStartupModels();
     const targets = [
@@ -74,11 +69,51 @@ export async function startServer(config: ServerConfig): Promise<RunningServer> 
       }
       listening.push({ api: target.api, url });
     }
-    return { listening, loaded: loaded.map(describeModel), failed: failed.map(describeModel), close: () => app.close() };
+    return {
+      listening,
+      loaded: loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`),
+      failed: failed.map((failure) => `${failure.url}: ${failure.error.code}: ${failure.error.message}`),
+      close: () => app.close(),
+    };
   } catch (error) {
     await app.close().catch(() => undefined);
     throw error;
   }
+}
+
+/**
+ * The APIs around the core's inference routes: token authorization (unless disabled), the
+ * management API with /token, and /metrics on the metrics listener.
+ */
+export async function createServerPlugins(config: ServerConfig): Promise<AppPlugin[]> {
+  const plugins: AppPlugin[] = [];
+  if (!config.disableTokenAuthorization) {
+    const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin });
+    plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { keyType: 'inference', tokens } });
+    if (!isSameAddress(config.inferenceAddress, config.managementAddress)) {
+      plugins.push({ api: 'management', plugin: tokenHookPlugin, options: { keyType: 'management', tokens } });
+    }
+    plugins.push({ api: 'management', plugin: tokenRoutes, options: { tokens } });
+  }
+  plugins.push({ api: 'management', plugin: managementRoutes });
+  if (config.enableMetricsApi) plugins.push({ api: 'metrics', plugin: metricsPlugin });
+  return plugins;
+}
+
+/** Adds the token hook to the whole listener (skip-override: not encapsulated, so it guards routes registered before it). */
+const tokenHookPlugin: FastifyPluginAsync<{ keyType: 'inference' | 'management'; tokens: TokenAuthorization }> = async (app, options) => {
+  app.addHook('onRequest', createTokenHook({ keyType: options.keyType, tokens: options.tokens }));
+};
+(tokenHookPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
+
+const metricsPlugin: FastifyPluginAsync<{ registry: ModelRegistryApi }> = async (app, options) => {
+  const metrics = createServerMetrics({ registry: options.registry, hostname: os.hostname() });
+  app.addHook('onClose', async () => metrics.close());
+  await app.register(metricsRoutes, { metrics });
+};
+
+function isSameAddress(a: ServerConfig['inferenceAddress'], b: ServerConfig['inferenceAddress']): boolean {
+  return a.protocol === b.protocol && a.host === b.host && a.port === b.port;
 }
 
 /** Executes one parsed `serve` command and exits the process: the only process.exit in Marina. */
@@ -264,18 +299,6 @@ function toChildArgs(cliOptions: ServeCliOptions): string[] {
   if (cliOptions.enableModelApi) args.push('--enable-model-api');
   if (cliOptions.logConfig) args.push('--log-config', cliOptions.logConfig);
   return args;
-}
-
-function describeModel(entry: unknown): string {
-  if (typeof entry === 'string') return entry;
-  if (entry && typeof entry === 'object') {
-    const record = entry as Record<string, unknown>;
-    const name = record.modelName ?? record.name ?? record.url;
-    const version = record.modelVersion ?? record.version;
-    const error = record.error instanceof Error ? record.error.message : record.error ?? record.message;
-    return `${String(name)}${version ? ` (version ${String(version)})` : ''}${error ? `: ${String(error)}` : ''}`;
-  }
-  return String(entry);
 }
 
 function fileSize(filePath: string): number {

@@ -221,7 +221,8 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     });
     warnings.push(`unknown config key(s) ignored: ${described.join(', ')}`);
   }
-  const ignoredKeys = [...values.keys()].filter((key) => IGNORED_TORCHSERVE_KEYS.has(key));
+  // model_snapshot is the snapshot's own record (read by the snapshot store), not a user setting.
+  const ignoredKeys = [...values.keys()].filter((key) => IGNORED_TORCHSERVE_KEYS.has(key) && key !== 'model_snapshot');
   if (ignoredKeys.length > 0) warnings.push(`TorchServe key(s) that Marina does not use, ignored: ${ignoredKeys.join(', ')}`);
 
   const raw: Record<string, unknown> = {};
@@ -422,7 +423,7 @@ function schemaError(
     const reference = property?.$ref ? schema.definitions[property.$ref.split('/').at(-1)!] : undefined;
     const description = property?.description ?? reference?.description;
     const defaultText = property?.default === undefined ? '' : `default ${String(property.default)}`;
-    const hint = [description, defaultText].filter(Boolean).join('; ');
+    const hint = [description?.replace(/\.$/, ''), defaultText].filter(Boolean).join('; ');
     return {
       isModels: false,
       text: `${source?.origin ?? 'config'}: ${key}=${source?.value.trim() ?? ''} ${error.message ?? 'is invalid'}${hint ? ` (${hint})` : ''}`,

@@ -7,6 +7,7 @@ import { getHeapStatistics } from 'node:v8';
 import { isMarinaError } from '@marina/errors';
 import { getBuiltinHandler, loadCustomHandler, type Handler, type HandlerContext, type RequestRow } from '@marina/handlers';
 import { createSession } from '../backend/ort-session.ts';
+import { toJson } from './to-json.ts';
 import type { ErrorPayload, FromWorker, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
 
 const init = workerData as WorkerInit;
@@ -32,11 +33,6 @@ function reviveRow(row: Record<string, unknown>): RequestRow {
   const out: RequestRow = {};
   for (const [k, v] of Object.entries(row)) out[k] = v instanceof Uint8Array ? Buffer.from(v.buffer, v.byteOffset, v.byteLength) : v;
   return out;
-}
-
-/** JSON with Maps as objects in insertion order (image_classifier's ranked labels may be numeric strings). */
-function toJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v: unknown) => (v instanceof Map ? Object.fromEntries(v) : typeof v === 'bigint' ? Number(v) : v), 2);
 }
 
 let handler: Handler;
@@ -149,7 +145,8 @@ async function onBatch(message: Extract<ToWorker, { type: 'batch' }>): Promise<v
   post({ type: 'result', batchId: message.batchId, items, heapBytes: heapBytes(), handlerMs }, transfer);
 }
 
-async function start(): Promise<void> {
+/** Loads the handler, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
+export async function runWorker(): Promise<void> {
   try {
     const builtin = getBuiltinHandler(init.handler);
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });
@@ -166,4 +163,3 @@ async function start(): Promise<void> {
   });
 }
 
-void start();

@@ -1,0 +1,64 @@
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { createProgram, MARINA_VERSION, type ServeCommand } from '../src/cli.ts';
+
+async function parse(args: string[]): Promise<ServeCommand> {
+  let command: ServeCommand | undefined;
+  const program = createProgram({ run: (parsed) => void (command = parsed) }).exitOverride();
+  program.configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
+  await program.parseAsync(args, { from: 'user' });
+  if (!command) throw new Error('the action did not run');
+  return command;
+}
+
+describe('serve launcher flags', () => {
+  it('starts in the background by default, with or without --start', async () => {
+    expect(await parse([])).toEqual({ mode: 'start', foreground: false, cliOptions: {} });
+    expect(await parse(['--start'])).toEqual({ mode: 'start', foreground: false, cliOptions: {} });
+  });
+
+  it("takes TorchServe's tutorial command line", async () => {
+    expect(await parse(['--start', '--disable-token-auth', '--enable-model-api', '--ts-config', 'config.properties'])).toEqual({
+      mode: 'start',
+      foreground: false,
+      cliOptions: { disableTokenAuth: true, enableModelApi: true, tsConfig: 'config.properties' },
+    });
+  });
+
+  it('takes every start option', async () => {
+    const command = await parse(['--foreground', '--model-store', 'store', '--models', 'a=a.mar', 'b.mar', '--ncs', '--log-config', 'log4j2.xml']);
+    expect(command).toEqual({
+      mode: 'start',
+      foreground: true,
+      cliOptions: { foreground: true, modelStore: 'store', models: ['a=a.mar', 'b.mar'], ncs: true, logConfig: 'log4j2.xml' },
+    });
+  });
+
+  it('accepts the short aliases --dt and --no-config-snapshots', async () => {
+    expect(await parse(['--dt', '--no-config-snapshots'])).toMatchObject({ cliOptions: { disableTokenAuth: true, ncs: true } });
+  });
+
+  it('recognises --stop and -v/--version', async () => {
+    expect(await parse(['--stop'])).toEqual({ mode: 'stop' });
+    expect(await parse(['-v'])).toEqual({ mode: 'version' });
+    expect(await parse(['--version'])).toEqual({ mode: 'version' });
+  });
+
+  it('refuses contradicting modes with a stable code', async () => {
+    await expect(parse(['--start', '--stop'])).rejects.toMatchObject({ code: 'MARINA_ERR_CLI_ARGS_INVALID' });
+  });
+
+  it('rejects unknown flags and stray arguments', async () => {
+    await expect(parse(['--bogus'])).rejects.toMatchObject({ code: 'commander.unknownOption' });
+    await expect(parse(['stray'])).rejects.toMatchObject({ code: 'commander.excessArguments' });
+    await expect(parse(['--ts-config'])).rejects.toMatchObject({ code: 'commander.optionMissingArgument' });
+  });
+
+  it('prints "Marina Version is X" from the real bin', () => {
+    const bin = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
+    const result = spawnSync(process.execPath, [bin, '--version'], { encoding: 'utf8' });
+    expect(result.status).toBe(0);
+    expect(result.stdout).toBe(`Marina Version is ${MARINA_VERSION}\n`);
+  });
+});

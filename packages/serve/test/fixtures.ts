@@ -1,0 +1,33 @@
+import { join } from 'node:path';
+import { writeTinyClassifier, writeIndexToName } from '@marina/model-zoo';
+import { writeModelFolder } from './helpers.ts';
+
+/**
+ * A custom handler whose work takes `sleepMs` from the JSON body, blocking its thread the way a
+ * native run() does; answers `{ echo, batchSize, requestId }` per request.
+ */
+export const sleepyHandlerSource = `
+export function handle(data, context) {
+  const ms = Math.max(0, ...data.map((row) => Number((row.body && row.body.sleepMs) || 0)));
+  const end = Date.now() + ms;
+  while (Date.now() < end) { /* busy, like a native inference */ }
+  return data.map((row, i) => ({ echo: row.body && row.body.value, batchSize: data.length, requestId: context.requestIds[i] }));
+}
+`;
+
+export async function writeSleepyModel(dir: string, name: string, modelConfigYaml = 'minWorkers: 1\n'): Promise<string> {
+  return writeModelFolder({ dir: join(dir, name), modelName: name, handler: 'sleepy_handler.mjs', modelConfigYaml, files: { 'sleepy_handler.mjs': sleepyHandlerSource } });
+}
+
+export async function writeClassifierModel(dir: string, name: string, options: { inputSize?: number; numClasses?: number; modelConfigYaml?: string; labels?: string[] } = {}): Promise<string> {
+  const folder = join(dir, name);
+  await writeModelFolder({
+    dir: folder,
+    modelName: name,
+    handler: 'image_classifier',
+    writeModel: (path) => writeTinyClassifier({ outputPath: path, inputSize: options.inputSize, numClasses: options.numClasses }),
+    modelConfigYaml: options.modelConfigYaml,
+  });
+  if (options.labels) await writeIndexToName(join(folder, 'index_to_name.json'), options.labels);
+  return folder;
+}

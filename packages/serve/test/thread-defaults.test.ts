@@ -1,0 +1,55 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { buildApp, resolveIntraOpThreads, type MarinaApp } from '../src/index.ts';
+import { createSessionOptions } from '../src/backend/ort-session.ts';
+import { tempDir, testConfig } from './helpers.ts';
+import { writeSleepyModel } from './fixtures.ts';
+
+describe('intra-op thread defaults', () => {
+  it('prefers the model setting, then OMP_NUM_THREADS, then cores divided among all workers', () => {
+    expect(resolveIntraOpThreads({ configured: 3, ompNumThreads: 2, cpuCount: 8, totalWorkers: 4 })).toEqual({ intraOpNumThreads: 3, source: 'model config' });
+    expect(resolveIntraOpThreads({ configured: undefined, ompNumThreads: 2, cpuCount: 8, totalWorkers: 4 })).toEqual({ intraOpNumThreads: 2, source: 'OMP_NUM_THREADS' });
+    expect(resolveIntraOpThreads({ configured: undefined, ompNumThreads: undefined, cpuCount: 8, totalWorkers: 3 })).toEqual({ intraOpNumThreads: 2, source: 'cores' });
+    expect(resolveIntraOpThreads({ configured: undefined, ompNumThreads: undefined, cpuCount: 2, totalWorkers: 5 })).toEqual({ intraOpNumThreads: 1, source: 'cores' });
+  });
+
+  it('turns spinning off only when the cores are oversubscribed', () => {
+    expect(createSessionOptions({ intraOpNumThreads: 2, isOversubscribed: false })).toEqual({ graphOptimizationLevel: 'all', intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', executionProviders: ['cpu'] });
+    expect(createSessionOptions({ intraOpNumThreads: 2, isOversubscribed: true }).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
+  });
+
+  describe('with real workers', () => {
+    let app: MarinaApp | undefined;
+    let cleanup: (() => Promise<void>) | undefined;
+    afterEach(async () => {
+      await app?.close();
+      await cleanup?.();
+    });
+
+    it('splits the cores among every model loaded at startup, never oversubscribing', async () => {
+      const dir = await tempDir();
+      cleanup = dir.cleanup;
+      await writeSleepyModel(dir.path, 'one', 'minWorkers: 2\n');
+      await writeSleepyModel(dir.path, 'two', 'minWorkers: 1\n');
+      await writeSleepyModel(dir.path, 'pinned', 'minWorkers: 1\nintraOpNumThreads: 3\n');
+      app = await buildApp(testConfig({ cpuCount: 8, modelStore: dir.path, loadModels: 'all' }, dir.path));
+      const { loaded, failed } = await app.loadStartupModels();
+      expect(failed).toEqual([]);
+      expect(loaded.map((m) => m.modelName).sort()).toEqual(['one', 'pinned', 'two']);
+      const threads = (name: string) => app!.registry.describe(name)[0]!.workers.map((w) => w.intraOpNumThreads);
+      // 4 workers in all share 8 cores: 2 each; the model's own setting wins.
+      expect(threads('one')).toEqual([2, 2]);
+      expect(threads('two')).toEqual([2]);
+      expect(threads('pinned')).toEqual([3]);
+      expect(app.registry.stats().find((s) => s.modelName === 'one')).toMatchObject({ workers: 2, intraOpNumThreads: 2 });
+    });
+
+    it('uses OMP_NUM_THREADS when set', async () => {
+      const dir = await tempDir();
+      cleanup = dir.cleanup;
+      const folder = await writeSleepyModel(dir.path, 'omp');
+      app = await buildApp(testConfig({ cpuCount: 8, ompNumThreads: 3 }, dir.path));
+      await app.registry.register({ url: 'omp', archivePath: folder, synchronous: true });
+      expect(app.registry.describe('omp')[0]!.workers.map((w) => w.intraOpNumThreads)).toEqual([3]);
+    });
+  });
+});
