@@ -24,6 +24,8 @@ export interface ArchiveEntry {
   unsafeReason?: string;
 }
 
+// tar reads 16 MiB at a time by default and inflates ahead of the parser; smaller reads keep memory flat.
+const TAR_READ_BYTES = 1024 * 1024;
 const S_IFMT = 0o170000;
 const S_IFLNK = 0o120000;
 
@@ -123,7 +125,7 @@ export async function listArchive(archivePath: string): Promise<{ format: Archiv
   }
   const entries: ArchiveEntry[] = [];
   try {
-    await tar.t({ file: archivePath, strict: true, onReadEntry: (entry) => { entries.push(tarEntry(entry)); } });
+    await tar.t({ file: archivePath, strict: true, maxReadSize: TAR_READ_BYTES, onReadEntry: (entry) => { entries.push(tarEntry(entry)); } });
   } catch (error) {
     throw unreadable(archivePath, format, error);
   }
@@ -149,6 +151,8 @@ export interface ExtractArchiveOptions {
   destDir: string;
   /** `throw` (default): refuse the archive before writing anything. `skip`: write the safe entries, return the others. */
   onUnsafeEntry?: 'throw' | 'skip';
+  /** Entries for which this returns false are listed but not written. Default: write all. */
+  filter?: (entry: ArchiveEntry) => boolean;
 }
 
 export interface ExtractArchiveResult {
@@ -157,6 +161,8 @@ export interface ExtractArchiveResult {
   modelDir: string;
   /** Entries refused (only with `onUnsafeEntry: 'skip'`). */
   skippedEntries: ArchiveEntry[];
+  /** Every entry of the archive, as listed (written or not). */
+  entries: ArchiveEntry[];
 }
 
 /**
@@ -173,10 +179,11 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
   if (unsafe.length > 0 && (options.onUnsafeEntry ?? 'throw') === 'throw') {
     throw archiveErrors.create.MARINA_ERR_ARCHIVE_PATH_ESCAPE(`archive '${archivePath}' has entries that would escape its folder: ${unsafe.map((e) => `'${e.name}' ${e.unsafeReason}`).join('; ')}; refusing to extract it`, { details: { entries: unsafe.map((e) => e.name) } });
   }
-  if (format === 'folder') return { format, modelDir: resolve(archivePath), skippedEntries: unsafe };
+  if (format === 'folder') return { format, modelDir: resolve(archivePath), skippedEntries: unsafe, entries };
 
   const destDir = resolve(options.destDir);
   await mkdir(destDir, { recursive: true });
+  const isWanted = options.filter ?? (() => true);
   const target = (name: string): string | undefined => {
     if (unsafeEntryReason(name) !== undefined) return undefined;
     const path = resolve(destDir, name);
@@ -187,7 +194,7 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
       const directory = await openZip(archivePath);
       for (const file of directory.files) {
         const entry = zipEntry(file);
-        const path = entry.unsafeReason === undefined ? target(file.path) : undefined;
+        const path = entry.unsafeReason === undefined && isWanted(entry) ? target(file.path) : undefined;
         if (path === undefined) continue;
         if (entry.type === 'directory') {
           await mkdir(path, { recursive: true });
@@ -199,19 +206,20 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
     } else {
       await tar.x({
         file: archivePath,
+        maxReadSize: TAR_READ_BYTES,
         cwd: destDir,
         strict: true,
         preserveOwner: false,
         filter: (path, entry) => {
           const listed = tarEntry(entry as tar.ReadEntry);
-          return listed.unsafeReason === undefined && (listed.type === 'file' || listed.type === 'directory') && target(path) !== undefined;
+          return listed.unsafeReason === undefined && (listed.type === 'file' || listed.type === 'directory') && isWanted(listed) && target(path) !== undefined;
         },
       });
     }
   } catch (error) {
     throw unreadable(archivePath, format, error);
   }
-  return { format, modelDir: await findModelRoot(destDir), skippedEntries: unsafe };
+  return { format, modelDir: await findModelRoot(destDir), skippedEntries: unsafe, entries };
 }
 
 /** sha256 of a file's bytes, hex, streaming. */

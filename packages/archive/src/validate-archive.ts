@@ -1,6 +1,6 @@
 import { mkdtemp, readFile, realpath, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { extname, join, resolve } from 'node:path';
+import { extname, join, posix, relative, resolve, sep } from 'node:path';
 import { isMarinaError } from '@marina/errors';
 import { getBuiltinHandler, type ModelSignature, type TensorSignature } from '@marina/handlers';
 import type { ArchiveErrorCode } from './errors.ts';
@@ -44,6 +44,16 @@ export interface ValidateArchiveOptions {
 const MANIFEST_FILE_FIELDS = ['serializedFile', 'modelFile', 'requirementsFile', 'configFile'] as const;
 const HANDLER_EXTENSIONS = ['.mjs', '.js', '.cjs'];
 const INDEX_TO_NAME = 'index_to_name.json';
+const SMALL_FILE_BYTES = 1_000_000;
+
+/**
+ * Without a model load the checks read only the manifest, configs, JSON and handler
+ * code, so the (possibly huge) weights need not be extracted: their presence is known
+ * from the entry list.
+ */
+function isNeededWithoutModelLoad(entry: ArchiveEntry): boolean {
+  return entry.sizeBytes < SMALL_FILE_BYTES || /\.(json|ya?ml|mjs|cjs|js)$/i.test(entry.name);
+}
 
 async function isFile(path: string): Promise<boolean> {
   try {
@@ -115,10 +125,13 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
     else add('MARINA_ERR_ARCHIVE_UNREADABLE', `cannot read '${archivePath}': ${(error as Error).message}`);
   };
 
+  const isModelLoadChecked = options.isModelLoadChecked ?? true;
   let tempDir: string | undefined;
   try {
     let modelDir: string;
     let unsafe: ArchiveEntry[];
+    // Names of the archive's files relative to modelDir; undefined for a folder (checked on disk).
+    let archiveFiles: Set<string> | undefined;
     try {
       report.format = await detectArchiveFormat(archivePath);
       if (report.format === 'folder') {
@@ -126,9 +139,11 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
         modelDir = archivePath;
       } else {
         tempDir = await mkdtemp(join(tmpdir(), 'marina-validate-'));
-        const extracted = await extractArchive({ archivePath, destDir: tempDir, onUnsafeEntry: 'skip' });
+        const extracted = await extractArchive({ archivePath, destDir: tempDir, onUnsafeEntry: 'skip', ...(isModelLoadChecked ? {} : { filter: isNeededWithoutModelLoad }) });
         unsafe = extracted.skippedEntries;
         modelDir = extracted.modelDir;
+        const prefix = relative(tempDir, modelDir).split(sep).join('/');
+        archiveFiles = new Set(extracted.entries.filter((e) => e.type === 'file' && e.unsafeReason === undefined).map((e) => posix.normalize(e.name)).map((name) => (prefix === '' ? name : name.startsWith(`${prefix}/`) ? name.slice(prefix.length + 1) : `../${name}`)));
       }
     } catch (error) {
       addThrown(error);
@@ -138,6 +153,7 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
       add('MARINA_ERR_ARCHIVE_PATH_ESCAPE', `entry '${entry.name}' ${entry.unsafeReason}; it would land outside the archive folder, so it is refused (re-create the archive with model-archiver)`, { file: entry.name });
     }
     const realModelDir = await realpath(modelDir);
+    const hasFile = async (path: string): Promise<boolean> => (archiveFiles ? archiveFiles.has(relative(modelDir, path).split(sep).join('/')) : isFile(path));
     /** A manifest-named file's path, or undefined (with a problem added) when it escapes. */
     const inside = async (name: string, field: string): Promise<string | undefined> => {
       try {
@@ -188,7 +204,7 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
       if (typeof name !== 'string' || name === '') continue;
       const path = await inside(name, `model.${field}`);
       if (path === undefined) continue;
-      if (await isFile(path)) present.set(field, path);
+      if (await hasFile(path)) present.set(field, path);
       else add('MARINA_ERR_ARCHIVE_FILE_MISSING', `the manifest names ${field} '${name}' but the archive has no such file; add it or fix the manifest`, { file: name });
     }
 
@@ -225,7 +241,7 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
       add('MARINA_ERR_ARCHIVE_NO_MODEL', `handler '${builtin.name}' runs an ONNX model but the manifest has no serializedFile; archive with --serialized-file model.onnx`);
     }
     const modelPath = present.get('serializedFile');
-    if ((options.isModelLoadChecked ?? true) && modelPath !== undefined) {
+    if (isModelLoadChecked && modelPath !== undefined) {
       const modelName = String(model.serializedFile);
       try {
         report.model = await loadSignature(modelPath);

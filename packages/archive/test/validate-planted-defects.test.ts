@@ -42,6 +42,14 @@ describe('validateArchive on a good archive', () => {
     expect(tgz.format).toBe('tgz');
   });
 
+  it('checks a large serialized file is present without extracting it when the model is not loaded', async () => {
+    await writeFile(join(src, 'model.onnx'), Buffer.alloc(3_000_000, 1));
+    expect((await validateArchive(await zipped(), { isModelLoadChecked: false })).problems).toEqual([]);
+    expect(codes(await validateArchive(await zipped()))).toEqual(['MARINA_ERR_MODEL_LOAD_FAILED']);
+    await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ serializedFile: 'other.onnx' }));
+    expect(codes(await validateArchive(await zipped(), { isModelLoadChecked: false }))).toEqual(['MARINA_ERR_ARCHIVE_FILE_MISSING']);
+  });
+
   it('reads a hand-built TorchServe manifest with modelServerVersion and specificationVersion', async () => {
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ description: 'from TorchServe' }, { modelServerVersion: '1.0', specificationVersion: '1.0', implementationVersion: '1.0', description: 'x' }));
     const report = await validateArchive(await zipped());

@@ -89,8 +89,11 @@ export async function createServerPlugins(config: ServerConfig): Promise<AppPlug
   const plugins: AppPlugin[] = [];
   if (!config.disableTokenAuthorization) {
     const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin });
-    plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { keyType: 'inference', tokens } });
-    if (!isSameAddress(config.inferenceAddress, config.managementAddress)) {
+    if (isSameAddress(config.inferenceAddress, config.managementAddress)) {
+      // One listener for both APIs: each request needs the key of the API its path belongs to.
+      plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { keyType: 'by-path', tokens } });
+    } else {
+      plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { keyType: 'inference', tokens } });
       plugins.push({ api: 'management', plugin: tokenHookPlugin, options: { keyType: 'management', tokens } });
     }
     plugins.push({ api: 'management', plugin: tokenRoutes, options: { tokens } });
@@ -101,8 +104,17 @@ export async function createServerPlugins(config: ServerConfig): Promise<AppPlug
 }
 
 /** Adds the token hook to the whole listener (skip-override: not encapsulated, so it guards routes registered before it). */
-const tokenHookPlugin: FastifyPluginAsync<{ keyType: 'inference' | 'management'; tokens: TokenAuthorization }> = async (app, options) => {
-  app.addHook('onRequest', createTokenHook({ keyType: options.keyType, tokens: options.tokens }));
+const tokenHookPlugin: FastifyPluginAsync<{ keyType: 'inference' | 'management' | 'by-path'; tokens: TokenAuthorization }> = async (app, options) => {
+  if (options.keyType !== 'by-path') {
+    app.addHook('onRequest', createTokenHook({ keyType: options.keyType, tokens: options.tokens }));
+    return;
+  }
+  const inferenceHook = createTokenHook({ keyType: 'inference', tokens: options.tokens });
+  const managementHook = createTokenHook({ keyType: 'management', tokens: options.tokens });
+  app.addHook('onRequest', function tokenHookByPath(request, reply, done) {
+    const isManagementPath = /^\/(models|token)(\/|\?|$)/.test(request.url);
+    return (isManagementPath ? managementHook : inferenceHook).call(this, request, reply, done);
+  });
 };
 (tokenHookPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
 
@@ -159,6 +171,7 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
     throw error;
   }
   for (const { api, url } of server.listening) process.stdout.write(`${api[0]!.toUpperCase()}${api.slice(1)} API bound to ${url}\n`);
+  process.stdout.write(`${tokenNote(config)}\n`);
   for (const name of server.loaded) process.stdout.write(`Model loaded: ${name}\n`);
   for (const failure of server.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
   process.stdout.write('Marina is ready.\n');
@@ -240,6 +253,7 @@ async function startBackgroundServer(cliOptions: ServeCliOptions): Promise<numbe
     if (child.connected) child.disconnect();
     child.unref();
     for (const { api, url } of outcome.ready.listening) process.stdout.write(`${api[0]!.toUpperCase()}${api.slice(1)} API bound to ${url}\n`);
+    process.stdout.write(`${tokenNote(config)}\n`);
     for (const name of outcome.ready.loaded) process.stdout.write(`Model loaded: ${name}\n`);
     for (const failure of outcome.ready.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
     process.stdout.write(`Marina is running in the background (pid ${child.pid}); log: ${logFile}. Stop it with serve --stop.\n`);
@@ -280,6 +294,12 @@ async function stopBackgroundServer(): Promise<number> {
   rmSync(recorded.keyFilePath ?? path.join(process.cwd(), 'key_file.json'), { force: true });
   process.stdout.write('Marina has stopped.\n');
   return 0;
+}
+
+function tokenNote(config: ServerConfig): string {
+  return config.disableTokenAuthorization
+    ? 'Token authorization is disabled.'
+    : `Token authorization is on: send 'Authorization: Bearer <key>' with the keys in ${config.keyFilePath}.`;
 }
 
 function alreadyRunning(pid: number): Error {

@@ -103,10 +103,15 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     const headers = { 'content-type': 'application/json' };
     const anonymous = await fetch(url, { method: 'POST', headers, body });
     expect(anonymous.status).toBe(401);
-    const keys = JSON.parse(readFileSync(path.join(cwd, 'key_file.json'), 'utf8')) as { inference: { key: string } };
+    const keys = JSON.parse(readFileSync(path.join(cwd, 'key_file.json'), 'utf8')) as { inference: { key: string }; management: { key: string } };
     const authorized = await fetch(url, { method: 'POST', headers: { ...headers, authorization: `Bearer ${keys.inference.key}` }, body });
     expect(authorized.status).toBe(200);
     expect(await authorized.json()).toEqual({ outputs: { output: { shape: [1, 4], data: [3, 5, 7, 9] } } });
+
+    // Both APIs share the listener here; the management API still wants the management key.
+    const modelsUrl = `${inferenceUrl(start.stdout)}/models`;
+    expect((await fetch(modelsUrl, { headers: { authorization: `Bearer ${keys.inference.key}` } })).status).toBe(401);
+    expect((await fetch(modelsUrl, { headers: { authorization: `Bearer ${keys.management.key}` } })).status).toBe(200);
 
     const again = await serve(cwd, ['--start', '--ts-config', 'config.properties']);
     expect(again.code).toBe(1);

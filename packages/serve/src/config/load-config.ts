@@ -141,9 +141,9 @@ export async function loadConfig(options: LoadConfigOptions): Promise<ServerConf
         { cause: error, details: { path: source.path, origin: source.origin } },
       );
     }
-    file = parseProperties(text, { filePath: source.path });
+    file = parseProperties(text, { filePath: displayPath(source.path, options.cwd) });
   }
-  const config = resolveServerConfig({ ...options, file });
+  const config = resolveServerConfig({ ...options, file, ...(source ? { configFile: source.path } : {}) });
   if (source?.origin === 'snapshot') (config.warnings as string[]).unshift(`restored the configuration from the snapshot ${source.path} (start with --ncs to ignore snapshots)`);
   return deepFreeze(config);
 }
@@ -174,11 +174,11 @@ export function resolveLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }):
  * The synchronous core of loadConfig for an already parsed file (or none): substitution,
  * overrides, validation, normalisation. Not frozen, so loadConfig can add notes first.
  */
-export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedProperties }): ServerConfig {
+export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedProperties; configFile?: string }): ServerConfig {
   const { cliOptions, env, cwd, file } = input;
   const warnings: string[] = [];
   const values = new Map<string, RawValue>();
-  const fileName = file ? path.relative(cwd, file.filePath) || file.filePath : '';
+  const fileName = file?.filePath ?? '';
 
   for (const entry of file?.entries ?? []) {
     const origin = `${fileName}:${entry.line}`;
@@ -348,7 +348,7 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     warnings,
     ...(checked.private_key_file ? { privateKeyFile: path.resolve(cwd, checked.private_key_file) } : {}),
     ...(checked.certificate_file ? { certificateFile: path.resolve(cwd, checked.certificate_file) } : {}),
-    ...(file ? { configFile: file.filePath } : {}),
+    ...(input.configFile ? { configFile: input.configFile } : {}),
   };
 }
 
@@ -454,6 +454,12 @@ function editDistance(a: string, b: string): number {
     previous = current;
   }
   return previous[b.length]!;
+}
+
+/** The path as people typed it: relative to the working directory when inside it, else absolute. */
+function displayPath(filePath: string, cwd: string): string {
+  const relative = path.relative(cwd, filePath);
+  return relative === '' || relative.startsWith('..') || path.isAbsolute(relative) ? filePath : relative;
 }
 
 function isFile(filePath: string): boolean {

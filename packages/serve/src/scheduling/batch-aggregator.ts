@@ -20,8 +20,6 @@ export interface BatchAggregatorOptions<W> {
   busyWorkerCount(): number;
   /** Hands a batch to the worker acquired for it. Must not call back into the aggregator synchronously. */
   dispatch(worker: W, jobs: Job[], reason: DispatchReason): void;
-  /** Monotonic clock in ms; performance.now() by default. */
-  now?: () => number;
 }
 
 /**
@@ -40,12 +38,10 @@ export interface BatchAggregatorOptions<W> {
  */
 export class BatchAggregator<W> {
   readonly #options: BatchAggregatorOptions<W>;
-  readonly #now: () => number;
   #collecting: { worker: W; jobs: Job[]; timer: ReturnType<typeof setTimeout> } | undefined;
 
   constructor(options: BatchAggregatorOptions<W>) {
     this.#options = options;
-    this.#now = options.now ?? (() => performance.now());
   }
 
   /** True while a partial batch waits for more jobs. */

@@ -1,0 +1,96 @@
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+
+const BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
+
+const SLEEPY_HANDLER = `
+export function handle(data) {
+  const ms = Math.max(0, ...data.map((row) => Number((row.body && row.body.sleepMs) || 0)));
+  const end = Date.now() + ms;
+  while (Date.now() < end) { /* busy */ }
+  return data.map(() => ({ done: true }));
+}
+`;
+
+interface Foreground {
+  child: ChildProcessWithoutNullStreams;
+  output: () => string;
+  exited: Promise<number | null>;
+  cwd: string;
+}
+
+const children: ChildProcessWithoutNullStreams[] = [];
+afterEach(() => {
+  for (const child of children.splice(0)) if (child.exitCode === null) child.kill('SIGKILL');
+});
+
+/** `serve --foreground` with a sleepy model, resolved once it prints that it is ready. */
+async function startForeground(): Promise<Foreground & { url: string }> {
+  const cwd = mkdtempSync(path.join(os.tmpdir(), 'marina-cli-foreground-'));
+  mkdirSync(path.join(cwd, 'tmp'));
+  const model = path.join(cwd, 'store', 'sleepy');
+  mkdirSync(path.join(model, 'MAR-INF'), { recursive: true });
+  writeFileSync(path.join(model, 'MAR-INF', 'MANIFEST.json'), JSON.stringify({ runtime: 'python', model: { modelName: 'sleepy', modelVersion: '1.0', handler: 'sleepy_handler.mjs' } }));
+  writeFileSync(path.join(model, 'sleepy_handler.mjs'), SLEEPY_HANDLER);
+  const args = ['--foreground', '--disable-token-auth', '--model-store', 'store', '--models', 'all'];
+  const env = { ...process.env, TMPDIR: path.join(cwd, 'tmp'), TS_CONFIG_FILE: writeConfig(cwd), LOG_LOCATION: path.join(cwd, 'logs') };
+  const child = spawn(process.execPath, [BIN, ...args], { cwd, env });
+  children.push(child);
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  await new Promise<void>((resolve, reject) => {
+    const check = () => (output.includes('Marina is ready.') ? resolve() : undefined);
+    child.stdout.on('data', check);
+    void exited.then((code) => reject(new Error(`exited with ${code} before ready:\n${output}`)));
+  });
+  const url = /Inference API bound to (\S+)/.exec(output)![1]!;
+  return { child, output: () => output, exited, cwd, url };
+}
+
+function writeConfig(cwd: string): string {
+  const file = path.join(cwd, 'config.properties');
+  writeFileSync(file, 'inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\nenable_metrics_api=false\n');
+  return file;
+}
+
+describe('serve --foreground', { timeout: 60_000 }, () => {
+  it('prints where it listens and which models loaded, and exits 0 on SIGTERM', async () => {
+    const server = await startForeground();
+    expect(server.output()).toContain('Model loaded: sleepy (version 1.0)');
+    expect(server.output()).toContain('Token authorization is disabled.');
+    expect(existsSync(path.join(server.cwd, 'tmp', '.marina_server.pid'))).toBe(true);
+    server.child.kill('SIGTERM');
+    expect(await server.exited).toBe(0);
+    expect(server.output()).toContain('Marina has stopped.');
+    expect(existsSync(path.join(server.cwd, 'tmp', '.marina_server.pid'))).toBe(false);
+  });
+
+  it('exits at once with status 1 on a second signal while a request is in flight', async () => {
+    const server = await startForeground();
+    const inFlight = fetch(`${server.url}/predictions/sleepy`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sleepMs: 20_000 }) }).catch(
+      (error: unknown) => error,
+    );
+    let isBusy = false;
+    for (let attempt = 0; attempt < 400 && !isBusy; attempt++) {
+      const [description] = (await (await fetch(`${server.url}/models/sleepy`)).json()) as Array<{ workers: Array<{ status: string }> }>;
+      isBusy = description?.workers.some((worker) => worker.status === 'BUSY') ?? false;
+      if (!isBusy) await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    expect(isBusy).toBe(true);
+    server.child.kill('SIGINT');
+    await new Promise<void>((resolve) => {
+      const check = () => (server.output().includes('SIGINT received') ? resolve() : setTimeout(check, 20));
+      check();
+    });
+    server.child.kill('SIGINT');
+    expect(await server.exited).toBe(1);
+    expect(server.output()).toContain('SIGINT again: exiting without waiting for in-flight requests.');
+    await inFlight;
+  });
+});
