@@ -170,12 +170,7 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
     removePidFile({ onlyIfPid: process.pid });
     throw error;
   }
-  for (const { api, url } of server.listening) process.stdout.write(`${api[0]!.toUpperCase()}${api.slice(1)} API bound to ${url}\n`);
-  process.stdout.write(`${tokenNote(config)}\n`);
-  for (const name of server.loaded) process.stdout.write(`Model loaded: ${name}\n`);
-  for (const failure of server.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
-  process.stdout.write('Marina is ready.\n');
-
+  // Handlers before the ready line: whoever waits for it may signal at once.
   let isStopping = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (isStopping) {
@@ -200,6 +195,12 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
+
+  for (const { api, url } of server.listening) process.stdout.write(`${api[0]!.toUpperCase()}${api.slice(1)} API bound to ${url}\n`);
+  process.stdout.write(`${tokenNote(config)}\n`);
+  for (const name of server.loaded) process.stdout.write(`Model loaded: ${name}\n`);
+  for (const failure of server.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
+  process.stdout.write('Marina is ready.\n');
 
   if (process.send) {
     const ready: ReadyMessage = { type: 'marina:ready', listening: server.listening, loaded: server.loaded, failed: server.failed };

@@ -1,11 +1,18 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { writeTinyTensorModel } from '@marina/model-zoo';
+
+const createdDirs: string[] = [];
+function track(dir: string): string {
+  createdDirs.push(dir);
+  return dir;
+}
+
 
 const BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
 
@@ -45,7 +52,7 @@ function writeManifest(folder: string, model: Record<string, string>): void {
 
 /** A working directory with tmp/, a model store and a config.properties listening on random ports. */
 function workDir(extraConfig = ''): string {
-  const cwd = mkdtempSync(path.join(os.tmpdir(), 'marina-cli-start-stop-'));
+  const cwd = track(mkdtempSync(path.join(os.tmpdir(), 'marina-cli-start-stop-')));
   mkdirSync(path.join(cwd, 'tmp'));
   mkdirSync(path.join(cwd, 'store'));
   writeFileSync(
@@ -82,6 +89,7 @@ function isRunning(pid: number): boolean {
 const started: string[] = [];
 afterAll(async () => {
   for (const cwd of started) await serve(cwd, ['--stop']);
+  for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
 });
 
 // Each test starts real processes (tsx start-up, onnxruntime): allow well over the default 5 s on a shared machine.

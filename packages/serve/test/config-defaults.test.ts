@@ -1,11 +1,20 @@
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/load-config.ts';
 
+const createdDirs: string[] = [];
+function track(dir: string): string {
+  createdDirs.push(dir);
+  return dir;
+}
+afterAll(() => {
+  for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
+});
+
 function emptyDir(): string {
-  return mkdtempSync(path.join(os.tmpdir(), 'marina-config-defaults-'));
+  return track(mkdtempSync(path.join(os.tmpdir(), 'marina-config-defaults-')));
 }
 
 describe('configuration defaults without any file, flag or variable', () => {

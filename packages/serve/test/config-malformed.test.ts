@@ -1,13 +1,22 @@
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { isMarinaError, type MarinaError } from '@marina/errors';
 import { assertModelStoreConfigured, configFromProperties, loadConfig } from '../src/config/load-config.ts';
 import type { ServerConfig } from '../src/config/server-config.ts';
 
+const createdDirs: string[] = [];
+function track(dir: string): string {
+  createdDirs.push(dir);
+  return dir;
+}
+afterAll(() => {
+  for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
+});
+
 function dirWith(text: string): string {
-  const cwd = mkdtempSync(path.join(os.tmpdir(), 'marina-config-malformed-'));
+  const cwd = track(mkdtempSync(path.join(os.tmpdir(), 'marina-config-malformed-')));
   writeFileSync(path.join(cwd, 'config.properties'), text);
   return cwd;
 }

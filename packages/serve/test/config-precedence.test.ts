@@ -1,12 +1,21 @@
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { findConfigFile, loadConfig } from '../src/config/load-config.ts';
 import { isMarinaError } from '@marina/errors';
 
+const createdDirs: string[] = [];
+function track(dir: string): string {
+  createdDirs.push(dir);
+  return dir;
+}
+afterAll(() => {
+  for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
+});
+
 function tempDir(): string {
-  return mkdtempSync(path.join(os.tmpdir(), 'marina-config-precedence-'));
+  return track(mkdtempSync(path.join(os.tmpdir(), 'marina-config-precedence-')));
 }
 
 function write(dir: string, name: string, text: string): string {
