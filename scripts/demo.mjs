@@ -30,7 +30,7 @@ step('archive it', bin('model-archiver'), [
   '--export-path', 'model_store', '--force',
 ]);
 step('validate it', bin('model-archiver'), ['validate', `model_store/${model}.mar`]);
-step('serve it (background; token authorization on)', bin('serve'), ['--start', '--ts-config', 'config.properties', '--models', `${model}=${model}.mar`]);
+step('serve it (background; token authorization on)', bin('serve'), ['--start', '--ts-config', 'config.properties']);
 
 try {
   const keyFile = join(example, 'key_file.json');

@@ -35,7 +35,9 @@ interface RunResult {
 /** Runs `bin/serve.js` to completion in `cwd`, with its own TMPDIR so the pid file is this test's. */
 function serve(cwd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd, env: { ...process.env, TMPDIR: path.join(cwd, 'tmp'), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const childEnv: NodeJS.ProcessEnv = { ...process.env, TMPDIR: path.join(cwd, 'tmp'), ...env };
+    delete childEnv.MALLOC_MMAP_THRESHOLD_; // the launcher sets it unless the user did
+    const child = spawn(process.execPath, [BIN, ...args], { cwd, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -105,6 +107,9 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     expect(start.stdout).toContain('Model loaded: affine (version 1.0)');
     const pid = pidOf(cwd);
     expect(isRunning(pid)).toBe(true);
+    if (existsSync(`/proc/${pid}/environ`)) {
+      expect(readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')).toContain('MALLOC_MMAP_THRESHOLD_=131072');
+    }
 
     const url = `${inferenceUrl(start.stdout)}/predictions/affine`;
     const body = JSON.stringify({ data: [[1, 2, 3, 4]] });
