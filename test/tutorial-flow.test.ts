@@ -64,7 +64,7 @@ describe.each([
       const url = `http://127.0.0.1:${inferencePort}/predictions/${MODEL}`;
       const responses = await Promise.all(
         Array.from({ length: 100 }, async () => {
-          const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: image });
+          const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: new Uint8Array(image) });
           return { status: response.status, body: await response.text() };
         }),
       );

@@ -20,7 +20,7 @@ const args = JSON.parse(process.argv[2] ?? '{}');
 await tensorArchive();
 const isImage = !!args.image;
 const s = await startServer({
-  serveBin: defaultServeBin(), modelStoreDir: isImage ? args.store : store, archiveFileName: isImage ? args.archive : 'tt.mar', modelName: isImage ? args.model : 'tt', modelVersion: '1.0',
+  serveBin: args.serveBin ?? defaultServeBin(), modelStoreDir: isImage ? args.store : store, archiveFileName: isImage ? args.archive : 'tt.mar', modelName: isImage ? args.model : 'tt', modelVersion: '1.0',
   settings: args.settings, env: args.env, workDir: `/tmp/p2b/run-${Date.now()}`, jobQueueSize: 200,
 });
 const body = isImage ? await (await import('node:fs/promises')).readFile(args.image) : Buffer.from(JSON.stringify({ data: [[1, 2, 3, 4]] }));

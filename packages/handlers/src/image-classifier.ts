@@ -78,8 +78,10 @@ export function resolveImageClassifierOptions(modelYamlConfig: Record<string, un
 /**
  * Decodes an image and writes it into `out` (float32, CHW, normalised) at `offset`.
  * Steps as torchvision's Resize(resize) → CenterCrop(crop) → ToTensor → Normalize(mean, std):
- * the shorter side becomes `resize` (the longer one int(resize × long/short), as torchvision),
- * bilinear ('linear' kernel, sharp's closest to PIL's antialiased bilinear), then the centre crop.
+ * the shorter side becomes `resize` (bilinear, 'linear' kernel, sharp's closest to PIL's
+ * antialiased bilinear), then the centre crop, taken while converting to float.
+ * One sharp call (no separate metadata read): the whole decode runs on libuv's pool without
+ * needing this thread in between, so it proceeds even while a `run()` blocks the thread.
  * @throws MARINA_ERR_IMAGE_DECODE_FAILED or MARINA_ERR_IMAGE_TOO_LARGE.
  */
 export async function decodeImageInto(bytes: Buffer, options: ImageClassifierOptions & { limitInputPixels: boolean }, out: Float32Array, offset: number): Promise<void> {
@@ -87,28 +89,22 @@ export async function decodeImageInto(bytes: Buffer, options: ImageClassifierOpt
   const [cropH, cropW] = options.crop;
   let raw: Buffer;
   let channels: number;
+  let width: number;
+  let height: number;
   try {
-    const meta = await sharp(bytes, { limitInputPixels }).metadata();
-    if (!meta.width || !meta.height) throw new Error('image has no dimensions');
-    // EXIF orientation is applied as PIL does not: what the user sees is what gets classified.
-    const swap = (meta.orientation ?? 1) >= 5;
-    const w = swap ? meta.height : meta.width;
-    const ht = swap ? meta.width : meta.height;
-    const short = Math.min(w, ht);
-    const newW = w === short ? options.resize : Math.floor((options.resize * w) / short);
-    const newH = ht === short ? options.resize : Math.floor((options.resize * ht) / short);
-    const left = Math.round((newW - cropW) / 2);
-    const top = Math.round((newH - cropH) / 2);
+    // EXIF orientation is applied (rotate()) as PIL does not: what the user sees is what gets classified.
+    // fit 'outside' on a resize × resize box makes the shorter side exactly `resize`.
     const result = await sharp(bytes, { limitInputPixels, failOn: 'error' })
       .rotate()
       .removeAlpha()
       .toColourspace('srgb')
-      .resize(newW, newH, { fit: 'fill', kernel: 'linear' })
-      .extract({ left, top, width: cropW, height: cropH })
+      .resize({ width: options.resize, height: options.resize, fit: 'outside', kernel: 'linear' })
       .raw()
       .toBuffer({ resolveWithObject: true });
     raw = result.data;
     channels = result.info.channels;
+    width = result.info.width;
+    height = result.info.height;
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     if (/pixel limit/i.test(message)) {
@@ -116,14 +112,22 @@ export async function decodeImageInto(bytes: Buffer, options: ImageClassifierOpt
     }
     throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(`the request body (${bytes.length} bytes) is not a decodable image: ${message}`, { cause: error });
   }
+  if (width < cropW || height < cropH) {
+    throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(`the image resized to ${width}x${height} (shorter side ${options.resize}) is smaller than the crop ${cropH}x${cropW}; raise handler.resize in model-config.yaml`);
+  }
+  const left = Math.round((width - cropW) / 2);
+  const top = Math.round((height - cropH) / 2);
   const plane = cropH * cropW;
   const { mean, std } = options;
   for (let c = 0; c < 3; c++) {
     const src = channels === 1 ? 0 : c;
     const scale = 1 / (255 * std[c]!);
     const shift = mean[c]! / std[c]!;
-    const base = offset + c * plane;
-    for (let p = 0; p < plane; p++) out[base + p] = raw[p * channels + src]! * scale - shift;
+    let dst = offset + c * plane;
+    for (let y = 0; y < cropH; y++) {
+      let p = ((top + y) * width + left) * channels + src;
+      for (let x = 0; x < cropW; x++, p += channels) out[dst++] = raw[p]! * scale - shift;
+    }
   }
 }
 
@@ -160,10 +164,30 @@ export function topK(logits: Float32Array | number[], k: number, labels: Map<num
   return result;
 }
 
+/** image_classifier's preprocess output: the decoded images of a batch and the rows that failed. */
+interface DecodedBatch {
+  /** float32 NCHW, one image per row of the batch (failed rows' slots unused). */
+  pixels: Float32Array;
+  /** Rows that decoded. */
+  good: number[];
+  /** Per row: the decode error, or undefined. */
+  errors: Array<MarinaError | undefined>;
+}
+
+/** image_classifier's inference output. */
+interface Inferred {
+  decoded: DecodedBatch;
+  /** Logits per good row (`classes` values each), in `good` order. */
+  logits: Float32Array;
+  classes: number;
+}
+
 /**
  * TorchServe's image_classifier: each request's `data`/`body` is an image; the answer is its
  * top-k `{label: probability}` (a Map, serialised as a JSON object in rank order). A request
  * whose image cannot be decoded gets its own 400 while the rest of the batch is served.
+ * Split into preprocess (decode, on libuv's pool) → inference (run) → postprocess (top-k), and
+ * pipeline-safe: the server may decode the next batch while this one runs.
  */
 export function createImageClassifier(): Handler {
   let session: ort.InferenceSession;
@@ -174,7 +198,19 @@ export function createImageClassifier(): Handler {
   let isFixedBatchOfOne = false;
   let limitInputPixels = true;
 
+  const runOn = async (pixels: Float32Array, count: number): Promise<{ values: Float32Array; classes: number }> => {
+    const [h, w] = options.crop;
+    const feeds = { [inputName]: new ort.Tensor('float32', pixels, [count, 3, h, w]) };
+    const out = (await session.run(feeds))[outputName];
+    if (!out || out.dims.length !== 2 || out.dims[0] !== count) {
+      throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`image_classifier expected output '${outputName}' of shape [${count}, classes], got [${out?.dims.join(', ') ?? ''}]`);
+    }
+    return { values: out.data as Float32Array, classes: out.dims[1]! };
+  };
+
   return {
+    isPipelineSafe: true,
+
     async initialize(context: HandlerContext) {
       session = await context.createSession();
       const input = session.inputMetadata[0];
@@ -189,40 +225,57 @@ export function createImageClassifier(): Handler {
       limitInputPixels = context.systemProperties.limit_max_image_pixels;
     },
 
-    async handle(rows: RequestRow[], _context: HandlerContext) {
+    async preprocess(rows: RequestRow[]): Promise<DecodedBatch> {
       const [h, w] = options.crop;
       const perImage = 3 * h * w;
-      const results: Array<Map<string, number> | MarinaError> = new Array(rows.length);
-      const decoded = new Float32Array(perImage * rows.length);
+      const pixels = new Float32Array(perImage * rows.length);
       // Decode concurrently: sharp works on libuv's pool, several images in flight is faster than one.
       const outcomes = await Promise.allSettled(rows.map(async (row, i) => {
         const bytes = payloadBytes(rowPayload(row));
         if (!bytes) throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED('image_classifier needs image bytes, but the body was parsed as JSON; send the image with Content-Type application/octet-stream or image/*');
-        await decodeImageInto(bytes, { ...options, limitInputPixels }, decoded, i * perImage);
+        await decodeImageInto(bytes, { ...options, limitInputPixels }, pixels, i * perImage);
       }));
       const good: number[] = [];
+      const errors: Array<MarinaError | undefined> = new Array(rows.length).fill(undefined);
       outcomes.forEach((o, i) => {
         if (o.status === 'fulfilled') good.push(i);
-        else results[i] = isMarinaError(o.reason) ? o.reason : createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(String(o.reason));
+        else errors[i] = isMarinaError(o.reason) ? o.reason : createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(String(o.reason));
       });
-      if (good.length === 0) return results;
+      return { pixels, good, errors };
+    },
 
-      const runOn = async (indices: number[]) => {
-        const data = new Float32Array(perImage * indices.length);
-        indices.forEach((src, dst) => data.set(decoded.subarray(src * perImage, (src + 1) * perImage), dst * perImage));
-        const feeds = { [inputName]: new ort.Tensor('float32', data, [indices.length, 3, h, w]) };
-        const out = (await session.run(feeds))[outputName];
-        if (!out || out.dims.length !== 2 || out.dims[0] !== indices.length) {
-          throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`image_classifier expected output '${outputName}' of shape [${indices.length}, classes], got [${out?.dims.join(', ') ?? ''}]`);
+    async inference(input: unknown): Promise<Inferred> {
+      const decoded = input as DecodedBatch;
+      const [h, w] = options.crop;
+      const perImage = 3 * h * w;
+      const { good, pixels } = decoded;
+      if (good.length === 0) return { decoded, logits: new Float32Array(0), classes: 0 };
+      // Compact the good images to the front only when some rows failed (no copy otherwise).
+      const packed = good.length === pixels.length / perImage ? pixels : new Float32Array(perImage * good.length);
+      if (packed !== pixels) good.forEach((src, dst) => packed.set(pixels.subarray(src * perImage, (src + 1) * perImage), dst * perImage));
+      if (!isFixedBatchOfOne) {
+        const { values, classes } = await runOn(packed, good.length);
+        return { decoded, logits: values, classes };
+      }
+      let logits = new Float32Array(0);
+      let classes = 0;
+      for (let n = 0; n < good.length; n++) {
+        const out = await runOn(packed.subarray(n * perImage, (n + 1) * perImage), 1);
+        if (logits.length === 0) {
+          classes = out.classes;
+          logits = new Float32Array(classes * good.length);
         }
-        const classes = out.dims[1]!;
-        const values = out.data as Float32Array;
-        indices.forEach((row, n) => {
-          results[row] = topK(values.subarray(n * classes, (n + 1) * classes), options.topk, labels);
-        });
-      };
-      if (isFixedBatchOfOne) for (const i of good) await runOn([i]);
-      else await runOn(good);
+        logits.set(out.values, n * classes);
+      }
+      return { decoded, logits, classes };
+    },
+
+    postprocess(output: unknown): Array<Map<string, number> | MarinaError> {
+      const { decoded, logits, classes } = output as Inferred;
+      const results: Array<Map<string, number> | MarinaError> = decoded.errors.map((e) => e as MarinaError);
+      decoded.good.forEach((row, n) => {
+        results[row] = topK(logits.subarray(n * classes, (n + 1) * classes), options.topk, labels);
+      });
       return results;
     },
   };

@@ -62,6 +62,13 @@ export interface HandlerContext {
 }
 
 export interface Handler {
+  /**
+   * True when preprocess keeps no per-batch state in the handler (everything a batch needs
+   * travels in preprocess's return value): the server then starts preprocessing batch k+1 as
+   * soon as it arrives, while batch k is still in inference. Default false (TorchServe-style
+   * handlers that store state on `self` in preprocess run strictly one stage after another).
+   */
+  isPipelineSafe?: boolean;
   initialize?(context: HandlerContext): Promise<void> | void;
   preprocess?(data: RequestRow[], context: HandlerContext): unknown;
   inference?(input: unknown, context: HandlerContext): unknown;

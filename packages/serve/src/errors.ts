@@ -20,7 +20,7 @@ export const serveErrors = defineErrors({
   MARINA_ERR_HANDLER_OUTPUT_INVALID: { statusCode: 503, description: 'The handler returned something that is not a list, or an item that cannot be serialised to JSON.' },
   MARINA_ERR_REQUEST_TOO_LARGE: { statusCode: 413, description: 'The request body is larger than max_request_size; send a smaller body or raise max_request_size.' },
   MARINA_ERR_BAD_REQUEST: { statusCode: 400, description: 'The request is malformed (for example a multipart body that cannot be parsed or has no fields).' },
-  MARINA_ERR_MODEL_LOAD_FAILED: { statusCode: 500, description: 'A model could not be opened or its settings are invalid; the message names the archive and the cause. Other models still load.' },
+  MARINA_ERR_MODEL_LOAD_FAILED: { statusCode: 400, description: 'A model could not be opened or its settings are invalid; the message names the archive and the cause. Other models still load.' },
   MARINA_ERR_MODEL_VERSION_CONFLICT: { statusCode: 409, description: 'That model version is already registered; unregister it first or give another version.' },
   MARINA_ERR_DEFAULT_VERSION_REMOVAL: { statusCode: 403, description: 'The default version cannot be unregistered while other versions exist; set another default first.' },
   MARINA_ERR_INVALID_WORKER_COUNT: { statusCode: 400, description: 'A worker count is negative, or max_worker is less than min_worker.' },

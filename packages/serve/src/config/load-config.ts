@@ -109,6 +109,10 @@ interface RawConfig {
   cors_allowed_headers?: string;
   private_key_file?: string;
   certificate_file?: string;
+  autoscale_interval_ms: number;
+  autoscale_scale_up_queue_depth: number;
+  autoscale_scale_up_after_ms: number;
+  autoscale_scale_down_idle_ms: number;
 }
 
 interface RawValue {
@@ -346,6 +350,12 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     limitMaxImagePixels: checked.limit_max_image_pixels,
     unknownKeys,
     warnings,
+    autoscaling: {
+      intervalMs: checked.autoscale_interval_ms,
+      scaleUpQueueDepth: checked.autoscale_scale_up_queue_depth,
+      scaleUpAfterMs: checked.autoscale_scale_up_after_ms,
+      scaleDownIdleMs: checked.autoscale_scale_down_idle_ms,
+    },
     ...(checked.private_key_file ? { privateKeyFile: path.resolve(cwd, checked.private_key_file) } : {}),
     ...(checked.certificate_file ? { certificateFile: path.resolve(cwd, checked.certificate_file) } : {}),
     ...(input.configFile ? { configFile: input.configFile } : {}),

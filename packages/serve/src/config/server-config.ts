@@ -95,6 +95,20 @@ export interface ServerConfig {
   privateKeyFile?: string;
   /** certificate_file (PEM), required with an https:// address. */
   certificateFile?: string;
+  /**
+   * The autoscaler's knobs from `autoscale_*` keys (Marina extension; see ERRORS-OPS.md). Undefined
+   * or a missing field means the autoscaler's default.
+   */
+  autoscaling?: {
+    /** autoscale_interval_ms. Default 1000. */
+    intervalMs?: number;
+    /** autoscale_scale_up_queue_depth: queued jobs per live worker. Default 1. */
+    scaleUpQueueDepth?: number;
+    /** autoscale_scale_up_after_ms. Default 3000. */
+    scaleUpAfterMs?: number;
+    /** autoscale_scale_down_idle_ms. Default 60000. */
+    scaleDownIdleMs?: number;
+  };
   /** Absolute path of the config file that was read; undefined when only defaults, CLI and env applied. */
   configFile?: string;
 }

@@ -138,7 +138,10 @@ export class ModelRegistry implements ModelRegistryApi {
         this.#models.set(modelName, model);
       }
       model.versions.set(modelVersion, version);
-      if (options.isDefault) model.defaultVersion = modelVersion;
+      // TorchServe ignores the models JSON's defaultVersion for models loaded at start-up
+      // (pytorch/serve#2744); Marina applies it, as documented.
+      const isJsonDefault = options.loadedAtStartup === true && this.#config.models[modelName]?.[modelVersion]?.defaultVersion === true;
+      if (options.isDefault || isJsonDefault) model.defaultVersion = modelVersion;
       this.events.emit('changed');
       return version;
     } finally {

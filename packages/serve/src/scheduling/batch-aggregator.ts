@@ -16,7 +16,7 @@ export interface BatchAggregatorOptions<W> {
   maxBatchDelayMs: number;
   /** Takes an idle worker out of the idle set, or returns undefined when none is idle. */
   acquireIdleWorker(): W | undefined;
-  /** Workers of this model version currently running a batch (not counting one reserved for collecting). */
+  /** Workers of this model version currently running a batch (a worker reserved for collecting counts only when it also runs one). */
   busyWorkerCount(): number;
   /** Hands a batch to the worker acquired for it. Must not call back into the aggregator synchronously. */
   dispatch(worker: W, jobs: Job[], reason: DispatchReason): void;
@@ -54,8 +54,11 @@ export class BatchAggregator<W> {
     if (this.#collecting) {
       const c = this.#collecting;
       while (c.jobs.length < batchSize && queue.size > 0) c.jobs.push(queue.poll()!);
-      if (c.jobs.length < batchSize) return;
-      this.#sendCollecting('full');
+      if (c.jobs.length >= batchSize) this.#sendCollecting('full');
+      // The worker collected on may have been running earlier batches; once none of the version's
+      // workers runs anything, waiting longer can only add latency.
+      else if (this.#options.busyWorkerCount() === 0) this.#sendCollecting('idle');
+      else return;
     }
     while (queue.size > 0) {
       const worker = this.#options.acquireIdleWorker();

@@ -38,16 +38,16 @@ function reviveRow(row: Record<string, unknown>): RequestRow {
 let handler: Handler;
 const threading = { intraOpNumThreads: init.intraOpNumThreads, isOversubscribed: init.isOversubscribed };
 
+/** What the handler sets for each row of one batch through its context. */
 interface BatchState {
   requestIds: string[];
   headers: Array<Record<string, string>>;
   statuses: Array<{ code: number; phrase?: string } | undefined>;
   contentTypes: Array<string | undefined>;
-  responseHeaders: Array<Record<string, string>>;
+  responseHeaders: Array<Record<string, string> | undefined>;
 }
-let batch: BatchState = { requestIds: [], headers: [], statuses: [], contentTypes: [], responseHeaders: [] };
 
-const context: HandlerContext = {
+const baseContext = {
   modelName: init.modelName,
   modelVersion: init.modelVersion,
   manifest: init.manifest,
@@ -69,32 +69,33 @@ const context: HandlerContext = {
     if (!path) throw new Error(`model '${init.modelName}' has no serializedFile in its manifest, so createSession() needs a path`);
     return createSession(path, threading);
   },
-  get requestIds() {
-    return batch.requestIds;
-  },
-  getRequestHeader(index: number, name: string) {
-    return batch.headers[index]?.[name.toLowerCase()];
-  },
-  setResponseStatus(code: number, phrase?: string, index?: number) {
-    if (index === undefined) batch.statuses = batch.statuses.map(() => ({ code, phrase }));
-    else batch.statuses[index] = { code, phrase };
-  },
-  setResponseContentType(index: number, contentType: string) {
-    batch.contentTypes[index] = contentType;
-  },
-  setResponseHeader(index: number, name: string, value: string) {
-    (batch.responseHeaders[index] ??= {})[name] = value;
-  },
 };
 
-async function runHandler(rows: RequestRow[]): Promise<unknown> {
-  if (handler.handle) return handler.handle(rows, context);
-  const pre = handler.preprocess ? await handler.preprocess(rows, context) : rows;
-  const inferred = handler.inference ? await handler.inference(pre, context) : pre;
-  return handler.postprocess ? handler.postprocess(inferred, context) : inferred;
+/**
+ * A context per batch: with batches pipelined, the next batch's preprocess runs while this one
+ * is inferred, so per-row statuses and headers cannot live in one shared object.
+ */
+function createBatchContext(batch: BatchState): HandlerContext {
+  return {
+    ...baseContext,
+    requestIds: batch.requestIds,
+    getRequestHeader(index: number, name: string) {
+      return batch.headers[index]?.[name.toLowerCase()];
+    },
+    setResponseStatus(code: number, phrase?: string, index?: number) {
+      if (index === undefined) batch.statuses = batch.statuses.map(() => ({ code, phrase }));
+      else batch.statuses[index] = { code, phrase };
+    },
+    setResponseContentType(index: number, contentType: string) {
+      batch.contentTypes[index] = contentType;
+    },
+    setResponseHeader(index: number, name: string, value: string) {
+      (batch.responseHeaders[index] ??= {})[name] = value;
+    },
+  };
 }
 
-function serialise(item: unknown, index: number): ItemResult {
+function serialise(batch: BatchState, item: unknown, index: number): ItemResult {
   const headers = batch.responseHeaders[index] ?? {};
   if (item instanceof Error) {
     return { ok: false, error: toPayload(item, 'MARINA_ERR_HANDLER_FAILED', 503, 'Prediction failed: '), headers };
@@ -117,13 +118,74 @@ function serialise(item: unknown, index: number): ItemResult {
   return { ok: true, statusCode: status?.code ?? 200, body, contentType, headers };
 }
 
-async function onBatch(message: Extract<ToWorker, { type: 'batch' }>): Promise<void> {
+type BatchMessage = Extract<ToWorker, { type: 'batch' }>;
+
+/** A received batch; `preprocessed` is started as soon as it arrives when the handler has a separate preprocess. */
+interface PendingBatch {
+  message: BatchMessage;
+  state: BatchState;
+  context: HandlerContext;
+  rows: RequestRow[];
+  /** Settles with the preprocess output (or its error); never rejects. */
+  preprocessed?: Promise<{ ok: true; value: unknown } | { ok: false; error: unknown }>;
+}
+
+const pending: PendingBatch[] = [];
+let isLooping = false;
+
+function receive(message: BatchMessage): void {
   const n = message.rows.length;
-  batch = { requestIds: message.requestIds, headers: message.headers, statuses: new Array(n).fill(undefined), contentTypes: new Array(n).fill(undefined), responseHeaders: new Array(n).fill(undefined).map(() => ({})) };
+  const state: BatchState = { requestIds: message.requestIds, headers: message.headers, statuses: new Array(n).fill(undefined), contentTypes: new Array(n).fill(undefined), responseHeaders: new Array(n).fill(undefined) };
+  const item: PendingBatch = { message, state, context: createBatchContext(state), rows: message.rows.map(reviveRow) };
+  // Start preprocessing at once (image decoding runs on libuv's pool), so it overlaps with the
+  // run() of the batch ahead of it, which blocks this thread but not the pool.
+  if (handler.isPipelineSafe && !handler.handle && handler.preprocess) {
+    const preprocess = handler.preprocess.bind(handler);
+    item.preprocessed = (async () => preprocess(item.rows, item.context))().then((value) => ({ ok: true as const, value }), (error: unknown) => ({ ok: false as const, error }));
+  }
+  pending.push(item);
+  if (!isLooping) void loop();
+}
+
+/** Lets messages that came in while run() blocked the thread be received (and their preprocess start). */
+const yieldToMessages = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** Runs batches one at a time, in the order they came. */
+async function loop(): Promise<void> {
+  isLooping = true;
+  try {
+    while (pending.length > 0) {
+      const item = pending.shift()!;
+      await runBatch(item);
+      await yieldToMessages();
+    }
+  } finally {
+    isLooping = false;
+  }
+}
+
+async function runHandler(item: PendingBatch): Promise<unknown> {
+  const { rows, context } = item;
+  if (handler.handle) return handler.handle(rows, context);
+  let pre: unknown = rows;
+  if (item.preprocessed) {
+    const settled = await item.preprocessed;
+    if (!settled.ok) throw settled.error;
+    pre = settled.value;
+  } else if (handler.preprocess) {
+    pre = await handler.preprocess(rows, context);
+  }
+  const inferred = handler.inference ? await handler.inference(pre, context) : pre;
+  return handler.postprocess ? handler.postprocess(inferred, context) : inferred;
+}
+
+async function runBatch(item: PendingBatch): Promise<void> {
+  const { message, state } = item;
+  const n = message.rows.length;
   const started = performance.now();
   let output: unknown;
   try {
-    output = await runHandler(message.rows.map(reviveRow));
+    output = await runHandler(item);
   } catch (error) {
     post({ type: 'batch-failed', batchId: message.batchId, error: toPayload(error, 'MARINA_ERR_HANDLER_FAILED', 503, 'Prediction failed: '), heapBytes: heapBytes() });
     return;
@@ -137,10 +199,10 @@ async function onBatch(message: Extract<ToWorker, { type: 'batch' }>): Promise<v
     post({ type: 'batch-failed', batchId: message.batchId, heapBytes: heapBytes(), error: { code: 'MARINA_ERR_HANDLER_RESULT_COUNT', statusCode: 503, message: `number of batch response mismatched: the handler of model '${init.modelName}' returned ${output.length} results for a batch of ${n} requests; return exactly one item per request, in order` } });
     return;
   }
-  const items = output.map((item, i) => serialise(item, i));
+  const items = output.map((value, i) => serialise(state, value, i));
   const transfer: ArrayBuffer[] = [];
-  for (const item of items) {
-    if (item.ok && item.body.byteOffset === 0 && item.body.byteLength === item.body.buffer.byteLength && item.body.buffer instanceof ArrayBuffer && !transfer.includes(item.body.buffer)) transfer.push(item.body.buffer);
+  for (const result of items) {
+    if (result.ok && result.body.byteOffset === 0 && result.body.byteLength === result.body.buffer.byteLength && result.body.buffer instanceof ArrayBuffer && !transfer.includes(result.body.buffer)) transfer.push(result.body.buffer);
   }
   post({ type: 'result', batchId: message.batchId, items, heapBytes: heapBytes(), handlerMs }, transfer);
 }
@@ -150,15 +212,15 @@ export async function runWorker(): Promise<void> {
   try {
     const builtin = getBuiltinHandler(init.handler);
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });
-    await handler.initialize?.(context);
+    await handler.initialize?.(createBatchContext({ requestIds: [], headers: [], statuses: [], contentTypes: [], responseHeaders: [] }));
   } catch (error) {
     post({ type: 'init-failed', error: toPayload(error, 'MARINA_ERR_WORKER_START_FAILED', 500, `model '${init.modelName}' version '${init.modelVersion}' failed to load: `) });
     return;
   }
   post({ type: 'ready', heapBytes: heapBytes() });
-  // One batch at a time: the pool sends the next only after this one answered.
+  // The pool may send batches ahead (WORKER_PIPELINE_DEPTH); they run one at a time, in order.
   port.on('message', (message: ToWorker) => {
-    if (message.type === 'batch') void onBatch(message);
+    if (message.type === 'batch') receive(message);
     else if (message.type === 'stop') port.close();
   });
 }

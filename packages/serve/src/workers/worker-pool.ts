@@ -71,10 +71,10 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
     return n;
   }
 
-  /** Workers running a batch now (not those reserved while a batch is collected). */
+  /** Workers running a batch now (not those only reserved while a batch is collected). */
   get busyCount(): number {
     let n = 0;
-    for (const w of this.#workers) if (w.state === 'BUSY' && !this.#reserved.has(w)) n++;
+    for (const w of this.#workers) if (w.batchesInFlight > 0) n++;
     return n;
   }
 
@@ -83,29 +83,33 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
     return this.#target > 0 && this.#workers.size === 0 && this.#restartTimer === undefined && this.lastError !== undefined;
   }
 
+  /**
+   * Reserves the worker with the fewest batches in flight that can take one more (an idle one
+   * first; else a busy one whose pipeline has room), or returns undefined.
+   */
   acquireIdle(): Worker | undefined {
+    let best: Worker | undefined;
     for (const w of this.#workers) {
-      if (w.state === 'READY') {
-        w.reserve();
-        this.#reserved.add(w);
-        return w;
-      }
+      if (w.canTakeBatch && (best === undefined || w.batchesInFlight < best.batchesInFlight)) best = w;
     }
-    return undefined;
+    if (best === undefined) return undefined;
+    best.reserve();
+    this.#reserved.add(best);
+    return best;
   }
 
   /** Releases a worker reserved by acquireIdle without a batch. */
   release(worker: Worker): void {
     this.#reserved.delete(worker);
     worker.release();
-    if (worker.state === 'READY') this.emit('idle');
+    if (worker.canTakeBatch) this.emit('idle');
   }
 
   async runBatch(worker: Worker, jobs: Job[]): Promise<BatchOutcome> {
     this.#reserved.delete(worker);
     const outcome = await worker.runBatch(jobs);
     if (outcome.isOk) this.#consecutiveFailures = 0;
-    if (worker.state === 'READY') this.emit('idle');
+    if (worker.canTakeBatch) this.emit('idle');
     return outcome;
   }
 

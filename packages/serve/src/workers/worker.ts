@@ -24,6 +24,22 @@ export interface WorkerOptions {
   label: string;
 }
 
+/**
+ * Batches a worker holds at once: one running, the rest already in its thread so it never waits
+ * for the main thread between batches, and so a handler with a separate `preprocess` can decode
+ * the next batch on libuv's pool while `run()` blocks the worker's JavaScript thread (the
+ * message of batch k+2 must be there before run(k+1) starts, hence 3 and not 2).
+ */
+export const WORKER_PIPELINE_DEPTH = 3;
+
+interface Flight {
+  batchId: number;
+  jobs: Job[];
+  /** When it became the head of the pipeline (the batch the worker is working on), ms. */
+  started: number;
+  resolve: (o: BatchOutcome) => void;
+}
+
 export interface BatchOutcome {
   /** Time the worker spent on the batch, ms (0 when it failed before answering). */
   inferenceMs: number;
@@ -44,7 +60,11 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
   #state: WorkerState = 'LOADING';
   #thread: NodeWorker | undefined;
   #heapBytes = 0;
-  #inFlight: { batchId: number; jobs: Job[]; started: number; resolve: (o: BatchOutcome) => void; timer: ReturnType<typeof setTimeout> } | undefined;
+  /** Batches sent and not answered yet, oldest first (the thread answers in order). */
+  #flights: Flight[] = [];
+  /** One timer for the head batch only: the others have not started yet. */
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #isReserved = false;
   #nextBatchId = 1;
   #hasExited = false;
   readonly #options: WorkerOptions;
@@ -71,14 +91,27 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
     return this.#heapBytes;
   }
 
-  /** Marks a READY worker as taken for a batch being collected. */
+  /** Batches sent to the thread and not answered yet. */
+  get batchesInFlight(): number {
+    return this.#flights.length;
+  }
+
+  /** True when the worker can take one more batch now: alive, not reserved, its pipeline not full. */
+  get canTakeBatch(): boolean {
+    return (this.#state === 'READY' || this.#state === 'BUSY') && !this.#isReserved && this.#flights.length < WORKER_PIPELINE_DEPTH;
+  }
+
+  /** Marks the worker as taken for a batch being collected (it may still be running earlier ones). */
   reserve(): void {
-    if (this.#state === 'READY') this.#state = 'BUSY';
+    if (this.#state !== 'READY' && this.#state !== 'BUSY') return;
+    this.#isReserved = true;
+    this.#state = 'BUSY';
   }
 
   /** Returns a reserved worker that got no batch (e.g. on close). */
   release(): void {
-    if (this.#state === 'BUSY' && !this.#inFlight) this.#state = 'READY';
+    this.#isReserved = false;
+    if (this.#state === 'BUSY' && this.#flights.length === 0) this.#state = 'READY';
   }
 
   /**
@@ -151,8 +184,9 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
    * is killed ('failed' is emitted; the pool replaces it).
    */
   runBatch(jobs: Job[]): Promise<BatchOutcome> {
-    const { label, responseTimeoutMs } = this.#options;
+    const { label } = this.#options;
     return new Promise<BatchOutcome>((resolve) => {
+      this.#isReserved = false;
       if (!this.#thread || (this.#state !== 'READY' && this.#state !== 'BUSY')) {
         const error = createServeError.MARINA_ERR_WORKER_DIED(`worker ${this.id} of ${label} is ${this.#state} and cannot take a batch`);
         for (const job of jobs) job.reject(error);
@@ -163,21 +197,14 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
       const batchId = this.#nextBatchId++;
       const now = performance.now();
       for (const job of jobs) job.timings.dispatchedAt = now;
-      // 504 rather than TorchServe's 500 "Worker died.": the request did not crash anything, it
-      // ran out of time; a gateway-timeout status tells clients and load balancers exactly that.
-      const timer = setTimeout(() => {
-        const error = createServeError.MARINA_ERR_RESPONSE_TIMEOUT(
-          `${label} did not answer within responseTimeout (${responseTimeoutMs / 1000} s) for a batch of ${jobs.length}; worker ${this.id} was stopped and is being replaced. Raise responseTimeout, or make the model faster (fewer workers with more threads, smaller batches)`,
-          { details: { responseTimeoutMs, batchSize: jobs.length } },
-        );
-        this.#fail(error);
-      }, responseTimeoutMs);
-      this.#inFlight = { batchId, jobs, started: now, resolve, timer };
+      this.#flights.push({ batchId, jobs, started: now, resolve });
+      if (this.#flights.length === 1) this.#armTimer();
       const rows: Array<Record<string, unknown>> = [];
       const transfer: ArrayBuffer[] = [];
       for (const job of jobs) {
         const row: Record<string, unknown> = {};
-        for (const [key, value] of Object.entries(job.input)) {
+        for (const key in job.input) {
+          const value = job.input[key];
           // Hand image bytes over without a copy when the Buffer owns its whole ArrayBuffer.
           if (Buffer.isBuffer(value) && value.byteOffset === 0 && value.byteLength === value.buffer.byteLength && value.buffer instanceof ArrayBuffer && !transfer.includes(value.buffer)) {
             transfer.push(value.buffer);
@@ -191,22 +218,41 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
     });
   }
 
+  /** Starts responseTimeout for the head batch, from now: a prefetched batch's clock starts when it does. */
+  #armTimer(): void {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const head = this.#flights[0];
+    if (!head) return;
+    const { label, responseTimeoutMs } = this.#options;
+    head.started = performance.now();
+    // 504 rather than TorchServe's 500 "Worker died.": the request did not crash anything, it
+    // ran out of time; a gateway-timeout status tells clients and load balancers exactly that.
+    this.#timer = setTimeout(() => {
+      const error = createServeError.MARINA_ERR_RESPONSE_TIMEOUT(
+        `${label} did not answer within responseTimeout (${responseTimeoutMs / 1000} s) for a batch of ${head.jobs.length}; worker ${this.id} was stopped and is being replaced. Raise responseTimeout, or make the model faster (fewer workers with more threads, smaller batches)`,
+        { details: { responseTimeoutMs, batchSize: head.jobs.length } },
+      );
+      this.#fail(error);
+    }, responseTimeoutMs);
+  }
+
   /** Stops the worker on purpose (scale down, unregister, close). Callers drain it first. */
   async stop(): Promise<void> {
     if (this.#state !== 'FAILED') this.#state = 'UNLOADING';
-    if (this.#inFlight) this.#settleInFlight(createServeError.MARINA_ERR_MODEL_UNLOADING(`worker ${this.id} of ${this.#options.label} was stopped while running a batch`));
+    if (this.#flights.length > 0) this.#settleInFlight(createServeError.MARINA_ERR_MODEL_UNLOADING(`worker ${this.id} of ${this.#options.label} was stopped while running a batch`));
     if (this.#thread && !this.#hasExited) await this.#thread.terminate();
     await this.exited;
   }
 
   #onBatchMessage(message: Extract<FromWorker, { type: 'result' | 'batch-failed' }>): void {
     this.#heapBytes = message.heapBytes;
-    const flight = this.#inFlight;
+    const flight = this.#flights[0];
     if (!flight || flight.batchId !== message.batchId) return;
-    clearTimeout(flight.timer);
-    this.#inFlight = undefined;
-    if (this.#state === 'BUSY') this.#state = 'READY';
+    this.#flights.shift();
     const inferenceMs = performance.now() - flight.started;
+    this.#armTimer();
+    if (this.#state === 'BUSY' && this.#flights.length === 0 && !this.#isReserved) this.#state = 'READY';
     if (message.type === 'batch-failed') {
       const error = new MarinaError(message.error.code, message.error.message, message.error.statusCode, { details: { requestIds: flight.jobs.map((j) => j.requestId) } });
       for (const job of flight.jobs) job.reject(error);
@@ -225,12 +271,13 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
   }
 
   #settleInFlight(error: MarinaError): void {
-    const flight = this.#inFlight;
-    if (!flight) return;
-    clearTimeout(flight.timer);
-    this.#inFlight = undefined;
-    for (const job of flight.jobs) job.reject(error);
-    flight.resolve({ inferenceMs: performance.now() - flight.started, isOk: false });
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const now = performance.now();
+    for (const flight of this.#flights.splice(0)) {
+      for (const job of flight.jobs) job.reject(error);
+      flight.resolve({ inferenceMs: now - flight.started, isOk: false });
+    }
   }
 
   #fail(error: MarinaError, shouldTerminate = true): void {
