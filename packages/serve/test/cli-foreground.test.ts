@@ -1,18 +1,11 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { useTempDirs } from './temp-dirs.ts';
 
-const createdDirs: string[] = [];
-function track(dir: string): string {
-  createdDirs.push(dir);
-  return dir;
-}
-afterAll(() => {
-  for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
-});
+const newTempDir = useTempDirs('marina-cli-foreground-');
 
 const BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
 
@@ -39,7 +32,7 @@ afterEach(() => {
 
 /** `serve --foreground` with a sleepy model, resolved once it prints that it is ready. */
 async function startForeground(): Promise<Foreground & { url: string }> {
-  const cwd = track(mkdtempSync(path.join(os.tmpdir(), 'marina-cli-foreground-')));
+  const cwd = newTempDir();
   mkdirSync(path.join(cwd, 'tmp'));
   const model = path.join(cwd, 'store', 'sleepy');
   mkdirSync(path.join(model, 'MAR-INF'), { recursive: true });

@@ -1,20 +1,13 @@
-import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/load-config.ts';
+import { useTempDirs } from './temp-dirs.ts';
 
-const createdDirs: string[] = [];
-function track(dir: string): string {
-  createdDirs.push(dir);
-  return dir;
-}
-afterAll(() => {
-  for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
-});
+const newTempDir = useTempDirs('marina-config-defaults-');
 
 function emptyDir(): string {
-  return track(mkdtempSync(path.join(os.tmpdir(), 'marina-config-defaults-')));
+  return newTempDir();
 }
 
 describe('configuration defaults without any file, flag or variable', () => {

@@ -1,20 +1,13 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { configFromProperties, loadConfig } from '../src/config/load-config.ts';
+import { useTempDirs } from './temp-dirs.ts';
 
-const createdDirs: string[] = [];
-function track(dir: string): string {
-  createdDirs.push(dir);
-  return dir;
-}
-afterAll(() => {
-  for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
-});
+const newTempDir = useTempDirs('marina-config-keys-');
 
 function dirWithConfig(text: string): string {
-  const cwd = track(mkdtempSync(path.join(os.tmpdir(), 'marina-config-keys-')));
+  const cwd = newTempDir();
   mkdirSync(path.join(cwd, 'store'));
   writeFileSync(path.join(cwd, 'config.properties'), text);
   return cwd;

@@ -1,22 +1,15 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { isMarinaError, type MarinaError } from '@marina/errors';
 import { loadConfig } from '../src/config/load-config.ts';
 import type { ServerConfig } from '../src/config/server-config.ts';
+import { useTempDirs } from './temp-dirs.ts';
 
-const createdDirs: string[] = [];
-function track(dir: string): string {
-  createdDirs.push(dir);
-  return dir;
-}
-afterAll(() => {
-  for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
-});
+const newTempDir = useTempDirs('marina-config-models-');
 
 async function load(text: string): Promise<ServerConfig> {
-  const cwd = track(mkdtempSync(path.join(os.tmpdir(), 'marina-config-models-')));
+  const cwd = newTempDir();
   writeFileSync(path.join(cwd, 'config.properties'), text);
   return loadConfig({ cliOptions: {}, env: {}, cwd });
 }

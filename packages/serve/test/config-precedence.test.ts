@@ -1,21 +1,14 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { findConfigFile, loadConfig } from '../src/config/load-config.ts';
 import { isMarinaError } from '@marina/errors';
+import { useTempDirs } from './temp-dirs.ts';
 
-const createdDirs: string[] = [];
-function track(dir: string): string {
-  createdDirs.push(dir);
-  return dir;
-}
-afterAll(() => {
-  for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
-});
+const newTempDir = useTempDirs('marina-config-precedence-');
 
 function tempDir(): string {
-  return track(mkdtempSync(path.join(os.tmpdir(), 'marina-config-precedence-')));
+  return newTempDir();
 }
 
 function write(dir: string, name: string, text: string): string {

@@ -1,24 +1,17 @@
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import os from 'node:os';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/load-config.ts';
+import { useTempDirs } from './temp-dirs.ts';
 
-const createdDirs: string[] = [];
-function track(dir: string): string {
-  createdDirs.push(dir);
-  return dir;
-}
-afterAll(() => {
-  for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
-});
+const newTempDir = useTempDirs('marina-config-tutorial-');
 
 const EXAMPLES = fileURLToPath(new URL('../../../examples/resnet-152/', import.meta.url));
 
 /** Loads an example as `serve --start --disable-token-auth --enable-model-api --ts-config <file>` would, from a folder with a model store. */
 async function loadExample(file: string, env: NodeJS.ProcessEnv = {}) {
-  const cwd = track(mkdtempSync(path.join(os.tmpdir(), 'marina-config-tutorial-')));
+  const cwd = newTempDir();
   mkdirSync(path.join(cwd, 'model_store'));
   return loadConfig({ cliOptions: { tsConfig: path.join(EXAMPLES, file), disableTokenAuth: true, enableModelApi: true }, env, cwd });
 }
