@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { runLoad } from '../src/load-generator.ts';
 import { summarizeLatencies } from '../src/stats.ts';
-const child = spawn(process.execPath, ['../src/jobs/bare-server.mjs'], { stdio: ['ignore', 'pipe', 'inherit'] });
+const child = spawn(process.execPath, [new URL('../src/jobs/bare-server.mjs', import.meta.url).pathname], { stdio: ['ignore', 'pipe', 'inherit'] });
 const port = await new Promise<number>((r) => createInterface({ input: child.stdout! }).once('line', (l) => r(JSON.parse(l).port)));
 const body = Buffer.from(JSON.stringify({ data: [[1, 2, 3, 4]] }));
 for (const c of [1, 32]) {

@@ -54,7 +54,7 @@ export interface ReferenceTimings {
   ownEndToEndP50Ms: number;
   /** Main model, the same but only `session.run`, p50 ms. */
   ownInferP50Ms: number;
-  /** Tiny model equivalents (overhead experiment). */
+  /** The overhead experiment's tensor model (2x+1), per request in one process: parse JSON + run + serialise, and run alone, p50 ms. */
   tinyOwnEndToEndP50Ms: number;
   tinyOwnInferP50Ms: number;
 }

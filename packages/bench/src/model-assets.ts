@@ -2,7 +2,7 @@ import { mkdir, readFile, stat, writeFile, rm } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join, basename } from 'node:path';
 import { packArchive } from '@marina/archive';
-import { loadImagenetClassNames, writeIndexToName, writeResnet, writeSampleJpeg, writeTinyClassifier } from '@marina/model-zoo';
+import { loadImagenetClassNames, writeIndexToName, writeResnet, writeSampleJpeg, writeTinyClassifier, writeTinyTensorModel } from '@marina/model-zoo';
 
 /** Models the bench knows; ResNets come from @marina/model-zoo with seeded random weights. */
 export const benchModelNames = ['resnet-152', 'resnet-50', 'resnet-18', 'tiny'] as const;
@@ -123,4 +123,39 @@ export async function prepareAssets(options: { model: BenchModelName; cacheDir?:
 /** Model name inside an archive file name (`resnet-18-external.mar` → `resnet-18-external`). */
 export function archiveModelName(archiveFileName: string): string {
   return basename(archiveFileName).replace(/\.(mar|tar\.gz)$/, '');
+}
+
+/** The overhead experiment's model: `2x + 1` on a [N, 4] float tensor, served by the `tensor` handler. */
+export interface TensorAssets {
+  modelName: string;
+  modelVersion: string;
+  modelPath: string;
+  modelStoreDir: string;
+  archiveFileName: string;
+  /** A one-row JSON request the tensor handler takes, ~30 bytes. */
+  body: Buffer;
+  contentType: string;
+}
+
+/**
+ * Generates (once) the tensor model whose own run time is a few microseconds, so a server's
+ * latency and throughput on it are the server's own overhead: HTTP, queueing, the worker hand-off
+ * and JSON in and out.
+ */
+export async function prepareTensorAssets(options: { cacheDir?: string } = {}): Promise<TensorAssets> {
+  const dir = join(options.cacheDir ?? defaultCacheDir(), `tiny-tensor-v${CACHE_LAYOUT_VERSION}`);
+  const storeDir = join(dir, 'model-store');
+  const modelPath = join(dir, 'model.onnx');
+  const assets: TensorAssets = {
+    modelName: 'tiny-tensor', modelVersion: '1.0', modelPath, modelStoreDir: storeDir, archiveFileName: 'tiny-tensor.mar',
+    body: Buffer.from(JSON.stringify({ data: [[1, 2, 3, 4]] })), contentType: 'application/json',
+  };
+  if (await exists(join(storeDir, assets.archiveFileName))) return assets;
+  await mkdir(storeDir, { recursive: true });
+  await writeTinyTensorModel({ outputPath: modelPath });
+  await packArchive({
+    modelName: assets.modelName, modelVersion: assets.modelVersion, handler: 'tensor', serializedFile: modelPath,
+    extraFiles: [], exportPath: storeDir, archiveFormat: 'default', isForced: true,
+  });
+  return assets;
 }

@@ -9,10 +9,10 @@ import { runCeiling, measureOwnTime } from './experiments/ceiling.ts';
 import { runDecentralized } from './experiments/decentralized.ts';
 import type { BenchProgressEvent, ExperimentContext, RunPlan } from './experiments/experiment-context.ts';
 import { runMemory } from './experiments/memory.ts';
-import { runOverhead } from './experiments/overhead.ts';
+import { measureTensorOwnTime, runOverhead } from './experiments/overhead.ts';
 import { runBatched, runCentralized, runSweep, runWorkers, type ServerRunResult } from './experiments/server-experiments.ts';
 import { getMachineInfo } from './machine-info.ts';
-import { benchModelNames, prepareAssets, type BenchModelName } from './model-assets.ts';
+import { benchModelNames, prepareAssets, prepareTensorAssets, type BenchModelName } from './model-assets.ts';
 import { writeReports, type ReportFiles } from './report/write-reports.ts';
 import { bestOf, bestServerRow, checkTargets } from './targets.ts';
 
@@ -111,9 +111,9 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const outDir = resolve(options.outDir ?? defaultOutDir(startedAt));
   const cpuCount = os.availableParallelism();
   const assets = await prepareAssets({ model, cacheDir: options.cacheDir, onStatus: (message) => onProgress({ type: 'log', message }) });
-  const tinyAssets = selected.has('overhead') ? (model === 'tiny' ? assets : await prepareAssets({ model: 'tiny', cacheDir: options.cacheDir, onStatus: (message) => onProgress({ type: 'log', message }) })) : undefined;
+  const tensorAssets = selected.has('overhead') ? await prepareTensorAssets({ cacheDir: options.cacheDir }) : undefined;
   const modelBytes = (await stat(assets.modelPath)).size;
-  const context: ExperimentContext = { assets, tinyAssets, plan, serveBin, workDir: join(outDir, 'servers'), cpuCount, onProgress };
+  const context: ExperimentContext = { assets, tensorAssets, plan, serveBin, workDir: join(outDir, 'servers'), cpuCount, onProgress };
 
   const rows: ResultRow[] = [];
   const notes: string[] = [];
@@ -149,8 +149,8 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     bestServerConfig = spec.label;
     rows.push(...(await runSweep(context, spec)));
   }
-  if (selected.has('overhead') && tinyAssets) {
-    const own = await measureOwnTime(tinyAssets.modelPath, tinyAssets.imagePath, cpuCount);
+  if (selected.has('overhead') && tensorAssets) {
+    const own = await measureTensorOwnTime(tensorAssets);
     references.tinyOwnEndToEndP50Ms = own.endToEndP50Ms;
     references.tinyOwnInferP50Ms = own.inferP50Ms;
     rows.push(...(await runOverhead(context)));

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import { isAbsolute, join, resolve } from 'node:path';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
@@ -48,14 +49,21 @@ function sameAddress(a: ServerConfig['inferenceAddress'], b: ServerConfig['infer
   return a.protocol === b.protocol && a.host === b.host && a.port === b.port;
 }
 
-function createInstance(config: ServerConfig, options: BuildAppOptions): FastifyInstance {
+/** Fastify's `https` option for an https:// address: the PEM files of private_key_file/certificate_file (the loader requires both). */
+function tlsOptions(config: ServerConfig, address: ServerConfig['inferenceAddress']): { https: { key: Buffer; cert: Buffer } } | undefined {
+  if (address.protocol !== 'https' || !config.privateKeyFile || !config.certificateFile) return undefined;
+  return { https: { key: readFileSync(config.privateKeyFile), cert: readFileSync(config.certificateFile) } };
+}
+
+function createInstance(config: ServerConfig, options: BuildAppOptions, address: ServerConfig['inferenceAddress']): FastifyInstance {
   const app = Fastify({
     logger: options.logger ?? false,
     bodyLimit: config.maxRequestBytes,
     genReqId: () => randomUUID(),
     requestIdHeader: false,
     return503OnClosing: true,
-  });
+    ...tlsOptions(config, address),
+  }) as unknown as FastifyInstance;
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
@@ -107,9 +115,9 @@ export async function listStartupModels(config: ServerConfig): Promise<Array<Loa
  * (main.ts does). Plugins from `options.plugins` are registered on their API's instance.
  */
 export async function buildApp(config: ServerConfig, options: BuildAppOptions = {}): Promise<MarinaApp> {
-  const inference = createInstance(config, options);
-  const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options);
-  const metrics = createInstance(config, options);
+  const inference = createInstance(config, options, config.inferenceAddress);
+  const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options, config.managementAddress);
+  const metrics = createInstance(config, options, config.metricsAddress);
   const log = (level: 'info' | 'warn' | 'error', message: string) => inference.log[level](message);
   const registry = new ModelRegistry({ config, log });
 

@@ -6,15 +6,18 @@ import { fileURLToPath } from 'node:url';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
-import { buildApp, type AppPlugin } from './app.ts';
+import { buildApp, listStartupModels, type AppPlugin, type MarinaApp } from './app.ts';
 import { createTokenAuthorization, createTokenHook, tokenRoutes, type TokenAuthorization } from './auth/token-authorization.ts';
-import { createServerMetrics } from './metrics/server-metrics.ts';
+import { createServerMetrics, type ServerMetrics } from './metrics/server-metrics.ts';
+import { createAutoscaler, type Autoscaler, type AutoscalingKnobs } from './scaling/autoscaler.ts';
+import { createSnapshotStore, readLatestSnapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
+import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, withoutRestored, type SnapshotRegistration } from './snapshot/restore-snapshot.ts';
 import { managementRoutes } from './routes/management.ts';
 import { metricsRoutes } from './routes/metrics.ts';
 import type { ModelRegistryApi } from './registry/model-registry-api.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import type { ServeCliOptions } from './config/load-config.ts';
-import { assertModelStoreConfigured, loadConfig } from './config/load-config.ts';
+import { assertModelStoreConfigured, deepFreeze, loadConfig } from './config/load-config.ts';
 import { configError } from './config/config-errors.ts';
 import { isServerProcessAlive, pidFilePath, readPidFile, removePidFile, writePidFile } from './config/pid-file.ts';
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
@@ -25,7 +28,9 @@ export interface RunningServer {
   listening: Array<{ api: 'inference' | 'management' | 'metrics'; url: string }>;
   loaded: string[];
   failed: string[];
-  /** Stops accepting connections and drains in-flight requests (app.close()). */
+  /** The snapshot file whose model versions were registered again, when one was. */
+  restoredFrom?: string;
+  /** Stops the autoscaler and the snapshot store, then stops accepting connections and drains in-flight requests (app.close()). Idempotent. */
   close(): Promise<void>;
 }
 
@@ -42,15 +47,78 @@ const STOP_WAIT_MS = 90_000;
 const START_WAIT_MS = 600_000;
 const LOG_TAIL_LINES = 40;
 
+export interface StartServerOptions {
+  /** Non-fatal events (snapshot restore and write problems, autoscaler moves); ignored by default. */
+  log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+}
+
+/** Late-bound parts the plugins reach at request time (they exist only once the registry does). */
+export interface OperatorContext {
+  autoscaler?: Autoscaler;
+  metrics?: ServerMetrics;
+}
+
 /**
- * Builds the app, loads the start-up models (before the ports bind, as TorchServe), then listens
- * on each address, once per distinct Fastify instance; metrics only when enable_metrics_api.
+ * Builds the app, restores the newest config snapshot (unless --ncs / isSnapshotEnabled false),
+ * loads the start-up models not already restored (before the ports bind, as TorchServe), starts
+ * the autoscaler and the snapshot store (one snapshot now, then one after every change), then
+ * listens on each address, once per distinct Fastify instance; metrics only when enable_metrics_api.
  * Library function: prints nothing, never exits.
  */
-export async function startServer(config: ServerConfig): Promise<RunningServer> {
-  const app = await buildApp(config, { plugins: await createServerPlugins(config) });
+export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
+  const log = options.log ?? (() => undefined);
+  const snapshot = config.isSnapshotEnabled ? await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => log('warn', message) }) : undefined;
+  const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
+  const effectiveConfig = registrations.length > 0 ? await withoutRestoredStartupModels(config, registrations) : config;
+  const operator: OperatorContext = {};
+  const app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator) });
+  let autoscaler: Autoscaler | undefined;
+  let snapshots: SnapshotStore | undefined;
+  let closing: Promise<void> | undefined;
+  const close = () => {
+    closing ??= (async () => {
+      autoscaler?.stop();
+      // Unsubscribe before the registry empties itself on close: that is not a state to restore.
+      await snapshots?.close();
+      await app.close();
+    })();
+    return closing;
+  };
   try {
-    const { loaded, failed } = await app.loadStartupModels();
+    const restored = await restoreSnapshotModels(app, registrations, snapshot?.path);
+    const startup = await app.loadStartupModels();
+    await restored.start();
+    const loaded = [...restored.loaded, ...startup.loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`)];
+    const failed = [...restored.failed, ...startup.failed.map((failure) => `${failure.url}: ${failure.error.code}: ${failure.error.message}`)];
+
+    autoscaler = createAutoscaler({
+      registry: app.registry,
+      config,
+      knobs: definedKnobs(config.autoscaling),
+      onScale: (event) => log(event.error ? 'warn' : 'info', event.error
+        ? `autoscaler could not move model ${event.modelName} version ${event.modelVersion} from ${event.from} to ${event.to} workers: ${event.error.message}`
+        : `autoscaler: model ${event.modelName} version ${event.modelVersion} ${event.from} -> ${event.to} workers (${event.reason})`),
+    });
+    operator.autoscaler = autoscaler;
+    autoscaler.start();
+
+    if (config.isSnapshotEnabled) {
+      let properties: Record<string, string> = {};
+      try {
+        properties = await snapshotPropertiesFromConfigFile(config.configFile);
+      } catch (error) {
+        log('warn', `snapshots will not carry the settings of ${config.configFile}: ${(error as Error).message}`);
+      }
+      snapshots = createSnapshotStore({
+        registry: app.registry,
+        snapshotDir: config.snapshotDir,
+        modelStore: config.modelStore,
+        properties,
+        onError: (error) => log('error', error.message),
+      });
+      await snapshots.write().catch((error: Error) => log('error', error.message));
+    }
+
     const targets = [
       { api: 'inference' as const, instance: app.inference, address: config.inferenceAddress },
       { api: 'management' as const, instance: app.management, address: config.managementAddress },
@@ -71,22 +139,79 @@ export async function startServer(config: ServerConfig): Promise<RunningServer> 
     }
     return {
       listening,
-      loaded: loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`),
-      failed: failed.map((failure) => `${failure.url}: ${failure.error.code}: ${failure.error.message}`),
-      close: () => app.close(),
+      loaded,
+      failed,
+      ...(snapshot && registrations.length > 0 ? { restoredFrom: snapshot.path } : {}),
+      close,
     };
   } catch (error) {
-    await app.close().catch(() => undefined);
+    await close().catch(() => undefined);
     throw error;
   }
 }
 
 /**
- * The APIs around the core's inference routes: token authorization (unless disabled), the
- * management API with /token, and /metrics on the metrics listener.
+ * Opens every model version of the snapshot (so the thread split counts their workers with the
+ * load_models ones), and returns `start` to start their workers once load_models are opened too.
+ * A version that cannot come back (archive gone, workers fail) is reported, the others go on.
  */
-export async function createServerPlugins(config: ServerConfig): Promise<AppPlugin[]> {
+async function restoreSnapshotModels(app: MarinaApp, registrations: SnapshotRegistration[], snapshotPath: string | undefined) {
+  const loaded: string[] = [];
+  const failed: string[] = [];
+  const describe = (r: SnapshotRegistration) => `${r.url} (model ${r.modelName} version ${r.snapshotVersion} from snapshot ${snapshotPath})`;
+  const opened: Array<{ registration: SnapshotRegistration; version: Awaited<ReturnType<MarinaApp['registry']['open']>> }> = [];
+  for (const registration of registrations) {
+    try {
+      opened.push({ registration, version: await app.registry.open(registration) });
+    } catch (error) {
+      failed.push(`${describe(registration)}: ${(error as { code?: string }).code ?? 'MARINA_ERR_INTERNAL'}: ${(error as Error).message}`);
+    }
+  }
+  return {
+    loaded,
+    failed,
+    async start(): Promise<void> {
+      await Promise.all(opened.map(async ({ registration, version }) => {
+        try {
+          const result = await app.registry.start(version, { synchronous: true });
+          loaded.push(`${result.modelName} (version ${result.modelVersion})`);
+        } catch (error) {
+          failed.push(`${describe(registration)}: ${(error as { code?: string }).code ?? 'MARINA_ERR_INTERNAL'}: ${(error as Error).message}`);
+        }
+      }));
+    },
+  };
+}
+
+/** The configuration with the load_models entries that the snapshot already restores taken out. */
+async function withoutRestoredStartupModels(config: ServerConfig, registrations: SnapshotRegistration[]): Promise<ServerConfig> {
+  let specs;
+  try {
+    specs = await listStartupModels(config);
+  } catch {
+    return config; // loadStartupModels reports an unreadable store itself.
+  }
+  const kept = withoutRestored(specs, registrations);
+  if (kept.length === specs.length) return config;
+  return deepFreeze({ ...config, loadModels: kept.map(({ name, url }) => (name === undefined ? { url } : { name, url })) });
+}
+
+function definedKnobs(knobs: ServerConfig['autoscaling']): Partial<AutoscalingKnobs> {
+  return Object.fromEntries(Object.entries(knobs ?? {}).filter(([, value]) => value !== undefined)) as Partial<AutoscalingKnobs>;
+}
+
+/**
+ * The APIs around the core's inference routes: token authorization (unless disabled), the
+ * management API with /token (describe shows the autoscaler's policy), /metrics on the metrics
+ * listener, and TorchServe's Requests2XX/4XX/5XX counted on the inference and management listeners.
+ * `operator` is filled in by startServer once the registry exists.
+ */
+export async function createServerPlugins(config: ServerConfig, operator: OperatorContext = {}): Promise<AppPlugin[]> {
   const plugins: AppPlugin[] = [];
+  if (config.enableMetricsApi) {
+    plugins.push({ api: 'inference', plugin: responseCounterPlugin, options: { operator } });
+    if (!isSameAddress(config.inferenceAddress, config.managementAddress)) plugins.push({ api: 'management', plugin: responseCounterPlugin, options: { operator } });
+  }
   if (!config.disableTokenAuthorization) {
     const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin });
     if (isSameAddress(config.inferenceAddress, config.managementAddress)) {
@@ -98,10 +223,23 @@ export async function createServerPlugins(config: ServerConfig): Promise<AppPlug
     }
     plugins.push({ api: 'management', plugin: tokenRoutes, options: { tokens } });
   }
-  plugins.push({ api: 'management', plugin: managementRoutes });
-  if (config.enableMetricsApi) plugins.push({ api: 'metrics', plugin: metricsPlugin });
+  plugins.push({
+    api: 'management',
+    plugin: managementRoutes,
+    options: { autoscaling: (modelName: string, modelVersion: string) => operator.autoscaler?.describe(modelName, modelVersion) },
+  });
+  if (config.enableMetricsApi) plugins.push({ api: 'metrics', plugin: metricsPlugin, options: { operator } });
   return plugins;
 }
+
+/** Counts every response of the listener (skip-override: applies to routes of every plugin on it). */
+const responseCounterPlugin: FastifyPluginAsync<{ operator: OperatorContext }> = async (app, options) => {
+  app.addHook('onResponse', (_request, reply, done) => {
+    options.operator.metrics?.recordResponse(reply.statusCode);
+    done();
+  });
+};
+(responseCounterPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
 
 /** Adds the token hook to the whole listener (skip-override: not encapsulated, so it guards routes registered before it). */
 const tokenHookPlugin: FastifyPluginAsync<{ keyType: 'inference' | 'management' | 'by-path'; tokens: TokenAuthorization }> = async (app, options) => {
@@ -118,8 +256,9 @@ const tokenHookPlugin: FastifyPluginAsync<{ keyType: 'inference' | 'management' 
 };
 (tokenHookPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
 
-const metricsPlugin: FastifyPluginAsync<{ registry: ModelRegistryApi }> = async (app, options) => {
+const metricsPlugin: FastifyPluginAsync<{ registry: ModelRegistryApi; operator: OperatorContext }> = async (app, options) => {
   const metrics = createServerMetrics({ registry: options.registry, hostname: os.hostname() });
+  options.operator.metrics = metrics;
   app.addHook('onClose', async () => metrics.close());
   await app.register(metricsRoutes, { metrics });
 };
@@ -165,7 +304,7 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
 
   let server: RunningServer;
   try {
-    server = await startServer(config);
+    server = await startServer(config, { log: (level, message) => (level === 'info' ? process.stdout : process.stderr).write(`${level === 'info' ? '' : `${level.toUpperCase()} `}${message}\n`) });
   } catch (error) {
     removePidFile({ onlyIfPid: process.pid });
     throw error;
@@ -198,6 +337,7 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
 
   for (const { api, url } of server.listening) process.stdout.write(`${api[0]!.toUpperCase()}${api.slice(1)} API bound to ${url}\n`);
   process.stdout.write(`${tokenNote(config)}\n`);
+  if (server.restoredFrom) process.stdout.write(`Restored the models of the snapshot ${server.restoredFrom} (start with --ncs to ignore snapshots)\n`);
   for (const name of server.loaded) process.stdout.write(`Model loaded: ${name}\n`);
   for (const failure of server.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
   process.stdout.write('Marina is ready.\n');

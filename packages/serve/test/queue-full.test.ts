@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type MarinaApp } from '../src/index.ts';
 import { tempDir, testConfig } from './helpers.ts';
 import { writeSleepyModel } from './fixtures.ts';
+import { WORKER_PIPELINE_DEPTH } from '../src/workers/worker.ts';
 
 describe('a full job queue', () => {
   let dir: { path: string; cleanup: () => Promise<void> };
@@ -22,13 +23,15 @@ describe('a full job queue', () => {
   it('answers 503 at once with Retry-After and a message naming the queue, while queued requests still succeed', async () => {
     const send = () => app.inference.inject({ method: 'POST', url: '/predictions/sleepy', payload: { sleepMs: 400, value: 1 } });
     const first = send();
-    // Let the first request reach the worker so the queue's two places are what is left.
+    // Let the first request reach the worker: it runs it and takes WORKER_PIPELINE_DEPTH - 1 more
+    // ahead (batchSize 1), and the queue's two places are what is left.
     await new Promise((r) => setTimeout(r, 100));
-    const rest = await Promise.all(Array.from({ length: 5 }, send));
+    const accepted = WORKER_PIPELINE_DEPTH + 2;
+    const rest = await Promise.all(Array.from({ length: accepted + 2 }, send));
     const all = [await first, ...rest];
     const ok = all.filter((r) => r.statusCode === 200);
     const rejected = all.filter((r) => r.statusCode === 503);
-    expect(ok).toHaveLength(3);
+    expect(ok).toHaveLength(accepted);
     expect(rejected).toHaveLength(3);
     for (const r of rejected) {
       expect(r.headers['retry-after']).toBe('1');

@@ -12,9 +12,10 @@ describe('intra-op thread defaults', () => {
     expect(resolveIntraOpThreads({ configured: undefined, ompNumThreads: undefined, cpuCount: 2, totalWorkers: 5 })).toEqual({ intraOpNumThreads: 1, source: 'cores' });
   });
 
-  it('turns spinning off only when the cores are oversubscribed', () => {
-    expect(createSessionOptions({ intraOpNumThreads: 2, isOversubscribed: false })).toEqual({ graphOptimizationLevel: 'all', intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', executionProviders: ['cpu'] });
-    expect(createSessionOptions({ intraOpNumThreads: 2, isOversubscribed: true }).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
+  it('turns intra-op spinning off whether or not the cores are oversubscribed (a server always has other work for them)', () => {
+    const spinningOff = { session: { 'intra_op.allow_spinning': '0' } };
+    expect(createSessionOptions({ intraOpNumThreads: 2, isOversubscribed: false })).toEqual({ graphOptimizationLevel: 'all', intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', executionProviders: ['cpu'], extra: spinningOff });
+    expect(createSessionOptions({ intraOpNumThreads: 2, isOversubscribed: true }).extra).toEqual(spinningOff);
   });
 
   describe('with real workers', () => {

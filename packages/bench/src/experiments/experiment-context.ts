@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { readFile } from 'node:fs/promises';
 import { emptyRow, type ExperimentName, type ResultRow } from '../bench-result.ts';
-import type { BenchAssets } from '../model-assets.ts';
+import type { BenchAssets, TensorAssets } from '../model-assets.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
 import { runLoad, type LoadResult } from '../load-generator.ts';
 import { startServer, type RunningServer, type ServerModelSettings } from '../server-process.ts';
@@ -38,8 +38,8 @@ export interface RunPlan {
 
 export interface ExperimentContext {
   assets: BenchAssets;
-  /** The tiny model, for the overhead experiment. */
-  tinyAssets: BenchAssets | undefined;
+  /** The tensor model 2x+1, for the overhead experiment. */
+  tensorAssets: TensorAssets | undefined;
   plan: RunPlan;
   serveBin: string;
   /** Folder for server logs and configs of this run. */
@@ -75,19 +75,20 @@ let serverCounter = 0;
 /** Starts a server for `archiveFileName` with `settings`, runs `body`, always stops it. */
 export async function withServer<T>(
   context: ExperimentContext,
-  options: { assets: BenchAssets; archiveFileName?: string; settings?: ServerModelSettings; env?: Record<string, string>; label: string },
+  options: { assets?: BenchAssets; model?: Pick<TensorAssets, 'modelStoreDir' | 'archiveFileName' | 'modelVersion'>; archiveFileName?: string; settings?: ServerModelSettings; env?: Record<string, string>; label: string },
   body: (server: RunningServer, modelPath: string) => Promise<T>,
 ): Promise<T> {
   serverCounter += 1;
-  const archiveFileName = options.archiveFileName ?? options.assets.archiveFileName;
+  const model = options.model ?? options.assets!;
+  const archiveFileName = options.archiveFileName ?? model.archiveFileName;
   const modelName = archiveFileName.replace(/\.mar$/, '');
   context.onProgress({ type: 'log', message: `starting server: ${options.label}` });
   const server = await startServer({
     serveBin: context.serveBin,
-    modelStoreDir: options.assets.modelStoreDir,
+    modelStoreDir: model.modelStoreDir,
     archiveFileName,
     modelName,
-    modelVersion: options.assets.modelVersion,
+    modelVersion: model.modelVersion,
     settings: options.settings,
     // Default queue (100) unless the clients alone would overflow it.
     jobQueueSize: context.plan.concurrency > 90 ? context.plan.concurrency + 50 : undefined,
@@ -105,7 +106,7 @@ export async function withServer<T>(
 export async function measureServerLoad(
   context: ExperimentContext,
   server: RunningServer,
-  options: { path: string; body: Buffer; concurrency: number; requests: number; warmupRequests: number; label: string; experiment: ExperimentName; durationMs?: number; isPssSampled?: boolean },
+  options: { path: string; body: Buffer; contentType?: string; concurrency: number; requests: number; warmupRequests: number; label: string; experiment: ExperimentName; durationMs?: number; isPssSampled?: boolean },
 ): Promise<ResultRow> {
   context.onProgress({ type: 'phase', label: options.label, total: options.requests });
   let tree = listProcessTree(server.pid);
@@ -119,12 +120,12 @@ export async function measureServerLoad(
     return tree;
   };
   // Warm-up first (not sampled), so load-time memory and CPU do not count as serving.
-  await runLoad({ origin: server.origin, path: options.path, body: options.body, concurrency: options.concurrency, requests: 0, warmupRequests: options.warmupRequests });
+  await runLoad({ origin: server.origin, path: options.path, body: options.body, contentType: options.contentType, concurrency: options.concurrency, requests: 0, warmupRequests: options.warmupRequests });
   const sampler = startProcessSampler({ getPids, isPssSampled: options.isPssSampled });
   let load: LoadResult;
   try {
     load = await runLoad({
-      origin: server.origin, path: options.path, body: options.body, concurrency: options.concurrency, requests: options.requests,
+      origin: server.origin, path: options.path, body: options.body, contentType: options.contentType, concurrency: options.concurrency, requests: options.requests,
       durationMs: options.durationMs ?? context.plan.maxRunMs,
       onProgress: (done) => context.onProgress({ type: 'tick', done }),
     });

@@ -32,7 +32,7 @@ export function formatMarkdownReport(result: BenchResult): string {
   lines.push('## Results', '');
   lines.push(formatMarkdownTable(result.rows), '');
   lines.push(`Ratios are to the ceiling's best batch size and to the best decentralized cap, both measured in this run. CPU is in % of one core (${m.cores * 100}% = all cores). RSS is of the server process tree, or the sum over live job processes for decentralized runs.`, '');
-  lines.push(`Model's own time for one image at ${m.cores} threads (decode + preprocess + run, in one process): p50 ${fmt(result.references.ownEndToEndP50Ms)} ms, of which the run alone ${fmt(result.references.ownInferP50Ms)} ms. Tiny model: ${fmt(result.references.tinyOwnEndToEndP50Ms, 2)} ms (run ${fmt(result.references.tinyOwnInferP50Ms, 3)} ms).`, '');
+  lines.push(`Model's own time for one image at ${m.cores} threads (decode + preprocess + run, in one process): p50 ${fmt(result.references.ownEndToEndP50Ms)} ms, of which the run alone ${fmt(result.references.ownInferP50Ms)} ms. Overhead model (tensor 2x+1), per request: ${fmt(result.references.tinyOwnEndToEndP50Ms, 3)} ms parse + run + serialise (run ${fmt(result.references.tinyOwnInferP50Ms, 3)} ms).`, '');
   lines.push('## Targets', '');
   lines.push('| target | threshold | measured | result |', '|---|---|---|---|');
   for (const t of result.targets) {

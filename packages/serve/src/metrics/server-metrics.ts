@@ -19,6 +19,11 @@ export interface ServerMetrics {
   readonly contentType: string;
   /** Prometheus text for every metric, or only for `names` (unknown names are skipped). */
   render(names?: readonly string[]): Promise<string>;
+  /**
+   * Counts one HTTP response of the inference or management API in TorchServe's
+   * `Requests2XX` / `Requests4XX` / `Requests5XX` (other classes are not counted, as TorchServe).
+   */
+  recordResponse(statusCode: number): void;
   /** Stops listening to the registry's events. */
   close(): void;
 }
@@ -58,6 +63,22 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     labelNames: tsLabels,
     registers: [promRegistry],
   });
+
+  // TorchServe's frontend counters: every response of the inference and management APIs by class.
+  const hostLabels = { Level: 'Host', Hostname: hostname };
+  const responsesByClass = new Map(
+    (['2XX', '4XX', '5XX'] as const).map((statusClass) => {
+      const counter = new Counter({
+        name: `Requests${statusClass}`,
+        help: 'Torchserve prometheus counter metric with unit: Count',
+        labelNames: ['Level', 'Hostname'] as const,
+        registers: [promRegistry],
+      });
+      // Present (at 0) from the first scrape, so rate() works before the first error.
+      counter.inc(hostLabels, 0);
+      return [statusClass, counter] as const;
+    }),
+  );
 
   const modelLabels = ['model_name', 'model_version'] as const;
   const requestsByStatus = new Counter({
@@ -162,6 +183,10 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
         parts.push(await promRegistry.getSingleMetricAsString(name));
       }
       return parts.length === 0 ? '' : `${parts.join('\n\n')}\n`;
+    },
+    recordResponse(statusCode) {
+      const statusClass = statusCode >= 200 && statusCode < 300 ? '2XX' : statusCode >= 400 && statusCode < 500 ? '4XX' : statusCode >= 500 && statusCode < 600 ? '5XX' : undefined;
+      if (statusClass !== undefined) responsesByClass.get(statusClass)!.inc(hostLabels);
     },
     close() {
       registry.events.off('request', onRequest);

@@ -196,10 +196,14 @@ export class ModelRegistry implements ModelRegistryApi {
     };
   }
 
-  /** Workers all models will run: the basis of the default thread split. */
+  /**
+   * Workers all models will run: the basis of the default thread split. A version that may
+   * autoscale counts its maxWorkers, so the cores are split for the workers the autoscaler may
+   * add (else the first worker takes every core and the thread budget never lets a second start).
+   */
   plannedWorkerCount(): number {
     let n = 0;
-    for (const v of this.#versions()) n += v.plannedWorkers;
+    for (const v of this.#versions()) n += Math.max(v.plannedWorkers, v.maxWorkers);
     return n;
   }
 

@@ -27,7 +27,7 @@ function backoffMs(attempt: number): number {
  * The workers of one model version. Keeps `target` workers alive: a crashed or timed-out
  * worker is replaced with back-off; a worker that cannot load is retried `maxStartAttempts`
  * times, then the pool gives up and reports `lastError`.
- * Emits 'idle' whenever a worker becomes READY (the aggregator then pumps).
+ * Emits 'idle' whenever a worker finishes a batch or becomes READY (the aggregator then pumps).
  */
 export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
   readonly #options: WorkerPoolOptions;
@@ -109,7 +109,9 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
     this.#reserved.delete(worker);
     const outcome = await worker.runBatch(jobs);
     if (outcome.isOk) this.#consecutiveFailures = 0;
-    if (worker.canTakeBatch) this.emit('idle');
+    // Also when the worker is reserved for a batch being collected: the aggregator sends that
+    // batch at once when no worker runs anything any more.
+    if (worker.state === 'READY' || worker.state === 'BUSY') this.emit('idle');
     return outcome;
   }
 

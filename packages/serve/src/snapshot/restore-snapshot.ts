@@ -1,0 +1,105 @@
+/**
+ * Bringing a config snapshot back at start-up, and what goes into one besides the models.
+ *
+ * Marina's rule (ERRORS-OPS.md "Snapshots"): unless --ncs, every model version of the newest
+ * valid snapshot is registered again with its archive, default version, min/max workers,
+ * batchSize, maxBatchDelay and responseTimeout, whichever config file was read. `load_models`
+ * entries (file or --models) whose archive the snapshot already restores are skipped, so nothing
+ * is registered twice; entries the snapshot does not hold are loaded as usual.
+ */
+import { readFile } from 'node:fs/promises';
+import { isAbsolute, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { LoadModelSpec } from '../config/server-config.ts';
+import { parseProperties } from '../config/properties-parser.ts';
+import type { RegisterModelOptions } from '../registry/model-registry-api.ts';
+import type { Snapshot } from './snapshot-store.ts';
+
+/** One model version to register again, with where it came from for messages. */
+export interface SnapshotRegistration extends RegisterModelOptions {
+  modelName: string;
+  /** The version recorded in the snapshot (the archive decides the version actually registered). */
+  snapshotVersion: string;
+}
+
+/**
+ * Where a snapshot entry's archive is now: a file:// URL as its path, an http(s) URL as the
+ * copy downloaded into the store (`marName`), an absolute path as is, anything else in the store.
+ */
+export function snapshotArchivePath(entry: { url: string; marName: string }, modelStore: string | undefined): string {
+  const { url, marName } = entry;
+  if (/^file:\/\//i.test(url)) return fileURLToPath(url);
+  const inStore = (name: string) => (modelStore === undefined ? resolve(name) : join(modelStore, name));
+  if (/^https?:\/\//i.test(url)) return inStore(marName);
+  if (isAbsolute(url)) return url;
+  return inStore(url || marName);
+}
+
+/**
+ * The registrations that bring `snapshot` back: every version, default versions flagged, worker
+ * range, batching and timeout as recorded. Workers start at `minWorkers` (the autoscaler then
+ * moves them within [min, max] as load requires).
+ */
+export function registrationsFromSnapshot(snapshot: Pick<Snapshot, 'models' | 'modelStore'>, options: { modelStore: string | undefined }): SnapshotRegistration[] {
+  const modelStore = options.modelStore ?? snapshot.modelStore;
+  const registrations: SnapshotRegistration[] = [];
+  for (const [modelName, versions] of Object.entries(snapshot.models)) {
+    for (const [snapshotVersion, entry] of Object.entries(versions)) {
+      const url = entry.url || entry.marName;
+      registrations.push({
+        modelName,
+        snapshotVersion,
+        url,
+        archivePath: snapshotArchivePath({ url, marName: entry.marName }, modelStore),
+        isDefault: entry.defaultVersion,
+        minWorkers: entry.minWorkers,
+        maxWorkers: entry.maxWorkers,
+        batchSize: entry.batchSize,
+        maxBatchDelayMs: entry.maxBatchDelay,
+        responseTimeoutSec: entry.responseTimeout,
+        isDownloaded: /^https?:\/\//i.test(url),
+        loadedAtStartup: true,
+        synchronous: true,
+      });
+    }
+  }
+  return registrations;
+}
+
+/**
+ * `load_models` entries that the snapshot does not already restore (compared by archive path;
+ * a `name=` entry also by model name), so no model version is registered twice.
+ */
+export function withoutRestored<T extends LoadModelSpec & { archivePath: string }>(specs: readonly T[], registrations: readonly SnapshotRegistration[]): T[] {
+  const restored = new Map<string, Set<string>>();
+  for (const r of registrations) {
+    const key = resolve(r.archivePath);
+    if (!restored.has(key)) restored.set(key, new Set());
+    restored.get(key)!.add(r.modelName);
+  }
+  return specs.filter((spec) => {
+    const names = restored.get(resolve(spec.archivePath));
+    return names === undefined || (spec.name !== undefined && !names.has(spec.name));
+  });
+}
+
+/** Keys of the config file that are not copied into snapshots: the models come from `model_snapshot`. */
+const KEYS_NOT_COPIED = new Set(['model_snapshot', 'load_models', 'model_store']);
+
+/**
+ * The config file's own keys, as written (before `$$VAR$$` substitution, so secrets stay in the
+ * environment), for the snapshot: a start without a config file then reads the snapshot as
+ * config.properties (TorchServe's order) and gets the same addresses, limits and security
+ * settings. `load_models` is left out (the snapshot's models replace it), and so are launcher
+ * flags (`--disable-token-auth` in one start must not turn auth off for every later start).
+ */
+export async function snapshotPropertiesFromConfigFile(configFile: string | undefined): Promise<Record<string, string>> {
+  if (configFile === undefined) return {};
+  const parsed = parseProperties(await readFile(configFile, 'utf8'), { filePath: configFile });
+  const properties: Record<string, string> = {};
+  for (const entry of parsed.entries) {
+    if (KEYS_NOT_COPIED.has(entry.key) || entry.value.trim() === '') continue;
+    properties[entry.key] = entry.value;
+  }
+  return properties;
+}

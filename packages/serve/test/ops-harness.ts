@@ -1,0 +1,122 @@
+/**
+ * Shared setup of the end-to-end operator tests (ops-*.test.ts): real .mar archives from
+ * @marina/model-zoo + @marina/archive, a real server from startServer on 127.0.0.1:0, and a
+ * small fetch wrapper returning status, headers and parsed JSON.
+ */
+import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { packArchive } from '@marina/archive';
+import { writeSlowModel, writeTinyTensorModel } from '@marina/model-zoo';
+import { configFromProperties } from '../src/config/load-config.ts';
+import type { ServerConfig } from '../src/config/server-config.ts';
+import { startServer, type RunningServer } from '../src/main.ts';
+
+export interface Workspace {
+  root: string;
+  store: string;
+  cleanup(): Promise<void>;
+}
+
+export async function createWorkspace(prefix = 'marina-ops-'): Promise<Workspace> {
+  const root = await mkdtemp(join(tmpdir(), prefix));
+  const store = join(root, 'store');
+  await mkdir(store);
+  return { root, store, cleanup: () => rm(root, { recursive: true, force: true }) };
+}
+
+/**
+ * Packs a model into `<store>/<fileName>` (default `<modelName>.mar`) with the built-in tensor
+ * handler: the affine model (output = input·2 + 1, input [N,4]) or, with `slowLayers`, a
+ * slow model whose run takes roughly slowLayers × 0.04 ms at width 512.
+ */
+export async function packModel(store: string, options: { modelName: string; modelVersion?: string; fileName?: string; modelConfigYaml?: string; slowLayers?: number }): Promise<string> {
+  const work = await mkdtemp(join(tmpdir(), 'marina-ops-pack-'));
+  try {
+    const onnx = join(work, 'model.onnx');
+    if (options.slowLayers !== undefined) await writeSlowModel({ outputPath: onnx, layers: options.slowLayers, width: 512 });
+    else await writeTinyTensorModel({ outputPath: onnx });
+    let configFile: string | undefined;
+    if (options.modelConfigYaml !== undefined) {
+      configFile = join(work, 'model-config.yaml');
+      await writeFile(configFile, options.modelConfigYaml);
+    }
+    const out = join(work, 'out');
+    const result = await packArchive({
+      modelName: options.modelName,
+      modelVersion: options.modelVersion ?? '1.0',
+      handler: 'tensor',
+      serializedFile: onnx,
+      ...(configFile ? { configFile } : {}),
+      exportPath: out,
+    });
+    const target = join(store, options.fileName ?? `${options.modelName}.mar`);
+    await rename(result.outputPath, target);
+    return target;
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+/** A configuration as config.properties would give it, with both APIs on one 127.0.0.1:0 listener. */
+export function opsConfig(workspace: Workspace, properties: Record<string, string> = {}, overrides: Partial<ServerConfig> = {}): ServerConfig {
+  const config = configFromProperties({
+    inference_address: 'http://127.0.0.1:0',
+    management_address: 'http://127.0.0.1:0',
+    metrics_address: 'http://127.0.0.1:0',
+    model_store: workspace.store,
+    enable_model_api: 'true',
+    disable_token_authorization: 'true',
+    ...properties,
+  }, { cwd: workspace.root });
+  return { ...config, extractionCacheDir: join(workspace.root, 'cache'), ...overrides };
+}
+
+export interface OpsServer {
+  server: RunningServer;
+  /** Base URL of the inference (and management, same listener) API. */
+  api: string;
+  metrics: string;
+  close(): Promise<void>;
+}
+
+export async function startOps(config: ServerConfig): Promise<OpsServer> {
+  const server = await startServer(config);
+  const url = (api: string) => server.listening.find((l) => l.api === api)?.url ?? '';
+  return { server, api: url('inference'), metrics: url('metrics'), close: () => server.close() };
+}
+
+export interface CallResult {
+  status: number;
+  headers: Headers;
+  text: string;
+  json: any;
+}
+
+/** One HTTP request; `token` goes in `Authorization: Bearer`, `body` is sent as JSON. */
+export async function call(base: string, method: string, path: string, options: { token?: string; body?: unknown } = {}): Promise<CallResult> {
+  const headers: Record<string, string> = {};
+  if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
+  if (options.body !== undefined) headers['content-type'] = 'application/json';
+  const response = await fetch(`${base}${path}`, { method, headers, ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {}) });
+  const text = await response.text();
+  let json: unknown;
+  try {
+    json = text ? JSON.parse(text) : undefined;
+  } catch {
+    json = undefined;
+  }
+  return { status: response.status, headers: response.headers, text, json };
+}
+
+/** The affine model's input for one row. */
+export const affineInput = (row: number[]) => ({ inputs: { input: { shape: [1, 4], data: row } } });
+
+/** Polls `check` every `intervalMs` until it returns true; fails with `what` after `timeoutMs`. */
+export async function waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 20_000, intervalMs = 50): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
