@@ -66,17 +66,13 @@ export function createProgram(options: { run: (command: ServeCommand) => Promise
 
 /** Runs the CLI for `argv` (process.argv form); bin.ts calls this. */
 export async function runCli(argv: string[]): Promise<void> {
-  const { runServeCommand, exitProcess } = await import('./main.ts');
+  const { runServeCommand, exitProcess, exitWithError } = await import('./main.ts');
   const program = createProgram({ run: runServeCommand }).exitOverride();
   try {
     await program.parseAsync(argv);
   } catch (error) {
     if (error instanceof CommanderError) exitProcess(error.exitCode);
-    else {
-      const code = (error as { code?: string }).code;
-      process.stderr.write(`${code ? `${code}: ` : ''}${(error as Error).message}\n`);
-      exitProcess(1);
-    }
+    exitWithError(error);
   }
 }
 

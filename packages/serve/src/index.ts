@@ -1,4 +1,17 @@
 export { buildApp, listStartupModels, type MarinaApp, type BuildAppOptions, type AppPlugin, type ApiName, type StartupLoadResult } from './app.ts';
+export { startServer, type StartServerOptions, type RunningServer } from './start-server.ts';
+export { createServerPlugins, type OperatorContext } from './server-plugins.ts';
+export { createProgram, runCli, MARINA_VERSION, type ServeCommand } from './cli.ts';
+export {
+  loadConfig,
+  configFromProperties,
+  assertModelStoreConfigured,
+  type ServeCliOptions,
+  type LoadConfigOptions,
+  type ConfigFileSource,
+} from './config/load-config.ts';
+export { configErrors, configError } from './config/config-errors.ts';
+export type * from './config/server-config.ts';
 export { serveErrors, createServeError, errorBody, torchServeErrorType, toMarinaError, type ServeErrorCode } from './errors.ts';
 export { ModelRegistry, type PredictOptions, type ModelRegistryOptions } from './registry/model-registry.ts';
 export type * from './registry/model-registry-api.ts';
@@ -6,4 +19,3 @@ export { resolveModelSettings, type ModelSettings, type ApiModelSettings, type R
 export { resolveIntraOpThreads, type ThreadSource } from './workers/thread-defaults.ts';
 export { createSessionOptions } from './backend/ort-session.ts';
 export { sendError } from './routes/inference.ts';
-export type * from './config/server-config.ts';

@@ -45,6 +45,9 @@ describe('config.properties keys', () => {
         'certificate_file=cert.pem',
       ].join('\n'),
     );
+    // management_address is https://, so the TLS files must exist (their content is read at listen).
+    writeFileSync(path.join(cwd, 'key.pem'), '');
+    writeFileSync(path.join(cwd, 'cert.pem'), '');
     const config = await loadConfig({ cliOptions: {}, env: { OMP_NUM_THREADS: '2' }, cwd });
     expect(config.inferenceAddress).toEqual({ protocol: 'http', host: '0.0.0.0', port: 9080, raw: 'http://0.0.0.0:9080' });
     expect(config.managementAddress).toMatchObject({ protocol: 'https', host: '::1', port: 9081 });

@@ -10,7 +10,7 @@ import { packArchive } from '@marina/archive';
 import { writeSlowModel, writeTinyTensorModel } from '@marina/model-zoo';
 import { configFromProperties } from '../src/config/load-config.ts';
 import type { ServerConfig } from '../src/config/server-config.ts';
-import { startServer, type RunningServer } from '../src/main.ts';
+import { startServer, type RunningServer } from '../src/start-server.ts';
 
 export interface Workspace {
   root: string;

@@ -52,7 +52,7 @@ export const configErrors = defineErrors({
   },
   MARINA_ERR_CONFIG_TLS_FILES_MISSING: {
     statusCode: 500,
-    description: 'An https:// address needs `private_key_file` and `certificate_file` (Marina does not generate a self-signed certificate).',
+    description: 'An https:// address needs `private_key_file` and `certificate_file` (Marina does not generate a self-signed certificate): both set, each naming a readable file (relative paths resolve against the working directory).',
   },
   MARINA_ERR_CLI_ARGS_INVALID: {
     statusCode: 500,

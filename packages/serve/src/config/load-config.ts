@@ -1,4 +1,4 @@
-import { readFileSync, statSync } from 'node:fs';
+import { accessSync, constants, readFileSync, statSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -274,6 +274,9 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
       'an https:// address needs private_key_file and certificate_file (PEM files); set both, or use http:// behind a TLS proxy.',
     );
   }
+  if (hasHttps) {
+    for (const key of ['private_key_file', 'certificate_file'] as const) assertReadableTlsFile({ key, value: checked[key]!, origin: origin(key), cwd });
+  }
   if (checked.disable_token_authorization) {
     const exposed = [inferenceAddress, managementAddress].filter((address) => !isLoopbackHost(address.host));
     if (exposed.length > 0) warnings.push(`token authorization is disabled while ${exposed.map((address) => address.raw).join(' and ')} can be reached from other machines`);
@@ -387,6 +390,29 @@ export function assertModelStoreConfigured(config: ServerConfig): asserts config
       'Missing mandatory parameter --model-store: pass --model-store DIR or set model_store in config.properties.',
     );
   }
+}
+
+/**
+ * The TLS files are read when the https listener starts; checked here so a wrong path is a
+ * configuration error naming the key, not a raw ENOENT after the models have loaded.
+ *
+ * @throws MARINA_ERR_CONFIG_TLS_FILES_MISSING
+ */
+function assertReadableTlsFile(options: { key: 'private_key_file' | 'certificate_file'; value: string; origin: string; cwd: string }): void {
+  const filePath = path.resolve(options.cwd, options.value);
+  let problem: string | undefined;
+  try {
+    if (statSync(filePath).isFile()) accessSync(filePath, constants.R_OK);
+    else problem = 'is not a file';
+  } catch (error) {
+    problem = `cannot be read (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`;
+  }
+  if (problem === undefined) return;
+  const what = options.key === 'private_key_file' ? 'the PEM private key' : 'the PEM certificate (chain)';
+  throw configError.MARINA_ERR_CONFIG_TLS_FILES_MISSING(
+    `${options.origin}: ${options.key}=${options.value}: ${filePath} ${problem}. Point ${options.key} at ${what} (relative paths are resolved against ${options.cwd}) and check its permissions, or use http:// behind a TLS proxy.`,
+    { details: { key: options.key, path: filePath, origin: options.origin } },
+  );
 }
 
 /** Replaces `$$NAME$$` with the environment variable NAME, as TorchServe does for every value. */

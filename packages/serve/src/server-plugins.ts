@@ -1,0 +1,88 @@
+import os from 'node:os';
+import type { FastifyPluginAsync } from 'fastify';
+import type { AppPlugin } from './app.ts';
+import { createTokenAuthorization, createTokenHook, tokenRoutes, type TokenAuthorization } from './auth/token-authorization.ts';
+import { createServerMetrics, type ServerMetrics } from './metrics/server-metrics.ts';
+import type { Autoscaler } from './scaling/autoscaler.ts';
+import { managementRoutes } from './routes/management.ts';
+import { metricsRoutes } from './routes/metrics.ts';
+import type { ModelRegistryApi } from './registry/model-registry-api.ts';
+import type { ServerConfig } from './config/server-config.ts';
+
+/** Late-bound parts the plugins reach at request time (they exist only once the registry does). */
+export interface OperatorContext {
+  autoscaler?: Autoscaler;
+  metrics?: ServerMetrics;
+}
+
+/**
+ * The APIs around the core's inference routes: token authorization (unless disabled), the
+ * management API with /token (describe shows the autoscaler's policy), /metrics on the metrics
+ * listener, and TorchServe's Requests2XX/4XX/5XX counted on the inference and management listeners.
+ * `operator` is filled in by startServer once the registry exists.
+ *
+ * @throws MARINA_ERR_KEY_FILE_INVALID when token authorization is on and the key file cannot be written.
+ */
+export async function createServerPlugins(config: ServerConfig, operator: OperatorContext = {}): Promise<AppPlugin[]> {
+  const plugins: AppPlugin[] = [];
+  const isSharedListener = isSameAddress(config.inferenceAddress, config.managementAddress);
+  if (config.enableMetricsApi) {
+    plugins.push({ api: 'inference', plugin: responseCounterPlugin, options: { operator } });
+    if (!isSharedListener) plugins.push({ api: 'management', plugin: responseCounterPlugin, options: { operator } });
+  }
+  if (!config.disableTokenAuthorization) {
+    const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin });
+    if (isSharedListener) {
+      // One listener for both APIs: each request needs the key of the API its path belongs to.
+      plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { keyType: 'by-path', tokens } });
+    } else {
+      plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { keyType: 'inference', tokens } });
+      plugins.push({ api: 'management', plugin: tokenHookPlugin, options: { keyType: 'management', tokens } });
+    }
+    plugins.push({ api: 'management', plugin: tokenRoutes, options: { tokens } });
+  }
+  plugins.push({
+    api: 'management',
+    plugin: managementRoutes,
+    options: { autoscaling: (modelName: string, modelVersion: string) => operator.autoscaler?.describe(modelName, modelVersion) },
+  });
+  if (config.enableMetricsApi) plugins.push({ api: 'metrics', plugin: metricsPlugin, options: { operator } });
+  return plugins;
+}
+
+/** Whether two listen addresses are the same listener (buildApp then serves both APIs on one instance). */
+export function isSameAddress(a: ServerConfig['inferenceAddress'], b: ServerConfig['inferenceAddress']): boolean {
+  return a.protocol === b.protocol && a.host === b.host && a.port === b.port;
+}
+
+/** Counts every response of the listener (skip-override: applies to routes of every plugin on it). */
+const responseCounterPlugin: FastifyPluginAsync<{ operator: OperatorContext }> = async (app, options) => {
+  app.addHook('onResponse', (_request, reply, done) => {
+    options.operator.metrics?.recordResponse(reply.statusCode);
+    done();
+  });
+};
+(responseCounterPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
+
+/** Adds the token hook to the whole listener (skip-override: not encapsulated, so it guards routes registered before it). */
+const tokenHookPlugin: FastifyPluginAsync<{ keyType: 'inference' | 'management' | 'by-path'; tokens: TokenAuthorization }> = async (app, options) => {
+  if (options.keyType !== 'by-path') {
+    app.addHook('onRequest', createTokenHook({ keyType: options.keyType, tokens: options.tokens }));
+    return;
+  }
+  const inferenceHook = createTokenHook({ keyType: 'inference', tokens: options.tokens });
+  const managementHook = createTokenHook({ keyType: 'management', tokens: options.tokens });
+  app.addHook('onRequest', function tokenHookByPath(request, reply, done) {
+    const isManagementPath = /^\/(models|token)(\/|\?|$)/.test(request.url);
+    return (isManagementPath ? managementHook : inferenceHook).call(this, request, reply, done);
+  });
+};
+(tokenHookPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
+
+/** /metrics on the metrics listener; buildApp passes every plugin the registry. */
+const metricsPlugin: FastifyPluginAsync<{ registry: ModelRegistryApi; operator: OperatorContext }> = async (app, options) => {
+  const metrics = createServerMetrics({ registry: options.registry, hostname: os.hostname() });
+  options.operator.metrics = metrics;
+  app.addHook('onClose', async () => metrics.close());
+  await app.register(metricsRoutes, { metrics });
+};
