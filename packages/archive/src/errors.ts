@@ -46,6 +46,18 @@ export const archiveErrors = defineErrors({
     statusCode: 400,
     description: "An archive entry (or a file the manifest names) is absolute, contains '..', is a link, or otherwise resolves outside the archive folder; such archives are refused. Re-create it with model-archiver.",
   },
+  MARINA_ERR_ARCHIVE_TOO_LARGE: {
+    statusCode: 400,
+    description: 'The archive inflates to more bytes than maxExtractedBytes allows (default 16 GiB), by its declared sizes or by the bytes actually written; extraction stopped and nothing was kept. A zip bomb looks like this; if the archive is genuine, raise maxExtractedBytes.',
+  },
+  MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES: {
+    statusCode: 400,
+    description: 'The archive has more entries than maxEntries allows (default 100,000); nothing was extracted. Pack fewer, larger files, or raise maxEntries if the archive is genuine.',
+  },
+  MARINA_ERR_ARCHIVE_COMPRESSION_RATIO: {
+    statusCode: 400,
+    description: 'An entry of a zip (or the whole stream of a tar.gz) inflates more than maxCompressionRatio times its compressed size (default 200:1, checked past 1 MiB); extraction stopped and nothing was kept. Model weights barely compress, so this is a bomb or padding; raise maxCompressionRatio if the archive is genuine.',
+  },
   MARINA_ERR_ARCHIVE_MANIFEST_MISSING: {
     statusCode: 400,
     description: 'The archive has no MAR-INF/MANIFEST.json; re-create it with model-archiver, which writes one.',

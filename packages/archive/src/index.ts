@@ -17,6 +17,7 @@ export {
   type Runtime,
 } from './manifest.ts';
 export { parseModelConfig, readModelConfig } from './model-config.ts';
+export { DEFAULT_EXTRACT_LIMITS, resolveExtractLimits, type ExtractLimits } from './extract-limits.ts';
 export {
   detectArchiveFormat,
   extractArchive,

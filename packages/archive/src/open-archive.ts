@@ -1,12 +1,16 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { lstat, mkdir, open, readdir, realpath, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
+import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { createGunzip } from 'node:zlib';
 import * as tar from 'tar';
 import unzipper from 'unzipper';
 import { isMarinaError } from '@marina/errors';
 import { archiveErrors } from './errors.ts';
+import { ExtractionBudget, readZipDeclaredEntryCount, resolveExtractLimits, tooLarge, tooManyEntries, type ExtractLimits } from './extract-limits.ts';
 import { MANIFEST_PATH, normalizeManifest, readManifest, type Manifest } from './manifest.ts';
 import { isInside, unsafeEntryReason } from './safe-path.ts';
 
@@ -18,8 +22,10 @@ export interface ArchiveEntry {
   /** The name as stored, '/'-separated. */
   name: string;
   type: 'file' | 'directory' | 'symlink' | 'other';
-  /** Uncompressed bytes (0 for non-files). */
+  /** Uncompressed bytes (0 for non-files), as the archive declares them (a zip's may lie; extraction counts the real ones). */
   sizeBytes: number;
+  /** A zip entry's compressed bytes, as declared. */
+  compressedSizeBytes?: number;
   /** Set when extracting this entry could write outside the destination; such entries are never written. */
   unsafeReason?: string;
 }
@@ -69,11 +75,99 @@ async function openZip(archivePath: string) {
   }
 }
 
-function zipEntry(file: { path: string; type: string; uncompressedSize: number; externalFileAttributes: number }): ArchiveEntry {
+function zipEntry(file: { path: string; type: string; uncompressedSize: number; compressedSize: number; externalFileAttributes: number }): ArchiveEntry {
   const isSymlink = ((file.externalFileAttributes >>> 16) & S_IFMT) === S_IFLNK;
   const type = isSymlink ? 'symlink' : file.type === 'Directory' ? 'directory' : 'file';
   const reason = isSymlink ? 'is a symbolic link' : unsafeEntryReason(file.path);
-  return { name: file.path, type, sizeBytes: type === 'file' ? file.uncompressedSize : 0, ...(reason ? { unsafeReason: reason } : {}) };
+  return { name: file.path, type, sizeBytes: type === 'file' ? file.uncompressedSize : 0, compressedSizeBytes: file.compressedSize, ...(reason ? { unsafeReason: reason } : {}) };
+}
+
+/**
+ * Reads a tar.gz once, handing each entry to `onEntry` (which must consume or resume
+ * it; a returned promise is awaited before this resolves). Gunzips itself rather than
+ * letting tar do it, so the stream's inflated:compressed ratio is measured on real
+ * bytes and a bomb stops after one chunk past the limit.
+ */
+async function walkTgz(archivePath: string, budget: ExtractionBudget, onEntry: (entry: tar.ReadEntry) => void | Promise<void>): Promise<void> {
+  // The input is plain tar (we gunzip), so tar's own ratio limit would compare the wrong counts.
+  const parser = new tar.Parser({ strict: true, maxDecompressionRatio: Infinity });
+  let failure: unknown;
+  const fail = (error: unknown): void => {
+    if (failure !== undefined) return;
+    failure = error;
+    // A fresh error: tar decorates what it is given, and ours must reach the caller untouched.
+    parser.abort(new Error('extraction stopped'));
+  };
+  const pending: Promise<void>[] = [];
+  parser.on('entry', (entry: tar.ReadEntry) => {
+    try {
+      const written = onEntry(entry);
+      if (written) {
+        pending.push(written.catch((error: unknown) => {
+          fail(error);
+          entry.resume();
+        }));
+      }
+    } catch (error) {
+      fail(error);
+      entry.resume();
+    }
+  });
+  const parsed = new Promise<void>((resolveParsed, rejectParsed) => {
+    parser.on('end', () => resolveParsed());
+    parser.on('error', rejectParsed);
+  });
+  parsed.catch(() => undefined);
+  let compressedBytes = 0;
+  let inflatedBytes = 0;
+  try {
+    await pipeline(
+      createReadStream(archivePath, { highWaterMark: TAR_READ_BYTES }),
+      new Transform({
+        transform(chunk: Buffer, _encoding, callback) {
+          compressedBytes += chunk.length;
+          callback(null, chunk);
+        },
+      }),
+      createGunzip(),
+      async (inflated: AsyncIterable<Buffer>) => {
+        for await (const chunk of inflated) {
+          inflatedBytes += chunk.length;
+          try {
+            budget.checkRatio('the gzip stream', inflatedBytes, compressedBytes, 'written');
+          } catch (error) {
+            // Recorded first: pipeline reports the streams' AbortError rather than what the last stage threw.
+            fail(error);
+          }
+          if (failure !== undefined) throw failure;
+          if (!parser.write(chunk)) await once(parser, 'drain');
+        }
+      },
+    );
+    parser.end();
+    await parsed;
+  } catch (error) {
+    fail(error);
+  }
+  await Promise.allSettled(pending);
+  if (failure !== undefined) throw failure;
+}
+
+/** Streams one entry to `path`, counting the bytes really written against the budget. */
+async function writeEntry(source: Readable, path: string, budget: ExtractionBudget, zipEntryInfo?: { name: string; compressedBytes: number }): Promise<void> {
+  let entryBytes = 0;
+  const counter = new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      entryBytes += chunk.length;
+      try {
+        budget.addWritten(chunk.length, zipEntryInfo && { ...zipEntryInfo, entryBytes });
+        callback(null, chunk);
+      } catch (error) {
+        callback(error as Error);
+      }
+    },
+  });
+  await pipeline(source, counter, createWriteStream(path));
 }
 
 function tarEntry(entry: { path: string; type: string; size: number }): ArchiveEntry {
@@ -114,18 +208,39 @@ async function listFolder(root: string): Promise<ArchiveEntry[]> {
 
 /**
  * Lists an archive's entries without writing anything; unsafe entries carry `unsafeReason`.
- * @throws MARINA_ERR_ARCHIVE_NOT_FOUND, MARINA_ERR_ARCHIVE_UNREADABLE.
+ * Checks the limits (defaults: `DEFAULT_EXTRACT_LIMITS`) against the declared sizes,
+ * the entry count and, for a tar.gz, the stream's real compression ratio, so the cheap
+ * checks refuse most bombs before extraction starts. A folder is not limited.
+ * @throws MARINA_ERR_ARCHIVE_NOT_FOUND, MARINA_ERR_ARCHIVE_UNREADABLE,
+ *   MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES, MARINA_ERR_ARCHIVE_TOO_LARGE, MARINA_ERR_ARCHIVE_COMPRESSION_RATIO.
  */
-export async function listArchive(archivePath: string): Promise<{ format: ArchiveFormat; entries: ArchiveEntry[] }> {
+export async function listArchive(archivePath: string, limits: ExtractLimits = {}): Promise<{ format: ArchiveFormat; entries: ArchiveEntry[] }> {
+  const resolved = resolveExtractLimits(limits);
   const format = await detectArchiveFormat(archivePath);
   if (format === 'folder') return { format, entries: await listFolder(archivePath) };
-  if (format === 'zip') {
-    const directory = await openZip(archivePath);
-    return { format, entries: directory.files.map(zipEntry) };
-  }
+  const budget = new ExtractionBudget(archivePath, resolved);
+  let declaredBytes = 0;
   const entries: ArchiveEntry[] = [];
+  const add = (entry: ArchiveEntry): void => {
+    entries.push(entry);
+    if (entries.length > resolved.maxEntries) throw tooManyEntries(archivePath, entries.length, resolved, true);
+    declaredBytes += entry.sizeBytes;
+    if (declaredBytes > resolved.maxExtractedBytes) throw tooLarge(archivePath, declaredBytes, resolved, 'declared');
+    if (entry.compressedSizeBytes !== undefined) budget.checkRatio(`entry '${entry.name}'`, entry.sizeBytes, entry.compressedSizeBytes, 'declared');
+  };
   try {
-    await tar.t({ file: archivePath, strict: true, maxReadSize: TAR_READ_BYTES, onReadEntry: (entry) => { entries.push(tarEntry(entry)); } });
+    if (format === 'zip') {
+      // The zip reader allocates one record per declared entry: refuse a forged count before it runs.
+      const declaredCount = await readZipDeclaredEntryCount(archivePath);
+      if (declaredCount !== undefined && declaredCount > resolved.maxEntries) throw tooManyEntries(archivePath, declaredCount, resolved);
+      const directory = await openZip(archivePath);
+      for (const file of directory.files) add(zipEntry(file));
+    } else {
+      await walkTgz(archivePath, budget, (entry) => {
+        entry.resume();
+        add(tarEntry(entry));
+      });
+    }
   } catch (error) {
     throw unreadable(archivePath, format, error);
   }
@@ -144,7 +259,7 @@ export async function findModelRoot(dir: string): Promise<string> {
   return only?.isDirectory() ? join(dir, only.name) : dir;
 }
 
-export interface ExtractArchiveOptions {
+export interface ExtractArchiveOptions extends ExtractLimits {
   /** A zip, tgz, or folder. */
   archivePath: string;
   /** Created when missing. Nothing is ever written outside it. */
@@ -169,12 +284,21 @@ export interface ExtractArchiveResult {
  * Extracts a zip or tgz into `destDir`, streaming, refusing absolute names, `..`
  * segments, links and anything resolving outside `destDir`. A folder is not copied:
  * its own path is returned as `modelDir`.
+ *
+ * Bounded (see `ExtractLimits`; defaults 16 GiB, 100,000 entries, 200:1 past 1 MiB):
+ * declared sizes are checked before writing, and the bytes actually inflated are counted
+ * while streaming, since a zip's headers can lie. When a limit is hit, or the archive
+ * turns out corrupt midway, extraction stops and everything it created in `destDir` is
+ * removed (and `destDir` itself when this call created it).
  * @throws MARINA_ERR_ARCHIVE_NOT_FOUND, MARINA_ERR_ARCHIVE_UNREADABLE,
- *   MARINA_ERR_ARCHIVE_PATH_ESCAPE (with `details.entries`) unless `onUnsafeEntry` is `skip`.
+ *   MARINA_ERR_ARCHIVE_PATH_ESCAPE (with `details.entries`) unless `onUnsafeEntry` is `skip`,
+ *   MARINA_ERR_ARCHIVE_TOO_LARGE, MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES, MARINA_ERR_ARCHIVE_COMPRESSION_RATIO
+ *   (with `details.limit`, `details.value`, `details.option`), MARINA_ERR_ARCHIVE_OPTION_INVALID for a bad limit.
  */
 export async function extractArchive(options: ExtractArchiveOptions): Promise<ExtractArchiveResult> {
   const { archivePath } = options;
-  const { format, entries } = await listArchive(archivePath);
+  const limits = resolveExtractLimits(options);
+  const { format, entries } = await listArchive(archivePath, limits);
   const unsafe = entries.filter((e) => e.unsafeReason !== undefined);
   if (unsafe.length > 0 && (options.onUnsafeEntry ?? 'throw') === 'throw') {
     throw archiveErrors.create.MARINA_ERR_ARCHIVE_PATH_ESCAPE(`archive '${archivePath}' has entries that would escape its folder: ${unsafe.map((e) => `'${e.name}' ${e.unsafeReason}`).join('; ')}; refusing to extract it`, { details: { entries: unsafe.map((e) => e.name) } });
@@ -182,7 +306,9 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
   if (format === 'folder') return { format, modelDir: resolve(archivePath), skippedEntries: unsafe, entries };
 
   const destDir = resolve(options.destDir);
-  await mkdir(destDir, { recursive: true });
+  const createdRoot = await mkdir(destDir, { recursive: true });
+  const existingNames = createdRoot === undefined ? new Set(await readdir(destDir)) : new Set<string>();
+  const budget = new ExtractionBudget(archivePath, limits);
   const isWanted = options.filter ?? (() => true);
   const target = (name: string): string | undefined => {
     if (unsafeEntryReason(name) !== undefined) return undefined;
@@ -191,6 +317,7 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
   };
   try {
     if (format === 'zip') {
+      const { size: archiveBytes } = await stat(archivePath);
       const directory = await openZip(archivePath);
       for (const file of directory.files) {
         const entry = zipEntry(file);
@@ -200,26 +327,44 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
           await mkdir(path, { recursive: true });
         } else {
           await mkdir(dirname(path), { recursive: true });
-          await pipeline(file.stream(), createWriteStream(path));
+          // The reader never reads past the declared compressed size, and no entry holds more than the file.
+          const compressedBytes = Math.min(file.compressedSize > 0 ? file.compressedSize : archiveBytes, archiveBytes);
+          await writeEntry(file.stream(), path, budget, { name: file.path, compressedBytes });
         }
       }
     } else {
-      await tar.x({
-        file: archivePath,
-        maxReadSize: TAR_READ_BYTES,
-        cwd: destDir,
-        strict: true,
-        preserveOwner: false,
-        filter: (path, entry) => {
-          const listed = tarEntry(entry as tar.ReadEntry);
-          return listed.unsafeReason === undefined && (listed.type === 'file' || listed.type === 'directory') && isWanted(listed) && target(path) !== undefined;
-        },
+      let entryCount = 0;
+      await walkTgz(archivePath, budget, (readEntry) => {
+        // Counted again: the file may have changed since it was listed.
+        entryCount += 1;
+        if (entryCount > limits.maxEntries) throw tooManyEntries(archivePath, entryCount, limits, true);
+        const entry = tarEntry(readEntry);
+        const path = entry.unsafeReason === undefined && (entry.type === 'file' || entry.type === 'directory') && isWanted(entry) ? target(readEntry.path) : undefined;
+        if (path === undefined || entry.type === 'directory') {
+          readEntry.resume();
+          return path === undefined ? undefined : mkdir(path, { recursive: true }).then(() => undefined);
+        }
+        return (async () => {
+          await mkdir(dirname(path), { recursive: true });
+          await writeEntry(Readable.from(readEntry), path, budget);
+        })();
       });
     }
   } catch (error) {
+    await removeCreated(destDir, createdRoot, existingNames);
     throw unreadable(archivePath, format, error);
   }
   return { format, modelDir: await findModelRoot(destDir), skippedEntries: unsafe, entries };
+}
+
+/** Undoes a failed extraction: the folders mkdir created, or the names that were not in `destDir` before. */
+async function removeCreated(destDir: string, createdRoot: string | undefined, existingNames: Set<string>): Promise<void> {
+  if (createdRoot !== undefined) {
+    await rm(createdRoot, { recursive: true, force: true });
+    return;
+  }
+  const names = await readdir(destDir).catch(() => [] as string[]);
+  await Promise.all(names.filter((name) => !existingNames.has(name)).map((name) => rm(join(destDir, name), { recursive: true, force: true })));
 }
 
 /** sha256 of a file's bytes, hex, streaming. */
@@ -229,7 +374,7 @@ export async function sha256File(path: string): Promise<string> {
   return hash.digest('hex');
 }
 
-export interface ExtractToCacheOptions {
+export interface ExtractToCacheOptions extends ExtractLimits {
   archivePath: string;
   /** Created when missing. Holds one folder per distinct archive content. */
   cacheDir: string;
@@ -248,11 +393,15 @@ export interface ExtractToCacheResult {
  * Extracts an archive once per content: to `<cacheDir>/<sha256>`, through a temporary
  * folder renamed into place, so a crash never leaves a half-extracted entry and a second
  * call (or a concurrent one) reuses the first. A folder is used in place, not copied.
+ * The limits of `extractArchive` apply (pass `maxExtractedBytes`, `maxEntries`,
+ * `maxCompressionRatio` to change them); a refused archive leaves nothing in `cacheDir`.
  * @throws MARINA_ERR_ARCHIVE_NOT_FOUND, MARINA_ERR_ARCHIVE_UNREADABLE,
- *   MARINA_ERR_ARCHIVE_PATH_ESCAPE, MARINA_ERR_ARCHIVE_MANIFEST_INVALID.
+ *   MARINA_ERR_ARCHIVE_PATH_ESCAPE, MARINA_ERR_ARCHIVE_MANIFEST_INVALID,
+ *   MARINA_ERR_ARCHIVE_TOO_LARGE, MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES, MARINA_ERR_ARCHIVE_COMPRESSION_RATIO.
  */
 export async function extractToCache(options: ExtractToCacheOptions): Promise<ExtractToCacheResult> {
   const { archivePath } = options;
+  const limits = resolveExtractLimits(options);
   const format = await detectArchiveFormat(archivePath);
   let modelDir: string;
   let digest: string;
@@ -268,7 +417,7 @@ export async function extractToCache(options: ExtractToCacheOptions): Promise<Ex
       await mkdir(cacheDir, { recursive: true });
       const tempDir = join(cacheDir, `.tmp-${digest.slice(0, 16)}-${process.pid}-${randomBytes(4).toString('hex')}`);
       try {
-        await extractArchive({ archivePath, destDir: tempDir });
+        await extractArchive({ archivePath, destDir: tempDir, ...limits });
         await rename(tempDir, finalDir);
       } catch (error) {
         await rm(tempDir, { recursive: true, force: true });

@@ -7,6 +7,7 @@ import type { ArchiveErrorCode } from './errors.ts';
 import { probeHandler } from './handler-probe.ts';
 import { MANIFEST_PATH, type Manifest } from './manifest.ts';
 import { parseModelConfig } from './model-config.ts';
+import { resolveExtractLimits, type ExtractLimits } from './extract-limits.ts';
 import { detectArchiveFormat, extractArchive, listArchive, type ArchiveEntry, type ArchiveFormat } from './open-archive.ts';
 import { isInside, resolveInside } from './safe-path.ts';
 import { describeSchemaErrors, validateManifestSchema } from './schemas.ts';
@@ -32,7 +33,12 @@ export interface ValidationReport {
   model?: ModelSignature;
 }
 
-export interface ValidateArchiveOptions {
+/**
+ * The extraction limits (`ExtractLimits`) apply to the archive being validated: a zip
+ * bomb is reported as MARINA_ERR_ARCHIVE_TOO_LARGE, _TOO_MANY_ENTRIES or
+ * _COMPRESSION_RATIO, from its declared sizes or from the bytes inflated while extracting.
+ */
+export interface ValidateArchiveOptions extends ExtractLimits {
   /** Load the ONNX model in onnxruntime-node and check it against the handler. Default true. */
   isModelLoadChecked?: boolean;
   /** Batch size to check the model against. Default: model-config.yaml's batchSize, else 1. */
@@ -139,7 +145,7 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
         modelDir = archivePath;
       } else {
         tempDir = await mkdtemp(join(tmpdir(), 'marina-validate-'));
-        const extracted = await extractArchive({ archivePath, destDir: tempDir, onUnsafeEntry: 'skip', ...(isModelLoadChecked ? {} : { filter: isNeededWithoutModelLoad }) });
+        const extracted = await extractArchive({ archivePath, destDir: tempDir, onUnsafeEntry: 'skip', ...resolveExtractLimits(options), ...(isModelLoadChecked ? {} : { filter: isNeededWithoutModelLoad }) });
         unsafe = extracted.skippedEntries;
         modelDir = extracted.modelDir;
         const prefix = relative(tempDir, modelDir).split(sep).join('/');

@@ -5,7 +5,7 @@
 import { mkdtemp, readdir, readFile, rm, stat, writeFile, mkdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, sep } from 'node:path';
-import { crc32 } from 'node:zlib';
+import { crc32, deflateRawSync } from 'node:zlib';
 
 /** A fresh folder under the OS temp dir; call the returned `cleanup` in afterEach. */
 export async function makeTempDir(prefix = 'marina-archive-test-'): Promise<{ dir: string; cleanup: () => Promise<void> }> {
@@ -19,11 +19,16 @@ export interface RawZipEntry {
   data: Buffer | string;
   /** Unix mode including the file type bits, e.g. 0o120777 for a symbolic link. Default 0o100644. */
   unixMode?: number;
+  /** 'deflate' compresses `data` (zip method 8), as real archivers do. Default 'store'. */
+  compression?: 'store' | 'deflate';
+  /** Written into both headers instead of the real uncompressed size: a header that lies. */
+  declaredUncompressedBytes?: number;
 }
 
 /**
- * Writes a zip (STORED entries) byte by byte. Zip libraries normalise entry names, so
- * this is the way to plant names such as `../escape.txt`.
+ * Writes a zip (STORED entries unless `compression: 'deflate'`) byte by byte. Zip
+ * libraries normalise entry names and never write lying sizes, so this is the way to
+ * plant names such as `../escape.txt` or a header that understates what an entry inflates to.
  */
 export async function writeRawZip(path: string, entries: RawZipEntry[]): Promise<void> {
   const locals: Buffer[] = [];
@@ -31,17 +36,21 @@ export async function writeRawZip(path: string, entries: RawZipEntry[]): Promise
   let offset = 0;
   for (const entry of entries) {
     const name = Buffer.from(entry.name, 'utf8');
-    const data = typeof entry.data === 'string' ? Buffer.from(entry.data, 'utf8') : entry.data;
-    const crc = crc32(data);
+    const raw = typeof entry.data === 'string' ? Buffer.from(entry.data, 'utf8') : entry.data;
+    const crc = crc32(raw);
+    const isDeflated = entry.compression === 'deflate';
+    const data = isDeflated ? deflateRawSync(raw) : raw;
+    const method = isDeflated ? 8 : 0;
+    const uncompressedBytes = entry.declaredUncompressedBytes ?? raw.length;
     const local = Buffer.alloc(30);
     local.writeUInt32LE(0x04034b50, 0);
     local.writeUInt16LE(20, 4);
     local.writeUInt16LE(0x0800, 6); // UTF-8 names
-    local.writeUInt16LE(0, 8); // STORED
+    local.writeUInt16LE(method, 8);
     local.writeUInt32LE(0, 10); // time + date
     local.writeUInt32LE(crc, 14);
     local.writeUInt32LE(data.length, 18);
-    local.writeUInt32LE(data.length, 22);
+    local.writeUInt32LE(uncompressedBytes, 22);
     local.writeUInt16LE(name.length, 26);
     local.writeUInt16LE(0, 28);
     locals.push(local, name, data);
@@ -50,11 +59,11 @@ export async function writeRawZip(path: string, entries: RawZipEntry[]): Promise
     central.writeUInt16LE((3 << 8) | 20, 4); // made by Unix, so the external attributes carry a mode
     central.writeUInt16LE(20, 6);
     central.writeUInt16LE(0x0800, 8);
-    central.writeUInt16LE(0, 10);
+    central.writeUInt16LE(method, 10);
     central.writeUInt32LE(0, 12);
     central.writeUInt32LE(crc, 16);
     central.writeUInt32LE(data.length, 20);
-    central.writeUInt32LE(data.length, 24);
+    central.writeUInt32LE(uncompressedBytes, 24);
     central.writeUInt16LE(name.length, 28);
     central.writeUInt16LE(0, 30);
     central.writeUInt16LE(0, 32);

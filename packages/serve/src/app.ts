@@ -112,7 +112,7 @@ export async function listStartupModels(config: ServerConfig): Promise<Array<Loa
 /**
  * Builds the server: the model registry and the fastify instances for the inference,
  * management and metrics APIs, with the inference routes registered. Never listens
- * (main.ts does). Plugins from `options.plugins` are registered on their API's instance.
+ * (start-server.ts does). Plugins from `options.plugins` are registered on their API's instance.
  */
 export async function buildApp(config: ServerConfig, options: BuildAppOptions = {}): Promise<MarinaApp> {
   const inference = createInstance(config, options, config.inferenceAddress);
