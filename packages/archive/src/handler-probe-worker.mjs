@@ -1,8 +1,13 @@
 // Runs in a worker_thread: imports a custom handler module (user code, so never in the
 // validator's own thread) and reports which parts of the handler contract it exports.
 // Plain JavaScript on purpose: workers cannot load .ts on Node 20 and this needs no types.
+import { register } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { parentPort, workerData } from 'node:worker_threads';
+
+// Resolve a handler's bare imports (sharp, onnxruntime-node) the way the server's workers do:
+// the module sits in an extracted archive with no node_modules above it.
+register('./handler-import-hooks.mjs', import.meta.url, { data: { fallbackParentURLs: [import.meta.resolve('@marina/handlers')] } });
 
 const CONTRACT_METHODS = ['handle', 'inference'];
 

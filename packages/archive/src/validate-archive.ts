@@ -51,6 +51,8 @@ const MANIFEST_FILE_FIELDS = ['serializedFile', 'modelFile', 'requirementsFile',
 const HANDLER_EXTENSIONS = ['.mjs', '.js', '.cjs'];
 const INDEX_TO_NAME = 'index_to_name.json';
 const SMALL_FILE_BYTES = 1_000_000;
+// What handler-import-hooks.mjs resolves bare imports to: @marina/handlers' own dependencies.
+const BARE_IMPORTS_AVAILABLE = 'sharp and onnxruntime-node';
 
 /**
  * Without a model load the checks read only the manifest, configs, JSON and handler
@@ -299,7 +301,8 @@ async function checkCustomHandler(
   const result = await probeHandler({ modulePath, ...(functionName === undefined ? {} : { functionName }), ...(context.timeoutMs === undefined ? {} : { timeoutMs: context.timeoutMs }) });
   const file = modulePath.slice(context.modelDir.length + 1);
   if (result.status === 'import-failed') {
-    context.add('MARINA_ERR_HANDLER_IMPORT_FAILED', `handler module '${file}' cannot be imported: ${result.message}; run it with node to see the full error`, { file });
+    const hint = /Cannot find (package|module)/.test(result.message) ? `; a handler can import Node's built-ins, files in the archive, ${BARE_IMPORTS_AVAILABLE}, and packages the archive ships in its own node_modules folder` : '';
+    context.add('MARINA_ERR_HANDLER_IMPORT_FAILED', `handler module '${file}' cannot be imported: ${result.message}${hint}; run it with node to see the full error`, { file });
   } else if (result.status === 'contract') {
     context.add('MARINA_ERR_HANDLER_CONTRACT', `handler module '${file}' does not export the handler contract: ${result.message}. Export handle(data, context), or inference() with optional initialize/preprocess/postprocess, as named exports, a default object, a default class or a default zero-argument factory`, { file });
   }
