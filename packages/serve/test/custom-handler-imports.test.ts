@@ -1,0 +1,43 @@
+import { join } from 'node:path';
+import { readFile } from 'node:fs/promises';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { writeSampleJpeg } from '@marina/model-zoo';
+import { buildApp, type MarinaApp } from '../src/index.ts';
+import { tempDir, testConfig, writeModelFolder } from './helpers.ts';
+
+// A handler as users write one: it imports the libraries Marina runs on by their bare names,
+// although the archive is extracted to a folder with no node_modules above it.
+const sizeHandler = `
+import sharp from 'sharp';
+import * as ort from 'onnxruntime-node';
+export async function handle(data) {
+  return Promise.all(data.map(async (row) => {
+    const { width, height } = await sharp(row.body).metadata();
+    const tensor = new ort.Tensor('float32', new Float32Array([width, height]), [2]);
+    return { width, height, tensorDims: tensor.dims };
+  }));
+}
+`;
+
+let dir: { path: string; cleanup: () => Promise<void> };
+let app: MarinaApp;
+
+beforeAll(async () => {
+  dir = await tempDir();
+  app = await buildApp(testConfig({}, dir.path));
+  const folder = await writeModelFolder({ dir: join(dir.path, 'sizer'), modelName: 'sizer', handler: 'size_handler.mjs', files: { 'size_handler.mjs': sizeHandler } });
+  await app.registry.register({ url: 'sizer', archivePath: folder, synchronous: true });
+});
+
+afterAll(async () => {
+  await app?.close();
+  await dir?.cleanup();
+});
+
+it("resolves a custom handler's bare imports of sharp and onnxruntime-node from Marina's own packages", async () => {
+  const imagePath = join(dir.path, 'image.jpg');
+  await writeSampleJpeg({ outputPath: imagePath, width: 64, height: 48 });
+  const res = await app.inference.inject({ method: 'POST', url: '/predictions/sizer', payload: await readFile(imagePath), headers: { 'content-type': 'image/jpeg' } });
+  expect(res.statusCode, res.body).toBe(200);
+  expect(res.json()).toEqual({ width: 64, height: 48, tensorDims: [2] });
+});
