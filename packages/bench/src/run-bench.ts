@@ -5,7 +5,8 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { experimentNames, type BenchResult, type ExperimentName, type MemoryVariant, type ReferenceTimings, type ResultRow } from './bench-result.ts';
 import { benchErrors } from './errors.ts';
-import { runCeiling, measureOwnTime } from './experiments/ceiling.ts';
+import { CEILING_NOISE_TOLERANCE, runCeiling, measureOwnTime } from './experiments/ceiling.ts';
+import { readLoadAverage } from './stats.ts';
 import { runDecentralized } from './experiments/decentralized.ts';
 import type { BenchProgressEvent, ExperimentContext, RunPlan } from './experiments/experiment-context.ts';
 import { runMemory } from './experiments/memory.ts';
@@ -121,42 +122,56 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const references: ReferenceTimings = { ownEndToEndP50Ms: Number.NaN, ownInferP50Ms: Number.NaN, tinyOwnEndToEndP50Ms: Number.NaN, tinyOwnInferP50Ms: Number.NaN };
   const serverRuns: ServerRunResult[] = [];
 
+  // The machine may be shared: the load average around each experiment says how quiet it was.
+  const loadAverages: string[] = [];
+  const withLoadAverage = async <T>(name: string, body: () => Promise<T>): Promise<T> => {
+    const before = readLoadAverage();
+    try {
+      return await body();
+    } finally {
+      loadAverages.push(`${name} ${before.toFixed(2)} → ${readLoadAverage().toFixed(2)}`);
+    }
+  };
+
   if (selected.has('ceiling')) {
-    const { rows: ceilingRows, ownTime } = await runCeiling(context);
+    const { rows: ceilingRows, ownTime, noisyBatchSizes } = await withLoadAverage('ceiling', () => runCeiling(context));
     rows.push(...ceilingRows);
     references.ownEndToEndP50Ms = ownTime.endToEndP50Ms;
     references.ownInferP50Ms = ownTime.inferP50Ms;
+    if (noisyBatchSizes.length > 0) {
+      notes.push(`Noisy ceiling: the repeats of batch ${noisyBatchSizes.join('/')} disagreed by more than ${CEILING_NOISE_TOLERANCE * 100}% even after a retry (another process took the cores), so every ratio to the ceiling is suspect: rerun on a quiet machine.`);
+    }
   } else if (selected.has('batched')) {
     const own = await measureOwnTime(assets.modelPath, assets.imagePath, cpuCount, 20);
     references.ownEndToEndP50Ms = own.endToEndP50Ms;
     references.ownInferP50Ms = own.inferP50Ms;
   }
-  if (selected.has('decentralized')) rows.push(...(await runDecentralized(context)));
+  if (selected.has('decentralized')) rows.push(...(await withLoadAverage('decentralized', () => runDecentralized(context))));
   const addServerRuns = (runs: ServerRunResult[], extraRows: ResultRow[] = []) => {
     serverRuns.push(...runs);
     rows.push(...runs.map((r) => r.row), ...extraRows);
   };
-  if (selected.has('centralized')) addServerRuns([await runCentralized(context)]);
+  if (selected.has('centralized')) addServerRuns([await withLoadAverage('centralized', () => runCentralized(context))]);
   if (selected.has('batched')) {
-    const { loaded, lone } = await runBatched(context);
+    const { loaded, lone } = await withLoadAverage('batched', () => runBatched(context));
     addServerRuns([loaded], [lone]);
   }
-  if (selected.has('workers')) addServerRuns(await runWorkers(context));
+  if (selected.has('workers')) addServerRuns(await withLoadAverage('workers', () => runWorkers(context)));
   let bestServerConfig: string | undefined;
   if (selected.has('sweep')) {
     const bestRow = bestServerRow(rows);
     const spec = serverRuns.find((r) => r.row === bestRow)?.spec ?? { label: '1 worker, defaults' };
     bestServerConfig = spec.label;
-    rows.push(...(await runSweep(context, spec)));
+    rows.push(...(await withLoadAverage('sweep', () => runSweep(context, spec))));
   }
   if (selected.has('overhead') && tensorAssets) {
     const own = await measureTensorOwnTime(tensorAssets);
     references.tinyOwnEndToEndP50Ms = own.endToEndP50Ms;
     references.tinyOwnInferP50Ms = own.inferP50Ms;
-    rows.push(...(await runOverhead(context)));
+    rows.push(...(await withLoadAverage('overhead', () => runOverhead(context))));
   }
   if (selected.has('memory')) {
-    const measured = await runMemory(context);
+    const measured = await withLoadAverage('memory', () => runMemory(context));
     rows.push(...measured.rows);
     memory = measured.variants;
   }
@@ -168,6 +183,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     if (ceiling) row.ratioToCeiling = row.throughputPerSec / ceiling.throughputPerSec;
     if (decentralized) row.ratioToBestDecentralized = row.throughputPerSec / decentralized.throughputPerSec;
   }
+  if (loadAverages.length > 0) notes.push(`Load average (1 min) before → after each experiment, on ${cpuCount} cores: ${loadAverages.join('; ')}.`);
   const errorRows = rows.filter((r) => r.errors > 0);
   if (errorRows.length > 0) notes.push(`Requests or jobs failed in: ${errorRows.map((r) => `${r.experiment} ${r.config} (${r.errors})`).join('; ')}.`);
   notes.push(`Server runs: one process tree started from ${serveBin} with a generated config.properties (logs under ${context.workDir}).`);

@@ -1,4 +1,53 @@
 #!/usr/bin/env node
-import { register } from 'tsx/esm/api';
-register();
-await import('../src/bin.ts');
+import { spawn } from 'node:child_process';
+
+// glibc reads MALLOC_MMAP_THRESHOLD_ only when the process starts; with it, memory onnxruntime frees
+// after loading a model goes back to the OS (ResNet-152: 814 -> 460 MB PSS for one worker, measured).
+// So `serve --foreground` without it (systemd, docker, the bench) runs itself once more with it set.
+// The parent stays plain JavaScript (no tsx) so it costs little while it waits. Not on other OSes,
+// not under an IPC channel (the background launcher sets the variable itself), not with
+// MARINA_NO_REEXEC=1.
+const MALLOC_MMAP_THRESHOLD_BYTES = '131072';
+const FORWARDED_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'];
+const PARENT_PID_ENV = 'MARINA_REEXEC_PARENT_PID';
+
+const isReexecNeeded =
+  process.platform === 'linux' &&
+  process.argv.includes('--foreground') &&
+  process.env.MALLOC_MMAP_THRESHOLD_ === undefined &&
+  process.env.MARINA_NO_REEXEC !== '1' &&
+  !process.channel;
+
+if (isReexecNeeded) {
+  // A process group of its own, so a terminal's Ctrl-C reaches the server once (forwarded by this
+  // parent), not twice: a second SIGINT means "exit without draining" to the server.
+  const child = spawn(process.execPath, [...process.execArgv, ...process.argv.slice(1)], {
+    stdio: 'inherit',
+    detached: true,
+    env: { ...process.env, MALLOC_MMAP_THRESHOLD_: MALLOC_MMAP_THRESHOLD_BYTES, [PARENT_PID_ENV]: String(process.pid) },
+  });
+  const forward = (signal) => child.kill(signal);
+  for (const signal of FORWARDED_SIGNALS) process.on(signal, forward);
+  child.on('error', (error) => {
+    process.stderr.write(`could not start ${process.execPath} again with MALLOC_MMAP_THRESHOLD_ set (${error.message}); set MARINA_NO_REEXEC=1 to serve in this process.\n`);
+    process.exit(1);
+  });
+  child.on('exit', (code, signal) => {
+    for (const name of FORWARDED_SIGNALS) process.off(name, forward);
+    if (signal) process.kill(process.pid, signal);
+    else process.exit(code ?? 1);
+  });
+} else {
+  const parentPid = Number(process.env[PARENT_PID_ENV]);
+  delete process.env[PARENT_PID_ENV];
+  if (parentPid > 0) {
+    // In its own process group the server would outlive a SIGKILLed parent (kill -9, docker kill,
+    // an OOM kill): follow it instead, as one process would have.
+    setInterval(() => {
+      if (process.ppid !== parentPid) process.kill(process.pid, 'SIGKILL');
+    }, 250).unref();
+  }
+  const { register } = await import('tsx/esm/api');
+  register();
+  await import('../src/bin.ts');
+}

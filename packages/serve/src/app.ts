@@ -64,8 +64,10 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
     return503OnClosing: true,
     ...tlsOptions(config, address),
   }) as unknown as FastifyInstance;
-  app.addHook('onRequest', async (request, reply) => {
+  // A callback hook, not an async one: no promise per request.
+  app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
+    done();
   });
   app.setErrorHandler((error: FastifyError, _request, reply) => {
     if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE' || error.statusCode === 413) {

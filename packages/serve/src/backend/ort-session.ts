@@ -1,3 +1,8 @@
+import { createHash } from 'node:crypto';
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { isMainThread, threadId, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 
 /** How a worker's sessions are configured; fixed when the worker starts. */
@@ -11,9 +16,60 @@ export interface SessionThreading {
   isOversubscribed: boolean;
 }
 
+/** onnxruntime graph optimisation levels, as model-config.yaml names them. */
+export const GRAPH_OPTIMIZATION_LEVELS = ['disabled', 'basic', 'extended', 'all'] as const;
+export type GraphOptimizationLevel = (typeof GRAPH_OPTIMIZATION_LEVELS)[number];
+
 /**
- * Session options every Marina worker uses (see onnxruntime-node facts: 'all' is 1.3–1.6x faster
- * than 'extended').
+ * A model's onnxruntime settings: the `onnxruntime` mapping of its model-config.yaml (checked by
+ * schemas/model-config.schema.json when the archive loads). Every field is optional; unset means
+ * Marina's default. See packages/serve/MEMORY.md for what each costs and saves.
+ */
+export interface OrtModelSettings {
+  /** Default 'all' (fastest; with cacheOptimizedModel its optimised weights are shared too). */
+  graphOptimizationLevel?: GraphOptimizationLevel;
+  /** onnxruntime's CPU memory arena; default true. */
+  enableCpuMemArena?: boolean;
+  /** Pre-planned activation buffers; default true. */
+  enableMemPattern?: boolean;
+  /**
+   * Optimise the model once into a cached copy whose weights are external data
+   * (`<tmpdir>/marina/ort-optimized/<key>/model.onnx` + `model.onnx.data`), then load that copy
+   * without further optimisation: every worker memory-maps the same optimised weights, so an extra
+   * worker costs tens of MB instead of the model's size, at the chosen level's speed. Default: the
+   * environment's MARINA_ORT_CACHE_OPTIMIZED_MODEL ('1'/'0') when set, else on for models of
+   * OPTIMIZED_COPY_MIN_BYTES or more and off for smaller ones.
+   */
+  cacheOptimizedModel?: boolean;
+}
+
+/** Model size (model file plus its `.data`) from which `cacheOptimizedModel` is on by default: 16 MiB. */
+export const OPTIMIZED_COPY_MIN_BYTES = 16 * 1024 * 1024;
+
+/** Server-wide default of `cacheOptimizedModel` for models that do not set it: '1' on, '0' off (else by size). */
+export const CACHE_OPTIMIZED_MODEL_ENV = 'MARINA_ORT_CACHE_OPTIMIZED_MODEL';
+
+/**
+ * Picks the `onnxruntime` settings out of a model-config.yaml mapping. Unknown keys and values of
+ * the wrong type are ignored here: the archive loader has already rejected them against the schema.
+ */
+export function readOrtModelSettings(modelYamlConfig: Record<string, unknown> | undefined): OrtModelSettings {
+  const raw = modelYamlConfig?.['onnxruntime'];
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return {};
+  const section = raw as Record<string, unknown>;
+  const settings: OrtModelSettings = {};
+  const level = section['graphOptimizationLevel'];
+  if (typeof level === 'string' && (GRAPH_OPTIMIZATION_LEVELS as readonly string[]).includes(level)) settings.graphOptimizationLevel = level as GraphOptimizationLevel;
+  if (typeof section['enableCpuMemArena'] === 'boolean') settings.enableCpuMemArena = section['enableCpuMemArena'];
+  if (typeof section['enableMemPattern'] === 'boolean') settings.enableMemPattern = section['enableMemPattern'];
+  if (typeof section['cacheOptimizedModel'] === 'boolean') settings.cacheOptimizedModel = section['cacheOptimizedModel'];
+  return settings;
+}
+
+/**
+ * Session options every Marina worker uses, with the model's `onnxruntime` settings applied.
+ * Default graph optimisation 'all': 1.3–1.6x faster than 'extended' (onnxruntime-node facts),
+ * though it keeps private, reordered copies of the convolution weights in every worker (see MEMORY.md).
  *
  * Intra-op spinning is off: a server always has other work on its cores (HTTP on the main thread,
  * image decoding on libuv's pool for the next batch, other workers), and spinning pool threads
@@ -21,18 +77,137 @@ export interface SessionThreading {
  * ResNet-18, 1 worker × 2 threads, 100 clients on the shared 2-core machine (same run, alternating):
  * 30.6 and 30.1 img/s spinning off against 18.0 and 28.5 spinning on.
  */
-export function createSessionOptions(threading: SessionThreading): ort.InferenceSession.SessionOptions {
-  return {
-    graphOptimizationLevel: 'all',
+export function createSessionOptions(threading: SessionThreading, settings: OrtModelSettings = {}): ort.InferenceSession.SessionOptions {
+  const options: ort.InferenceSession.SessionOptions = {
+    graphOptimizationLevel: settings.graphOptimizationLevel ?? 'all',
     intraOpNumThreads: threading.intraOpNumThreads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
     executionProviders: ['cpu'],
     extra: { session: { 'intra_op.allow_spinning': '0' } },
   };
+  if (settings.enableCpuMemArena !== undefined) options.enableCpuMemArena = settings.enableCpuMemArena;
+  if (settings.enableMemPattern !== undefined) options.enableMemPattern = settings.enableMemPattern;
+  return options;
 }
 
-/** Creates an ORT session for a model file with the worker's options (the implementation of `context.createSession`). */
-export function createSession(modelPath: string, threading: SessionThreading): Promise<ort.InferenceSession> {
-  return ort.InferenceSession.create(modelPath, createSessionOptions(threading));
+/**
+ * Creates an ORT session for a model file with the worker's options (the implementation of
+ * `context.createSession`). External-data weights (`model.onnx.data`, e.g. packed with
+ * `--extra-files`) are found beside `modelPath` and memory-mapped by onnxruntime.
+ *
+ * With `cacheOptimizedModel` (default for models of 16 MiB or more) the session is made from the
+ * cached optimised copy (see OrtModelSettings); when that copy cannot be written (read-only or full
+ * disk) it warns (process warning MARINA_ORT_OPTIMIZED_COPY_FAILED) and loads `modelPath` directly.
+ *
+ * `settings` defaults to the `onnxruntime` section of the model-config.yaml this worker thread was
+ * started with (its workerData's `modelYamlConfig`), so every worker honours it without the caller
+ * passing it.
+ *
+ * @throws onnxruntime's error when the model cannot be loaded.
+ */
+export async function createSession(modelPath: string, threading: SessionThreading, settings: OrtModelSettings = workerOrtModelSettings()): Promise<ort.InferenceSession> {
+  const options = createSessionOptions(threading, settings);
+  if (options.graphOptimizationLevel === 'disabled' || !(await isOptimizedCopyWanted(modelPath, settings))) return ort.InferenceSession.create(modelPath, options);
+  let optimizedPath: string;
+  try {
+    optimizedPath = await ensureOptimizedModel(modelPath, options);
+  } catch (error) {
+    process.emitWarning(`could not write the optimised copy of ${modelPath} (${(error as Error).message}); loading it directly, so each worker keeps its own copy of the weights`, { code: 'MARINA_ORT_OPTIMIZED_COPY_FAILED' });
+    return ort.InferenceSession.create(modelPath, options);
+  }
+  return ort.InferenceSession.create(optimizedPath, { ...options, graphOptimizationLevel: 'disabled' });
+}
+
+/** Where optimised copies live: `<tmpdir>/marina/ort-optimized`, beside the archive extraction cache. */
+export function optimizedModelCacheDir(): string {
+  return path.join(os.tmpdir(), 'marina', 'ort-optimized');
+}
+
+/**
+ * Path of the optimised copy of `modelPath` for these options, written on first use. The key covers
+ * the source file (path, size, mtime), onnxruntime's version, the CPU model ('all' writes
+ * CPU-specific layouts) and the options that shape the graph. Concurrent writers (workers starting
+ * together) each write a private folder and rename it into place; the first wins. Older copies of
+ * the same source path are removed.
+ */
+async function ensureOptimizedModel(modelPath: string, options: ort.InferenceSession.SessionOptions): Promise<string> {
+  const source = path.resolve(modelPath);
+  const { size, mtimeMs } = await stat(source);
+  const identity = { source, size, mtimeMs, ort: ort.env.versions.common, cpu: os.cpus()[0]?.model ?? os.arch(), level: options.graphOptimizationLevel };
+  const key = createHash('sha256').update(JSON.stringify(identity)).digest('hex').slice(0, 24);
+  const cacheDir = optimizedModelCacheDir();
+  const finalDir = path.join(cacheDir, key);
+  const optimizedPath = path.join(finalDir, 'model.onnx');
+  if (await isFile(optimizedPath)) return optimizedPath;
+
+  const workDir = `${finalDir}.tmp-${process.pid}-${threadId}`;
+  await rm(workDir, { recursive: true, force: true });
+  await mkdir(workDir, { recursive: true });
+  try {
+    const writer = await ort.InferenceSession.create(source, {
+      ...options,
+      intraOpNumThreads: 1,
+      optimizedModelFilePath: path.join(workDir, 'model.onnx'),
+      // onnxruntime-node joins the nesting with dots: session.optimized_model_external_initializers_*.
+      extra: { session: { ...(options.extra as { session?: Record<string, string> } | undefined)?.session, optimized_model_external_initializers_file_name: 'model.onnx.data', optimized_model_external_initializers_min_size_in_bytes: '1024' } },
+    });
+    await writer.release();
+    await writeFile(path.join(workDir, 'source.json'), `${JSON.stringify(identity)}\n`);
+    await removeStaleCopies(cacheDir, source, key);
+    try {
+      await rename(workDir, finalDir);
+    } catch (error) {
+      // Another worker renamed its copy first: use that one.
+      if (!(await isFile(optimizedPath))) throw error;
+    }
+  } finally {
+    await rm(workDir, { recursive: true, force: true });
+  }
+  return optimizedPath;
+}
+
+async function removeStaleCopies(cacheDir: string, source: string, currentKey: string): Promise<void> {
+  for (const entry of await readdir(cacheDir)) {
+    if (entry === currentKey || entry.includes('.tmp-')) continue;
+    try {
+      const recorded = JSON.parse(await readFile(path.join(cacheDir, entry, 'source.json'), 'utf8')) as { source?: string };
+      // Copies of an older version of this file, or of a file that is gone (its archive's extraction
+      // was removed). A live worker may still map one: unlinking keeps its pages valid.
+      const isStale = recorded.source === source || (recorded.source !== undefined && !(await isFile(recorded.source)));
+      if (isStale) await rm(path.join(cacheDir, entry), { recursive: true, force: true });
+    } catch {
+      // not a copy of ours, or being written
+    }
+  }
+}
+
+async function isOptimizedCopyWanted(modelPath: string, settings: OrtModelSettings): Promise<boolean> {
+  if (settings.cacheOptimizedModel !== undefined) return settings.cacheOptimizedModel;
+  const fromEnv = process.env[CACHE_OPTIMIZED_MODEL_ENV];
+  if (fromEnv === '0' || fromEnv === '1') return fromEnv === '1';
+  const bytes = (await fileSize(modelPath)) + (await fileSize(`${modelPath}.data`));
+  return bytes >= OPTIMIZED_COPY_MIN_BYTES;
+}
+
+async function fileSize(filePath: string): Promise<number> {
+  try {
+    return (await stat(filePath)).size;
+  } catch {
+    return 0;
+  }
+}
+
+async function isFile(filePath: string): Promise<boolean> {
+  try {
+    return (await stat(filePath)).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** The `onnxruntime` settings of the model this worker thread serves (from its workerData); `{}` on the main thread. */
+export function workerOrtModelSettings(): OrtModelSettings {
+  if (isMainThread || workerData === null || typeof workerData !== 'object') return {};
+  return readOrtModelSettings((workerData as { modelYamlConfig?: Record<string, unknown> }).modelYamlConfig);
 }

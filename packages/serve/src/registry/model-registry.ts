@@ -7,7 +7,7 @@ import { createServeError, toMarinaError } from '../errors.ts';
 import { resolveModelSettings } from '../model-settings.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import { resolveIntraOpThreads } from '../workers/thread-defaults.ts';
-import type { WorkerInit } from '../workers/worker-protocol.ts';
+import type { BodyDecoding, WorkerInit } from '../workers/worker-protocol.ts';
 import type {
   ModelDescription,
   ModelListEntry,
@@ -37,6 +37,8 @@ export interface PredictOptions {
   headers?: Record<string, string>;
   /** performance.now() when the request arrived (default: now). */
   arrivedAt?: number;
+  /** How the worker decodes raw `input.body` bytes for the handler ('json', 'text'); undefined passes the input as it is. */
+  bodyDecoding?: BodyDecoding;
 }
 
 export interface ModelRegistryOptions {
@@ -234,7 +236,7 @@ export class ModelRegistry implements ModelRegistryApi {
     const arrivedAt = options.arrivedAt ?? performance.now();
     if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and accepts no new inference requests; retry against another replica');
     const version = this.getVersion(options.modelName, options.modelVersion);
-    const job = new Job({ requestId: options.requestId, input: options.input, headers: options.headers, arrivedAt });
+    const job = new Job({ requestId: options.requestId, input: options.input, headers: options.headers, arrivedAt, bodyDecoding: options.bodyDecoding });
     let statusCode = 500;
     try {
       version.submit(job);

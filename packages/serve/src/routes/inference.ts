@@ -3,6 +3,7 @@ import multipart from '@fastify/multipart';
 import { createServeError, errorBody, toMarinaError } from '../errors.ts';
 import type { ModelRegistry } from '../registry/model-registry.ts';
 import type { JobInput } from '../scheduling/job.ts';
+import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
 export interface InferenceRoutesOptions {
   registry: ModelRegistry;
@@ -23,21 +24,18 @@ export function sendError(reply: FastifyReply, error: unknown): FastifyReply {
   return reply.code(e.statusCode).type('application/json').send(`${JSON.stringify(errorBody(e), null, 2)}\n`);
 }
 
-/** TorchServe's decode_input_request: JSON parsed (bytes kept when it does not parse), text/* as a string, other types as bytes. */
-function decodeBody(body: Buffer, contentType: string | undefined): unknown {
-  const type = (contentType ?? '').split(';')[0]!.trim().toLowerCase();
-  if (type === 'application/json') {
-    try {
-      return JSON.parse(body.toString('utf8'));
-    } catch {
-      return body;
-    }
-  }
-  if (type.startsWith('text/')) return body.toString('utf8');
-  return body;
+/** How the worker decodes a raw body for the handler (TorchServe's decode_input_request): JSON parsed, text/* as a string, other types as bytes. */
+function bodyDecodingOf(contentType: string | undefined): BodyDecoding {
+  if (contentType === undefined) return undefined;
+  const semi = contentType.indexOf(';');
+  const type = (semi === -1 ? contentType : contentType.slice(0, semi)).trim().toLowerCase();
+  if (type === 'application/json') return 'json';
+  if (type.startsWith('text/')) return 'text';
+  return undefined;
 }
 
-async function readInput(request: FastifyRequest): Promise<JobInput> {
+/** The handler's input and how the worker decodes it: the body's bytes travel as they came, JSON is parsed in the worker, not on the HTTP thread. */
+async function readInput(request: FastifyRequest): Promise<{ input: JobInput; bodyDecoding: BodyDecoding }> {
   if (request.isMultipart()) {
     const input: JobInput = {};
     for await (const part of request.parts()) {
@@ -45,11 +43,11 @@ async function readInput(request: FastifyRequest): Promise<JobInput> {
       else input[part.fieldname] = part.value;
     }
     if (Object.keys(input).length === 0) throw createServeError.MARINA_ERR_BAD_REQUEST('the multipart body has no fields; send the input in a field named data');
-    return input;
+    return { input, bodyDecoding: undefined };
   }
   const body = request.body;
-  if (body === undefined || body === null) return {};
-  return { body: Buffer.isBuffer(body) ? decodeBody(body, request.headers['content-type']) : body };
+  if (body === undefined || body === null) return { input: {}, bodyDecoding: undefined };
+  return Buffer.isBuffer(body) ? { input: { body }, bodyDecoding: bodyDecodingOf(request.headers['content-type']) } : { input: { body }, bodyDecoding: undefined };
 }
 
 const paramsSchema = {
@@ -77,9 +75,13 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
   const predict = async (request: FastifyRequest<{ Params: { model_name: string; model_version?: string } }>, reply: FastifyReply) => {
     const arrivedAt = performance.now();
     try {
-      const input = await readInput(request);
+      const { input, bodyDecoding } = await readInput(request);
       const headers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(request.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+      const requestHeaders = request.headers;
+      for (const k in requestHeaders) {
+        const v = requestHeaders[k];
+        if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+      }
       const result = await registry.predict({
         modelName: request.params.model_name,
         modelVersion: request.params.model_version,
@@ -87,8 +89,9 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         input,
         headers,
         arrivedAt,
+        bodyDecoding,
       });
-      for (const [k, v] of Object.entries(result.headers)) reply.header(k, v);
+      for (const k in result.headers) reply.header(k, result.headers[k]!);
       if (result.contentType) reply.type(result.contentType);
       return reply.code(result.statusCode).send(result.body);
     } catch (error) {

@@ -1,4 +1,5 @@
 import type { MarinaError } from '@marina/errors';
+import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
 /** One request's input as the handler sees it: `{ body }` for a raw body, one key per multipart field otherwise. */
 export type JobInput = Record<string, unknown>;
@@ -31,14 +32,19 @@ export class Job {
   /** Request headers, lower-case names (TorchServe forwards every header to the handler). */
   readonly headers: Record<string, string>;
   readonly timings: JobTimings;
+  /** How the worker decodes `input.body` bytes before the handler sees them (undefined: as is). */
+  readonly bodyDecoding: BodyDecoding;
   readonly promise: Promise<JobResult>;
+  /** Called once, synchronously, when the job settles (the model version's in-flight count); cheaper than a promise chain per request. */
+  onSettled: (() => void) | undefined;
   #resolve!: (result: JobResult) => void;
   #reject!: (error: MarinaError) => void;
   #isSettled = false;
 
-  constructor(options: { requestId: string; input: JobInput; headers?: Record<string, string>; arrivedAt?: number }) {
+  constructor(options: { requestId: string; input: JobInput; headers?: Record<string, string>; arrivedAt?: number; bodyDecoding?: BodyDecoding }) {
     this.requestId = options.requestId;
     this.input = options.input;
+    this.bodyDecoding = options.bodyDecoding;
     this.headers = options.headers ?? {};
     this.timings = { arrivedAt: options.arrivedAt ?? performance.now(), dispatchedAt: undefined, finishedAt: undefined };
     this.promise = new Promise<JobResult>((resolve, reject) => {
@@ -58,6 +64,7 @@ export class Job {
     this.#isSettled = true;
     this.timings.finishedAt = performance.now();
     this.#resolve(result);
+    this.onSettled?.();
   }
 
   reject(error: MarinaError): void {
@@ -65,5 +72,6 @@ export class Job {
     this.#isSettled = true;
     this.timings.finishedAt = performance.now();
     this.#reject(error);
+    this.onSettled?.();
   }
 }

@@ -8,14 +8,23 @@ import { isMarinaError } from '@marina/errors';
 import { getBuiltinHandler, loadCustomHandler, type Handler, type HandlerContext, type RequestRow } from '@marina/handlers';
 import { createSession } from '../backend/ort-session.ts';
 import { toJson } from './to-json.ts';
-import type { ErrorPayload, FromWorker, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
+import type { BatchPayload, BatchResult, BodyDecoding, ErrorPayload, FromWorker, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
 
 const init = workerData as WorkerInit;
 const port = parentPort!;
 
+let heapBytesCached = 0;
+let heapBytesAt = -Infinity;
+
+/** Heap + external bytes for describe's memoryUsage; re-read at most every 250 ms (getHeapStatistics is not free, and batches of a tiny model finish every few µs). */
 function heapBytes(): number {
-  const h = getHeapStatistics();
-  return h.used_heap_size + h.external_memory;
+  const now = performance.now();
+  if (now - heapBytesAt >= 250) {
+    const h = getHeapStatistics();
+    heapBytesCached = h.used_heap_size + h.external_memory;
+    heapBytesAt = now;
+  }
+  return heapBytesCached;
 }
 
 function toPayload(error: unknown, fallbackCode: string, fallbackStatus: number, prefix = ''): ErrorPayload {
@@ -24,15 +33,40 @@ function toPayload(error: unknown, fallbackCode: string, fallbackStatus: number,
   return { code: fallbackCode, message: prefix + e.message, statusCode: fallbackStatus, stack: e.stack };
 }
 
-function post(message: FromWorker, transfer: ArrayBuffer[] = []): void {
-  port.postMessage(message, transfer);
+function post(message: FromWorker): void {
+  port.postMessage(message);
 }
 
 /** Structured-clone turns Buffers into Uint8Arrays; handlers expect Buffers as in TorchServe (bytes). */
-function reviveRow(row: Record<string, unknown>): RequestRow {
+function toBuffer(v: unknown): unknown {
+  return v instanceof Uint8Array && !Buffer.isBuffer(v) ? Buffer.from(v.buffer, v.byteOffset, v.byteLength) : v;
+}
+
+/** TorchServe's decode_input_request for a raw body: JSON parsed (bytes kept when it does not parse), text/* as a string. */
+function decodeBody(body: unknown, decoding: BodyDecoding): unknown {
+  if (decoding === undefined || !Buffer.isBuffer(body)) return body;
+  if (decoding === 'text') return body.toString('utf8');
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch {
+    return body;
+  }
+}
+
+function reviveRow(row: Record<string, unknown>, decoding: BodyDecoding): RequestRow {
   const out: RequestRow = {};
-  for (const [k, v] of Object.entries(row)) out[k] = v instanceof Uint8Array ? Buffer.from(v.buffer, v.byteOffset, v.byteLength) : v;
+  for (const k in row) out[k] = toBuffer(row[k]);
+  if (decoding !== undefined && 'body' in out) out['body'] = decodeBody(out['body'], decoding);
   return out;
+}
+
+/**
+ * A handler's bytes as they should cross to the main thread: a view into a bigger buffer (a
+ * small Buffer lives in an 8 KiB pool slab) is copied first, as the structured clone would copy
+ * the whole slab. Never transferred: the handler may keep the buffer (a cached answer).
+ */
+function ownBytes(bytes: Uint8Array): Uint8Array {
+  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : new Uint8Array(bytes);
 }
 
 let handler: Handler;
@@ -102,9 +136,9 @@ function serialise(batch: BatchState, item: unknown, index: number): ItemResult 
   }
   const status = batch.statuses[index];
   let contentType = batch.contentTypes[index];
-  let body: Uint8Array;
-  if (Buffer.isBuffer(item) || item instanceof Uint8Array) body = item;
-  else if (typeof item === 'string') body = Buffer.from(item, 'utf8');
+  let body: Uint8Array | string;
+  if (Buffer.isBuffer(item) || item instanceof Uint8Array) body = ownBytes(item);
+  else if (typeof item === 'string') body = item;
   else {
     let json: string | undefined;
     try {
@@ -112,17 +146,15 @@ function serialise(batch: BatchState, item: unknown, index: number): ItemResult 
     } catch (error) {
       return { ok: false, error: { code: 'MARINA_ERR_HANDLER_OUTPUT_INVALID', message: `Unsupported model output data type: item ${index} cannot be serialised to JSON (${(error as Error).message})`, statusCode: 503 }, headers };
     }
-    body = Buffer.from(json ?? 'null', 'utf8');
+    body = json ?? 'null';
     contentType ??= 'application/json';
   }
   return { ok: true, statusCode: status?.code ?? 200, body, contentType, headers };
 }
 
-type BatchMessage = Extract<ToWorker, { type: 'batch' }>;
-
 /** A received batch; `preprocessed` is started as soon as it arrives when the handler has a separate preprocess. */
 interface PendingBatch {
-  message: BatchMessage;
+  message: BatchPayload;
   state: BatchState;
   context: HandlerContext;
   rows: RequestRow[];
@@ -133,10 +165,12 @@ interface PendingBatch {
 const pending: PendingBatch[] = [];
 let isLooping = false;
 
-function receive(message: BatchMessage): void {
+function receive(message: BatchPayload): void {
   const n = message.rows.length;
   const state: BatchState = { requestIds: message.requestIds, headers: message.headers, statuses: new Array(n).fill(undefined), contentTypes: new Array(n).fill(undefined), responseHeaders: new Array(n).fill(undefined) };
-  const item: PendingBatch = { message, state, context: createBatchContext(state), rows: message.rows.map(reviveRow) };
+  const decodings = message.decodings;
+  const rows = message.rows.map((row, i) => reviveRow(row, decodings?.[i]));
+  const item: PendingBatch = { message, state, context: createBatchContext(state), rows };
   // Start preprocessing at once (image decoding runs on libuv's pool), so it overlaps with the
   // run() of the batch ahead of it, which blocks this thread but not the pool.
   if (handler.isPipelineSafe && !handler.handle && handler.preprocess) {
@@ -144,11 +178,27 @@ function receive(message: BatchMessage): void {
     item.preprocessed = (async () => preprocess(item.rows, item.context))().then((value) => ({ ok: true as const, value }), (error: unknown) => ({ ok: false as const, error }));
   }
   pending.push(item);
-  if (!isLooping) void loop();
 }
 
 /** Lets messages that came in while run() blocked the thread be received (and their preprocess start). */
 const yieldToMessages = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
+ * Results are held back (to go to the main thread in one message with the next batches')
+ * only while the batch just run took under this, and for at most this long in all, ms: a
+ * tiny model's answers then cost one cross-thread wake-up per drained set instead of one per
+ * batch, while a real model's answers still leave the moment each batch is done.
+ */
+const RESULT_COALESCE_MS = 1;
+
+let outbox: BatchResult[] = [];
+let outboxSince = 0;
+
+function flushResults(): void {
+  if (outbox.length === 0) return;
+  post({ type: 'results', results: outbox, heapBytes: heapBytes() });
+  outbox = [];
+}
 
 /** Runs batches one at a time, in the order they came. */
 async function loop(): Promise<void> {
@@ -156,10 +206,16 @@ async function loop(): Promise<void> {
   try {
     while (pending.length > 0) {
       const item = pending.shift()!;
-      await runBatch(item);
+      const started = performance.now();
+      const result = await runBatch(item);
+      const now = performance.now();
+      if (outbox.length === 0) outboxSince = started;
+      outbox.push(result);
+      if (pending.length === 0 || now - started >= RESULT_COALESCE_MS || now - outboxSince >= RESULT_COALESCE_MS) flushResults();
       await yieldToMessages();
     }
   } finally {
+    flushResults();
     isLooping = false;
   }
 }
@@ -179,32 +235,25 @@ async function runHandler(item: PendingBatch): Promise<unknown> {
   return handler.postprocess ? handler.postprocess(inferred, context) : inferred;
 }
 
-async function runBatch(item: PendingBatch): Promise<void> {
+async function runBatch(item: PendingBatch): Promise<BatchResult> {
   const { message, state } = item;
+  const batchId = message.batchId;
   const n = message.rows.length;
   const started = performance.now();
   let output: unknown;
   try {
     output = await runHandler(item);
   } catch (error) {
-    post({ type: 'batch-failed', batchId: message.batchId, error: toPayload(error, 'MARINA_ERR_HANDLER_FAILED', 503, 'Prediction failed: '), heapBytes: heapBytes() });
-    return;
+    return { batchId, ok: false, error: toPayload(error, 'MARINA_ERR_HANDLER_FAILED', 503, 'Prediction failed: ') };
   }
   const handlerMs = performance.now() - started;
   if (!Array.isArray(output)) {
-    post({ type: 'batch-failed', batchId: message.batchId, heapBytes: heapBytes(), error: { code: 'MARINA_ERR_HANDLER_OUTPUT_INVALID', statusCode: 503, message: `Invalid model predict output: the handler of model '${init.modelName}' returned ${output === null ? 'null' : typeof output} instead of a list with one item per request` } });
-    return;
+    return { batchId, ok: false, error: { code: 'MARINA_ERR_HANDLER_OUTPUT_INVALID', statusCode: 503, message: `Invalid model predict output: the handler of model '${init.modelName}' returned ${output === null ? 'null' : typeof output} instead of a list with one item per request` } };
   }
   if (output.length !== n) {
-    post({ type: 'batch-failed', batchId: message.batchId, heapBytes: heapBytes(), error: { code: 'MARINA_ERR_HANDLER_RESULT_COUNT', statusCode: 503, message: `number of batch response mismatched: the handler of model '${init.modelName}' returned ${output.length} results for a batch of ${n} requests; return exactly one item per request, in order` } });
-    return;
+    return { batchId, ok: false, error: { code: 'MARINA_ERR_HANDLER_RESULT_COUNT', statusCode: 503, message: `number of batch response mismatched: the handler of model '${init.modelName}' returned ${output.length} results for a batch of ${n} requests; return exactly one item per request, in order` } };
   }
-  const items = output.map((value, i) => serialise(state, value, i));
-  const transfer: ArrayBuffer[] = [];
-  for (const result of items) {
-    if (result.ok && result.body.byteOffset === 0 && result.body.byteLength === result.body.buffer.byteLength && result.body.buffer instanceof ArrayBuffer && !transfer.includes(result.body.buffer)) transfer.push(result.body.buffer);
-  }
-  post({ type: 'result', batchId: message.batchId, items, heapBytes: heapBytes(), handlerMs }, transfer);
+  return { batchId, ok: true, items: output.map((value, i) => serialise(state, value, i)), handlerMs };
 }
 
 /** Loads the handler, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
@@ -220,8 +269,10 @@ export async function runWorker(): Promise<void> {
   post({ type: 'ready', heapBytes: heapBytes() });
   // The pool may send batches ahead (WORKER_PIPELINE_DEPTH); they run one at a time, in order.
   port.on('message', (message: ToWorker) => {
-    if (message.type === 'batch') receive(message);
-    else if (message.type === 'stop') port.close();
+    if (message.type === 'batches') {
+      for (const batch of message.batches) receive(batch);
+      if (!isLooping) void loop();
+    } else if (message.type === 'stop') port.close();
   });
 }
 

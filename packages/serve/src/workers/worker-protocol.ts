@@ -23,16 +23,43 @@ export interface ErrorPayload {
   stack?: string;
 }
 
+/**
+ * How the worker turns a row's raw `body` bytes into what the handler sees (TorchServe's
+ * decode_input_request), done in the worker so the HTTP thread never parses a handler's JSON:
+ * 'json': parsed (the bytes are kept when they do not parse); 'text': a UTF-8 string;
+ * undefined: left as it is.
+ */
+export type BodyDecoding = 'json' | 'text' | undefined;
+
+/** One batch as sent to the worker. */
+export interface BatchPayload {
+  batchId: number;
+  rows: Array<Record<string, unknown>>;
+  requestIds: string[];
+  headers: Array<Record<string, string>>;
+  /** Per row; absent when no row needs decoding. */
+  decodings?: BodyDecoding[];
+}
+
+/**
+ * Several batches go in one message when the aggregator hands them out together: one
+ * cross-thread wake-up instead of one per batch.
+ */
 export type ToWorker =
-  | { type: 'batch'; batchId: number; rows: Array<Record<string, unknown>>; requestIds: string[]; headers: Array<Record<string, string>> }
+  | { type: 'batches'; batches: BatchPayload[] }
   | { type: 'stop' };
 
+/** A serialised item: `body` is bytes, or text (JSON the worker serialised, a string the handler returned), sent as a string because a small Buffer would drag its whole 8 KiB pool slab through the structured clone. */
 export type ItemResult =
-  | { ok: true; statusCode: number; body: Uint8Array; contentType: string | undefined; headers: Record<string, string> }
+  | { ok: true; statusCode: number; body: Uint8Array | string; contentType: string | undefined; headers: Record<string, string> }
   | { ok: false; error: ErrorPayload; headers: Record<string, string> };
 
+export type BatchResult =
+  | { batchId: number; ok: true; items: ItemResult[]; handlerMs: number }
+  | { batchId: number; ok: false; error: ErrorPayload };
+
+/** Results of batches finished back to back travel together, in order, like the batches did. */
 export type FromWorker =
   | { type: 'ready'; heapBytes: number }
   | { type: 'init-failed'; error: ErrorPayload }
-  | { type: 'result'; batchId: number; items: ItemResult[]; heapBytes: number; handlerMs: number }
-  | { type: 'batch-failed'; batchId: number; error: ErrorPayload; heapBytes: number };
+  | { type: 'results'; results: BatchResult[]; heapBytes: number };

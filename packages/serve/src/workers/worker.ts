@@ -3,7 +3,7 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { MarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
 import type { Job } from '../scheduling/job.ts';
-import type { FromWorker, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
+import type { BatchPayload, BatchResult, FromWorker, ToWorker, WorkerInit } from './worker-protocol.ts';
 
 /**
  * LOADING → READY ⇄ BUSY → UNLOADING (stopped on purpose) or FAILED (crash, load failure,
@@ -67,6 +67,9 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
   #isReserved = false;
   #nextBatchId = 1;
   #hasExited = false;
+  /** Batches handed out in this turn of the event loop, sent together in one message at its end. */
+  #outbox: BatchPayload[] = [];
+  #outboxTransfer: ArrayBuffer[] = [];
   readonly #options: WorkerOptions;
   readonly exited: Promise<void>;
   #markExited!: () => void;
@@ -150,7 +153,7 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
           this.#fail(wrapped);
           reject(wrapped);
         } else {
-          this.#onBatchMessage(message);
+          this.#onResults(message);
         }
       });
       thread.on('error', (error) => {
@@ -199,23 +202,47 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
       for (const job of jobs) job.timings.dispatchedAt = now;
       this.#flights.push({ batchId, jobs, started: now, resolve });
       if (this.#flights.length === 1) this.#armTimer();
-      const rows: Array<Record<string, unknown>> = [];
-      const transfer: ArrayBuffer[] = [];
-      for (const job of jobs) {
+      const n = jobs.length;
+      const rows: Array<Record<string, unknown>> = new Array(n);
+      const requestIds: string[] = new Array(n);
+      const headers: Array<Record<string, string>> = new Array(n);
+      let decodings: BatchPayload['decodings'];
+      for (let i = 0; i < n; i++) {
+        const job = jobs[i]!;
         const row: Record<string, unknown> = {};
-        for (const key in job.input) {
-          const value = job.input[key];
-          // Hand image bytes over without a copy when the Buffer owns its whole ArrayBuffer.
-          if (Buffer.isBuffer(value) && value.byteOffset === 0 && value.byteLength === value.buffer.byteLength && value.buffer instanceof ArrayBuffer && !transfer.includes(value.buffer)) {
-            transfer.push(value.buffer);
-          }
-          row[key] = value;
-        }
-        rows.push(row);
+        for (const key in job.input) row[key] = this.#prepareValue(job.input[key]);
+        rows[i] = row;
+        requestIds[i] = job.requestId;
+        headers[i] = job.headers;
+        if (job.bodyDecoding !== undefined) (decodings ??= new Array(n).fill(undefined))[i] = job.bodyDecoding;
       }
-      const message: ToWorker = { type: 'batch', batchId, rows, requestIds: jobs.map((j) => j.requestId), headers: jobs.map((j) => j.headers) };
-      this.#thread.postMessage(message, transfer);
+      this.#outbox.push(decodings ? { batchId, rows, requestIds, headers, decodings } : { batchId, rows, requestIds, headers });
+      // The aggregator hands out every batch it can in one synchronous pump: send them together.
+      if (this.#outbox.length === 1) queueMicrotask(() => this.#flushOutbox());
     });
+  }
+
+  /**
+   * A Buffer goes over as its own bytes: one that owns its whole ArrayBuffer (a large request
+   * body) is transferred without a copy; a view into a bigger one (small Buffers share an 8 KiB
+   * pool slab) is copied first, as the structured clone would copy the whole slab.
+   */
+  #prepareValue(value: unknown): unknown {
+    if (!(value instanceof Uint8Array)) return value;
+    const { buffer } = value;
+    if (value.byteOffset !== 0 || value.byteLength !== buffer.byteLength) return new Uint8Array(value);
+    if (buffer instanceof ArrayBuffer && value.byteLength >= 64 * 1024 && !this.#outboxTransfer.includes(buffer)) this.#outboxTransfer.push(buffer);
+    return value;
+  }
+
+  #flushOutbox(): void {
+    const batches = this.#outbox;
+    const transfer = this.#outboxTransfer;
+    this.#outbox = [];
+    this.#outboxTransfer = [];
+    if (batches.length === 0 || !this.#thread || this.#hasExited) return;
+    const message: ToWorker = { type: 'batches', batches };
+    this.#thread.postMessage(message, transfer);
   }
 
   /** Starts responseTimeout for the head batch, from now: a prefetched batch's clock starts when it does. */
@@ -245,28 +272,35 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
     await this.exited;
   }
 
-  #onBatchMessage(message: Extract<FromWorker, { type: 'result' | 'batch-failed' }>): void {
+  #onResults(message: Extract<FromWorker, { type: 'results' }>): void {
     this.#heapBytes = message.heapBytes;
+    for (const result of message.results) this.#onBatchResult(result);
+  }
+
+  #onBatchResult(result: BatchResult): void {
     const flight = this.#flights[0];
-    if (!flight || flight.batchId !== message.batchId) return;
+    if (!flight || flight.batchId !== result.batchId) return;
     this.#flights.shift();
     const inferenceMs = performance.now() - flight.started;
     this.#armTimer();
     if (this.#state === 'BUSY' && this.#flights.length === 0 && !this.#isReserved) this.#state = 'READY';
-    if (message.type === 'batch-failed') {
-      const error = new MarinaError(message.error.code, message.error.message, message.error.statusCode, { details: { requestIds: flight.jobs.map((j) => j.requestId) } });
+    if (!result.ok) {
+      const error = new MarinaError(result.error.code, result.error.message, result.error.statusCode, { details: { requestIds: flight.jobs.map((j) => j.requestId) } });
       for (const job of flight.jobs) job.reject(error);
       flight.resolve({ inferenceMs, isOk: false });
       return;
     }
-    message.items.forEach((item: ItemResult, i) => {
+    const { items } = result;
+    for (let i = 0; i < items.length; i++) {
+      const item = items[i]!;
       const job = flight.jobs[i]!;
       if (item.ok) {
-        job.resolve({ statusCode: item.statusCode, body: Buffer.from(item.body.buffer, item.body.byteOffset, item.body.byteLength), contentType: item.contentType, headers: item.headers });
+        const { body } = item;
+        job.resolve({ statusCode: item.statusCode, body: typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.from(body.buffer, body.byteOffset, body.byteLength), contentType: item.contentType, headers: item.headers });
       } else {
         job.reject(new MarinaError(item.error.code, item.error.message, item.error.statusCode, { details: Object.keys(item.headers).length > 0 ? { headers: item.headers } : undefined }));
       }
-    });
+    }
     flight.resolve({ inferenceMs, isOk: true });
   }
 
