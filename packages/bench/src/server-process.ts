@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { tmpdir } from 'node:os';
 import { benchErrors } from './errors.ts';
 import { findFreePort } from './free-port.ts';
 
@@ -87,13 +88,17 @@ async function waitForExit(child: ChildProcess, timeoutMs: number): Promise<bool
  */
 export async function startServer(options: StartServerOptions): Promise<RunningServer> {
   await mkdir(options.workDir, { recursive: true });
+  const benchTmpDir = join(tmpdir(), 'marina-bench');
+  await mkdir(benchTmpDir, { recursive: true });
   const ports: [number, number, number] = [await findFreePort(), await findFreePort(), await findFreePort()];
   const configPath = await writeServerConfig({ ...options, ports });
   const logPath = join(options.workDir, 'server.log');
   const log = createWriteStream(logPath);
   const child = spawn(process.execPath, [options.serveBin, '--start', '--foreground', '--ts-config', configPath, '--disable-token-auth', '--ncs'], {
     cwd: options.workDir,
-    env: { ...process.env, ...options.env },
+    // Its own TMPDIR: the server's pid file lives there, so a bench never clashes with (or stops)
+    // a server the user runs; the extraction and optimised-model caches there are reused across runs.
+    env: { ...process.env, TMPDIR: benchTmpDir, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });
