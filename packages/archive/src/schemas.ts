@@ -18,6 +18,7 @@ export function describeSchemaErrors(errors: ErrorObject[] | null | undefined, r
   return (errors ?? []).map((error) => {
     const where = error.instancePath === '' ? root : `${root}${error.instancePath.replaceAll('/', '.')}`;
     if (error.keyword === 'required') return `${where}: missing required key '${String((error.params as { missingProperty?: string }).missingProperty)}'`;
+    if (error.keyword === 'additionalProperties') return `${where}: unknown key '${String((error.params as { additionalProperty?: string }).additionalProperty)}'`;
     if (error.keyword === 'enum') return `${where}: must be one of ${((error.params as { allowedValues?: unknown[] }).allowedValues ?? []).map((v) => JSON.stringify(v)).join(', ')}`;
     return `${where}: ${error.message ?? 'is invalid'}`;
   });

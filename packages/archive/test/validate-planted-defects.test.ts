@@ -155,6 +155,14 @@ describe('validateArchive reports each planted defect with its own code', () => 
     expect(codes(await validateArchive(await zipped()))).toEqual(['MARINA_ERR_MODEL_CONFIG_INVALID', 'MARINA_ERR_MODEL_CONFIG_INVALID', 'MARINA_ERR_MODEL_CONFIG_INVALID']);
   });
 
+  it('names the unknown key when model-config.yaml misspells an onnxruntime setting', async () => {
+    await writeFiles(src, { 'model-config.yaml': 'onnxruntime:\n  graphOptimizationLevl: all\n' });
+    await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ configFile: 'model-config.yaml' }));
+    const report = await validateArchive(await zipped(), { isModelLoadChecked: false });
+    expect(codes(report)).toEqual(['MARINA_ERR_MODEL_CONFIG_INVALID']);
+    expect(report.problems[0]?.message).toContain("unknown key 'graphOptimizationLevl'");
+  });
+
   it('MARINA_ERR_MODEL_LOAD_FAILED for a garbage .onnx', async () => {
     await writeFile(join(src, 'model.onnx'), 'this is not a protobuf');
     const report = await validateArchive(await zipped());
