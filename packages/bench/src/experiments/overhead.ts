@@ -1,4 +1,7 @@
 import { spawn } from 'node:child_process';
+import { mkdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { ResultRow } from '../bench-result.ts';
@@ -67,7 +70,7 @@ export async function runOverhead(context: ExperimentContext): Promise<ResultRow
   const bare = await startBareServer();
   try {
     return await withServer(context, { model: tensor, label: `tensor model 2x+1, ${settingsText}`, settings: { ...OVERHEAD_BEST_SETTINGS } }, async (best, bestPath) =>
-      withServer(context, { model: tensor, label: 'tensor model 2x+1, defaults' }, async (defaults, defaultsPath) => {
+      withServer(context, { model: tensor, label: 'tensor model 2x+1, defaults', env: { TMPDIR: await secondServerTmpDir() } }, async (defaults, defaultsPath) => {
         const targets = [
           { name: 'bare fastify route (constant)', measure: (clients: number, ms: number) => measureBare(context, bare, path, body, contentType, clients, ms) },
           { name: `Marina server, tensor model 2x+1, ${settingsText} (best)`, measure: (clients: number, ms: number) => measureServer(context, best, bestPath, body, contentType, clients, ms) },
@@ -93,6 +96,13 @@ export async function runOverhead(context: ExperimentContext): Promise<ResultRow
   } finally {
     bare.stop();
   }
+}
+
+/** A second server running at the same time needs its own TMPDIR: the pid file lives there. */
+async function secondServerTmpDir(): Promise<string> {
+  const dir = join(tmpdir(), 'marina-bench-overhead-2');
+  await mkdir(dir, { recursive: true });
+  return dir;
 }
 
 async function measureBare(context: ExperimentContext, bare: { pid: number; origin: string }, path: string, body: Buffer, contentType: string | undefined, clients: number, durationMs: number): Promise<ResultRow> {

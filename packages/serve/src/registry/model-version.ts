@@ -136,7 +136,6 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
   }
 
   #dispatch(worker: Worker, jobs: Job[], reason: DispatchReason): void {
-    if (process.env.MARINA_DEBUG_BATCHES) { const g = globalThis as any; g.__b ??= { n: 0, jobs: 0, r: {} as Record<string, number> }; g.__b.n++; g.__b.jobs += jobs.length; g.__b.r[reason] = (g.__b.r[reason] ?? 0) + 1; if (g.__b.n % 2000 === 0) console.error('DEBUGB', JSON.stringify(g.__b)); }
     void this.pool.runBatch(worker, jobs).then((outcome) => {
       this.emit('batch', { batchSize: jobs.length, inferenceMs: outcome.inferenceMs, reason, isOk: outcome.isOk });
     });
