@@ -27,10 +27,12 @@ function barRows(rows: readonly ResultRow[]): ResultRow[] {
  * Hand-written SVG, no dependencies; readable at 960 px wide.
  */
 export function renderChartSvg(result: BenchResult): string {
-  const width = 960;
-  const left = 330;
-  const right = 90;
   const bars = barRows(result.rows);
+  // Room for the longest bar label (about 7 px a character at 13 px), so none is clipped.
+  const longestLabel = Math.max(0, ...bars.map((r) => `${r.experiment}: ${r.config}`.length));
+  const left = Math.max(330, 30 + Math.ceil(longestLabel * 7));
+  const right = 90;
+  const width = left + 540 + right;
   const sweep = result.rows.filter((r) => r.experiment === 'sweep').sort((a, b) => a.concurrency - b.concurrency);
   const barHeight = 22;
   const barGap = 8;
