@@ -67,6 +67,11 @@ export async function runWorkers(context: ExperimentContext): Promise<ServerRunR
     const threads = Math.max(1, Math.floor(context.cpuCount / workers));
     const settings: ServerModelSettings = { minWorkers: workers, maxWorkers: workers, intraOpNumThreads: threads };
     results.push(await runServerAtConcurrency(context, 'workers', { label: `${workers} workers × ${threads} thread${threads > 1 ? 's' : ''}`, settings }));
+    // Batching inside each worker: on CPU a batch of 4–8 ran up to ~10% faster than batch 1 (the ceiling's own rows).
+    results.push(await runServerAtConcurrency(context, 'workers', {
+      label: `${workers} workers × ${threads} thread${threads > 1 ? 's' : ''}, batch 8, delay 100 ms`,
+      settings: { ...settings, batchSize: 8, maxBatchDelay: 100 },
+    }));
     if (workers === 2 && context.assets.externalArchiveFileName) {
       results.push(await runServerAtConcurrency(context, 'workers', {
         label: `${workers} workers × ${threads} thread${threads > 1 ? 's' : ''}, external data`, settings, archiveFileName: context.assets.externalArchiveFileName,
