@@ -5,6 +5,7 @@ import { isMarinaError, type MarinaError } from '@marina/errors';
 import { assertModelStoreConfigured, configFromProperties, loadConfig } from '../src/config/load-config.ts';
 import type { ServerConfig } from '../src/config/server-config.ts';
 import { useTempDirs } from './temp-dirs.ts';
+import { marinaErrorOf } from './marina-error-of.ts';
 
 const newTempDir = useTempDirs('marina-config-malformed-');
 
@@ -28,13 +29,8 @@ function errorOf(action: () => unknown): MarinaError {
   throw new Error('expected an error');
 }
 
-async function loadError(text: string): Promise<MarinaError> {
-  const error = await load(text).then(
-    () => undefined,
-    (caught: unknown) => caught,
-  );
-  if (!isMarinaError(error)) throw new Error(`expected a MarinaError, got ${String(error)}`);
-  return error;
+function loadError(text: string): Promise<MarinaError> {
+  return marinaErrorOf(load(text));
 }
 
 describe('malformed configuration', () => {

@@ -1,10 +1,11 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { isMarinaError, type MarinaError } from '@marina/errors';
+import type { MarinaError } from '@marina/errors';
 import { loadConfig } from '../src/config/load-config.ts';
 import type { ServerConfig } from '../src/config/server-config.ts';
 import { useTempDirs } from './temp-dirs.ts';
+import { marinaErrorOf } from './marina-error-of.ts';
 
 const newTempDir = useTempDirs('marina-config-models-');
 
@@ -14,13 +15,8 @@ async function load(text: string): Promise<ServerConfig> {
   return loadConfig({ cliOptions: {}, env: {}, cwd });
 }
 
-async function loadError(text: string): Promise<MarinaError> {
-  const error = await load(text).then(
-    () => undefined,
-    (caught: unknown) => caught,
-  );
-  if (!isMarinaError(error)) throw new Error(`expected a MarinaError, got ${String(error)}`);
-  return error;
+function loadError(text: string): Promise<MarinaError> {
+  return marinaErrorOf(load(text));
 }
 
 const EXPECTED = {

@@ -3,10 +3,9 @@ import { emptyRow, type ResultRow } from '../bench-result.ts';
 import { runJsonChild } from '../child-process-json.ts';
 import { startProcessSampler } from '../process-sampler.ts';
 import { bestOfRepeats, median, summarizeLatencies } from '../stats.ts';
-import type { ExperimentContext } from './experiment-context.ts';
+import { measuredColumns, type ExperimentContext } from './experiment-context.ts';
 
 const ceilingScript = fileURLToPath(new URL('../jobs/ceiling-child.mjs', import.meta.url));
-const MB = 1024 * 1024;
 
 /** The model's own time for one image in one process: decode + preprocess + run, and run alone (p50 ms). */
 export interface OwnTime {
@@ -91,13 +90,8 @@ export async function runCeiling(context: ExperimentContext): Promise<CeilingRes
       images: m.images,
       concurrency: m.batchSize,
       throughputPerSec: verdict.best,
-      p50Ms: latency.p50Ms,
-      p90Ms: latency.p90Ms,
-      p99Ms: latency.p99Ms,
       // One process runs every batch size, so CPU and memory are for the whole ceiling run.
-      peakCpuPercent: usage.peakCpuPercent,
-      meanCpuPercent: usage.meanCpuPercent,
-      peakRssMb: usage.peakRssBytes / MB,
+      ...measuredColumns(latency, usage),
       note: `latency = one batch run; best of repeats ${repeatsText} img/s${verdict.isNoisy ? ' (noisy: rerun on a quiet machine)' : ''}`,
     };
   });

@@ -3,10 +3,9 @@ import { emptyRow, type ResultRow } from '../bench-result.ts';
 import { runJsonChild } from '../child-process-json.ts';
 import { startProcessSampler } from '../process-sampler.ts';
 import { summarizeLatencies } from '../stats.ts';
-import type { ExperimentContext } from './experiment-context.ts';
+import { measuredColumns, type ExperimentContext } from './experiment-context.ts';
 
 const jobScript = fileURLToPath(new URL('../jobs/classify-job.mjs', import.meta.url));
-const MB = 1024 * 1024;
 
 interface JobTimings { loadMs: number; totalMs: number }
 
@@ -62,12 +61,7 @@ export async function runDecentralized(context: ExperimentContext): Promise<Resu
       images: latency.count,
       concurrency: cap,
       throughputPerSec: latency.count / (wallMs / 1000),
-      p50Ms: latency.p50Ms,
-      p90Ms: latency.p90Ms,
-      p99Ms: latency.p99Ms,
-      peakCpuPercent: usage.peakCpuPercent,
-      meanCpuPercent: usage.meanCpuPercent,
-      peakRssMb: usage.peakRssBytes / MB,
+      ...measuredColumns(latency, usage),
       errors,
       loadShare,
       note: `${Math.round(loadShare * 100)}% of each job loading the model${firstError ? `; first error: ${firstError}` : ''}`,

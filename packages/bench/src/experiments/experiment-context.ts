@@ -5,7 +5,7 @@ import type { BenchAssets, TensorAssets } from '../model-assets.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
 import { runLoad, type LoadResult } from '../load-generator.ts';
 import { startServer, type RunningServer, type ServerModelSettings } from '../server-process.ts';
-import { summarizeLatencies } from '../stats.ts';
+import { summarizeLatencies, type LatencySummary } from '../stats.ts';
 
 /** Progress events a run reports; the CLI draws them as a bar. */
 export type BenchProgressEvent =
@@ -51,6 +51,18 @@ export interface ExperimentContext {
 const MB = 1024 * 1024;
 
 /** Fills a row's latency, throughput and resource columns from one load run. */
+/** The measured columns every row shares: latency percentiles and the process tree's CPU and memory. */
+export function measuredColumns(latency: Pick<LatencySummary, 'p50Ms' | 'p90Ms' | 'p99Ms'>, usage: ResourceUsage): Pick<ResultRow, 'p50Ms' | 'p90Ms' | 'p99Ms' | 'peakCpuPercent' | 'meanCpuPercent' | 'peakRssMb'> {
+  return {
+    p50Ms: latency.p50Ms,
+    p90Ms: latency.p90Ms,
+    p99Ms: latency.p99Ms,
+    peakCpuPercent: usage.peakCpuPercent,
+    meanCpuPercent: usage.meanCpuPercent,
+    peakRssMb: usage.peakRssBytes / MB,
+  };
+}
+
 export function rowFromLoad(experiment: ExperimentName, config: string, concurrency: number, load: LoadResult, usage: ResourceUsage): ResultRow {
   const latency = summarizeLatencies(load.latenciesMs);
   return {
@@ -58,12 +70,7 @@ export function rowFromLoad(experiment: ExperimentName, config: string, concurre
     images: latency.count,
     concurrency,
     throughputPerSec: load.throughputPerSec,
-    p50Ms: latency.p50Ms,
-    p90Ms: latency.p90Ms,
-    p99Ms: latency.p99Ms,
-    peakCpuPercent: usage.peakCpuPercent,
-    meanCpuPercent: usage.meanCpuPercent,
-    peakRssMb: usage.peakRssBytes / MB,
+    ...measuredColumns(latency, usage),
     pssMb: usage.lastPssBytes > 0 ? usage.lastPssBytes / MB : Number.NaN,
     errors: load.errors,
     note: load.firstError ? `first error: ${load.firstError.slice(0, 120)}` : '',
