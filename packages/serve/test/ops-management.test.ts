@@ -43,9 +43,10 @@ describe('management API with the model API on, token auth off', { timeout: 60_0
     expect(scaled.status).toBe(202);
     expect(scaled.json).toEqual({ status: 'Processing worker updates...' });
 
+    // Settled: exactly two workers, both READY (the first is replaced meanwhile, so the two share the cores).
     await waitFor('two READY workers', async () => {
       const [d] = (await call(ops.api, 'GET', '/models/resnet-152')).json;
-      return d.workers.filter((w: { status: string }) => w.status === 'READY').length === 2;
+      return d.workers.length === 2 && d.workers.every((w: { status: string }) => w.status === 'READY');
     });
     const described = await call(ops.api, 'GET', '/models/resnet-152');
     expect(described.status).toBe(200);

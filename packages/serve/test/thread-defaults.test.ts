@@ -44,6 +44,31 @@ describe('intra-op thread defaults', () => {
       expect(app.registry.stats().find((s) => s.modelName === 'one')).toMatchObject({ workers: 2, intraOpNumThreads: 2 });
     });
 
+    it('re-splits the cores when workers are scaled, replacing workers without losing a request', async () => {
+      const dir = await tempDir();
+      cleanup = dir.cleanup;
+      const folder = await writeSleepyModel(dir.path, 'elastic');
+      app = await buildApp(testConfig({ cpuCount: 2 }, dir.path));
+      await app.registry.register({ url: 'elastic', archivePath: folder, synchronous: true });
+      const threads = () => app!.registry.describe('elastic')[0]!.workers.filter((w) => w.status !== 'UNLOADING').map((w) => w.intraOpNumThreads).sort();
+      const until = async (expected: number[]) => {
+        for (let i = 0; i < 500 && JSON.stringify(threads()) !== JSON.stringify(expected); i++) await new Promise((r) => setTimeout(r, 20));
+        return threads();
+      };
+      expect(threads()).toEqual([2]);
+      // Requests keep flowing while workers are replaced.
+      const inFlight = Array.from({ length: 30 }, (_, i) =>
+        new Promise((r) => setTimeout(r, i * 20)).then(() => app!.inference.inject({ method: 'POST', url: '/predictions/elastic', payload: { sleepMs: 20, value: i } })),
+      );
+      await app.registry.scale('elastic', undefined, { minWorkers: 2, maxWorkers: 2, synchronous: true });
+      expect(await until([1, 1])).toEqual([1, 1]);
+      await app.registry.scale('elastic', undefined, { minWorkers: 1, maxWorkers: 1, synchronous: true });
+      expect(await until([2])).toEqual([2]);
+      const responses = await Promise.all(inFlight);
+      expect(responses.map((r) => r.statusCode)).toEqual(responses.map(() => 200));
+      expect(responses.map((r) => r.json().echo)).toEqual(responses.map((_, i) => i));
+    }, 30_000);
+
     it('uses OMP_NUM_THREADS when set', async () => {
       const dir = await tempDir();
       cleanup = dir.cleanup;

@@ -159,11 +159,13 @@ export class ModelRegistry implements ModelRegistryApi {
   async start(version: ModelVersion, options: { synchronous: boolean }): Promise<RegisterResult> {
     const requested = version.plannedWorkers;
     const starting = version.pool.setTarget(requested);
+    const rebalanced = this.#rebalanceThreadsAfter(starting);
     const result = (ready: number): RegisterResult => ({ modelName: version.modelName, modelVersion: version.modelVersion, workersRequested: requested, workersReady: ready });
     if (!options.synchronous) {
       void starting.catch(() => undefined);
       return result(0);
     }
+    await rebalanced;
     const ready = await starting;
     if (requested > 0 && ready === 0) {
       const cause = version.pool.lastError;
@@ -196,6 +198,20 @@ export class ModelRegistry implements ModelRegistryApi {
       limitMaxImagePixels: this.#config.limitMaxImagePixels,
       serverVersion: SERVER_VERSION,
     };
+  }
+
+  /**
+   * Once `change` settles (workers added or removed), brings every version's running workers to
+   * the current default thread split, so the cores stay exactly divided (see WorkerPool.rebalanceThreads).
+   * Resolves when every version is rebalanced; failures are logged, never thrown.
+   */
+  #rebalanceThreadsAfter(change: Promise<unknown>): Promise<void> {
+    return change.then(
+      () => Promise.all([...this.#versions()].map((v) =>
+        v.pool.rebalanceThreads().catch((error: unknown) => this.#log('warn', `${v.modelName} ${v.modelVersion}: rebalancing worker threads failed: ${(error as Error).message}`)),
+      )).then(() => undefined),
+      () => undefined,
+    );
   }
 
   /**
@@ -284,6 +300,7 @@ export class ModelRegistry implements ModelRegistryApi {
       this.events.emit('changed');
     }
     await version.drain();
+    await this.#rebalanceThreadsAfter(Promise.resolve());
   }
 
   async scale(modelName: string, modelVersion: string | undefined, options: ScaleOptions): Promise<{ workers: number }> {
@@ -300,19 +317,23 @@ export class ModelRegistry implements ModelRegistryApi {
     const target = current < options.minWorkers ? options.minWorkers : Math.min(current, options.maxWorkers);
     version.plannedWorkers = target;
     const done = version.pool.setTarget(target);
+    const rebalanced = this.#rebalanceThreadsAfter(done);
     this.events.emit('changed');
     if (!options.synchronous) {
       void done.catch(() => undefined);
       return { workers: target };
     }
-    return { workers: await done };
+    // Synchronous: answer once the workers are up and every worker has its share of the cores.
+    await rebalanced;
+    await done;
+    return { workers: version.pool.readyCount };
   }
 
   async setWorkerCount(modelName: string, modelVersion: string, count: number): Promise<void> {
     const version = this.getVersion(modelName, modelVersion);
     const target = Math.max(version.minWorkers, Math.min(version.maxWorkers, count));
     version.plannedWorkers = target;
-    await version.pool.setTarget(target);
+    await this.#rebalanceThreadsAfter(version.pool.setTarget(target));
     this.events.emit('changed');
   }
 

@@ -42,6 +42,8 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
   #startFailures = 0;
   #restartTimer: ReturnType<typeof setTimeout> | undefined;
   #isClosed = false;
+  /** Rebalancing passes run one after another: a pass asked for during another runs after it. */
+  #rebalancing: Promise<void> = Promise.resolve();
   lastError: MarinaError | undefined;
 
   constructor(options: WorkerPoolOptions) {
@@ -123,7 +125,7 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
   async setTarget(count: number): Promise<number> {
     this.#target = count;
     this.emit('changed');
-    const starting: Array<Promise<void>> = [];
+    const starting: Array<Promise<Worker | undefined>> = [];
     while (this.#workers.size < this.#target) starting.push(this.#spawn());
     const excess = this.#workers.size - this.#target;
     if (excess > 0) {
@@ -132,6 +134,34 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
     }
     await Promise.allSettled(starting);
     return this.readyCount;
+  }
+
+  /**
+   * Replaces, one at a time, the workers whose intra-op thread count differs from what a worker
+   * started now would get: the default split (cores ÷ all workers of all models) changes when
+   * workers are added or removed anywhere, and a running session cannot change its threads.
+   * The replacement starts first and the old worker finishes its batches before it stops, so
+   * capacity never drops and no request is lost.
+   */
+  rebalanceThreads(): Promise<void> {
+    const pass = this.#rebalancing.then(() => this.#rebalance());
+    this.#rebalancing = pass.catch(() => undefined);
+    return pass;
+  }
+
+  async #rebalance(): Promise<void> {
+    for (const old of [...this.#workers]) {
+      if (this.#isClosed) return;
+      if (!this.#workers.has(old) || old.state === 'LOADING') continue;
+      if (old.intraOpNumThreads === this.#options.createInit().intraOpNumThreads) continue;
+      const replacement = await this.#spawn();
+      // No replacement came up (its failure is logged): keep the old worker serving.
+      if (replacement === undefined) return;
+      if (this.#workers.has(old)) await this.#retire(old);
+    }
+    while (!this.#isClosed && this.#workers.size < this.#target) {
+      if ((await this.#spawn()) === undefined) return;
+    }
   }
 
   /** Stops every worker, letting a running batch finish first; jobs of lingering threads are already settled. */
@@ -151,7 +181,8 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
     this.emit('changed');
   }
 
-  async #spawn(): Promise<void> {
+  /** Starts one worker; resolves with it once READY, or undefined when it failed to start (logged, retried). */
+  async #spawn(): Promise<Worker | undefined> {
     const worker = new Worker({
       init: this.#options.createInit(),
       startupTimeoutMs: this.#options.startupTimeoutMs,
@@ -166,13 +197,15 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
       this.#startFailures = 0;
       this.emit('changed');
       this.emit('idle');
+      return worker;
     } catch (error) {
       this.#forget(worker);
-      if (worker.state === 'UNLOADING') return;
+      if (worker.state === 'UNLOADING') return undefined;
       this.lastError = error as MarinaError;
       this.#startFailures++;
       this.#options.log?.('error', (error as Error).message);
       this.#scheduleRestart();
+      return undefined;
     }
   }
 
