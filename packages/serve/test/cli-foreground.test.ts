@@ -4,19 +4,12 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { useTempDirs } from './temp-dirs.ts';
+import { sleepyHandlerSource } from './fixtures.ts';
 
 const newTempDir = useTempDirs('marina-cli-foreground-');
 
 const BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
 
-const SLEEPY_HANDLER = `
-export function handle(data) {
-  const ms = Math.max(0, ...data.map((row) => Number((row.body && row.body.sleepMs) || 0)));
-  const end = Date.now() + ms;
-  while (Date.now() < end) { /* busy */ }
-  return data.map(() => ({ done: true }));
-}
-`;
 
 interface Foreground {
   child: ChildProcessWithoutNullStreams;
@@ -47,7 +40,7 @@ async function startForeground(extraEnv: Record<string, string> = {}): Promise<F
   const model = path.join(cwd, 'store', 'sleepy');
   mkdirSync(path.join(model, 'MAR-INF'), { recursive: true });
   writeFileSync(path.join(model, 'MAR-INF', 'MANIFEST.json'), JSON.stringify({ runtime: 'python', model: { modelName: 'sleepy', modelVersion: '1.0', handler: 'sleepy_handler.mjs' } }));
-  writeFileSync(path.join(model, 'sleepy_handler.mjs'), SLEEPY_HANDLER);
+  writeFileSync(path.join(model, 'sleepy_handler.mjs'), sleepyHandlerSource);
   const args = ['--foreground', '--disable-token-auth', '--model-store', 'store', '--models', 'all'];
   const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: path.join(cwd, 'tmp'), TS_CONFIG_FILE: writeConfig(cwd), LOG_LOCATION: path.join(cwd, 'logs'), ...extraEnv };
   if (!('MALLOC_MMAP_THRESHOLD_' in extraEnv)) delete env.MALLOC_MMAP_THRESHOLD_;

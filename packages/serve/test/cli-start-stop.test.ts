@@ -6,6 +6,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { writeTinyTensorModel } from '@marina/model-zoo';
+import { sleepyHandlerSource } from './fixtures.ts';
 
 const createdDirs: string[] = [];
 function track(dir: string): string {
@@ -16,15 +17,6 @@ function track(dir: string): string {
 
 const BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
 
-/** A blocking handler (like a native run()) that takes `sleepMs` from the body: keeps a request in flight. */
-const SLEEPY_HANDLER = `
-export function handle(data) {
-  const ms = Math.max(0, ...data.map((row) => Number((row.body && row.body.sleepMs) || 0)));
-  const end = Date.now() + ms;
-  while (Date.now() < end) { /* busy */ }
-  return data.map((row) => ({ echo: row.body && row.body.value }));
-}
-`;
 
 interface RunResult {
   code: number | null;
@@ -145,7 +137,7 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
   it('finishes a request in flight when --stop sends SIGTERM', async () => {
     const cwd = workDir();
     writeManifest(path.join(cwd, 'store', 'sleepy'), { modelName: 'sleepy', handler: 'sleepy_handler.mjs' });
-    writeFileSync(path.join(cwd, 'store', 'sleepy', 'sleepy_handler.mjs'), SLEEPY_HANDLER);
+    writeFileSync(path.join(cwd, 'store', 'sleepy', 'sleepy_handler.mjs'), sleepyHandlerSource);
 
     started.push(cwd);
     const start = await serve(cwd, ['--start', '--disable-token-auth', '--ts-config', 'config.properties']);
@@ -166,7 +158,7 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
 
     const response = await inFlight;
     expect(response.status).toBe(200);
-    expect(await response.json()).toEqual({ echo: 42 });
+    expect(await response.json()).toMatchObject({ echo: 42 });
     expect((await stop).stdout).toContain('Marina has stopped.');
     expect(isRunning(pid)).toBe(false);
     expect(readFileSync(path.join(cwd, 'logs', 'marina.log'), 'utf8')).toContain('SIGTERM received');
