@@ -113,6 +113,14 @@ describe('the onnxruntime section of model-config.yaml', () => {
     expect(createSessionOptions(threading, settings)).toMatchObject({ graphOptimizationLevel: 'extended', enableCpuMemArena: false, enableMemPattern: false, intraOpNumThreads: 1 });
   });
 
+  it('keeps intra-op spinning off unless the model opts in with allowSpinning', () => {
+    const threading = { intraOpNumThreads: 2, isOversubscribed: false };
+    expect(createSessionOptions(threading).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
+    const settings = readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: true\n'));
+    expect(settings).toEqual({ allowSpinning: true });
+    expect(createSessionOptions(threading, settings).extra).toEqual({ session: { 'intra_op.allow_spinning': '1' } });
+  });
+
   it('rejects an unknown level or key with MARINA_ERR_MODEL_CONFIG_INVALID, naming it', () => {
     expect(() => parseModelConfig('onnxruntime:\n  graphOptimizationLevel: fastest\n')).toThrow(expect.objectContaining({ code: 'MARINA_ERR_MODEL_CONFIG_INVALID', message: expect.stringContaining('graphOptimizationLevel') }));
     expect(() => parseModelConfig('onnxruntime:\n  graphOptimisationLevel: all\n')).toThrow(expect.objectContaining({ code: 'MARINA_ERR_MODEL_CONFIG_INVALID', message: expect.stringContaining('onnxruntime') }));

@@ -33,6 +33,11 @@ export interface OrtModelSettings {
   /** Pre-planned activation buffers; default true. */
   enableMemPattern?: boolean;
   /**
+   * Let intra-op threads spin at operator barriers instead of sleeping; default false (see
+   * createSessionOptions). Worth it only on a machine whose cores serve nothing else.
+   */
+  allowSpinning?: boolean;
+  /**
    * Optimise the model once into a cached copy whose weights are external data
    * (`<tmpdir>/marina/ort-optimized/<key>/model.onnx` + `model.onnx.data`), then load that copy
    * without further optimisation: every worker memory-maps the same optimised weights, so an extra
@@ -62,6 +67,7 @@ export function readOrtModelSettings(modelYamlConfig: Record<string, unknown> | 
   if (typeof level === 'string' && (GRAPH_OPTIMIZATION_LEVELS as readonly string[]).includes(level)) settings.graphOptimizationLevel = level as GraphOptimizationLevel;
   if (typeof section['enableCpuMemArena'] === 'boolean') settings.enableCpuMemArena = section['enableCpuMemArena'];
   if (typeof section['enableMemPattern'] === 'boolean') settings.enableMemPattern = section['enableMemPattern'];
+  if (typeof section['allowSpinning'] === 'boolean') settings.allowSpinning = section['allowSpinning'];
   if (typeof section['cacheOptimizedModel'] === 'boolean') settings.cacheOptimizedModel = section['cacheOptimizedModel'];
   return settings;
 }
@@ -75,7 +81,9 @@ export function readOrtModelSettings(modelYamlConfig: Record<string, unknown> | 
  * image decoding on libuv's pool for the next batch, other workers), and spinning pool threads
  * burn the core that work needs while waiting at each operator's barrier. Measured with
  * ResNet-18, 1 worker × 2 threads, 100 clients on the shared 2-core machine (same run, alternating):
- * 30.6 and 30.1 img/s spinning off against 18.0 and 28.5 spinning on.
+ * 30.6 and 30.1 img/s spinning off against 18.0 and 28.5 spinning on. On a quiet machine spinning
+ * gained 2% (ResNet-152, 1 worker × 2 threads, batch 8: 13.8 vs 13.5 img/s), so a model can opt in
+ * with `onnxruntime.allowSpinning: true`.
  */
 export function createSessionOptions(threading: SessionThreading, settings: OrtModelSettings = {}): ort.InferenceSession.SessionOptions {
   const options: ort.InferenceSession.SessionOptions = {
@@ -84,7 +92,7 @@ export function createSessionOptions(threading: SessionThreading, settings: OrtM
     interOpNumThreads: 1,
     executionMode: 'sequential',
     executionProviders: ['cpu'],
-    extra: { session: { 'intra_op.allow_spinning': '0' } },
+    extra: { session: { 'intra_op.allow_spinning': settings.allowSpinning === true ? '1' : '0' } },
   };
   if (settings.enableCpuMemArena !== undefined) options.enableCpuMemArena = settings.enableCpuMemArena;
   if (settings.enableMemPattern !== undefined) options.enableMemPattern = settings.enableMemPattern;
