@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { writeSampleJpeg } from '@marina/model-zoo';
 import { buildApp, type MarinaApp } from '../src/index.ts';
+import type { BatchDoneEvent } from '../src/registry/model-registry-api.ts';
 import { tempDir, testConfig } from './helpers.ts';
 import { writeClassifierModel } from './fixtures.ts';
 
@@ -31,6 +32,25 @@ describe('image_classifier with real sharp and onnxruntime', () => {
   afterAll(async () => {
     await app?.close();
     await dir?.cleanup();
+  });
+
+  it('reports where each batch spent its time: waiting for decoding, inference and postprocess', async () => {
+    const batches: BatchDoneEvent[] = [];
+    const onBatch = (e: BatchDoneEvent) => batches.push(e);
+    app.registry.events.on('batch', onBatch);
+    try {
+      const res = await app.inference.inject({ method: 'POST', url: '/predictions/labelled', headers: { 'content-type': 'application/octet-stream' }, payload: jpeg });
+      expect(res.statusCode).toBe(200);
+    } finally {
+      app.registry.events.off('batch', onBatch);
+    }
+    expect(batches).toHaveLength(1);
+    const { stages, inferenceMs } = batches[0]!;
+    expect(stages).toBeDefined();
+    for (const ms of [stages!.preprocessWaitMs, stages!.inferenceMs, stages!.postprocessMs]) expect(ms).toBeGreaterThanOrEqual(0);
+    expect(stages!.inferenceMs).toBeGreaterThan(0);
+    // The stages happen inside the batch's round trip to the worker.
+    expect(stages!.preprocessWaitMs + stages!.inferenceMs + stages!.postprocessMs).toBeLessThanOrEqual(inferenceMs);
   });
 
   it('answers the top-5 {label: probability} in rank order, with labels from index_to_name.json', async () => {

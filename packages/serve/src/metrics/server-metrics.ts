@@ -115,6 +115,13 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     buckets: BATCH_SIZE_BUCKETS,
     registers: [promRegistry],
   });
+  const handlerStage = new Histogram({
+    name: 'marina_handler_stage_seconds',
+    help: 'Time of one batch in each handler stage inside the worker, seconds: preprocess_wait (waiting for decoding after the worker picked the batch up), inference, postprocess. Handlers with a single handle() report none.',
+    labelNames: [...modelLabels, 'stage'],
+    buckets: LATENCY_BUCKETS_SECONDS,
+    registers: [promRegistry],
+  });
 
   // Gauges are filled from registry.stats() at scrape time; reset first so removed models vanish.
   const gauges = {
@@ -165,7 +172,13 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     if (event.inferenceMs > 0) inferenceLatency.observe(labels, event.inferenceMs / 1000);
   };
   const onBatch = (event: BatchDoneEvent): void => {
-    batchSize.observe({ model_name: event.modelName, model_version: event.modelVersion }, event.batchSize);
+    const labels = { model_name: event.modelName, model_version: event.modelVersion };
+    batchSize.observe(labels, event.batchSize);
+    if (event.stages) {
+      handlerStage.observe({ ...labels, stage: 'preprocess_wait' }, event.stages.preprocessWaitMs / 1000);
+      handlerStage.observe({ ...labels, stage: 'inference' }, event.stages.inferenceMs / 1000);
+      handlerStage.observe({ ...labels, stage: 'postprocess' }, event.stages.postprocessMs / 1000);
+    }
   };
   registry.events.on('request', onRequest);
   registry.events.on('batch', onBatch);

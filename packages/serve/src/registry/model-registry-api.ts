@@ -146,6 +146,11 @@ export interface BatchDoneEvent {
   dispatchReason?: 'full' | 'idle' | 'delay' | 'flush';
   /** Marina: false when the batch failed as a whole (handler error, response timeout, crash). */
   isOk?: boolean;
+  /**
+   * Marina: where the time went inside the worker, ms, for handlers with separate stages
+   * (preprocess → inference → postprocess; the built-in handlers have them, a single handle() has not).
+   */
+  stages?: { preprocessWaitMs: number; inferenceMs: number; postprocessMs: number };
 }
 
 export interface RegistryEvents {

@@ -132,7 +132,7 @@ export class ModelRegistry implements ModelRegistryApi {
         log: this.#log,
       });
       version.on('batch', (e) => {
-        this.events.emit('batch', { modelName, modelVersion, batchSize: e.batchSize, inferenceMs: e.inferenceMs, dispatchReason: e.reason, isOk: e.isOk });
+        this.events.emit('batch', { modelName, modelVersion, batchSize: e.batchSize, inferenceMs: e.inferenceMs, dispatchReason: e.reason, isOk: e.isOk, ...(e.stages ? { stages: e.stages } : {}) });
       });
       let model = this.#models.get(modelName);
       if (!model) {

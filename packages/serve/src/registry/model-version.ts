@@ -9,6 +9,7 @@ import type { Worker } from '../workers/worker.ts';
 import { WorkerPool } from '../workers/worker-pool.ts';
 import type { WorkerInit } from '../workers/worker-protocol.ts';
 import type { ModelDescription, ModelVersionStats, SnapshotModelVersion } from './model-registry-api.ts';
+import type { HandlerStagesMs } from '../workers/worker-protocol.ts';
 
 /** A batch that left the aggregator and came back from a worker. */
 export interface BatchEvent {
@@ -16,6 +17,7 @@ export interface BatchEvent {
   inferenceMs: number;
   reason: DispatchReason;
   isOk: boolean;
+  stages: HandlerStagesMs | undefined;
 }
 
 export interface ModelVersionOptions {
@@ -137,7 +139,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
 
   #dispatch(worker: Worker, jobs: Job[], reason: DispatchReason): void {
     void this.pool.runBatch(worker, jobs).then((outcome) => {
-      this.emit('batch', { batchSize: jobs.length, inferenceMs: outcome.inferenceMs, reason, isOk: outcome.isOk });
+      this.emit('batch', { batchSize: jobs.length, inferenceMs: outcome.inferenceMs, reason, isOk: outcome.isOk, stages: outcome.stages });
     });
   }
 

@@ -8,7 +8,7 @@ import { isMarinaError } from '@marina/errors';
 import { getBuiltinHandler, loadCustomHandler, type Handler, type HandlerContext, type RequestRow } from '@marina/handlers';
 import { createSession } from '../backend/ort-session.ts';
 import { toJson } from './to-json.ts';
-import type { BatchPayload, BatchResult, BodyDecoding, ErrorPayload, FromWorker, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
+import type { BatchPayload, BatchResult, BodyDecoding, ErrorPayload, FromWorker, HandlerStagesMs, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
 
 const init = workerData as WorkerInit;
 const port = parentPort!;
@@ -220,9 +220,10 @@ async function loop(): Promise<void> {
   }
 }
 
-async function runHandler(item: PendingBatch): Promise<unknown> {
+async function runHandler(item: PendingBatch): Promise<{ output: unknown; stages?: HandlerStagesMs }> {
   const { rows, context } = item;
-  if (handler.handle) return handler.handle(rows, context);
+  if (handler.handle) return { output: await handler.handle(rows, context) };
+  const started = performance.now();
   let pre: unknown = rows;
   if (item.preprocessed) {
     const settled = await item.preprocessed;
@@ -231,8 +232,11 @@ async function runHandler(item: PendingBatch): Promise<unknown> {
   } else if (handler.preprocess) {
     pre = await handler.preprocess(rows, context);
   }
+  const preprocessed = performance.now();
   const inferred = handler.inference ? await handler.inference(pre, context) : pre;
-  return handler.postprocess ? handler.postprocess(inferred, context) : inferred;
+  const inferenceDone = performance.now();
+  const output = handler.postprocess ? await handler.postprocess(inferred, context) : inferred;
+  return { output, stages: { preprocessWaitMs: preprocessed - started, inferenceMs: inferenceDone - preprocessed, postprocessMs: performance.now() - inferenceDone } };
 }
 
 async function runBatch(item: PendingBatch): Promise<BatchResult> {
@@ -241,8 +245,9 @@ async function runBatch(item: PendingBatch): Promise<BatchResult> {
   const n = message.rows.length;
   const started = performance.now();
   let output: unknown;
+  let stages: HandlerStagesMs | undefined;
   try {
-    output = await runHandler(item);
+    ({ output, stages } = await runHandler(item));
   } catch (error) {
     return { batchId, ok: false, error: toPayload(error, 'MARINA_ERR_HANDLER_FAILED', 503, 'Prediction failed: ') };
   }
@@ -253,7 +258,7 @@ async function runBatch(item: PendingBatch): Promise<BatchResult> {
   if (output.length !== n) {
     return { batchId, ok: false, error: { code: 'MARINA_ERR_HANDLER_RESULT_COUNT', statusCode: 503, message: `number of batch response mismatched: the handler of model '${init.modelName}' returned ${output.length} results for a batch of ${n} requests; return exactly one item per request, in order` } };
   }
-  return { batchId, ok: true, items: output.map((value, i) => serialise(state, value, i)), handlerMs };
+  return { batchId, ok: true, items: output.map((value, i) => serialise(state, value, i)), handlerMs, ...(stages ? { stages } : {}) };
 }
 
 /** Loads the handler, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */

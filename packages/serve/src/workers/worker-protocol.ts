@@ -55,7 +55,7 @@ export type ItemResult =
   | { ok: false; error: ErrorPayload; headers: Record<string, string> };
 
 export type BatchResult =
-  | { batchId: number; ok: true; items: ItemResult[]; handlerMs: number }
+  | { batchId: number; ok: true; items: ItemResult[]; handlerMs: number; stages?: HandlerStagesMs }
   | { batchId: number; ok: false; error: ErrorPayload };
 
 /** Results of batches finished back to back travel together, in order, like the batches did. */
@@ -63,3 +63,14 @@ export type FromWorker =
   | { type: 'ready'; heapBytes: number }
   | { type: 'init-failed'; error: ErrorPayload }
   | { type: 'results'; results: BatchResult[]; heapBytes: number };
+
+/**
+ * Where a batch's time went inside the worker, ms, for handlers with separate stages:
+ * `preprocessWaitMs` is how long the worker waited for preprocessing after it picked the batch up
+ * (0 when a pipelined preprocess had already finished while the previous batch ran).
+ */
+export interface HandlerStagesMs {
+  preprocessWaitMs: number;
+  inferenceMs: number;
+  postprocessMs: number;
+}

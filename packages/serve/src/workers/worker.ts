@@ -3,7 +3,7 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { MarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
 import type { Job } from '../scheduling/job.ts';
-import type { BatchPayload, BatchResult, FromWorker, ToWorker, WorkerInit } from './worker-protocol.ts';
+import type { BatchPayload, BatchResult, FromWorker, HandlerStagesMs, ToWorker, WorkerInit } from './worker-protocol.ts';
 
 /**
  * LOADING → READY ⇄ BUSY → UNLOADING (stopped on purpose) or FAILED (crash, load failure,
@@ -44,6 +44,8 @@ export interface BatchOutcome {
   /** Time the worker spent on the batch, ms (0 when it failed before answering). */
   inferenceMs: number;
   isOk: boolean;
+  /** Per-stage times inside the worker, for handlers with separate stages. */
+  stages?: HandlerStagesMs;
 }
 
 /**
@@ -302,7 +304,7 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
         job.reject(new MarinaError(item.error.code, item.error.message, item.error.statusCode, { details: Object.keys(item.headers).length > 0 ? { headers: item.headers } : undefined }));
       }
     }
-    flight.resolve({ inferenceMs, isOk: true });
+    flight.resolve({ inferenceMs, isOk: true, ...(result.stages ? { stages: result.stages } : {}) });
   }
 
   #settleInFlight(error: MarinaError): void {
