@@ -147,10 +147,21 @@ export interface BatchDoneEvent {
   /** Marina: false when the batch failed as a whole (handler error, response timeout, crash). */
   isOk?: boolean;
   /**
-   * Marina: where the time went inside the worker, ms, for handlers with separate stages
+   * Marina: where the time went inside the worker, for handlers with separate stages
    * (preprocess → inference → postprocess; the built-in handlers have them, a single handle() has not).
    */
-  stages?: { preprocessWaitMs: number; inferenceMs: number; postprocessMs: number };
+  stages?: HandlerStagesMs;
+}
+
+/**
+ * Where a batch's time went inside the worker, ms: `preprocessWaitMs` is how long the worker
+ * waited for preprocessing after it picked the batch up (0 when a pipelined preprocess had already
+ * finished while the previous batch ran).
+ */
+export interface HandlerStagesMs {
+  preprocessWaitMs: number;
+  inferenceMs: number;
+  postprocessMs: number;
 }
 
 export interface RegistryEvents {

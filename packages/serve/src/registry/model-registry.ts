@@ -325,7 +325,7 @@ export class ModelRegistry implements ModelRegistryApi {
     }
     // Synchronous: answer once the workers are up and every worker has its share of the cores.
     await rebalanced;
-    await done;
+    await done; // rethrows a failed scale (the rebalance swallows it)
     return { workers: version.pool.readyCount };
   }
 

@@ -9,7 +9,7 @@ import type { Worker } from '../workers/worker.ts';
 import { WorkerPool } from '../workers/worker-pool.ts';
 import type { WorkerInit } from '../workers/worker-protocol.ts';
 import type { ModelDescription, ModelVersionStats, SnapshotModelVersion } from './model-registry-api.ts';
-import type { HandlerStagesMs } from '../workers/worker-protocol.ts';
+import type { HandlerStagesMs } from './model-registry-api.ts';
 
 /** A batch that left the aggregator and came back from a worker. */
 export interface BatchEvent {

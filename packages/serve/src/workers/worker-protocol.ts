@@ -1,3 +1,7 @@
+import type { HandlerStagesMs } from '../registry/model-registry-api.ts';
+
+export type { HandlerStagesMs };
+
 /** Messages between a Worker (main thread) and its worker_thread (worker-main.ts). */
 
 export interface WorkerInit {
@@ -63,14 +67,3 @@ export type FromWorker =
   | { type: 'ready'; heapBytes: number }
   | { type: 'init-failed'; error: ErrorPayload }
   | { type: 'results'; results: BatchResult[]; heapBytes: number };
-
-/**
- * Where a batch's time went inside the worker, ms, for handlers with separate stages:
- * `preprocessWaitMs` is how long the worker waited for preprocessing after it picked the batch up
- * (0 when a pipelined preprocess had already finished while the previous batch ran).
- */
-export interface HandlerStagesMs {
-  preprocessWaitMs: number;
-  inferenceMs: number;
-  postprocessMs: number;
-}
