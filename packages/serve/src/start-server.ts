@@ -1,9 +1,10 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import { buildApp, listStartupModels, type MarinaApp } from './app.ts';
+import { readFile } from 'node:fs/promises';
+import { buildApp, type MarinaApp } from './app.ts';
 import { createAutoscaler, type Autoscaler, type AutoscalingKnobs } from './scaling/autoscaler.ts';
-import { createSnapshotStore, readLatestSnapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
-import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, withoutRestored, type SnapshotRegistration } from './snapshot/restore-snapshot.ts';
+import { createSnapshotStore, parseSnapshot, type Snapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
+import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, type SnapshotRegistration } from './snapshot/restore-snapshot.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
@@ -28,9 +29,10 @@ export interface StartServerOptions {
 }
 
 /**
- * Builds the app, restores the newest config snapshot (unless --ncs / isSnapshotEnabled false),
- * loads the start-up models not already restored (before the ports bind, as TorchServe), starts
- * the autoscaler and the snapshot store (one snapshot now, then one after every change), then
+ * Builds the app; when the config file read is a snapshot (the newest one, chosen by loadConfig
+ * when no --ts-config is given, or one named with --ts-config) restores its models instead of
+ * load_models, else loads load_models (before the ports bind, as TorchServe); starts
+ * the autoscaler and the snapshot store (`-startup.cfg` now, `-snapshot.cfg` after every change, `-shutdown.cfg` on close), then
  * listens on each address, once per distinct Fastify instance; metrics only when enable_metrics_api.
  * Library function: prints nothing, never exits. A model that fails to load is listed in `failed`
  * and does not stop the server.
@@ -40,9 +42,10 @@ export interface StartServerOptions {
  */
 export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
   const log = options.log ?? (() => undefined);
-  const snapshot = config.isSnapshotEnabled ? await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => log('warn', message) }) : undefined;
+  const snapshot = await snapshotOfConfigFile(config.configFile, log);
   const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
-  const effectiveConfig = registrations.length > 0 ? await withoutRestoredStartupModels(config, registrations) : config;
+  // TorchServe: a config with model_snapshot restores those models and loads no load_models / --models.
+  const effectiveConfig = snapshot ? withoutStartupModels(config, log) : config;
   const operator: OperatorContext = {};
   const app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator) });
   let autoscaler: Autoscaler | undefined;
@@ -51,7 +54,10 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   const close = () => {
     closing ??= (async () => {
       autoscaler?.stop();
-      // Unsubscribe before the registry empties itself on close: that is not a state to restore.
+      // TorchServe's <timestamp>-shutdown.cfg, while the registry still holds the models; then
+      // unsubscribe before the registry empties itself on close: that is not a state to restore.
+      await snapshots?.flush();
+      await snapshots?.write('shutdown').catch((error: Error) => log('error', error.message));
       await snapshots?.close();
       await app.close();
     })();
@@ -89,7 +95,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         properties,
         onError: (error) => log('error', error.message),
       });
-      await snapshots.write().catch((error: Error) => log('error', error.message));
+      await snapshots.write('startup').catch((error: Error) => log('error', error.message));
     }
 
     const targets = [
@@ -114,7 +120,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       listening,
       loaded,
       failed,
-      ...(snapshot && registrations.length > 0 ? { restoredFrom: snapshot.path } : {}),
+      ...(snapshot ? { restoredFrom: snapshot.path } : {}),
       close,
     };
   } catch (error) {
@@ -157,17 +163,32 @@ async function restoreSnapshotModels(app: MarinaApp, registrations: SnapshotRegi
   };
 }
 
-/** The configuration with the load_models entries that the snapshot already restores taken out. */
-async function withoutRestoredStartupModels(config: ServerConfig, registrations: SnapshotRegistration[]): Promise<ServerConfig> {
-  let specs;
+/**
+ * The snapshot a config file carries in its `model_snapshot` key (a snapshot chosen as the config
+ * file, or one named with --ts-config, in Marina's or TorchServe's own format), else undefined.
+ */
+async function snapshotOfConfigFile(configFile: string | undefined, log: (level: 'warn', message: string) => void): Promise<Snapshot | undefined> {
+  if (configFile === undefined) return undefined;
+  let text: string;
   try {
-    specs = await listStartupModels(config);
+    text = await readFile(configFile, 'utf8');
   } catch {
-    return config; // loadStartupModels reports an unreadable store itself.
+    return undefined; // loadConfig has read it already; a file gone since then holds no snapshot.
   }
-  const kept = withoutRestored(specs, registrations);
-  if (kept.length === specs.length) return config;
-  return deepFreeze({ ...config, loadModels: kept.map(({ name, url }) => (name === undefined ? { url } : { name, url })) });
+  if (!/^\s*model_snapshot\s*[=:\s]/m.test(text)) return undefined;
+  try {
+    return parseSnapshot(configFile, text);
+  } catch (error) {
+    log('warn', `${(error as Error).message}; no models were restored`);
+    return undefined;
+  }
+}
+
+/** The configuration without load_models: a restored snapshot replaces them (TorchServe ignores --models then). */
+function withoutStartupModels(config: ServerConfig, log: (level: 'info', message: string) => void): ServerConfig {
+  if (config.loadModels !== 'all' && config.loadModels.length === 0) return config;
+  log('info', `load_models/--models are not loaded: the models of the snapshot in ${config.configFile} are restored instead (TorchServe's rule)`);
+  return deepFreeze({ ...config, loadModels: [] });
 }
 
 /** The knobs the configuration sets: an undefined one would override the autoscaler's default. */

@@ -82,6 +82,12 @@ export interface ServerConfig {
   isSnapshotEnabled: boolean;
   /** Folder for logs and the pid file. */
   logDir: string;
+  /** metrics_mode: 'prometheus' (Marina's default) or TorchServe's 'log' (also writes logs/ts_metrics.log and logs/model_metrics.log); 'legacy' is read as 'prometheus'. */
+  metricsMode: 'log' | 'prometheus' | 'legacy';
+  /** workflow_store / --workflow-store (accepted; workflows are not implemented). */
+  workflowStore?: string;
+  /** plugins_path / --plugins-path (accepted; TorchServe's Java plugins cannot run here). */
+  pluginsPath?: string;
   corsAllowedOrigin: string | undefined;
   corsAllowedMethods: string | undefined;
   corsAllowedHeaders: string | undefined;

@@ -120,6 +120,8 @@ export interface SnapshotModelVersion {
   batchSize: number;
   maxBatchDelay: number;
   responseTimeout: number;
+  /** TorchServe's runtimeType (the manifest's runtime); optional when reading older snapshots. */
+  runtimeType?: string;
 }
 
 /** Events the core emits; metrics and snapshots subscribe. */

@@ -227,6 +227,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       batchSize: this.settings.batchSize,
       maxBatchDelay: this.settings.maxBatchDelayMs,
       responseTimeout: this.settings.responseTimeoutMs / 1000,
+      runtimeType: this.runtime,
     };
   }
 }
