@@ -8,6 +8,7 @@ import type { LoadModelSpec, ServerConfig } from './config/server-config.ts';
 import { createServeError, toMarinaError } from './errors.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
 import { inferenceRoutes, sendError } from './routes/inference.ts';
+import type { ServerLogs } from './logging/server-logs.ts';
 
 /** Which listener a plugin goes on. */
 export type ApiName = 'inference' | 'management' | 'metrics';
@@ -24,6 +25,8 @@ export interface BuildAppOptions {
   plugins?: AppPlugin[];
   /** Fastify logger option; false by default (the CLI passes its own). */
   logger?: boolean | Record<string, unknown>;
+  /** TorchServe's log files (access_log.log, ts_log.log, model_log.log); startServer passes them, tests may leave them out. */
+  logs?: ServerLogs;
 }
 
 export interface StartupLoadResult {
@@ -55,6 +58,27 @@ function tlsOptions(config: ServerConfig, address: ServerConfig['inferenceAddres
   return { https: { key: readFileSync(config.privateKeyFile), cert: readFileSync(config.certificateFile) } };
 }
 
+/**
+ * TorchServe's query decoding, with one difference that matters to scripts: a parameter with an
+ * empty value (`?limit=&next_page_token=`) is absent, as if not sent, instead of failing validation.
+ * A repeated key becomes an array. Prototype keys are harmless (null-prototype object).
+ */
+export function parseQueryString(query: string): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = Object.create(null);
+  for (const [key, value] of new URLSearchParams(query)) {
+    if (value === '') continue;
+    const previous = out[key];
+    if (previous === undefined) out[key] = value;
+    else out[key] = Array.isArray(previous) ? [...previous, value] : [previous, value];
+  }
+  return out;
+}
+
+/** Whether `origin` is allowed by cors_allowed_origin (`*`, or a comma list of exact origins). */
+function isOriginAllowed(allowed: string, origin: string): boolean {
+  return allowed.trim() === '*' || allowed.split(',').some((o) => o.trim() === origin);
+}
+
 function createInstance(config: ServerConfig, options: BuildAppOptions, address: ServerConfig['inferenceAddress']): FastifyInstance {
   const app = Fastify({
     logger: options.logger ?? false,
@@ -62,13 +86,36 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
     genReqId: () => randomUUID(),
     requestIdHeader: false,
     return503OnClosing: true,
+    // TorchServe's router: `/models/` is `/models`.
+    routerOptions: { ignoreTrailingSlash: true, querystringParser: parseQueryString },
     ...tlsOptions(config, address),
   }) as unknown as FastifyInstance;
+  const corsOrigin = config.corsAllowedOrigin;
   // A callback hook, not an async one: no promise per request.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
+    const origin = request.headers.origin;
+    if (corsOrigin === undefined || origin === undefined || !isOriginAllowed(corsOrigin, origin)) return done();
+    // TorchServe's CORS (Netty's CorsHandler, set up from the cors_* keys): the allowed origin on
+    // every answer; a preflight (OPTIONS with Access-Control-Request-Method) answered here, before auth.
+    reply.header('access-control-allow-origin', corsOrigin.trim() === '*' ? '*' : origin).header('vary', 'Origin');
+    if (request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined) {
+      if (config.corsAllowedMethods) reply.header('access-control-allow-methods', config.corsAllowedMethods);
+      if (config.corsAllowedHeaders) reply.header('access-control-allow-headers', config.corsAllowedHeaders);
+      reply.code(200).send();
+      return;
+    }
     done();
   });
+  const logs = options.logs;
+  if (logs) {
+    app.addHook('onResponse', (request, reply, done) => {
+      const socket = request.socket;
+      logs.access({ client: `${socket.remoteAddress ?? '-'}:${socket.remotePort ?? 0}`, method: request.method, url: request.url, statusCode: reply.statusCode, durationMs: reply.elapsedTime, requestId: request.id });
+      if (reply.statusCode >= 500) logs.ts('error', `${request.method} ${request.url} answered ${reply.statusCode}`, request.id);
+      done();
+    });
+  }
   app.setErrorHandler((error: FastifyError, _request, reply) => {
     if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE' || error.statusCode === 413) {
       return sendError(reply, createServeError.MARINA_ERR_REQUEST_TOO_LARGE(`the request body is larger than max_request_size (${config.maxRequestBytes} bytes); send a smaller input or raise max_request_size in config.properties`));
@@ -120,7 +167,10 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const inference = createInstance(config, options, config.inferenceAddress);
   const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options, config.managementAddress);
   const metrics = createInstance(config, options, config.metricsAddress);
-  const log = (level: 'info' | 'warn' | 'error', message: string) => inference.log[level](message);
+  const log = (level: 'info' | 'warn' | 'error', message: string) => {
+    inference.log[level](message);
+    options.logs?.model(level, message);
+  };
   const registry = new ModelRegistry({ config, log });
 
   await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes });

@@ -7,6 +7,7 @@ import { createSnapshotStore, parseSnapshot, type Snapshot, type SnapshotStore }
 import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, type SnapshotRegistration } from './snapshot/restore-snapshot.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
+import { createServerLogs } from './logging/server-logs.ts';
 import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
 
 /** A server listening on its addresses. */
@@ -41,13 +42,23 @@ export interface StartServerOptions {
  *   started by then is closed first.
  */
 export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
-  const log = options.log ?? (() => undefined);
+  const logs = createServerLogs({ logDir: config.logDir });
+  const log = (level: 'info' | 'warn' | 'error', message: string) => {
+    logs.ts(level, message);
+    options.log?.(level, message);
+  };
   const snapshot = await snapshotOfConfigFile(config.configFile, log);
   const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
   // TorchServe: a config with model_snapshot restores those models and loads no load_models / --models.
   const effectiveConfig = snapshot ? withoutStartupModels(config, log) : config;
-  const operator: OperatorContext = {};
-  const app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator) });
+  const operator: OperatorContext = { logs };
+  let app: MarinaApp;
+  try {
+    app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator), logs });
+  } catch (error) {
+    await logs.close();
+    throw error;
+  }
   let autoscaler: Autoscaler | undefined;
   let snapshots: SnapshotStore | undefined;
   let closing: Promise<void> | undefined;
@@ -60,6 +71,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       await snapshots?.write('shutdown').catch((error: Error) => log('error', error.message));
       await snapshots?.close();
       await app.close();
+      log('info', 'Marina has stopped.');
+      await logs.close();
     })();
     return closing;
   };
@@ -116,6 +129,9 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       }
       listening.push({ api: target.api, url });
     }
+    for (const l of listening) log('info', `${l.api} API bound to ${l.url}`);
+    for (const model of loaded) log('info', `Model loaded: ${model}`);
+    for (const failure of failed) log('error', `Model failed to load: ${failure}`);
     return {
       listening,
       loaded,

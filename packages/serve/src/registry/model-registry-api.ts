@@ -166,8 +166,18 @@ export interface HandlerStagesMs {
   postprocessMs: number;
 }
 
+/** A worker finished loading its model (TorchServe's WorkerLoadTime). */
+export interface WorkerLoadedEvent {
+  modelName: string;
+  modelVersion: string;
+  workerId: string;
+  /** From spawning the worker thread to READY, ms. */
+  loadMs: number;
+}
+
 export interface RegistryEvents {
   request: [RequestDoneEvent];
+  workerLoaded: [WorkerLoadedEvent];
   batch: [BatchDoneEvent];
   /** Registration, unregistration, default version or worker settings changed. */
   changed: [];

@@ -131,6 +131,7 @@ export class ModelRegistry implements ModelRegistryApi {
         createInit: (v) => this.#createInit(v),
         log: this.#log,
       });
+      version.on('loaded', (e) => this.events.emit('workerLoaded', { modelName, modelVersion, workerId: e.workerId, loadMs: e.loadMs }));
       version.on('batch', (e) => {
         this.events.emit('batch', { modelName, modelVersion, batchSize: e.batchSize, inferenceMs: e.inferenceMs, dispatchReason: e.reason, isOk: e.isOk, ...(e.stages ? { stages: e.stages } : {}) });
       });

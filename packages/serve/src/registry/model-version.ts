@@ -45,7 +45,7 @@ export interface ModelVersionOptions {
  * One registered model version: its settings, its bounded job queue, its batch aggregator and
  * its worker pool. Jobs go in through `submit`; `drain` stops intake and waits for them.
  */
-export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [] }> {
+export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: []; loaded: [{ workerId: string; loadMs: number }] }> {
   readonly modelName: string;
   readonly modelVersion: string;
   readonly url: string;
@@ -106,6 +106,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       dispatch: (worker, jobs, reason) => this.#dispatch(worker, jobs, reason),
     });
     this.pool.on('idle', () => this.aggregator.pump());
+    this.pool.on('loaded', (event) => this.emit('loaded', event));
     this.pool.on('changed', () => {
       // A pool that gave up will never serve the queued jobs: answer them now.
       if (this.pool.hasGivenUp) this.queue.failAll(this.#noWorkersError());

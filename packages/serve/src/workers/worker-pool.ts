@@ -29,7 +29,7 @@ function backoffMs(attempt: number): number {
  * times, then the pool gives up and reports `lastError`.
  * Emits 'idle' whenever a worker finishes a batch or becomes READY (the aggregator then pumps).
  */
-export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
+export class WorkerPool extends EventEmitter<{ idle: []; changed: []; loaded: [{ workerId: string; loadMs: number }] }> {
   readonly #options: WorkerPoolOptions;
   readonly #workers = new Set<Worker>();
   /** Failed or stopped workers whose threads have not ended yet (a native run() still going). */
@@ -191,8 +191,10 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
     });
     this.#workers.add(worker);
     worker.once('failed', (error) => this.#onWorkerFailed(worker, error));
+    const startedAt = performance.now();
     try {
       await worker.start();
+      this.emit('loaded', { workerId: worker.id, loadMs: performance.now() - startedAt });
       this.lastError = undefined;
       this.#startFailures = 0;
       this.emit('changed');
