@@ -1,4 +1,4 @@
-import { EventEmitter } from 'node:events';
+import { EventEmitter, once } from 'node:events';
 import { rm } from 'node:fs/promises';
 import { extractToCache, normalizeManifest, readModelConfig } from '@marina/archive';
 import { isMarinaError, MarinaError } from '@marina/errors';
@@ -324,10 +324,17 @@ export class ModelRegistry implements ModelRegistryApi {
       void done.catch(() => undefined);
       return { workers: target };
     }
-    // Synchronous: answer once the workers are up and every worker has its share of the cores.
+    // Synchronous: answer once the workers are up (also those an earlier call is still starting)
+    // and every worker has its share of the cores.
     await rebalanced;
-    await done; // rethrows a failed scale (the rebalance swallows it)
-    return { workers: version.pool.readyCount };
+    await done;
+    while (version.pool.workers.some((w) => w.state === 'LOADING')) await once(version.pool, 'changed');
+    const ready = version.pool.readyCount;
+    if (target > 0 && ready === 0) {
+      const cause = version.pool.lastError;
+      throw createServeError.MARINA_ERR_WORKER_START_FAILED(`Failed to start workers for model ${version.modelName} version: ${version.modelVersion}: ${cause?.message ?? 'unknown error'}`, { cause });
+    }
+    return { workers: ready };
   }
 
   async setWorkerCount(modelName: string, modelVersion: string, count: number): Promise<void> {

@@ -40,6 +40,9 @@ const { create } = managementErrors;
 
 const METHOD_NOT_ALLOWED = 'Requested method is not allowed, please refer to API document.';
 
+/** TorchServe's Manifest.RuntimeType values, plus Marina's `node` (JavaScript handlers) and `LSP`. */
+const REGISTER_RUNTIMES = ['python', 'python2', 'python3', 'LSP', 'node'];
+
 /** TorchServe exception names where the status alone would name another one. */
 const TYPE_OVERRIDES: Record<string, string> = {
   ...downloadErrorTypes,
@@ -153,6 +156,9 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     assertModelApi('Registering models');
     const params: RegisterParams = { ...(request.query as RegisterParams), ...((request.body as RegisterParams | null) ?? {}) };
     if (params.url === undefined || params.url === '') throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
+    if (params.runtime !== undefined && !REGISTER_RUNTIMES.includes(params.runtime)) {
+      throw create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(`Invalid RuntimeType value: ${params.runtime} (one of ${REGISTER_RUNTIMES.join(', ')})`);
+    }
     const resolved = await resolve(params.url);
     const synchronous = params.synchronous ?? true;
     const registerOptions: RegisterModelOptions = {
@@ -165,7 +171,8 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       ...(params.runtime !== undefined && { runtime: params.runtime }),
       ...(params.batch_size !== undefined && { batchSize: params.batch_size }),
       ...(params.max_batch_delay !== undefined && { maxBatchDelayMs: params.max_batch_delay }),
-      ...(params.initial_workers !== undefined && { initialWorkers: params.initial_workers }),
+      // TorchServe: initial_workers defaults to default_workers_per_model when set, else 0 ("registered with 0 initial workers").
+      initialWorkers: params.initial_workers ?? config.defaultWorkersPerModel ?? 0,
       ...(params.response_timeout !== undefined && { responseTimeoutSec: params.response_timeout }),
       ...(params.startup_timeout !== undefined && { startupTimeoutSec: params.startup_timeout }),
     };
