@@ -11,6 +11,8 @@ import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
 import { inferenceRoutes, sendError } from './routes/inference.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
+import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts';
+import { apiExplorerRoutes } from './routes/api-explorer.ts';
 
 /** Which listener a plugin goes on. */
 export type ApiName = 'inference' | 'management' | 'metrics';
@@ -92,6 +94,7 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
     routerOptions: { ignoreTrailingSlash: true, querystringParser: parseQueryString },
     ...tlsOptions(config, address),
   }) as unknown as FastifyInstance;
+  recordRoutes(app);
   const corsOrigin = config.corsAllowedOrigin;
   // A callback hook, not an async one: no promise per request.
   app.addHook('onRequest', (request, reply, done) => {
@@ -191,6 +194,21 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   for (const p of options.plugins ?? []) {
     await instances[p.api].register(p.plugin as FastifyPluginAsync<Record<string, unknown>>, { registry, config, ...(p.options ?? {}) });
   }
+  // The API descriptions last, so they describe every route above (and themselves).
+  const isShared = inference === management;
+  await inference.register(apiDescriptionRoutes, {
+    instance: inference,
+    registry,
+    perModel: [
+      { url: '/predictions/:model_name', auth: 'inference', prefixes: ['/predictions/', '/explanations/', '/v1/models/', '/models/{model_name}/invoke', '/{model_name}/'] },
+      ...(isShared ? [{ url: '/models/:model_name' as const, auth: 'management' as const, prefixes: ['/models/'] }] : []),
+    ],
+  });
+  if (!isShared) {
+    await management.register(apiDescriptionRoutes, { instance: management, registry, perModel: [{ url: '/models/:model_name', auth: 'management', prefixes: ['/models/'] }] });
+  }
+  await metrics.register(apiDescriptionRoutes, { instance: metrics, registry, perModel: [] });
+  await management.register(apiExplorerRoutes, { instances, apis: config.enableMetricsApi ? ['inference', 'management', 'metrics'] : ['inference', 'management'] });
   await Promise.all([...new Set([inference, management, metrics])].map((i) => i.ready()));
 
   let closing: Promise<void> | undefined;

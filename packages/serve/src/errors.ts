@@ -28,6 +28,8 @@ export const serveErrors = defineErrors({
   MARINA_ERR_MODEL_STORE_MISSING: { statusCode: 500, description: 'load_models was set but there is no model_store, or it is not a readable folder.' },
   MARINA_ERR_SERVER_CLOSING: { statusCode: 503, description: 'The server is shutting down and accepts no new requests; retry against another replica.' },
   MARINA_ERR_MODEL_UNLOADING: { statusCode: 503, description: 'The model version is being unregistered or scaled to zero and takes no new requests.' },
+  MARINA_ERR_EXPLAIN_NOT_SUPPORTED: { statusCode: 503, description: "POST /explanations (or /v1/models/{m}:explain) on a model whose handler has no explain: Marina's handlers do not implement explanations, and TorchServe answers a handler without one with 503 'Prediction failed'. Use /predictions." },
+  MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED: { statusCode: 501, description: 'The workflow routes (/workflows, /wfpredict) are TorchServe\'s and not implemented in Marina yet; register the models of the workflow and call /predictions for each.' },
   MARINA_ERR_INTERNAL: { statusCode: 500, description: 'An unexpected error inside the server; the server log has the stack. Please report it.' },
 });
 

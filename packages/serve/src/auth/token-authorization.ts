@@ -5,7 +5,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { chmod, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, onRequestHookHandler } from 'fastify';
 import { authErrors } from './auth-errors.ts';
 import { sendTorchServeError, setTorchServeHeaders } from './torchserve-response.ts';
 
@@ -242,6 +242,7 @@ export async function tokenRoutes(app: FastifyInstance, options: { tokens: Token
     method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'],
     url: '/token',
     config: { auth: 'API' },
+    schema: { description: 'Rotate a key: ?type=management or ?type=inference; needs the API key.', querystring: { type: 'object', properties: { type: { type: 'string' } } } } as FastifySchema,
     handler: async (request, reply) => {
       const result = tokens.check('API', request.headers.authorization);
       if (result !== 'ok') {
