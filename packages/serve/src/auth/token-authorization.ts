@@ -179,7 +179,6 @@ function failure(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<T
   }
 }
 
-const INVALID_KEY = { MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException' };
 
 /**
  * Declares the key every route registered in `app` (an encapsulated plugin) needs, unless a route
@@ -257,7 +256,6 @@ export async function tokenRoutes(app: FastifyInstance, options: { tokens: Token
           authErrors.create.MARINA_ERR_TOKEN_TYPE_INVALID(
             `'/token' needs type=inference or type=management, got ${type === undefined ? 'none' : `'${String(type)}'`}`,
           ),
-          INVALID_KEY,
         );
       }
       await tokens.rotate(type);

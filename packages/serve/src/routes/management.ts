@@ -12,7 +12,6 @@ import type { ServerConfig } from '../config/server-config.ts';
 import { sendTorchServeError, sendTorchServeJson } from '../auth/torchserve-response.ts';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createModelUrlResolver, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
-import { downloadErrorTypes } from '../model-download/download-errors.ts';
 import { workflowsNotImplemented } from './inference.ts';
 
 /** Error codes of the management routes (see ERRORS-OPS.md). */
@@ -45,12 +44,6 @@ const METHOD_NOT_ALLOWED = 'Requested method is not allowed, please refer to API
 /** TorchServe's Manifest.RuntimeType values, plus Marina's `node` (JavaScript handlers) and `LSP`. */
 const REGISTER_RUNTIMES = ['python', 'python2', 'python3', 'LSP', 'node'];
 
-/** TorchServe exception names where the status alone would name another one. */
-const TYPE_OVERRIDES: Record<string, string> = {
-  ...downloadErrorTypes,
-  MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
-  MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
-};
 
 export interface ManagementRoutesOptions {
   registry: ModelRegistryApi;
@@ -168,7 +161,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     if (!isMarinaError(error) && typeof error.statusCode === 'number' && error.statusCode < 500) {
       return sendTorchServeError(request, reply, create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(error.message));
     }
-    const body = sendTorchServeError(request, reply, error, TYPE_OVERRIDES);
+    const body = sendTorchServeError(request, reply, error);
     if (!isMarinaError(error) || error.statusCode >= 500) options.onError?.(error);
     return body;
   });
