@@ -99,12 +99,14 @@ function operationId(method: string, path: string): string {
   return words.map((w, i) => (i === 0 ? w : w[0]!.toUpperCase() + w.slice(1))).join('');
 }
 
-function parametersOf(schema: RouteSchema): Array<Record<string, unknown>> {
+function parametersOf(schema: RouteSchema, path: string): Array<Record<string, unknown>> {
   const out: Array<Record<string, unknown>> = [];
   for (const [where, s] of [['path', schema.params], ['query', schema.querystring]] as const) {
     for (const [name, property] of Object.entries(s?.properties ?? {})) {
+      // A params schema shared by `/x/{a}` and `/x/{a}/{b}` describes only the segments this path has.
+      if (where === 'path' && !path.includes(`{${name}}`)) continue;
       const { description, ...rest } = property as { description?: string };
-      out.push({ in: where, name, ...(description ? { description } : {}), required: where === 'path' ? (s?.required ?? []).includes(name) : (s?.required ?? []).includes(name), schema: rest });
+      out.push({ in: where, name, ...(description ? { description } : {}), required: where === 'path' ? true : (s?.required ?? []).includes(name), schema: rest });
     }
   }
   return out;
@@ -132,7 +134,7 @@ export function buildOpenApi(routes: readonly DescribedRoute[]): OpenApiDocument
       (paths[path] ??= {})[method.toLowerCase()] = {
         description: schema.description,
         operationId: operationId(method, path),
-        parameters: parametersOf(schema),
+        parameters: parametersOf(schema, path),
         ...(schema.body ? { requestBody: { content: { 'application/json': { schema: schema.body } } } } : {}),
         responses: responsesOf(schema),
       };
