@@ -42,7 +42,7 @@ export interface StartServerOptions {
  *   started by then is closed first.
  */
 export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
-  const logs = createServerLogs({ logDir: config.logDir });
+  const logs = createServerLogs({ logDir: config.logDir, ...(config.metricsMode === 'log' ? { extraFiles: ['ts_metrics.log', 'model_metrics.log'] } : {}) });
   const log = (level: 'info' | 'warn' | 'error', message: string) => {
     logs.ts(level, message);
     options.log?.(level, message);
@@ -59,6 +59,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     await logs.close();
     throw error;
   }
+  // model_log.log: each worker's model load, as TorchServe's backend workers log theirs.
+  app.registry.events.on('workerLoaded', (e) => logs.model('info', `W-${e.workerId}-${e.modelName}_${e.modelVersion}: model ${e.modelName} version ${e.modelVersion} loaded in ${Math.round(e.loadMs)} ms`));
   let autoscaler: Autoscaler | undefined;
   let snapshots: SnapshotStore | undefined;
   let closing: Promise<void> | undefined;

@@ -61,29 +61,40 @@ export function formatAccessMessage(entry: AccessLogEntry): string {
   return `/${entry.client} "${entry.method} ${entry.url} HTTP/1.1" ${entry.statusCode} ${Math.round(entry.durationMs)}`;
 }
 
-/** Opens (lazily) TorchServe's log files in `logDir`, created if missing. */
-export function createServerLogs(options: { logDir: string; now?: () => Date }): ServerLogs {
+/**
+ * Opens TorchServe's log files in `logDir` (created if missing): access_log.log, ts_log.log and
+ * model_log.log at once (TorchServe's tests expect them right after start-up), plus
+ * `extraFiles` (the metric logs with metrics_mode=log); any other file when first written.
+ */
+export function createServerLogs(options: { logDir: string; extraFiles?: LogFileName[]; now?: () => Date }): ServerLogs {
   const { logDir } = options;
   const now = options.now ?? (() => new Date());
   const streams = new Map<LogFileName, WriteStream>();
   let isClosed = false;
   let isDirReady = false;
 
-  const write = (file: LogFileName, text: string) => {
-    if (isClosed) return;
+  const streamOf = (file: LogFileName): WriteStream | undefined => {
     let stream = streams.get(file);
     if (!stream) {
       if (!isDirReady) {
-        mkdirSync(logDir, { recursive: true });
+        try {
+          mkdirSync(logDir, { recursive: true });
+        } catch {
+          return undefined; // An unwritable LOG_LOCATION loses the log lines, never the server (as TorchServe).
+        }
         isDirReady = true;
       }
       stream = createWriteStream(join(logDir, file), { flags: 'a' });
-      // A full disk must not crash the server: the line is lost, serving goes on.
+      // A full disk or a read-only folder must not crash the server: the line is lost, serving goes on.
       stream.on('error', () => undefined);
       streams.set(file, stream);
     }
-    stream.write(text);
+    return stream;
   };
+  const write = (file: LogFileName, text: string) => {
+    if (!isClosed) streamOf(file)?.write(text);
+  };
+  for (const file of ['access_log.log', 'ts_log.log', 'model_log.log', ...(options.extraFiles ?? [])] as LogFileName[]) streamOf(file);
 
   return {
     logDir,
