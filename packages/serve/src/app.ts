@@ -208,7 +208,11 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     await management.register(apiDescriptionRoutes, { instance: management, registry, perModel: [{ url: '/models/:model_name', auth: 'management', prefixes: ['/models/'] }] });
   }
   await metrics.register(apiDescriptionRoutes, { instance: metrics, registry, perModel: [] });
-  await management.register(apiExplorerRoutes, { instances, apis: config.enableMetricsApi ? ['inference', 'management', 'metrics'] : ['inference', 'management'] });
+  await management.register(apiExplorerRoutes, {
+    instances,
+    apis: config.enableMetricsApi ? ['inference', 'management', 'metrics'] : ['inference', 'management'],
+    hosts: { inference: config.inferenceAddress.host, management: config.managementAddress.host, metrics: config.metricsAddress.host },
+  });
   await Promise.all([...new Set([inference, management, metrics])].map((i) => i.ready()));
 
   let closing: Promise<void> | undefined;

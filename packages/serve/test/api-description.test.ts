@@ -88,3 +88,22 @@ describe('API descriptions', () => {
     expect((await call(urls.inference, 'OPTIONS', '/predictions/nope', { token: keys.inference })).json).toMatchObject({ code: 404, type: 'ModelNotFoundException' });
   });
 });
+
+describe('the API explorer relay', () => {
+  it('reaches only listeners the management address\'s clients could reach themselves', async () => {
+    const { isReachableFrom } = await import('../src/routes/api-explorer.ts');
+    expect(isReachableFrom('127.0.0.1', '127.0.0.1')).toBe(true);
+    expect(isReachableFrom('127.0.0.1', '10.0.0.5')).toBe(true);
+    expect(isReachableFrom('0.0.0.0', '127.0.0.1')).toBe(false);
+    expect(isReachableFrom('10.0.0.5', '10.0.0.5')).toBe(true);
+    expect(isReachableFrom('10.0.0.5', '0.0.0.0')).toBe(true);
+  });
+
+  it('refuses to call itself and answers the explorer page with a strict CSP', async () => {
+    const page = await fetch(`${urls.management}/api-explorer`);
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-security-policy')).toMatch(/default-src 'none'; script-src 'nonce-[^']+'/);
+    const loop = await fetch(`${urls.management}/api-explorer/try`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ api: 'management', method: 'GET', path: '/api-explorer' }) });
+    expect(loop.status).toBe(400);
+  });
+});

@@ -9,12 +9,26 @@
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import type { ApiName } from '../app.ts';
+import { isLoopbackHost } from '../config/parse-listen-address.ts';
 import { buildOpenApiOf } from './api-description.ts';
 
 export interface ApiExplorerOptions {
   instances: Record<ApiName, FastifyInstance>;
   /** Which listeners are served (metrics only with enable_metrics_api). */
   apis: ApiName[];
+  /** The host each listener binds, so the page never reaches a listener its clients could not reach themselves. */
+  hosts: Record<ApiName, string>;
+}
+
+/**
+ * Whether a client of the management listener may reach `target` through the page: always when
+ * management binds loopback (its clients are local); otherwise only a listener bound to the same
+ * host or to every interface. An inference listener kept on 127.0.0.1 stays private even when the
+ * management one is public.
+ */
+export function isReachableFrom(managementHost: string, targetHost: string): boolean {
+  if (isLoopbackHost(managementHost)) return true;
+  return targetHost === managementHost || targetHost === '0.0.0.0' || targetHost === '::';
 }
 
 const trySchema = {
@@ -124,6 +138,10 @@ export async function apiExplorerRoutes(app: FastifyInstance, options: ApiExplor
   }, async (request, reply) => {
     const call = request.body as { api: ApiName; method: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'OPTIONS'; path: string; authorization?: string; body?: string; contentType?: string };
     if (!options.apis.includes(call.api)) return reply.code(400).send({ code: 400, type: 'BadRequestException', message: `The ${escapeHtml(call.api)} API is not served here.` });
+    if (!isReachableFrom(options.hosts.management, options.hosts[call.api])) {
+      return reply.code(403).send({ code: 403, type: 'BadRequestException', message: `The ${call.api} API listens on ${options.hosts[call.api]}, which clients of the management address cannot reach; the explorer does not relay to it.` });
+    }
+    if (call.path.startsWith('/api-explorer')) return reply.code(400).send({ code: 400, type: 'BadRequestException', message: 'The explorer does not call itself.' });
     const headers: Record<string, string> = {};
     if (call.authorization) headers.authorization = call.authorization;
     if (call.contentType) headers['content-type'] = call.contentType;
