@@ -95,6 +95,9 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
     ...tlsOptions(config, address),
   }) as unknown as FastifyInstance;
   recordRoutes(app);
+  // Response schemas document the routes (OPTIONS /); the handlers send TorchServe's JSON text
+  // themselves, so no fast-json-stringify serializer is generated for them at start-up.
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   const corsOrigin = config.corsAllowedOrigin;
   // A callback hook, not an async one: no promise per request.
   app.addHook('onRequest', (request, reply, done) => {
