@@ -28,6 +28,12 @@ export interface ApiModelSettings {
   initialWorkers?: number;
   minWorkers?: number;
   maxWorkers?: number;
+  /**
+   * Workers when neither the API, model-config.yaml nor the models JSON says: the register API
+   * passes 0 (TorchServe's "registered with 0 initial workers"); start-up models leave it out and
+   * get default_workers_per_model, else 1.
+   */
+  fallbackWorkers?: number;
 }
 
 export interface ResolveModelSettingsOptions {
@@ -131,7 +137,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
     [json.intraOpNumThreads, 'intraOpNumThreads', 'models JSON'],
   ], 'int', 0);
 
-  const defaultWorkers = server.defaultWorkersPerModel !== undefined && server.defaultWorkersPerModel > 0 ? server.defaultWorkersPerModel : 1;
+  const defaultWorkers = api.fallbackWorkers ?? (server.defaultWorkersPerModel !== undefined && server.defaultWorkersPerModel > 0 ? server.defaultWorkersPerModel : 1);
   let minWorkers = defaultWorkers;
   let maxWorkers: number | undefined;
   let workersSource: SettingSource = 'server default';

@@ -23,6 +23,7 @@ beforeAll(async () => {
   workspace = await createWorkspace('marina-management-ts-');
   await packModel(workspace.store, { modelName: 'affine' });
   await packModel(workspace.store, { modelName: 'second' });
+  await packModel(workspace.store, { modelName: 'configured', modelConfigYaml: 'minWorkers: 1\n' });
   outside = join(workspace.root, 'elsewhere');
   await mkdir(outside);
   await packModel(outside, { modelName: 'copied' });
@@ -44,6 +45,13 @@ describe('register', () => {
     const [described] = (await call(api, 'GET', '/models/affine')).json;
     expect(described.workers).toEqual([]);
     expect(described.minWorkers).toBe(0);
+  });
+
+  it('lets model-config.yaml\'s minWorkers apply when initial_workers is not given (the documented precedence)', async () => {
+    const result = await call(api, 'POST', '/models?url=configured.mar');
+    expect(result.status).toBe(200);
+    expect(result.json).toEqual({ status: 'Model "configured" Version: 1.0 registered with 1 initial workers' });
+    expect((await call(api, 'DELETE', '/models/configured')).status).toBe(200);
   });
 
   it('validates runtime with TorchServe\'s message', async () => {

@@ -17,6 +17,8 @@ export interface RegisterModelOptions {
   maxBatchDelayMs?: number;
   /** Workers to start now (initial_workers); minWorkers otherwise. */
   initialWorkers?: number;
+  /** Workers when nothing (API, model-config.yaml, models JSON) says; default default_workers_per_model, else 1. The register API passes 0. */
+  fallbackWorkers?: number;
   minWorkers?: number;
   maxWorkers?: number;
   responseTimeoutSec?: number;

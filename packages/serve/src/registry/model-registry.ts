@@ -109,6 +109,7 @@ export class ModelRegistry implements ModelRegistryApi {
           initialWorkers: options.initialWorkers,
           minWorkers: options.minWorkers,
           maxWorkers: options.maxWorkers,
+          fallbackWorkers: options.fallbackWorkers,
         },
       });
       const handler = manifest.model.handler;

@@ -206,8 +206,11 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       ...(params.runtime !== undefined && { runtime: params.runtime }),
       ...(params.batch_size !== undefined && { batchSize: params.batch_size }),
       ...(params.max_batch_delay !== undefined && { maxBatchDelayMs: params.max_batch_delay }),
-      // TorchServe: initial_workers defaults to default_workers_per_model when set, else 0 ("registered with 0 initial workers").
-      initialWorkers: params.initial_workers ?? config.defaultWorkersPerModel ?? 0,
+      // TorchServe: initial_workers defaults to default_workers_per_model when set; Marina then lets
+      // model-config.yaml's minWorkers apply (the documented precedence), and else starts 0 workers
+      // ("registered with 0 initial workers").
+      ...((params.initial_workers ?? config.defaultWorkersPerModel) !== undefined && { initialWorkers: params.initial_workers ?? config.defaultWorkersPerModel }),
+      fallbackWorkers: 0,
       ...(params.response_timeout !== undefined && { responseTimeoutSec: params.response_timeout }),
       ...(params.startup_timeout !== undefined && { startupTimeoutSec: params.startup_timeout }),
     };
