@@ -54,7 +54,11 @@ export interface ModelVersionOptions {
  * worker's prefetched batch); once its batch starts it is running (`runningJobs`). Admission,
  * describe, stats (autoscaler, metrics) read these two numbers and nothing else.
  */
-export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [] }> {
+/**
+ * Events: 'batch' (a batch was answered), 'changed' (its workers changed), 'progress' (waiting,
+ * running or the workers changed: anything a drain, or a test, may be waiting for).
+ */
+export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: []; progress: [] }> {
   readonly modelName: string;
   readonly modelVersion: string;
   readonly url: string;
@@ -79,8 +83,6 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
   #isAccepting = true;
   #isDraining = false;
   readonly #startOnDemand: (version: ModelVersion) => void;
-  /** Emitted whenever waiting or running changes, or the pool does: drain listens. */
-  readonly #progress = new EventEmitter<{ progress: [] }>();
 
   constructor(options: ModelVersionOptions) {
     super();
@@ -132,7 +134,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       this.#runningJobs -= outcome.jobs.length;
       this.emit('batch', { batchSize: outcome.jobs.length, inferenceMs: outcome.inferenceMs, reason: outcome.reason, isOk: outcome.isOk, stages: outcome.stages });
       if (worker.isIdle) this.#pump();
-      else this.#progress.emit('progress');
+      else this.emit('progress');
     });
     this.pool.on('failed', (_worker, _error, unstarted) => {
       // A batch handed to the worker that never began goes back to the front of the queue.
@@ -141,7 +143,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
     });
     this.pool.on('changed', () => {
       this.#answerStranded();
-      this.#progress.emit('progress');
+      this.emit('progress');
       this.emit('changed');
     });
   }
@@ -171,7 +173,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
 
   #pump(): void {
     this.aggregator.pump();
-    this.#progress.emit('progress');
+    this.emit('progress');
   }
 
   /** Answers queued jobs no worker will ever take: the pool gave up, or the version drains with no worker left. */
@@ -189,7 +191,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
    */
   failWaiting(): void {
     this.queue.failAll(this.#noWorkersError());
-    this.#progress.emit('progress');
+    this.emit('progress');
   }
 
   /** Jobs admitted whose batch has started running in a worker and is not answered yet. */
@@ -219,10 +221,10 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
         const check = () => {
           this.#answerStranded();
           if (this.pendingJobs > 0) return;
-          this.#progress.off('progress', check);
+          this.off('progress', check);
           resolve();
         };
-        this.#progress.on('progress', check);
+        this.on('progress', check);
         check();
       });
     }
