@@ -179,9 +179,10 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
   /** Answers queued jobs no worker will ever take: the pool gave up, or the version drains with no worker left. */
   #answerStranded(): void {
     if (this.queue.size === 0) return;
-    if (this.pool.hasGivenUp) this.queue.failAll(this.#noWorkersError());
-    else if (this.#isDraining && !this.pool.hasWorkerComing) {
-      this.queue.failAll(createServeError.MARINA_ERR_MODEL_UNLOADING(`${this.label} was unregistered (or the server stopped) and has no worker left to run this request`));
+    if (this.#isDraining) {
+      if (!this.pool.hasWorkerComing) this.queue.failAll(createServeError.MARINA_ERR_MODEL_UNLOADING(`${this.label} was unregistered (or the server stopped) and has no worker left to run this request`));
+    } else if (this.pool.hasGivenUp) {
+      this.queue.failAll(this.#noWorkersError());
     }
   }
 
