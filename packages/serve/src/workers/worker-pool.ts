@@ -220,11 +220,8 @@ export class WorkerPool extends EventEmitter<{
       this.#scheduleRestart();
       return undefined;
     }
-    // Retired while loading (scaled down, closed): it leaves without taking work.
-    if (!this.#workers.has(worker)) {
-      worker.retire();
-      return undefined;
-    }
+    // Retired while loading (scaled down, closed): the worker ended itself on READY.
+    if (!this.#workers.has(worker)) return undefined;
     this.lastError = undefined;
     this.#startFailures = 0;
     this.emit('changed');

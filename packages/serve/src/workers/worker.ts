@@ -147,6 +147,8 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
           clearTimeout(timer);
           this.#state = 'READY';
           resolve();
+          // Retired while loading (scaled down, closed): it leaves without taking work.
+          this.#endIfRetired();
         } else {
           if (!isStarting) return;
           isStarting = false;
