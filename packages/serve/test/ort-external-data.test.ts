@@ -70,7 +70,8 @@ describe('external-data weights through the real server', { timeout: 60_000 }, (
     workspace = await createWorkspace('marina-ort-external-');
     await packExternalDataModel(workspace.store, 'affine-external');
     await packExternalDataModel(workspace.store, 'affine-shared', 'minWorkers: 2\nonnxruntime:\n  graphOptimizationLevel: extended\n  cacheOptimizedModel: true\n  enableCpuMemArena: false\n');
-    const config = opsConfig(workspace, { load_models: 'affine-external.mar,affine-shared.mar' });
+    // Three workers in all: give them a core each, within the thread budget.
+    const config = opsConfig(workspace, { load_models: 'affine-external.mar,affine-shared.mar' }, { cpuCount: 4 });
     extractionDir = config.extractionCacheDir;
     ops = await startOps(config);
   });
