@@ -247,7 +247,11 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
 
   #onStarted(batchId: number): void {
     const batch = this.#prefetched;
-    if (!batch || batch.id !== batchId || !this.isAlive) return;
+    if (!batch || batch.id !== batchId || !this.isAlive) {
+      // Never leave the thread waiting for an answer to a start report.
+      this.#post({ type: 'batch', batch: undefined });
+      return;
+    }
     this.#prefetched = undefined;
     this.#running = batch;
     batch.startedAt = performance.now();
