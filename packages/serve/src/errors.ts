@@ -30,7 +30,7 @@ export const serveErrors = defineErrors({
   MARINA_ERR_MODEL_SETTINGS_INVALID: { statusCode: 400, description: 'A batchSize, maxBatchDelay, timeout or queue size from model-config.yaml, the models JSON or the register call is not a valid number.' },
   MARINA_ERR_MODEL_STORE_MISSING: { statusCode: 500, description: 'load_models was set but there is no model_store, or it is not a readable folder.' },
   MARINA_ERR_SERVER_CLOSING: { statusCode: 503, description: 'The server is shutting down and accepts no new requests; retry against another replica.' },
-  MARINA_ERR_MODEL_UNLOADING: { statusCode: 503, description: 'The model version is being unregistered or scaled to zero and takes no new requests.' },
+  MARINA_ERR_MODEL_UNLOADING: { statusCode: 503, description: 'The model version is being unregistered (or the server is stopping): it takes no new requests, and queued ones that no worker is left to run are answered with this.' },
   MARINA_ERR_INTERNAL: { statusCode: 500, description: 'An unexpected error inside the server; the server log has the stack. Please report it.' },
 });
 
