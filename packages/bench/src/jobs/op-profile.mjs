@@ -3,7 +3,7 @@
 // worker session (the optimised copy with external weights loaded at 'disabled', spinning as set).
 // Usage: node packages/bench/src/jobs/op-profile.mjs <model.onnx> <runs> <intraOpThreads> [allowSpinning 0|1]
 // Prints, per operator type, node count and mean µs per run for each configuration.
-import { readFileSync, rmSync, mkdtempSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
@@ -24,10 +24,13 @@ async function profile(label, make) {
   const started = performance.now();
   for (let i = 0; i < runs; i++) await session.run(feed);
   const wallMs = (performance.now() - started) / runs;
-  const file = session.endProfiling();
+  session.endProfiling();
   await session.release();
+  // onnxruntime-node writes <prefix>_<timestamp>.json and returns nothing: take the newest file of this label.
+  const files = readdirSync(work).filter((f) => f.startsWith(label) && f.endsWith('.json')).sort();
+  const file = path.join(work, files.at(-1));
   const events = JSON.parse(readFileSync(file, 'utf8'));
-  rmSync(file, { force: true });
+  for (const f of files) rmSync(path.join(work, f), { force: true });
   const byOp = new Map();
   for (const e of events) {
     if (e.cat !== 'Node' || !e.name.endsWith('_kernel_time')) continue;
