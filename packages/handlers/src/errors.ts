@@ -10,6 +10,7 @@ export const handlerErrors = defineErrors({
   MARINA_ERR_IMAGE_DECODE_FAILED: { statusCode: 400, description: 'The body is not an image sharp can decode (corrupt, truncated, or another format); send a JPEG, PNG, WebP, GIF, TIFF or AVIF.' },
   MARINA_ERR_IMAGE_TOO_LARGE: { statusCode: 400, description: 'The image has more pixels than limit_max_image_pixels allows (268,402,689); send a smaller image or set limit_max_image_pixels=false.' },
   MARINA_ERR_TENSOR_INPUT_INVALID: { statusCode: 400, description: 'The JSON tensor input does not match the model: unknown or missing input name, shape that does not match the data, or a non-numeric value.' },
+  MARINA_ERR_TENSOR_TOO_LARGE: { statusCode: 413, description: "The request's input and output tensors would need more memory than the model allows (model-config.yaml handler.maxTensorBytesPerRequest, default 256 MiB); refused before the model runs. Send fewer rows or smaller dimensions, or raise the limit." },
   MARINA_ERR_HANDLER_NOT_FOUND: { statusCode: 400, description: "The manifest's handler is neither a built-in handler nor a .js/.mjs file in the archive; check --handler." },
   MARINA_ERR_HANDLER_INVALID: { statusCode: 500, description: 'The custom handler module does not export a handle function, a handler object, a class or a factory.' },
   MARINA_ERR_HANDLER_CONFIG_INVALID: { statusCode: 500, description: "The 'handler' section of model-config.yaml has a bad value (resize, crop, mean, std or topk); the message names it." },
