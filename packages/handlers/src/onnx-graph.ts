@@ -50,6 +50,12 @@ class FileReader {
     throw new RangeError('a protobuf varint is longer than 10 bytes');
   }
 
+  /** Reads a length prefix and returns where the value it announces ends. */
+  async lengthEnd(): Promise<number> {
+    const length = await this.varint();
+    return this.pos + length;
+  }
+
   async bytes(length: number): Promise<Buffer> {
     const out = Buffer.alloc(length);
     for (let i = 0; i < length; i++) out[i] = await this.byte();
@@ -60,7 +66,11 @@ class FileReader {
   async skip(wireType: number): Promise<void> {
     if (wireType === 0) await this.varint();
     else if (wireType === 1) this.pos += 8;
-    else if (wireType === 2) this.pos += await this.varint();
+    else if (wireType === 2) {
+      // Read the length before touching pos: `pos += await ...` would add to the old pos.
+      const length = await this.varint();
+      this.pos += length;
+    }
     else if (wireType === 5) this.pos += 4;
     else throw new RangeError(`unsupported protobuf wire type ${wireType}`);
   }
@@ -106,7 +116,7 @@ async function readValueInfo(reader: FileReader, end: number): Promise<TensorSig
     // TypeProto → tensor_type (1) → elem_type (1), shape (2) → dim (1) → dim_value (1) | dim_param (2)
     await reader.fields(reader.pos + length, async (typeField, typeWire) => {
       if (typeField !== 1 || typeWire !== 2) return false;
-      const tensorEnd = reader.pos + (await reader.varint());
+      const tensorEnd = await reader.lengthEnd();
       await reader.fields(tensorEnd, async (tensorField, tensorWire) => {
         if (tensorField === 1 && tensorWire === 0) {
           const elem = await reader.varint();
@@ -114,10 +124,10 @@ async function readValueInfo(reader: FileReader, end: number): Promise<TensorSig
           return true;
         }
         if (tensorField !== 2 || tensorWire !== 2) return false;
-        const shapeEnd = reader.pos + (await reader.varint());
+        const shapeEnd = await reader.lengthEnd();
         await reader.fields(shapeEnd, async (shapeField, shapeWire) => {
           if (shapeField !== 1 || shapeWire !== 2) return false;
-          const dimEnd = reader.pos + (await reader.varint());
+          const dimEnd = await reader.lengthEnd();
           let dim: number | string = -1;
           await reader.fields(dimEnd, async (dimField, dimWire) => {
             if (dimField === 1 && dimWire === 0) dim = await reader.varint();
@@ -163,10 +173,10 @@ export async function readOnnxGraph(modelPath: string): Promise<OnnxGraph> {
     await reader.fields(reader.size, async (field, wireType) => {
       if (field !== 7 || wireType !== 2) return false;
       hasGraph = true;
-      const graphEnd = reader.pos + (await reader.varint());
+      const graphEnd = await reader.lengthEnd();
       await reader.fields(graphEnd, async (graphField, graphWire) => {
         if (graphWire !== 2) return false;
-        const end = reader.pos + (await reader.varint());
+        const end = await reader.lengthEnd();
         if (graphField === 1) graph.nodes.push(await readNode(reader, end));
         else if (graphField === 5) initializers.add(await readInitializerName(reader, end));
         else if (graphField === 11) graph.inputs.push(await readValueInfo(reader, end));
