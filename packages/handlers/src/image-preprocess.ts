@@ -154,8 +154,8 @@ export function resolveImagePreprocessOptions(
  * (float32, CHW, normalised: (pixel/255 − mean)/std) at `offset`. EXIF orientation is
  * applied; alpha is dropped; sharp's 'linear' kernel (its closest to PIL's antialiased
  * bilinear) resizes. Returns where the input's pixels came from, to map outputs back.
- * @throws MARINA_ERR_IMAGE_DECODE_FAILED (not an image, or too small for the crop, saying
- *   the image's size and the model's), MARINA_ERR_IMAGE_TOO_LARGE.
+ * @throws MARINA_ERR_IMAGE_DECODE_FAILED (not an image), MARINA_ERR_IMAGE_TOO_SMALL (too small
+ *   for the centre crop; says the image's size and the model's), MARINA_ERR_IMAGE_TOO_LARGE.
  */
 export async function preprocessImage(bytes: Buffer, options: ImagePreprocessOptions & { limitInputPixels: boolean }, out: Float32Array, offset: number): Promise<ImageGeometry> {
   const limitInputPixels = options.limitInputPixels ? DEFAULT_PIXEL_LIMIT : false;
@@ -172,12 +172,16 @@ export async function preprocessImage(bytes: Buffer, options: ImagePreprocessOpt
     originalHeight = meta.autoOrient?.height ?? meta.height ?? 0;
     if (!(originalWidth > 0 && originalHeight > 0)) throw new Error('the image has no width or height');
     if (options.resizeMode === 'stretch') [targetW, targetH] = [W, H];
-    else {
-      // crop: the shorter side becomes `resize`; letterbox: the whole image fits inside W×H.
-      const scale = options.resizeMode === 'crop' ? options.resize / Math.min(originalWidth, originalHeight) : Math.min(W / originalWidth, H / originalHeight);
-      targetW = Math.max(1, Math.round(originalWidth * scale));
-      targetH = Math.max(1, Math.round(originalHeight * scale));
-      if (options.resizeMode === 'letterbox') [targetW, targetH] = [Math.min(targetW, W), Math.min(targetH, H)];
+    else if (options.resizeMode === 'crop') {
+      // torchvision's Resize(int): the shorter side becomes `resize`, the longer int(resize · long / short).
+      const isWide = originalWidth >= originalHeight;
+      const long = Math.max(options.resize, Math.floor((options.resize * Math.max(originalWidth, originalHeight)) / Math.min(originalWidth, originalHeight)));
+      [targetW, targetH] = isWide ? [long, options.resize] : [options.resize, long];
+    } else {
+      // letterbox: the whole image fits inside W×H (YOLO's rounding).
+      const scale = Math.min(W / originalWidth, H / originalHeight);
+      targetW = Math.min(W, Math.max(1, Math.round(originalWidth * scale)));
+      targetH = Math.min(H, Math.max(1, Math.round(originalHeight * scale)));
     }
     let pipeline = sharp(bytes, { limitInputPixels, failOn: 'error' }).rotate().removeAlpha().toColourspace('srgb');
     if (targetW !== originalWidth || targetH !== originalHeight) pipeline = pipeline.resize({ width: targetW, height: targetH, fit: 'fill', kernel: 'linear' });
@@ -195,18 +199,26 @@ export async function preprocessImage(bytes: Buffer, options: ImagePreprocessOpt
   let offsetY = 0;
   if (options.resizeMode === 'crop') {
     if (targetW < W || targetH < H) {
-      throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(
+      throw createHandlerError.MARINA_ERR_IMAGE_TOO_SMALL(
         `the image is ${originalWidth}x${originalHeight} (width x height); resized to shorter side ${options.resize} it is ${targetW}x${targetH}, smaller than the model's ${W}x${H} input, so the centre crop cannot be cut. For images of this shape set handler.resize_mode: letterbox (keeps the aspect ratio and pads) or stretch in model-config.yaml`,
       );
     }
-    offsetX = -Math.round((targetW - W) / 2);
-    offsetY = -Math.round((targetH - H) / 2);
+    // torchvision's CenterCrop: round((size − crop) / 2), Python's round (half to even).
+    offsetX = -roundHalfEven((targetW - W) / 2);
+    offsetY = -roundHalfEven((targetH - H) / 2);
   } else if (options.resizeMode === 'letterbox' && options.padPosition === 'center') {
     offsetX = Math.floor((W - targetW) / 2);
     offsetY = Math.floor((H - targetH) / 2);
   }
   writePlanes(raw, channels, { targetW, targetH, offsetX, offsetY }, options, out, offset);
   return { originalWidth, originalHeight, scaleX: targetW / originalWidth, scaleY: targetH / originalHeight, offsetX, offsetY, resizedWidth: targetW, resizedHeight: targetH };
+}
+
+function roundHalfEven(value: number): number {
+  const floor = Math.floor(value);
+  const diff = value - floor;
+  if (diff !== 0.5) return Math.round(value);
+  return floor % 2 === 0 ? floor : floor + 1;
 }
 
 /** Luma weights sharp and PIL use for RGB → grayscale (ITU-R BT.601). */
