@@ -2,6 +2,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
+import sharp from 'sharp';
 import type { Handler, HandlerContext, RequestRow } from '../src/index.ts';
 
 /** A temp folder for one test file's models and images; `remove()` in afterAll. */
@@ -58,3 +59,18 @@ export async function initialised(create: () => Handler, options: Parameters<typ
 export async function writeJson(path: string, value: unknown): Promise<void> {
   await writeFile(path, JSON.stringify(value));
 }
+
+/** A deterministic PNG with structure in both directions (gradients plus a checker), so a shifted crop or pad shows. */
+export async function patternPng(width: number, height: number): Promise<Buffer> {
+  const pixels = Buffer.alloc(width * height * 3);
+  for (let y = 0; y < height; y++) {
+    for (let x = 0; x < width; x++) {
+      const p = (y * width + x) * 3;
+      pixels[p] = Math.round((255 * x) / (width - 1));
+      pixels[p + 1] = Math.round((255 * y) / (height - 1));
+      pixels[p + 2] = ((x >> 3) + (y >> 3)) % 2 === 0 ? 230 : 20;
+    }
+  }
+  return sharp(pixels, { raw: { width, height, channels: 3 } }).png().toBuffer();
+}
+

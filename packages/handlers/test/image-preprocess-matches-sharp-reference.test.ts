@@ -1,20 +1,7 @@
 import sharp, { type Sharp } from 'sharp';
 import { describe, expect, it } from 'vitest';
 import { preprocessImage, resolveImagePreprocessOptions, type ImagePreprocessOptions } from '../src/index.ts';
-
-/** A deterministic PNG with structure in both directions (gradients plus a checker), so a shifted crop or pad shows. */
-export async function patternPng(width: number, height: number): Promise<Buffer> {
-  const pixels = Buffer.alloc(width * height * 3);
-  for (let y = 0; y < height; y++) {
-    for (let x = 0; x < width; x++) {
-      const p = (y * width + x) * 3;
-      pixels[p] = Math.round((255 * x) / (width - 1));
-      pixels[p + 1] = Math.round((255 * y) / (height - 1));
-      pixels[p + 2] = ((x >> 3) + (y >> 3)) % 2 === 0 ? 230 : 20;
-    }
-  }
-  return sharp(pixels, { raw: { width, height, channels: 3 } }).png().toBuffer();
-}
+import { patternPng } from './handler-harness.ts';
 
 /** Python's round(): halves go to the even neighbour (torchvision's CenterCrop uses it). */
 function pythonRound(value: number): number {
