@@ -120,12 +120,10 @@ async function maskPng(mask: Uint8Array, size: { height: number; width: number }
     const top = Math.max(0, Math.round(geometry.offsetY * sy));
     const width = Math.max(1, Math.min(size.width - left, Math.round(geometry.resizedWidth * sx)));
     const height = Math.max(1, Math.min(size.height - top, Math.round(geometry.resizedHeight * sy)));
-    if (left !== 0 || top !== 0 || width !== size.width || height !== size.height) {
-      image = sharp(await image.extract({ left, top, width, height }).raw().toBuffer(), { raw: { width, height, channels: 1 } });
-    }
+    if (left !== 0 || top !== 0 || width !== size.width || height !== size.height) image = image.extract({ left, top, width, height });
     image = image.resize({ width: geometry.originalWidth, height: geometry.originalHeight, fit: 'fill', kernel: 'nearest' });
   }
-  return image.png().toBuffer();
+  return image.toColourspace('b-w').png().toBuffer();
 }
 
 /**
