@@ -1,17 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import { getBuiltinHandler, parseTensorRequest, resolveImageClassifierOptions, topK } from '../src/index.ts';
+import { fixedBatchWarning, getBuiltinHandler, isProbabilityRow, parseTensorRequest, resolveImageClassifierOptions, topK } from '../src/index.ts';
 
 describe('image_classifier options', () => {
   it('takes the crop from the model input and scales resize by 256/224', () => {
-    expect(resolveImageClassifierOptions({}, ['batch', 3, 224, 224])).toMatchObject({ resize: 256, crop: [224, 224], topk: 5 });
-    expect(resolveImageClassifierOptions({}, ['batch', 3, 112, 112])).toMatchObject({ resize: 128, crop: [112, 112] });
+    expect(resolveImageClassifierOptions({}, ['batch', 3, 224, 224])).toMatchObject({ resize: 256, height: 224, width: 224, topk: 5, resizeMode: 'crop', softmax: 'auto' });
+    expect(resolveImageClassifierOptions({}, ['batch', 3, 112, 112])).toMatchObject({ resize: 128, height: 112, width: 112 });
   });
 
   it('reads handler.resize/mean/std/topk from model-config.yaml and rejects bad values by name', () => {
     const o = resolveImageClassifierOptions({ handler: { resize: 300, mean: [0.5, 0.5, 0.5], std: [0.5, 0.5, 0.5], topk: 3 } }, [1, 3, 224, 224]);
     expect(o).toMatchObject({ resize: 300, mean: [0.5, 0.5, 0.5], std: [0.5, 0.5, 0.5], topk: 3 });
     expect(() => resolveImageClassifierOptions({ handler: { std: [0, 1, 1] } }, [1, 3, 224, 224])).toThrow(/handler.std/);
-    expect(() => resolveImageClassifierOptions({ handler: { crop: 200 } }, [1, 3, 224, 224])).toThrow(/handler.crop is 200x200 but the model's input takes 224x224/);
+    expect(() => resolveImageClassifierOptions({ handler: { crop: 200 } }, [1, 3, 224, 224])).toThrow(/handler.crop is 200x200 but the model's input takes 224x224 images/);
   });
 });
 
@@ -36,6 +36,29 @@ describe('tensor handler requests', () => {
     expect(() => parseTensorRequest({ inputs: { x: { shape: [3], data: [1, 2] } } }, ['x'])).toThrow(/shape \[3\] needs 3 values but 'data' has 2/);
     expect(() => parseTensorRequest({ inputs: { y: { data: [1] } } }, ['x'])).toThrow(/unknown input 'y'/);
     expect(() => parseTensorRequest('{oops', ['x'])).toThrow(/not valid JSON/);
+  });
+});
+
+describe('topK with probabilities the model already computed', () => {
+  it("'none' keeps them, 'exp' undoes a LogSoftmax, and isProbabilityRow recognises a distribution", () => {
+    expect([...topK([0.1, 0.9], 2, undefined, 'none').entries()]).toEqual([['1', 0.9], ['0', 0.1]]);
+    expect(topK([Math.log(0.25), Math.log(0.75)], 1, undefined, 'exp').get('1')).toBeCloseTo(0.75, 12);
+    expect(isProbabilityRow([0.2, 0.3, 0.5])).toBe(true);
+    expect(isProbabilityRow([0.2, 0.3, 0.4])).toBe(false);
+    expect(isProbabilityRow([1.2, -0.2])).toBe(false);
+  });
+});
+
+describe('the fixed-batch rule', () => {
+  const signature = (batch: number | string) => ({ inputs: [{ name: 'x', type: 'float32', shape: [batch, 3, 8, 8] }], outputs: [{ name: 'y', type: 'float32', shape: [batch, 10] }] });
+  it('warns (never refuses) when batchSize is above a fixed batch dimension, for every built-in handler', () => {
+    expect(fixedBatchWarning(signature('n'), 8)).toBeUndefined();
+    expect(fixedBatchWarning(signature(1), 1)).toBeUndefined();
+    expect(fixedBatchWarning(signature(1), 4)).toMatchObject({ code: 'MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC', severity: 'warning', message: expect.stringMatching(/batchSize is 4 but input 'x' float32\[1,3,8,8\] has a fixed batch dimension of 1.*one image or request at a time/) });
+    for (const name of ['image_classifier', 'tensor']) {
+      const problems = getBuiltinHandler(name)!.checkSignature(signature(1), { batchSize: 4, modelYamlConfig: {} });
+      expect(problems).toEqual([fixedBatchWarning(signature(1), 4)]);
+    }
   });
 });
 
