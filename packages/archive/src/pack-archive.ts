@@ -44,6 +44,12 @@ export interface PackOptions {
   isForced?: boolean;
   /** Folder relative paths resolve against. Default `process.cwd()`. */
   cwd?: string;
+  /**
+   * Called with the finished output under its temporary name, before it replaces `outputPath`;
+   * throwing abandons it (nothing is left behind) and `packArchive` rethrows the error. The
+   * CLI validates the archive here, so a refused archive is never written.
+   */
+  verify?: (tempOutputPath: string) => Promise<void>;
 }
 
 export interface PackProgress {
@@ -332,6 +338,18 @@ export async function packArchive(options: PackOptions & { onProgress?: (progres
   try {
     if (format === 'no-archive') await writeFolder({ tempPath, entries, manifestText, onBytes });
     else await writeContainer({ format, tempPath, rootPrefix: format === 'tgz' ? `${options.modelName}/` : '', entries, manifestText, onBytes });
+  } catch (error) {
+    await rm(tempPath, { recursive: true, force: true });
+    if (isMarinaError(error)) throw error;
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_WRITE_FAILED(`writing ${outputPath} failed: ${(error as Error).message}; nothing was written`, { cause: error, details: { outputPath } });
+  }
+  try {
+    await options.verify?.(tempPath);
+  } catch (error) {
+    await rm(tempPath, { recursive: true, force: true });
+    throw error;
+  }
+  try {
     await replace(tempPath, outputPath);
   } catch (error) {
     await rm(tempPath, { recursive: true, force: true });

@@ -73,7 +73,7 @@ export interface SignatureCheckOptions {
   batchSize: number;
   modelYamlConfig?: Record<string, unknown>;
   classCount?: number;
-  /** Resolves the handler's model-config.yaml knobs against the input shape (throws MARINA_ERR_HANDLER_CONFIG_INVALID). */
+  /** Resolves the handler's model-config.yaml knobs against the input shape; what it throws becomes a MARINA_ERR_MODEL_CONFIG_INVALID problem. */
   resolveOptions?: (inputShape: ReadonlyArray<number | string>) => unknown;
 }
 
