@@ -22,7 +22,7 @@ export interface PackOptions {
   modelName: string;
   /** `-v/--version`: free-form, written to `model.modelVersion`. */
   modelVersion: string;
-  /** `--handler`: a built-in name (`image_classifier`, `tensor`) or a path to a .js/.mjs/.cjs module, optionally `:fn`. */
+  /** `--handler`: a built-in name (`image_classifier`, `image_segmenter`, `object_detector`, `tensor`) or a path to a .js/.mjs/.cjs module, optionally `:fn`. */
   handler: string;
   /** `--serialized-file`: the ONNX model; stored by basename. */
   serializedFile?: string;
@@ -78,7 +78,7 @@ interface PlannedEntry {
 
 const GLOB_MAGIC = /[*?[]/;
 const SKIPPED_FOLDERS = new Set(['__pycache__', '__MACOSX']);
-const PYTHON_BUILTINS = ['base_handler', 'text_classifier', 'object_detector', 'image_segmenter', 'dali_image_classifier', 'vllm_handler', 'trt_llm_handler'];
+const PYTHON_BUILTINS = ['text_classifier', 'dali_image_classifier', 'vllm_handler', 'trt_llm_handler'];
 const HANDLER_EXTENSIONS = ['.mjs', '.js', '.cjs'];
 
 /** The output path `packArchive` writes for these options (does not touch the disk). */
