@@ -38,6 +38,8 @@ export class ImageModelRunner {
   readonly fixedBatch: number | undefined;
   options!: ImagePreprocessOptions;
   limitInputPixels = true;
+  /** Read each image's original size (an extra header read before the decode); handlers that map outputs back need it. */
+  isGeometryNeeded = true;
 
   constructor(session: ort.InferenceSession, handlerName: string) {
     const input = session.inputMetadata[0];
@@ -63,7 +65,7 @@ export class ImageModelRunner {
     const outcomes = await Promise.allSettled(rows.map(async (row, i) => {
       const bytes = payloadBytes(rowPayload(row));
       if (!bytes) throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(`${handlerName} needs image bytes, but the body was parsed as JSON; send the image with Content-Type application/octet-stream or image/*`);
-      geometry[i] = await preprocessImage(bytes, { ...this.options, limitInputPixels: this.limitInputPixels }, pixels, i * perImage);
+      geometry[i] = await preprocessImage(bytes, { ...this.options, limitInputPixels: this.limitInputPixels, isGeometryNeeded: this.isGeometryNeeded }, pixels, i * perImage);
     }));
     const good: number[] = [];
     const errors: Array<MarinaError | undefined> = new Array(rows.length).fill(undefined);

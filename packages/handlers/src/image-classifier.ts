@@ -139,6 +139,8 @@ export function createImageClassifier(): Handler {
       runner = await createImageModelRunner(context, 'image_classifier');
       options = resolveImageClassifierOptions(context.modelYamlConfig, runner.inputShape);
       runner.options = options;
+      // Class scores do not depend on where pixels came from: skip the extra header read.
+      runner.isGeometryNeeded = false;
       const outputs = runner.session.outputNames;
       if (options.output !== undefined && !outputs.includes(options.output)) {
         throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`);

@@ -41,7 +41,7 @@ export interface ImagePreprocessOptions {
 
 /** Where the model's input pixels came from in the original image, to map outputs back. */
 export interface ImageGeometry {
-  /** The image as decoded (EXIF orientation applied), px. */
+  /** The image as decoded (EXIF orientation applied), px; 0 when the caller did not need it. */
   originalWidth: number;
   originalHeight: number;
   /** Scale from original to resized pixels, per axis. */
@@ -153,41 +153,49 @@ export function resolveImagePreprocessOptions(
  * Decodes an image, resizes it as `options.resizeMode` says and writes it into `out`
  * (float32, CHW, normalised: (pixel/255 − mean)/std) at `offset`. EXIF orientation is
  * applied; alpha is dropped; sharp's 'linear' kernel (its closest to PIL's antialiased
- * bilinear) resizes. Returns where the input's pixels came from, to map outputs back.
+ * bilinear) resizes: crop with fit 'outside' (the shorter side becomes `resize`), stretch with
+ * fit 'fill', letterbox to a size computed from the original's. For crop and stretch the decode
+ * and resize are one sharp call, so they run on libuv's pool even while a `run()` blocks this
+ * thread; the original size (a header read first) is asked for only by letterbox and when
+ * `isGeometryNeeded` (default true), to map outputs back.
+ * Returns where the input's pixels came from (original sizes 0 when not read).
  * @throws MARINA_ERR_IMAGE_DECODE_FAILED (not an image), MARINA_ERR_IMAGE_TOO_SMALL (too small
  *   for the centre crop; says the image's size and the model's), MARINA_ERR_IMAGE_TOO_LARGE.
  */
-export async function preprocessImage(bytes: Buffer, options: ImagePreprocessOptions & { limitInputPixels: boolean }, out: Float32Array, offset: number): Promise<ImageGeometry> {
+export async function preprocessImage(bytes: Buffer, options: ImagePreprocessOptions & { limitInputPixels: boolean; isGeometryNeeded?: boolean }, out: Float32Array, offset: number): Promise<ImageGeometry> {
   const limitInputPixels = options.limitInputPixels ? DEFAULT_PIXEL_LIMIT : false;
   const { height: H, width: W } = options;
-  let originalWidth: number;
-  let originalHeight: number;
+  let originalWidth = 0;
+  let originalHeight = 0;
+  const readSize = async (): Promise<void> => {
+    const meta = await sharp(bytes, { limitInputPixels, failOn: 'error' }).metadata();
+    originalWidth = meta.autoOrient?.width ?? meta.width ?? 0;
+    originalHeight = meta.autoOrient?.height ?? meta.height ?? 0;
+  };
   let targetW: number;
   let targetH: number;
   let raw: Buffer;
   let channels: number;
   try {
-    const meta = await sharp(bytes, { limitInputPixels, failOn: 'error' }).metadata();
-    originalWidth = meta.autoOrient?.width ?? meta.width ?? 0;
-    originalHeight = meta.autoOrient?.height ?? meta.height ?? 0;
-    if (!(originalWidth > 0 && originalHeight > 0)) throw new Error('the image has no width or height');
-    if (options.resizeMode === 'stretch') [targetW, targetH] = [W, H];
-    else if (options.resizeMode === 'crop') {
-      // torchvision's Resize(int): the shorter side becomes `resize`, the longer int(resize · long / short).
-      const isWide = originalWidth >= originalHeight;
-      const long = Math.max(options.resize, Math.floor((options.resize * Math.max(originalWidth, originalHeight)) / Math.min(originalWidth, originalHeight)));
-      [targetW, targetH] = isWide ? [long, options.resize] : [options.resize, long];
-    } else {
-      // letterbox: the whole image fits inside W×H (YOLO's rounding).
+    const kernel = 'linear';
+    const pipeline = sharp(bytes, { limitInputPixels, failOn: 'error' }).rotate().removeAlpha().toColourspace('srgb');
+    if (options.resizeMode === 'letterbox') {
+      // The scaled size is computed here (YOLO's rounding) and resized to exactly: sharp's fit
+      // 'inside' keeps one scale for both axes and drops the last partial column or row instead.
+      await readSize();
+      if (!(originalWidth > 0 && originalHeight > 0)) throw new Error('the image has no width or height');
       const scale = Math.min(W / originalWidth, H / originalHeight);
-      targetW = Math.min(W, Math.max(1, Math.round(originalWidth * scale)));
-      targetH = Math.min(H, Math.max(1, Math.round(originalHeight * scale)));
+      pipeline.resize({ width: Math.min(W, Math.max(1, Math.round(originalWidth * scale))), height: Math.min(H, Math.max(1, Math.round(originalHeight * scale))), fit: 'fill', kernel });
+    } else {
+      if (options.isGeometryNeeded ?? true) await readSize();
+      if (options.resizeMode === 'crop') pipeline.resize({ width: options.resize, height: options.resize, fit: 'outside', kernel });
+      else pipeline.resize({ width: W, height: H, fit: 'fill', kernel });
     }
-    let pipeline = sharp(bytes, { limitInputPixels, failOn: 'error' }).rotate().removeAlpha().toColourspace('srgb');
-    if (targetW !== originalWidth || targetH !== originalHeight) pipeline = pipeline.resize({ width: targetW, height: targetH, fit: 'fill', kernel: 'linear' });
     const result = await pipeline.raw().toBuffer({ resolveWithObject: true });
     raw = result.data;
     channels = result.info.channels;
+    targetW = result.info.width;
+    targetH = result.info.height;
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     if (/pixel limit/i.test(message)) {
@@ -199,6 +207,7 @@ export async function preprocessImage(bytes: Buffer, options: ImagePreprocessOpt
   let offsetY = 0;
   if (options.resizeMode === 'crop') {
     if (targetW < W || targetH < H) {
+      if (originalWidth === 0) await readSize().catch(() => undefined);
       throw createHandlerError.MARINA_ERR_IMAGE_TOO_SMALL(
         `the image is ${originalWidth}x${originalHeight} (width x height); resized to shorter side ${options.resize} it is ${targetW}x${targetH}, smaller than the model's ${W}x${H} input, so the centre crop cannot be cut. For images of this shape set handler.resize_mode: letterbox (keeps the aspect ratio and pads) or stretch in model-config.yaml`,
       );

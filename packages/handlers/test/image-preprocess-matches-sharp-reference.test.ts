@@ -11,7 +11,7 @@ function pythonRound(value: number): number {
 
 /**
  * The same preprocessing written out from its sources' formulas, with sharp doing the
- * resampling and padding: torchvision's Resize(int) + CenterCrop for crop, ultralytics'
+ * resampling and padding: shorter side to `resize` + torchvision's CenterCrop for crop, ultralytics'
  * letterbox for letterbox (new size round(side·r), padding split round(d/2 ∓ 0.1)), fit: fill
  * for stretch; then (pixel/255 − mean)/std per plane in the configured channel order.
  */
@@ -19,9 +19,11 @@ async function reference(png: Buffer, o: ImagePreprocessOptions): Promise<Float3
   const { width: w, height: h } = await sharp(png).metadata();
   let image: Sharp;
   if (o.resizeMode === 'crop') {
-    const [rw, rh] = w >= h ? [Math.trunc((o.resize * w) / h), o.resize] : [o.resize, Math.trunc((o.resize * h) / w)];
-    const resized = await sharp(png).resize({ width: rw, height: rh, fit: 'fill', kernel: 'linear' }).raw().toBuffer();
-    image = sharp(resized, { raw: { width: rw, height: rh, channels: 3 } }).extract({ left: pythonRound((rw - o.width) / 2), top: pythonRound((rh - o.height) / 2), width: o.width, height: o.height });
+    // The shorter side to `resize` (sharp's fit: outside), then torchvision's CenterCrop offsets.
+    const resized = await sharp(png).resize({ width: o.resize, height: o.resize, fit: 'outside', kernel: 'linear' }).raw().toBuffer({ resolveWithObject: true });
+    const { width: rw, height: rh } = resized.info;
+    expect(Math.min(rw, rh)).toBe(o.resize);
+    image = sharp(resized.data, { raw: { width: rw, height: rh, channels: 3 } }).extract({ left: pythonRound((rw - o.width) / 2), top: pythonRound((rh - o.height) / 2), width: o.width, height: o.height });
   } else if (o.resizeMode === 'letterbox') {
     const r = Math.min(o.width / w, o.height / h);
     const [nw, nh] = [Math.round(w * r), Math.round(h * r)];
