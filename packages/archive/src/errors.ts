@@ -80,7 +80,7 @@ export const archiveErrors = defineErrors({
   },
   MARINA_ERR_HANDLER_NOT_FOUND: {
     statusCode: 400,
-    description: 'The handler is neither a built-in name (image_classifier, tensor) nor a JavaScript module (.js/.mjs) that exists (in the archive, or on disk when archiving); Python handlers do not run in Marina.',
+    description: 'The handler is neither a built-in name (image_classifier, image_segmenter, object_detector, tensor) nor a JavaScript module (.js/.mjs) that exists (in the archive, or on disk when archiving); Python handlers do not run in Marina.',
   },
   MARINA_ERR_HANDLER_IMPORT_FAILED: {
     statusCode: 400,
