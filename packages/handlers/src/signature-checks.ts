@@ -86,7 +86,9 @@ function withBatchAndConfig(signature: ModelSignature, options: SignatureCheckOp
   const warning = fixedBatchWarning(signature, options.batchSize);
   if (warning) problems.push(warning);
   const input = signature.inputs[0];
-  if (options.resolveOptions && input && signature.inputs.length === 1 && input.shape.length === 4) problems.push(...configProblem(() => options.resolveOptions!(input.shape)));
+  // The handler's own reading of its config; skipped when a config problem was already named (it would repeat it).
+  const isConfigReported = problems.some((p) => p.code === 'MARINA_ERR_MODEL_CONFIG_INVALID');
+  if (options.resolveOptions && !isConfigReported && input && signature.inputs.length === 1 && input.shape.length === 4) problems.push(...configProblem(() => options.resolveOptions!(input.shape)));
   return problems;
 }
 

@@ -68,3 +68,32 @@ describe('built-in handler registry', () => {
     expect(getBuiltinHandler('image_classifier')?.checkSignature({ inputs: [{ name: 'i', type: 'float32', shape: ['n', 3, 224, 224] }], outputs: [{ name: 'o', type: 'float32', shape: ['n', 1000] }] }, { batchSize: 4, modelYamlConfig: {} })).toEqual([]);
   });
 });
+
+describe('signature checks of the image handlers', () => {
+  const input = { name: 'x', type: 'float32', shape: ['n', 3, 64, 64] };
+  const check = (name: string, outputs: Array<{ name: string; shape: Array<number | string>; type?: string }>, handler: Record<string, unknown> = {}) =>
+    getBuiltinHandler(name)!.checkSignature({ inputs: [input], outputs: outputs.map((o) => ({ type: 'float32', ...o })) }, { batchSize: 1, modelYamlConfig: { handler } }).map((p) => p.code);
+
+  it('image_classifier: several outputs need handler.output, which must exist; a per-pixel output is refused', () => {
+    const outputs = [{ name: 'logits', shape: ['n', 10] }, { name: 'features', shape: ['n', 512] }];
+    expect(check('image_classifier', outputs)).toEqual(['MARINA_ERR_HANDLER_SIGNATURE_MISMATCH']);
+    expect(check('image_classifier', outputs, { output: 'logits' })).toEqual([]);
+    expect(check('image_classifier', outputs, { output: 'probs' })).toEqual(['MARINA_ERR_MODEL_CONFIG_INVALID']);
+    expect(check('image_classifier', [{ name: 'mask', shape: ['n', 12, 64, 64] }])).toEqual(['MARINA_ERR_HANDLER_SIGNATURE_MISMATCH']);
+  });
+
+  it('image_segmenter takes [N,C,H,W] and [N,1,H,W] outputs and refuses [N,classes]', () => {
+    expect(check('image_segmenter', [{ name: 'out', shape: ['n', 21, 64, 64] }])).toEqual([]);
+    expect(check('image_segmenter', [{ name: 'out', shape: ['n', 1, 64, 64] }], { response: 'png' })).toEqual([]);
+    expect(check('image_segmenter', [{ name: 'out', shape: ['n', 10] }])).toEqual(['MARINA_ERR_HANDLER_SIGNATURE_MISMATCH']);
+  });
+
+  it('object_detector reads the named outputs of either layout', () => {
+    const separate = [{ name: 'boxes', shape: ['n', 'k', 4] }, { name: 'scores', shape: ['n', 'k'] }, { name: 'labels', shape: ['n', 'k'], type: 'int64' }];
+    expect(check('object_detector', separate)).toEqual([]);
+    expect(check('object_detector', [{ name: 'det_boxes', shape: ['n', 'k', 4] }, { name: 'det_scores', shape: ['n', 'k'] }], { boxes: 'det_boxes', scores: 'det_scores' })).toEqual([]);
+    expect(check('object_detector', [{ name: 'det_boxes', shape: ['n', 'k', 4] }, { name: 'det_scores', shape: ['n', 'k'] }])).toEqual(['MARINA_ERR_MODEL_CONFIG_INVALID', 'MARINA_ERR_MODEL_CONFIG_INVALID']);
+    expect(check('object_detector', [{ name: 'output', shape: [1, 25200, 85] }])).toEqual([]);
+    expect(check('object_detector', [{ name: 'output', shape: [1, 25200, 3] }])).toEqual(['MARINA_ERR_HANDLER_SIGNATURE_MISMATCH']);
+  });
+});
