@@ -46,7 +46,7 @@ afterAll(async () => {
   await workspace?.cleanup();
 });
 
-describe('API descriptions', () => {
+describe('API descriptions', { timeout: 60_000 }, () => {
   it('answers OPTIONS / and GET /api-description on all three ports, without a token, in TorchServe\'s shape', async () => {
     const expected = {
       inference: ['/ping', '/predictions/{model_name}', '/predictions/{model_name}/{model_version}', '/v1/models/{model_name}:predict', '/explanations/{model_name}', '/invocations', '/{model_name}/predict', '/api-description'],

@@ -38,7 +38,7 @@ afterAll(async () => {
   await workspace?.cleanup();
 });
 
-describe('inference routes TorchServe serves', () => {
+describe('inference routes TorchServe serves', { timeout: 60_000 }, () => {
   it('decodes a form-urlencoded body into one field per form field', async () => {
     const response = await fetch(`${api}/predictions/echo`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'data=hello+world&n=3' });
     expect(response.status).toBe(200);

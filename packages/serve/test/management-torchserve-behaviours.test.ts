@@ -37,7 +37,8 @@ afterAll(async () => {
   await workspace?.cleanup();
 });
 
-describe('register', () => {
+// Real workers start in these tests: allow well over the default 5 s on a shared machine.
+describe('register', { timeout: 60_000 }, () => {
   it('starts 0 workers without initial_workers, with TorchServe\'s message', async () => {
     const result = await call(api, 'POST', '/models?url=affine.mar');
     expect(result.status).toBe(200);

@@ -28,7 +28,7 @@ function torchServeSnapshot(store: string): string {
     created: 1704110400000,
     models: {
       m: {
-        '1.0': { defaultVersion: false, marName: 'm_v1.mar', minWorkers: 1, maxWorkers: 1, batchSize: 1, maxBatchDelay: 100, responseTimeout: 120, runtimeType: 'python' },
+        '1.0': { defaultVersion: false, marName: 'm_v1.mar', minWorkers: 0, maxWorkers: 0, batchSize: 1, maxBatchDelay: 100, responseTimeout: 120, runtimeType: 'python' },
         '2.0': { defaultVersion: true, marName: 'm_v2.mar', minWorkers: 2, maxWorkers: 2, batchSize: 4, maxBatchDelay: 50, responseTimeout: 30, runtimeType: 'python' },
       },
     },
@@ -65,8 +65,9 @@ describe('--ts-config with a snapshot in TorchServe\'s own format', () => {
       const [v2] = (await call(api, 'GET', '/models/m')).json;
       expect(v2).toMatchObject({ modelVersion: '2.0', minWorkers: 2, maxWorkers: 2, batchSize: 4, maxBatchDelay: 50, responseTimeout: 30 });
       expect(v2.workers).toHaveLength(2);
-      const all = (await call(api, 'GET', '/models/m/all')).json as Array<{ modelVersion: string }>;
-      expect(all.map((d) => d.modelVersion).sort()).toEqual(['1.0', '2.0']);
+      const all = (await call(api, 'GET', '/models/m/all')).json as Array<{ modelVersion: string; minWorkers: number; workers: unknown[] }>;
+      expect(all.map((d) => [d.modelVersion, d.minWorkers, d.workers.length]).sort()).toEqual([['1.0', 0, 0], ['2.0', 2, 2]]);
+      expect(server.failed).toEqual([]);
 
       // Marina writes TorchServe's -startup.cfg with TorchServe's entry fields.
       const names = await readdir(join(workspace.root, 'logs', 'config'));
