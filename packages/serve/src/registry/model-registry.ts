@@ -21,6 +21,7 @@ import type {
   SnapshotModelVersion,
 } from './model-registry-api.ts';
 import { ModelVersion } from './model-version.ts';
+import { fixedBatchNotice } from './fixed-batch-notice.ts';
 
 const SERVER_VERSION = '0.1.0';
 
@@ -126,6 +127,9 @@ export class ModelRegistry implements ModelRegistryApi {
           maxWorkers: options.maxWorkers,
         },
       });
+      // The same rule and words as model-archiver validate: served, with a warning.
+      const batchNotice = await fixedBatchNotice({ modelDir: extracted.modelDir, serializedFile: manifest.model.serializedFile, batchSize: settings.batchSize });
+      if (batchNotice !== undefined) this.#log('warn', `model '${modelName}' version '${modelVersion}': ${batchNotice}`);
       const handler = manifest.model.handler;
       if (!handler) {
         throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`${modelName} (${options.url}) has no handler: set one in the manifest (model-archiver --handler) or pass handler= when registering`);
