@@ -110,6 +110,12 @@ export interface ModelVersionStats {
   minWorkers: number;
   maxWorkers: number;
   intraOpNumThreads: number;
+  /**
+   * Intra-op threads this version's workers hold now, counting workers that are leaving but whose
+   * thread has not ended (a timed-out native run() keeps its cores until it returns). Absent:
+   * workers × intraOpNumThreads.
+   */
+  threadsInUse?: number;
 }
 
 /** What a snapshot stores per model version (TorchServe's models JSON keys). */

@@ -129,6 +129,7 @@ export class ModelRegistry implements ModelRegistryApi {
       });
       // The same rule and words as model-archiver validate: served, with a warning.
       const batchNotice = await fixedBatchNotice({ modelDir: extracted.modelDir, serializedFile: manifest.model.serializedFile, batchSize: settings.batchSize });
+      this.#assertOpen();
       if (batchNotice !== undefined) this.#log('warn', `model '${modelName}' version '${modelVersion}': ${batchNotice}`);
       const handler = manifest.model.handler;
       if (!handler) {

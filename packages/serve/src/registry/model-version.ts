@@ -286,6 +286,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       minWorkers: this.minWorkers,
       maxWorkers: this.maxWorkers,
       intraOpNumThreads: this.pool.workers[0]?.intraOpNumThreads ?? 0,
+      threadsInUse: this.pool.threadCount,
     };
   }
 

@@ -111,11 +111,6 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     return this.isAlive && !this.#isRetiring && this.#prefetched === undefined;
   }
 
-  /** Jobs of the batch running now. */
-  get runningJobs(): number {
-    return this.#running?.jobs.length ?? 0;
-  }
-
   get isRunning(): boolean {
     return this.#running !== undefined;
   }
@@ -223,14 +218,6 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     if (this.#isRetiring) return;
     this.#isRetiring = true;
     this.#endIfRetired();
-  }
-
-  /**
-   * Ends the worker now: the running batch fails with `error`; the prefetched batch is returned
-   * through 'failed' like on a crash. The thread is terminated, not awaited.
-   */
-  abandon(error: MarinaError): void {
-    this.#fail(error);
   }
 
   #post(message: ToWorker): void {
