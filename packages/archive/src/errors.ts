@@ -58,6 +58,10 @@ export const archiveErrors = defineErrors({
     statusCode: 400,
     description: 'An entry of a zip (or the whole stream of a tar.gz) inflates more than maxCompressionRatio times its compressed size (default 200:1, checked past 1 MiB); extraction stopped and nothing was kept. Model weights barely compress, so this is a bomb or padding; raise maxCompressionRatio if the archive is genuine.',
   },
+  MARINA_ERR_ARCHIVE_OVERLAPPING_ENTRIES: {
+    statusCode: 400,
+    description: "Two entries of a zip's central directory point into the same bytes (one compressed stream extracted many times: a bomb that passes the per-entry checks); nothing was written. Re-create the archive with model-archiver.",
+  },
   MARINA_ERR_ARCHIVE_MANIFEST_MISSING: {
     statusCode: 400,
     description: 'The archive has no MAR-INF/MANIFEST.json; re-create it with model-archiver, which writes one.',

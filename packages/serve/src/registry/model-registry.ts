@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { rm } from 'node:fs/promises';
-import { extractToCache, normalizeManifest, readModelConfig } from '@marina/archive';
+import { assertModelIdentity, extractToCache, normalizeManifest, readModelConfig } from '@marina/archive';
 import { isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
@@ -86,6 +86,7 @@ export class ModelRegistry implements ModelRegistryApi {
     const manifest = normalizeManifest(extracted.manifest, { archivePath: options.archivePath, modelName: options.modelName, handler: options.handler });
     const modelName = manifest.model.modelName;
     const modelVersion = manifest.model.modelVersion;
+    assertModelIdentity(modelName, modelVersion);
     const key = `${modelName}\u0000${modelVersion}`;
     if (this.#models.get(modelName)?.versions.has(modelVersion) || this.#registering.has(key)) {
       throw createServeError.MARINA_ERR_MODEL_VERSION_CONFLICT(`Model version ${modelVersion} is already registered for model ${modelName}; unregister it first (DELETE /models/${modelName}/${modelVersion})`);
