@@ -70,7 +70,8 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
     genReqId: () => randomUUID(),
     requestIdHeader: false,
     return503OnClosing: true,
-    ...(tls ? { https: { ...tls.https, connectionsCheckingInterval } } : { http: { connectionsCheckingInterval } }),
+    // Also given to node's createServer: in node 20 a requestTimeout set only after construction is not enforced.
+    ...(tls ? { https: { ...tls.https, connectionsCheckingInterval, requestTimeout: requestTimeoutMs } } : { http: { connectionsCheckingInterval, requestTimeout: requestTimeoutMs } }),
   } as Parameters<typeof Fastify>[0]) as unknown as FastifyInstance;
   // A callback hook, not an async one: no promise per request.
   app.addHook('onRequest', (request, reply, done) => {
