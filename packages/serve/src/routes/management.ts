@@ -56,6 +56,13 @@ export interface ManagementRoutesOptions {
   autoscaling?: (modelName: string, modelVersion: string) => Record<string, unknown> | undefined;
   /** Called with registry failures that end as 5xx, for logs. */
   onError?: (error: unknown) => void;
+  /**
+   * Called after every call that changed the state (register, scale, unregister, set-default),
+   * before answering: resolves with an error when the change could not be made durable (the
+   * snapshot store's `settle`). The answer keeps its status, since the change is in effect, and
+   * carries `warning: { code, message }`.
+   */
+  afterChange?: () => Promise<Error | undefined>;
 }
 
 const registerProperties = {
@@ -130,8 +137,11 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     return body;
   });
 
-  const status = (request: FastifyRequest, reply: FastifyReply, code: number, text: string) =>
-    sendTorchServeJson(request, reply, code, { status: text });
+  const status = async (request: FastifyRequest, reply: FastifyReply, code: number, text: string) => {
+    const problem = request.method === 'GET' ? undefined : await options.afterChange?.();
+    const warning = problem === undefined ? undefined : { code: (problem as { code?: string }).code ?? 'MARINA_ERR_INTERNAL', message: problem.message };
+    return sendTorchServeJson(request, reply, code, warning === undefined ? { status: text } : { status: text, warning });
+  };
   const assertModelApi = (action: string) => {
     if (!config.enableModelApi) {
       throw create.MARINA_ERR_MODEL_API_DISABLED(
