@@ -8,9 +8,9 @@ import { unlink } from 'node:fs/promises';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { defineErrors, isMarinaError } from '@marina/errors';
 import type { ModelRegistryApi, RegisterModelOptions } from '../registry/model-registry-api.ts';
-import type { ServerConfig } from '../config/server-config.ts';
+import { resourceLimitsOf, type ServerConfig } from '../config/server-config.ts';
 import { sendTorchServeError, sendTorchServeJson } from '../auth/torchserve-response.ts';
-import { createModelUrlResolver, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
+import { createModelUrlResolver, DownloadSlots, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
 import { downloadErrorTypes } from '../model-download/download-errors.ts';
 
 /** Error codes of the management routes (see ERRORS-OPS.md). */
@@ -123,7 +123,14 @@ const scaleQuery = {
  */
 export async function managementRoutes(app: FastifyInstance, options: ManagementRoutesOptions): Promise<void> {
   const { registry, config } = options;
-  const resolve = options.resolveModelUrl ?? createModelUrlResolver({ modelStore: config.modelStore, allowedUrls: config.allowedUrls });
+  const limits = resourceLimitsOf(config);
+  const resolve = options.resolveModelUrl ?? createModelUrlResolver({
+    modelStore: config.modelStore,
+    allowedUrls: config.allowedUrls,
+    downloadTimeoutMs: limits.downloadTimeoutMs,
+    downloadIdleTimeoutMs: limits.downloadIdleTimeoutMs,
+    downloadSlots: new DownloadSlots(limits.maxConcurrentDownloads),
+  });
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error.validation) {
@@ -163,7 +170,18 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     assertModelApi('Registering models');
     const params: RegisterParams = { ...(request.query as RegisterParams), ...((request.body as RegisterParams | null) ?? {}) };
     if (params.url === undefined || params.url === '') throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
-    const resolved = await resolve(params.url);
+    // A download stops when its client goes away: nobody would see the answer, and it holds a slot and disk.
+    const clientGone = new AbortController();
+    const onClose = () => {
+      if (!reply.raw.writableFinished) clientGone.abort();
+    };
+    reply.raw.once('close', onClose);
+    let resolved;
+    try {
+      resolved = await resolve(params.url, { signal: clientGone.signal });
+    } finally {
+      reply.raw.off('close', onClose);
+    }
     const synchronous = params.synchronous ?? true;
     const registerOptions: RegisterModelOptions = {
       url: params.url,
