@@ -5,6 +5,7 @@ import { isAbsolute, join, resolve } from 'node:path';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import type { MarinaError } from '@marina/errors';
 import { resourceLimitsOf, type LoadModelSpec, type ServerConfig } from './config/server-config.ts';
+import { createModelCaches } from './cache/model-caches.ts';
 import { createServeError, toMarinaError } from './errors.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
 import { inferenceRoutes, sendError } from './routes/inference.ts';
@@ -134,7 +135,14 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options, config.managementAddress);
   const metrics = createInstance(config, options, config.metricsAddress);
   const log = (level: 'info' | 'warn' | 'error', message: string) => inference.log[level](message);
-  const registry = new ModelRegistry({ config, log });
+  const limits = resourceLimitsOf(config);
+  const caches = createModelCaches({
+    extractionCacheDir: config.extractionCacheDir,
+    extractionCacheMaxBytes: limits.extractionCacheMaxBytes,
+    optimizedModelCacheMaxBytes: limits.optimizedModelCacheMaxBytes,
+    log,
+  });
+  const registry = new ModelRegistry({ config, log, caches });
 
   await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };

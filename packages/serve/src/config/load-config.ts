@@ -5,6 +5,7 @@ import path from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import type { Node } from 'jsonc-parser';
 import type { ServerConfig } from './server-config.ts';
+import { defaultExtractionCacheDir } from '../cache/model-caches.ts';
 import { configError } from './config-errors.ts';
 import { parseProperties, type ParsedProperties, type PropertyEntry } from './properties-parser.ts';
 import { parseListenAddress, isLoopbackHost } from './parse-listen-address.ts';
@@ -349,7 +350,7 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     keyFilePath: path.join(cwd, 'key_file.json'),
     ompNumThreads,
     cpuCount: os.availableParallelism(),
-    extractionCacheDir: path.join(os.tmpdir(), 'marina', 'models'),
+    extractionCacheDir: defaultExtractionCacheDir(),
     snapshotDir: path.join(logDir, 'config'),
     isSnapshotEnabled: !cliOptions.ncs,
     logDir,

@@ -4,6 +4,7 @@ import { assertModelIdentity, extractToCache, normalizeManifest, readModelConfig
 import { isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
+import type { ModelCaches } from '../cache/model-caches.ts';
 import { resolveModelSettings } from '../model-settings.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import { resolveIntraOpThreads } from '../workers/thread-defaults.ts';
@@ -44,6 +45,8 @@ export interface PredictOptions {
 export interface ModelRegistryOptions {
   config: ServerConfig;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /** Told when a version opens or is removed, to bound and clean the extraction caches. */
+  caches?: ModelCaches;
 }
 
 /**
@@ -54,6 +57,7 @@ export class ModelRegistry implements ModelRegistryApi {
   readonly events = new EventEmitter<RegistryEvents>();
   readonly #config: ServerConfig;
   readonly #log: (level: 'info' | 'warn' | 'error', message: string) => void;
+  readonly #caches: ModelCaches | undefined;
   readonly #models = new Map<string, Model>();
   /** Versions being registered (archive opened, not yet in #models), to catch concurrent duplicates. */
   readonly #registering = new Set<string>();
@@ -62,6 +66,14 @@ export class ModelRegistry implements ModelRegistryApi {
   constructor(options: ModelRegistryOptions) {
     this.#config = options.config;
     this.#log = options.log ?? (() => undefined);
+    this.#caches = options.caches;
+  }
+
+  /** Extractions of opens in progress (not yet versions): the caches must not remove them. */
+  readonly #opening: string[] = [];
+
+  #modelDirsInUse(): string[] {
+    return [...[...this.#versions()].map((v) => v.modelDir), ...this.#opening];
   }
 
   get isClosing(): boolean {
@@ -83,6 +95,15 @@ export class ModelRegistry implements ModelRegistryApi {
   async open(options: RegisterModelOptions): Promise<ModelVersion> {
     if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and registers no models');
     const extracted = await extractToCache({ archivePath: options.archivePath, cacheDir: this.#config.extractionCacheDir });
+    this.#opening.push(extracted.modelDir);
+    try {
+      return await this.#openExtracted(options, extracted);
+    } finally {
+      this.#opening.splice(this.#opening.indexOf(extracted.modelDir), 1);
+    }
+  }
+
+  async #openExtracted(options: RegisterModelOptions, extracted: Awaited<ReturnType<typeof extractToCache>>): Promise<ModelVersion> {
     const manifest = normalizeManifest(extracted.manifest, { archivePath: options.archivePath, modelName: options.modelName, handler: options.handler });
     const modelName = manifest.model.modelName;
     const modelVersion = manifest.model.modelVersion;
@@ -146,6 +167,7 @@ export class ModelRegistry implements ModelRegistryApi {
       const isJsonDefault = options.loadedAtStartup === true && this.#config.models[modelName]?.[modelVersion]?.defaultVersion === true;
       if (options.isDefault || isJsonDefault) model.defaultVersion = modelVersion;
       this.events.emit('changed');
+      await this.#caches?.opened(version.modelDir, this.#modelDirsInUse());
       return version;
     } finally {
       this.#registering.delete(key);
@@ -302,6 +324,7 @@ export class ModelRegistry implements ModelRegistryApi {
     }
     await version.drain();
     await this.#rebalanceThreadsAfter(Promise.resolve());
+    if (!this.#isClosing) await this.#caches?.removed(version.modelDir, this.#modelDirsInUse());
   }
 
   async scale(modelName: string, modelVersion: string | undefined, options: ScaleOptions): Promise<{ workers: number }> {
