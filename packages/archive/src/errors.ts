@@ -8,7 +8,7 @@ import { defineErrors } from '@marina/errors';
 export const archiveErrors = defineErrors({
   MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID: {
     statusCode: 400,
-    description: "The model name has characters outside TorchServe's rule ^[A-Za-z0-9][A-Za-z0-9_\\-.]*$; rename it, e.g. 'resnet-152'.",
+    description: "The model name (or version) breaks the archiver's rule: TorchServe's ^[A-Za-z0-9][A-Za-z0-9_\\-.]*$ (versions may also use '+'), no '..', at most 128 characters; checked at pack, validate and register. Rename it, e.g. 'resnet-152'.",
   },
   MARINA_ERR_ARCHIVE_OPTION_INVALID: {
     statusCode: 400,
