@@ -79,6 +79,22 @@ describe('the extraction cache', () => {
   });
 });
 
+describe('an extraction another server on the host uses', () => {
+  it('is kept when this server unregisters its model', async () => {
+    // Another live process (a stand-in for a second server) has marked n's extraction as its own.
+    const other = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)']);
+    try {
+      const digest = await sha256File(join(workspace.store, 'n.mar'));
+      await mkdir(join(cacheDir, '.users', digest), { recursive: true });
+      await writeFile(join(cacheDir, '.users', digest, String(other.pid)), '');
+      expect((await call(ops.api, 'DELETE', '/models/n')).status).toBe(200);
+      expect(await readdir(cacheDir)).toContain(digest);
+    } finally {
+      other.kill('SIGKILL');
+    }
+  });
+});
+
 describe('serve --clean-cache', () => {
   it('empties both caches under its TMPDIR', { timeout: 60_000 }, async () => {
     const tmp = join(workspace.root, 'tmp-clean');

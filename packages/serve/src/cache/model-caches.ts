@@ -4,9 +4,11 @@
  * (`<tmpdir>/marina/ort-optimized/<key>`, written by backend/ort-session.ts in the workers).
  * This module bounds them: an extraction no registered model uses any more is removed with the
  * model (with its optimised copies), and each cache is kept under its byte cap by evicting the
- * least recently used entries that no registered model uses. `serve --clean-cache` empties both.
+ * least recently used entries that no registered model uses. The extraction cache is shared by
+ * every server on the host, so each marks the extractions it uses (`.users/<entry>/<pid>`) and
+ * leaves alone those another live server has marked. `serve --clean-cache` empties both.
  */
-import { lstat, readdir, readFile, rm, utimes } from 'node:fs/promises';
+import { lstat, mkdir, readdir, readFile, rm, unlink, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative, resolve, sep } from 'node:path';
 
@@ -119,8 +121,44 @@ export interface ModelCaches {
   removed(modelDir: string, modelDirsInUse: readonly string[]): Promise<void>;
 }
 
+function isProcessAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Which server processes use an extraction: `<cacheDir>/.users/<entry>/<pid>` files. The cache is
+ * shared by every server on the host (same content, same folder), so a server removes or evicts
+ * an extraction only when no other live process has marked it.
+ */
+function createUserMarks(extractionDir: string) {
+  const folder = (entryPath: string) => join(extractionDir, '.users', relative(extractionDir, entryPath));
+  return {
+    async mark(entryPath: string): Promise<void> {
+      await mkdir(folder(entryPath), { recursive: true });
+      await writeFile(join(folder(entryPath), String(process.pid)), '');
+    },
+    async unmark(entryPath: string): Promise<void> {
+      await unlink(join(folder(entryPath), String(process.pid))).catch(() => undefined);
+    },
+    /** True when a live process other than this one has marked the entry. */
+    async hasOtherUsers(entryPath: string): Promise<boolean> {
+      const pids = await readdir(folder(entryPath)).catch(() => [] as string[]);
+      return pids.some((name) => Number(name) !== process.pid && Number.isInteger(Number(name)) && isProcessAlive(Number(name)));
+    },
+    async forget(entryPath: string): Promise<void> {
+      await rm(folder(entryPath), { recursive: true, force: true });
+    },
+  };
+}
+
 export function createModelCaches(options: ModelCachesOptions): ModelCaches {
   const extractionDir = resolve(options.extractionCacheDir);
+  const users = createUserMarks(extractionDir);
   const optimizedDir = resolve(options.optimizedCacheDir ?? optimizedModelCacheDir());
   const log = options.log ?? (() => undefined);
   /** The cache folder holding `modelDir` (`<cacheDir>/<sha256>`), or undefined for a folder archive used in place. */
@@ -141,14 +179,17 @@ export function createModelCaches(options: ModelCachesOptions): ModelCaches {
         if (own !== undefined) {
           const now = new Date();
           await utimes(own, now, now).catch(() => undefined);
+          await users.mark(own);
         }
         const inUse = inUseSet([...modelDirsInUse, modelDir]);
-        report(`extraction cache ${extractionDir}`, await evictLeastRecentlyUsed({
+        const evicted = await evictLeastRecentlyUsed({
           cacheDir: extractionDir,
           maxBytes: options.extractionCacheMaxBytes,
-          isInUse: (entry) => inUse.has(entry.path),
+          isInUse: async (entry) => inUse.has(entry.path) || (await users.hasOtherUsers(entry.path)),
           ...(options.minEvictionAgeMs !== undefined ? { minAgeMs: options.minEvictionAgeMs } : {}),
-        }));
+        });
+        for (const entry of evicted) await users.forget(entry.path);
+        report(`extraction cache ${extractionDir}`, evicted);
         report(`optimised model cache ${optimizedDir}`, await evictLeastRecentlyUsed({
           cacheDir: optimizedDir,
           maxBytes: options.optimizedModelCacheMaxBytes,
@@ -167,7 +208,11 @@ export function createModelCaches(options: ModelCachesOptions): ModelCaches {
       try {
         const own = extractionOf(modelDir);
         if (own === undefined || inUseSet(modelDirsInUse).has(own)) return;
+        await users.unmark(own);
+        // Another server on this host registered the same archive content: it keeps the folder.
+        if (await users.hasOtherUsers(own)) return;
         await rm(own, { recursive: true, force: true });
+        await users.forget(own);
         for (const entry of await listCacheEntries(optimizedDir)) {
           const source = await optimizedCopySource(entry.path);
           if (source !== undefined && isInside(own, source)) await rm(entry.path, { recursive: true, force: true });
