@@ -16,3 +16,4 @@ export {
   type ImageClassifierOptions,
 } from './image-classifier.ts';
 export { createTensorHandler, parseTensorRequest, type JsonTensor, type TensorHandlerResponse } from './tensor-handler.ts';
+export { concreteShape, syntheticFeeds, syntheticRequestBody, type SyntheticShapeOptions } from './synthetic-input.ts';
