@@ -88,7 +88,8 @@ export function describeConfig(c: TuneConfig): string {
 
 /** The `models=` settings of a configuration (TorchServe's keys plus Marina's intraOpNumThreads). */
 export function configSettings(c: TuneConfig): ServerModelSettings {
-  return { minWorkers: c.workers, maxWorkers: c.workers, batchSize: c.batchSize, maxBatchDelay: c.maxBatchDelay, intraOpNumThreads: c.threads };
+  // No maxBatchDelay at batch size 1: there is nothing to wait for, and a 0 there reads as "unset" (100 ms).
+  return { minWorkers: c.workers, maxWorkers: c.workers, batchSize: c.batchSize, ...(c.batchSize > 1 ? { maxBatchDelay: c.maxBatchDelay } : {}), intraOpNumThreads: c.threads };
 }
 
 /** The config.properties lines that serve `c`: the same `load_models` and `models` lines the measured server was started with. */
