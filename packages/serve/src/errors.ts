@@ -14,6 +14,7 @@ export const serveErrors = defineErrors({
   MARINA_ERR_RESPONSE_TIMEOUT: { statusCode: 504, description: 'The batch did not finish within responseTimeout; the worker was replaced. Raise responseTimeout or use a faster model or fewer threads per worker.' },
   MARINA_ERR_WORKER_DIED: { statusCode: 500, description: 'The worker running the request crashed; it is restarted with back-off. The server log has the cause.' },
   MARINA_ERR_WORKER_START_FAILED: { statusCode: 500, description: 'A worker could not load the model or its handler (the message has the cause); fix the archive and register it again.' },
+  MARINA_ERR_WARMUP_FAILED: { statusCode: 500, description: "A worker's warm-up (model-config.yaml `warmup:`) failed, so the model never became ready: warmup.input is missing or unreadable, a custom handler has no warmup.input, or the handler failed on it. The message has the cause." },
   MARINA_ERR_WORKER_STARTUP_TIMEOUT: { statusCode: 500, description: 'A worker did not finish loading within startupTimeout; raise startupTimeout for large models.' },
   MARINA_ERR_HANDLER_FAILED: { statusCode: 503, description: "The handler threw while processing the batch (TorchServe's 'Prediction failed'); the message has the handler's error." },
   MARINA_ERR_HANDLER_RESULT_COUNT: { statusCode: 503, description: "The handler returned a different number of results than requests in the batch (TorchServe's 'number of batch response mismatched'); return one item per request." },

@@ -1,4 +1,5 @@
 import type { HandlerStagesMs } from '../registry/model-registry-api.ts';
+import type { WarmupReport } from './warm-up.ts';
 
 export type { HandlerStagesMs };
 
@@ -64,6 +65,6 @@ export type BatchResult =
 
 /** Results of batches finished back to back travel together, in order, like the batches did. */
 export type FromWorker =
-  | { type: 'ready'; heapBytes: number }
+  | { type: 'ready'; heapBytes: number; warmup?: WarmupReport }
   | { type: 'init-failed'; error: ErrorPayload }
   | { type: 'results'; results: BatchResult[]; heapBytes: number };

@@ -62,6 +62,7 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
   #state: WorkerState = 'LOADING';
   #thread: NodeWorker | undefined;
   #heapBytes = 0;
+  #warmupMs: number | undefined;
   /** Batches sent and not answered yet, oldest first (the thread answers in order). */
   #flights: Flight[] = [];
   /** One timer for the head batch only: the others have not started yet. */
@@ -94,6 +95,11 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
   /** Worker heap + external memory, bytes, as last reported by the thread. */
   get memoryBytes(): number {
     return this.#heapBytes;
+  }
+
+  /** Wall time of the warm-up before this worker became ready, ms; undefined when the model has no `warmup:`. */
+  get warmupMs(): number | undefined {
+    return this.#warmupMs;
   }
 
   /** Batches sent to the thread and not answered yet. */
@@ -139,6 +145,11 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
       thread.on('message', (message: FromWorker) => {
         if (message.type === 'ready') {
           this.#heapBytes = message.heapBytes;
+          if (message.warmup) {
+            const w = message.warmup;
+            this.#warmupMs = w.ms;
+            process.stderr.write(`${new Date().toISOString()} INFO worker ${this.id} of ${label} warmed up in ${w.ms.toFixed(0)} ms: ${w.runs} run(s) at batch size(s) ${w.batchSizes.join(', ')} with ${w.input}\n`);
+          }
           if (!isStarting) return;
           isStarting = false;
           clearTimeout(timer);
