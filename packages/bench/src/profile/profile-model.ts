@@ -124,7 +124,7 @@ async function buildFeeds(model: ResolvedModel, signature: ModelSignature, optio
     for (let i = 0; i < batchSize; i++) await decodeImageInto(sample!.body, { ...handlerOptions, limitInputPixels: true }, pixels, i * perImage);
     return {
       feeds: { [input.name]: new ort.Tensor('float32', pixels, [batchSize, 3, h, w]) },
-      inputsFrom: `image_classifier preprocessing (resize ${handlerOptions.resize}, crop ${h}x${w}) of ${samplePath ? basename(samplePath) : 'a synthetic 640x480-class JPEG'}`,
+      inputsFrom: `image_classifier preprocessing (resize ${handlerOptions.resize}, crop ${h}x${w}) of ${samplePath ? basename(samplePath) : `a synthetic ${Math.round((w * 640) / 224)}x${Math.round((h * 480) / 224)} JPEG of noise`}`,
     };
   }
   if (options.inputPath) throw invalid(`--input is used only for image_classifier archives; this model${model.handler ? `'s handler is '${model.handler}'` : ' is a bare ONNX file'}, so its inputs are made from the signature (use --dim for dynamic sizes)`);
