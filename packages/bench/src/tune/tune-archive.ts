@@ -116,10 +116,10 @@ function batchSizes(max: number): number[] {
   return sizes;
 }
 
-/** Best first: the highest throughput; within 3% of each other, the lower p99. */
+/** Best first: the highest throughput; within 5% of each other (the noise of a short run), the lower p99. */
 function rank(a: TuneMeasurement, b: TuneMeasurement): number {
   const top = Math.max(a.throughputPerSec, b.throughputPerSec);
-  if (top > 0 && Math.abs(a.throughputPerSec - b.throughputPerSec) / top <= 0.03) return a.p99Ms - b.p99Ms;
+  if (top > 0 && Math.abs(a.throughputPerSec - b.throughputPerSec) / top <= 0.05) return a.p99Ms - b.p99Ms;
   return b.throughputPerSec - a.throughputPerSec;
 }
 
@@ -222,10 +222,10 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
   /**
    * How long the next measurement may run when `plannedAfter` more follow it, or undefined when
    * not even a short one fits: a quarter of the budget is kept for the curve of the best, and each
-   * measurement also pays a server start (the slowest seen so far, 3 s before the first).
+   * measurement also pays a server start (the slowest seen so far; before the first, a tenth of the budget or 3 s).
    */
   const sliceMs = (plannedAfter: number): number | undefined => {
-    const startCost = startCostMs > 0 ? startCostMs : 3_000;
+    const startCost = startCostMs > 0 ? startCostMs : Math.max(3_000, budgetS * 100);
     const left = deadlineMs - performance.now() - budgetS * 1000 * 0.25;
     if (left < startCost + MIN_MEASURE_MS) return undefined;
     return Math.min(15_000, Math.max(MIN_MEASURE_MS, left / (plannedAfter + 1) - startCost));
