@@ -19,7 +19,7 @@ describe('clients/python/marina_client.py against a real server', { timeout: 180
   });
 
   it('passes test_marina_client.py', async () => {
-    const env = {
+    const env: NodeJS.ProcessEnv = {
       ...process.env,
       MARINA_TEST_URL: server.url,
       MARINA_TEST_MANAGEMENT_URL: server.managementUrl,
