@@ -278,7 +278,8 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
     const curve: TuneCurvePoint[] = [];
     const levels: number[] = [];
     for (let c = 1; c <= Math.max(best.concurrency * 2, 4); c *= 2) levels.push(c);
-    const curveLeftMs = () => deadlineMs - performance.now();
+    // Stopping the last server takes a moment too: the curve ends 2 s before the deadline.
+    const curveLeftMs = () => deadlineMs - 2_000 - performance.now();
     if (curveLeftMs() > startCostMs + levels.length * 500) {
       log(`curve of ${describeConfig(best)} at ${levels.join(', ')} clients`);
       await withServer(best, async (origin) => {
@@ -287,7 +288,7 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
           if (ms < 300) break;
           const load = await runLoad({
             origin, path: `/predictions/${input.modelName}`, body: input.body, contentType: input.contentType,
-            concurrency: levels[i]!, requests: Number.MAX_SAFE_INTEGER, durationMs: Math.min(ms, 10_000), warmupRequests: levels[i]!,
+            concurrency: levels[i]!, requests: Number.MAX_SAFE_INTEGER, durationMs: Math.min(ms, 10_000), warmupRequests: i === 0 ? levels[0]! : 0,
           });
           const stats = summarizeLatencies(load.latenciesMs);
           curve.push({ concurrency: levels[i]!, throughputPerSec: load.throughputPerSec, p50Ms: stats.p50Ms, p99Ms: stats.p99Ms, requests: stats.count, errors: load.errors });
