@@ -182,6 +182,8 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
       server = await startServer({
         serveBin, modelStoreDir, archiveFileName, modelName: input.modelName, modelVersion: input.modelVersion,
         settings: configSettings(config), workDir: join(workRoot, `server-${++serverCount}`),
+        // Its own pid file and caches, shared by this run's servers only: a tune never meets the bench's or another tune's server.
+        tmpDir: join(workRoot, 'tmp'),
         startTimeoutMs: Math.max(5_000, deadlineMs - performance.now()),
       });
     } catch (error) {
