@@ -4,7 +4,7 @@ import os from 'node:os';
 import { basename, join } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { detectArchiveFormat, extractArchive, readManifest, readModelConfig, resolveManifestPath } from '@marina/archive';
-import { decodeImageInto, resolveImageClassifierOptions, sessionSignature, syntheticFeeds, syntheticRequestBody, type ModelSignature } from '@marina/handlers';
+import { preprocessImage, resolveImageClassifierOptions, resolveImageSegmenterOptions, resolveObjectDetectorOptions, sessionSignature, syntheticFeeds, syntheticRequestBody, type ImagePreprocessOptions, type ModelSignature } from '@marina/handlers';
 import { benchErrors } from '../errors.ts';
 import { getMachineInfo, type MachineInfo } from '../machine-info.ts';
 import { summarizeOrtProfile, type OrtProfileSummary, type OrtTraceEvent } from './ort-profile.ts';
@@ -110,24 +110,32 @@ export async function warmupSamplePath(model: ResolvedModel): Promise<string | u
   return resolveManifestPath(model.modelDir, input, 'warmup.input');
 }
 
-/** Feeds for one run: the handler's own preprocessing of a sample image for image_classifier, else synthetic from the signature. */
+/** The image preprocessing options of a built-in image handler, read as the handler reads them; undefined for other handlers. */
+function imageOptions(model: ResolvedModel, signature: ModelSignature): ImagePreprocessOptions | undefined {
+  const shape = signature.inputs[0]?.shape ?? [];
+  if (model.handler === 'image_classifier') return resolveImageClassifierOptions(model.modelYamlConfig, shape);
+  if (model.handler === 'image_segmenter') return resolveImageSegmenterOptions(model.modelYamlConfig, shape);
+  if (model.handler === 'object_detector') return resolveObjectDetectorOptions(model.modelYamlConfig, shape, signature.outputs.map((o) => o.name));
+  return undefined;
+}
+
+/** Feeds for one run: the handler's own preprocessing of a sample image for the built-in image handlers, else synthetic from the signature. */
 async function buildFeeds(model: ResolvedModel, signature: ModelSignature, options: ProfileOptions, batchSize: number): Promise<{ feeds: Record<string, ort.Tensor>; inputsFrom: string }> {
-  if (model.handler === 'image_classifier') {
-    const input = signature.inputs[0];
-    if (!input) throw invalid(`the model has no input`);
-    const handlerOptions = resolveImageClassifierOptions(model.modelYamlConfig, input.shape);
+  const image = imageOptions(model, signature);
+  const input = signature.inputs[0];
+  if (image && input) {
     const samplePath = options.inputPath ?? (await warmupSamplePath(model));
     const sample = samplePath ? { body: await readFile(samplePath) } : await syntheticRequestBody('image_classifier', signature);
-    const [h, w] = handlerOptions.crop;
-    const perImage = 3 * h * w;
+    const { height: h, width: w, channels } = image;
+    const perImage = channels * h * w;
     const pixels = new Float32Array(perImage * batchSize);
-    for (let i = 0; i < batchSize; i++) await decodeImageInto(sample!.body, { ...handlerOptions, limitInputPixels: true }, pixels, i * perImage);
+    for (let i = 0; i < batchSize; i++) await preprocessImage(sample!.body, { ...image, limitInputPixels: true, isGeometryNeeded: false }, pixels, i * perImage);
     return {
-      feeds: { [input.name]: new ort.Tensor('float32', pixels, [batchSize, 3, h, w]) },
-      inputsFrom: `image_classifier preprocessing (resize ${handlerOptions.resize}, crop ${h}x${w}) of ${samplePath ? basename(samplePath) : `a synthetic ${Math.round((w * 640) / 224)}x${Math.round((h * 480) / 224)} JPEG of noise`}`,
+      feeds: { [input.name]: new ort.Tensor('float32', pixels, [batchSize, channels, h, w]) },
+      inputsFrom: `${model.handler} preprocessing (${image.resizeMode === 'crop' ? `resize ${image.resize}, crop ${h}x${w}` : `${image.resizeMode} to ${h}x${w}`}) of ${samplePath ? basename(samplePath) : `a synthetic ${Math.round((w * 640) / 224)}x${Math.round((h * 480) / 224)} JPEG of noise`}`,
     };
   }
-  if (options.inputPath) throw invalid(`--input is used only for image_classifier archives; this model${model.handler ? `'s handler is '${model.handler}'` : ' is a bare ONNX file'}, so its inputs are made from the signature (use --dim for dynamic sizes)`);
+  if (options.inputPath) throw invalid(`--input is used only for archives with a built-in image handler (image_classifier, image_segmenter, object_detector); this model${model.handler ? `'s handler is '${model.handler}'` : ' is a bare ONNX file'}, so its inputs are made from the signature (use --dim for dynamic sizes)`);
   return { feeds: syntheticFeeds(signature, { batchSize, dims: options.dims }), inputsFrom: 'synthetic from the signature (seeded random floats, zero integers)' };
 }
 
