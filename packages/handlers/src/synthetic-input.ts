@@ -75,12 +75,12 @@ export function syntheticFeeds(signature: ModelSignature, options: SyntheticShap
 
 /**
  * One request body a built-in handler accepts, made from the model's signature: for
- * `image_classifier` a JPEG of noise larger than the model's input (so decoding, resizing and
+ * the image handlers (`image_classifier`, `image_segmenter`, `object_detector`) a JPEG of noise larger than the model's input (so decoding, resizing and
  * cropping all run); for `tensor` the JSON form `{"inputs": {name: {shape, data}}}` with one row.
  * Returns undefined for a custom handler, whose input format only its author knows.
  */
 export async function syntheticRequestBody(handler: string, signature: ModelSignature, options: SyntheticShapeOptions = {}): Promise<{ body: Buffer; contentType: string } | undefined> {
-  if (handler === 'image_classifier') {
+  if (handler === 'image_classifier' || handler === 'image_segmenter' || handler === 'object_detector') {
     const shape = signature.inputs[0]?.shape ?? [];
     const h = shape.length === 4 && !isDynamicDim(shape[2]) ? Number(shape[2]) : 224;
     const w = shape.length === 4 && !isDynamicDim(shape[3]) ? Number(shape[3]) : 224;

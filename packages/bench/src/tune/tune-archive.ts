@@ -128,7 +128,7 @@ async function requestBody(options: TuneOptions, archivePath: string): Promise<{
   try {
     if (model.modelDir === undefined) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`tune needs a model archive (.mar, .tar.gz or an archive folder), not a bare ONNX file: package it with model-archiver first`);
     const handler = model.handler ?? 'base_handler';
-    const defaultType = handler === 'image_classifier' ? 'image/jpeg' : handler === 'tensor' || handler === 'base_handler' ? 'application/json' : 'application/octet-stream';
+    const defaultType = ['image_classifier', 'image_segmenter', 'object_detector'].includes(handler) ? 'image/jpeg' : handler === 'tensor' || handler === 'base_handler' ? 'application/json' : 'application/octet-stream';
     const samplePath = options.inputPath ?? (await warmupSamplePath(model));
     const base = { handler, modelName: model.modelName, modelVersion: model.modelVersion ?? '1.0' };
     if (samplePath) return { ...base, body: await readFile(samplePath), contentType: options.contentType ?? defaultType, from: basename(samplePath) };
