@@ -56,6 +56,8 @@ export interface WorkerDescription {
   gpuUsage: 'N/A';
   /** Marina extension: intra-op threads of this worker's session. */
   intraOpNumThreads: number;
+  /** Marina extension: ms the worker spent warming up before it became READY (model-config.yaml `warmup:`); absent without warm-up. */
+  warmupMs?: number;
 }
 
 export interface ModelDescription {

@@ -269,6 +269,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
         gpu: false,
         gpuUsage: 'N/A',
         intraOpNumThreads: w.intraOpNumThreads,
+        ...(w.warmupMs !== undefined ? { warmupMs: Math.round(w.warmupMs) } : {}),
       })),
       jobQueueStatus: { remainingCapacity: this.queue.remainingCapacity, pendingRequests: this.queue.waiting },
     };

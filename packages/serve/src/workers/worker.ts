@@ -65,6 +65,7 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   #state: WorkerState = 'LOADING';
   #thread: NodeWorker | undefined;
   #heapBytes = 0;
+  #warmupMs: number | undefined;
   #running: Batch | undefined;
   #prefetched: Batch | undefined;
   /** The thread reported a start and waits for the answer (a batch or none). */
@@ -95,6 +96,11 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   /** Worker heap + external memory, bytes, as last reported by the thread. */
   get memoryBytes(): number {
     return this.#heapBytes;
+  }
+
+  /** Wall time of the warm-up before this worker became ready, ms; undefined when the model has no `warmup:`. */
+  get warmupMs(): number | undefined {
+    return this.#warmupMs;
   }
 
   get isAlive(): boolean {
@@ -137,6 +143,11 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
           this.#onProgress(message);
         } else if (message.type === 'ready') {
           this.#heapBytes = message.heapBytes;
+          if (message.warmup) {
+            const w = message.warmup;
+            this.#warmupMs = w.ms;
+            process.stderr.write(`${new Date().toISOString()} INFO worker ${this.id} of ${label} warmed up in ${w.ms.toFixed(0)} ms: ${w.runs} run(s) at batch size(s) ${w.batchSizes.join(', ')} with ${w.input}\n`);
+          }
           if (!isStarting) return;
           isStarting = false;
           clearTimeout(timer);
