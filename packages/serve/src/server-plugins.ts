@@ -5,6 +5,7 @@ import { createTokenAuthorization, createTokenHook, tokenRoutes, type CreateToke
 import { createServerMetrics, type ServerMetrics } from './metrics/server-metrics.ts';
 import type { Autoscaler } from './scaling/autoscaler.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
+import type { SnapshotStore } from './snapshot/snapshot-store.ts';
 import { managementRoutes } from './routes/management.ts';
 import { metricsRoutes } from './routes/metrics.ts';
 import type { ModelRegistryApi } from './registry/model-registry-api.ts';
@@ -16,6 +17,8 @@ export interface OperatorContext {
   metrics?: ServerMetrics;
   /** TorchServe's log files; with metrics_mode=log the metrics are written there too. */
   logs?: ServerLogs;
+  /** Config snapshots, when enabled: the management routes report a snapshot they could not write. */
+  snapshots?: SnapshotStore;
 }
 
 /**
@@ -49,7 +52,10 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
   plugins.push({
     api: 'management',
     plugin: managementRoutes,
-    options: { autoscaling: (modelName: string, modelVersion: string) => operator.autoscaler?.describe(modelName, modelVersion) },
+    options: {
+      autoscaling: (modelName: string, modelVersion: string) => operator.autoscaler?.describe(modelName, modelVersion),
+      afterChange: async () => operator.snapshots?.settle(),
+    },
   });
   if (config.enableMetricsApi) plugins.push({ api: 'metrics', plugin: metricsPlugin, options: { operator, hasRoute: true } });
   // metrics_mode=log without the metrics API: the metrics still go to ts_metrics.log / model_metrics.log (TorchServe's default).

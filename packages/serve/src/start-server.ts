@@ -1,9 +1,10 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { readFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { buildApp, type MarinaApp } from './app.ts';
 import { createAutoscaler, type Autoscaler, type AutoscalingKnobs } from './scaling/autoscaler.ts';
-import { createSnapshotStore, parseSnapshot, type Snapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
+import { createSnapshotStore, listSnapshots, parseSnapshot, readLatestSnapshot, type Snapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
 import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, type SnapshotRegistration } from './snapshot/restore-snapshot.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
@@ -20,6 +21,12 @@ export interface RunningServer {
   failed: string[];
   /** The snapshot file whose model versions were registered again, when one was. */
   restoredFrom?: string;
+  /**
+   * Start-up problems the operator must see on the terminal: every snapshot file skipped as
+   * corrupt, and a start that restored none of a snapshot's models (the snapshots are then left
+   * as they are: no snapshot is written until the next management change).
+   */
+  warnings: string[];
   /** Stops the autoscaler and the snapshot store, then stops accepting connections and drains in-flight requests (app.close()). Idempotent. */
   close(): Promise<void>;
 }
@@ -47,8 +54,20 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     logs.ts(level, message);
     options.log?.(level, message);
   };
+  const warnings: string[] = [];
+  // A start that reads the snapshot folder (no --ts-config) reports each newer snapshot it skipped as corrupt.
+  if (config.isSnapshotEnabled && (config.configFile === undefined || dirname(config.configFile) === config.snapshotDir)) {
+    await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => warnings.push(message) }).catch(() => undefined);
+  }
   const snapshot = await snapshotOfConfigFile(config.configFile, log);
   const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
+  // Writing a snapshot now would put a model-less one on top of snapshots this start could not use.
+  let isSnapshotKept = false;
+  const snapshotFiles = config.isSnapshotEnabled ? await listSnapshots(config.snapshotDir).catch(() => []) : [];
+  if (snapshotFiles.length > 0 && snapshot === undefined && (await readLatestSnapshot(config.snapshotDir).catch(() => undefined)) === undefined) {
+    isSnapshotKept = true;
+    warnings.push(`none of the ${snapshotFiles.length} snapshot files in ${config.snapshotDir} could be read, so no model was restored; they are left as they are (no snapshot is written until the models change through the management API). Fix or remove them, or start with --ncs to ignore snapshots`);
+  }
   // TorchServe: a config with model_snapshot restores those models and loads no load_models / --models.
   const effectiveConfig = snapshot ? withoutStartupModels(config, log) : config;
   const operator: OperatorContext = { logs };
@@ -63,6 +82,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   app.registry.events.on('workerLoaded', (e) => logs.model('info', `W-${e.workerId}-${e.modelName}_${e.modelVersion}: model ${e.modelName} version ${e.modelVersion} loaded in ${Math.round(e.loadMs)} ms`));
   let autoscaler: Autoscaler | undefined;
   let snapshots: SnapshotStore | undefined;
+  let isChangedSinceStart = false;
   let closing: Promise<void> | undefined;
   const close = () => {
     closing ??= (async () => {
@@ -70,7 +90,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       // TorchServe's <timestamp>-shutdown.cfg, while the registry still holds the models; then
       // unsubscribe before the registry empties itself on close: that is not a state to restore.
       await snapshots?.flush();
-      await snapshots?.write('shutdown').catch((error: Error) => log('error', error.message));
+      // Not on top of snapshots this start kept because it could not use them, unless the models changed since.
+      if (!isSnapshotKept || isChangedSinceStart) await snapshots?.write('shutdown').catch((error: Error) => log('error', error.message));
       await snapshots?.close();
       await app.close();
       log('info', 'Marina has stopped.');
@@ -84,6 +105,10 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     await restored.start();
     const loaded = [...restored.loaded, ...startup.loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`)];
     const failed = [...restored.failed, ...startup.failed.map((failure) => `${failure.url}: ${failure.error.code}: ${failure.error.message}`)];
+    if (registrations.length > 0 && restored.loaded.length === 0) {
+      isSnapshotKept = true;
+      warnings.push(`none of the ${registrations.length} model versions of the snapshot ${snapshot?.path} could be restored (see the failures); the snapshot is left as it is (no snapshot is written until the models change through the management API). Make the archives available and restart, or start with --ncs to ignore snapshots`);
+    }
 
     autoscaler = createAutoscaler({
       registry: app.registry,
@@ -110,7 +135,9 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         properties,
         onError: (error) => log('error', error.message),
       });
-      await snapshots.write('startup').catch((error: Error) => log('error', error.message));
+      operator.snapshots = snapshots;
+      if (!isSnapshotKept) await snapshots.write('startup').catch((error: Error) => log('error', error.message));
+      app.registry.events.on('changed', () => (isChangedSinceStart = true));
     }
 
     const targets = [
@@ -138,7 +165,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       listening,
       loaded,
       failed,
-      ...(snapshot ? { restoredFrom: snapshot.path } : {}),
+      ...(snapshot && registrations.length > 0 && !isSnapshotKept ? { restoredFrom: snapshot.path } : {}),
+      warnings,
       close,
     };
   } catch (error) {

@@ -138,6 +138,13 @@ export interface SnapshotStoreOptions {
 export interface SnapshotStore {
   /** Writes a snapshot now (waits for one in progress first), named `<timestamp>-<kind>.cfg` (default `snapshot`). Returns its path. */
   write(kind?: SnapshotKind): Promise<string>;
+  /**
+   * Writes any pending change now and resolves with the error of the latest write when it failed
+   * (MARINA_ERR_SNAPSHOT_WRITE_FAILED), undefined when the state on disk is current. Never rejects.
+   * The management routes call it after each change, so a snapshot that cannot be written
+   * (disk full, folder gone) is reported to the caller who changed the state.
+   */
+  settle(): Promise<Error | undefined>;
   /** Waits for any pending (debounced) or running write to finish. */
   flush(): Promise<void>;
   /** Flushes, then stops listening to `changed`. */
@@ -185,6 +192,8 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
   let running: Promise<unknown> = Promise.resolve();
   let isDirty = false;
   let isClosed = false;
+  /** The error of the latest write, cleared by the next successful one. */
+  let lastError: Error | undefined;
 
   // Also surfaced through flush()/write(): an unwritable folder must not be an unhandled rejection.
   const ready = (async () => {
@@ -196,7 +205,11 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
   ready.catch(() => undefined);
 
   const writeOnce = async (kind: SnapshotKind): Promise<string> => {
-    await ready;
+    try {
+      await ready;
+    } catch (cause) {
+      throw snapshotErrors.create.MARINA_ERR_SNAPSHOT_WRITE_FAILED(`cannot prepare the snapshot folder '${snapshotDir}': ${(cause as Error).message}`, { cause });
+    }
     const createdMs = now();
     let stamp = formatSnapshotTimestamp(createdMs);
     // Two writes in one millisecond must not share a name: newest-first ordering depends on it.
@@ -215,9 +228,20 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
     return path;
   };
 
+  const recordedWrite = async (kind: SnapshotKind): Promise<string> => {
+    try {
+      const path = await writeOnce(kind);
+      lastError = undefined;
+      return path;
+    } catch (error) {
+      lastError = error as Error;
+      throw error;
+    }
+  };
+
   const write = (kind: SnapshotKind = 'snapshot'): Promise<string> => {
     isDirty = false;
-    const next = running.then(() => writeOnce(kind), () => writeOnce(kind));
+    const next = running.then(() => recordedWrite(kind), () => recordedWrite(kind));
     running = next.catch(() => undefined);
     return next;
   };
@@ -246,6 +270,10 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
   return {
     write,
     flush,
+    async settle() {
+      await flush();
+      return lastError;
+    },
     async close() {
       isClosed = true;
       registry.events.off('changed', onChanged);
