@@ -1,7 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { readFile } from 'node:fs/promises';
-import { dirname } from 'node:path';
 import { buildApp, type MarinaApp } from './app.ts';
 import { createAutoscaler, type Autoscaler, type AutoscalingKnobs } from './scaling/autoscaler.ts';
 import { createSnapshotStore, listSnapshots, parseSnapshot, readLatestSnapshot, type Snapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
@@ -55,16 +54,16 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     options.log?.(level, message);
   };
   const warnings: string[] = [];
-  // A start that reads the snapshot folder (no --ts-config) reports each newer snapshot it skipped as corrupt.
-  if (config.isSnapshotEnabled && (config.configFile === undefined || dirname(config.configFile) === config.snapshotDir)) {
-    await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => warnings.push(message) }).catch(() => undefined);
-  }
+  // A start without TS_CONFIG_FILE or --ts-config looked in the snapshot folder (loadConfig): report
+  // each newer snapshot it skipped as corrupt, and never bury unusable snapshots under a new one.
+  const isSnapshotFolderRead = config.isSnapshotEnabled && config.configFileOrigin !== 'TS_CONFIG_FILE' && config.configFileOrigin !== '--ts-config';
+  const usable = isSnapshotFolderRead ? await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => warnings.push(message) }).catch(() => undefined) : undefined;
   const snapshot = await snapshotOfConfigFile(config.configFile, log);
   const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
   // Writing a snapshot now would put a model-less one on top of snapshots this start could not use.
   let isSnapshotKept = false;
-  const snapshotFiles = config.isSnapshotEnabled ? await listSnapshots(config.snapshotDir).catch(() => []) : [];
-  if (snapshotFiles.length > 0 && snapshot === undefined && (await readLatestSnapshot(config.snapshotDir).catch(() => undefined)) === undefined) {
+  const snapshotFiles = isSnapshotFolderRead ? await listSnapshots(config.snapshotDir).catch(() => []) : [];
+  if (snapshotFiles.length > 0 && usable === undefined) {
     isSnapshotKept = true;
     warnings.push(`none of the ${snapshotFiles.length} snapshot files in ${config.snapshotDir} could be read, so no model was restored; they are left as they are (no snapshot is written until the models change through the management API). Fix or remove them, or start with --ncs to ignore snapshots`);
   }

@@ -171,6 +171,7 @@ export async function loadConfig(options: LoadConfigOptions): Promise<ServerConf
     file = parseProperties(text, { filePath: displayPath(source.path, options.cwd) });
   }
   const config = resolveServerConfig({ ...options, file, ...(source ? { configFile: source.path } : {}) });
+  if (source) config.configFileOrigin = source.origin;
   if (source?.origin === 'snapshot') (config.warnings as string[]).unshift(`restored the configuration from the snapshot ${source.path} (start with --ncs to ignore snapshots)`);
   return deepFreeze(config);
 }
@@ -185,12 +186,11 @@ export async function findConfigFile(options: LoadConfigOptions): Promise<Config
     const snapshots = (await readdir(snapshotDir).catch(() => [] as string[])).filter((name) => SNAPSHOT_FILE_PATTERN.test(name));
     // Fixed-width timestamps sort by name; compare numerically in case a writer drops leading zeros.
     const newestFirst = snapshots.sort((a, b) => (BigInt(a.split('-')[0]!) < BigInt(b.split('-')[0]!) ? 1 : -1));
-    // A snapshot whose model_snapshot is cut short or corrupt is skipped for the one before it (TorchServe would fail to start).
+    // A snapshot without a complete model_snapshot (cut short, corrupt) is skipped for the one before it (TorchServe would fail to start).
     for (const name of newestFirst) {
       const file = path.join(snapshotDir, name);
       try {
-        const text = await readFile(file, 'utf8');
-        if (/^\s*model_snapshot\s*[=:\s]/m.test(text)) parseSnapshot(file, text);
+        parseSnapshot(file, await readFile(file, 'utf8'));
         return { path: file, origin: 'snapshot' };
       } catch {
         continue;

@@ -122,6 +122,8 @@ export interface ServerConfig {
   resourceLimits?: ResourceLimits;
   /** Absolute path of the config file that was read; undefined when only defaults, CLI and env applied. */
   configFile?: string;
+  /** Where `configFile` was found (TorchServe's order); undefined when there is none. */
+  configFileOrigin?: 'TS_CONFIG_FILE' | '--ts-config' | 'snapshot' | 'working directory';
 }
 
 /** The `resourceLimits` of a ServerConfig. */
