@@ -28,6 +28,8 @@ export interface TensorSource {
 export interface ValueInfoSpec {
   name: string;
   dims: readonly (number | string)[];
+  /** TensorProto.DataType (1 float, 2 uint8, 7 int64, 9 bool, 10 float16, …); float32 when omitted. */
+  elemType?: number;
 }
 
 export interface GraphSpec {
@@ -87,7 +89,7 @@ function valueInfo(spec: ValueInfoSpec): onnxProto.onnx.IValueInfoProto {
     name: spec.name,
     type: {
       tensorType: {
-        elemType: FLOAT,
+        elemType: spec.elemType ?? FLOAT,
         shape: { dim: spec.dims.map((d) => (typeof d === 'string' ? { dimParam: d } : { dimValue: d })) },
       },
     },
