@@ -15,4 +15,13 @@ export {
   IMAGENET_STD,
   type ImageClassifierOptions,
 } from './image-classifier.ts';
-export { createTensorHandler, parseTensorRequest, type JsonTensor, type TensorHandlerResponse } from './tensor-handler.ts';
+export { createTensorHandler, type TensorHandlerResponse } from './tensor-handler.ts';
+export {
+  parseTensorRequest,
+  checkTensorAgainstSignature,
+  selectedOutputNames,
+  INFERENCE_HEADER_CONTENT_LENGTH,
+  type ParsedTensorRequest,
+  type RequestedOutput,
+} from './tensor-request.ts';
+export * from './v2-tensors.ts';
