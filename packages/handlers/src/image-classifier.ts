@@ -6,7 +6,9 @@ import { isMarinaError, type MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
 import { isDynamicDim } from './signature-checks.ts';
 import { payloadBytes, rowPayload } from './row-input.ts';
+import { binaryHeaderLength, parseTensorRequest, selectedOutputNames, tensorAnswer, type ParsedTensorRequest } from './tensor-request.ts';
 import type { Handler, HandlerContext, RequestRow } from './types.ts';
+import { rawToOrt } from './v2-tensors.ts';
 
 /** ImageNet statistics, as torchvision's and TorchServe's image_classifier use. */
 export const IMAGENET_MEAN = [0.485, 0.456, 0.406] as const;
@@ -166,18 +168,23 @@ export function topK(logits: Float32Array | number[], k: number, labels: Map<num
 
 /** image_classifier's preprocess output: the decoded images of a batch and the rows that failed. */
 interface DecodedBatch {
-  /** float32 NCHW, one image per row of the batch (failed rows' slots unused). */
+  /** float32 NCHW: one image per image row, `shape[0]` images per raw-tensor row (failed rows' slots unused). */
   pixels: Float32Array;
   /** Rows that decoded. */
   good: number[];
   /** Per row: the decode error, or undefined. */
   errors: Array<MarinaError | undefined>;
+  /** Per row: its first image slot in `pixels`, and how many slots it has. */
+  slotStart: number[];
+  slotCount: number[];
+  /** Per row: the raw-tensor request (v2 binary layout), or undefined for an image. */
+  tensorRequests: Array<ParsedTensorRequest | undefined>;
 }
 
 /** image_classifier's inference output. */
 interface Inferred {
   decoded: DecodedBatch;
-  /** Logits per good row (`classes` values each), in `good` order. */
+  /** Logits per slot of the good rows (`classes` values each), in `good` order. */
   logits: Float32Array;
   classes: number;
 }
@@ -225,57 +232,99 @@ export function createImageClassifier(): Handler {
       limitInputPixels = context.systemProperties.limit_max_image_pixels;
     },
 
-    async preprocess(rows: RequestRow[]): Promise<DecodedBatch> {
+    async preprocess(rows: RequestRow[], context: HandlerContext): Promise<DecodedBatch> {
       const [h, w] = options.crop;
       const perImage = 3 * h * w;
-      const pixels = new Float32Array(perImage * rows.length);
+      // Rows in the v2 binary layout carry the model's input tensor itself (the Open Inference
+      // Protocol's infer): they skip decoding and share the batch with the images.
+      const errors: Array<MarinaError | undefined> = new Array(rows.length).fill(undefined);
+      const tensorRequests = rows.map((row, i) => {
+        try {
+          const headerLength = binaryHeaderLength(context, i);
+          if (headerLength === undefined) return undefined;
+          const parsed = parseTensorRequest(rowPayload(row), [{ name: inputName, type: 'float32', shape: ['batch', 3, h, w] }], { headerLength });
+          selectedOutputNames(parsed, [outputName]);
+          return parsed;
+        } catch (error) {
+          errors[i] = isMarinaError(error) ? error : createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(String(error));
+          return undefined;
+        }
+      });
+      const slotCount = rows.map((_, i) => (tensorRequests[i] ? tensorRequests[i].tensors.get(inputName)!.shape[0]! : 1));
+      const slotStart: number[] = [];
+      let slots = 0;
+      for (const n of slotCount) {
+        slotStart.push(slots);
+        slots += n;
+      }
+      const pixels = new Float32Array(perImage * slots);
       // Decode concurrently: sharp works on libuv's pool, several images in flight is faster than one.
       const outcomes = await Promise.allSettled(rows.map(async (row, i) => {
+        if (errors[i]) throw errors[i];
+        const tensor = tensorRequests[i]?.tensors.get(inputName);
+        if (tensor) {
+          pixels.set(rawToOrt([tensor]).data as Float32Array, slotStart[i]! * perImage);
+          return;
+        }
         const bytes = payloadBytes(rowPayload(row));
         if (!bytes) throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED('image_classifier needs image bytes, but the body was parsed as JSON; send the image with Content-Type application/octet-stream or image/*');
-        await decodeImageInto(bytes, { ...options, limitInputPixels }, pixels, i * perImage);
+        await decodeImageInto(bytes, { ...options, limitInputPixels }, pixels, slotStart[i]! * perImage);
       }));
       const good: number[] = [];
-      const errors: Array<MarinaError | undefined> = new Array(rows.length).fill(undefined);
       outcomes.forEach((o, i) => {
         if (o.status === 'fulfilled') good.push(i);
         else errors[i] = isMarinaError(o.reason) ? o.reason : createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(String(o.reason));
       });
-      return { pixels, good, errors };
+      return { pixels, good, errors, slotStart, slotCount, tensorRequests };
     },
 
     async inference(input: unknown): Promise<Inferred> {
       const decoded = input as DecodedBatch;
       const [h, w] = options.crop;
       const perImage = 3 * h * w;
-      const { good, pixels } = decoded;
+      const { good, pixels, slotStart, slotCount } = decoded;
       if (good.length === 0) return { decoded, logits: new Float32Array(0), classes: 0 };
+      const images = good.reduce((n, row) => n + slotCount[row]!, 0);
       // Compact the good images to the front only when some rows failed (no copy otherwise).
-      const packed = good.length === pixels.length / perImage ? pixels : new Float32Array(perImage * good.length);
-      if (packed !== pixels) good.forEach((src, dst) => packed.set(pixels.subarray(src * perImage, (src + 1) * perImage), dst * perImage));
+      const packed = images === pixels.length / perImage ? pixels : new Float32Array(perImage * images);
+      if (packed !== pixels) {
+        let dst = 0;
+        for (const row of good) {
+          packed.set(pixels.subarray(slotStart[row]! * perImage, (slotStart[row]! + slotCount[row]!) * perImage), dst * perImage);
+          dst += slotCount[row]!;
+        }
+      }
       if (!isFixedBatchOfOne) {
-        const { values, classes } = await runOn(packed, good.length);
+        const { values, classes } = await runOn(packed, images);
         return { decoded, logits: values, classes };
       }
       let logits = new Float32Array(0);
       let classes = 0;
-      for (let n = 0; n < good.length; n++) {
+      for (let n = 0; n < images; n++) {
         const out = await runOn(packed.subarray(n * perImage, (n + 1) * perImage), 1);
         if (logits.length === 0) {
           classes = out.classes;
-          logits = new Float32Array(classes * good.length);
+          logits = new Float32Array(classes * images);
         }
         logits.set(out.values, n * classes);
       }
       return { decoded, logits, classes };
     },
 
-    postprocess(output: unknown): Array<Map<string, number> | MarinaError> {
+    postprocess(output: unknown, context: HandlerContext): unknown[] {
       const { decoded, logits, classes } = output as Inferred;
-      const results: Array<Map<string, number> | MarinaError> = decoded.errors.map((e) => e as MarinaError);
-      decoded.good.forEach((row, n) => {
-        results[row] = topK(logits.subarray(n * classes, (n + 1) * classes), options.topk, labels);
-      });
+      const results: unknown[] = decoded.errors.map((e) => e as MarinaError);
+      const images = logits.length / Math.max(classes, 1);
+      const tensor = { [outputName]: new ort.Tensor('float32', logits, [images, classes]) };
+      let at = 0;
+      for (const row of decoded.good) {
+        const request = decoded.tensorRequests[row];
+        const n = decoded.slotCount[row]!;
+        results[row] = request
+          ? tensorAnswer({ request, names: [outputName], outputs: tensor, rows: { start: at, end: at + n }, context, index: row })
+          : topK(logits.subarray(at * classes, (at + 1) * classes), options.topk, labels);
+        at += n;
+      }
       return results;
     },
   };

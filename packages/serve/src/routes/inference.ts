@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import multipart from '@fastify/multipart';
 import { createServeError, errorBody, toMarinaError } from '../errors.ts';
 import type { ModelRegistry } from '../registry/model-registry.ts';
+import { assertResponseSize } from '../protocols/data-plane.ts';
 import type { JobInput } from '../scheduling/job.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
@@ -9,6 +10,8 @@ export interface InferenceRoutesOptions {
   registry: ModelRegistry;
   /** max_request_size, bytes. */
   maxRequestBytes: number;
+  /** max_response_size, bytes: a larger answer is refused with MARINA_ERR_RESPONSE_TOO_LARGE. Default: unbounded. */
+  maxResponseBytes?: number;
 }
 
 /** Codes whose 503 should tell clients when to come back. */
@@ -62,6 +65,7 @@ const paramsSchema = {
  */
 export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async (app: FastifyInstance, options) => {
   const { registry, maxRequestBytes } = options;
+  const maxResponseBytes = options.maxResponseBytes ?? Infinity;
 
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, body));
@@ -91,6 +95,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         arrivedAt,
         bodyDecoding,
       });
+      assertResponseSize(result.body.length, maxResponseBytes);
       for (const k in result.headers) reply.header(k, result.headers[k]!);
       if (result.contentType) reply.type(result.contentType);
       return reply.code(result.statusCode).send(result.body);
