@@ -16,6 +16,7 @@ import {
   splitBinaryBody,
   type RawTensor,
 } from '@marina/handlers';
+import { declareRouteAuth } from '../../auth/token-authorization.ts';
 import { createServeError, toMarinaError } from '../../errors.ts';
 import { assertResponseSize, type DataPlane, type InferRequest, type InferResponse } from '../data-plane.ts';
 
@@ -134,11 +135,11 @@ const paramsSchema = {
   required: ['model_name'],
 } as const;
 
-/** Routes declare the key they need (token authorization decides per matched route). */
-const routeConfig = { tokenKeyType: 'inference' } as const;
 
 export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (app: FastifyInstance, options) => {
   const { dataPlane, maxRequestBytes } = options;
+  // Every v2 route needs the inference key (decided on the matched route by the token hook).
+  declareRouteAuth(app, 'inference');
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, body));
   app.setErrorHandler((error, _request, reply) => {
@@ -153,12 +154,12 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
   });
   const json = (reply: FastifyReply, code: number, value: unknown) => reply.code(code).type('application/json').send(JSON.stringify(value));
 
-  app.get('/v2/health/live', { config: routeConfig }, async (_request, reply) => json(reply, dataPlane.isLive() ? 200 : 503, { live: dataPlane.isLive() }));
-  app.get('/v2/health/ready', { config: routeConfig }, async (_request, reply) => {
+  app.get('/v2/health/live', async (_request, reply) => json(reply, dataPlane.isLive() ? 200 : 503, { live: dataPlane.isLive() }));
+  app.get('/v2/health/ready', async (_request, reply) => {
     const ready = dataPlane.isReady();
     return json(reply, ready ? 200 : 503, { ready });
   });
-  app.get('/v2', { config: routeConfig }, async (_request, reply) => json(reply, 200, dataPlane.serverMetadata()));
+  app.get('/v2', async (_request, reply) => json(reply, 200, dataPlane.serverMetadata()));
 
   const metadata = async (request: FastifyRequest<ModelParams>, reply: FastifyReply) => {
     try {
@@ -202,8 +203,8 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
   };
 
   for (const prefix of ['/v2/models/:model_name', '/v2/models/:model_name/versions/:model_version']) {
-    app.get(prefix, { schema: { params: paramsSchema }, config: routeConfig }, metadata);
-    app.get(`${prefix}/ready`, { schema: { params: paramsSchema }, config: routeConfig }, ready);
-    app.post(`${prefix}/infer`, { schema: { params: paramsSchema }, config: routeConfig }, infer);
+    app.get(prefix, { schema: { params: paramsSchema } }, metadata);
+    app.get(`${prefix}/ready`, { schema: { params: paramsSchema } }, ready);
+    app.post(`${prefix}/infer`, { schema: { params: paramsSchema } }, infer);
   }
 };
