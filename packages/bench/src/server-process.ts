@@ -34,6 +34,8 @@ export interface StartServerOptions {
   env?: Record<string, string>;
   /** Fresh folder for config.properties, the server's logs and key file. */
   workDir: string;
+  /** grpc_inference_port; undefined = any free port (0). */
+  grpcInferencePort?: number;
   /** How long to wait for /ping, ms. Default 180000 (ResNet-152 with several workers loads slowly on 2 cores). */
   startTimeoutMs?: number;
 }
@@ -54,6 +56,8 @@ export async function writeServerConfig(options: StartServerOptions & { ports: [
     `inference_address=http://127.0.0.1:${inferencePort}`,
     `management_address=http://127.0.0.1:${managementPort}`,
     `metrics_address=http://127.0.0.1:${metricsPort}`,
+    `grpc_inference_port=${options.grpcInferencePort ?? 0}`,
+    'grpc_management_port=0',
     'enable_metrics_api=false',
     `model_store=${options.modelStoreDir}`,
     `load_models=${options.modelName}=${options.archiveFileName}`,

@@ -7,11 +7,12 @@ import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, withoutRes
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
+import { startGrpcServers, type GrpcServers } from './protocols/grpc-server.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
   /** One line per API, e.g. `Inference API bound to http://127.0.0.1:8080`. */
-  listening: Array<{ api: 'inference' | 'management' | 'metrics'; url: string }>;
+  listening: Array<{ api: 'inference' | 'management' | 'metrics' | 'grpc-inference' | 'grpc-management'; url: string }>;
   /** `name (version v)` of every model version serving after start-up. */
   loaded: string[];
   /** `url: code: message` of every model version that could not be loaded; the server runs without it. */
@@ -47,13 +48,14 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   const app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator) });
   let autoscaler: Autoscaler | undefined;
   let snapshots: SnapshotStore | undefined;
+  let grpcServers: GrpcServers | undefined;
   let closing: Promise<void> | undefined;
   const close = () => {
     closing ??= (async () => {
       autoscaler?.stop();
       // Unsubscribe before the registry empties itself on close: that is not a state to restore.
       await snapshots?.close();
-      await app.close();
+      await Promise.all([grpcServers?.close(), app.close()]);
     })();
     return closing;
   };
@@ -109,6 +111,11 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         started.set(target.instance, url);
       }
       listening.push({ api: target.api, url });
+    }
+    if (effectiveConfig.grpc) {
+      grpcServers = await startGrpcServers({ config: effectiveConfig, grpc: effectiveConfig.grpc, dataPlane: app.dataPlane, management: app.management, tokens: operator.tokens });
+      const scheme = effectiveConfig.grpc.isSslEnabled ? 'grpcs' : 'grpc';
+      listening.push({ api: 'grpc-inference', url: `${scheme}://${grpcServers.inferenceUrl}` }, { api: 'grpc-management', url: `${scheme}://${grpcServers.managementUrl}` });
     }
     return {
       listening,

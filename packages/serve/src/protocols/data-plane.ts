@@ -23,7 +23,7 @@ import {
 } from '@marina/handlers';
 import { createServeError } from '../errors.ts';
 import type { JobResult } from '../scheduling/job.ts';
-import type { ModelRegistry } from '../registry/model-registry.ts';
+import type { ModelRegistry, PredictOptions } from '../registry/model-registry.ts';
 import type { ModelVersion } from '../registry/model-version.ts';
 import { readOnnxSignature } from './onnx-signature.ts';
 
@@ -188,6 +188,17 @@ export class DataPlane {
     for (const o of request.outputs ?? []) {
       if (!outputNames.includes(o.name)) throw createHandlerError.MARINA_ERR_TENSOR_OUTPUT_UNKNOWN(`unknown output '${o.name}'; model '${version.modelName}' has outputs: ${outputNames.join(', ')}`);
     }
+  }
+
+  /**
+   * A TorchServe-style request (the handler reads the input as it came) through the registry's
+   * predict path, with the answer bounded by max_response_size.
+   * @throws as ModelRegistry.predict, and MARINA_ERR_RESPONSE_TOO_LARGE.
+   */
+  async predict(options: PredictOptions): Promise<JobResult> {
+    const result = await this.#registry.predict(options);
+    assertResponseSize(result.body.length, this.#maxResponseBytes);
+    return result;
   }
 
   /**
