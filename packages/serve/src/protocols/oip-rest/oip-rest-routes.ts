@@ -26,7 +26,7 @@ export interface OipRestRoutesOptions {
   maxRequestBytes: number;
 }
 
-const retryableCodes = new Set(['MARINA_ERR_QUEUE_FULL', 'MARINA_ERR_NO_WORKERS', 'MARINA_ERR_SERVER_CLOSING', 'MARINA_ERR_MODEL_UNLOADING', 'MARINA_ERR_MODEL_NOT_READY']);
+const retryableCodes = new Set(['MARINA_ERR_QUEUE_FULL', 'MARINA_ERR_NO_WORKERS', 'MARINA_ERR_SERVER_CLOSING', 'MARINA_ERR_MODEL_UNLOADING']);
 
 /** Sends an error as the protocol's `{"error": message}`. */
 export function sendOipError(reply: FastifyReply, error: unknown): FastifyReply {
