@@ -138,8 +138,10 @@ export function parseTensorRequest(payload: unknown, inputs: TensorSignature[], 
       tensors.set(name, tensor);
     });
     for (const name of names) if (!tensors.has(name)) throw invalid(`input '${name}' is missing; the model's inputs are: ${names.join(', ')}`);
-    const parameters = header['parameters'] as { binary_data_output?: unknown } | undefined;
-    return { tensors, outputs: readOutputs(header['outputs'], 'the JSON header'), format: 'v2-binary', isBinaryOutputDefault: parameters?.binary_data_output !== false };
+    const parameters = header['parameters'] as { binary_data_output?: unknown; marina_response_format?: unknown } | undefined;
+    // The server re-encodes TorchServe-route JSON it has already checked in this layout; the answer stays JSON.
+    const format = parameters?.marina_response_format === 'torchserve_json' ? 'json' : 'v2-binary';
+    return { tensors, outputs: readOutputs(header['outputs'], 'the JSON header'), format, isBinaryOutputDefault: parameters?.binary_data_output !== false };
   }
 
   if (Buffer.isBuffer(body) || body instanceof Uint8Array) body = Buffer.from(body).toString('utf8');

@@ -141,7 +141,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const registry = new ModelRegistry({ config, log });
 
   const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes });
-  await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes, maxResponseBytes: config.maxResponseBytes });
+  await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes, maxResponseBytes: config.maxResponseBytes, dataPlane });
   await inference.register(oipRestRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };
   for (const p of options.plugins ?? []) {

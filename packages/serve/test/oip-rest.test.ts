@@ -26,7 +26,7 @@ async function v2(method: string, path: string, options: { json?: unknown; body?
   const headers: Record<string, string> = { ...options.headers };
   const token = options.token === undefined ? server.keys.inference : options.token;
   if (token !== null) headers.authorization = `Bearer ${token}`;
-  let body: Buffer | string | undefined = options.body;
+  let body: BodyInit | undefined = options.body ? new Blob([new Uint8Array(options.body)]) : undefined;
   if (options.json !== undefined) {
     body = JSON.stringify(options.json);
     headers['content-type'] ??= 'application/json';

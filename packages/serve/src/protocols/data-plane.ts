@@ -15,6 +15,8 @@ import {
   isV2Datatype,
   joinBinaryBody,
   jsonToRaw,
+  parseTensorRequest,
+  selectedOutputNames,
   splitBinaryBody,
   v2DatatypeOf,
   type ModelSignature,
@@ -191,12 +193,42 @@ export class DataPlane {
   }
 
   /**
-   * A TorchServe-style request (the handler reads the input as it came) through the registry's
+   * Admission for the TorchServe routes (REST `/predictions`, gRPC Predictions): a built-in tensor
+   * handler's input (JSON, or the v2 binary layout) is parsed and checked against the signature
+   * here, so a bad one is refused before it is queued, and travels on in the v2 binary layout so
+   * the worker does not parse it again (the answer keeps the form the client used). Other handlers'
+   * inputs pass as they came.
+   * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN (400), not found (404).
+   */
+  admitTorchServeInput(options: PredictOptions): PredictOptions {
+    const { version, signature } = this.signature(options.modelName, options.modelVersion);
+    if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
+    const keys = Object.keys(options.input);
+    const payload = options.input['data'] ?? options.input['body'];
+    if (keys.length !== 1 || (!Buffer.isBuffer(payload) && typeof payload !== 'string')) return options;
+    const headerText = options.headers?.[INFERENCE_HEADER_CONTENT_LENGTH];
+    const headerLength = headerText === undefined ? undefined : Number(headerText);
+    if (headerLength !== undefined && !Number.isInteger(headerLength)) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`Inference-Header-Content-Length must be a non-negative integer, got '${headerText}'`);
+    const parsed = parseTensorRequest(payload, signature.inputs, { headerLength });
+    selectedOutputNames(parsed, signature.outputs.map((o) => o.name));
+    const tensors = signature.inputs.map((i) => parsed.tensors.get(i.name)!);
+    const header = {
+      parameters: { binary_data_output: parsed.isBinaryOutputDefault, ...(parsed.format === 'json' ? { marina_response_format: 'torchserve_json' } : {}) },
+      inputs: tensors.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: t.raw.length } })),
+      ...(parsed.outputs ? { outputs: parsed.outputs.map((o) => ({ name: o.name, ...(o.isBinary === undefined ? {} : { parameters: { binary_data: o.isBinary } }) })) } : {}),
+    };
+    const { body, headerLength: length } = joinBinaryBody(header, tensors.map((t) => t.raw));
+    const { bodyDecoding: _decoded, ...rest } = options;
+    return { ...rest, input: { body }, headers: { ...options.headers, [INFERENCE_HEADER_CONTENT_LENGTH]: String(length) } };
+  }
+
+  /**
+   * A TorchServe-style request through admission (admitTorchServeInput) and the registry's
    * predict path, with the answer bounded by max_response_size.
    * @throws as ModelRegistry.predict, and MARINA_ERR_RESPONSE_TOO_LARGE.
    */
   async predict(options: PredictOptions): Promise<JobResult> {
-    const result = await this.#registry.predict(options);
+    const result = await this.#registry.predict(this.admitTorchServeInput(options));
     assertResponseSize(result.body.length, this.#maxResponseBytes);
     return result;
   }

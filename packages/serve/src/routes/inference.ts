@@ -3,7 +3,7 @@ import multipart from '@fastify/multipart';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createServeError, errorBody, toMarinaError } from '../errors.ts';
 import type { ModelRegistry } from '../registry/model-registry.ts';
-import { assertResponseSize } from '../protocols/data-plane.ts';
+import { assertResponseSize, type DataPlane } from '../protocols/data-plane.ts';
 import type { JobInput } from '../scheduling/job.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
@@ -13,6 +13,8 @@ export interface InferenceRoutesOptions {
   maxRequestBytes: number;
   /** max_response_size, bytes: a larger answer is refused with MARINA_ERR_RESPONSE_TOO_LARGE. Default: unbounded. */
   maxResponseBytes?: number;
+  /** Admission below the protocols (strict tensor checks before the queue); without it, inputs go to the handler as they came. */
+  dataPlane?: DataPlane;
 }
 
 /** Codes whose 503 should tell clients when to come back. */
@@ -88,7 +90,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         const v = requestHeaders[k];
         if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
       }
-      const result = await registry.predict({
+      const predictOptions = {
         modelName: request.params.model_name,
         modelVersion: request.params.model_version,
         requestId: request.id,
@@ -96,7 +98,8 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         headers,
         arrivedAt,
         bodyDecoding,
-      });
+      };
+      const result = await registry.predict(options.dataPlane ? options.dataPlane.admitTorchServeInput(predictOptions) : predictOptions);
       assertResponseSize(result.body.length, maxResponseBytes);
       for (const k in result.headers) reply.header(k, result.headers[k]!);
       if (result.contentType) reply.type(result.contentType);
