@@ -72,7 +72,7 @@ describe('the tensor handler on /predictions', () => {
       inputs: Object.entries(f).map(([name, t]) => ({ name, datatype: datatypes[name], shape: [...t.dims], parameters: { binary_data_size: bytesOf(t).length } })),
       outputs: [{ name: 'y' }, { name: 'wide_out' }],
     }));
-    const res = await post('/predictions/mixed', new Blob([header, ...Object.values(f).map(bytesOf)]), { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(header.length) });
+    const res = await post('/predictions/mixed', new Blob([new Uint8Array(header), ...Object.values(f).map((t) => new Uint8Array(bytesOf(t)))]), { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(header.length) });
     expect(res.status).toBe(200);
     const bytes = Buffer.from(await res.arrayBuffer());
     const length = Number(res.headers.get('inference-header-content-length'));

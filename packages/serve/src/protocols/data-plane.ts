@@ -203,6 +203,33 @@ export class DataPlane {
   admitTorchServeInput(options: PredictOptions): PredictOptions {
     const { version, signature } = this.signature(options.modelName, options.modelVersion);
     if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
+    try {
+      return this.#encodeTorchServeInput(options, signature);
+    } catch (error) {
+      this.#recordRefused(version, options, error);
+      throw error;
+    }
+  }
+
+  /**
+   * A request refused by admission never reaches the registry's predict, which counts requests
+   * for the metrics; it is reported on the registry's `request` event the same way (queue and
+   * inference time 0), so ts_inference_requests_total and the status classes still see it.
+   */
+  #recordRefused(version: ModelVersion, options: { modelVersion?: string; arrivedAt?: number }, error: unknown): void {
+    const totalMs = performance.now() - (options.arrivedAt ?? performance.now());
+    this.#registry.events.emit('request', {
+      modelName: version.modelName,
+      requestedVersion: options.modelVersion ?? 'default',
+      modelVersion: version.modelVersion,
+      statusCode: (error as { statusCode?: number }).statusCode ?? 500,
+      queueMs: 0,
+      inferenceMs: 0,
+      totalMs,
+    });
+  }
+
+  #encodeTorchServeInput(options: PredictOptions, signature: ModelSignature): PredictOptions {
     const keys = Object.keys(options.input);
     const payload = options.input['data'] ?? options.input['body'];
     if (keys.length !== 1 || (!Buffer.isBuffer(payload) && typeof payload !== 'string')) return options;
@@ -241,7 +268,12 @@ export class DataPlane {
   async infer(request: InferRequest): Promise<InferResponse> {
     const arrivedAt = request.arrivedAt ?? performance.now();
     const { version, signature } = this.signature(request.modelName, request.modelVersion);
-    this.#admit(request, version, signature);
+    try {
+      this.#admit(request, version, signature);
+    } catch (error) {
+      this.#recordRefused(version, { modelVersion: request.modelVersion, arrivedAt }, error);
+      throw error;
+    }
     const header = {
       ...(request.parameters ? { parameters: { ...request.parameters, binary_data_output: true } } : { parameters: { binary_data_output: true } }),
       inputs: request.inputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: t.raw.length } })),
