@@ -43,6 +43,8 @@ export interface StartServerOptions {
 export interface RunningServer {
   pid: number;
   origin: string;
+  /** host:port of the gRPC inference API. */
+  grpcTarget: string;
   /** Path of the server's combined stdout/stderr. */
   logPath: string;
   /** SIGTERM to the server's process group, SIGKILL after 10 s. */
@@ -95,7 +97,8 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   const benchTmpDir = join(tmpdir(), 'marina-bench');
   await mkdir(benchTmpDir, { recursive: true });
   const ports: [number, number, number] = [await findFreePort(), await findFreePort(), await findFreePort()];
-  const configPath = await writeServerConfig({ ...options, ports });
+  const grpcInferencePort = options.grpcInferencePort ?? (await findFreePort());
+  const configPath = await writeServerConfig({ ...options, ports, grpcInferencePort });
   const logPath = join(options.workDir, 'server.log');
   const log = createWriteStream(logPath);
   const child = spawn(process.execPath, [options.serveBin, '--start', '--foreground', '--ts-config', configPath, '--disable-token-auth', '--ncs'], {
@@ -127,7 +130,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     try {
       const response = await fetch(`${origin}/ping`, { signal: AbortSignal.timeout(2_000) });
       await response.arrayBuffer();
-      if (response.status === 200) return { pid: child.pid!, origin, logPath, stop };
+      if (response.status === 200) return { pid: child.pid!, origin, grpcTarget: `127.0.0.1:${grpcInferencePort}`, logPath, stop };
     } catch {
       // not listening yet
     }
