@@ -55,7 +55,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       autoscaler?.stop();
       // Unsubscribe before the registry empties itself on close: that is not a state to restore.
       await snapshots?.close();
-      await Promise.all([grpcServers?.close(), app.close()]);
+      const appClosed = app.close();
+      await Promise.all([grpcServers?.close({ drained: appClosed }), appClosed]);
     })();
     return closing;
   };

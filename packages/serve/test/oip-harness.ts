@@ -92,7 +92,8 @@ export async function startOipServer(properties: Record<string, string> = {}): P
     keys: { inference: keyFile.inference.key, management: keyFile.management.key },
     root: dir.path,
     async close() {
-      await Promise.all([grpcs.close(), app.close()]);
+      const appClosed = app.close();
+      await Promise.all([grpcs.close({ drained: appClosed }), appClosed]);
       await dir.cleanup();
     },
   };

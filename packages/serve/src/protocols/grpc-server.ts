@@ -21,8 +21,11 @@ export interface GrpcServers {
   /** `host:port` actually bound, per API. */
   inferenceUrl: string;
   managementUrl: string;
-  /** Stops accepting calls and waits for the running ones (the registry drains them). */
-  close(): Promise<void>;
+  /**
+   * Stops accepting calls and waits for the running ones. `drained` (the registry's close) bounds
+   * the wait: once it settles, calls still open (a client that never ends its stream) are cancelled.
+   */
+  close(options?: { drained?: Promise<unknown> }): Promise<void>;
 }
 
 export interface StartGrpcServersOptions {
@@ -70,8 +73,12 @@ export async function startGrpcServers(options: StartGrpcServersOptions): Promis
   const management = new grpc.Server(serverOptions(config, addresses.management));
   management.addService(serviceOf(loadProto('management.proto'), 'org.pytorch.serve.grpc.management.ManagementAPIsService'), createTorchServeManagementService({ management: options.management, checkKey: createKeyCheck(tokens, 'management') }));
 
-  const close = async () => {
-    await Promise.all([inference, management].map((s) => new Promise<void>((resolve) => s.tryShutdown(() => resolve()))));
+  const close = async (closeOptions: { drained?: Promise<unknown> } = {}) => {
+    const servers = [inference, management];
+    const graceful = Promise.all(servers.map((s) => new Promise<void>((resolve) => s.tryShutdown(() => resolve()))));
+    if (!closeOptions.drained) return void (await graceful);
+    await closeOptions.drained.catch(() => undefined);
+    for (const s of servers) s.forceShutdown();
   };
   try {
     const [inferenceUrl, managementUrl] = await Promise.all([bind(inference, addresses.inference, credentials), bind(management, addresses.management, credentials)]);
