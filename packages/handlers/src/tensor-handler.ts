@@ -5,7 +5,7 @@ import { isDynamicDim } from './signature-checks.ts';
 import { rowPayload } from './row-input.ts';
 import { binaryHeaderLength, parseTensorRequest, selectedOutputNames, tensorAnswer, type ParsedTensorRequest } from './tensor-request.ts';
 import type { Handler, HandlerContext, RequestRow, TensorSignature } from './types.ts';
-import { rawToOrt } from './v2-tensors.ts';
+import { rawToOrt, V2_DATATYPES, v2DatatypeOf } from './v2-tensors.ts';
 
 /** The tensor handler's JSON answer per request: `{"outputs": {name: {shape, data}}}` with flat data. */
 export interface TensorHandlerResponse {
@@ -14,6 +14,45 @@ export interface TensorHandlerResponse {
 
 function invalid(message: string): MarinaError {
   return createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(message);
+}
+
+/** Default of `handler.maxTensorBytesPerRequest`: 256 MiB of input and output tensors per request. */
+export const DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST = 256 * 1024 * 1024;
+
+/**
+ * The bytes one request's tensors will take: its inputs, and each output it asked for whose shape
+ * follows from the inputs (fixed sizes, or symbolic dimensions the inputs bind, like the batch
+ * dimension N). An output with a dimension only the data decides (e.g. a detector's box count)
+ * cannot be computed before run(); it is left out, and `isExact` is false.
+ */
+export function tensorBytesOf(request: ParsedTensorRequest, inputs: readonly TensorSignature[], outputs: readonly TensorSignature[]): { bytes: number; isExact: boolean } {
+  const bound = new Map<string, number>();
+  let bytes = 0;
+  for (const input of inputs) {
+    const tensor = request.tensors.get(input.name);
+    if (!tensor) continue;
+    tensor.shape.forEach((size, i) => {
+      const dim = input.shape[i];
+      if (typeof dim === 'string' && dim !== '') bound.set(dim, size);
+    });
+    bytes += tensor.raw.length;
+  }
+  let isExact = true;
+  for (const output of outputs) {
+    let count = 1;
+    for (const dim of output.shape) {
+      const size = typeof dim === 'number' && dim >= 0 ? dim : typeof dim === 'string' ? bound.get(dim) : undefined;
+      if (size === undefined) {
+        count = Number.NaN;
+        break;
+      }
+      count *= size;
+    }
+    const datatype = v2DatatypeOf(output.type);
+    if (Number.isNaN(count)) isExact = false;
+    else bytes += count * (datatype ? V2_DATATYPES[datatype].bytes || 8 : 8);
+  }
+  return { bytes, isExact };
 }
 
 /**
@@ -27,7 +66,19 @@ function invalid(message: string): MarinaError {
 export function createTensorHandler(): Handler {
   let session: ort.InferenceSession;
   let inputs: TensorSignature[];
+  let outputs: TensorSignature[];
   let isStackable = false;
+  let maxTensorBytes = DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST;
+
+  /** Refuses, before run(), a request whose tensors would take more than maxTensorBytesPerRequest. */
+  const checkTensorBytes = (parsed: ParsedTensorRequest, names: string[]): void => {
+    const { bytes, isExact } = tensorBytesOf(parsed, inputs, outputs.filter((o) => names.includes(o.name)));
+    if (bytes <= maxTensorBytes) return;
+    throw createHandlerError.MARINA_ERR_TENSOR_TOO_LARGE(
+      `this request's tensors need ${bytes} bytes${isExact ? '' : ' or more'} (inputs and the outputs their shapes determine), over the model's limit of ${maxTensorBytes} bytes (model-config.yaml handler.maxTensorBytesPerRequest); send fewer rows or smaller dimensions`,
+      { details: { tensorBytes: bytes, maxTensorBytesPerRequest: maxTensorBytes } },
+    );
+  };
 
   const run = async (requests: Array<{ index: number; parsed: ParsedTensorRequest; names: string[] }>, context: HandlerContext): Promise<unknown[]> => {
     const first = inputs[0]!.name;
@@ -53,7 +104,16 @@ export function createTensorHandler(): Handler {
   return {
     async initialize(context: HandlerContext) {
       session = await context.createSession();
-      inputs = session.inputMetadata.map((m) => (m.isTensor ? { name: m.name, type: m.type, shape: [...m.shape] } : { name: m.name, type: 'non-tensor', shape: [] }));
+      const signatureOf = (m: ort.InferenceSession.ValueMetadata): TensorSignature => (m.isTensor ? { name: m.name, type: m.type, shape: [...m.shape] } : { name: m.name, type: 'non-tensor', shape: [] });
+      inputs = session.inputMetadata.map(signatureOf);
+      outputs = session.outputMetadata.map(signatureOf);
+      const configured = (context.modelYamlConfig?.['handler'] as Record<string, unknown> | undefined)?.['maxTensorBytesPerRequest'];
+      if (configured !== undefined) {
+        if (typeof configured !== 'number' || !Number.isInteger(configured) || configured <= 0) {
+          throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.maxTensorBytesPerRequest must be a positive integer (bytes), got ${JSON.stringify(configured)}`);
+        }
+        maxTensorBytes = configured;
+      }
       isStackable = inputs.every((i) => i.shape.length > 0 && isDynamicDim(i.shape[0]));
     },
 
@@ -63,7 +123,9 @@ export function createTensorHandler(): Handler {
       rows.forEach((row, index) => {
         try {
           const parsed = parseTensorRequest(rowPayload(row), inputs, { headerLength: binaryHeaderLength(context, index) });
-          good.push({ index, parsed, names: selectedOutputNames(parsed, session.outputNames) });
+          const names = selectedOutputNames(parsed, session.outputNames);
+          checkTensorBytes(parsed, names);
+          good.push({ index, parsed, names });
         } catch (error) {
           results[index] = isMarinaError(error) ? error : invalid(String(error));
         }

@@ -24,7 +24,7 @@ export interface TensorSource {
   fill(out: Float32Array): void;
 }
 
-/** A graph input or output: float32 with the given shape; a string dimension is symbolic (dynamic). */
+/** A graph input or output: float32 (unless `elemType`) with the given shape; a string dimension is symbolic (dynamic). */
 export interface ValueInfoSpec {
   name: string;
   dims: readonly (number | string)[];
