@@ -7,7 +7,7 @@ import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, withoutRes
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
-import { startGrpcServers, type GrpcServers } from './protocols/grpc-server.ts';
+import type { GrpcServers } from './protocols/grpc-server.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
@@ -114,6 +114,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       listening.push({ api: target.api, url });
     }
     if (effectiveConfig.grpc) {
+      // Loaded here, not at import: the launcher's other paths (config errors, --stop) never pay for grpc-js.
+      const { startGrpcServers } = await import('./protocols/grpc-server.ts');
       grpcServers = await startGrpcServers({ config: effectiveConfig, grpc: effectiveConfig.grpc, dataPlane: app.dataPlane, management: app.management, tokens: operator.tokens });
       const scheme = effectiveConfig.grpc.isSslEnabled ? 'grpcs' : 'grpc';
       listening.push({ api: 'grpc-inference', url: `${scheme}://${grpcServers.inferenceUrl}` }, { api: 'grpc-management', url: `${scheme}://${grpcServers.managementUrl}` });
