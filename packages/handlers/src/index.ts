@@ -55,3 +55,4 @@ export {
   type RequestedOutput,
 } from './tensor-request.ts';
 export * from './v2-tensors.ts';
+export { concreteShape, syntheticFeeds, syntheticRequestBody, type SyntheticShapeOptions } from './synthetic-input.ts';
