@@ -14,6 +14,8 @@ import { inferenceRoutes, sendError } from './routes/inference.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
 import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts';
 import { apiExplorerRoutes } from './routes/api-explorer.ts';
+import { DataPlane } from './protocols/data-plane.ts';
+import { oipRestRoutes } from './protocols/oip-rest/oip-rest-routes.ts';
 
 /** Which listener a plugin goes on. */
 export type ApiName = 'inference' | 'management' | 'metrics';
@@ -42,6 +44,8 @@ export interface StartupLoadResult {
 export interface MarinaApp {
   config: ServerConfig;
   registry: ModelRegistry;
+  /** Metadata, readiness, admission and inference below every protocol adapter (OIP REST and gRPC, TorchServe gRPC). */
+  dataPlane: DataPlane;
   /** Serves the inference API. */
   inference: FastifyInstance;
   /** The same instance as `inference` when both addresses are equal (TorchServe: one listener). */
@@ -213,7 +217,9 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   });
   const registry = new ModelRegistry({ config, log, caches });
 
-  await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes });
+  const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes });
+  await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes, maxResponseBytes: config.maxResponseBytes, dataPlane });
+  await inference.register(oipRestRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };
   for (const p of options.plugins ?? []) {
     await instances[p.api].register(p.plugin as FastifyPluginAsync<Record<string, unknown>>, { registry, config, ...(p.options ?? {}) });
@@ -243,6 +249,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   return {
     config,
     registry,
+    dataPlane,
     inference,
     management,
     metrics,

@@ -1,7 +1,7 @@
 import os from 'node:os';
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppPlugin } from './app.ts';
-import { createTokenAuthorization, createTokenHook, tokenRoutes, type CreateTokenHookOptions } from './auth/token-authorization.ts';
+import { createTokenAuthorization, createTokenHook, tokenRoutes, type CreateTokenHookOptions, type TokenAuthorization } from './auth/token-authorization.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics/server-metrics.ts';
 import type { Autoscaler } from './scaling/autoscaler.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
@@ -13,6 +13,8 @@ import type { ServerConfig } from './config/server-config.ts';
 
 /** Late-bound parts the plugins reach at request time (they exist only once the registry does). */
 export interface OperatorContext {
+  /** The keys, when token authorization is on (the gRPC listeners check them too). */
+  tokens?: TokenAuthorization;
   autoscaler?: Autoscaler;
   metrics?: ServerMetrics;
   /** TorchServe's log files; with metrics_mode=log the metrics are written there too. */
@@ -39,6 +41,7 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
   }
   if (!config.disableTokenAuthorization) {
     const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin });
+    operator.tokens = tokens;
     // Each request needs the key its matched route declares (declareRouteAuth), also when both
     // APIs share one listener.
     if (isSharedListener) {

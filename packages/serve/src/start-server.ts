@@ -9,11 +9,12 @@ import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerLogs } from './logging/server-logs.ts';
 import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
+import type { GrpcServers } from './protocols/grpc-server.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
   /** One line per API, e.g. `Inference API bound to http://127.0.0.1:8080`. */
-  listening: Array<{ api: 'inference' | 'management' | 'metrics'; url: string }>;
+  listening: Array<{ api: 'inference' | 'management' | 'metrics' | 'grpc-inference' | 'grpc-management'; url: string }>;
   /** `name (version v)` of every model version serving after start-up. */
   loaded: string[];
   /** `url: code: message` of every model version that could not be loaded; the server runs without it. */
@@ -82,6 +83,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   let autoscaler: Autoscaler | undefined;
   let snapshots: SnapshotStore | undefined;
   let isChangedSinceStart = false;
+  let grpcServers: GrpcServers | undefined;
   let closing: Promise<void> | undefined;
   const close = () => {
     closing ??= (async () => {
@@ -92,7 +94,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       // Not on top of snapshots this start kept because it could not use them, unless the models changed since.
       if (!isSnapshotKept || isChangedSinceStart) await snapshots?.write('shutdown').catch((error: Error) => log('error', error.message));
       await snapshots?.close();
-      await app.close();
+      const appClosed = app.close();
+      await Promise.all([grpcServers?.close({ drained: appClosed }), appClosed]);
       log('info', 'Marina has stopped.');
       await logs.close();
     })();
@@ -156,6 +159,13 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         started.set(target.instance, url);
       }
       listening.push({ api: target.api, url });
+    }
+    if (effectiveConfig.grpc) {
+      // Loaded here, not at import: the launcher's other paths (config errors, --stop) never pay for grpc-js.
+      const { startGrpcServers } = await import('./protocols/grpc-server.ts');
+      grpcServers = await startGrpcServers({ config: effectiveConfig, grpc: effectiveConfig.grpc, dataPlane: app.dataPlane, management: app.management, tokens: operator.tokens });
+      const scheme = effectiveConfig.grpc.isSslEnabled ? 'grpcs' : 'grpc';
+      listening.push({ api: 'grpc-inference', url: `${scheme}://${grpcServers.inferenceUrl}` }, { api: 'grpc-management', url: `${scheme}://${grpcServers.managementUrl}` });
     }
     for (const l of listening) log('info', `${l.api} API bound to ${l.url}`);
     for (const model of loaded) log('info', `Model loaded: ${model}`);

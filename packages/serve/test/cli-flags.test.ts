@@ -47,7 +47,7 @@ describe('serve launcher flags', () => {
     const bin = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
     const dir = mkdtempSync(join(tmpdir(), 'marina-log-config-'));
     try {
-      const result = spawnSync(process.execPath, [bin, '--foreground', '--model-store', dir, '--ncs', '--log-config', join(dir, 'missing-log4j2.xml')], { encoding: 'utf8', cwd: dir, env: { ...process.env, LOG_LOCATION: join(dir, 'logs') } });
+      const result = spawnSync(process.execPath, [bin, '--foreground', '--model-store', dir, '--ncs', '--log-config', join(dir, 'missing-log4j2.xml')], { encoding: 'utf8', cwd: dir, env: { ...process.env, LOG_LOCATION: join(dir, 'logs'), TMPDIR: dir } });
       expect(result.status).toBe(1);
       expect(result.stderr).toContain('MARINA_ERR_CONFIG_FILE_UNREADABLE: --log-config file not found');
     } finally {

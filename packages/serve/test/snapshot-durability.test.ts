@@ -115,7 +115,10 @@ describe('a snapshot that cannot be written', () => {
  * snapshot there is usable. Resolved with its output once it is ready.
  */
 async function serve(logDir: string): Promise<{ child: ChildProcessWithoutNullStreams; output: () => string }> {
-  const env: NodeJS.ProcessEnv = { ...process.env, LOG_LOCATION: logDir };
+  // Its own TMPDIR, so its own pid file: other test files start servers at the same time.
+  const tmpDir = join(logDir, 'tmp');
+  await mkdir(tmpDir, { recursive: true });
+  const env: NodeJS.ProcessEnv = { ...process.env, LOG_LOCATION: logDir, TMPDIR: tmpDir };
   delete env.TS_CONFIG_FILE;
   const child = spawn(process.execPath, [BIN, '--foreground'], { cwd: workspace.root, env });
   children.push(child);

@@ -3,6 +3,7 @@ import multipart from '@fastify/multipart';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createServeError, errorBody, isMarinaError, toMarinaError, type MarinaError } from '../errors.ts';
 import type { ModelRegistry } from '../registry/model-registry.ts';
+import { assertResponseSize, type DataPlane } from '../protocols/data-plane.ts';
 import type { JobInput } from '../scheduling/job.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
@@ -10,6 +11,10 @@ export interface InferenceRoutesOptions {
   registry: ModelRegistry;
   /** max_request_size, bytes. */
   maxRequestBytes: number;
+  /** max_response_size, bytes: a larger answer is refused with MARINA_ERR_RESPONSE_TOO_LARGE. Default: unbounded. */
+  maxResponseBytes?: number;
+  /** Admission below the protocols (strict tensor checks before the queue); without it, inputs go to the handler as they came. */
+  dataPlane?: DataPlane;
 }
 
 /** Codes whose 503 should tell clients when to come back: those where a retry can succeed (not MARINA_ERR_NO_WORKERS: max_worker=0 or a model that cannot load). */
@@ -111,6 +116,7 @@ const invocationsQuery = { type: 'object', properties: { model_name: { type: 'st
  */
 export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async (app: FastifyInstance, options) => {
   const { registry, maxRequestBytes } = options;
+  const maxResponseBytes = options.maxResponseBytes ?? Infinity;
   declareRouteAuth(app, 'inference');
 
   app.removeAllContentTypeParsers();
@@ -124,12 +130,12 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     return reply.code(isHealthy ? 200 : 500).type('application/json').send(`${JSON.stringify({ status: isHealthy ? 'Healthy' : 'Unhealthy' }, null, 2)}\n`);
   });
 
-  const predictFrom = (modelFrom: ModelFrom, options: { withQuery: boolean }) => async (request: FastifyRequest, reply: FastifyReply) => {
+  const predictFrom = (modelFrom: ModelFrom, routeOptions: { withQuery: boolean }) => async (request: FastifyRequest, reply: FastifyReply) => {
     const arrivedAt = performance.now();
     try {
       const { modelName, modelVersion } = modelFrom(request);
       const { input, bodyDecoding } = await readInput(request);
-      if (options.withQuery) {
+      if (routeOptions.withQuery) {
         for (const [k, v] of Object.entries(request.query as Record<string, string | string[]>)) if (!(k in input)) input[k] = Array.isArray(v) ? v.join(',') : v;
       }
       const headers: Record<string, string> = {};
@@ -138,7 +144,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         const v = requestHeaders[k];
         if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
       }
-      const result = await registry.predict({
+      const predictOptions = {
         modelName,
         modelVersion,
         requestId: request.id,
@@ -146,7 +152,9 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         headers,
         arrivedAt,
         bodyDecoding,
-      });
+      };
+      const result = await registry.predict(options.dataPlane ? options.dataPlane.admitTorchServeInput(predictOptions) : predictOptions);
+      assertResponseSize(result.body.length, maxResponseBytes);
       for (const k in result.headers) reply.header(k, result.headers[k]!);
       if (result.contentType) reply.type(result.contentType);
       return reply.code(result.statusCode).send(result.body);
