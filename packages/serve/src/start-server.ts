@@ -96,7 +96,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       await snapshots?.close();
       const appClosed = app.close();
       await Promise.all([grpcServers?.close({ drained: appClosed }), appClosed]);
-      log('info', 'Marina has stopped.');
+      logs.ts('info', 'Marina has stopped.');
       await logs.close();
     })();
     return closing;
@@ -167,9 +167,10 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       const scheme = effectiveConfig.grpc.isSslEnabled ? 'grpcs' : 'grpc';
       listening.push({ api: 'grpc-inference', url: `${scheme}://${grpcServers.inferenceUrl}` }, { api: 'grpc-management', url: `${scheme}://${grpcServers.managementUrl}` });
     }
-    for (const l of listening) log('info', `${l.api} API bound to ${l.url}`);
-    for (const model of loaded) log('info', `Model loaded: ${model}`);
-    for (const failure of failed) log('error', `Model failed to load: ${failure}`);
+    // ts_log.log only: the launcher prints its own start-up report on the terminal.
+    for (const l of listening) logs.ts('info', `${l.api} API bound to ${l.url}`);
+    for (const model of loaded) logs.ts('info', `Model loaded: ${model}`);
+    for (const failure of failed) logs.ts('error', `Model failed to load: ${failure}`);
     return {
       listening,
       loaded,
