@@ -49,7 +49,8 @@ afterAll(async () => {
 describe('API descriptions', { timeout: 60_000 }, () => {
   it('answers OPTIONS / and GET /api-description on all three ports, without a token, in TorchServe\'s shape', async () => {
     const expected = {
-      inference: ['/ping', '/predictions/{model_name}', '/predictions/{model_name}/{model_version}', '/v1/models/{model_name}:predict', '/explanations/{model_name}', '/invocations', '/{model_name}/predict', '/api-description'],
+      inference: ['/ping', '/predictions/{model_name}', '/predictions/{model_name}/{model_version}', '/v1/models/{model_name}:predict', '/explanations/{model_name}', '/invocations', '/{model_name}/predict', '/api-description',
+        '/v2/health/live', '/v2/health/ready', '/v2', '/v2/models/{model_name}', '/v2/models/{model_name}/ready', '/v2/models/{model_name}/infer', '/v2/models/{model_name}/versions/{model_version}/infer'],
       management: ['/models', '/models/{model_name}', '/models/{model_name}/{model_version}', '/models/{model_name}/{model_version}/set-default', '/token', '/api-description', '/api-explorer'],
       metrics: ['/metrics', '/api-description'],
     };
@@ -74,6 +75,9 @@ describe('API descriptions', { timeout: 60_000 }, () => {
     expect(scale.parameters).toEqual(expect.arrayContaining([expect.objectContaining({ in: 'path', name: 'model_name', required: true }), expect.objectContaining({ in: 'query', name: 'min_worker' })]));
     const ping = (await call(urls.inference, 'GET', '/api-description')).json.paths['/ping'].get;
     expect(ping.responses['200'].content['application/json'].schema.properties.status).toEqual({ type: 'string' });
+    const infer = (await call(urls.inference, 'GET', '/api-description')).json.paths['/v2/models/{model_name}/infer'].post;
+    expect(infer.parameters).toEqual(expect.arrayContaining([expect.objectContaining({ in: 'path', name: 'model_name', required: true })]));
+    expect(infer.responses['400'].content['application/json'].schema.required).toEqual(['error']);
   });
 
   it('describes one model with OPTIONS /predictions/{m} and OPTIONS /models/{m} (the API\'s key; 404 for an unknown model)', async () => {
