@@ -49,7 +49,7 @@ export interface StartServerOptions {
  *   started by then is closed first.
  */
 export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
-  const logs = createServerLogs({ logDir: config.logDir, ...(config.metricsMode === 'log' ? { extraFiles: ['ts_metrics.log', 'model_metrics.log'] } : {}) });
+  const logs = createServerLogs({ logDir: config.logDir, ...(config.metricsLogDir ? { metricsLogDir: config.metricsLogDir } : {}) });
   const log = (level: 'info' | 'warn' | 'error', message: string) => {
     logs.ts(level, message);
     options.log?.(level, message);

@@ -3,12 +3,14 @@
  * has one line per request (failed ones too: 401, 404, 413) with time, level, request id, client,
  * method, path, status and duration; ts_log.log and model_log.log have a time and a level on
  * every line. /metrics has TorchServe's system, frontend and backend gauges with its labels, and
- * metrics_mode=log writes ts_metrics.log and model_metrics.log.
+ * metrics_mode=log writes ts_metrics.log and model_metrics.log under METRICS_LOCATION (both files
+ * exist from start-up in every mode, as TorchServe's log4j2 creates them).
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer } from '../src/start-server.ts';
+import { loadConfig } from '../src/config/load-config.ts';
 import { affineInput, call, createWorkspace, opsConfig, packModel, type Workspace } from './ops-harness.ts';
 
 const LINE = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{3} \[(INFO |WARN |ERROR|DEBUG)\] \S+ \S+ - .+$/;
@@ -65,8 +67,11 @@ describe('log files under LOG_LOCATION', () => {
 
 describe('metrics', () => {
   it('exposes TorchServe\'s system, frontend and backend gauges with its labels next to Marina\'s histograms', async () => {
-    const server = await startServer({ ...opsConfig(workspace, { load_models: 'affine.mar' }), logDir: join(workspace.root, 'logs-b') });
+    const metricsLogDir = join(workspace.root, 'metrics-b');
+    const server = await startServer({ ...opsConfig(workspace, { load_models: 'affine.mar' }), logDir: join(workspace.root, 'logs-b'), metricsLogDir });
     try {
+      // TorchServe's log4j2 creates both metric files at start-up; with metrics_mode=prometheus nothing is written to them.
+      for (const file of ['ts_metrics.log', 'model_metrics.log']) expect((await stat(join(metricsLogDir, file))).size, file).toBe(0);
       const api = server.listening.find((l) => l.api === 'inference')!.url;
       const metricsUrl = server.listening.find((l) => l.api === 'metrics')!.url;
       expect((await call(api, 'POST', '/predictions/affine', { body: affineInput([1, 2, 3, 4]) })).status).toBe(200);
@@ -88,7 +93,8 @@ describe('metrics', () => {
 
   it('with metrics_mode=log writes ts_metrics.log and model_metrics.log in TorchServe\'s line form', async () => {
     const logDir = join(workspace.root, 'logs-c');
-    const server = await startServer({ ...opsConfig(workspace, { load_models: 'affine.mar', metrics_mode: 'log', enable_metrics_api: 'false' }), logDir });
+    const metricsLogDir = join(workspace.root, 'metrics-c');
+    const server = await startServer({ ...opsConfig(workspace, { load_models: 'affine.mar', metrics_mode: 'log', enable_metrics_api: 'false' }), logDir, metricsLogDir });
     try {
       const api = server.listening.find((l) => l.api === 'inference')!.url;
       expect(server.listening.map((l) => l.api)).not.toContain('metrics');
@@ -96,13 +102,26 @@ describe('metrics', () => {
     } finally {
       await server.close();
     }
-    const tsMetrics = (await readFile(join(logDir, 'ts_metrics.log'), 'utf8'));
+    await expect(stat(join(logDir, 'ts_metrics.log'))).rejects.toMatchObject({ code: 'ENOENT' });
+    const tsMetrics = (await readFile(join(metricsLogDir, 'ts_metrics.log'), 'utf8'));
     expect(tsMetrics).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{3} - CPUUtilization\.Percent:[0-9.]+\|#Level:Host\|#hostname:[^,]+,timestamp:\d+$/m);
     expect(tsMetrics).toMatch(/ - Requests2XX\.Count:1\|#Level:Host\|#hostname:[^,]+,timestamp:\d+$/m);
     expect(tsMetrics).toMatch(/ - QueueTime\.Milliseconds:[0-9.]+\|#Level:Host\|/m);
     expect(tsMetrics).toMatch(/ - WorkerLoadTime\.Milliseconds:[0-9.]+\|#WorkerName:W-\d+-affine_1\.0,Level:Host\|/m);
-    const modelMetrics = (await readFile(join(logDir, 'model_metrics.log'), 'utf8'));
+    const modelMetrics = (await readFile(join(metricsLogDir, 'model_metrics.log'), 'utf8'));
     expect(modelMetrics).toMatch(/ - HandlerTime\.ms:[0-9.]+\|#ModelName:affine,Level:Model\|#type:GAUGE\|#hostname:[^,]+,timestamp:\d+$/m);
     expect(modelMetrics).toMatch(/ - PredictionTime\.ms:[0-9.]+\|#ModelName:affine,Level:Model\|/m);
   }, 60_000);
+});
+
+describe('where the log files go', () => {
+  it('reads LOG_LOCATION and METRICS_LOCATION as TorchServe, each defaulting to logs/ in the working directory', async () => {
+    const cwd = workspace.root;
+    const defaults = await loadConfig({ cliOptions: { ncs: true, modelStore: workspace.store }, env: {}, cwd });
+    expect(defaults.logDir).toBe(join(cwd, 'logs'));
+    expect(defaults.metricsLogDir).toBe(join(cwd, 'logs'));
+    const set = await loadConfig({ cliOptions: { ncs: true, modelStore: workspace.store }, env: { LOG_LOCATION: 'a', METRICS_LOCATION: '/tmp/b' }, cwd });
+    expect(set.logDir).toBe(join(cwd, 'a'));
+    expect(set.metricsLogDir).toBe('/tmp/b');
+  });
 });

@@ -213,6 +213,11 @@ export function resolveLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }):
   return path.resolve(options.cwd, options.env.LOG_LOCATION?.trim() || 'logs');
 }
 
+/** METRICS_LOCATION (as TorchServe's log4j2.xml: the metric log files) or `<cwd>/logs`. */
+export function resolveMetricsLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
+  return path.resolve(options.cwd, options.env.METRICS_LOCATION?.trim() || 'logs');
+}
+
 /**
  * The synchronous core of loadConfig for an already parsed file (or none): substitution,
  * overrides, validation, normalisation. Not frozen, so loadConfig can add notes first.
@@ -390,6 +395,7 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     snapshotDir: path.join(logDir, 'config'),
     isSnapshotEnabled: !cliOptions.ncs,
     logDir,
+    metricsLogDir: resolveMetricsLogDir({ env, cwd }),
     metricsMode: checked.metrics_mode,
     ...(checked.workflow_store ? { workflowStore: path.resolve(cwd, checked.workflow_store) } : {}),
     ...(checked.plugins_path ? { pluginsPath: path.resolve(cwd, checked.plugins_path) } : {}),

@@ -82,6 +82,8 @@ export interface ServerConfig {
   isSnapshotEnabled: boolean;
   /** Folder for logs and the pid file. */
   logDir: string;
+  /** Folder of ts_metrics.log and model_metrics.log (TorchServe: METRICS_LOCATION, default `<cwd>/logs`); `logDir` when unset. */
+  metricsLogDir?: string;
   /** metrics_mode: 'prometheus' (Marina's default) or TorchServe's 'log' (also writes logs/ts_metrics.log and logs/model_metrics.log); 'legacy' is read as 'prometheus'. */
   metricsMode: 'log' | 'prometheus' | 'legacy';
   /** workflow_store / --workflow-store (accepted; workflows are not implemented). */

@@ -6,10 +6,11 @@
  *   (client, method, path, status, duration in ms); the thread slot carries the request id.
  * - `ts_log.log`: the server's own messages (start-up, models, autoscaler, snapshots, 5xx answers).
  * - `model_log.log`: messages about models and their workers (loads, failures, restarts).
- * - `ts_metrics.log` / `model_metrics.log` with metrics_mode=log (see metrics/log-metrics.ts).
+ * - `ts_metrics.log` / `model_metrics.log` under METRICS_LOCATION (default `logs/`), created at start-up as
+ *   TorchServe's log4j2 creates them; written to with metrics_mode=log (see metrics/log-metrics.ts).
  * Lines are appended through one write stream per file; close() flushes them.
  */
-import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
+import { createWriteStream, mkdirSync, openSync, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
@@ -28,8 +29,10 @@ export interface AccessLogEntry {
 }
 
 export interface ServerLogs {
-  /** The folder the files are in (LOG_LOCATION). */
+  /** The folder of access_log.log, ts_log.log and model_log.log (LOG_LOCATION). */
   readonly logDir: string;
+  /** The folder of ts_metrics.log and model_metrics.log (METRICS_LOCATION). */
+  readonly metricsLogDir: string;
   access(entry: AccessLogEntry): void;
   /** A server message in ts_log.log; `requestId` goes in the thread slot when the line is about a request. */
   ts(level: LogLevel, message: string, requestId?: string): void;
@@ -62,29 +65,43 @@ export function formatAccessMessage(entry: AccessLogEntry): string {
 }
 
 /**
- * Opens TorchServe's log files in `logDir` (created if missing): access_log.log, ts_log.log and
- * model_log.log at once (TorchServe's tests expect them right after start-up), plus
- * `extraFiles` (the metric logs with metrics_mode=log); any other file when first written.
+ * Opens TorchServe's log files at once (TorchServe's tests expect them right after start-up):
+ * access_log.log, ts_log.log and model_log.log in `logDir`; ts_metrics.log and model_metrics.log
+ * in `metricsLogDir` (default `logDir`). Folders are created when missing.
  */
-export function createServerLogs(options: { logDir: string; extraFiles?: LogFileName[]; now?: () => Date }): ServerLogs {
+export function createServerLogs(options: { logDir: string; metricsLogDir?: string; now?: () => Date }): ServerLogs {
   const { logDir } = options;
+  const metricsLogDir = options.metricsLogDir ?? logDir;
   const now = options.now ?? (() => new Date());
   const streams = new Map<LogFileName, WriteStream>();
   let isClosed = false;
-  let isDirReady = false;
+  const readyDirs = new Set<string>();
+  /** Files that could not be opened: their lines are dropped without trying again on every line. */
+  const unwritable = new Set<LogFileName>();
 
   const streamOf = (file: LogFileName): WriteStream | undefined => {
     let stream = streams.get(file);
     if (!stream) {
-      if (!isDirReady) {
+      if (unwritable.has(file)) return undefined;
+      const dir = file === 'ts_metrics.log' || file === 'model_metrics.log' ? metricsLogDir : logDir;
+      if (!readyDirs.has(dir)) {
         try {
-          mkdirSync(logDir, { recursive: true });
+          mkdirSync(dir, { recursive: true });
         } catch {
+          unwritable.add(file);
           return undefined; // An unwritable LOG_LOCATION loses the log lines, never the server (as TorchServe).
         }
-        isDirReady = true;
+        readyDirs.add(dir);
       }
-      stream = createWriteStream(join(logDir, file), { flags: 'a' });
+      // Opened synchronously: the files exist once createServerLogs returns (TorchServe's tests look for them right after start-up).
+      let fd: number;
+      try {
+        fd = openSync(join(dir, file), 'a');
+      } catch {
+        unwritable.add(file);
+        return undefined; // A read-only folder loses the lines of this file, never the server.
+      }
+      stream = createWriteStream('', { fd, flags: 'a' });
       // A full disk or a read-only folder must not crash the server: the line is lost, serving goes on.
       stream.on('error', () => undefined);
       streams.set(file, stream);
@@ -94,10 +111,11 @@ export function createServerLogs(options: { logDir: string; extraFiles?: LogFile
   const write = (file: LogFileName, text: string) => {
     if (!isClosed) streamOf(file)?.write(text);
   };
-  for (const file of ['access_log.log', 'ts_log.log', 'model_log.log', ...(options.extraFiles ?? [])] as LogFileName[]) streamOf(file);
+  for (const file of ['access_log.log', 'ts_log.log', 'model_log.log', 'ts_metrics.log', 'model_metrics.log'] as LogFileName[]) streamOf(file);
 
   return {
     logDir,
+    metricsLogDir,
     access(entry) {
       write('access_log.log', formatLogLine({ date: now(), level: 'info', thread: entry.requestId, logger: 'ACCESS_LOG', message: formatAccessMessage(entry) }));
     },
