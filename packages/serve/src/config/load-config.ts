@@ -73,7 +73,9 @@ interface ConfigSchema {
   definitions: Record<string, { type?: string; description?: string }>;
 }
 
-const schema = JSON.parse(readFileSync(new URL('../../../../schemas/config.schema.json', import.meta.url), 'utf8')) as ConfigSchema;
+// The repository's schemas/ folder when running the sources; the build's copy in dist/schemas/ when compiled.
+const SCHEMA_DIR = import.meta.url.endsWith('.ts') ? new URL('../../../../schemas/', import.meta.url) : new URL('../schemas/', import.meta.url);
+const schema = JSON.parse(readFileSync(new URL('config.schema.json', SCHEMA_DIR), 'utf8')) as ConfigSchema;
 const KNOWN_KEYS = new Set(Object.keys(schema.properties));
 const BOOLEAN_KEYS = new Set(Object.entries(schema.properties).filter(([, property]) => property.type === 'boolean').map(([key]) => key));
 
