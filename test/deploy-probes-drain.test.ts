@@ -1,0 +1,92 @@
+/**
+ * What Kubernetes (and the Dockerfile's `serve --foreground` as PID 1) relies on, on the real
+ * process with token authorization on (the default):
+ * - the probes' path, GET /ping on the inference port, needs no key, and /metrics needs none
+ *   either (the ServiceMonitor scrapes it); predictions and the management API still need theirs;
+ * - on SIGTERM the server stops accepting (new connections are refused, so readiness turns false),
+ *   lets the requests in flight finish with their answers, and exits 0.
+ */
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { getOnNewConnection, startForegroundServer, writeGatedModel, type ForegroundServer } from './deploy-helpers.ts';
+import { makeTempDir } from './helpers.ts';
+
+const servers: ForegroundServer[] = [];
+const dirs: string[] = [];
+afterEach(async () => {
+  for (const server of servers.splice(0)) {
+    if (server.child.exitCode === null && server.child.signalCode === null) {
+      server.child.kill('SIGKILL');
+      await server.exited;
+    }
+  }
+  const { rmSync } = await import('node:fs');
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+async function start(modelConfigYaml?: string): Promise<ForegroundServer> {
+  const cwd = makeTempDir('deploy-drain');
+  dirs.push(cwd);
+  const store = path.join(cwd, 'store');
+  mkdirSync(store);
+  writeGatedModel(store, modelConfigYaml);
+  const server = await startForegroundServer(cwd, { store });
+  servers.push(server);
+  return server;
+}
+
+describe('probes with token authorization on', { timeout: 60_000 }, () => {
+  it('leaves /ping and /metrics open, and keeps predictions and management behind their keys', async () => {
+    const server = await start();
+    expect(server.output()).toContain('Token authorization is on');
+    const ping = await fetch(`${server.inferenceUrl}/ping`);
+    expect(ping.status).toBe(200);
+    expect(await ping.json()).toEqual({ status: 'Healthy' });
+    expect((await fetch(`${server.metricsUrl}/metrics`)).status).toBe(200);
+    const predict = (headers: Record<string, string>) => fetch(`${server.inferenceUrl}/predictions/gated`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: '{"value":1}' });
+    expect((await predict({})).status).toBe(401);
+    expect((await predict({ authorization: `Bearer ${server.keys.inference}` })).status).toBe(200);
+    expect((await fetch(`${server.managementUrl}/models`)).status).toBe(401);
+    expect((await fetch(`${server.managementUrl}/models`, { headers: { authorization: `Bearer ${server.keys.management}` } })).status).toBe(200);
+    // A probe that sends a header anyway is not refused.
+    expect((await fetch(`${server.inferenceUrl}/ping`, { headers: { authorization: 'Bearer wrong' } })).status).toBe(200);
+  });
+});
+
+describe('SIGTERM', { timeout: 90_000 }, () => {
+  it('stops accepting (readiness false), finishes the requests in flight with their answers, then exits 0', async () => {
+    // Two workers, so that both requests run at once and the test can see that both arrived.
+    const server = await start('minWorkers: 2\nmaxWorkers: 2\n');
+    const gate = path.join(server.cwd, 'gate');
+    const auth = { authorization: `Bearer ${server.keys.inference}`, 'content-type': 'application/json' };
+    // Two requests in flight, one in each worker.
+    const inFlight = [1, 2].map((value) =>
+      fetch(`${server.inferenceUrl}/predictions/gated`, { method: 'POST', headers: auth, body: JSON.stringify({ gate, value }) }).then(async (r) => ({ status: r.status, body: await r.text() })),
+    );
+    for (;;) {
+      const metrics = await (await fetch(`${server.metricsUrl}/metrics?name[]=marina_busy_workers`)).text();
+      if (/^marina_busy_workers\{[^}]*model_name="gated"[^}]*\} 2$/m.test(metrics)) break;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    server.child.kill('SIGTERM');
+    await server.waitForOutput('SIGTERM received');
+    // Readiness turns false: a probe on a new connection no longer gets 200 (it is refused).
+    let probe: number | string = 200;
+    while (probe === 200) probe = await getOnNewConnection(`${server.inferenceUrl}/ping`);
+    expect(probe).toBe('ECONNREFUSED');
+    expect(await getOnNewConnection(`${server.inferenceUrl}/predictions/gated`)).toBe('ECONNREFUSED');
+    // Still draining: the requests in flight have not been answered, the process has not exited.
+    expect(server.child.exitCode).toBeNull();
+    expect(existsSync(gate)).toBe(false);
+
+    writeFileSync(gate, '');
+    const answers = await Promise.all(inFlight);
+    for (const [index, answer] of answers.entries()) {
+      expect(answer.status, answer.body).toBe(200);
+      expect(JSON.parse(answer.body)).toMatchObject({ value: index + 1 });
+    }
+    expect(await server.exited).toEqual({ code: 0, signal: null });
+    expect(server.output()).toContain('Marina has stopped.');
+  });
+});
