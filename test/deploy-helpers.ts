@@ -89,7 +89,8 @@ export async function startForegroundServer(cwd: string, options: { store: strin
   });
   await waitForOutput('Marina is ready.');
   const bound = (api: string) => new RegExp(`${api} API bound to (\\S+)`).exec(output)![1]!;
-  const keyFile = JSON.parse(readFileSync(path.join(cwd, 'key_file.json'), 'utf8')) as { inference: { key: string }; management: { key: string } };
+  const keyFilePath = /keys in (\S+)\.$/m.exec(output)![1]!;
+  const keyFile = JSON.parse(readFileSync(keyFilePath, 'utf8')) as { inference: { key: string }; management: { key: string } };
   return {
     child, cwd, output: () => output, exited, waitForOutput,
     inferenceUrl: bound('Inference'), managementUrl: bound('Management'), metricsUrl: bound('Metrics'),

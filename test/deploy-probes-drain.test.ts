@@ -6,7 +6,7 @@
  * - on SIGTERM the server stops accepting (new connections are refused, so readiness turns false),
  *   lets the requests in flight finish with their answers, and exits 0.
  */
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { getOnNewConnection, startForegroundServer, writeGatedModel, type ForegroundServer } from './deploy-helpers.ts';
@@ -25,13 +25,13 @@ afterEach(async () => {
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
 
-async function start(modelConfigYaml?: string): Promise<ForegroundServer> {
+async function start(modelConfigYaml?: string, setUp: (cwd: string) => string[] = () => []): Promise<ForegroundServer> {
   const cwd = makeTempDir('deploy-drain');
   dirs.push(cwd);
   const store = path.join(cwd, 'store');
   mkdirSync(store);
   writeGatedModel(store, modelConfigYaml);
-  const server = await startForegroundServer(cwd, { store });
+  const server = await startForegroundServer(cwd, { store, extraConfig: setUp(cwd) });
   servers.push(server);
   return server;
 }
@@ -54,6 +54,29 @@ describe('probes with token authorization on', { timeout: 60_000 }, () => {
   });
 });
 
+describe('token_key_file (keys from a Kubernetes Secret)', { timeout: 60_000 }, () => {
+  it('takes the keys from the file, writes no key_file.json, and refuses to rotate them', async () => {
+    const keys = { management: { key: 'management-key-from-secret' }, inference: { key: 'inference-key-from-secret' }, API: { key: 'api-key-from-secret' } };
+    const server = await start(undefined, (cwd) => {
+      mkdirSync(path.join(cwd, 'secret'));
+      writeFileSync(path.join(cwd, 'secret', 'key_file.json'), JSON.stringify(keys));
+      return ['token_key_file=secret/key_file.json'];
+    });
+    expect(server.output()).toContain(`keys in ${path.join(server.cwd, 'secret', 'key_file.json')}.`);
+    expect(existsSync(path.join(server.cwd, 'key_file.json'))).toBe(false);
+    const predict = (key: string) => fetch(`${server.inferenceUrl}/predictions/gated`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: '{"value":1}' });
+    expect((await predict('inference-key-from-secret')).status).toBe(200);
+    expect((await predict('management-key-from-secret')).status).toBe(401);
+    const rotate = await fetch(`${server.managementUrl}/token?type=inference`, { headers: { authorization: 'Bearer api-key-from-secret' } });
+    expect(rotate.status).toBe(409);
+    expect(await rotate.json()).toMatchObject({ code: 409, marinaCode: 'MARINA_ERR_KEY_FILE_PROVIDED' });
+    expect((await predict('inference-key-from-secret')).status).toBe(200);
+    server.child.kill('SIGTERM');
+    expect((await server.exited).code).toBe(0);
+    expect(JSON.parse(readFileSync(path.join(server.cwd, 'secret', 'key_file.json'), 'utf8'))).toEqual(keys);
+  });
+});
+
 describe('SIGTERM', { timeout: 90_000 }, () => {
   it('stops accepting (readiness false), finishes the requests in flight with their answers, then exits 0', async () => {
     // Two workers, so that both requests run at once and the test can see that both arrived.
@@ -71,10 +94,14 @@ describe('SIGTERM', { timeout: 90_000 }, () => {
     }
     server.child.kill('SIGTERM');
     await server.waitForOutput('SIGTERM received');
-    // Readiness turns false: a probe on a new connection no longer gets 200 (it is refused).
-    let probe: number | string = 200;
-    while (probe === 200) probe = await getOnNewConnection(`${server.inferenceUrl}/ping`);
-    expect(probe).toBe('ECONNREFUSED');
+    // Readiness turns false: a probe on a new connection gets 500 Unhealthy or fastify's 503 while
+    // the listener closes, then the connection is refused. Nothing new is accepted from then on.
+    const probes = new Set<number | string>();
+    for (let probe: number | string = 200; probe !== 'ECONNREFUSED';) {
+      probe = await getOnNewConnection(`${server.inferenceUrl}/ping`);
+      probes.add(probe);
+    }
+    expect([...probes].filter((probe) => probe !== 500 && probe !== 503 && probe !== 'ECONNREFUSED')).toEqual([]);
     expect(await getOnNewConnection(`${server.inferenceUrl}/predictions/gated`)).toBe('ECONNREFUSED');
     // Still draining: the requests in flight have not been answered, the process has not exited.
     expect(server.child.exitCode).toBeNull();

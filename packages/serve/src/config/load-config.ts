@@ -102,6 +102,7 @@ interface RawConfig {
   use_env_allowed_urls: boolean;
   disable_token_authorization: boolean;
   token_expiration_min: number;
+  token_key_file?: string;
   enable_model_api: boolean;
   enable_metrics_api: boolean;
   enable_envvars_config: boolean;
@@ -342,7 +343,8 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     enableModelApi: checked.enable_model_api,
     enableMetricsApi: checked.enable_metrics_api,
     tokenExpirationMin: checked.token_expiration_min,
-    keyFilePath: path.join(cwd, 'key_file.json'),
+    keyFilePath: checked.token_key_file ? path.resolve(cwd, checked.token_key_file) : path.join(cwd, 'key_file.json'),
+    isKeyFileProvided: Boolean(checked.token_key_file),
     ompNumThreads,
     cpuCount: os.availableParallelism(),
     extractionCacheDir: path.join(os.tmpdir(), 'marina', 'models'),
