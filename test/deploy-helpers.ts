@@ -53,7 +53,7 @@ export interface ForegroundServer {
  * default), every API on a free loopback port, serving the model store `store`. Resolves once it
  * prints that it is ready.
  */
-export async function startForegroundServer(cwd: string, options: { store: string; extraConfig?: string[] } ): Promise<ForegroundServer> {
+export async function startForegroundServer(cwd: string, options: { store: string; extraConfig?: string[]; env?: Record<string, string> }): Promise<ForegroundServer> {
   mkdirSync(path.join(cwd, 'tmp'), { recursive: true });
   const config = path.join(cwd, 'config.properties');
   writeFileSync(config, [
@@ -65,7 +65,7 @@ export async function startForegroundServer(cwd: string, options: { store: strin
     ...(options.extraConfig ?? []),
     '',
   ].join('\n'));
-  const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: path.join(cwd, 'tmp'), LOG_LOCATION: path.join(cwd, 'logs') };
+  const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: path.join(cwd, 'tmp'), LOG_LOCATION: path.join(cwd, 'logs'), ...options.env };
   delete env.TS_CONFIG_FILE;
   const child = spawn(process.execPath, [bins.serve, '--foreground', '--ncs', '--ts-config', config], { cwd, env });
   let output = '';
