@@ -78,7 +78,7 @@ beforeAll(async () => {
 afterAll(async () => {
   if (work && existsSync(work)) await run('serve', ['--stop']);
   if (root) rmSync(root, { recursive: true, force: true });
-});
+}, 120_000);
 
 describe('npm install -g of the packed tarballs', () => {
   it('puts serve, model-archiver, marina-models and the opt-in TorchServe names on PATH, with --help', { timeout: 120_000 }, async () => {
