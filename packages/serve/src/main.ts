@@ -4,6 +4,7 @@ import { removePidFile, writePidFile } from './config/pid-file.ts';
 import { startServer, type RunningServer } from './start-server.ts';
 import { assertNoOtherServer, notifyLauncher, startBackgroundServer, stopBackgroundServer, writeStartupReport } from './launcher.ts';
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
+import { cleanModelCaches, defaultExtractionCacheDir, optimizedModelCacheDir } from './cache/model-caches.ts';
 
 /** Executes one parsed `serve` command and exits the process: the only process.exit in Marina. */
 export async function runServeCommand(command: ServeCommand): Promise<void> {
@@ -12,11 +13,21 @@ export async function runServeCommand(command: ServeCommand): Promise<void> {
       process.stdout.write(`Marina Version is ${MARINA_VERSION}\n`);
       exitProcess(0);
     } else if (command.mode === 'stop') exitProcess(await stopBackgroundServer());
+    else if (command.mode === 'clean-cache') exitProcess(await cleanCaches());
     else if (command.foreground) await runForeground(command.cliOptions);
     else exitProcess(await startBackgroundServer({ cliOptions: command.cliOptions, loadConfig: loadCheckedConfig }));
   } catch (error) {
     exitWithError(error);
   }
+}
+
+/** `serve --clean-cache`: refused while a server runs (its workers read these folders). Returns the exit code. */
+async function cleanCaches(): Promise<number> {
+  assertNoOtherServer();
+  for (const cleaned of await cleanModelCaches({ extractionCacheDir: defaultExtractionCacheDir(), optimizedCacheDir: optimizedModelCacheDir() })) {
+    process.stdout.write(`Removed ${cleaned.entries} entries (${cleaned.bytes} bytes) from ${cleaned.dir}\n`);
+  }
+  return 0;
 }
 
 /** process.exit, in one place. */
