@@ -60,6 +60,8 @@ export async function startForegroundServer(cwd: string, options: { store: strin
     `inference_address=http://127.0.0.1:${await freePort()}`,
     `management_address=http://127.0.0.1:${await freePort()}`,
     `metrics_address=http://127.0.0.1:${await freePort()}`,
+    'grpc_inference_port=0',
+    'grpc_management_port=0',
     `model_store=${options.store}`,
     'load_models=all',
     ...(options.extraConfig ?? []),
@@ -88,7 +90,7 @@ export async function startForegroundServer(cwd: string, options: { store: strin
     void exited.then(({ code, signal }) => reject(new Error(`serve exited (${code ?? signal}) before printing '${text}':\n${output}`)));
   });
   await waitForOutput('Marina is ready.');
-  const bound = (api: string) => new RegExp(`${api} API bound to (\\S+)`).exec(output)![1]!;
+  const bound = (api: string) => new RegExp(`^${api} API bound to (\\S+)`, 'm').exec(output)![1]!;
   const keyFilePath = /keys in (\S+)\.$/m.exec(output)![1]!;
   const keyFile = JSON.parse(readFileSync(keyFilePath, 'utf8')) as { inference: { key: string }; management: { key: string } };
   return {

@@ -51,7 +51,7 @@ function workDir(extraConfig = ''): string {
   mkdirSync(path.join(cwd, 'store'));
   writeFileSync(
     path.join(cwd, 'config.properties'),
-    ['inference_address=http://127.0.0.1:0', 'management_address=http://127.0.0.1:0', 'enable_metrics_api=false', 'model_store=store', 'load_models=all', extraConfig].join('\n'),
+    ['inference_address=http://127.0.0.1:0', 'management_address=http://127.0.0.1:0', 'enable_metrics_api=false', 'model_store=store', 'load_models=all', extraConfig, 'grpc_inference_port=0', 'grpc_management_port=0'].join('\n'),
   );
   return cwd;
 }
@@ -170,7 +170,7 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
     const { port } = blocker.address() as AddressInfo;
     try {
-      const cwd = workDir(`inference_address=http://127.0.0.1:${port}`);
+      const cwd = workDir(`inference_address=http://127.0.0.1:${port}\ngrpc_inference_port=0\ngrpc_management_port=0`);
       started.push(cwd);
       const start = await serve(cwd, ['--start', '--disable-token-auth', '--ts-config', 'config.properties']);
       expect(start.code).toBe(1);
