@@ -37,8 +37,10 @@ WORKDIR /home/marina
 # The model store (.mar archives) and the configuration (config.properties; key_file.json for
 # token_key_file, or let the server write its own keys to /home/marina/key_file.json).
 VOLUME ["/home/marina/model-store", "/etc/marina"]
-# Inference, management, metrics. config.properties must bind 0.0.0.0 inside a container.
-EXPOSE 8080 8081 8082
+# Inference, management, metrics (HTTP), and gRPC inference (TorchServe's and the Open Inference
+# Protocol's services) and management, as TorchServe's image has them. config.properties must bind
+# 0.0.0.0 inside a container (grpc_inference_address / grpc_management_address for gRPC).
+EXPOSE 8080 8081 8082 7070 7071
 # SIGTERM (docker stop, Kubernetes): stop accepting, /ping 500, finish in-flight requests, exit 0.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["serve", "--foreground"]

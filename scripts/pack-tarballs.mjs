@@ -11,8 +11,11 @@
 //    One tarball gives one tree, one copy of each, and no @marina/* lookups on the npm registry.
 // 3. marina-torchserve-compat-<version>.tgz stays separate and opt-in (`torchserve`,
 //    `torch-model-archiver`); it finds @marina/cli beside it in the global folder.
+// 4. marina-client-<version>.tgz is the Node client library (@marina/client, no dependencies) for
+//    pipeline jobs: installed into the job's project (`npm install ./marina-client-<version>.tgz`),
+//    not globally.
 //
-// Prints the tarballs to install, one a line. Install: npm install -g <marina-cli.tgz> [<compat.tgz>]
+// Prints the tarballs, one a line. Install: npm install -g <marina-cli.tgz> [<compat.tgz>]
 import { execFileSync } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,7 +32,7 @@ function run(command, args, cwd) {
 try {
   // pnpm's own path when run as a pnpm script (npm_execpath), else pnpm from the PATH.
   const pnpm = process.env.npm_execpath ? [process.execPath, process.env.npm_execpath] : ['pnpm'];
-  const filters = [...BUNDLED, 'cli', 'torchserve-compat'].flatMap((name) => ['--filter', `@marina/${name}`]);
+  const filters = [...BUNDLED, 'cli', 'torchserve-compat', 'client'].flatMap((name) => ['--filter', `@marina/${name}`]);
   run(pnpm[0], [...pnpm.slice(1), '-r', ...filters, 'pack', '--pack-destination', staging]);
 
   const unpack = (name) => {
@@ -67,7 +70,7 @@ try {
   const packed = execFileSync('npm', ['pack', '--silent', '--pack-destination', staging], { cwd: cliDir, encoding: 'utf8' }).trim().split('\n').pop();
 
   mkdirSync(destination, { recursive: true });
-  const outputs = [packed, readdirSync(staging).find((file) => file.startsWith('marina-torchserve-compat-'))];
+  const outputs = [packed, ...['torchserve-compat', 'client'].map((name) => readdirSync(staging).find((file) => file.startsWith(`marina-${name}-`)))];
   for (const file of outputs) renameSync(join(staging, file), join(destination, file));
   process.stdout.write(`${outputs.map((file) => join(destination, file)).join('\n')}\n`);
 } finally {

@@ -7,7 +7,9 @@
  *   not unknown fields, so the fields Marina depends on are also asserted one by one.
  * - its config.properties loads in Marina's own config loader without a warning;
  * - deploy/kserve/ validates against KServe's CRD schemas (deploy/kserve/crds/, copied from
- *   kserve/kserve, source in their README), read as the API server reads them: unknown fields are errors.
+ *   kserve/kserve, source in their README), read as the API server reads them: unknown fields are
+ *   errors; its ports (REST v2 on 8080, gRPC v2 on the h2c port 7070, metrics) and key mount match
+ *   the config.properties it ships, which Marina's loader accepts.
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -60,7 +62,7 @@ describe('deploy/kubernetes (kubectl kustomize)', () => {
     expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 10001 });
     const [container] = pod.containers as Array<Record<string, any>>;
     expect(container!.securityContext).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
-    expect(container!.ports.map((port: { name: string; containerPort: number }) => [port.name, port.containerPort])).toEqual([['inference', 8080], ['management', 8081], ['metrics', 8082]]);
+    expect(container!.ports.map((port: { name: string; containerPort: number }) => [port.name, port.containerPort])).toEqual([['inference', 8080], ['management', 8081], ['metrics', 8082], ['grpc-inference', 7070]]);
     for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe']) expect(container![probe].httpGet, probe).toEqual({ path: '/ping', port: 'inference' });
     expect(container!.resources.requests).toMatchObject({ cpu: expect.any(String), memory: expect.any(String) });
     expect(container!.resources.limits).toMatchObject({ cpu: expect.any(String), memory: expect.any(String) });
@@ -86,6 +88,12 @@ describe('deploy/kubernetes (kubectl kustomize)', () => {
     expect(config.isKeyFileProvided).toBe(true);
     expect(config.disableTokenAuthorization).toBe(false);
     expect([config.inferenceAddress.port, config.managementAddress.port, config.metricsAddress.port]).toEqual([8080, 8081, 8082]);
+    // gRPC inference listens on the pod's address, on the port the Deployment and Service name.
+    expect(config.grpc?.inference).toMatchObject({ host: '0.0.0.0', port: 7070 });
+    expect(config.grpc?.management).toMatchObject({ host: '127.0.0.1', port: 7071 });
+    const service = byKind('Service') as unknown as { spec: { ports: Array<{ name: string; port: number; targetPort: string; appProtocol?: string }> } };
+    expect(service.spec.ports.find((port) => port.name === 'grpc-inference')).toEqual({ name: 'grpc-inference', port: 7070, targetPort: 'grpc-inference', appProtocol: 'kubernetes.io/h2c' });
+    expect(service.spec.ports.map((port) => port.name)).not.toContain('management');
   });
 
   it('scrapes /metrics and scales on the queue-depth metric Marina exports', () => {
@@ -134,13 +142,20 @@ function crdValidator(file: string, version: string) {
 describe('deploy/kserve against KServe CRD schemas', { timeout: 120_000 }, () => {
   const runtime = parse(readFileSync(path.join(repoRoot, 'deploy/kserve/cluster-serving-runtime.yaml'), 'utf8')) as Record<string, any>;
   const service = parse(readFileSync(path.join(repoRoot, 'deploy/kserve/inference-service.yaml'), 'utf8')) as Record<string, any>;
+  const grpcService = parse(readFileSync(path.join(repoRoot, 'deploy/kserve/inference-service-grpc.yaml'), 'utf8')) as Record<string, any>;
+  /** The config.properties the storageUri carries, as Marina's loader reads it (the model store stands in for /mnt/models). */
+  const kserveConfig = () => {
+    const properties = readFileSync(path.join(repoRoot, 'deploy/kserve/config.properties'), 'utf8');
+    const values = Object.fromEntries(properties.split('\n').filter((line) => line.trim() !== '' && !line.startsWith('#')).map((line) => line.split(/=(.*)/s).slice(0, 2) as [string, string]));
+    return { values, config: configFromProperties({ ...values, model_store: repoRoot }, { cwd: '/home/marina', env: {} }) };
+  };
 
-  it('validates the ClusterServingRuntime: protocol v2, the onnx format, the serve image', () => {
+  it('validates the ClusterServingRuntime: the Open Inference Protocol over REST and gRPC, the onnx format, the serve image', () => {
     const { kind, validate } = crdValidator('serving.kserve.io_clusterservingruntimes.yaml', 'v1alpha1');
     expect(runtime.kind).toBe(kind);
     expect(runtime.apiVersion).toBe('serving.kserve.io/v1alpha1');
     expect(validate(runtime), JSON.stringify(validate.errors)).toBe(true);
-    expect(runtime.spec.protocolVersions).toEqual(['v2']);
+    expect(runtime.spec.protocolVersions).toEqual(['v2', 'grpc-v2']);
     expect(runtime.spec.supportedModelFormats.map((format: { name: string }) => format.name)).toEqual(['onnx']);
     // Strict: a misspelt field is refused, as the API server would.
     const misspelt = structuredClone(runtime);
@@ -149,13 +164,42 @@ describe('deploy/kserve against KServe CRD schemas', { timeout: 120_000 }, () =>
     expect(JSON.stringify(validate.errors)).toContain('additionalProperties');
   });
 
-  it('validates the example InferenceService on that runtime', () => {
+  it('validates the example InferenceServices on that runtime, REST (v2) and gRPC (grpc-v2 on the h2c port)', () => {
     const { kind, validate } = crdValidator('serving.kserve.io_inferenceservices.yaml', 'v1beta1');
-    expect(service.kind).toBe(kind);
-    expect(validate(service), JSON.stringify(validate.errors)).toBe(true);
-    expect(service.spec.predictor.model).toMatchObject({ runtime: runtime.metadata.name, modelFormat: { name: 'onnx' }, protocolVersion: 'v2' });
+    for (const manifest of [service, grpcService]) {
+      expect(manifest.kind).toBe(kind);
+      expect(validate(manifest), JSON.stringify(validate.errors)).toBe(true);
+      expect(manifest.spec.predictor.model).toMatchObject({ runtime: runtime.metadata.name, modelFormat: { name: 'onnx' } });
+      expect(runtime.spec.protocolVersions).toContain(manifest.spec.predictor.model.protocolVersion);
+    }
+    expect(service.spec.predictor.model.protocolVersion).toBe('v2');
+    expect(grpcService.spec.predictor.model.protocolVersion).toBe('grpc-v2');
     const misspelt = structuredClone(service);
     misspelt.spec.predictor.model.runtimeName = 'kserve-marina';
     expect(validate(misspelt)).toBe(false);
+  });
+
+  it('matches the ports and key mount to the config.properties the storageUri carries, which Marina loads without a warning', () => {
+    const { values, config } = kserveConfig();
+    expect(config.warnings).toEqual([]);
+    const [container] = runtime.spec.containers as Array<Record<string, any>>;
+    expect(container!.args).toEqual(['--ts-config', '/mnt/models/config/config.properties']);
+    expect(values.model_store).toBe('/mnt/models/model-store');
+    // REST (v2): the runtime's port is the inference address's, on the pod's address.
+    expect(container!.ports).toEqual([{ containerPort: config.inferenceAddress.port, protocol: 'TCP' }]);
+    expect(config.inferenceAddress.port).toBe(8080);
+    expect(values.inference_address).toBe('http://0.0.0.0:8080');
+    // gRPC (grpc-v2): the h2c port is grpc_inference_port, on the pod's address.
+    expect(grpcService.spec.predictor.model.ports).toEqual([{ name: 'h2c', containerPort: config.grpc!.inference.port, protocol: 'TCP' }]);
+    expect(config.grpc!.inference).toMatchObject({ host: '0.0.0.0', port: 7070 });
+    // Metrics where the Prometheus annotation says.
+    expect(Number(runtime.spec.annotations['prometheus.kserve.io/port'])).toBe(config.metricsAddress.port);
+    // Token authorization on, with the keys of the Secret the runtime mounts.
+    expect(config.disableTokenAuthorization).toBe(false);
+    expect(config.isKeyFileProvided).toBe(true);
+    const mount = (container!.volumeMounts as Array<{ name: string; mountPath: string }>).find((candidate) => `${candidate.mountPath}/key_file.json` === config.keyFilePath);
+    expect(mount, config.keyFilePath).toBeDefined();
+    const volume = (runtime.spec.volumes as Array<{ name: string; secret?: { secretName: string } }>).find((candidate) => candidate.name === mount!.name);
+    expect(volume?.secret?.secretName).toBe('marina-keys');
   });
 });

@@ -1,8 +1,9 @@
 /**
  * What Kubernetes (and the Dockerfile's `serve --foreground` as PID 1) relies on, on the real
  * process with token authorization on (the default):
- * - the probes' path, GET /ping on the inference port, needs no key, and /metrics needs none
- *   either (the ServiceMonitor scrapes it); predictions and the management API still need theirs;
+ * - the probes' paths, GET /ping and the Open Inference Protocol's /v2/health/live and
+ *   /v2/health/ready on the inference port, need no key, and /metrics needs none either (the
+ *   ServiceMonitor scrapes it); predictions, the rest of v2 and the management API still need theirs;
  * - on SIGTERM the server stops accepting (new connections are refused, so readiness turns false),
  *   lets the requests in flight finish with their answers, and exits 0.
  */
@@ -37,7 +38,7 @@ async function start(modelConfigYaml?: string, setUp: (cwd: string) => string[] 
 }
 
 describe('probes with token authorization on', { timeout: 60_000 }, () => {
-  it('leaves /ping and /metrics open, and keeps predictions and management behind their keys', async () => {
+  it('leaves /ping, /v2/health/* and /metrics open, and keeps predictions and management behind their keys', async () => {
     const server = await start();
     expect(server.output()).toContain('Token authorization is on');
     const ping = await fetch(`${server.inferenceUrl}/ping`);
@@ -51,6 +52,16 @@ describe('probes with token authorization on', { timeout: 60_000 }, () => {
     expect((await fetch(`${server.managementUrl}/models`, { headers: { authorization: `Bearer ${server.keys.management}` } })).status).toBe(200);
     // A probe that sends a header anyway is not refused.
     expect((await fetch(`${server.inferenceUrl}/ping`, { headers: { authorization: 'Bearer wrong' } })).status).toBe(200);
+    // The Open Inference Protocol's health routes (KServe's v2 probes) are open too; the rest of v2 is not.
+    const live = await fetch(`${server.inferenceUrl}/v2/health/live`);
+    expect(live.status).toBe(200);
+    expect(await live.json()).toEqual({ live: true });
+    const ready = await fetch(`${server.inferenceUrl}/v2/health/ready`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toEqual({ ready: true });
+    expect((await fetch(`${server.inferenceUrl}/v2`)).status).toBe(401);
+    expect((await fetch(`${server.inferenceUrl}/v2/models/gated/ready`)).status).toBe(401);
+    expect((await fetch(`${server.inferenceUrl}/v2/models/gated/ready`, { headers: { authorization: `Bearer ${server.keys.inference}` } })).status).toBe(200);
   });
 });
 

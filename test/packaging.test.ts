@@ -5,13 +5,17 @@
  * cache), and the tutorial flow runs from the installed bins alone, found on PATH, in a folder
  * outside the repository: marina-models generate, model-archiver, model-archiver validate,
  * serve --start with token authorization on, a prediction, serve --stop. Also checks that the
- * installed code is compiled JavaScript with no TypeScript loader, and the opt-in TorchServe names.
+ * installed code is compiled JavaScript with no TypeScript loader, and the opt-in TorchServe names;
+ * the installed server answers gRPC (OIP) with the .proto files it shipped; the client library's
+ * own tarball, installed into a project, classifies an image through the installed server.
  * The Dockerfile runs the same install command.
  */
 import { execFile, spawn } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, makeTempDir, repoRoot } from './helpers.ts';
 
@@ -21,6 +25,7 @@ let root: string;
 let prefix: string;
 let work: string;
 let env: NodeJS.ProcessEnv;
+let clientTarball: string;
 
 interface Ran {
   code: number | null;
@@ -57,11 +62,13 @@ beforeAll(async () => {
   const [pnpm, pnpmArgs] = pnpmCommand();
   const { stdout } = await execFileAsync(pnpm, [...pnpmArgs, 'run', '--silent', 'tarballs', packed], { cwd: repoRoot, maxBuffer: 16 << 20 });
   const tarballs = stdout.trim().split('\n').filter((line) => line.endsWith('.tgz'));
-  expect(tarballs.map((file) => path.basename(file)).sort()).toEqual(['marina-cli-0.1.0.tgz', 'marina-torchserve-compat-0.1.0.tgz']);
+  expect(tarballs.map((file) => path.basename(file)).sort()).toEqual(['marina-cli-0.1.0.tgz', 'marina-client-0.1.0.tgz', 'marina-torchserve-compat-0.1.0.tgz']);
+  clientTarball = tarballs.find((file) => path.basename(file).startsWith('marina-client-'))!;
+  const globalTarballs = tarballs.filter((file) => file !== clientTarball);
 
   // The README's install command. ONNXRUNTIME_NODE_INSTALL=skip: onnxruntime-node's install script
   // fetches GPU files from outside the npm registry; the CPU binary ships inside the package.
-  await execFileAsync('npm', ['install', '-g', '--prefix', prefix, '--no-audit', '--no-fund', ...tarballs], {
+  await execFileAsync('npm', ['install', '-g', '--prefix', prefix, '--no-audit', '--no-fund', ...globalTarballs], {
     cwd: root,
     env: { ...process.env, ONNXRUNTIME_NODE_INSTALL: 'skip' },
     maxBuffer: 16 << 20,
@@ -101,6 +108,10 @@ describe('npm install -g of the packed tarballs', () => {
       expect(existsSync(path.join(dir, 'src')), `${name} ships no src/`).toBe(false);
     }
     expect(existsSync(path.join(modules, '@marina', 'serve', 'dist', 'workers', 'worker-bootstrap.mjs'))).toBe(true);
+    // The gRPC services' .proto files, which the server reads at start-up (dist/protocols/../../protos).
+    for (const proto of ['grpc_predict_v2.proto', 'open_inference_grpc.proto', 'inference.proto', 'management.proto', 'google/rpc/status.proto']) {
+      expect(existsSync(path.join(modules, '@marina', 'serve', 'protos', proto)), proto).toBe(true);
+    }
     expect(existsSync(path.join(modules, 'tsx'))).toBe(false);
     expect(existsSync(path.join(modules, 'typescript'))).toBe(false);
     expect(readdirSync(path.join(prefix, 'lib', 'node_modules')).sort()).toEqual(['@marina']);
@@ -119,11 +130,13 @@ describe('npm install -g of the packed tarballs', () => {
     expect(validated.code, validated.stderr).toBe(0);
     expect(JSON.parse(validated.stdout)).toMatchObject({ isValid: true });
 
-    const [inference, management, metrics] = [await freePort(), await freePort(), await freePort()];
+    const [inference, management, metrics, grpcInference, grpcManagement] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
     writeFileSync(path.join(work, 'config.properties'), [
       `inference_address=http://127.0.0.1:${inference}`,
       `management_address=http://127.0.0.1:${management}`,
       `metrics_address=http://127.0.0.1:${metrics}`,
+      `grpc_inference_port=${grpcInference}`,
+      `grpc_management_port=${grpcManagement}`,
       'model_store=model_store',
       'load_models=tiny.mar',
       '',
@@ -144,6 +157,46 @@ describe('npm install -g of the packed tarballs', () => {
       const body = await response.text();
       expect(response.status, body).toBe(200);
       expect(Object.keys(JSON.parse(body) as object)).toHaveLength(5);
+
+      // gRPC from the installed server: the Open Inference Protocol's service, with a client built
+      // from the .proto files the tarball installed (the server read the same files from its dist/).
+      expect(started.stdout).toMatch(new RegExp(`^gRPC Inference API bound to \\S*127\\.0\\.0\\.1:${grpcInference}$`, 'm'));
+      const protos = path.join(prefix, 'lib', 'node_modules', '@marina', 'cli', 'node_modules', '@marina', 'serve', 'protos');
+      const oip = grpc.loadPackageDefinition(protoLoader.loadSync(path.join(protos, 'grpc_predict_v2.proto'), { keepCase: true, defaults: true, includeDirs: [protos] }));
+      const Service = (oip.inference as grpc.GrpcObject).GRPCInferenceService as grpc.ServiceClientConstructor;
+      const client = new Service(`127.0.0.1:${grpcInference}`, grpc.credentials.createInsecure());
+      const call = (method: string, request: object, key?: string) => new Promise<unknown>((resolve, reject) => {
+        const metadata = new grpc.Metadata();
+        if (key) metadata.set('authorization', `Bearer ${key}`);
+        (client[method] as (r: object, m: grpc.Metadata, cb: (e: grpc.ServiceError | null, v: unknown) => void) => void).call(client, request, metadata, (error, value) => (error ? reject(error) : resolve(value)));
+      });
+      try {
+        expect(await call('ServerReady', {}, keys.inference.key)).toEqual({ ready: true });
+        expect(await call('ModelReady', { name: 'tiny', version: '' }, keys.inference.key)).toEqual({ ready: true });
+        await expect(call('ModelReady', { name: 'tiny', version: '' })).rejects.toMatchObject({ code: grpc.status.UNAUTHENTICATED });
+      } finally {
+        client.close();
+      }
+
+      // The Node client library from its own tarball, installed into a job's project as a user would.
+      const job = path.join(root, 'job');
+      await execFileAsync('npm', ['install', '--prefix', job, '--no-audit', '--no-fund', clientTarball], { cwd: root, maxBuffer: 16 << 20 });
+      expect(existsSync(path.join(job, 'node_modules', '@marina', 'client', 'dist', 'index.js'))).toBe(true);
+      expect(existsSync(path.join(job, 'node_modules', '@marina', 'client', 'src'))).toBe(false);
+      writeFileSync(path.join(job, 'job.mjs'), [
+        "import { readFileSync } from 'node:fs';",
+        "import { createMarinaClient } from '@marina/client';",
+        'const client = createMarinaClient();',
+        "console.log(JSON.stringify(await client.predict('tiny', readFileSync(process.argv[2]))));",
+        '',
+      ].join('\n'));
+      const classified = await run('node', ['job.mjs', path.join(work, 'generated', 'kitten.jpg')], {
+        cwd: job,
+        env: { ...env, MARINA_URL: `http://127.0.0.1:${inference}`, MARINA_KEY_FILE: path.join(work, 'key_file.json') },
+      });
+      expect(classified.code, classified.stderr).toBe(0);
+      expect(Object.keys(JSON.parse(classified.stdout) as object)).toHaveLength(5);
+
       // The server and its workers run from the installed, compiled files.
       const pid = Number(readFileSync(path.join(work, '.marina_server.pid'), 'utf8').split('\n')[0]);
       const commandLine = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
