@@ -53,7 +53,7 @@ async function measure(target) {
   const dir = mkdtempSync(join(work, 'run-'));
   const port = await freePort();
   writeFileSync(join(dir, 'config.properties'), [
-    `inference_address=http://127.0.0.1:${port}`, `management_address=http://127.0.0.1:${await freePort()}`, `metrics_address=http://127.0.0.1:${await freePort()}`,
+    `inference_address=http://127.0.0.1:${port}`, `management_address=http://127.0.0.1:${await freePort()}`, `metrics_address=http://127.0.0.1:${await freePort()}`, 'grpc_inference_port=0', 'grpc_management_port=0',
     `model_store=${join(work, 'store')}`, 'load_models=resnet-18.mar', 'default_workers_per_model=1', '',
   ].join('\n'));
   const started = performance.now();
