@@ -99,8 +99,13 @@ describe('OIP REST: health and metadata', () => {
   it('refuses every v2 route without the inference key, as REST does', async () => {
     const none = await v2('GET', '/v2/models/mixed', { token: null });
     expect(none.status).toBe(401);
+    // The protocol's error body (a v2 client reads "error"), with the stable code in the header.
+    expect(Object.keys(none.json())).toEqual(['error']);
+    expect(none.json().error).toContain('Token Authorization failed');
+    expect(none.headers.get('x-marina-error-code')).toBe('MARINA_ERR_TOKEN_MISSING');
     const wrongKey = await v2('POST', '/v2/models/mixed/infer', { json: { inputs: mixedInput(1).inputs }, token: server.keys.management });
     expect(wrongKey.status).toBe(401);
+    expect(Object.keys(wrongKey.json())).toEqual(['error']);
   });
 
   it('describes a tensor model from its ONNX signature, with -1 for dynamic dimensions', async () => {

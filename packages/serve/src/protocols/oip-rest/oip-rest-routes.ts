@@ -140,6 +140,10 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
   const { dataPlane, maxRequestBytes } = options;
   // Every v2 route needs the inference key (decided on the matched route by the token hook).
   declareRouteAuth(app, 'inference');
+  // Errors sent before a v2 handler runs (a missing or wrong token) use the protocol's {"error"} body too.
+  app.addHook('onRoute', (route) => {
+    route.config = { ...(route.config ?? {}), errorBody: 'oip' };
+  });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, body));
   app.setErrorHandler((error, _request, reply) => {
