@@ -7,6 +7,7 @@ import * as ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { float16BitsToFloat32 } from '@marina/handlers';
 import { startOipServer, type OipServer } from './oip-harness.ts';
+import { encodeInferResponse } from '../src/protocols/oip-rest/oip-rest-routes.ts';
 
 let server: OipServer;
 let mixed: ort.InferenceSession;
@@ -303,5 +304,15 @@ describe('OIP REST: errors, each refused before a worker', () => {
     const ts = await fetch(`${server.rest}/predictions/mixed`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${server.keys.inference}` }, body: JSON.stringify({ inputs }) });
     expect(ts.status).toBe(500);
     expect((await ts.json()).marinaCode).toBe('MARINA_ERR_RESPONSE_TOO_LARGE');
+  });
+
+  it('decides before building the v2 JSON answer whether it can fit, from the least its JSON can take', () => {
+    // 60,000 BOOL values: 60,000 bytes in binary, at least 119,999 as JSON ("true," or "false," each).
+    const outputs = [{ name: 'mask_out', datatype: 'BOOL' as const, shape: [20000, 3], raw: Buffer.alloc(60000, 1) }];
+    const response = { modelName: 'mixed', modelVersion: '1.0', id: '1', outputs };
+    expect(() => encodeInferResponse(response, () => false, 100000)).toThrow(/would take at least 119999 bytes, larger than max_response_size \(100000 bytes\)/);
+    const binary = encodeInferResponse(response, () => true, 100000);
+    expect(binary.body.length).toBeLessThan(100000);
+    expect(binary.headerLength).toBeGreaterThan(0);
   });
 });

@@ -7,6 +7,8 @@
  */
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import {
+  answerBytesAtLeast,
+  assertResponseSize,
   createHandlerError,
   INFERENCE_HEADER_CONTENT_LENGTH,
   isV2Datatype,
@@ -18,7 +20,7 @@ import {
 } from '@marina/handlers';
 import { declareRouteAuth } from '../../auth/token-authorization.ts';
 import { createServeError, toMarinaError } from '../../errors.ts';
-import { assertResponseSize, type DataPlane, type InferRequest, type InferResponse } from '../data-plane.ts';
+import type { DataPlane, InferRequest, InferResponse } from '../data-plane.ts';
 
 export interface OipRestRoutesOptions {
   dataPlane: DataPlane;
@@ -103,7 +105,9 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
 }
 
 /** The v2 infer answer: JSON, or JSON header + binary tensors when any output is binary. */
-export function encodeInferResponse(response: InferResponse, isBinary: (name: string) => boolean): { body: Buffer; headerLength?: number } {
+export function encodeInferResponse(response: InferResponse, isBinary: (name: string) => boolean, maxResponseBytes?: number): { body: Buffer; headerLength?: number } {
+  // Refuse before building JSON that cannot fit (JSON numbers are 2 to 25 times the binary bytes).
+  assertResponseSize(answerBytesAtLeast(response.outputs.map((t) => ({ shape: t.shape, raw: t.raw, isBinary: isBinary(t.name) }))), maxResponseBytes, true);
   const binaries: Buffer[] = [];
   const outputs = response.outputs.map((t) => {
     if (isBinary(t.name)) {
@@ -194,7 +198,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         headers: headersOf(request),
         arrivedAt,
       });
-      const encoded = encodeInferResponse(response, decoded.binaryOutputs);
+      const encoded = encodeInferResponse(response, decoded.binaryOutputs, dataPlane.maxResponseBytes);
       assertResponseSize(encoded.body.length, dataPlane.maxResponseBytes);
       if (encoded.headerLength !== undefined) {
         reply.header('inference-header-content-length', String(encoded.headerLength));
