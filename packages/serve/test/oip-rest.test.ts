@@ -253,6 +253,22 @@ describe('OIP REST: errors, each refused before a worker', () => {
     expect(res.headers.get('x-marina-error-code')).toBe('MARINA_ERR_TENSOR_INPUT_INVALID');
   });
 
+  it('counts every request refused for its body in the metrics: undecodable, out of range, or not fitting the model', async () => {
+    const refused: Array<{ modelName: string; statusCode: number }> = [];
+    const listener = (e: { modelName: string; statusCode: number }) => refused.push({ modelName: e.modelName, statusCode: e.statusCode });
+    server.app.registry.events.on('request', listener);
+    try {
+      expect((await v2('POST', '/v2/models/mixed/infer', { body: Buffer.from('not json'), headers: { 'content-type': 'application/json' } })).status).toBe(400);
+      expect((await infer({ inputs: withInput('small', { data: [1, 300] }) })).status).toBe(400);
+      expect((await infer({ inputs: mixedInput(1).inputs.filter((i) => i.name !== 'wide') })).status).toBe(400);
+      // An unknown model's request is not a model's request: not counted.
+      expect((await infer({ inputs: mixedInput(1).inputs }, 'nope')).status).toBe(404);
+    } finally {
+      server.app.registry.events.off('request', listener);
+    }
+    expect(refused).toEqual([{ modelName: 'mixed', statusCode: 400 }, { modelName: 'mixed', statusCode: 400 }, { modelName: 'mixed', statusCode: 400 }]);
+  });
+
   it('400 for an unknown output', async () => {
     const res = await infer({ inputs: mixedInput(1).inputs, outputs: [{ name: 'nope' }] });
     expect(res.status).toBe(400);

@@ -224,6 +224,21 @@ export class DataPlane {
     });
   }
 
+  /**
+   * Counts a request an adapter refused before it reached `infer` (a body that does not decode), as
+   * `#recordRefused` does for admission, so the metrics see every request a model was sent. A model
+   * that does not exist is not counted (as an unknown model's request never is).
+   */
+  recordUndecodable(modelName: string, modelVersion: string | undefined, arrivedAt: number, error: unknown): void {
+    let version: ModelVersion;
+    try {
+      version = this.#registry.getVersion(modelName, modelVersion);
+    } catch {
+      return;
+    }
+    this.#recordRefused(version, { modelVersion, arrivedAt }, error);
+  }
+
   #encodeTorchServeInput(options: PredictOptions, signature: ModelSignature): PredictOptions {
     const keys = Object.keys(options.input);
     const payload = options.input['data'] ?? options.input['body'];

@@ -189,7 +189,13 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     try {
       const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
       const headerLength = request.headers[INFERENCE_HEADER_CONTENT_LENGTH];
-      const decoded = decodeInferBody(body, Array.isArray(headerLength) ? headerLength[0] : headerLength);
+      let decoded: DecodedRequest;
+      try {
+        decoded = decodeInferBody(body, Array.isArray(headerLength) ? headerLength[0] : headerLength);
+      } catch (error) {
+        dataPlane.recordUndecodable(request.params.model_name, request.params.model_version, arrivedAt, error);
+        throw error;
+      }
       const response = await dataPlane.infer({
         ...decoded.request,
         modelName: request.params.model_name,
