@@ -68,6 +68,8 @@ export interface ManagementRoutesOptions {
    * carries `warning: { code, message }`.
    */
   afterChange?: () => Promise<Error | undefined>;
+  /** Holds snapshot writes while a changing call runs (snapshot store's `hold`); returns the release. */
+  holdChanges?: () => (() => void) | undefined;
 }
 
 /**
@@ -197,7 +199,27 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     return body;
   });
 
+  // One snapshot per changing call, as TorchServe: its changes are written together by afterChange
+  // (or, when it fails, once it has answered).
+  const releases = new WeakMap<FastifyRequest, () => void>();
+  const release = (request: FastifyRequest) => {
+    releases.get(request)?.();
+    releases.delete(request);
+  };
+  app.addHook('preHandler', (request, _reply, done) => {
+    if (request.method !== 'GET') {
+      const releaseHold = options.holdChanges?.();
+      if (releaseHold) releases.set(request, releaseHold);
+    }
+    done();
+  });
+  app.addHook('onResponse', (request, _reply, done) => {
+    release(request);
+    done();
+  });
+
   const status = async (request: FastifyRequest, reply: FastifyReply, code: number, text: string) => {
+    release(request);
     const problem = request.method === 'GET' ? undefined : await options.afterChange?.();
     const warning = problem === undefined ? undefined : { code: (problem as { code?: string }).code ?? 'MARINA_ERR_INTERNAL', message: problem.message };
     return sendTorchServeJson(request, reply, code, warning === undefined ? { status: text } : { status: text, warning });
