@@ -68,6 +68,7 @@ describe('the API explorer page', () => {
     expect(routes).toEqual(expect.arrayContaining([
       'inference GET /ping',
       'inference POST /predictions/{model_name}',
+      'inference GET /v2',
       'management POST /models',
       'management PUT /models/{model_name}',
       'metrics GET /metrics',
@@ -81,9 +82,17 @@ describe('the API explorer page', () => {
     await ping.locator('pre.result[data-status="200"]').waitFor({ timeout: 0 });
     expect(JSON.parse((await result.textContent())!.split('\n').slice(1).join('\n'))).toEqual({ status: 'Healthy' });
 
-    // /ping is open for probes; a route that needs a key is refused by its listener's own token
-    // check without one, and answered with the key typed into the page.
+    // Without the key, a route that needs it (GET /v2, the server's metadata) is refused by the
+    // inference listener's own token check, while /ping stays open for probes.
     await page.fill('#token', '');
+    const metadata = page.locator('section[data-api="inference"] li.route[data-route="GET /v2"]');
+    await metadata.locator('button').click();
+    await metadata.locator('pre.result[data-status="401"]').waitFor({ timeout: 0 });
+    // Clear the first call's answer, so the wait below sees this call's.
+    await result.evaluate((element) => element.removeAttribute('data-status'));
+    await ping.locator('button').click();
+    await ping.locator('pre.result[data-status="200"]').waitFor({ timeout: 0 });
+    // The management listener's check too: refused without its key, answered with it.
     const list = page.locator('section[data-api="management"] li.route[data-route="GET /models"]');
     await list.locator('button').click();
     await list.locator('pre.result[data-status="401"]').waitFor({ timeout: 0 });
