@@ -252,6 +252,7 @@ export class ModelRegistry implements ModelRegistryApi {
       intraOpNumThreads,
       cacheOptimizedModelDefault: this.#cacheOptimizedModelDefault,
       limitMaxImagePixels: this.#config.limitMaxImagePixels,
+      maxResponseBytes: this.#config.maxResponseBytes,
       serverVersion: SERVER_VERSION,
     };
   }
