@@ -1,0 +1,82 @@
+/**
+ * The README's shell blocks, run verbatim. Every ```sh block must be marked by the comment line
+ * before it: `<!-- readme-test: run -->` (this test runs it) or `<!-- readme-test: skip: <reason> -->`.
+ * The runnable blocks are one walk-through: they run in order, in one bash, starting in the clone's
+ * root, with TMPDIR pointing at a fresh folder (the first block `cd`s into a `mktemp -d` there) and
+ * without the node_modules/.bin folders that pnpm puts on a script's PATH, so the README's own PATH
+ * line is what makes the CLIs found. Needs the ports 8080-8082 of 127.0.0.1, as the README does.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync, rmSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { makeTempDir, repoRoot } from './helpers.ts';
+
+interface ShellBlock {
+  line: number;
+  marker: 'run' | 'skip' | undefined;
+  text: string;
+}
+
+/** The ```sh blocks of a Markdown text with the readme-test marker of the line before each. */
+function shellBlocks(markdown: string): ShellBlock[] {
+  const lines = markdown.split('\n');
+  const blocks: ShellBlock[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    if (!/^```(sh|bash|shell)\s*$/.test(lines[i]!)) continue;
+    const end = lines.findIndex((line, j) => j > i && line.startsWith('```'));
+    if (end < 0) throw new Error(`README.md:${i + 1}: unterminated code block`);
+    const previous = i > 0 ? lines[i - 1]! : '';
+    const match = /^<!-- readme-test: (run|skip: \S.*) -->$/.exec(previous.trim());
+    const marker = match ? (match[1] === 'run' ? 'run' : 'skip') : undefined;
+    blocks.push({ line: i + 1, marker, text: lines.slice(i + 1, end).join('\n') });
+    i = end;
+  }
+  return blocks;
+}
+
+const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
+const blocks = shellBlocks(readme);
+const workDir = makeTempDir('readme');
+/** PATH without the node_modules/.bin folders of pnpm's script runner. */
+const bareEnvPath = (process.env.PATH ?? '').split(path.delimiter).filter((dir) => !dir.includes(`node_modules${path.sep}.bin`)).join(path.delimiter);
+const env = { ...process.env, PATH: bareEnvPath, TMPDIR: workDir };
+
+afterAll(() => {
+  // A failed run may leave its background server: stop it (its pid file is under this TMPDIR).
+  spawnSync(process.execPath, [path.join(repoRoot, 'packages/serve/bin/serve.js'), '--stop'], { cwd: workDir, env, stdio: 'ignore' });
+  rmSync(workDir, { recursive: true, force: true });
+});
+
+describe('README shell blocks', () => {
+  it('marks every shell block as run or skip (with a reason)', () => {
+    expect(blocks.length).toBeGreaterThan(5);
+    expect(blocks.filter((block) => block.marker === undefined).map((block) => `README.md:${block.line}`)).toEqual([]);
+  });
+
+  it('runs the runnable blocks verbatim, in order, in a temporary folder', async () => {
+    const runnable = blocks.filter((block) => block.marker === 'run');
+    expect(runnable.length).toBeGreaterThanOrEqual(6);
+    const script = ['set -euo pipefail', ...runnable.map((block) => `# README.md:${block.line}\n${block.text}`)].join('\n');
+    const result = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
+      const child = spawn('bash', ['-c', script], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let output = '';
+      child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code, output }));
+    });
+    expect(result.output).not.toMatch(/command not found|MARINA_ERR_/);
+    expect(result.code, result.output).toBe(0);
+    expect(result.output).toMatch(/resnet-18\.onnx: 46\.7 MB/);
+    expect(result.output).toMatch(/resnet-18\.mar \(zip\): will serve/);
+    expect(result.output).toMatch(/Model loaded: resnet-18 \(version 1\.0\)/);
+    // The prediction: image_classifier's top-5, five labels with probabilities.
+    const top5 = /\{\n(\s+"[^"]+": [0-9.e-]+,?\n){5}\}/.exec(result.output);
+    expect(top5, result.output).not.toBeNull();
+    expect(result.output).toContain('Model \\"resnet-18\\" Version: 1.0 registered with 1 initial workers');
+    expect(result.output).toContain('Processing worker updates...');
+    expect(result.output).toMatch(/"modelName": "resnet-18"/);
+    expect(result.output.match(/Marina has stopped\./g)).toHaveLength(2);
+  }, 600_000);
+});
