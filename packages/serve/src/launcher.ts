@@ -8,6 +8,7 @@ import type { ServeCliOptions } from './config/load-config.ts';
 import { configError } from './config/config-errors.ts';
 import { isServerProcessAlive, pidFilePath, readPidFile, removePidFile, writePidFile, type PidFileContent } from './config/pid-file.ts';
 import type { RunningServer } from './start-server.ts';
+import { assertAddressesFree } from './config/assert-addresses-free.ts';
 
 /** What a server reports once it listens: in its own terminal, and to the launcher over IPC. */
 export type StartupReport = Pick<RunningServer, 'listening' | 'loaded' | 'failed' | 'restoredFrom'>;
@@ -38,6 +39,7 @@ export interface StartBackgroundServerOptions {
  * Returns the exit code.
  *
  * @throws MARINA_ERR_SERVER_ALREADY_RUNNING when the pid file names a live server;
+ *   MARINA_ERR_ADDRESS_IN_USE / MARINA_ERR_ADDRESS_UNAVAILABLE before the child starts;
  *   MARINA_ERR_SERVER_START_FAILED (with the log's last lines) when the child exits during start-up;
  *   the MARINA_ERR_CONFIG_* errors of `loadConfig`.
  */
@@ -45,6 +47,8 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
   const { cliOptions } = options;
   if (assertNoOtherServer()) removePidFile();
   const config = await options.loadConfig(cliOptions);
+  // Here, so that a port in use is reported in this terminal at once, not after the child loaded its models.
+  await assertAddressesFree(config);
 
   mkdirSync(config.logDir, { recursive: true });
   const logFile = path.join(config.logDir, LOG_FILE_NAME);
@@ -187,8 +191,14 @@ function fileSize(filePath: string): number {
 function readLogTail(logFile: string, fromByte: number): string {
   try {
     const text = readFileSync(logFile).subarray(fromByte).toString('utf8');
-    return text.trimEnd().split('\n').slice(-LOG_TAIL_LINES).map((line) => `  ${line}`).join('\n') || '  (the log is empty)';
+    return stripAnsi(text).trimEnd().split('\n').slice(-LOG_TAIL_LINES).map((line) => `  ${line}`).join('\n') || '  (the log is empty)';
   } catch {
     return '  (the log could not be read)';
   }
+}
+
+/** Text without terminal colour and cursor sequences (onnxruntime colours its log lines). */
+export function stripAnsi(text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '');
 }

@@ -2,7 +2,7 @@ import type { ServerConfig } from './config/server-config.ts';
 import { assertModelStoreConfigured, loadConfig, type ServeCliOptions } from './config/load-config.ts';
 import { removePidFile, writePidFile } from './config/pid-file.ts';
 import { startServer, type RunningServer } from './start-server.ts';
-import { assertNoOtherServer, notifyLauncher, startBackgroundServer, stopBackgroundServer, writeStartupReport } from './launcher.ts';
+import { assertNoOtherServer, notifyLauncher, stripAnsi, startBackgroundServer, stopBackgroundServer, writeStartupReport } from './launcher.ts';
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
 
 /** Executes one parsed `serve` command and exits the process: the only process.exit in Marina. */
@@ -27,7 +27,7 @@ export function exitProcess(code: number): never {
 /** Prints `CODE: message` (or the bare message of an error without a code) to stderr and exits 1. */
 export function exitWithError(error: unknown): never {
   const code = (error as { code?: string }).code;
-  process.stderr.write(`${code ? `${code}: ` : ''}${(error as Error).message}\n`);
+  process.stderr.write(`${code ? `${code}: ` : ''}${stripAnsi((error as Error).message)}\n`);
   exitProcess(1);
 }
 

@@ -7,6 +7,7 @@ import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, withoutRes
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
+import { assertAddressesFree, toListenError } from './config/assert-addresses-free.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
@@ -35,11 +36,14 @@ export interface StartServerOptions {
  * Library function: prints nothing, never exits. A model that fails to load is listed in `failed`
  * and does not stop the server.
  *
- * @throws the first error of building the app or binding a port (e.g. EADDRINUSE); what was
+ * @throws MARINA_ERR_ADDRESS_IN_USE / MARINA_ERR_ADDRESS_UNAVAILABLE before anything loads when an
+ *   address cannot be bound; else the first error of building the app or binding a port. What was
  *   started by then is closed first.
  */
 export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
   const log = options.log ?? (() => undefined);
+  // A port in use fails here, in milliseconds, rather than after the models have loaded.
+  await assertAddressesFree(config);
   const snapshot = config.isSnapshotEnabled ? await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => log('warn', message) }) : undefined;
   const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
   const effectiveConfig = registrations.length > 0 ? await withoutRestoredStartupModels(config, registrations) : config;
@@ -102,7 +106,12 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     for (const target of targets) {
       let url = started.get(target.instance);
       if (url === undefined) {
-        await target.instance.listen({ host: target.address.host, port: target.address.port });
+        try {
+          await target.instance.listen({ host: target.address.host, port: target.address.port });
+        } catch (error) {
+          // Taken between the check and now (or an address the check skipped).
+          throw toListenError(error as NodeJS.ErrnoException, { api: target.api, key: `${target.api}_address`, address: target.address }, config);
+        }
         const bound = target.instance.server.address() as AddressInfo;
         const host = bound.family === 'IPv6' ? `[${bound.address}]` : bound.address;
         url = `${target.address.protocol}://${host}:${bound.port}`;
