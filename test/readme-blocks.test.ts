@@ -7,7 +7,7 @@
  * line is what makes the CLIs found. Needs the ports 8080-8082 of 127.0.0.1, as the README does.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync, rmSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { makeTempDir, repoRoot } from './helpers.ts';
@@ -40,7 +40,9 @@ const blocks = shellBlocks(readme);
 const workDir = makeTempDir('readme');
 /** PATH without the node_modules/.bin folders of pnpm's script runner. */
 const bareEnvPath = (process.env.PATH ?? '').split(path.delimiter).filter((dir) => !dir.includes(`node_modules${path.sep}.bin`)).join(path.delimiter);
-const env = { ...process.env, PATH: bareEnvPath, TMPDIR: workDir };
+const env: NodeJS.ProcessEnv = { ...process.env, PATH: bareEnvPath, TMPDIR: workDir };
+// As on a user's machine: Marina itself must turn onnxruntime's telemetry (and its temp files) off.
+delete env.ORT_DISABLE_TELEMETRY;
 
 afterAll(() => {
   // A failed run may leave its background server: stop it (its pid file is under this TMPDIR).
@@ -78,5 +80,7 @@ describe('README shell blocks', () => {
     expect(result.output).toContain('Processing worker updates...');
     expect(result.output).toMatch(/"modelName": "resnet-18"/);
     expect(result.output.match(/Marina has stopped\./g)).toHaveLength(2);
+    // Nothing of onnxruntime's telemetry (mat-debug-<pid>.log, .ses) in the temp folder.
+    expect(readdirSync(workDir).filter((name) => /^mat-debug-|^\.ses$/.test(name))).toEqual([]);
   }, 600_000);
 });

@@ -10,6 +10,7 @@ import { parseModelConfig } from './model-config.ts';
 import { resolveExtractLimits, type ExtractLimits } from './extract-limits.ts';
 import { detectArchiveFormat, extractArchive, listArchive, type ArchiveEntry, type ArchiveFormat } from './open-archive.ts';
 import { isInside, resolveInside } from './safe-path.ts';
+import { defaultOrtTelemetryOff } from './ort-telemetry.ts';
 import { describeSchemaErrors, validateManifestSchema } from './schemas.ts';
 
 /** One thing wrong with an archive. `code` is stable (see ERRORS.md); `message` says what and what to do. */
@@ -102,6 +103,7 @@ function toSignature(metadata: readonly { name: string; isTensor: boolean; type?
 
 async function loadSignature(modelPath: string): Promise<ModelSignature> {
   // Imported here so the cheap checks (run after every archiving) never load the native runtime.
+  defaultOrtTelemetryOff();
   const { InferenceSession } = await import('onnxruntime-node');
   const session = await InferenceSession.create(modelPath, { intraOpNumThreads: 1, graphOptimizationLevel: 'disabled' });
   try {

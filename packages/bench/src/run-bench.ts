@@ -4,6 +4,7 @@ import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { experimentNames, type BenchResult, type ExperimentName, type MemoryVariant, type ReferenceTimings, type ResultRow } from './bench-result.ts';
+import { defaultOrtTelemetryOff } from '@marina/archive';
 import { benchErrors } from './errors.ts';
 import { CEILING_NOISE_TOLERANCE, runCeiling, measureOwnTime } from './experiments/ceiling.ts';
 import { readLoadAverage } from './stats.ts';
@@ -91,6 +92,7 @@ function checkPositiveInteger(name: string, value: number | undefined): void {
  *   MARINA_ERR_BENCH_SERVER_START_FAILED / MARINA_ERR_BENCH_CHILD_FAILED / MARINA_ERR_BENCH_REQUESTS_FAILED when a measured process fails.
  */
 export async function runBench(options: BenchOptions = {}): Promise<{ result: BenchResult; files: ReportFiles }> {
+  defaultOrtTelemetryOff(); // its job processes inherit it
   const mode = options.mode ?? 'full';
   if (!(mode in plans)) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`mode must be one of ${Object.keys(plans).join(', ')}, got '${mode}'`);
   const model = options.model ?? plans[mode].model;

@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { Worker as NodeWorker } from 'node:worker_threads';
+import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
 import type { Job } from '../scheduling/job.ts';
@@ -126,6 +127,7 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
   start(): Promise<void> {
     const { init, label, startupTimeoutMs } = this.#options;
     return new Promise<void>((resolve, reject) => {
+      defaultOrtTelemetryOff();
       const thread = new NodeWorker(bootstrapUrl, { workerData: init, stdout: false, stderr: false });
       this.#thread = thread;
       let isStarting = true;
