@@ -1,8 +1,8 @@
 import { mkdtemp, readFile, realpath, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { extname, join, posix, relative, resolve, sep } from 'node:path';
-import { isMarinaError } from '@marina/errors';
-import { getBuiltinHandler, type ModelSignature, type TensorSignature } from '@marina/handlers';
+import { closestName, isMarinaError } from '@marina/errors';
+import { builtinHandlerNames, getBuiltinHandler, type ModelSignature, type TensorSignature } from '@marina/handlers';
 import type { ArchiveErrorCode } from './errors.ts';
 import { probeHandler } from './handler-probe.ts';
 import { MANIFEST_PATH, type Manifest } from './manifest.ts';
@@ -297,7 +297,8 @@ async function checkCustomHandler(
     }
   }
   if (modulePath === undefined) {
-    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is not a built-in handler (image_classifier, tensor) and the archive has no module ${moduleName}${extname(moduleName) === '' ? '(.mjs|.js|.cjs)' : ''}; add the module or re-archive with a built-in handler`, { file: moduleName });
+    const closest = /[\\/.:]/.test(handlerName) ? undefined : closestName(handlerName, builtinHandlerNames);
+    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is not a built-in handler (${closest ? `did you mean '${closest}'? The built-in handlers are ` : ''}image_classifier, tensor) and the archive has no module ${moduleName}${extname(moduleName) === '' ? '(.mjs|.js|.cjs)' : ''}; add the module or re-archive with a built-in handler`, { file: moduleName });
     return;
   }
   const result = await probeHandler({ modulePath, ...(functionName === undefined ? {} : { functionName }), ...(context.timeoutMs === undefined ? {} : { timeoutMs: context.timeoutMs }) });

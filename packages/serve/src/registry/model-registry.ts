@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { rm } from 'node:fs/promises';
 import { extractToCache, normalizeManifest, readModelConfig } from '@marina/archive';
-import { isMarinaError, MarinaError } from '@marina/errors';
+import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
 import { resolveModelSettings } from '../model-settings.ts';
@@ -225,6 +225,15 @@ export class ModelRegistry implements ModelRegistryApi {
     return n;
   }
 
+  /** TorchServe's `Model not found: x`, followed by the registered names and the closest one. */
+  #modelNotFound(modelName: string): MarinaError {
+    const names = [...this.#models.keys()].sort();
+    const known = names.length === 0
+      ? 'no models are registered (register one with POST /models on the management API, or load_models at start-up)'
+      : `registered models: ${names.slice(0, 20).join(', ')}${names.length > 20 ? `, and ${names.length - 20} more` : ''}${didYouMean(modelName, names)}`;
+    return createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName} (${known})`, { details: { modelName, registered: names.slice(0, 100) } });
+  }
+
   *#versions(): Iterable<ModelVersion> {
     for (const model of this.#models.values()) yield* model.versions.values();
   }
@@ -235,7 +244,7 @@ export class ModelRegistry implements ModelRegistryApi {
    */
   getVersion(modelName: string, modelVersion?: string): ModelVersion {
     const model = this.#models.get(modelName);
-    if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+    if (!model) throw this.#modelNotFound(modelName);
     const version = model.versions.get(modelVersion ?? model.defaultVersion);
     if (!version) {
       throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
@@ -280,7 +289,7 @@ export class ModelRegistry implements ModelRegistryApi {
 
   async unregister(modelName: string, modelVersion?: string): Promise<void> {
     const model = this.#models.get(modelName);
-    if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+    if (!model) throw this.#modelNotFound(modelName);
     const versionId = modelVersion ?? model.defaultVersion;
     const version = model.versions.get(versionId);
     if (!version) throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${versionId} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
@@ -339,7 +348,7 @@ export class ModelRegistry implements ModelRegistryApi {
 
   setDefault(modelName: string, modelVersion: string): void {
     const model = this.#models.get(modelName);
-    if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+    if (!model) throw this.#modelNotFound(modelName);
     if (!model.versions.has(modelVersion)) throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
     model.defaultVersion = modelVersion;
     this.events.emit('changed');
@@ -348,7 +357,7 @@ export class ModelRegistry implements ModelRegistryApi {
   describe(modelName: string, modelVersion?: string): ModelDescription[] {
     if (modelVersion === 'all') {
       const model = this.#models.get(modelName);
-      if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+      if (!model) throw this.#modelNotFound(modelName);
       return [...model.versions.values()].map((v) => v.describe());
     }
     return [this.getVersion(modelName, modelVersion).describe()];
