@@ -4,6 +4,7 @@ import { removePidFile, writePidFile } from './config/pid-file.ts';
 import { startServer, type RunningServer } from './start-server.ts';
 import { assertNoOtherServer, notifyLauncher, stripAnsi, startBackgroundServer, stopBackgroundServer, writeStartupReport } from './launcher.ts';
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
+import { configError } from './config/config-errors.ts';
 
 /** Executes one parsed `serve` command and exits the process: the only process.exit in Marina. */
 export async function runServeCommand(command: ServeCommand): Promise<void> {
@@ -56,7 +57,15 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
     removePidFile({ onlyIfPid: process.pid });
     throw error;
   }
-  // Handlers before the ready line: whoever waits for it may signal at once.
+  if (server.loaded.length === 0 && server.failed.length > 0) {
+    for (const failure of server.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
+    await server.close();
+    removePidFile({ onlyIfPid: process.pid });
+    throw configError.MARINA_ERR_NO_MODEL_LOADED(
+      `none of the ${server.failed.length} start-up model(s) loaded (see the lines above), so Marina stopped. Fix load_models / --models or the archives, or start without models and register them later.`,
+    );
+  }
+    // Handlers before the ready line: whoever waits for it may signal at once.
   let isStopping = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (isStopping) {

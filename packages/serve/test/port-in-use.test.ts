@@ -63,7 +63,7 @@ function expectAddressInUse(result: { code: number | null; stderr: string }, con
   expect(result.stderr).not.toMatch(/\x1b\[/);
 }
 
-describe('a port in use', () => {
+describe('a port in use', { timeout: 120_000 }, () => {
   it('stops serve --foreground before any model loads', async () => {
     const { cwd, marker } = await workDir();
     const result = await serve(cwd, ['--foreground', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties']);

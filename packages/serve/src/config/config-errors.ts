@@ -62,6 +62,10 @@ export const configErrors = defineErrors({
     statusCode: 500,
     description: 'An address cannot be bound: a port below 1024 without privileges (EACCES), or a host that is not this machine (EADDRNOTAVAIL); change the key the message names.',
   },
+  MARINA_ERR_NO_MODEL_LOADED: {
+    statusCode: 500,
+    description: 'Every model that load_models / --models (or the snapshot) named failed to load, so the server stopped instead of serving nothing; the lines before it say why each failed. Fix the archives or the names, or start without models.',
+  },
   MARINA_ERR_CLI_ARGS_INVALID: {
     statusCode: 500,
     description: 'The launcher flags contradict each other (e.g. `--start --stop`) or a flag value is missing.',
