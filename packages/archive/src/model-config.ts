@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { archiveErrors } from './errors.ts';
 import type { Manifest } from './manifest.ts';
-import { resolveInside } from './safe-path.ts';
+import { resolveManifestPath } from './safe-path.ts';
 import { describeSchemaErrors, validateModelConfigSchema } from './schemas.ts';
 
 /**
@@ -41,7 +41,7 @@ export function parseModelConfig(text: string, source = 'model-config.yaml'): Re
 export async function readModelConfig(modelDir: string, manifest: Manifest): Promise<Record<string, unknown>> {
   const configFile = manifest.model.configFile;
   if (configFile === undefined) return {};
-  const path = resolveInside(modelDir, configFile, 'model.configFile');
+  const path = await resolveManifestPath(modelDir, configFile, 'model.configFile');
   let text: string;
   try {
     text = await readFile(path, 'utf8');

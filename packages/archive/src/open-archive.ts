@@ -190,7 +190,8 @@ async function listFolder(root: string): Promise<ArchiveEntry[]> {
         } catch {
           target = undefined;
         }
-        const reason = target === undefined ? 'is a dangling symbolic link' : isInside(realRoot, target) ? undefined : `is a symbolic link to '${target}', outside the folder`;
+        // One message for dangling and outside links, naming no target: errors must not tell what exists outside.
+        const reason = target !== undefined && isInside(realRoot, target) ? undefined : 'is a symbolic link that does not resolve inside the folder';
         entries.push({ name, type: 'symlink', sizeBytes: 0, ...(reason ? { unsafeReason: reason } : {}) });
       } else if (dirent.isDirectory()) {
         entries.push({ name, type: 'directory', sizeBytes: 0 });

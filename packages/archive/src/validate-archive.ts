@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, realpath, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { extname, join, posix, relative, resolve, sep } from 'node:path';
 import { closestName, isMarinaError } from '@marina/errors';
@@ -9,7 +9,7 @@ import { MANIFEST_PATH, type Manifest } from './manifest.ts';
 import { parseModelConfig } from './model-config.ts';
 import { resolveExtractLimits, type ExtractLimits } from './extract-limits.ts';
 import { detectArchiveFormat, extractArchive, listArchive, type ArchiveEntry, type ArchiveFormat } from './open-archive.ts';
-import { isInside, resolveInside } from './safe-path.ts';
+import { MANIFEST_FILE_FIELDS, resolveManifestPath } from './safe-path.ts';
 import { defaultOrtTelemetryOff } from './ort-telemetry.ts';
 import { describeSchemaErrors, validateManifestSchema } from './schemas.ts';
 
@@ -48,7 +48,6 @@ export interface ValidateArchiveOptions extends ExtractLimits {
   handlerImportTimeoutMs?: number;
 }
 
-const MANIFEST_FILE_FIELDS = ['serializedFile', 'modelFile', 'requirementsFile', 'configFile'] as const;
 const HANDLER_EXTENSIONS = ['.mjs', '.js', '.cjs'];
 const INDEX_TO_NAME = 'index_to_name.json';
 const SMALL_FILE_BYTES = 1_000_000;
@@ -162,19 +161,11 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
     for (const entry of unsafe) {
       add('MARINA_ERR_ARCHIVE_PATH_ESCAPE', `entry '${entry.name}' ${entry.unsafeReason}; it would land outside the archive folder, so it is refused (re-create the archive with model-archiver)`, { file: entry.name });
     }
-    const realModelDir = await realpath(modelDir);
     const hasFile = async (path: string): Promise<boolean> => (archiveFiles ? archiveFiles.has(relative(modelDir, path).split(sep).join('/')) : isFile(path));
     /** A manifest-named file's path, or undefined (with a problem added) when it escapes. */
     const inside = async (name: string, field: string): Promise<string | undefined> => {
       try {
-        const path = resolveInside(modelDir, name, field);
-        // In a folder archive a link could still point out; extracted archives hold no links.
-        const real = await realpath(path).catch(() => path);
-        if (!isInside(realModelDir, real) && real !== path) {
-          add('MARINA_ERR_ARCHIVE_PATH_ESCAPE', `${field} '${name}' resolves to '${real}', outside the archive; archives may only name files inside themselves`, { file: name });
-          return undefined;
-        }
-        return path;
+        return await resolveManifestPath(modelDir, name, field);
       } catch (error) {
         addThrown(error);
         return undefined;

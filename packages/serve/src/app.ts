@@ -1,11 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
-import { isAbsolute, join, resolve } from 'node:path';
+import { isAbsolute, join, normalize, resolve } from 'node:path';
+import { resolveInside } from '@marina/archive';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import type { MarinaError } from '@marina/errors';
 import type { LoadModelSpec, ServerConfig } from './config/server-config.ts';
 import { createServeError, toMarinaError } from './errors.ts';
+import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
 import { inferenceRoutes, sendError } from './routes/inference.ts';
 
@@ -104,11 +106,22 @@ export async function listStartupModels(config: ServerConfig): Promise<Array<Loa
       .sort((a, b) => (a.name < b.name ? -1 : 1))
       .map((e) => ({ url: e.name, archivePath: join(store, e.name) }));
   }
-  return specs.map((spec) => {
-    const path = spec.url.startsWith('file://') ? new URL(spec.url).pathname : spec.url;
-    const archivePath = isAbsolute(path) ? path : store ? join(store, path) : resolve(path);
-    return { ...spec, archivePath };
-  });
+  return specs.map((spec) => ({ ...spec, archivePath: startupArchivePath(spec.url, store) }));
+}
+
+/**
+ * Where a `load_models` entry points, decoded and normalised like a register url (no encoded dot
+ * segments); a relative name stays inside the model store. An entry that is refused gets an
+ * empty path, so loading it fails on its own (`Model not found`) without stopping the others.
+ */
+function startupArchivePath(url: string, store: string | undefined): string {
+  try {
+    if (/^file:\/\//i.test(url)) return normaliseModelUrl(url).filePath!;
+    if (isAbsolute(url)) return normalize(url);
+    return store ? resolveInside(store, url, 'load_models entry') : resolve(url);
+  } catch {
+    return '';
+  }
 }
 
 /**
@@ -152,6 +165,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
       for (const spec of specs) {
         try {
           if (/^https?:\/\//i.test(spec.url)) throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`${spec.url}: loading models from a URL at startup is not supported; download it into the model store`);
+          if (spec.archivePath === '') throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`load_models entry '${spec.url}' leaves the model store or has an encoded '..'; name an archive inside the model store or an absolute path`);
           await stat(spec.archivePath);
           opened.push({ spec, version: await registry.open({ url: spec.url, archivePath: spec.archivePath, modelName: spec.name, loadedAtStartup: true, synchronous: true }) });
         } catch (error) {

@@ -1,7 +1,7 @@
 import os from 'node:os';
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppPlugin } from './app.ts';
-import { createTokenAuthorization, createTokenHook, tokenRoutes, type TokenAuthorization } from './auth/token-authorization.ts';
+import { createTokenAuthorization, createTokenHook, tokenRoutes, type CreateTokenHookOptions } from './auth/token-authorization.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics/server-metrics.ts';
 import type { Autoscaler } from './scaling/autoscaler.ts';
 import { managementRoutes } from './routes/management.ts';
@@ -32,12 +32,13 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
   }
   if (!config.disableTokenAuthorization) {
     const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin });
+    // Each request needs the key its matched route declares (declareRouteAuth), also when both
+    // APIs share one listener.
     if (isSharedListener) {
-      // One listener for both APIs: each request needs the key of the API its path belongs to.
-      plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { keyType: 'by-path', tokens } });
+      plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { listenerKeys: ['inference', 'management'], tokens } });
     } else {
-      plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { keyType: 'inference', tokens } });
-      plugins.push({ api: 'management', plugin: tokenHookPlugin, options: { keyType: 'management', tokens } });
+      plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { listenerKeys: ['inference'], tokens } });
+      plugins.push({ api: 'management', plugin: tokenHookPlugin, options: { listenerKeys: ['management'], tokens } });
     }
     plugins.push({ api: 'management', plugin: tokenRoutes, options: { tokens } });
   }
@@ -65,17 +66,8 @@ const responseCounterPlugin: FastifyPluginAsync<{ operator: OperatorContext }> =
 (responseCounterPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
 
 /** Adds the token hook to the whole listener (skip-override: not encapsulated, so it guards routes registered before it). */
-const tokenHookPlugin: FastifyPluginAsync<{ keyType: 'inference' | 'management' | 'by-path'; tokens: TokenAuthorization }> = async (app, options) => {
-  if (options.keyType !== 'by-path') {
-    app.addHook('onRequest', createTokenHook({ keyType: options.keyType, tokens: options.tokens }));
-    return;
-  }
-  const inferenceHook = createTokenHook({ keyType: 'inference', tokens: options.tokens });
-  const managementHook = createTokenHook({ keyType: 'management', tokens: options.tokens });
-  app.addHook('onRequest', function tokenHookByPath(request, reply, done) {
-    const isManagementPath = /^\/(models|token)(\/|\?|$)/.test(request.url);
-    return (isManagementPath ? managementHook : inferenceHook).call(this, request, reply, done);
-  });
+const tokenHookPlugin: FastifyPluginAsync<CreateTokenHookOptions> = async (app, options) => {
+  app.addHook('onRequest', createTokenHook(options));
 };
 (tokenHookPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
 

@@ -14,9 +14,9 @@ let base: string;
 
 async function startApp(keyType: 'inference' | 'management'): Promise<void> {
   app = Fastify();
-  app.addHook('onRequest', createTokenHook({ keyType, tokens }));
-  app.get('/ping', async () => ({ status: 'Healthy' }));
-  app.options('/', async () => ({ openapi: '3.0.1' }));
+  app.addHook('onRequest', createTokenHook({ listenerKeys: [keyType], tokens }));
+  app.get('/ping', { config: { auth: keyType } }, async () => ({ status: 'Healthy' }));
+  app.options('/', { config: { auth: 'none' } }, async () => ({ openapi: '3.0.1' }));
   if (keyType === 'management') await app.register(tokenRoutes, { tokens });
   base = await app.listen({ host: '127.0.0.1', port: 0 });
 }
@@ -78,6 +78,21 @@ describe('the token hook', () => {
     expect(await response.json()).toMatchObject({ marinaCode: 'MARINA_ERR_TOKEN_INVALID' });
   });
 
+  it('matches the Bearer scheme case-insensitively (RFC 7235)', async () => {
+    await startApp('inference');
+    for (const scheme of ['bearer', 'BEARER', 'BeArEr']) {
+      const response = await fetch(`${base}/ping`, { headers: { authorization: `${scheme} ${tokens.keyFile().inference.key}` } });
+      expect(response.status).toBe(200);
+    }
+  });
+
+  it('asks a request that matches no route for the listener\'s key before answering 404', async () => {
+    await startApp('inference');
+    expect((await fetch(`${base}/no-such-route`)).status).toBe(401);
+    const response = await fetch(`${base}/no-such-route`, { headers: { authorization: `Bearer ${tokens.keyFile().inference.key}` } });
+    expect(response.status).toBe(404);
+  });
+
   it('treats a header that is not "Bearer <token>" as missing', async () => {
     await startApp('inference');
     const response = await fetch(`${base}/ping`, { headers: { authorization: `Basic ${tokens.keyFile().inference.key}` } });
@@ -94,7 +109,7 @@ describe('the token hook', () => {
     expect(body.message).toContain('/token?type=inference');
   });
 
-  it('does not protect OPTIONS / (the API description)', async () => {
+  it('does not protect a route declared open (OPTIONS /, the API description)', async () => {
     await startApp('inference');
     const response = await fetch(`${base}/`, { method: 'OPTIONS' });
     expect(response.status).toBe(200);

@@ -12,6 +12,16 @@ import { sendTorchServeError, setTorchServeHeaders } from './torchserve-response
 /** Which key a request must carry: `API` only guards `/token`. */
 export type KeyType = 'inference' | 'management' | 'API';
 
+/** Which key a route needs (`none`: open, e.g. the API description), declared in the route's fastify `config.auth`. */
+export type RouteAuth = KeyType | 'none';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The key this route requires; set by `declareRouteAuth` for every route of a plugin, or per route. */
+    auth?: RouteAuth;
+  }
+}
+
 /**
  * Random bytes per key. TorchServe uses 6 (48 bits, 8 characters), which an attacker who can
  * reach the port could search online and anyone holding an old copy of the file could guess
@@ -55,7 +65,8 @@ export interface CreateTokenAuthorizationOptions {
   now?: () => number;
 }
 
-const BEARER = /^Bearer\s+(\S+)$/;
+/** RFC 7235: the auth scheme is case-insensitive (`bearer`, `BEARER` …). */
+const BEARER = /^Bearer\s+(\S+)$/i;
 
 function newKey(): string {
   return randomBytes(KEY_BYTES).toString('base64url');
@@ -168,54 +179,74 @@ function failure(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<T
   }
 }
 
-function pathOf(request: FastifyRequest): string {
-  const url = request.url;
-  const q = url.indexOf('?');
-  return q === -1 ? url : url.slice(0, q);
-}
-
 const INVALID_KEY = { MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException' };
 
+/**
+ * Declares the key every route registered in `app` (an encapsulated plugin) needs, unless a route
+ * sets its own `config.auth`. Authorization is then decided on the route fastify matched, after it
+ * decoded and normalised the path, never on the raw URL (`/%6dodels` is `/models`).
+ */
+export function declareRouteAuth(app: FastifyInstance, auth: RouteAuth): void {
+  app.addHook('onRoute', (route) => {
+    route.config = { ...(route.config ?? {}), auth: route.config?.auth ?? auth };
+  });
+}
+
 export interface CreateTokenHookOptions {
-  /** The key this listener requires: 'inference' on the inference API, 'management' on the management API. */
-  keyType: 'inference' | 'management';
+  /**
+   * The keys of the APIs this listener serves: `['inference']`, `['management']`, or both when the
+   * two APIs share one address. A matched route requires the key it declares (`config.auth`); a
+   * matched route that declares none requires the strongest key the listener serves (management
+   * over inference), and a request that matches no route (404) any of the listener's keys.
+   */
+  listenerKeys: ReadonlyArray<'inference' | 'management'>;
   tokens: TokenAuthorization;
 }
 
 /**
  * A fastify `onRequest` hook that rejects requests without the right bearer token with a 401
- * `InvalidKeyException` body (plus `marinaCode`) and `WWW-Authenticate: Bearer`.
- * `OPTIONS /` (the API description) is let through, as TorchServe does; on the management API
- * `/token` is checked against the API key instead. Do not add it to the metrics listener.
+ * `InvalidKeyException` body (plus `marinaCode`) and `WWW-Authenticate: Bearer`. The key comes
+ * from the matched route's `config.auth` (see `declareRouteAuth`): `/token` needs the API key,
+ * routes declared `none` (the API description) are open. Do not add it to the metrics listener.
  */
 export function createTokenHook(options: CreateTokenHookOptions): onRequestHookHandler {
-  const { tokens } = options;
+  const { tokens, listenerKeys } = options;
+  if (listenerKeys.length === 0) throw new TypeError('createTokenHook needs at least one listener key');
+  const strongest: KeyType = listenerKeys.includes('management') ? 'management' : 'inference';
   return function tokenHook(request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) {
-    const path = pathOf(request);
-    if (request.method === 'OPTIONS' && path === '/') return done();
-    const keyType: KeyType = options.keyType === 'management' && path === '/token' ? 'API' : options.keyType;
-    const result = tokens.check(keyType, request.headers.authorization);
-    if (result === 'ok') return done();
+    const declared = request.is404 ? undefined : request.routeOptions.config?.auth;
+    if (declared === 'none') return done();
+    const candidates: readonly KeyType[] = declared !== undefined ? [declared] : request.is404 ? listenerKeys : [strongest];
+    let first: Exclude<TokenCheckResult, 'ok'> | undefined;
+    for (const keyType of candidates) {
+      const result = tokens.check(keyType, request.headers.authorization);
+      if (result === 'ok') return done();
+      first ??= result;
+    }
+    const keyType = candidates[0]!;
+    const result = first!;
     reply.header('WWW-Authenticate', `Bearer realm="marina-${keyType}"${result === 'missing' ? '' : ', error="invalid_token"'}`);
     sendTorchServeError(request, reply, failure(tokens, keyType, result));
   };
 }
 
 /**
- * `/token?type=inference|management` on the management API (any method, as TorchServe):
- * rotates that key and rewrites key_file.json; the body is empty (TorchServe's shape), the new
- * key is in the file. The API key is checked by the hook from `createTokenHook`; register this
- * plugin only where that hook runs, or pass `tokens` so it checks itself.
+ * `/token?type=inference|management` on the management API (any method, as TorchServe): rotates
+ * that key and rewrites key_file.json; the body is empty (TorchServe's shape), the new key is in
+ * the file. The route declares the API key (`config.auth`) for the listener's token hook and checks
+ * it again itself, so it never rotates a key without the API key, whatever hooks run before it.
  */
-export async function tokenRoutes(app: FastifyInstance, options: { tokens: TokenAuthorization; checkApiKey?: boolean }): Promise<void> {
+export async function tokenRoutes(app: FastifyInstance, options: { tokens: TokenAuthorization }): Promise<void> {
   const { tokens } = options;
   app.route({
     method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'],
     url: '/token',
+    config: { auth: 'API' },
     handler: async (request, reply) => {
-      if (options.checkApiKey) {
-        const result = tokens.check('API', request.headers.authorization);
-        if (result !== 'ok') return sendTorchServeError(request, reply, failure(tokens, 'API', result));
+      const result = tokens.check('API', request.headers.authorization);
+      if (result !== 'ok') {
+        reply.header('WWW-Authenticate', `Bearer realm="marina-API"${result === 'missing' ? '' : ', error="invalid_token"'}`);
+        return sendTorchServeError(request, reply, failure(tokens, 'API', result));
       }
       const type = (request.query as Record<string, unknown>).type;
       if (type !== 'inference' && type !== 'management') {

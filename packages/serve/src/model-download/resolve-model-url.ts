@@ -6,7 +6,8 @@
 import { randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { link, open, stat, unlink } from 'node:fs/promises';
-import { basename, isAbsolute, join } from 'node:path';
+import { basename, isAbsolute, join, normalize } from 'node:path';
+import { resolveInside } from '@marina/archive';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
@@ -20,21 +21,97 @@ export const DEFAULT_MAX_DOWNLOAD_BYTES = 2 * 1024 ** 3;
 export const DEFAULT_DOWNLOAD_TIMEOUT_MS = 10 * 60_000;
 const MAX_REDIRECTS = 5;
 
-/**
- * True when `url` fully matches one of the `allowedUrls` regexes, case-insensitively
- * (TorchServe's `allowed_urls` semantics), and contains no `..`.
- */
-export function isUrlAllowed(url: string, allowedUrls: readonly string[]): boolean {
-  if (url.includes('..')) return false;
-  return allowedUrls.some((pattern) => new RegExp(`^(?:${pattern})$`, 'i').test(url));
+/** A URL of a scheme, after decoding and normalising: what allowed_urls is matched against and what is then used. */
+export interface NormalisedModelUrl {
+  /** The WHATWG-normalised URL, used for downloads (`https://host/a.mar`). */
+  href: string;
+  /** The URL with its path percent-decoded: what allowed_urls patterns are matched against. */
+  decoded: string;
+  /** Lower-case scheme without the colon (`file`, `https`). */
+  scheme: string;
+  /** For file:// URLs, the absolute, decoded, normalised path. */
+  filePath?: string;
 }
 
-/** Throws TorchServe's 404 errors for a `..` or a URL outside `allowedUrls`. */
-export function assertUrlAllowed(url: string, allowedUrls: readonly string[]): void {
-  if (url.includes('..')) throw create.MARINA_ERR_URL_RELATIVE_PATH(`Relative path is not allowed in url: ${url}`);
-  if (!isUrlAllowed(url, allowedUrls)) {
+/**
+ * Decodes and normalises a model URL before anything is matched or opened, refusing what could
+ * change meaning between the check and the use: `..` and `.` segments, also percent-encoded
+ * (`%2e%2e`), encoded slashes and backslashes (`%2f`, `%5c`), raw backslashes, NUL and other
+ * control characters.
+ * @throws MARINA_ERR_URL_RELATIVE_PATH (404, TorchServe's message), MARINA_ERR_MODEL_URL_INVALID (404).
+ */
+export function normaliseModelUrl(url: string): NormalisedModelUrl {
+  const relative = () => create.MARINA_ERR_URL_RELATIVE_PATH(`Relative path is not allowed in url: ${url}`);
+  if (url.includes('..') || url.includes('\\')) throw relative();
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch (cause) {
+    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' is not a valid URL: ${(cause as Error).message}`, { cause });
+  }
+  // The raw path's segments, before the URL parser resolves any encoded dot segment.
+  const rawPath = url.slice(url.indexOf('//') + 2).replace(/^[^/]*/, '').replace(/[?#].*$/, '');
+  const decodedSegments: string[] = [];
+  for (const segment of rawPath.split('/')) {
+    let decoded: string;
+    try {
+      decoded = decodeURIComponent(segment);
+    } catch (cause) {
+      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' has a malformed percent-encoding in '${segment}'`, { cause });
+    }
+    if (decoded === '.' || decoded === '..') throw relative();
+    if (/[/\\]/.test(decoded)) {
+      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' has an encoded slash or backslash in '${segment}'; write path separators as '/'`);
+    }
+    // eslint-disable-next-line no-control-regex
+    if (/[\u0000-\u001f\u007f]/.test(decoded)) {
+      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' has a control character in its path`);
+    }
+    decodedSegments.push(decoded);
+  }
+  const scheme = parsed.protocol.slice(0, -1).toLowerCase();
+  const decodedPath = decodedSegments.join('/');
+  const decoded = `${parsed.protocol}//${parsed.host}${decodedPath}${parsed.search}`;
+  if (scheme !== 'file') return { href: parsed.href, decoded, scheme };
+  let filePath: string;
+  try {
+    filePath = fileURLToPath(parsed);
+  } catch (cause) {
+    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' is not a valid file:// URL: ${(cause as Error).message}`, { cause });
+  }
+  return { href: parsed.href, decoded, scheme, filePath: normalize(filePath) };
+}
+
+/**
+ * True when `url`, decoded and normalised, fully matches one of the `allowedUrls` regexes,
+ * case-insensitively (TorchServe's `allowed_urls` semantics). False for every URL
+ * `normaliseModelUrl` refuses.
+ */
+export function isUrlAllowed(url: string, allowedUrls: readonly string[]): boolean {
+  let normalised: NormalisedModelUrl;
+  try {
+    normalised = normaliseModelUrl(url);
+  } catch {
+    return false;
+  }
+  return matchesAllowedUrls(normalised, allowedUrls);
+}
+
+function matchesAllowedUrls(url: NormalisedModelUrl, allowedUrls: readonly string[]): boolean {
+  return allowedUrls.some((pattern) => new RegExp(`^(?:${pattern})$`, 'i').test(url.decoded));
+}
+
+/**
+ * Normalises `url` (see normaliseModelUrl) and checks it against `allowedUrls`; the URL to use
+ * from then on is the returned one, never the raw string.
+ * @throws TorchServe's 404 errors for a relative path or a URL outside `allowedUrls`.
+ */
+export function assertUrlAllowed(url: string, allowedUrls: readonly string[]): NormalisedModelUrl {
+  const normalised = normaliseModelUrl(url);
+  if (!matchesAllowedUrls(normalised, allowedUrls)) {
     throw create.MARINA_ERR_URL_NOT_ALLOWED(`Given URL ${url} does not match any allowed URL(s)`, { details: { allowedUrls: [...allowedUrls] } });
   }
+  return normalised;
 }
 
 export interface ResolveModelUrlOptions {
@@ -84,27 +161,20 @@ async function exists(path: string): Promise<boolean> {
 export async function resolveModelUrl(options: ResolveModelUrlOptions): Promise<ResolvedModelUrl> {
   const { url, modelStore, allowedUrls } = options;
   if (url.includes('..')) throw create.MARINA_ERR_URL_RELATIVE_PATH(`Relative path is not allowed in url: ${url}`);
-
   if (URL_SCHEME.test(url)) {
-    assertUrlAllowed(url, allowedUrls);
-    const scheme = url.slice(0, url.indexOf(':')).toLowerCase();
-    if (scheme === 'file') {
-      let path: string;
-      try {
-        path = fileURLToPath(url);
-      } catch (cause) {
-        throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' is not a valid file:// URL: ${(cause as Error).message}`, { cause });
-      }
+    const allowed = assertUrlAllowed(url, allowedUrls);
+    if (allowed.scheme === 'file') {
+      const path = allowed.filePath!;
       if (!(await exists(path))) throw create.MARINA_ERR_MODEL_FILE_NOT_FOUND(`Model not found at: ${url}`);
       return { archivePath: path, isDownloaded: false };
     }
-    if (scheme !== 'http' && scheme !== 'https') {
-      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' uses an unsupported scheme '${scheme}'; use file://, http:// or https://`);
+    if (allowed.scheme !== 'http' && allowed.scheme !== 'https') {
+      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' uses an unsupported scheme '${allowed.scheme}'; use file://, http:// or https://`);
     }
     if (modelStore === undefined) {
       throw create.MARINA_ERR_MODEL_STORE_NOT_CONFIGURED('Model store has not been configured.');
     }
-    return { archivePath: await downloadIntoStore(url, modelStore, options), isDownloaded: true };
+    return { archivePath: await downloadIntoStore(allowed.href, modelStore, options), isDownloaded: true };
   }
 
   if (url.includes('/') || url.includes('\\') || isAbsolute(url)) {
@@ -113,9 +183,19 @@ export async function resolveModelUrl(options: ResolveModelUrlOptions): Promise<
     );
   }
   if (modelStore === undefined) throw create.MARINA_ERR_MODEL_STORE_NOT_CONFIGURED('Model store has not been configured.');
-  const path = join(modelStore, url);
-  if (url === '' || url === '.' || !(await exists(path))) throw create.MARINA_ERR_MODEL_FILE_NOT_FOUND(`Model not found at: ${url}`);
+  if (url === '' || url === '.') throw create.MARINA_ERR_MODEL_FILE_NOT_FOUND(`Model not found at: ${url}`);
+  const path = storePath(modelStore, url);
+  if (!(await exists(path))) throw create.MARINA_ERR_MODEL_FILE_NOT_FOUND(`Model not found at: ${url}`);
   return { archivePath: path, isDownloaded: false };
+}
+
+/** A plain name in the model store, through the one containment helper. */
+function storePath(modelStore: string, name: string): string {
+  try {
+    return resolveInside(modelStore, name, 'model url');
+  } catch (cause) {
+    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${name}' must name a file or folder inside the model store`, { cause });
+  }
 }
 
 /** Binds `resolveModelUrl` to a configuration, for the management routes. */
@@ -145,9 +225,7 @@ async function fetchAllowed(url: string, allowedUrls: readonly string[], signal:
     const response = await fetch(current, { redirect: 'manual', signal });
     if (response.status >= 300 && response.status < 400 && response.headers.has('location')) {
       await response.body?.cancel();
-      const next = new URL(response.headers.get('location')!, current).toString();
-      assertUrlAllowed(next, allowedUrls);
-      current = next;
+      current = assertUrlAllowed(new URL(response.headers.get('location')!, current).toString(), allowedUrls).href;
       continue;
     }
     if (!response.ok) {

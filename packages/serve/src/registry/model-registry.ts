@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { rm } from 'node:fs/promises';
-import { extractToCache, normalizeManifest, readModelConfig } from '@marina/archive';
+import { extractToCache, normalizeManifest, readModelConfig, resolveInside, resolveManifestFiles } from '@marina/archive';
 import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
@@ -92,6 +92,8 @@ export class ModelRegistry implements ModelRegistryApi {
     }
     this.#registering.add(key);
     try {
+      // Every file the manifest names must lie inside the archive (the validator's helper).
+      await resolveManifestFiles(extracted.modelDir, manifest.model);
       const modelYamlConfig = await readModelConfig(extracted.modelDir, manifest);
       const settings = resolveModelSettings({
         modelName,
@@ -190,7 +192,7 @@ export class ModelRegistry implements ModelRegistryApi {
       modelDir: version.modelDir,
       manifest: version.manifest as unknown as Record<string, unknown>,
       handler: version.handler,
-      serializedFilePath: version.manifest.model.serializedFile ? `${version.modelDir}/${version.manifest.model.serializedFile}` : undefined,
+      serializedFilePath: version.manifest.model.serializedFile ? resolveInside(version.modelDir, version.manifest.model.serializedFile, 'model.serializedFile') : undefined,
       batchSize: version.settings.batchSize,
       modelYamlConfig: version.modelYamlConfig,
       intraOpNumThreads,

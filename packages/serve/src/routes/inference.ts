@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import multipart from '@fastify/multipart';
+import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createServeError, errorBody, toMarinaError } from '../errors.ts';
 import type { ModelRegistry } from '../registry/model-registry.ts';
 import type { JobInput } from '../scheduling/job.ts';
@@ -62,6 +63,7 @@ const paramsSchema = {
  */
 export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async (app: FastifyInstance, options) => {
   const { registry, maxRequestBytes } = options;
+  declareRouteAuth(app, 'inference');
 
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, body));

@@ -2,7 +2,7 @@
  * The management API (TorchServe §4): register, scale, describe, list, unregister, set-default,
  * and KServe v1 readiness, with TorchServe's parameters, status codes, messages and JSON shapes.
  * Every error body is `{"code","type","message"}` plus Marina's `marinaCode`.
- * Token checks are not done here: add `createTokenHook({ keyType: 'management' })` to the listener.
+ * Every route here needs the management key (declareRouteAuth); the listener's token hook checks it.
  */
 import { unlink } from 'node:fs/promises';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -10,6 +10,7 @@ import { defineErrors, isMarinaError } from '@marina/errors';
 import type { ModelRegistryApi, RegisterModelOptions } from '../registry/model-registry-api.ts';
 import type { ServerConfig } from '../config/server-config.ts';
 import { sendTorchServeError, sendTorchServeJson } from '../auth/torchserve-response.ts';
+import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createModelUrlResolver, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
 import { downloadErrorTypes } from '../model-download/download-errors.ts';
 
@@ -116,6 +117,7 @@ const scaleQuery = {
  */
 export async function managementRoutes(app: FastifyInstance, options: ManagementRoutesOptions): Promise<void> {
   const { registry, config } = options;
+  declareRouteAuth(app, 'management');
   const resolve = options.resolveModelUrl ?? createModelUrlResolver({ modelStore: config.modelStore, allowedUrls: config.allowedUrls });
 
   app.setErrorHandler((error: FastifyError, request, reply) => {

@@ -4,6 +4,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { ServerMetrics } from '../metrics/server-metrics.ts';
+import { declareRouteAuth } from '../auth/token-authorization.ts';
 
 function namesFrom(query: Record<string, unknown>): string[] {
   const names: string[] = [];
@@ -17,6 +18,7 @@ function namesFrom(query: Record<string, unknown>): string[] {
 
 /** Fastify plugin serving `GET /metrics` from `metrics`. */
 export async function metricsRoutes(app: FastifyInstance, options: { metrics: ServerMetrics }): Promise<void> {
+  declareRouteAuth(app, 'none');
   app.get('/metrics', async (request, reply) => {
     const body = await options.metrics.render(namesFrom(request.query as Record<string, unknown>));
     return reply.code(200).header('content-type', options.metrics.contentType).header('x-request-id', request.id).send(body);
