@@ -7,7 +7,7 @@ import { createServeError, toMarinaError } from '../errors.ts';
 import { resolveModelSettings } from '../model-settings.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import { resolveIntraOpThreads } from '../workers/thread-defaults.ts';
-import type { BodyDecoding, WorkerInit } from '../workers/worker-protocol.ts';
+import type { BodyDecoding, HandlerStagesMs, WorkerInit } from '../workers/worker-protocol.ts';
 import type {
   ModelDescription,
   ModelListEntry,
@@ -39,6 +39,21 @@ export interface PredictOptions {
   arrivedAt?: number;
   /** How the worker decodes raw `input.body` bytes for the handler ('json', 'text'); undefined passes the input as it is. */
   bodyDecoding?: BodyDecoding;
+}
+
+/** Where one prediction's time went, ms (the Server-Timing header). */
+export interface PredictTimingsMs {
+  /** In the model version's job queue. */
+  queueMs: number;
+  /** From leaving the queue to the worker's answer: hand-off, handler and model. */
+  workerMs: number;
+  /** The worker's stages for the job's batch, for handlers with separate stages. */
+  stages?: HandlerStagesMs;
+}
+
+/** A prediction's answer and where its time went. */
+export interface PredictResult extends JobResult {
+  timings: PredictTimingsMs;
 }
 
 export interface ModelRegistryOptions {
@@ -259,7 +274,7 @@ export class ModelRegistry implements ModelRegistryApi {
    * Emits 'request' when it is answered (also for errors after the model was found).
    * @throws MarinaError: not found (404), queue full / no workers (503), handler errors, timeouts.
    */
-  async predict(options: PredictOptions): Promise<JobResult> {
+  async predict(options: PredictOptions): Promise<PredictResult> {
     const arrivedAt = options.arrivedAt ?? performance.now();
     if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and accepts no new inference requests; retry against another replica');
     const version = this.getVersion(options.modelName, options.modelVersion);
@@ -269,7 +284,11 @@ export class ModelRegistry implements ModelRegistryApi {
       version.submit(job);
       const result = await job.promise;
       statusCode = result.statusCode;
-      return result;
+      const t = job.timings;
+      const dispatchedAt = t.dispatchedAt ?? arrivedAt;
+      const timings: PredictTimingsMs = { queueMs: dispatchedAt - arrivedAt, workerMs: (t.finishedAt ?? performance.now()) - dispatchedAt };
+      if (t.stages) timings.stages = t.stages;
+      return { ...result, timings };
     } catch (error) {
       const e = toMarinaError(error);
       statusCode = e.statusCode;

@@ -4,6 +4,7 @@ import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createServeError, errorBody, toMarinaError } from '../errors.ts';
 import type { ModelRegistry } from '../registry/model-registry.ts';
 import type { JobInput } from '../scheduling/job.ts';
+import { serverTimingHeader } from './server-timing.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
 export interface InferenceRoutesOptions {
@@ -93,6 +94,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         arrivedAt,
         bodyDecoding,
       });
+      reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
       for (const k in result.headers) reply.header(k, result.headers[k]!);
       if (result.contentType) reply.type(result.contentType);
       return reply.code(result.statusCode).send(result.body);

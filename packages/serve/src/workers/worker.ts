@@ -299,6 +299,7 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
     for (let i = 0; i < items.length; i++) {
       const item = items[i]!;
       const job = flight.jobs[i]!;
+      if (result.stages) job.timings.stages = result.stages;
       if (item.ok) {
         const { body } = item;
         job.resolve({ statusCode: item.statusCode, body: typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.from(body.buffer, body.byteOffset, body.byteLength), contentType: item.contentType, headers: item.headers });
