@@ -83,7 +83,7 @@ function checkPositiveInteger(name: string, value: number | undefined): void {
 }
 
 /**
- * Runs the benchmark of issue #5 (ceiling, decentralized jobs, centralized server, batched,
+ * Runs the benchmark (ceiling, decentralized jobs, centralized server, batched,
  * workers, concurrency sweep, plus overhead and memory checks) side by side in one run,
  * writes results.csv, report.md, chart.svg and result.json into `outDir` (and `../latest`),
  * and returns what was measured. Never prints; progress goes to `onProgress`.
