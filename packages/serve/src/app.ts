@@ -1,3 +1,4 @@
+import type { StartupProgressEvent } from './startup-progress.ts';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
@@ -41,8 +42,11 @@ export interface MarinaApp {
   /** The same instance as `inference` when both addresses are equal (TorchServe: one listener). */
   management: FastifyInstance;
   metrics: FastifyInstance;
-  /** Loads `load_models` from the model store; a model that fails is logged, reported and skipped. */
-  loadStartupModels(): Promise<StartupLoadResult>;
+  /**
+   * Loads `load_models` from the model store; a model that fails is logged, reported and skipped.
+   * `onProgress` hears each model start loading and finish (or fail).
+   */
+  loadStartupModels(options?: { onProgress?: (event: StartupProgressEvent) => void }): Promise<StartupLoadResult>;
   /** Stops accepting, drains in-flight jobs, stops workers and closes the listeners. Idempotent. */
   close(): Promise<void>;
 }
@@ -151,7 +155,8 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     management,
     metrics,
 
-    async loadStartupModels() {
+    async loadStartupModels(loadOptions = {}) {
+      const onProgress = loadOptions.onProgress ?? (() => undefined);
       const result: StartupLoadResult = { loaded: [], failed: [] };
       let specs: Array<LoadModelSpec & { archivePath: string }>;
       try {
@@ -162,11 +167,14 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
       }
       // Open every archive first, so each worker's thread count knows all the workers to come.
       const opened = [];
+      const startedAt = new Map<string, number>();
       for (const spec of specs) {
         try {
           if (/^https?:\/\//i.test(spec.url)) throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`${spec.url}: loading models from a URL at startup is not supported; download it into the model store`);
           if (spec.archivePath === '') throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`load_models entry '${spec.url}' leaves the model store or has an encoded '..'; name an archive inside the model store or an absolute path`);
-          await stat(spec.archivePath);
+          const archive = await stat(spec.archivePath);
+          startedAt.set(spec.url, performance.now());
+          onProgress({ phase: 'loading', url: spec.url, ...(archive.isFile() ? { sizeBytes: archive.size } : {}) });
           opened.push({ spec, version: await registry.open({ url: spec.url, archivePath: spec.archivePath, modelName: spec.name, loadedAtStartup: true, synchronous: true }) });
         } catch (error) {
           const e = toMarinaError(error);
@@ -174,16 +182,19 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
             ? createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`Model not found at: ${spec.archivePath} (load_models entry '${spec.url}')`, { cause: error })
             : e;
           log('error', `model ${spec.url} was not loaded: ${wrapped.message}`);
+          if (startedAt.has(spec.url)) onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
           result.failed.push({ url: spec.url, error: wrapped });
         }
       }
       await Promise.all(opened.map(async ({ spec, version }) => {
         try {
           const r = await registry.start(version, { synchronous: true });
+          onProgress({ phase: 'loaded', url: spec.url, modelName: r.modelName, modelVersion: r.modelVersion, elapsedMs: performance.now() - startedAt.get(spec.url)! });
           result.loaded.push({ modelName: r.modelName, modelVersion: r.modelVersion });
         } catch (error) {
           const e = toMarinaError(error);
           log('error', `model ${spec.url} was not loaded: ${e.message}`);
+          onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
           result.failed.push({ url: spec.url, error: e });
         }
       }));

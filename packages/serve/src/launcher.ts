@@ -9,9 +9,16 @@ import { configError } from './config/config-errors.ts';
 import { isServerProcessAlive, pidFilePath, readPidFile, removePidFile, writePidFile, type PidFileContent } from './config/pid-file.ts';
 import type { RunningServer } from './start-server.ts';
 import { assertAddressesFree } from './config/assert-addresses-free.ts';
+import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
 
 /** What a server reports once it listens: in its own terminal, and to the launcher over IPC. */
 export type StartupReport = Pick<RunningServer, 'listening' | 'loaded' | 'failed' | 'restoredFrom'>;
+
+/** IPC message a background child sends its launcher for each step of loading its start-up models. */
+interface ProgressMessage {
+  type: 'marina:progress';
+  event: StartupProgressEvent;
+}
 
 /** IPC message a background child sends its launcher once it listens. */
 interface ReadyMessage extends Pick<RunningServer, 'listening' | 'loaded' | 'failed'> {
@@ -66,9 +73,11 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
   if (child.pid === undefined) throw configError.MARINA_ERR_SERVER_START_FAILED(`could not start ${process.execPath} ${binPath}`);
   writePidFile({ pid: child.pid, keyFilePath: config.keyFilePath, logFile });
 
+  const progress = createStartupProgress({ stream: process.stdout, isTty: process.stdout.isTTY === true });
   const outcome = await new Promise<{ ready: ReadyMessage } | { exitCode: number | null; signal: string | null } | { timedOut: true }>((resolve) => {
     const timer = setTimeout(() => resolve({ timedOut: true }), START_WAIT_MS);
-    child.on('message', (message: ReadyMessage) => {
+    child.on('message', (message: ReadyMessage | ProgressMessage) => {
+      if (message?.type === 'marina:progress') progress.onProgress(message.event);
       if (message?.type === 'marina:ready') {
         clearTimeout(timer);
         resolve({ ready: message });
@@ -80,6 +89,7 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
     });
   });
 
+  progress.stop();
   if ('ready' in outcome) {
     if (child.connected) child.disconnect();
     child.unref();

@@ -5,6 +5,7 @@ import { startServer, type RunningServer } from './start-server.ts';
 import { assertNoOtherServer, notifyLauncher, stripAnsi, startBackgroundServer, stopBackgroundServer, writeStartupReport } from './launcher.ts';
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
 import { configError } from './config/config-errors.ts';
+import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
 
 /** Executes one parsed `serve` command and exits the process: the only process.exit in Marina. */
 export async function runServeCommand(command: ServeCommand): Promise<void> {
@@ -51,11 +52,20 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
   process.stdout.write(`Marina ${MARINA_VERSION} starting (config: ${config.configFile ?? 'defaults'}, model store: ${config.modelStore})\n`);
 
   let server: RunningServer;
+  // On a terminal a live line; in the log (a background child's stdout) a line per step. A
+  // background child also hands each step to its launcher, which shows it in the user's terminal.
+  const progress = createStartupProgress({ stream: process.stdout, isTty: process.stdout.isTTY === true });
+  const onProgress = (event: StartupProgressEvent) => {
+    progress.onProgress(event);
+    if (process.send && process.connected) process.send({ type: 'marina:progress', event });
+  };
   try {
-    server = await startServer(config, { log: (level, message) => (level === 'info' ? process.stdout : process.stderr).write(`${level === 'info' ? '' : `${level.toUpperCase()} `}${message}\n`) });
+    server = await startServer(config, { onProgress, log: (level, message) => (level === 'info' ? process.stdout : process.stderr).write(`${level === 'info' ? '' : `${level.toUpperCase()} `}${message}\n`) });
   } catch (error) {
     removePidFile({ onlyIfPid: process.pid });
     throw error;
+  } finally {
+    progress.stop();
   }
   if (server.loaded.length === 0 && server.failed.length > 0) {
     for (const failure of server.failed) process.stderr.write(`Model failed to load: ${failure}\n`);

@@ -8,6 +8,7 @@ import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
 import { assertAddressesFree, toListenError } from './config/assert-addresses-free.ts';
+import type { StartupProgressEvent } from './startup-progress.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
@@ -26,6 +27,8 @@ export interface RunningServer {
 export interface StartServerOptions {
   /** Non-fatal events (snapshot restore and write problems, autoscaler moves); ignored by default. */
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /** Each start-up model starting to load and finishing (loading includes onnxruntime's optimisation). */
+  onProgress?: (event: StartupProgressEvent) => void;
 }
 
 /**
@@ -63,7 +66,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   };
   try {
     const restored = await restoreSnapshotModels(app, registrations, snapshot?.path);
-    const startup = await app.loadStartupModels();
+    const startup = await app.loadStartupModels(options.onProgress ? { onProgress: options.onProgress } : {});
     await restored.start();
     const loaded = [...restored.loaded, ...startup.loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`)];
     const failed = [...restored.failed, ...startup.failed.map((failure) => `${failure.url}: ${failure.error.code}: ${failure.error.message}`)];

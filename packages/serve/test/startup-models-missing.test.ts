@@ -3,7 +3,7 @@
  * the terminal and exits 1; when another model loaded, it serves that one and lists the failure.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -63,6 +63,9 @@ describe('load_models naming a missing .mar', { timeout: 120_000 }, () => {
     const result = await serve(cwd, ['--start', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar', 'sleepy']);
     expect(result.code).toBe(0);
     expect(result.stdout).toContain('Model loaded: sleepy (version 1.0)');
+    // Progress, forwarded by the background server to this terminal (not a TTY here: plain lines), and in its log.
+    expect(result.stdout).toMatch(/Loading model sleepy\.\.\.\nModel sleepy \(version 1\.0\) ready in \d+\.\d s\n/);
+    expect(readFileSync(path.join(cwd, 'logs', 'marina.log'), 'utf8')).toMatch(/Loading model sleepy\.\.\.\n/);
     expect(result.stderr).toContain('Model failed to load: missing.mar');
     const stopped = await serve(cwd, ['--stop']);
     expect(stopped.stdout).toContain('Marina has stopped.');
