@@ -10,6 +10,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { createProgram as createArchiverProgram } from '@marina/model-archiver';
+import { createProgram as createServeProgram } from '@marina/serve';
 import { makeTempDir, repoRoot } from './helpers.ts';
 
 interface ShellBlock {
@@ -48,6 +50,37 @@ afterAll(() => {
   // A failed run may leave its background server: stop it (its pid file is under this TMPDIR).
   spawnSync(process.execPath, [path.join(repoRoot, 'packages/serve/bin/serve.js'), '--stop'], { cwd: workDir, env, stdio: 'ignore' });
   rmSync(workDir, { recursive: true, force: true });
+});
+
+/** The README's text from the heading `start` to the next heading of the same or a higher level. */
+function section(start: string): string {
+  const from = readme.indexOf(`\n${start}\n`);
+  expect(from, start).toBeGreaterThan(0);
+  const level = /^#+/.exec(start)![0].length;
+  const next = readme.slice(from + start.length + 2).search(new RegExp(`\\n#{1,${level}} `));
+  return readme.slice(from, next < 0 ? undefined : from + start.length + 2 + next);
+}
+
+/** The long flags named in backticks in `text`. */
+function flagsIn(text: string): string[] {
+  return [...new Set([...text.matchAll(/`[^`\n]*`/g)].flatMap((m) => m[0].match(/--[a-z][a-z-]*/g) ?? []))];
+}
+
+describe('README flags', () => {
+  it('names only serve flags that serve --help lists', () => {
+    const serveText = section('### Serve and predict');
+    const flags = flagsIn(serveText.slice(serveText.indexOf("`serve` takes TorchServe's launcher flags")));
+    expect(flags).toContain('--dt');
+    const help = createServeProgram({ run: () => undefined }).helpInformation();
+    expect(flags.filter((flag) => !new RegExp(`${flag}\\b`).test(help))).toEqual([]);
+  });
+
+  it('names only model-archiver flags that model-archiver --help lists', () => {
+    const flags = flagsIn(section('### Archive'));
+    expect(flags.length).toBeGreaterThan(8);
+    const help = createArchiverProgram().helpInformation();
+    expect(flags.filter((flag) => !new RegExp(`${flag}\\b`).test(help))).toEqual([]);
+  });
 });
 
 describe('README shell blocks', () => {

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { Command, CommanderError, Option } from 'commander';
+import { Command, CommanderError } from 'commander';
 import type { ServeCliOptions } from './config/load-config.ts';
 import { configError } from './config/config-errors.ts';
 
@@ -54,7 +54,7 @@ export function createProgram(options: { run: (command: ServeCommand) => Promise
     .option('--ncs', 'do not read or write config snapshots')
     .option('--no-config-snapshots', 'same as --ncs')
     .option('--disable-token-auth', 'turn token authorization off')
-    .addOption(new Option('--dt', 'same as --disable-token-auth').hideHelp())
+    .option('--dt', 'same as --disable-token-auth')
     .option('--enable-model-api', 'allow registering and unregistering models through the management API')
     .option('--log-config <file>', "accepted for TorchServe compatibility and ignored (Marina does not use log4j2)")
     .allowExcessArguments(false)

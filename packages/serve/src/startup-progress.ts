@@ -29,7 +29,7 @@ export function createStartupProgress(options: { stream: NodeJS.WritableStream; 
   };
   const drawLive = () => {
     if (loading.size === 0) return;
-    const names = [...loading.entries()].map(([url, { sizeBytes }]) => `${url}${sizeBytes === undefined ? '' : ` (${formatMiB(sizeBytes)})`}`);
+    const names = [...loading.entries()].map(([url, { sizeBytes }]) => `${url}${sizeBytes === undefined ? '' : ` (${formatSize(sizeBytes)})`}`);
     const reported = (stream as NodeJS.WriteStream).columns;
     const columns = reported !== undefined && reported >= 20 ? reported : 100;
     const text = `Loading and optimising ${names.join(', ')}: ${seconds(performance.now() - startedAt)}`;
@@ -46,7 +46,7 @@ export function createStartupProgress(options: { stream: NodeJS.WritableStream; 
       if (event.phase === 'loading') {
         loading.set(event.url, { ...(event.sizeBytes === undefined ? {} : { sizeBytes: event.sizeBytes }) });
         if (!isTty) {
-          stream.write(`Loading model ${event.url}${event.sizeBytes === undefined ? '' : ` (${formatMiB(event.sizeBytes)})`}...\n`);
+          stream.write(`Loading model ${event.url}${event.sizeBytes === undefined ? '' : ` (${formatSize(event.sizeBytes)})`}...\n`);
           return;
         }
         timer ??= setInterval(drawLive, TICK_MS).unref();
@@ -67,6 +67,7 @@ function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(1)} s`;
 }
 
-function formatMiB(bytes: number): string {
-  return bytes >= 1024 * 1024 ? `${(bytes / (1024 * 1024)).toFixed(0)} MiB` : `${(bytes / 1024).toFixed(0)} KiB`;
+/** Decimal units, as marina-models and model-archiver print sizes. */
+function formatSize(bytes: number): string {
+  return bytes >= 1e6 ? `${(bytes / 1e6).toFixed(1)} MB` : `${(bytes / 1e3).toFixed(1)} kB`;
 }
