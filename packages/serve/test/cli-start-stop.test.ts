@@ -84,7 +84,7 @@ const started: string[] = [];
 afterAll(async () => {
   for (const cwd of started) await serve(cwd, ['--stop']);
   for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
-});
+}, 120_000); // each --stop starts a process and waits for a drain: more than vitest's 10 s default on a loaded machine
 
 // Each test starts real processes (tsx start-up, onnxruntime): allow well over the default 5 s on a shared machine.
 describe('serve --start in the background, then --stop', { timeout: 60_000 }, () => {
