@@ -189,7 +189,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const errorRows = rows.filter((r) => r.errors > 0);
   if (errorRows.length > 0) notes.push(`Requests or jobs failed in: ${errorRows.map((r) => `${r.experiment} ${r.config} (${r.errors})`).join('; ')}.`);
   notes.push(`Server runs: one process tree started from ${serveBin} with a generated config.properties (logs under ${context.workDir}).`);
-  const modelSizeMb = modelBytes / (1024 * 1024);
+  const modelSizeMb = modelBytes / 1_000_000; // decimal MB, like every size Marina prints
   const result: BenchResult = {
     machine: getMachineInfo(), model, modelSizeMb, images: plan.images, concurrency: plan.concurrency, mode,
     startedAt: startedAt.toISOString(), durationSec: (Date.now() - startedAt.getTime()) / 1000,
