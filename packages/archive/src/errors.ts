@@ -80,7 +80,7 @@ export const archiveErrors = defineErrors({
   },
   MARINA_ERR_HANDLER_NOT_FOUND: {
     statusCode: 400,
-    description: 'The handler is neither a built-in name (image_classifier, tensor) nor a JavaScript module (.js/.mjs) that exists (in the archive, or on disk when archiving); Python handlers do not run in Marina.',
+    description: 'The handler is neither a built-in name (image_classifier, image_segmenter, object_detector, tensor) nor a JavaScript module (.js/.mjs) that exists (in the archive, or on disk when archiving); Python handlers do not run in Marina.',
   },
   MARINA_ERR_HANDLER_IMPORT_FAILED: {
     statusCode: 400,
@@ -92,7 +92,7 @@ export const archiveErrors = defineErrors({
   },
   MARINA_ERR_MODEL_CONFIG_INVALID: {
     statusCode: 400,
-    description: 'model-config.yaml is not YAML or does not match schemas/model-config.schema.json; fix the key named in the message.',
+    description: "model-config.yaml is not YAML, does not match schemas/model-config.schema.json, or its handler: knobs do not fit the model (a size that contradicts the input, an output name the model lacks); fix the key named in the message.",
   },
   MARINA_ERR_MODEL_LOAD_FAILED: {
     statusCode: 400,
@@ -100,15 +100,19 @@ export const archiveErrors = defineErrors({
   },
   MARINA_ERR_HANDLER_SIGNATURE_MISMATCH: {
     statusCode: 400,
-    description: "The model's inputs or outputs do not fit the handler (image_classifier needs one 4-D float input [N,3,H,W] and one 2-D output [N,classes]); use the tensor handler or re-export the model.",
+    description: "The model's inputs or outputs do not fit the handler (the image handlers need one float input [N,3,H,W] or [N,1,H,W]; image_classifier one output [N,classes], image_segmenter [N,C,H,W], object_detector boxes/scores or [N,K,4+1+C]); use the tensor handler or re-export the model.",
   },
   MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC: {
     statusCode: 400,
-    description: 'The batch size is above 1 but the model has a fixed batch dimension; export it with a dynamic first dimension or set batchSize to 1.',
+    description: "Warning (validate and serve alike): the batch size is above the model's fixed batch dimension. The model is served; the built-in handlers run it in groups of that size (one at a time for 1), so batching brings no speed-up. Export it with a dynamic first dimension, or set batchSize to the fixed size.",
   },
   MARINA_ERR_INDEX_TO_NAME_INVALID: {
     statusCode: 400,
     description: 'index_to_name.json is not a JSON object mapping class indices ("0", "1", ...) to a name or a list whose last element is the name; fix the file.',
+  },
+  MARINA_ERR_INDEX_TO_NAME_MISSING: {
+    statusCode: 400,
+    description: 'Warning: an image_classifier or object_detector archive has no index_to_name.json, so answers name classes by index ("0", "1", ...); add one with --extra-files index_to_name.json.',
   },
   MARINA_ERR_INDEX_TO_NAME_MISMATCH: {
     statusCode: 400,

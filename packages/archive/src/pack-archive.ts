@@ -23,7 +23,7 @@ export interface PackOptions {
   modelName: string;
   /** `-v/--version`: free-form, written to `model.modelVersion`. */
   modelVersion: string;
-  /** `--handler`: a built-in name (`image_classifier`, `tensor`) or a path to a .js/.mjs/.cjs module, optionally `:fn`. */
+  /** `--handler`: a built-in name (`image_classifier`, `image_segmenter`, `object_detector`, `tensor`) or a path to a .js/.mjs/.cjs module, optionally `:fn`. */
   handler: string;
   /** `--serialized-file`: the ONNX model; stored by basename. */
   serializedFile?: string;
@@ -45,6 +45,12 @@ export interface PackOptions {
   isForced?: boolean;
   /** Folder relative paths resolve against. Default `process.cwd()`. */
   cwd?: string;
+  /**
+   * Called with the finished output under its temporary name, before it replaces `outputPath`;
+   * throwing abandons it (nothing is left behind) and `packArchive` rethrows the error. The
+   * CLI validates the archive here, so a refused archive is never written.
+   */
+  verify?: (tempOutputPath: string) => Promise<void>;
 }
 
 export interface PackProgress {
@@ -73,7 +79,7 @@ interface PlannedEntry {
 
 const GLOB_MAGIC = /[*?[]/;
 const SKIPPED_FOLDERS = new Set(['__pycache__', '__MACOSX']);
-const PYTHON_BUILTINS = ['base_handler', 'text_classifier', 'object_detector', 'image_segmenter', 'dali_image_classifier', 'vllm_handler', 'trt_llm_handler'];
+const PYTHON_BUILTINS = ['text_classifier', 'dali_image_classifier', 'vllm_handler', 'trt_llm_handler'];
 const HANDLER_EXTENSIONS = ['.mjs', '.js', '.cjs'];
 
 /** The output path `packArchive` writes for these options (does not touch the disk). */
@@ -335,6 +341,18 @@ export async function packArchive(options: PackOptions & { onProgress?: (progres
   try {
     if (format === 'no-archive') await writeFolder({ tempPath, entries, manifestText, onBytes });
     else await writeContainer({ format, tempPath, rootPrefix: format === 'tgz' ? `${options.modelName}/` : '', entries, manifestText, onBytes });
+  } catch (error) {
+    await rm(tempPath, { recursive: true, force: true });
+    if (isMarinaError(error)) throw error;
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_WRITE_FAILED(`writing ${outputPath} failed: ${(error as Error).message}; nothing was written`, { cause: error, details: { outputPath } });
+  }
+  try {
+    await options.verify?.(tempPath);
+  } catch (error) {
+    await rm(tempPath, { recursive: true, force: true });
+    throw error;
+  }
+  try {
     await replace(tempPath, outputPath);
   } catch (error) {
     await rm(tempPath, { recursive: true, force: true });

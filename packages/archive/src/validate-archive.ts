@@ -50,6 +50,8 @@ export interface ValidateArchiveOptions extends ExtractLimits {
 
 const HANDLER_EXTENSIONS = ['.mjs', '.js', '.cjs'];
 const INDEX_TO_NAME = 'index_to_name.json';
+/** Built-in handlers that label their answers from index_to_name.json. */
+const LABELLED_HANDLERS = ['image_classifier', 'object_detector'];
 const SMALL_FILE_BYTES = 1_000_000;
 // What handler-import-hooks.mjs resolves bare imports to: @marina/handlers' own dependencies.
 const BARE_IMPORTS_AVAILABLE = 'sharp and onnxruntime-node';
@@ -118,8 +120,10 @@ async function loadSignature(modelPath: string): Promise<ModelSignature> {
  * escaping its folder; the manifest matches schemas/manifest.schema.json; every file it
  * names is present; the handler resolves (built-in, or a module in the archive exporting
  * the handler contract, imported in a worker thread); model-config.yaml matches its
- * schema; index_to_name.json is well formed; and, unless `isModelLoadChecked` is false,
- * the ONNX model loads and its inputs/outputs fit the handler and batch size.
+ * schema; index_to_name.json is well formed (and present, a warning, for image_classifier and
+ * object_detector); and, unless `isModelLoadChecked` is false, the ONNX model loads and its
+ * inputs/outputs fit the handler and its model-config.yaml `handler:` knobs. A fixed batch
+ * dimension below the batch size is a warning, as serve logs it (`fixedBatchWarning`).
  * Never throws for a bad archive: every defect is a problem in the report.
  */
 export async function validateArchive(path: string, options: ValidateArchiveOptions = {}): Promise<ValidationReport> {
@@ -212,7 +216,7 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
     const handlerName = typeof model.handler === 'string' ? model.handler : undefined;
     const builtin = handlerName === undefined ? undefined : getBuiltinHandler(handlerName);
     if (handlerName === undefined) {
-      add('MARINA_ERR_HANDLER_NOT_FOUND', 'the manifest names no handler (model.handler); re-archive with --handler image_classifier, tensor or a .js module');
+      add('MARINA_ERR_HANDLER_NOT_FOUND', `the manifest names no handler (model.handler); re-archive with --handler ${builtinHandlerNames.join(', ')} or a .js module`);
     } else if (!builtin) {
       await checkCustomHandler(handlerName, { modelDir, inside, add, timeoutMs: options.handlerImportTimeoutMs });
     }
@@ -238,6 +242,9 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
       else add('MARINA_ERR_INDEX_TO_NAME_INVALID', `${INDEX_TO_NAME} ${counted}`, { file: INDEX_TO_NAME });
     }
 
+    if (builtin && LABELLED_HANDLERS.includes(builtin.name) && !(await isFile(indexPath))) {
+      add('MARINA_ERR_INDEX_TO_NAME_MISSING', `handler ${builtin.name} answers with class indices ("0", "1", ...) because the archive has no ${INDEX_TO_NAME}; add one with --extra-files ${INDEX_TO_NAME} (a JSON object {"0": "tench", ...}) to answer with names`, { file: INDEX_TO_NAME, severity: 'warning' });
+    }
     if (builtin && model.serializedFile === undefined) {
       add('MARINA_ERR_ARCHIVE_NO_MODEL', `handler '${builtin.name}' runs an ONNX model but the manifest has no serializedFile; archive with --serialized-file model.onnx`);
     }
@@ -250,8 +257,10 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
         add('MARINA_ERR_MODEL_LOAD_FAILED', `onnxruntime-node cannot load '${modelName}': ${(error as Error).message.split('\n')[0]!.replaceAll(modelPath, modelName)}; ${extname(modelName) === '.onnx' ? 're-export the model to ONNX' : 'Marina serves ONNX models: export the model to .onnx'}`, { file: modelName });
       }
       if (report.model && builtin) {
+        // One rule with serve: a fixed batch dimension below batchSize is a warning (fixedBatchWarning), never a refusal.
         for (const problem of builtin.checkSignature(report.model, { batchSize, modelYamlConfig: config, ...(classCount === undefined ? {} : { classCount }) })) {
-          add(problem.code as ArchiveErrorCode, problem.message, { file: problem.code === 'MARINA_ERR_INDEX_TO_NAME_MISMATCH' ? INDEX_TO_NAME : modelName });
+          const file = problem.code === 'MARINA_ERR_INDEX_TO_NAME_MISMATCH' ? INDEX_TO_NAME : problem.code === 'MARINA_ERR_MODEL_CONFIG_INVALID' ? String(model.configFile ?? 'model-config.yaml') : modelName;
+          add(problem.code as ArchiveErrorCode, problem.message, { file, severity: problem.severity ?? 'error' });
         }
       }
     }
@@ -274,7 +283,7 @@ async function checkCustomHandler(
   const moduleName = suffix ? suffix[1]! : handlerName;
   const functionName = suffix ? suffix[2] : undefined;
   if (extname(moduleName) === '.py') {
-    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is a Python module; Marina runs JavaScript handlers: re-archive with a built-in handler (image_classifier, tensor) or a .js/.mjs module`, { file: moduleName });
+    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is a Python module; Marina runs JavaScript handlers: re-archive with a built-in handler (${builtinHandlerNames.join(', ')}) or a .js/.mjs module`, { file: moduleName });
     return;
   }
   const base = await context.inside(moduleName, 'model.handler');
@@ -289,7 +298,7 @@ async function checkCustomHandler(
   }
   if (modulePath === undefined) {
     const closest = /[\\/.:]/.test(handlerName) ? undefined : closestName(handlerName, builtinHandlerNames);
-    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is not a built-in handler (${closest ? `did you mean '${closest}'? The built-in handlers are ` : ''}image_classifier, tensor) and the archive has no module ${moduleName}${extname(moduleName) === '' ? '(.mjs|.js|.cjs)' : ''}; add the module or re-archive with a built-in handler`, { file: moduleName });
+    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is not a built-in handler (${closest ? `did you mean '${closest}'? The built-in handlers are ` : ''}${builtinHandlerNames.join(', ')}) and the archive has no module ${moduleName}${extname(moduleName) === '' ? '(.mjs|.js|.cjs)' : ''}; add the module or re-archive with a built-in handler`, { file: moduleName });
     return;
   }
   const result = await probeHandler({ modulePath, ...(functionName === undefined ? {} : { functionName }), ...(context.timeoutMs === undefined ? {} : { timeoutMs: context.timeoutMs }) });

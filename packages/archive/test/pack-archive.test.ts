@@ -150,8 +150,8 @@ describe('packArchive errors leave nothing behind', () => {
   });
 
   it('refuses a handler that cannot be found, listing the built-ins', async () => {
-    for (const handler of ['no_such_handler', join(dir, 'missing.js'), 'handler.py', 'object_detector']) {
-      await expect(packArchive({ ...base(), handler })).rejects.toMatchObject({ code: 'MARINA_ERR_HANDLER_NOT_FOUND', message: expect.stringContaining('image_classifier, tensor') });
+    for (const handler of ['no_such_handler', join(dir, 'missing.js'), 'handler.py', 'text_classifier']) {
+      await expect(packArchive({ ...base(), handler })).rejects.toMatchObject({ code: 'MARINA_ERR_HANDLER_NOT_FOUND', message: expect.stringContaining('image_classifier, image_segmenter, object_detector, tensor') });
     }
   });
 

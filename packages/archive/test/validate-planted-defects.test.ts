@@ -175,17 +175,26 @@ describe('validateArchive reports each planted defect with its own code', () => 
     await writeTinyTensorModel({ outputPath: join(src, 'model.onnx') });
     await rm(join(src, 'index_to_name.json'));
     const report = await validateArchive(await zipped());
-    expect(new Set(codes(report))).toEqual(new Set(['MARINA_ERR_HANDLER_SIGNATURE_MISMATCH']));
-    expect(report.problems[0]?.message).toContain('4-D');
+    expect(new Set(codes(report))).toEqual(new Set(['MARINA_ERR_HANDLER_SIGNATURE_MISMATCH', 'MARINA_ERR_INDEX_TO_NAME_MISSING']));
+    expect(report.problems.find((p) => p.code === 'MARINA_ERR_INDEX_TO_NAME_MISSING')).toMatchObject({ severity: 'warning', file: 'index_to_name.json' });
+    expect(report.problems.find((p) => p.code === 'MARINA_ERR_HANDLER_SIGNATURE_MISMATCH')?.message).toContain('4-D');
   });
 
-  it('MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC for a fixed-batch classifier with batchSize 8, from model-config.yaml or the option', async () => {
+  it('MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC is a warning (the archive serves) for a fixed-batch classifier with batchSize 8, from model-config.yaml or the option', async () => {
     await writeTinyClassifier({ outputPath: join(src, 'model.onnx'), numClasses: 3, fixedBatch: 1 });
     expect((await validateArchive(await zipped())).problems).toEqual([]);
-    expect(codes(await validateArchive(await zipped(), { batchSize: 8 }))).toEqual(['MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC']);
+    const warned = { isValid: true, problems: [{ code: 'MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC', severity: 'warning', file: 'model.onnx', message: expect.stringMatching(/batchSize is 8 .*fixed batch dimension of 1: Marina serves it/) }] };
+    expect(await validateArchive(await zipped(), { batchSize: 8 })).toMatchObject(warned);
     await writeFiles(src, { 'model-config.yaml': 'batchSize: 8\nmaxBatchDelay: 50\n' });
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ configFile: 'model-config.yaml' }));
-    expect(codes(await validateArchive(await zipped()))).toEqual(['MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC']);
+    expect(await validateArchive(await zipped())).toMatchObject(warned);
+  });
+
+  it("MARINA_ERR_MODEL_CONFIG_INVALID when model-config.yaml's handler knobs do not fit the model", async () => {
+    await writeFiles(src, { 'model-config.yaml': 'handler:\n  size: [20, 20]\n' });
+    await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ configFile: 'model-config.yaml' }));
+    const report = await validateArchive(await zipped());
+    expect(report.problems).toEqual([{ code: 'MARINA_ERR_MODEL_CONFIG_INVALID', severity: 'error', file: 'model-config.yaml', message: expect.stringContaining("handler.size is 20x20 but the model's input takes 32x32") }]);
   });
 
   it('MARINA_ERR_INDEX_TO_NAME_MISMATCH for index_to_name.json with the wrong count', async () => {

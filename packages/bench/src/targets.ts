@@ -111,7 +111,7 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
       const excess = lone.p50Ms - ref.ownEndToEndP50Ms;
       checks.push({
         name, target,
-        measured: `p50 ${fmt(lone.p50Ms)} ms vs own ${fmt(ref.ownEndToEndP50Ms)} ms (run alone ${fmt(ref.ownInferP50Ms)} ms): +${fmt(excess)} ms`,
+        measured: `p50 ${fmt(lone.p50Ms)} ms vs own ${fmt(ref.ownEndToEndP50Ms)} ms (run alone ${fmt(ref.ownInferP50Ms)} ms): +${fmt(excess)} ms, ratio ${fmt(lone.p50Ms / ref.ownEndToEndP50Ms, 3)}`,
         isMet: excess <= 5,
         explanation: excess <= 5 ? '' : excess > 50 ? `over by ${fmt(excess - 5)} ms: close to maxBatchDelay, so the batcher waited for a full batch that never came.` : `over by ${fmt(excess - 5)} ms, well under maxBatchDelay: not a batching wait; HTTP, hand-off and scheduling noise on a shared machine.`,
       });

@@ -1,14 +1,28 @@
 import type { BuiltinHandler } from './types.ts';
-import { checkImageClassifierSignature, checkTensorSignature } from './signature-checks.ts';
-import { createImageClassifier } from './image-classifier.ts';
+import { checkImageClassifierSignature, checkImageSegmenterSignature, checkObjectDetectorSignature, checkTensorSignature } from './signature-checks.ts';
+import { createImageClassifier, resolveImageClassifierOptions } from './image-classifier.ts';
+import { createImageSegmenter, resolveImageSegmenterOptions } from './image-segmenter.ts';
+import { createObjectDetector, resolveObjectDetectorOptions } from './object-detector.ts';
 import { createTensorHandler } from './tensor-handler.ts';
 
 const builtins: BuiltinHandler[] = [
   {
     name: 'image_classifier',
-    description: 'decodes an image (sharp), resizes, centre-crops, normalises, runs the model, returns the top-5 {label: probability}',
+    description: 'decodes an image (sharp), resizes (centre crop, letterbox or stretch), normalises, runs the model, returns the top-5 {label: probability}',
     create: () => createImageClassifier(),
-    checkSignature: (signature, options) => checkImageClassifierSignature(signature, options),
+    checkSignature: (signature, options) => checkImageClassifierSignature(signature, { ...options, resolveOptions: (shape) => resolveImageClassifierOptions(options.modelYamlConfig, shape) }),
+  },
+  {
+    name: 'image_segmenter',
+    description: 'decodes an image, runs a segmentation model ([N,C,H,W] or [N,1,H,W] output), returns per-pixel [class, probability] rows, a class map or a PNG mask',
+    create: () => createImageSegmenter(),
+    checkSignature: (signature, options) => checkImageSegmenterSignature(signature, { ...options, resolveOptions: (shape) => resolveImageSegmenterOptions(options.modelYamlConfig, shape) }),
+  },
+  {
+    name: 'object_detector',
+    description: 'decodes an image, runs a detector (boxes/scores/labels outputs or one [N,K,4+1+C] output), applies the score threshold and NMS, returns [{label: [x1,y1,x2,y2], score}]',
+    create: () => createObjectDetector(),
+    checkSignature: (signature, options) => checkObjectDetectorSignature(signature, { ...options, resolveOptions: (shape) => resolveObjectDetectorOptions(options.modelYamlConfig, shape, signature.outputs.map((o) => o.name)) }),
   },
   {
     name: 'tensor',

@@ -1,134 +1,51 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import sharp from 'sharp';
-import * as ort from 'onnxruntime-node';
-import { isMarinaError, type MarinaError } from '@marina/errors';
+import type { MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
-import { isDynamicDim } from './signature-checks.ts';
-import { payloadBytes, rowPayload } from './row-input.ts';
+import { createImageModelRunner, numberAt, type DecodedImages, type ImageModelRunner, type ImageOutput } from './image-batch.ts';
+import { handlerSection, IMAGENET_MEAN, IMAGENET_STD, positiveInt, resolveImagePreprocessOptions, type ImagePreprocessOptions } from './image-preprocess.ts';
+import { readFinalActivation } from './onnx-graph.ts';
 import type { Handler, HandlerContext, RequestRow } from './types.ts';
 
-/** ImageNet statistics, as torchvision's and TorchServe's image_classifier use. */
-export const IMAGENET_MEAN = [0.485, 0.456, 0.406] as const;
-export const IMAGENET_STD = [0.229, 0.224, 0.225] as const;
+export { IMAGENET_MEAN, IMAGENET_STD };
 
-/** sharp's own default pixel limit (TorchServe follows PIL's, of the same order). */
-const DEFAULT_PIXEL_LIMIT = 268_402_689;
+/**
+ * How the classifier turns a row of outputs into probabilities: `softmax` applies one
+ * (logits); `none` takes them as they are (the model ends in Softmax); `exp` exponentiates
+ * (the model ends in LogSoftmax).
+ */
+export type ProbabilityTransform = 'softmax' | 'none' | 'exp';
 
-/** Preprocessing and top-k knobs, from model-config.yaml `handler:` (`resize`, `crop`, `mean`, `std`, `topk`). */
-export interface ImageClassifierOptions {
-  /** Shorter side after resizing, px. Default: crop × 256/224 (256 for a 224 crop), torchvision's ratio. */
-  resize: number;
-  /** Centre crop, px: [height, width]. Default: the model input's H and W, else 224. */
-  crop: [number, number];
-  mean: [number, number, number];
-  std: [number, number, number];
+/** image_classifier's knobs, from model-config.yaml `handler:`. */
+export interface ImageClassifierOptions extends ImagePreprocessOptions {
   /** Classes per answer. Default 5 (at most the number of classes). */
   topk: number;
-}
-
-function positiveInt(value: unknown, key: string): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) {
-    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.${key} must be a positive integer, got ${JSON.stringify(value)}`);
-  }
-  return value;
-}
-
-function triple(value: unknown, key: string, positive: boolean): [number, number, number] {
-  if (!Array.isArray(value) || value.length !== 3 || !value.every((v) => typeof v === 'number' && Number.isFinite(v) && (!positive || v > 0))) {
-    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.${key} must be a list of 3 ${positive ? 'positive ' : ''}numbers (one per RGB channel), got ${JSON.stringify(value)}`);
-  }
-  return value as [number, number, number];
+  /** `handler.softmax`: true applies softmax, false never does, 'auto' (default) decides from the model. */
+  softmax: boolean | 'auto';
+  /** `handler.output`: the output to read; default the model's only output. */
+  output: string | undefined;
 }
 
 /**
  * Reads the image_classifier knobs from model-config.yaml's `handler:` section, filling defaults
- * from the model's input shape (`[N,3,H,W]`).
+ * from the model's input shape (`[N,C,H,W]`); see `resolveImagePreprocessOptions`.
  * @throws MARINA_ERR_HANDLER_CONFIG_INVALID naming the bad key.
  */
 export function resolveImageClassifierOptions(modelYamlConfig: Record<string, unknown>, inputShape: ReadonlyArray<number | string>): ImageClassifierOptions {
-  const section = modelYamlConfig['handler'];
-  const h = (section && typeof section === 'object' && !Array.isArray(section) ? section : {}) as Record<string, unknown>;
-  const modelH = inputShape.length === 4 && !isDynamicDim(inputShape[2]) ? Number(inputShape[2]) : undefined;
-  const modelW = inputShape.length === 4 && !isDynamicDim(inputShape[3]) ? Number(inputShape[3]) : undefined;
-  let crop: [number, number];
-  if (h['crop'] !== undefined) {
-    crop = Array.isArray(h['crop'])
-      ? [positiveInt(h['crop'][0], 'crop[0]'), positiveInt(h['crop'][1], 'crop[1]')]
-      : [positiveInt(h['crop'], 'crop'), positiveInt(h['crop'], 'crop')];
-  } else {
-    crop = [modelH ?? modelW ?? 224, modelW ?? modelH ?? 224];
+  const h = handlerSection(modelYamlConfig);
+  const softmax = h['softmax'] ?? 'auto';
+  if (softmax !== true && softmax !== false && softmax !== 'auto') {
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.softmax must be true (the model returns logits), false (it returns probabilities) or auto (decide from the model), got ${JSON.stringify(softmax)}`);
   }
-  if ((modelH !== undefined && modelH !== crop[0]) || (modelW !== undefined && modelW !== crop[1])) {
-    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.crop is ${crop.join('x')} but the model's input takes ${modelH}x${modelW} images; remove handler.crop or make it match`);
-  }
-  const resize = h['resize'] !== undefined ? positiveInt(h['resize'], 'resize') : Math.round((Math.max(...crop) * 256) / 224);
-  if (resize < Math.min(...crop)) {
-    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.resize (${resize}) is smaller than the crop (${crop.join('x')}); the shorter side must be at least the crop`);
+  if (h['output'] !== undefined && typeof h['output'] !== 'string') {
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.output must be the name of a model output, got ${JSON.stringify(h['output'])}`);
   }
   return {
-    resize,
-    crop,
-    mean: h['mean'] !== undefined ? triple(h['mean'], 'mean', false) : [...IMAGENET_MEAN],
-    std: h['std'] !== undefined ? triple(h['std'], 'std', true) : [...IMAGENET_STD],
+    ...resolveImagePreprocessOptions(modelYamlConfig, inputShape),
     topk: h['topk'] !== undefined ? positiveInt(h['topk'], 'topk') : 5,
+    softmax,
+    output: h['output'] as string | undefined,
   };
-}
-
-/**
- * Decodes an image and writes it into `out` (float32, CHW, normalised) at `offset`.
- * Steps as torchvision's Resize(resize) → CenterCrop(crop) → ToTensor → Normalize(mean, std):
- * the shorter side becomes `resize` (bilinear, 'linear' kernel, sharp's closest to PIL's
- * antialiased bilinear), then the centre crop, taken while converting to float.
- * One sharp call (no separate metadata read): the whole decode runs on libuv's pool without
- * needing this thread in between, so it proceeds even while a `run()` blocks the thread.
- * @throws MARINA_ERR_IMAGE_DECODE_FAILED or MARINA_ERR_IMAGE_TOO_LARGE.
- */
-export async function decodeImageInto(bytes: Buffer, options: ImageClassifierOptions & { limitInputPixels: boolean }, out: Float32Array, offset: number): Promise<void> {
-  const limitInputPixels = options.limitInputPixels ? DEFAULT_PIXEL_LIMIT : false;
-  const [cropH, cropW] = options.crop;
-  let raw: Buffer;
-  let channels: number;
-  let width: number;
-  let height: number;
-  try {
-    // EXIF orientation is applied (rotate()) as PIL does not: what the user sees is what gets classified.
-    // fit 'outside' on a resize × resize box makes the shorter side exactly `resize`.
-    const result = await sharp(bytes, { limitInputPixels, failOn: 'error' })
-      .rotate()
-      .removeAlpha()
-      .toColourspace('srgb')
-      .resize({ width: options.resize, height: options.resize, fit: 'outside', kernel: 'linear' })
-      .raw()
-      .toBuffer({ resolveWithObject: true });
-    raw = result.data;
-    channels = result.info.channels;
-    width = result.info.width;
-    height = result.info.height;
-  } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    if (/pixel limit/i.test(message)) {
-      throw createHandlerError.MARINA_ERR_IMAGE_TOO_LARGE(`the image is larger than the pixel limit (${DEFAULT_PIXEL_LIMIT} pixels); send a smaller image or set limit_max_image_pixels=false`, { cause: error });
-    }
-    throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(`the request body (${bytes.length} bytes) is not a decodable image: ${message}`, { cause: error });
-  }
-  if (width < cropW || height < cropH) {
-    throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(`the image resized to ${width}x${height} (shorter side ${options.resize}) is smaller than the crop ${cropH}x${cropW}; raise handler.resize in model-config.yaml`);
-  }
-  const left = Math.round((width - cropW) / 2);
-  const top = Math.round((height - cropH) / 2);
-  const plane = cropH * cropW;
-  const { mean, std } = options;
-  for (let c = 0; c < 3; c++) {
-    const src = channels === 1 ? 0 : c;
-    const scale = 1 / (255 * std[c]!);
-    const shift = mean[c]! / std[c]!;
-    let dst = offset + c * plane;
-    for (let y = 0; y < cropH; y++) {
-      let p = ((top + y) * width + left) * channels + src;
-      for (let x = 0; x < cropW; x++, p += channels) out[dst++] = raw[p]! * scale - shift;
-    }
-  }
 }
 
 /** Labels from index_to_name.json: values may be a string or a list (the last element is the label), as TorchServe. */
@@ -148,133 +65,117 @@ export async function readIndexToName(modelDir: string): Promise<Map<number, str
   return labels;
 }
 
-/** Softmax over one row, then the k best as an ordered Map label → probability (a Map keeps the order for numeric labels). */
-export function topK(logits: Float32Array | number[], k: number, labels: Map<number, string> | undefined): Map<string, number> {
-  let max = -Infinity;
-  for (const v of logits) if (v > max) max = v;
-  const probs = new Float64Array(logits.length);
+/**
+ * True when a row already is a probability distribution: every value in [0, 1] and the sum
+ * within 1e-3 of 1 (float32 softmax outputs sum to 1 within about 1e-6).
+ */
+export function isProbabilityRow(values: ArrayLike<number>): boolean {
   let sum = 0;
-  for (let i = 0; i < logits.length; i++) {
-    probs[i] = Math.exp(logits[i]! - max);
-    sum += probs[i]!;
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i]!;
+    if (!(v >= 0 && v <= 1)) return false;
+    sum += v;
+  }
+  return values.length > 1 && Math.abs(sum - 1) <= 1e-3;
+}
+
+/**
+ * The k best classes as an ordered Map label → probability (a Map keeps the order for numeric
+ * labels). `transform` says how the row becomes probabilities (default: softmax of logits).
+ */
+export function topK(values: ArrayLike<number>, k: number, labels: Map<number, string> | undefined, transform: ProbabilityTransform = 'softmax'): Map<string, number> {
+  const probs = new Float64Array(values.length);
+  if (transform === 'none') {
+    for (let i = 0; i < values.length; i++) probs[i] = values[i]!;
+  } else if (transform === 'exp') {
+    for (let i = 0; i < values.length; i++) probs[i] = Math.exp(values[i]!);
+  } else {
+    let max = -Infinity;
+    for (let i = 0; i < values.length; i++) if (values[i]! > max) max = values[i]!;
+    let sum = 0;
+    for (let i = 0; i < values.length; i++) {
+      probs[i] = Math.exp(values[i]! - max);
+      sum += probs[i]!;
+    }
+    for (let i = 0; i < probs.length; i++) probs[i] = probs[i]! / sum;
   }
   const order = Array.from(probs.keys()).sort((a, b) => probs[b]! - probs[a]!).slice(0, Math.min(k, probs.length));
   const result = new Map<string, number>();
-  for (const i of order) result.set(labels?.get(i) ?? String(i), probs[i]! / sum);
+  for (const i of order) result.set(labels?.get(i) ?? String(i), probs[i]!);
   return result;
 }
 
-/** image_classifier's preprocess output: the decoded images of a batch and the rows that failed. */
-interface DecodedBatch {
-  /** float32 NCHW, one image per row of the batch (failed rows' slots unused). */
-  pixels: Float32Array;
-  /** Rows that decoded. */
-  good: number[];
-  /** Per row: the decode error, or undefined. */
-  errors: Array<MarinaError | undefined>;
+/** What the model's graph says about the classifier output (the 'auto' decision's first half). */
+async function graphTransform(modelPath: string | undefined, outputName: string): Promise<ProbabilityTransform | undefined> {
+  const activation = await readFinalActivation(modelPath, outputName);
+  return activation === 'softmax' ? 'none' : activation === 'log-softmax' ? 'exp' : undefined;
 }
 
-/** image_classifier's inference output. */
 interface Inferred {
-  decoded: DecodedBatch;
-  /** Logits per good row (`classes` values each), in `good` order. */
-  logits: Float32Array;
-  classes: number;
+  decoded: DecodedImages;
+  outputs: ImageOutput[];
 }
 
 /**
  * TorchServe's image_classifier: each request's `data`/`body` is an image; the answer is its
  * top-k `{label: probability}` (a Map, serialised as a JSON object in rank order). A request
  * whose image cannot be decoded gets its own 400 while the rest of the batch is served.
- * Split into preprocess (decode, on libuv's pool) → inference (run) → postprocess (top-k), and
- * pipeline-safe: the server may decode the next batch while this one runs.
+ * A model that already ends in Softmax (LogSoftmax) is read as probabilities (log-probabilities)
+ * instead of getting a second softmax; with neither in the graph, a row that already sums to 1
+ * is taken as is. `handler.softmax` forces the choice.
+ * Pipeline-safe: the server may decode the next batch while this one runs.
  */
 export function createImageClassifier(): Handler {
-  let session: ort.InferenceSession;
-  let inputName: string;
-  let outputName: string;
+  let runner: ImageModelRunner;
   let options: ImageClassifierOptions;
+  let outputName: string;
   let labels: Map<number, string> | undefined;
-  let isFixedBatchOfOne = false;
-  let limitInputPixels = true;
-
-  const runOn = async (pixels: Float32Array, count: number): Promise<{ values: Float32Array; classes: number }> => {
-    const [h, w] = options.crop;
-    const feeds = { [inputName]: new ort.Tensor('float32', pixels, [count, 3, h, w]) };
-    const out = (await session.run(feeds))[outputName];
-    if (!out || out.dims.length !== 2 || out.dims[0] !== count) {
-      throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`image_classifier expected output '${outputName}' of shape [${count}, classes], got [${out?.dims.join(', ') ?? ''}]`);
-    }
-    return { values: out.data as Float32Array, classes: out.dims[1]! };
-  };
+  let transform: ProbabilityTransform | undefined;
 
   return {
     isPipelineSafe: true,
 
     async initialize(context: HandlerContext) {
-      session = await context.createSession();
-      const input = session.inputMetadata[0];
-      const output = session.outputMetadata[0];
-      if (!input || !output) throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED('image_classifier needs a model with one input and one output');
-      inputName = input.name;
-      outputName = output.name;
-      const shape = input.isTensor ? input.shape : [];
-      options = resolveImageClassifierOptions(context.modelYamlConfig, shape);
-      isFixedBatchOfOne = shape.length === 4 && shape[0] === 1;
+      runner = await createImageModelRunner(context, 'image_classifier');
+      options = resolveImageClassifierOptions(context.modelYamlConfig, runner.inputShape);
+      runner.options = options;
+      // Class scores do not depend on where pixels came from: skip the extra header read.
+      runner.isGeometryNeeded = false;
+      const outputs = runner.session.outputNames;
+      if (options.output !== undefined && !outputs.includes(options.output)) {
+        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`);
+      }
+      if (options.output === undefined && outputs.length !== 1) {
+        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`image_classifier reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the class scores with handler.output in model-config.yaml`);
+      }
+      outputName = options.output ?? outputs[0]!;
+      transform = options.softmax === true ? 'softmax' : options.softmax === false ? 'none' : await graphTransform(context.serializedFilePath, outputName);
       labels = await readIndexToName(context.modelDir);
-      limitInputPixels = context.systemProperties.limit_max_image_pixels;
     },
 
-    async preprocess(rows: RequestRow[]): Promise<DecodedBatch> {
-      const [h, w] = options.crop;
-      const perImage = 3 * h * w;
-      const pixels = new Float32Array(perImage * rows.length);
-      // Decode concurrently: sharp works on libuv's pool, several images in flight is faster than one.
-      const outcomes = await Promise.allSettled(rows.map(async (row, i) => {
-        const bytes = payloadBytes(rowPayload(row));
-        if (!bytes) throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED('image_classifier needs image bytes, but the body was parsed as JSON; send the image with Content-Type application/octet-stream or image/*');
-        await decodeImageInto(bytes, { ...options, limitInputPixels }, pixels, i * perImage);
-      }));
-      const good: number[] = [];
-      const errors: Array<MarinaError | undefined> = new Array(rows.length).fill(undefined);
-      outcomes.forEach((o, i) => {
-        if (o.status === 'fulfilled') good.push(i);
-        else errors[i] = isMarinaError(o.reason) ? o.reason : createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(String(o.reason));
-      });
-      return { pixels, good, errors };
+    preprocess(rows: RequestRow[]): Promise<DecodedImages> {
+      return runner.decode(rows, 'image_classifier');
     },
 
     async inference(input: unknown): Promise<Inferred> {
-      const decoded = input as DecodedBatch;
-      const [h, w] = options.crop;
-      const perImage = 3 * h * w;
-      const { good, pixels } = decoded;
-      if (good.length === 0) return { decoded, logits: new Float32Array(0), classes: 0 };
-      // Compact the good images to the front only when some rows failed (no copy otherwise).
-      const packed = good.length === pixels.length / perImage ? pixels : new Float32Array(perImage * good.length);
-      if (packed !== pixels) good.forEach((src, dst) => packed.set(pixels.subarray(src * perImage, (src + 1) * perImage), dst * perImage));
-      if (!isFixedBatchOfOne) {
-        const { values, classes } = await runOn(packed, good.length);
-        return { decoded, logits: values, classes };
-      }
-      let logits = new Float32Array(0);
-      let classes = 0;
-      for (let n = 0; n < good.length; n++) {
-        const out = await runOn(packed.subarray(n * perImage, (n + 1) * perImage), 1);
-        if (logits.length === 0) {
-          classes = out.classes;
-          logits = new Float32Array(classes * good.length);
-        }
-        logits.set(out.values, n * classes);
-      }
-      return { decoded, logits, classes };
+      const decoded = input as DecodedImages;
+      const outputs = (await runner.run(decoded, [outputName])).get(outputName)!;
+      return { decoded, outputs };
     },
 
     postprocess(output: unknown): Array<Map<string, number> | MarinaError> {
-      const { decoded, logits, classes } = output as Inferred;
+      const { decoded, outputs } = output as Inferred;
       const results: Array<Map<string, number> | MarinaError> = decoded.errors.map((e) => e as MarinaError);
       decoded.good.forEach((row, n) => {
-        results[row] = topK(logits.subarray(n * classes, (n + 1) * classes), options.topk, labels);
+        const out = outputs[n]!;
+        const classes = out.dims.reduce((a, b) => a * b, 1);
+        if (out.dims.filter((d) => d !== 1).length > 1) {
+          results[row] = createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`image_classifier expected output '${outputName}' of shape [N, classes], got [N, ${out.dims.join(', ')}]`);
+          return;
+        }
+        const values = new Float64Array(classes);
+        for (let i = 0; i < classes; i++) values[i] = numberAt(out.data, i);
+        results[row] = topK(values, options.topk, labels, transform ?? (isProbabilityRow(values) ? 'none' : 'softmax'));
       });
       return results;
     },

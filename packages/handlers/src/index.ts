@@ -1,18 +1,48 @@
 export type * from './types.ts';
-export { checkImageClassifierSignature, checkTensorSignature, isDynamicDim } from './signature-checks.ts';
+export {
+  checkImageClassifierSignature,
+  checkImageSegmenterSignature,
+  checkObjectDetectorSignature,
+  checkTensorSignature,
+  describeTensor,
+  fixedBatchWarning,
+  isDynamicDim,
+} from './signature-checks.ts';
 export { getBuiltinHandler, builtinHandlerNames } from './builtin-handlers.ts';
 export { handlerErrors, createHandlerError } from './errors.ts';
 export { sessionSignature } from './session-signature.ts';
 export { loadCustomHandler } from './custom-handler-loader.ts';
 export { rowPayload, payloadBytes } from './row-input.ts';
+export { readOnnxGraph, finalActivation, readFinalActivation, type OnnxGraph, type OnnxNode } from './onnx-graph.ts';
+export {
+  preprocessImage,
+  resolveImagePreprocessOptions,
+  toOriginal,
+  IMAGENET_MEAN,
+  IMAGENET_STD,
+  RESIZE_MODES,
+  type ImageGeometry,
+  type ImagePreprocessOptions,
+  type ResizeMode,
+} from './image-preprocess.ts';
 export {
   createImageClassifier,
   resolveImageClassifierOptions,
-  decodeImageInto,
   readIndexToName,
   topK,
-  IMAGENET_MEAN,
-  IMAGENET_STD,
+  isProbabilityRow,
   type ImageClassifierOptions,
+  type ProbabilityTransform,
 } from './image-classifier.ts';
+export { createImageSegmenter, resolveImageSegmenterOptions, segmentPixels, type ImageSegmenterOptions, type SegmenterResponse } from './image-segmenter.ts';
+export {
+  createObjectDetector,
+  resolveObjectDetectorOptions,
+  nonMaxSuppression,
+  readDetections,
+  finishDetections,
+  type Detection,
+  type ObjectDetectorOptions,
+  type BoxFormat,
+} from './object-detector.ts';
 export { createTensorHandler, parseTensorRequest, type JsonTensor, type TensorHandlerResponse } from './tensor-handler.ts';

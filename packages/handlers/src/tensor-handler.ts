@@ -115,6 +115,61 @@ function toPlain(tensor: ort.Tensor, start: number, end: number): number[] | boo
   return slice.map((v) => Number(v));
 }
 
+/** Bytes per element of each tensor type (strings are counted by their values, not here). */
+const elementBytes: Record<string, number> = {
+  float32: 4, float64: 8, int32: 4, int16: 2, int8: 1, uint8: 1, uint16: 2, uint32: 4, int64: 8, uint64: 8, bool: 1, float16: 2,
+};
+
+/** Default of `handler.maxTensorBytesPerRequest`: 256 MiB of input and output tensors per request. */
+export const DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST = 256 * 1024 * 1024;
+
+interface TensorSignature {
+  name: string;
+  type: string;
+  /** Fixed sizes, or the symbolic name of a dynamic dimension (undefined when it has none). */
+  dims: Array<number | string | undefined>;
+}
+
+function signatureOf(m: ort.InferenceSession.ValueMetadata): TensorSignature {
+  if (!m.isTensor) return { name: m.name, type: 'non-tensor', dims: [] };
+  return { name: m.name, type: m.type, dims: m.shape.map((d) => (typeof d === 'number' && d >= 0 ? d : typeof d === 'string' && d !== '' ? d : undefined)) };
+}
+
+/**
+ * The bytes one request's tensors will take: its inputs, and each output whose shape follows from
+ * the inputs (fixed sizes, or symbolic dimensions the inputs bind, like the batch dimension N).
+ * An output with a dimension only the data decides (e.g. a detector's box count) cannot be
+ * computed before run(); it is left out, and `isExact` is false.
+ */
+export function tensorBytesOf(parsed: Parsed, inputs: readonly TensorSignature[], outputs: readonly TensorSignature[]): { bytes: number; isExact: boolean } {
+  const bound = new Map<string, number>();
+  let bytes = 0;
+  for (const input of inputs) {
+    const tensor = parsed.get(input.name);
+    if (!tensor) continue;
+    tensor.shape.forEach((size, i) => {
+      const dim = input.dims[i];
+      if (typeof dim === 'string') bound.set(dim, size);
+    });
+    bytes += tensor.shape.reduce((a, b) => a * b, 1) * (elementBytes[input.type] ?? 8);
+  }
+  let isExact = true;
+  for (const output of outputs) {
+    let count = 1;
+    for (const dim of output.dims) {
+      const size = typeof dim === 'number' ? dim : dim !== undefined ? bound.get(dim) : undefined;
+      if (size === undefined) {
+        count = Number.NaN;
+        break;
+      }
+      count *= size;
+    }
+    if (Number.isNaN(count)) isExact = false;
+    else bytes += count * (elementBytes[output.type] ?? 8);
+  }
+  return { bytes, isExact };
+}
+
 /**
  * The generic tensor handler: JSON tensors in, `{"outputs": {name: {shape, data}}}` out.
  * Requests of a batch are stacked along dimension 0 when the model's batch dimension is
@@ -123,6 +178,19 @@ function toPlain(tensor: ort.Tensor, start: number, end: number): number[] | boo
 export function createTensorHandler(): Handler {
   let session: ort.InferenceSession;
   let inputs: Array<{ name: string; type: string; isBatchDynamic: boolean }>;
+  let inputSignatures: TensorSignature[];
+  let outputSignatures: TensorSignature[];
+  let maxTensorBytes = DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST;
+
+  /** Refuses, before run(), a request whose tensors would take more than maxTensorBytesPerRequest. */
+  const checkTensorBytes = (parsed: Parsed): void => {
+    const { bytes, isExact } = tensorBytesOf(parsed, inputSignatures, outputSignatures);
+    if (bytes <= maxTensorBytes) return;
+    throw createHandlerError.MARINA_ERR_TENSOR_TOO_LARGE(
+      `this request's tensors need ${bytes} bytes${isExact ? '' : ' or more'} (inputs and the outputs their shapes determine), over the model's limit of ${maxTensorBytes} bytes (model-config.yaml handler.maxTensorBytesPerRequest); send fewer rows or smaller dimensions`,
+      { details: { tensorBytes: bytes, maxTensorBytesPerRequest: maxTensorBytes } },
+    );
+  };
 
   const run = async (requests: Parsed[]): Promise<TensorHandlerResponse[]> => {
     const rowsPer = requests.map((r) => r.get(inputs[0]!.name)!.shape[0]!);
@@ -155,6 +223,15 @@ export function createTensorHandler(): Handler {
   return {
     async initialize(context: HandlerContext) {
       session = await context.createSession();
+      inputSignatures = session.inputMetadata.map(signatureOf);
+      outputSignatures = session.outputMetadata.map(signatureOf);
+      const configured = (context.modelYamlConfig?.['handler'] as Record<string, unknown> | undefined)?.['maxTensorBytesPerRequest'];
+      if (configured !== undefined) {
+        if (typeof configured !== 'number' || !Number.isInteger(configured) || configured <= 0) {
+          throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.maxTensorBytesPerRequest must be a positive integer (bytes), got ${JSON.stringify(configured)}`);
+        }
+        maxTensorBytes = configured;
+      }
       inputs = session.inputMetadata.map((m) => ({
         name: m.name,
         type: m.isTensor ? m.type : 'non-tensor',
@@ -168,7 +245,9 @@ export function createTensorHandler(): Handler {
       const good: Array<{ index: number; parsed: Parsed }> = [];
       rows.forEach((row, index) => {
         try {
-          good.push({ index, parsed: parseTensorRequest(rowPayload(row), names) });
+          const parsed = parseTensorRequest(rowPayload(row), names);
+          checkTensorBytes(parsed);
+          good.push({ index, parsed });
         } catch (error) {
           results[index] = isMarinaError(error) ? error : invalid(String(error));
         }

@@ -81,6 +81,8 @@ export interface Handler {
 export interface SignatureProblem {
   code: string;
   message: string;
+  /** Default 'error' (the archive will not serve); 'warning' serves, but the user should hear about it. */
+  severity?: 'error' | 'warning';
 }
 
 /** A handler that ships with Marina, addressed by name in the manifest's `handler`. */
@@ -89,8 +91,9 @@ export interface BuiltinHandler {
   description: string;
   create(): Handler;
   /**
-   * Checks that a model's inputs and outputs fit this handler. `batchSize` above 1
-   * needs a dynamic batch dimension. `classCount` is the number of names in
+   * Checks that a model's inputs and outputs fit this handler and that its model-config.yaml
+   * `handler:` knobs resolve against them. A fixed batch dimension below `batchSize` is a
+   * warning (see `fixedBatchWarning`). `classCount` is the number of names in
    * index_to_name.json when the archive has one. Returns [] when it fits.
    */
   checkSignature(signature: ModelSignature, options: { batchSize: number; modelYamlConfig: Record<string, unknown>; classCount?: number }): SignatureProblem[];

@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import cliProgress from 'cli-progress';
 import { isMarinaError } from '@marina/errors';
-import { ARCHIVE_FORMATS, ARCHIVER_VERSION, packArchive, RUNTIMES, validateArchive, type ArchiveFormatOption, type PackProgress, type Runtime, type ValidationReport } from '@marina/archive';
+import { ARCHIVE_FORMATS, ARCHIVER_VERSION, archiveOutputPath, packArchive, RUNTIMES, validateArchive, type ArchiveFormatOption, type PackProgress, type Runtime, type ValidationReport } from '@marina/archive';
 
 /** Exit codes: 0 done; 1 the command could not do its work (bad flags, missing files, existing output, ...); 2 an archive was read (or written) but fails validation. */
 export const EXIT_CODES = { ok: 0, userError: 1, validationFailed: 2 } as const;
@@ -31,6 +31,14 @@ interface ArchiveFlags {
   exportPath: string;
   archiveFormat: ArchiveFormatOption;
   force?: boolean;
+  skipChecks?: boolean;
+}
+
+/** Thrown from packArchive's verify hook when the archive would not serve; carries the report. */
+class ChecksFailed extends Error {
+  constructor(readonly report: ValidationReport) {
+    super('the archive fails validation');
+  }
 }
 
 function formatMegabytes(bytes: number): string {
@@ -91,7 +99,7 @@ export function createProgram(io: CliIo = {}): Command {
     .configureOutput({ writeOut: (text) => stdout.write(text), writeErr: (text) => stderr.write(text) })
     .option('--model-name <name>', "name of the model; the archive is <name>.mar (letters, digits, '_', '-', '.'; starts with a letter or digit)")
     .option('-v, --version <version>', '(required) model version, written to the manifest (e.g. 1.0)')
-    .option('--handler <handler>', '(required) built-in handler (image_classifier, tensor) or path to a JavaScript handler module (.mjs/.js/.cjs, optionally :functionName), copied into the archive')
+    .option('--handler <handler>', '(required) built-in handler (image_classifier, image_segmenter, object_detector, tensor) or path to a JavaScript handler module (.mjs/.js/.cjs, optionally :functionName), copied into the archive')
     .option('--serialized-file <path>', 'the ONNX model file')
     .option('--model-file <path>', 'model definition file (stored for TorchServe compatibility)')
     .option('--extra-files <list>', 'comma-separated files, folders (their contents) and globs to add')
@@ -101,13 +109,18 @@ export function createProgram(io: CliIo = {}): Command {
     .option('--export-path <dir>', 'folder to write the archive to (created when missing)', '.')
     .addOption(new Option('--archive-format <format>', 'default: zip (.mar); zip-store: zip without compression; tgz: <name>.tar.gz; no-archive: a <name>/ folder').choices(ARCHIVE_FORMATS).default('default'))
     .option('-f, --force', 'overwrite an existing archive')
+    .option('--skip-checks', 'write the archive without loading the model or checking it against the handler (by default an archive that would not serve is refused and nothing is written)')
     .addHelpText('after', `
 Examples:
   model-archiver --model-name resnet-152 --version 1.0 --serialized-file resnet-152.onnx \\
     --handler image_classifier --extra-files index_to_name.json --export-path model_store
   model-archiver validate model_store/resnet-152.mar
 
-Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive fails validation.`)
+Before writing, the archive is checked as 'model-archiver validate' checks it (the ONNX model is
+loaded and, for a built-in handler, its inputs and outputs checked against the handler and
+model-config.yaml); one that would not serve is refused and nothing is written.
+
+Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would not serve (nothing written).`)
     .action(async (flags: ArchiveFlags, command: Command) => {
       // Checked here, not with requiredOption, which commander would also enforce for `validate`.
       for (const [key, flag] of [['modelName', '--model-name <name>'], ['version', '-v, --version <version>'], ['handler', '--handler <handler>']] as const) {
@@ -124,6 +137,15 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive fails
           }
         : undefined;
       let result;
+      const exportPath = resolveFrom(cwd, flags.exportPath);
+      const outputPath = archiveOutputPath({ modelName: flags.modelName, exportPath, archiveFormat: flags.archiveFormat });
+      let checked: ValidationReport | undefined;
+      // The full validation runs on the finished archive under its temporary name: a refused archive is never written.
+      const verify = async (tempOutputPath: string): Promise<void> => {
+        const report = { ...(await validateArchive(tempOutputPath, { isModelLoadChecked: true })), archivePath: outputPath };
+        if (!report.isValid) throw new ChecksFailed(report);
+        checked = report;
+      };
       try {
         result = await packArchive({
           modelName: flags.modelName,
@@ -140,20 +162,22 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive fails
           isForced: flags.force === true,
           cwd,
           ...(onProgress ? { onProgress } : {}),
+          ...(flags.skipChecks ? {} : { verify }),
         });
       } catch (error) {
+        bar?.stop();
+        if (error instanceof ChecksFailed) {
+          stderr.write(formatReport(error.report));
+          command.error(`error: ${flags.modelName} would not serve, so nothing was written; fix the errors above and archive again (or pass --skip-checks to write it anyway)`, { exitCode: EXIT_CODES.validationFailed, code: 'marina.validationFailed' });
+        }
         fail(command, error);
         return;
       } finally {
         bar?.stop();
       }
       for (const warning of result.warnings) stderr.write(`warning: ${warning}\n`);
+      for (const problem of checked?.problems ?? []) stderr.write(`warning: ${problem.code}: ${problem.message}\n`);
       stdout.write(`${result.outputPath} (${formatSize(result.bytes)})\n`);
-      const report = await validateArchive(result.outputPath, { isModelLoadChecked: false });
-      if (report.problems.length > 0) stderr.write(formatReport(report));
-      if (!report.isValid) {
-        command.error(`error: the archive was written but will not serve; fix the errors above and archive again (run 'model-archiver validate ${result.outputPath}' for the full check)`, { exitCode: EXIT_CODES.validationFailed, code: 'marina.validationFailed' });
-      }
     });
 
   program

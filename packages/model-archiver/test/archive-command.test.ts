@@ -3,7 +3,7 @@ import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { extractArchive, listArchive, validateArchive } from '@marina/archive';
 import { makeTempDir, writeFiles } from '@marina/archive/testing';
-import { writeIndexToName, writeTinyClassifier } from '@marina/model-zoo';
+import { writeIndexToName, writeTinyClassifier, writeTinySegmenter } from '@marina/model-zoo';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { runCli } from './run-cli.ts';
 
@@ -20,7 +20,7 @@ const tutorial = ['--model-name', 'resnet-152', '--serialized-file', 'resnet-152
 
 describe('model-archiver archiving', () => {
   it("runs TorchServe's tutorial command and writes a valid model_store/resnet-152.mar", async () => {
-    const run = await runCli(tutorial, { cwd: dir });
+    const run = await runCli([...tutorial, '--extra-files', 'index_to_name.json'], { cwd: dir });
     expect(run).toMatchObject({ exitCode: 0, stderr: '' });
     expect(run.stdout).toContain(join(dir, 'model_store', 'resnet-152.mar'));
     const report = await validateArchive(join(dir, 'model_store/resnet-152.mar'));
@@ -66,10 +66,11 @@ describe('model-archiver archiving', () => {
   });
 
   it('draws a progress bar on a terminal and none otherwise', async () => {
-    const onTty = await runCli([...tutorial, '-f'], { cwd: dir, isTTY: true });
+    const labelled = [...tutorial, '--extra-files', 'index_to_name.json', '-f'];
+    const onTty = await runCli(labelled, { cwd: dir, isTTY: true });
     expect(onTty.exitCode).toBe(0);
     expect(onTty.stderr).toContain('Archiving resnet-152');
-    const piped = await runCli([...tutorial, '-f'], { cwd: dir });
+    const piped = await runCli(labelled, { cwd: dir });
     expect(piped.stderr).toBe('');
   });
 });
@@ -79,7 +80,7 @@ describe('model-archiver errors: exit 1, a message saying what to do, nothing wr
     ['a bad model name', ['--model-name', 'resnet 152'], /contains special characters[\s\S]*\^\[A-Za-z0-9\]/],
     ['a missing serialized file', ['--serialized-file', 'nope.onnx'], /File does not exist: .*nope\.onnx/],
     ['a missing extra file', ['--extra-files', 'index_to_name.json,gone.txt'], /File does not exist: .*gone\.txt/],
-    ['a handler that cannot be found', ['--handler', 'resnet_handler'], /'resnet_handler'[\s\S]*image_classifier, tensor/],
+    ['a handler that cannot be found', ['--handler', 'resnet_handler'], /'resnet_handler'[\s\S]*image_classifier, image_segmenter, object_detector, tensor/],
     ['an unknown archive format', ['--archive-format', 'rar'], /Allowed choices are default, zip-store, tgz, no-archive/],
   ];
   for (const [label, override, message] of cases) {
@@ -111,13 +112,71 @@ describe('model-archiver errors: exit 1, a message saying what to do, nothing wr
     expect(run.stderr).toContain("required option '-v, --version <version>' not specified");
   });
 
-  it('exits 2 when the written archive fails the cheap checks, printing each problem', async () => {
+  it('exits 2 and writes nothing when the archive would fail validation, printing each problem', async () => {
     await mkdir(join(dir, 'h'));
     await writeFiles(dir, { 'h/bad.mjs': 'export const nothing = 1;', 'model-config.yaml': 'batchSize: lots\n' });
     const run = await runCli(['--model-name', 'bad', '-v', '1', '--handler', 'h/bad.mjs', '-c', 'model-config.yaml', '--export-path', 'out'], { cwd: dir });
     expect(run.exitCode).toBe(2);
     expect(run.stderr).toContain('MARINA_ERR_HANDLER_CONTRACT');
     expect(run.stderr).toContain('MARINA_ERR_MODEL_CONFIG_INVALID');
-    expect(existsSync(join(dir, 'out/bad.mar'))).toBe(true);
+    expect(run.stderr).toContain('nothing was written');
+    expect(await readdir(join(dir, 'out'))).toEqual([]);
+  });
+});
+
+describe('model-archiver checks what it packs', () => {
+  /** Runs the archiver expecting a refusal with `code`; the export folder must stay empty (no archive, no temp file). */
+  async function refused(args: string[], code: string): Promise<string> {
+    const run = await runCli(['--model-name', 'm', '-v', '1', '--export-path', 'out', ...args], { cwd: dir });
+    expect(run.exitCode, run.stderr).toBe(2);
+    expect(run.stderr).toContain(code);
+    expect(run.stdout).toBe('');
+    expect(await readdir(join(dir, 'out'))).toEqual([]);
+    return run.stderr;
+  }
+
+  it('refuses a serialized file that is not ONNX, whatever the handler', async () => {
+    await writeFiles(dir, { 'model.pt': 'PK not really a torch file', 'h/echo.mjs': 'export function handle(data) { return data; }' });
+    await refused(['--serialized-file', 'model.pt', '--handler', 'h/echo.mjs'], 'MARINA_ERR_MODEL_LOAD_FAILED');
+    await refused(['--serialized-file', 'model.pt', '--handler', 'tensor'], 'MARINA_ERR_MODEL_LOAD_FAILED');
+  });
+
+  it('refuses a model whose outputs do not fit the built-in handler (a segmenter under image_classifier)', async () => {
+    await writeTinySegmenter({ outputPath: join(dir, 'seg.onnx'), classes: 3, inputSize: 32 });
+    const stderr = await refused(['--serialized-file', 'seg.onnx', '--handler', 'image_classifier', '--extra-files', 'index_to_name.json'], 'MARINA_ERR_HANDLER_SIGNATURE_MISMATCH');
+    expect(stderr).toMatch(/image_classifier needs a 2-D output \[N,classes\], got 'output' float32\[batch_size,3,32,32\]; for per-pixel classes use image_segmenter/);
+    const ok = await runCli(['--model-name', 'seg', '-v', '1', '--export-path', 'out', '--serialized-file', 'seg.onnx', '--handler', 'image_segmenter'], { cwd: dir });
+    expect(ok).toMatchObject({ exitCode: 0, stderr: '' });
+  });
+
+  it('refuses a built-in handler without --serialized-file, leaving nothing behind', async () => {
+    await refused(['--handler', 'image_classifier'], 'MARINA_ERR_ARCHIVE_NO_MODEL');
+  });
+
+  it('a refused run with --force keeps the archive that was there', async () => {
+    expect((await runCli(tutorial, { cwd: dir })).exitCode).toBe(0);
+    const before = await listArchive(join(dir, 'model_store/resnet-152.mar'));
+    await writeFile(join(dir, 'resnet-152.onnx'), 'junk');
+    const run = await runCli([...tutorial, '-f'], { cwd: dir });
+    expect(run.exitCode).toBe(2);
+    expect((await listArchive(join(dir, 'model_store/resnet-152.mar'))).entries).toEqual(before.entries);
+    expect(await readdir(join(dir, 'model_store'))).toEqual(['resnet-152.mar']);
+  });
+
+  it('--skip-checks writes what it is given', async () => {
+    await writeFiles(dir, { 'model.pt': 'junk' });
+    const run = await runCli(['--model-name', 'junk', '-v', '1', '--export-path', 'out', '--serialized-file', 'model.pt', '--handler', 'image_classifier', '--skip-checks'], { cwd: dir });
+    expect(run).toMatchObject({ exitCode: 0, stderr: '' });
+    expect(existsSync(join(dir, 'out/junk.mar'))).toBe(true);
+  });
+
+  it('warns when image_classifier has no index_to_name.json, and when batchSize exceeds a fixed batch dimension, but writes the archive', async () => {
+    await writeTinyClassifier({ outputPath: join(dir, 'fixed.onnx'), numClasses: 4, fixedBatch: 1 });
+    await writeFiles(dir, { 'model-config.yaml': 'batchSize: 4\n' });
+    const run = await runCli(['--model-name', 'fixed', '-v', '1', '--export-path', 'out', '--serialized-file', 'fixed.onnx', '--handler', 'image_classifier', '-c', 'model-config.yaml'], { cwd: dir });
+    expect(run.exitCode).toBe(0);
+    expect(run.stderr).toMatch(/warning: MARINA_ERR_INDEX_TO_NAME_MISSING: handler image_classifier answers with class indices/);
+    expect(run.stderr).toMatch(/warning: MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC: batchSize is 4 but input 'input' float32\[1,3,32,32\] has a fixed batch dimension of 1/);
+    expect(existsSync(join(dir, 'out/fixed.mar'))).toBe(true);
   });
 });

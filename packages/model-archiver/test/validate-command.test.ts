@@ -24,11 +24,16 @@ describe('model-archiver validate', () => {
     expect(run.stdout).toContain('inputs: input float32[1,3,32,32]');
   });
 
-  it('prints a JSON report with --json and exits 2 on a defect found with --batch-size', async () => {
+  it('prints a JSON report with --json; --batch-size above a fixed batch dimension is the warning serve logs, not a refusal', async () => {
     const run = await runCli(['validate', 'tiny.mar', '--json', '--batch-size', '8'], { cwd: dir });
-    expect(run.exitCode).toBe(2);
+    expect(run.exitCode).toBe(0);
     const report = JSON.parse(run.stdout);
-    expect(report).toMatchObject({ isValid: false, format: 'zip', problems: [{ code: 'MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC', severity: 'error' }] });
+    expect(report).toMatchObject({ isValid: true, format: 'zip', problems: [{ code: 'MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC', severity: 'warning' }] });
+    await writeFile(join(dir, 'src/index_to_name.json'), '{}');
+    await zipFolder(join(dir, 'src'), join(dir, 'bad-names.mar'));
+    const bad = await runCli(['validate', 'bad-names.mar', '--json'], { cwd: dir });
+    expect(bad.exitCode).toBe(2);
+    expect(JSON.parse(bad.stdout)).toMatchObject({ isValid: false, problems: [{ code: 'MARINA_ERR_INDEX_TO_NAME_INVALID', severity: 'error' }] });
   });
 
   it('lists every problem with its code in the text report', async () => {

@@ -24,10 +24,12 @@ export interface TensorSource {
   fill(out: Float32Array): void;
 }
 
-/** A graph input or output: float32 with the given shape; a string dimension is symbolic (dynamic). */
+/** A graph input or output: float32 (unless `elemType`) with the given shape; a string dimension is symbolic (dynamic). */
 export interface ValueInfoSpec {
   name: string;
   dims: readonly (number | string)[];
+  /** TensorProto.DataType; default FLOAT (1). INT64 is 7. */
+  elemType?: number;
 }
 
 export interface GraphSpec {
@@ -87,7 +89,7 @@ function valueInfo(spec: ValueInfoSpec): onnxProto.onnx.IValueInfoProto {
     name: spec.name,
     type: {
       tensorType: {
-        elemType: FLOAT,
+        elemType: spec.elemType ?? FLOAT,
         shape: { dim: spec.dims.map((d) => (typeof d === 'string' ? { dimParam: d } : { dimValue: d })) },
       },
     },

@@ -5,7 +5,8 @@ import { readModelMetadata, writeResnet, writeTinyClassifier } from '../src/inde
 import { useTempDir } from './helpers.ts';
 
 describe('seeded weights', () => {
-  it('writes byte-identical ResNet-18 files for the same seed and different ones for another seed', async () => {
+  // Writes three 47 MB models: the limit only stops a hang, it measures nothing (2 shared cores can take over 5 s).
+  it('writes byte-identical ResNet-18 files for the same seed and different ones for another seed', { timeout: 120_000 }, async () => {
     const dir = await useTempDir('seed');
     const paths = ['a', 'b', 'c'].map((n) => join(dir, `${n}.onnx`));
     await writeResnet({ depth: 18, outputPath: paths[0]!, seed: 7 });

@@ -13,11 +13,18 @@ export interface ModelSettings {
   jobQueueSize: number;
   /** Intra-op threads per worker when configured (model-config.yaml or models JSON); undefined = the server's default. */
   intraOpNumThreads: number | undefined;
+  /** TorchServe's clientTimeoutInMills: a request not started within this many ms is answered without running; 0 = no deadline (default). */
+  clientTimeoutMs: number;
+  /** Each worker thread's V8 heap limit (model-config.yaml `maxWorkerHeapMb`), MB. Default DEFAULT_MAX_WORKER_HEAP_MB. */
+  maxWorkerHeapMb: number;
   /** Where each value came from, for logs and describe. */
   sources: Record<'batchSize' | 'maxBatchDelayMs' | 'responseTimeoutMs' | 'startupTimeoutMs' | 'workers' | 'jobQueueSize' | 'intraOpNumThreads', SettingSource>;
 }
 
 export type SettingSource = 'api' | 'model-config.yaml' | 'models JSON' | 'server default';
+
+/** A worker thread's default V8 heap limit, MB: a handler that outgrows it ends its own worker (507), not the server. */
+export const DEFAULT_MAX_WORKER_HEAP_MB = 1024;
 
 /** Values given on the register API (management `POST /models`). */
 export interface ApiModelSettings {
@@ -131,6 +138,14 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
     [json.intraOpNumThreads, 'intraOpNumThreads', 'models JSON'],
   ], 'int', 0);
 
+  const [clientTimeoutMs] = pick([
+    [yaml['clientTimeoutInMills'], 'clientTimeoutInMills', 'model-config.yaml'],
+  ], 'int', 0);
+
+  const [maxWorkerHeapMb] = pick([
+    [yaml['maxWorkerHeapMb'], 'maxWorkerHeapMb', 'model-config.yaml'],
+  ], 'int', DEFAULT_MAX_WORKER_HEAP_MB);
+
   const defaultWorkers = server.defaultWorkersPerModel !== undefined && server.defaultWorkersPerModel > 0 ? server.defaultWorkersPerModel : 1;
   let minWorkers = defaultWorkers;
   let maxWorkers: number | undefined;
@@ -165,6 +180,8 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
     maxWorkers,
     jobQueueSize,
     intraOpNumThreads: intraOp > 0 ? intraOp : undefined,
+    clientTimeoutMs,
+    maxWorkerHeapMb,
     sources: {
       batchSize: batchSizeSource,
       maxBatchDelayMs: maxBatchDelaySource,

@@ -1,103 +1,155 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { BatchAggregator, type DispatchReason } from '../src/scheduling/batch-aggregator.ts';
+import { BatchAggregator, type BatchTaker, type DispatchReason } from '../src/scheduling/batch-aggregator.ts';
 import { Job } from '../src/scheduling/job.ts';
 import { JobQueue } from '../src/scheduling/job-queue.ts';
+import { createServeError } from '../src/errors.ts';
 
-/** A fake pool: named workers, some idle; dispatches are recorded. */
-function setup(options: { batchSize: number; maxBatchDelayMs: number; workers: string[]; busy?: number }) {
-  const idle = [...options.workers];
-  let busy = options.busy ?? 0;
-  const queue = new JobQueue({ capacity: 100, label: "model 'm' version '1'" });
+/**
+ * Fake workers (pure scheduling logic, fake timers): a worker holds a running batch and at most
+ * one prefetched batch, as the real Worker does; `start` makes its prefetched batch run (it then
+ * asks for the next), `finish` ends its running batch.
+ */
+class FakeWorker implements BatchTaker {
+  running: string[] | undefined;
+  prefetched: string[] | undefined;
+  constructor(readonly name: string) {}
+  get isIdle() {
+    return this.running === undefined && this.prefetched === undefined;
+  }
+  get wantsBatch() {
+    return this.prefetched === undefined;
+  }
+}
+
+function setup(options: { batchSize: number; maxBatchDelayMs: number; workers: number; capacity?: number }) {
+  const workers = Array.from({ length: options.workers }, (_, i) => new FakeWorker(`w${i + 1}`));
+  const queue = new JobQueue({ capacity: options.capacity ?? 100, label: "model 'm' version '1'" });
   const sent: Array<{ worker: string; ids: string[]; reason: DispatchReason }> = [];
-  const aggregator = new BatchAggregator<string>({
+  const aggregator = new BatchAggregator<FakeWorker>({
     queue,
     batchSize: options.batchSize,
     maxBatchDelayMs: options.maxBatchDelayMs,
-    acquireIdleWorker: () => idle.shift(),
-    busyWorkerCount: () => busy,
+    workers: () => workers,
     dispatch: (worker, jobs, reason) => {
-      busy++;
-      sent.push({ worker, ids: jobs.map((j) => j.requestId), reason });
+      worker.prefetched = jobs.map((j) => j.requestId);
+      sent.push({ worker: worker.name, ids: worker.prefetched, reason });
     },
+    expired: () => createServeError.MARINA_ERR_CLIENT_TIMEOUT('expired'),
   });
   let n = 0;
-  const add = (count = 1) => {
-    for (let i = 0; i < count; i++) queue.offer(new Job({ requestId: `r${n++}`, input: {} }));
+  const jobs: Job[] = [];
+  const add = (count = 1, clientTimeoutMs?: number) => {
+    for (let i = 0; i < count; i++) {
+      const job = new Job({ requestId: `r${n++}`, input: {}, clientTimeoutMs });
+      jobs.push(job);
+      queue.offer(job);
+    }
     aggregator.pump();
   };
-  const finish = (worker: string) => {
-    busy--;
-    idle.push(worker);
+  const worker = (name: string) => workers.find((w) => w.name === name)!;
+  /** The worker's prefetched batch starts running: it asks for its next one. */
+  const start = (name: string) => {
+    const w = worker(name);
+    queue.markStarted(w.prefetched!.length);
+    w.running = w.prefetched;
+    w.prefetched = undefined;
     aggregator.pump();
   };
-  return { aggregator, queue, sent, add, finish, setBusy: (b: number) => (busy = b) };
+  const finish = (name: string) => {
+    worker(name).running = undefined;
+    aggregator.pump();
+  };
+  return { aggregator, queue, sent, add, start, finish, jobs };
 }
 
-describe('BatchAggregator', () => {
+describe('BatchAggregator (workers pull)', () => {
   beforeEach(() => vi.useFakeTimers());
   afterEach(() => vi.useRealTimers());
 
-  it('sends a lone job at once when nothing else is queued and no worker is busy', () => {
-    const t = setup({ batchSize: 8, maxBatchDelayMs: 10_000, workers: ['w1'] });
+  it('gives an idle worker what is queued at once, even a lone job with a long maxBatchDelay', () => {
+    const t = setup({ batchSize: 8, maxBatchDelayMs: 10_000, workers: 1 });
     t.add();
     expect(t.sent).toEqual([{ worker: 'w1', ids: ['r0'], reason: 'idle' }]);
   });
 
-  it('fills batches from the queue while the workers are busy', () => {
-    const t = setup({ batchSize: 3, maxBatchDelayMs: 100, workers: ['w1'] });
-    t.add();
+  it('keeps at most one prefetched batch per worker; the rest stays in the queue', () => {
+    const t = setup({ batchSize: 2, maxBatchDelayMs: 100, workers: 1 });
     t.add(7);
-    expect(t.sent).toHaveLength(1);
+    expect(t.sent).toEqual([{ worker: 'w1', ids: ['r0', 'r1'], reason: 'full' }]);
+    expect(t.queue.size).toBe(5);
+    expect(t.queue.waiting).toBe(7);
+    t.start('w1');
+    // Starting batch k asks for batch k+1, formed now from the queue.
+    expect(t.sent[1]).toEqual({ worker: 'w1', ids: ['r2', 'r3'], reason: 'full' });
+    expect(t.queue.waiting).toBe(5);
     t.finish('w1');
-    expect(t.sent[1]).toEqual({ worker: 'w1', ids: ['r1', 'r2', 'r3'], reason: 'full' });
-    t.finish('w1');
-    expect(t.sent[2]).toEqual({ worker: 'w1', ids: ['r4', 'r5', 'r6'], reason: 'full' });
-    t.finish('w1');
-    // One left, no other worker busy: no point waiting.
-    expect(t.sent[3]).toEqual({ worker: 'w1', ids: ['r7'], reason: 'idle' });
+    expect(t.sent).toHaveLength(2);
   });
 
-  it('waits up to maxBatchDelay from the first job when other workers are busy, then sends what it has', () => {
-    const t = setup({ batchSize: 4, maxBatchDelayMs: 100, workers: ['w2'], busy: 1 });
+  it('collects a busy worker\'s next batch for up to maxBatchDelay, then sends what it has', () => {
+    const t = setup({ batchSize: 4, maxBatchDelayMs: 100, workers: 1 });
+    t.add();
+    t.start('w1');
     t.add();
     vi.advanceTimersByTime(60);
     t.add();
-    expect(t.sent).toEqual([]);
+    expect(t.sent).toHaveLength(1);
     expect(t.aggregator.isCollecting).toBe(true);
     vi.advanceTimersByTime(39);
-    expect(t.sent).toEqual([]);
-    vi.advanceTimersByTime(1);
-    expect(t.sent).toEqual([{ worker: 'w2', ids: ['r0', 'r1'], reason: 'delay' }]);
-  });
-
-  it('sends as soon as the batch being collected is full, before the delay', () => {
-    const t = setup({ batchSize: 3, maxBatchDelayMs: 1000, workers: ['w2'], busy: 1 });
-    t.add();
-    t.add();
-    t.add();
-    expect(t.sent).toEqual([{ worker: 'w2', ids: ['r0', 'r1', 'r2'], reason: 'full' }]);
-    vi.advanceTimersByTime(2000);
     expect(t.sent).toHaveLength(1);
+    vi.advanceTimersByTime(1);
+    expect(t.sent[1]).toEqual({ worker: 'w1', ids: ['r1', 'r2'], reason: 'delay' });
   });
 
-  it('collects one batch at a time and never dispatches without an idle worker', () => {
-    const t = setup({ batchSize: 2, maxBatchDelayMs: 50, workers: [], busy: 2 });
-    t.add(5);
-    expect(t.sent).toEqual([]);
-    expect(t.queue.size).toBe(5);
-  });
-
-  it('sends a partial batch at once when maxBatchDelay is 0', () => {
-    const t = setup({ batchSize: 4, maxBatchDelayMs: 0, workers: ['w2'], busy: 1 });
+  it('sends the batch being collected as soon as it is full, or as soon as its worker becomes idle', () => {
+    const t = setup({ batchSize: 3, maxBatchDelayMs: 1000, workers: 1 });
     t.add();
-    expect(t.sent).toEqual([{ worker: 'w2', ids: ['r0'], reason: 'delay' }]);
+    t.start('w1');
+    t.add(3);
+    expect(t.sent[1]).toEqual({ worker: 'w1', ids: ['r1', 'r2', 'r3'], reason: 'full' });
+    t.start('w1');
+    t.add();
+    expect(t.sent).toHaveLength(2);
+    t.finish('w1');
+    expect(t.sent[2]).toEqual({ worker: 'w1', ids: ['r4'], reason: 'idle' });
   });
 
-  it('flush sends the batch being collected', () => {
-    const t = setup({ batchSize: 4, maxBatchDelayMs: 1000, workers: ['w2'], busy: 1 });
+  it('prefers an idle worker to a busy one\'s prefetch', () => {
+    const t = setup({ batchSize: 4, maxBatchDelayMs: 1000, workers: 2 });
     t.add();
-    t.aggregator.flush();
-    expect(t.sent).toEqual([{ worker: 'w2', ids: ['r0'], reason: 'flush' }]);
+    t.start('w1');
+    t.add();
+    expect(t.sent.map((s) => s.worker)).toEqual(['w1', 'w2']);
+  });
+
+  it('sends a partial batch at once when maxBatchDelay is 0, and without waiting once flushing', () => {
+    const t = setup({ batchSize: 4, maxBatchDelayMs: 0, workers: 1 });
+    t.add();
+    t.start('w1');
+    t.add();
+    expect(t.sent[1]).toEqual({ worker: 'w1', ids: ['r1'], reason: 'delay' });
+    const u = setup({ batchSize: 4, maxBatchDelayMs: 1000, workers: 1 });
+    u.add();
+    u.start('w1');
+    u.add();
+    u.aggregator.flush();
+    u.aggregator.pump();
+    expect(u.sent[1]).toEqual({ worker: 'w1', ids: ['r1'], reason: 'flush' });
+  });
+
+  it('answers a queued job whose client timeout ran out, at its deadline, without a worker pulling', async () => {
+    const t = setup({ batchSize: 1, maxBatchDelayMs: 0, workers: 1 });
+    t.add();
+    t.start('w1');
+    t.add(1, 500);
+    t.add(1, 500);
+    expect(t.queue.size).toBe(1);
+    vi.advanceTimersByTime(500);
+    const expired = t.jobs[2]!;
+    expect(expired.isSettled).toBe(true);
+    await expect(expired.promise).rejects.toMatchObject({ code: 'MARINA_ERR_CLIENT_TIMEOUT' });
+    expect(t.queue.size).toBe(0);
+    expect(t.jobs[1]!.isSettled).toBe(false);
   });
 });
 
@@ -108,5 +160,32 @@ describe('JobQueue', () => {
     expect(() => q.offer(new Job({ requestId: 'b', input: {} }))).toThrow(/model 'resnet' version '1.0' is overloaded: its job queue is full \(1 requests waiting.*Retry after/);
     expect(q.poll()?.requestId).toBe('a');
     expect(q.remainingCapacity).toBe(1);
+  });
+
+  it('counts a prefetched batch as waiting until it starts, and puts it back at the front when it never does', () => {
+    const q = new JobQueue({ capacity: 4, label: "model 'm' version '1'" });
+    for (const id of ['a', 'b', 'c']) q.offer(new Job({ requestId: id, input: {} }));
+    const taken = q.take(2);
+    expect(q.size).toBe(1);
+    expect(q.waiting).toBe(3);
+    q.offer(new Job({ requestId: 'd', input: {} }));
+    expect(() => q.offer(new Job({ requestId: 'e', input: {} }))).toThrow(/queue is full/);
+    q.returnToFront(taken);
+    expect(q.waiting).toBe(4);
+    expect([q.poll(), q.poll(), q.poll(), q.poll()].map((j) => j?.requestId)).toEqual(['a', 'b', 'c', 'd']);
+  });
+
+  it('keeps FIFO order when its ring wraps around and when jobs return to the front past its start', () => {
+    const q = new JobQueue({ capacity: 8, label: "model 'm' version '1'" });
+    const out: string[] = [];
+    let n = 0;
+    const offer = (count: number) => { for (let i = 0; i < count; i++) q.offer(new Job({ requestId: String(n++), input: {} })); };
+    offer(6);
+    for (let i = 0; i < 5; i++) out.push(q.poll()!.requestId);
+    offer(7);
+    const taken = q.take(3);
+    q.returnToFront(taken);
+    for (let j = q.poll(); j; j = q.poll()) out.push(j.requestId);
+    expect(out).toEqual(Array.from({ length: 13 }, (_, i) => String(i)));
   });
 });

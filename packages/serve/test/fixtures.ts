@@ -31,3 +31,28 @@ export async function writeClassifierModel(dir: string, name: string, options: {
   if (options.labels) await writeIndexToName(join(folder, 'index_to_name.json'), options.labels);
   return folder;
 }
+
+/**
+ * A custom handler driven by marker fields of each JSON row, for failure tests. A row with
+ * `gate: <path>` blocks the worker's thread (as a native run() would) until that file exists;
+ * `exit: true` calls process.exit; `throw: <text>` throws; `grow: true` fills the heap until the
+ * worker's heap limit ends it. Every row answers `{ value, batch, requestId }`.
+ */
+export const gateHandlerSource = `
+import { existsSync } from 'node:fs';
+const nap = new Int32Array(new SharedArrayBuffer(4));
+export function handle(data, context) {
+  return data.map((row, i) => {
+    const b = (row.body && typeof row.body === 'object') ? row.body : {};
+    if (b.gate) while (!existsSync(b.gate)) Atomics.wait(nap, 0, 0, 5);
+    if (b.exit) process.exit(7);
+    if (b.throw) throw new Error(String(b.throw));
+    if (b.grow) { const keep = []; for (;;) keep.push(new Array(1e5).fill(i + 0.5)); }
+    return { value: b.value ?? null, batch: data.length, requestId: context.requestIds[i] };
+  });
+}
+`;
+
+export async function writeGateModel(dir: string, name: string, modelConfigYaml = 'minWorkers: 1\nbatchSize: 1\n'): Promise<string> {
+  return writeModelFolder({ dir: join(dir, name), modelName: name, handler: 'gate_handler.mjs', modelConfigYaml, files: { 'gate_handler.mjs': gateHandlerSource } });
+}

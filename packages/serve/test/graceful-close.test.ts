@@ -1,36 +1,34 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp, type MarinaApp } from '../src/index.ts';
-import { tempDir, testConfig } from './helpers.ts';
-import { writeSleepyModel } from './fixtures.ts';
+import { startGateApp, until, type GateApp } from './gate-harness.ts';
+import { writeGateModel } from './fixtures.ts';
 
-describe('close()', () => {
-  let dir: { path: string; cleanup: () => Promise<void> };
-  let app: MarinaApp;
+describe('close()', { timeout: 60_000 }, () => {
+  let t: GateApp;
 
   beforeAll(async () => {
-    dir = await tempDir();
-    const folder = await writeSleepyModel(dir.path, 'sleepy', 'minWorkers: 1\nbatchSize: 1\n');
-    app = await buildApp(testConfig({}, dir.path));
-    await app.registry.register({ url: 'sleepy', archivePath: folder, synchronous: true });
-    await app.inference.listen({ host: '127.0.0.1', port: 0 });
-  });
+    t = await startGateApp();
+    const folder = await writeGateModel(t.dir, 'closing', 'minWorkers: 1\nbatchSize: 1\n');
+    await t.app.registry.register({ url: 'closing', archivePath: folder, synchronous: true });
+  }, 60_000);
 
   afterAll(async () => {
-    await app?.close();
-    await dir?.cleanup();
+    await t?.close();
   });
 
   it('lets running and queued requests finish, then refuses new ones and stops the workers', async () => {
-    const address = app.inference.server.address() as { port: number };
-    const url = `http://127.0.0.1:${address.port}/predictions/sleepy`;
-    const post = (value: number) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sleepMs: 300, value }) });
-    const inFlight = [post(1), post(2)];
-    await new Promise((r) => setTimeout(r, 100));
-    const closed = app.close();
-    const responses = await Promise.all(inFlight);
-    expect(responses.map((r) => r.status)).toEqual([200, 200]);
-    expect(await Promise.all(responses.map(async (r) => (await r.json()).echo))).toEqual([1, 2]);
+    const version = t.app.registry.getVersion('closing');
+    const gate = t.gate();
+    const running = t.post('closing', { gate: gate.path, value: 1 });
+    await until(version, () => version.runningJobs === 1);
+    const queued = t.post('closing', { value: 2 });
+    await until(version, () => version.queue.waiting === 1);
+    const closed = t.app.close();
+    await gate.open();
+    const responses = await Promise.all([running, queued]);
+    expect(responses.map((r) => [r.status, r.json.value])).toEqual([[200, 1], [200, 2]]);
     await closed;
-    await expect(app.registry.predict({ modelName: 'sleepy', requestId: 'x', input: { body: { sleepMs: 0 } } })).rejects.toMatchObject({ code: 'MARINA_ERR_SERVER_CLOSING' });
+    await expect(t.app.registry.predict({ modelName: 'closing', requestId: 'x', input: { body: {} } })).rejects.toMatchObject({ code: 'MARINA_ERR_SERVER_CLOSING' });
+    await version.pool.exited();
+    expect(version.pool.threadCount).toBe(0);
   });
 });

@@ -1,40 +1,68 @@
 /**
- * Management routes over real HTTP on 127.0.0.1, against the IN-MEMORY STAND-IN registry
- * (management-stand-in-registry.ts), for what real workers cannot show on demand: 206 (some
- * workers failed), the JSON-body form, parameter validation and downloads. Everything else is
- * covered end to end against real workers in ops-management.test.ts.
+ * Management routes over real HTTP on 127.0.0.1, against the real ModelRegistry with real
+ * archives and workers: 206 (a handler that loads in one worker only), the JSON-body form,
+ * parameter validation, downloads and a 409 from the registry's own duplicate check.
+ * More is covered end to end through startServer in ops-management.test.ts.
  */
 import { createServer, type Server } from 'node:http';
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { managementRoutes, type ManagementRoutesOptions } from '../src/routes/management.ts';
-import { StandInRegistry, testConfig } from './management-stand-in-registry.ts';
+import { ModelRegistry } from '../src/registry/model-registry.ts';
+import type { ServerConfig } from '../src/config/server-config.ts';
+import { testConfig, writeModelFolder } from './helpers.ts';
+import { packModel } from './ops-harness.ts';
 
+let sources: string;
 let store: string;
-let registry: StandInRegistry;
+let registry: ModelRegistry;
 let app: FastifyInstance;
 let base: string;
 let archiveServer: Server;
 let archiveBase: string;
+let remoteArchive: Buffer;
+
+/** Loads in the first worker only: every later worker finds the lock folder and fails to start. */
+const onceHandler = `
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+export function initialize(context) { mkdirSync(join(context.modelDir, 'loaded-once')); }
+export function handle(data) { return data.map(() => 'ok'); }
+`;
 
 beforeAll(async () => {
+  sources = await mkdtemp(join(tmpdir(), 'marina-mgmt-src-'));
+  await packModel(sources, { modelName: 'resnet' });
+  await packModel(sources, { modelName: 'squeeze' });
+  await packModel(sources, { modelName: 'm', modelVersion: '1.0', fileName: 'm_v1.0.mar' });
+  await packModel(sources, { modelName: 'remote' });
+  await writeModelFolder({ dir: join(sources, 'partial'), modelName: 'partial', handler: 'once.mjs', files: { 'once.mjs': onceHandler } });
+  remoteArchive = await readFile(join(sources, 'remote.mar'));
+  await rm(join(sources, 'remote.mar'));
   archiveServer = createServer((req, res) => {
-    if (req.url === '/dl/remote.mar') return void res.end(Buffer.concat([Buffer.from('PK\x03\x04'), Buffer.alloc(32)]));
+    if (req.url === '/dl/remote.mar') return void res.end(remoteArchive);
     res.writeHead(404);
     res.end();
   });
   await new Promise<void>((resolve) => archiveServer.listen(0, '127.0.0.1', resolve));
   archiveBase = `http://127.0.0.1:${(archiveServer.address() as AddressInfo).port}`;
+}, 60_000);
+afterAll(async () => {
+  await new Promise((resolve) => archiveServer.close(resolve));
+  await rm(sources, { recursive: true, force: true });
 });
-afterAll(() => new Promise((resolve) => archiveServer.close(resolve)));
 
-async function start(config: Parameters<typeof testConfig>[0] = {}, extra: Partial<ManagementRoutesOptions> = {}) {
+function configFor(overrides: Partial<ServerConfig> = {}): ServerConfig {
+  return testConfig({ modelStore: store, cpuCount: 4, extractionCacheDir: join(store, '..', 'cache'), ...overrides }, store);
+}
+
+async function start(config: Partial<ServerConfig> = {}, extra: Partial<ManagementRoutesOptions> = {}) {
   app = Fastify();
-  await app.register(managementRoutes, { registry, config: testConfig({ modelStore: store, ...config }), ...extra });
+  await app.register(managementRoutes, { registry, config: configFor(config), ...extra });
   base = await app.listen({ host: '127.0.0.1', port: 0 });
 }
 
@@ -47,17 +75,20 @@ async function call(method: string, path: string, body?: unknown) {
   return { status: response.status, headers: response.headers, text, json: text ? JSON.parse(text) : undefined };
 }
 
+let root: string;
 beforeEach(async () => {
-  store = await mkdtemp(join(tmpdir(), 'marina-mgmt-'));
-  for (const name of ['resnet.mar', 'squeeze.mar', 'm_v1.0.mar', 'm_v2.0.mar']) await writeFile(join(store, name), 'PK\x03\x04');
-  registry = new StandInRegistry();
+  root = await mkdtemp(join(tmpdir(), 'marina-mgmt-'));
+  store = join(root, 'store');
+  await cp(sources, store, { recursive: true });
+  registry = new ModelRegistry({ config: configFor() });
 });
 afterEach(async () => {
   await app?.close();
-  await rm(store, { recursive: true, force: true });
+  await registry.close();
+  await rm(root, { recursive: true, force: true });
 });
 
-describe('register (POST /models)', () => {
+describe('register (POST /models)', { timeout: 60_000 }, () => {
   it('registers from the query string with TorchServe\'s message and common headers', async () => {
     await start();
     const r = await call('POST', '/models?url=resnet.mar&initial_workers=2&batch_size=4&max_batch_delay=50');
@@ -69,7 +100,8 @@ describe('register (POST /models)', () => {
     expect(r.headers.get('pragma')).toBe('no-cache');
     expect(r.headers.get('x-request-id')).toBeTruthy();
     expect(r.headers.get('connection')).not.toBe('close');
-    expect(registry.entry('resnet')).toMatchObject({ workers: 2, batchSize: 4, maxBatchDelay: 50 });
+    expect(registry.describe('resnet')[0]).toMatchObject({ batchSize: 4, maxBatchDelay: 50, minWorkers: 2 });
+    expect(registry.describe('resnet')[0]!.workers).toHaveLength(2);
   });
 
   it('takes the same parameters from a JSON body', async () => {
@@ -83,8 +115,8 @@ describe('register (POST /models)', () => {
     await start();
     expect((await call('POST', '/models?url=resnet.mar&synchronous=false&initial_workers=1')).json)
       .toEqual({ status: 'Processing worker updates...' });
-    registry.readyLimit = 1;
-    const partial = await call('POST', '/models?url=squeeze.mar&initial_workers=3');
+    const partial = await call('POST', '/models?url=partial&initial_workers=2');
+    expect(partial.json).toEqual({ status: 'Workers scaling in progress...' });
     expect(partial.status).toBe(206);
     const zero = await call('POST', '/models?url=m_v1.0.mar&initial_workers=0');
     expect(zero.json.status).toBe('Model "m" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.');
@@ -105,9 +137,12 @@ describe('register (POST /models)', () => {
     expect(await readdir(store)).toContain('remote.mar');
     await app.close();
     await rm(join(store, 'remote.mar'));
-    // Same name and version registered again: the registry refuses, the fresh download goes.
+    // Same name and version registered again: the real registry refuses, the fresh download goes.
     await start({ allowedUrls: ['http://127\\.0\\.0\\.1:\\d+/dl/.*'] });
-    expect((await call('POST', `/models?url=${url}`)).status).toBe(409);
+    const conflict = await call('POST', `/models?url=${url}`);
+    expect(conflict.status).toBe(409);
+    expect(conflict.json).toMatchObject({ code: 409, marinaCode: 'MARINA_ERR_MODEL_VERSION_CONFLICT' });
+    expect(conflict.json.message).toContain('Model version 1.0 is already registered for model remote');
     expect(await readdir(store)).not.toContain('remote.mar');
   });
 });

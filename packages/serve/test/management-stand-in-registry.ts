@@ -129,7 +129,7 @@ export class StandInRegistry implements ModelRegistryApi {
     for (const [name, m] of this.models) {
       for (const [v, e] of m.versions) {
         out.push({
-          modelName: name, modelVersion: v, queueDepth: e.queueDepth, jobQueueSize: this.jobQueueSize, workers: e.workers,
+          modelName: name, modelVersion: v, queueDepth: e.queueDepth, runningJobs: 0, jobQueueSize: this.jobQueueSize, workers: e.workers,
           busyWorkers: e.busyWorkers, minWorkers: e.minWorkers, maxWorkers: e.maxWorkers, intraOpNumThreads: e.intraOpNumThreads,
         });
       }

@@ -47,7 +47,9 @@ afterAll(() => workspace?.cleanup());
 
 /** `serve --foreground ...args` in the workspace, resolved once it prints that it is ready. */
 async function serve(args: string[]): Promise<Serve> {
-  const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: join(workspace.root, 'tmp'), LOG_LOCATION: join(workspace.root, 'logs') };
+  // Threads pinned to 1 per worker: four workers of three models on a 2-core machine are then within
+  // the thread budget manual scaling allows (4 × cores when pinned; the cores themselves otherwise).
+  const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: join(workspace.root, 'tmp'), LOG_LOCATION: join(workspace.root, 'logs'), OMP_NUM_THREADS: '1' };
   delete env.TS_CONFIG_FILE;
   const child = spawn(process.execPath, [BIN, '--foreground', ...args], { cwd: workspace.root, env });
   children.push(child);

@@ -70,7 +70,8 @@ describe('external-data weights through the real server', { timeout: 60_000 }, (
     workspace = await createWorkspace('marina-ort-external-');
     await packExternalDataModel(workspace.store, 'affine-external');
     await packExternalDataModel(workspace.store, 'affine-shared', 'minWorkers: 2\nonnxruntime:\n  graphOptimizationLevel: extended\n  cacheOptimizedModel: true\n  enableCpuMemArena: false\n');
-    const config = opsConfig(workspace, { load_models: 'affine-external.mar,affine-shared.mar' });
+    // Three workers in all: give them a core each, within the thread budget.
+    const config = opsConfig(workspace, { load_models: 'affine-external.mar,affine-shared.mar' }, { cpuCount: 4 });
     extractionDir = config.extractionCacheDir;
     ops = await startOps(config);
   });
@@ -106,7 +107,7 @@ describe('external-data weights through the real server', { timeout: 60_000 }, (
 
 describe('the onnxruntime section of model-config.yaml', () => {
   it('sets the graph optimisation level and memory options of the session; defaults stay fastest', () => {
-    const threading = { intraOpNumThreads: 1, isOversubscribed: false };
+    const threading = { intraOpNumThreads: 1 };
     expect(createSessionOptions(threading).graphOptimizationLevel).toBe('all');
     const settings = readOrtModelSettings(parseModelConfig('onnxruntime:\n  graphOptimizationLevel: extended\n  enableCpuMemArena: false\n  enableMemPattern: false\n'));
     expect(settings).toEqual({ graphOptimizationLevel: 'extended', enableCpuMemArena: false, enableMemPattern: false });
@@ -114,7 +115,7 @@ describe('the onnxruntime section of model-config.yaml', () => {
   });
 
   it('keeps intra-op spinning off unless the model opts in with allowSpinning', () => {
-    const threading = { intraOpNumThreads: 2, isOversubscribed: false };
+    const threading = { intraOpNumThreads: 2 };
     expect(createSessionOptions(threading).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
     const settings = readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: true\n'));
     expect(settings).toEqual({ allowSpinning: true });

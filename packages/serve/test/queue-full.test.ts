@@ -1,45 +1,40 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp, type MarinaApp } from '../src/index.ts';
-import { tempDir, testConfig } from './helpers.ts';
-import { writeSleepyModel } from './fixtures.ts';
-import { WORKER_PIPELINE_DEPTH } from '../src/workers/worker.ts';
+import { startGateApp, until, type GateApp } from './gate-harness.ts';
+import { writeGateModel } from './fixtures.ts';
 
-describe('a full job queue', () => {
-  let dir: { path: string; cleanup: () => Promise<void> };
-  let app: MarinaApp;
+describe('a full job queue', { timeout: 60_000 }, () => {
+  let t: GateApp;
 
   beforeAll(async () => {
-    dir = await tempDir();
-    const folder = await writeSleepyModel(dir.path, 'sleepy', 'minWorkers: 1\nbatchSize: 1\njobQueueSize: 2\n');
-    app = await buildApp(testConfig({}, dir.path));
-    await app.registry.register({ url: 'sleepy', archivePath: folder, synchronous: true });
-  });
+    t = await startGateApp();
+    const folder = await writeGateModel(t.dir, 'busy', 'minWorkers: 1\nbatchSize: 1\njobQueueSize: 2\n');
+    await t.app.registry.register({ url: 'busy', archivePath: folder, synchronous: true });
+  }, 60_000);
 
   afterAll(async () => {
-    await app?.close();
-    await dir?.cleanup();
+    await t?.close();
   });
 
   it('answers 503 at once with Retry-After and a message naming the queue, while queued requests still succeed', async () => {
-    const send = () => app.inference.inject({ method: 'POST', url: '/predictions/sleepy', payload: { sleepMs: 400, value: 1 } });
-    const first = send();
-    // Let the first request reach the worker: it runs it and takes WORKER_PIPELINE_DEPTH - 1 more
-    // ahead (batchSize 1), and the queue's two places are what is left.
-    await new Promise((r) => setTimeout(r, 100));
-    const accepted = WORKER_PIPELINE_DEPTH + 2;
-    const rest = await Promise.all(Array.from({ length: accepted + 2 }, send));
-    const all = [await first, ...rest];
-    const ok = all.filter((r) => r.statusCode === 200);
-    const rejected = all.filter((r) => r.statusCode === 503);
-    expect(ok).toHaveLength(accepted);
-    expect(rejected).toHaveLength(3);
+    const version = t.app.registry.getVersion('busy');
+    const gate = t.gate();
+    const first = t.post('busy', { gate: gate.path, value: 0 });
+    await until(version, () => version.runningJobs === 1);
+    // The running request does not count; the queue's two places (one of them the worker's
+    // prefetched batch) are what is left.
+    const accepted = [1, 2].map((value) => t.post('busy', { value }));
+    await until(version, () => version.queue.waiting === 2);
+    const rejected = await Promise.all([3, 4, 5].map((value) => t.post('busy', { value })));
     for (const r of rejected) {
-      expect(r.headers['retry-after']).toBe('1');
-      const body = r.json();
-      expect(body).toMatchObject({ code: 503, type: 'ServiceUnavailableException', marinaCode: 'MARINA_ERR_QUEUE_FULL' });
-      expect(body.message).toContain("model 'sleepy'");
-      expect(body.message).toContain('queue is full (2 requests waiting');
-      expect(body.message).not.toContain('no worker');
+      expect(r.status).toBe(503);
+      expect(r.headers.get('retry-after')).toBe('1');
+      expect(r.json).toMatchObject({ code: 503, type: 'ServiceUnavailableException', marinaCode: 'MARINA_ERR_QUEUE_FULL' });
+      expect(r.json.message).toContain("model 'busy'");
+      expect(r.json.message).toContain('queue is full (2 requests waiting');
+      expect(r.json.message).not.toContain('no worker');
     }
+    await gate.open();
+    const ok = await Promise.all([first, ...accepted]);
+    expect(ok.map((r) => [r.status, r.json.value])).toEqual([[200, 0], [200, 1], [200, 2]]);
   });
 });

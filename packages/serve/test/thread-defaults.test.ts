@@ -14,8 +14,8 @@ describe('intra-op thread defaults', () => {
 
   it('turns intra-op spinning off whether or not the cores are oversubscribed (a server always has other work for them)', () => {
     const spinningOff = { session: { 'intra_op.allow_spinning': '0' } };
-    expect(createSessionOptions({ intraOpNumThreads: 2, isOversubscribed: false })).toEqual({ graphOptimizationLevel: 'all', intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', executionProviders: ['cpu'], extra: spinningOff });
-    expect(createSessionOptions({ intraOpNumThreads: 2, isOversubscribed: true }).extra).toEqual(spinningOff);
+    expect(createSessionOptions({ intraOpNumThreads: 2 })).toEqual({ graphOptimizationLevel: 'all', intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', executionProviders: ['cpu'], extra: spinningOff });
+    expect(createSessionOptions({ intraOpNumThreads: 2 }).extra).toEqual(spinningOff);
   });
 
   describe('with real workers', () => {

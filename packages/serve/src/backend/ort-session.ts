@@ -2,18 +2,22 @@ import { createHash } from 'node:crypto';
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { isMainThread, threadId, workerData } from 'node:worker_threads';
+import { threadId } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 
 /** How a worker's sessions are configured; fixed when the worker starts. */
 export interface SessionThreading {
   /** Intra-op threads for every session this worker creates. */
   intraOpNumThreads: number;
-  /**
-   * True when the threads of all workers together exceed the cores. Kept for describe/stats;
-   * spinning is off in every case now (see createSessionOptions).
-   */
-  isOversubscribed: boolean;
+}
+
+/** Everything `createSession` needs, passed in (nothing is read from the thread's globals). */
+export interface SessionSettings {
+  threading: SessionThreading;
+  /** The model's `onnxruntime` settings (readOrtModelSettings of its model-config.yaml). */
+  ort: OrtModelSettings;
+  /** Default of `cacheOptimizedModel` for a model that does not set it; undefined: on from OPTIMIZED_COPY_MIN_BYTES. */
+  cacheOptimizedModelDefault: boolean | undefined;
 }
 
 /** onnxruntime graph optimisation levels, as model-config.yaml names them. */
@@ -53,6 +57,12 @@ export const OPTIMIZED_COPY_MIN_BYTES = 16 * 1024 * 1024;
 
 /** Server-wide default of `cacheOptimizedModel` for models that do not set it: '1' on, '0' off (else by size). */
 export const CACHE_OPTIMIZED_MODEL_ENV = 'MARINA_ORT_CACHE_OPTIMIZED_MODEL';
+
+/** The server-wide `cacheOptimizedModel` default from an environment (CACHE_OPTIMIZED_MODEL_ENV); undefined when unset. */
+export function cacheOptimizedModelDefaultFrom(env: Record<string, string | undefined>): boolean | undefined {
+  const value = env[CACHE_OPTIMIZED_MODEL_ENV];
+  return value === '1' ? true : value === '0' ? false : undefined;
+}
 
 /**
  * Picks the `onnxruntime` settings out of a model-config.yaml mapping. Unknown keys and values of
@@ -108,15 +118,12 @@ export function createSessionOptions(threading: SessionThreading, settings: OrtM
  * cached optimised copy (see OrtModelSettings); when that copy cannot be written (read-only or full
  * disk) it warns (process warning MARINA_ORT_OPTIMIZED_COPY_FAILED) and loads `modelPath` directly.
  *
- * `settings` defaults to the `onnxruntime` section of the model-config.yaml this worker thread was
- * started with (its workerData's `modelYamlConfig`), so every worker honours it without the caller
- * passing it.
- *
  * @throws onnxruntime's error when the model cannot be loaded.
  */
-export async function createSession(modelPath: string, threading: SessionThreading, settings: OrtModelSettings = workerOrtModelSettings()): Promise<ort.InferenceSession> {
-  const options = createSessionOptions(threading, settings);
-  if (options.graphOptimizationLevel === 'disabled' || !(await isOptimizedCopyWanted(modelPath, settings))) return ort.InferenceSession.create(modelPath, options);
+export async function createSession(modelPath: string, sessionSettings: SessionSettings): Promise<ort.InferenceSession> {
+  const settings = sessionSettings.ort;
+  const options = createSessionOptions(sessionSettings.threading, settings);
+  if (options.graphOptimizationLevel === 'disabled' || !(await isOptimizedCopyWanted(modelPath, settings.cacheOptimizedModel ?? sessionSettings.cacheOptimizedModelDefault))) return ort.InferenceSession.create(modelPath, options);
   let optimizedPath: string;
   try {
     optimizedPath = await ensureOptimizedModel(modelPath, options);
@@ -193,10 +200,8 @@ async function removeStaleCopies(cacheDir: string, source: string, currentKey: s
   }
 }
 
-async function isOptimizedCopyWanted(modelPath: string, settings: OrtModelSettings): Promise<boolean> {
-  if (settings.cacheOptimizedModel !== undefined) return settings.cacheOptimizedModel;
-  const fromEnv = process.env[CACHE_OPTIMIZED_MODEL_ENV];
-  if (fromEnv === '0' || fromEnv === '1') return fromEnv === '1';
+async function isOptimizedCopyWanted(modelPath: string, isWanted: boolean | undefined): Promise<boolean> {
+  if (isWanted !== undefined) return isWanted;
   const bytes = (await fileSize(modelPath)) + (await fileSize(`${modelPath}.data`));
   return bytes >= OPTIMIZED_COPY_MIN_BYTES;
 }
@@ -215,10 +220,4 @@ async function isFile(filePath: string): Promise<boolean> {
   } catch {
     return false;
   }
-}
-
-/** The `onnxruntime` settings of the model this worker thread serves (from its workerData); `{}` on the main thread. */
-export function workerOrtModelSettings(): OrtModelSettings {
-  if (isMainThread || workerData === null || typeof workerData !== 'object') return {};
-  return readOrtModelSettings((workerData as { modelYamlConfig?: Record<string, unknown> }).modelYamlConfig);
 }

@@ -100,7 +100,10 @@ export interface ModelListEntry {
 export interface ModelVersionStats {
   modelName: string;
   modelVersion: string;
+  /** Requests admitted that have not started running (queued, or in a worker's prefetched batch): describe's pendingRequests. */
   queueDepth: number;
+  /** Requests whose batch is running in a worker now. */
+  runningJobs: number;
   jobQueueSize: number;
   workers: number;
   busyWorkers: number;
@@ -129,7 +132,7 @@ export interface RequestDoneEvent {
   requestedVersion: string;
   modelVersion: string;
   statusCode: number;
-  /** Time in the job queue, ms. */
+  /** Time from arrival until its batch started running in a worker (or until it was answered, if it never started), ms. */
   queueMs: number;
   /** Time in the worker (handler + model), ms; 0 when the job never reached a worker. */
   inferenceMs: number;

@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { rm } from 'node:fs/promises';
 import { extractToCache, normalizeManifest, readModelConfig, resolveInside, resolveManifestFiles } from '@marina/archive';
+import { cacheOptimizedModelDefaultFrom } from '../backend/ort-session.ts';
 import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
@@ -20,6 +21,7 @@ import type {
   SnapshotModelVersion,
 } from './model-registry-api.ts';
 import { ModelVersion } from './model-version.ts';
+import { fixedBatchNotice } from './fixed-batch-notice.ts';
 
 const SERVER_VERSION = '0.1.0';
 
@@ -59,7 +61,12 @@ export interface PredictResult extends JobResult {
 export interface ModelRegistryOptions {
   config: ServerConfig;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /** Environment read for MARINA_ORT_CACHE_OPTIMIZED_MODEL (default process.env). */
+  env?: Record<string, string | undefined>;
 }
+
+/** Where threads are pinned (OMP_NUM_THREADS, a model's intraOpNumThreads), manual scaling may oversubscribe the cores up to this factor, no further. */
+export const PINNED_THREAD_BUDGET_FACTOR = 4;
 
 /**
  * Model name → versions, default version, and each version's queue and workers.
@@ -73,10 +80,16 @@ export class ModelRegistry implements ModelRegistryApi {
   /** Versions being registered (archive opened, not yet in #models), to catch concurrent duplicates. */
   readonly #registering = new Set<string>();
   #isClosing = false;
+  readonly #cacheOptimizedModelDefault: boolean | undefined;
 
   constructor(options: ModelRegistryOptions) {
     this.#config = options.config;
     this.#log = options.log ?? (() => undefined);
+    this.#cacheOptimizedModelDefault = cacheOptimizedModelDefaultFrom(options.env ?? process.env);
+  }
+
+  #assertOpen(): void {
+    if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and registers no models');
   }
 
   get isClosing(): boolean {
@@ -96,8 +109,10 @@ export class ModelRegistry implements ModelRegistryApi {
    * @throws MARINA_ERR_MODEL_VERSION_CONFLICT, MARINA_ERR_MODEL_SETTINGS_INVALID, archive errors.
    */
   async open(options: RegisterModelOptions): Promise<ModelVersion> {
-    if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and registers no models');
+    this.#assertOpen();
     const extracted = await extractToCache({ archivePath: options.archivePath, cacheDir: this.#config.extractionCacheDir });
+    // close() may have run during any await: a version added after it would start workers nothing drains.
+    this.#assertOpen();
     const manifest = normalizeManifest(extracted.manifest, { archivePath: options.archivePath, modelName: options.modelName, handler: options.handler });
     const modelName = manifest.model.modelName;
     const modelVersion = manifest.model.modelVersion;
@@ -110,6 +125,7 @@ export class ModelRegistry implements ModelRegistryApi {
       // Every file the manifest names must lie inside the archive (the validator's helper).
       await resolveManifestFiles(extracted.modelDir, manifest.model);
       const modelYamlConfig = await readModelConfig(extracted.modelDir, manifest);
+      this.#assertOpen();
       const settings = resolveModelSettings({
         modelName,
         modelVersion,
@@ -126,6 +142,9 @@ export class ModelRegistry implements ModelRegistryApi {
           maxWorkers: options.maxWorkers,
         },
       });
+      // The same rule and words as model-archiver validate: served, with a warning.
+      const batchNotice = await fixedBatchNotice({ modelDir: extracted.modelDir, serializedFile: manifest.model.serializedFile, batchSize: settings.batchSize });
+      if (batchNotice !== undefined) this.#log('warn', `model '${modelName}' version '${modelVersion}': ${batchNotice}`);
       const handler = manifest.model.handler;
       if (!handler) {
         throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`${modelName} (${options.url}) has no handler: set one in the manifest (model-archiver --handler) or pass handler= when registering`);
@@ -146,8 +165,10 @@ export class ModelRegistry implements ModelRegistryApi {
         isDownloaded: options.isDownloaded ?? false,
         plannedWorkers: settings.minWorkers,
         createInit: (v) => this.#createInit(v),
+        startOnDemand: (v) => this.#startOnDemand(v),
         log: this.#log,
       });
+      this.#assertWithinThreadBudget(version, settings.minWorkers, `${modelName} version ${modelVersion}`);
       version.on('batch', (e) => {
         this.events.emit('batch', { modelName, modelVersion, batchSize: e.batchSize, inferenceMs: e.inferenceMs, dispatchReason: e.reason, isOk: e.isOk, ...(e.stages ? { stages: e.stages } : {}) });
       });
@@ -174,6 +195,10 @@ export class ModelRegistry implements ModelRegistryApi {
    * (TorchServe: "Failed to start workers").
    */
   async start(version: ModelVersion, options: { synchronous: boolean }): Promise<RegisterResult> {
+    if (this.#isClosing) {
+      await this.#remove(version);
+      this.#assertOpen();
+    }
     const requested = version.plannedWorkers;
     const starting = version.pool.setTarget(requested);
     const rebalanced = this.#rebalanceThreadsAfter(starting);
@@ -184,6 +209,10 @@ export class ModelRegistry implements ModelRegistryApi {
     }
     await rebalanced;
     const ready = await starting;
+    if (this.#isClosing) {
+      await this.#remove(version);
+      this.#assertOpen();
+    }
     if (requested > 0 && ready === 0) {
       const cause = version.pool.lastError;
       await this.#remove(version);
@@ -200,7 +229,6 @@ export class ModelRegistry implements ModelRegistryApi {
       cpuCount: this.#config.cpuCount,
       totalWorkers: this.plannedWorkerCount(),
     });
-    const threadsInUse = [...this.#versions()].reduce((n, v) => n + v.pool.threadCount, 0);
     return {
       modelName: version.modelName,
       modelVersion: version.modelVersion,
@@ -211,7 +239,7 @@ export class ModelRegistry implements ModelRegistryApi {
       batchSize: version.settings.batchSize,
       modelYamlConfig: version.modelYamlConfig,
       intraOpNumThreads,
-      isOversubscribed: threadsInUse + intraOpNumThreads > this.#config.cpuCount,
+      cacheOptimizedModelDefault: this.#cacheOptimizedModelDefault,
       limitMaxImagePixels: this.#config.limitMaxImagePixels,
       serverVersion: SERVER_VERSION,
     };
@@ -251,6 +279,46 @@ export class ModelRegistry implements ModelRegistryApi {
     return createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName} (${known})`, { details: { modelName, registered: names.slice(0, 100) } });
   }
 
+  /** Threads per worker of `version` as the budget counts them: its pinned count, else 1 (the least the default split gives). */
+  #pinnedThreads(version: ModelVersion): number | undefined {
+    return version.settings.intraOpNumThreads ?? this.#config.ompNumThreads;
+  }
+
+  /**
+   * The thread budget manual scaling and registration share with the autoscaler: every model may
+   * have one worker, and workers beyond the first must keep the workers of every model × their
+   * intra-op threads within the cores (each unpinned worker counts 1 thread, the least the default
+   * split gives it). Where the user pinned threads the autoscaler
+   * leaves the budget to them, but a manual request is still capped at PINNED_THREAD_BUDGET_FACTOR
+   * × cores, so `min_worker=1000` cannot start a thousand threads.
+   * @throws MARINA_ERR_THREAD_BUDGET_EXCEEDED (400)
+   */
+  #assertWithinThreadBudget(version: ModelVersion, workers: number, what: string): void {
+    if (workers <= 1) return;
+    let threads = 0;
+    for (const v of this.#versions()) {
+      if (v === version) continue;
+      threads += v.plannedWorkers * (this.#pinnedThreads(v) ?? 1);
+    }
+    const pinned = this.#pinnedThreads(version);
+    const perWorker = pinned ?? 1;
+    const budget = this.#config.cpuCount * (pinned === undefined ? 1 : PINNED_THREAD_BUDGET_FACTOR);
+    if (threads + workers * perWorker <= budget) return;
+    const most = Math.max(1, Math.floor((budget - threads) / perWorker));
+    throw createServeError.MARINA_ERR_THREAD_BUDGET_EXCEEDED(
+      `${what}: ${workers} workers × ${perWorker} thread${perWorker === 1 ? '' : 's'} would exceed the thread budget (${budget} threads on ${this.#config.cpuCount} cores, ${threads} already planned for other models); at most ${most} workers fit. Ask for fewer workers${pinned === undefined ? '' : ' or fewer threads per worker'}`,
+      { details: { requestedWorkers: workers, maxWorkers: most, threadBudget: budget } },
+    );
+  }
+
+  /** A request reached a version at 0 workers that may autoscale (min 0, max > 0): start one (a model's first worker always fits the budget). */
+  #startOnDemand(version: ModelVersion): void {
+    this.#log('info', `${version.label}: a request arrived at 0 workers; starting one (min_worker=0, max_worker=${version.maxWorkers})`);
+    version.plannedWorkers = 1;
+    void this.#rebalanceThreadsAfter(version.pool.setTarget(1));
+    this.events.emit('changed');
+  }
+
   *#versions(): Iterable<ModelVersion> {
     for (const model of this.#models.values()) yield* model.versions.values();
   }
@@ -278,7 +346,7 @@ export class ModelRegistry implements ModelRegistryApi {
     const arrivedAt = options.arrivedAt ?? performance.now();
     if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and accepts no new inference requests; retry against another replica');
     const version = this.getVersion(options.modelName, options.modelVersion);
-    const job = new Job({ requestId: options.requestId, input: options.input, headers: options.headers, arrivedAt, bodyDecoding: options.bodyDecoding });
+    const job = new Job({ requestId: options.requestId, input: options.input, headers: options.headers, arrivedAt, bodyDecoding: options.bodyDecoding, clientTimeoutMs: version.settings.clientTimeoutMs });
     let statusCode = 500;
     try {
       version.submit(job);
@@ -318,7 +386,11 @@ export class ModelRegistry implements ModelRegistryApi {
       throw createServeError.MARINA_ERR_DEFAULT_VERSION_REMOVAL(`Cannot remove default version for model ${modelName}; set another default first (PUT /models/${modelName}/{version}/set-default)`);
     }
     await this.#remove(version);
-    if (version.isDownloaded) await rm(version.archivePath, { recursive: true, force: true });
+    if (version.isDownloaded) {
+      await rm(version.archivePath, { recursive: true, force: true });
+      // Its extracted copy too, unless another registered version was opened from the same bytes.
+      if (![...this.#versions()].some((v) => v.modelDir === version.modelDir)) await rm(version.modelDir, { recursive: true, force: true });
+    }
   }
 
   async #remove(version: ModelVersion): Promise<void> {
@@ -340,13 +412,16 @@ export class ModelRegistry implements ModelRegistryApi {
       );
     }
     const version = this.getVersion(modelName, modelVersion);
-    version.minWorkers = options.minWorkers;
-    version.maxWorkers = options.maxWorkers;
     const current = version.pool.target;
     // TorchServe: below min → add up to min; otherwise remove everything above max.
     const target = current < options.minWorkers ? options.minWorkers : Math.min(current, options.maxWorkers);
+    if (target > current) this.#assertWithinThreadBudget(version, target, `PUT /models/${modelName}?min_worker=${options.minWorkers}`);
+    version.minWorkers = options.minWorkers;
+    version.maxWorkers = options.maxWorkers;
     version.plannedWorkers = target;
     const done = version.pool.setTarget(target);
+    // max_worker=0: no worker will ever run what is queued; answer it now rather than never.
+    if (options.maxWorkers === 0) version.failWaiting();
     const rebalanced = this.#rebalanceThreadsAfter(done);
     this.events.emit('changed');
     if (!options.synchronous) {
@@ -362,6 +437,7 @@ export class ModelRegistry implements ModelRegistryApi {
   async setWorkerCount(modelName: string, modelVersion: string, count: number): Promise<void> {
     const version = this.getVersion(modelName, modelVersion);
     const target = Math.max(version.minWorkers, Math.min(version.maxWorkers, count));
+    if (target > version.pool.target) this.#assertWithinThreadBudget(version, target, `autoscaling ${modelName} version ${modelVersion}`);
     version.plannedWorkers = target;
     await this.#rebalanceThreadsAfter(version.pool.setTarget(target));
     this.events.emit('changed');
@@ -417,7 +493,10 @@ export class ModelRegistry implements ModelRegistryApi {
     return true;
   }
 
-  /** Stops taking requests, lets queued and running jobs finish, stops every worker. */
+  /**
+   * Stops taking requests, lets queued and running jobs finish (a stuck batch fails at its
+   * responseTimeout), then retires every worker without waiting for its thread to end.
+   */
   async close(): Promise<void> {
     this.#isClosing = true;
     const versions = [...this.#versions()];

@@ -38,14 +38,27 @@ export interface ModelVersionOptions {
   plannedWorkers: number;
   /** Builds a worker's init message (the registry fills in threads). */
   createInit(version: ModelVersion): WorkerInit;
+  /**
+   * Called when a request arrives while the version has no worker and may autoscale from zero
+   * (minWorkers 0, maxWorkers > 0): starts one.
+   */
+  startOnDemand(version: ModelVersion): void;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
 }
 
 /**
  * One registered model version: its settings, its bounded job queue, its batch aggregator and
  * its worker pool. Jobs go in through `submit`; `drain` stops intake and waits for them.
+ *
+ * The one owner of a request that has not started is the queue (`queue.waiting`: queued, or in a
+ * worker's prefetched batch); once its batch starts it is running (`runningJobs`). Admission,
+ * describe, stats (autoscaler, metrics) read these two numbers and nothing else.
  */
-export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [] }> {
+/**
+ * Events: 'batch' (a batch was answered), 'changed' (its workers changed), 'progress' (waiting,
+ * running or the workers changed: anything a drain, or a test, may be waiting for).
+ */
+export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: []; progress: [] }> {
   readonly modelName: string;
   readonly modelVersion: string;
   readonly url: string;
@@ -66,9 +79,10 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
   minWorkers: number;
   maxWorkers: number;
   plannedWorkers: number;
-  #inFlight = 0;
+  #runningJobs = 0;
   #isAccepting = true;
-  #drainWaiters: Array<() => void> = [];
+  #isDraining = false;
+  readonly #startOnDemand: (version: ModelVersion) => void;
 
   constructor(options: ModelVersionOptions) {
     super();
@@ -89,11 +103,13 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
     this.minWorkers = options.settings.minWorkers;
     this.maxWorkers = options.settings.maxWorkers;
     this.plannedWorkers = options.plannedWorkers;
+    this.#startOnDemand = options.startOnDemand;
     this.queue = new JobQueue({ capacity: options.settings.jobQueueSize, label: this.label });
     this.pool = new WorkerPool({
       label: this.label,
       startupTimeoutMs: options.settings.startupTimeoutMs,
       responseTimeoutMs: options.settings.responseTimeoutMs,
+      maxHeapMb: options.settings.maxWorkerHeapMb,
       createInit: () => options.createInit(this),
       log: options.log,
     });
@@ -101,14 +117,33 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       queue: this.queue,
       batchSize: options.settings.batchSize,
       maxBatchDelayMs: options.settings.maxBatchDelayMs,
-      acquireIdleWorker: () => this.pool.acquireIdle(),
-      busyWorkerCount: () => this.pool.busyCount,
-      dispatch: (worker, jobs, reason) => this.#dispatch(worker, jobs, reason),
+      workers: () => this.pool.workers,
+      dispatch: (worker, jobs, reason) => worker.give(jobs, reason),
+      expired: () => createServeError.MARINA_ERR_CLIENT_TIMEOUT(
+        `${this.label} could not start this request within clientTimeoutInMills (${this.settings.clientTimeoutMs} ms); it was answered without running. Retry later, add workers, or raise clientTimeoutInMills`,
+      ),
     });
-    this.pool.on('idle', () => this.aggregator.pump());
+    this.pool.on('ready', () => this.#pump());
+    this.pool.on('started', (_worker, jobs) => {
+      this.queue.markStarted(jobs.length);
+      this.#runningJobs += jobs.length;
+      // The worker that started now wants its next batch: it is given one here, synchronously.
+      this.#pump();
+    });
+    this.pool.on('finished', (worker, outcome) => {
+      this.#runningJobs -= outcome.jobs.length;
+      this.emit('batch', { batchSize: outcome.jobs.length, inferenceMs: outcome.inferenceMs, reason: outcome.reason, isOk: outcome.isOk, stages: outcome.stages });
+      if (worker.isIdle) this.#pump();
+      else this.emit('progress');
+    });
+    this.pool.on('failed', (_worker, _error, unstarted) => {
+      // A batch handed to the worker that never began goes back to the front of the queue.
+      this.queue.returnToFront(unstarted);
+      this.#pump();
+    });
     this.pool.on('changed', () => {
-      // A pool that gave up will never serve the queued jobs: answer them now.
-      if (this.pool.hasGivenUp) this.queue.failAll(this.#noWorkersError());
+      this.#answerStranded();
+      this.emit('progress');
       this.emit('changed');
     });
   }
@@ -120,46 +155,82 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
    */
   submit(job: Job): void {
     if (!this.#isAccepting) throw createServeError.MARINA_ERR_MODEL_UNLOADING(`${this.label} is being unregistered and takes no new requests`);
-    if (this.pool.target === 0 || this.pool.hasGivenUp) throw this.#noWorkersError();
+    if (this.maxWorkers === 0 || this.pool.hasGivenUp) throw this.#noWorkersError();
+    if (this.pool.target === 0) this.#startOnDemand(this);
     this.queue.offer(job);
-    this.#inFlight++;
-    job.onSettled = () => this.#onJobDone();
-    this.aggregator.pump();
+    this.#pump();
   }
 
   #noWorkersError() {
     const cause = this.pool.lastError;
     return createServeError.MARINA_ERR_NO_WORKERS(
-      this.pool.target === 0
-        ? `Model "${this.modelName}" version ${this.modelVersion} has no worker to serve inference request. Please use scale workers API to add workers (PUT /models/${this.modelName}?min_worker=1).`
+      this.maxWorkers === 0 || !this.pool.hasGivenUp
+        ? `Model "${this.modelName}" version ${this.modelVersion} has no worker to serve inference request (max_worker=${this.maxWorkers}). Please use scale workers API to add workers (PUT /models/${this.modelName}?min_worker=1).`
         : `Model "${this.modelName}" version ${this.modelVersion} has no worker: its workers failed to start (${cause?.message ?? 'unknown error'}). Fix the model and register it again.`,
       { cause },
     );
   }
 
-  #dispatch(worker: Worker, jobs: Job[], reason: DispatchReason): void {
-    void this.pool.runBatch(worker, jobs).then((outcome) => {
-      this.emit('batch', { batchSize: jobs.length, inferenceMs: outcome.inferenceMs, reason, isOk: outcome.isOk, stages: outcome.stages });
-    });
+  #pump(): void {
+    this.aggregator.pump();
+    this.emit('progress');
   }
 
-  #onJobDone(): void {
-    this.#inFlight--;
-    if (this.#inFlight === 0) for (const resolve of this.#drainWaiters.splice(0)) resolve();
+  /** Answers queued jobs no worker will ever take: the pool gave up, or the version drains with no worker left. */
+  #answerStranded(): void {
+    if (this.queue.size === 0) return;
+    if (this.#isDraining) {
+      if (!this.pool.hasWorkerComing) this.queue.failAll(createServeError.MARINA_ERR_MODEL_UNLOADING(`${this.label} was unregistered (or the server stopped) and has no worker left to run this request`));
+    } else if (this.pool.hasGivenUp) {
+      this.queue.failAll(this.#noWorkersError());
+    }
   }
 
-  /** Jobs queued or running. */
+  /**
+   * Scaled to max_worker=0: nothing will run what is queued. Answers it now (jobs already in a
+   * worker's hands finish there).
+   */
+  failWaiting(): void {
+    this.queue.failAll(this.#noWorkersError());
+    this.emit('progress');
+  }
+
+  /** Jobs admitted whose batch has started running in a worker and is not answered yet. */
+  get runningJobs(): number {
+    return this.#runningJobs;
+  }
+
+  /** Jobs admitted and not answered: waiting plus running. */
   get pendingJobs(): number {
-    return this.#inFlight;
+    return this.queue.waiting + this.#runningJobs;
   }
 
-  /** Stops taking jobs, lets queued and running jobs finish, then stops the workers. */
+  /**
+   * Stops taking jobs and lets queued and running jobs finish (no batch waits for maxBatchDelay any
+   * more), then retires the workers. Never waits for a thread to end: a stuck batch fails at
+   * responseTimeout, and what no worker is left to run is answered with MARINA_ERR_MODEL_UNLOADING.
+   */
   async drain(): Promise<void> {
     this.#isAccepting = false;
+    this.#isDraining = true;
+    this.pool.stopRestarting();
     this.aggregator.flush();
-    if (this.#inFlight > 0 && this.pool.readyCount > 0) await new Promise<void>((resolve) => this.#drainWaiters.push(resolve));
-    this.queue.failAll(createServeError.MARINA_ERR_MODEL_UNLOADING(`${this.label} was unregistered before this request reached a worker`));
-    await this.pool.close();
+    this.#pump();
+    this.#answerStranded();
+    if (this.pendingJobs > 0) {
+      await new Promise<void>((resolve) => {
+        const check = () => {
+          this.#answerStranded();
+          if (this.pendingJobs > 0) return;
+          this.off('progress', check);
+          resolve();
+        };
+        this.on('progress', check);
+        check();
+      });
+    }
+    this.aggregator.close();
+    this.pool.close();
   }
 
   describe(): ModelDescription {
@@ -176,7 +247,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       responseTimeout: s.responseTimeoutMs / 1000,
       startupTimeout: s.startupTimeoutMs / 1000,
       maxRetryTimeoutInSec: 300,
-      clientTimeoutInMills: 0,
+      clientTimeoutInMills: s.clientTimeoutMs,
       parallelType: '',
       parallelLevel: 0,
       deviceType: 'cpu',
@@ -199,7 +270,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
         gpuUsage: 'N/A',
         intraOpNumThreads: w.intraOpNumThreads,
       })),
-      jobQueueStatus: { remainingCapacity: this.queue.remainingCapacity, pendingRequests: this.queue.size },
+      jobQueueStatus: { remainingCapacity: this.queue.remainingCapacity, pendingRequests: this.queue.waiting },
     };
   }
 
@@ -207,10 +278,11 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
     return {
       modelName: this.modelName,
       modelVersion: this.modelVersion,
-      queueDepth: this.queue.size,
+      queueDepth: this.queue.waiting,
+      runningJobs: this.#runningJobs,
       jobQueueSize: this.queue.capacity,
       workers: this.pool.workers.length,
-      busyWorkers: this.pool.workers.filter((w) => w.state === 'BUSY').length,
+      busyWorkers: this.pool.busyCount,
       minWorkers: this.minWorkers,
       maxWorkers: this.maxWorkers,
       intraOpNumThreads: this.pool.workers[0]?.intraOpNumThreads ?? 0,

@@ -13,8 +13,8 @@ export interface InferenceRoutesOptions {
   maxRequestBytes: number;
 }
 
-/** Codes whose 503 should tell clients when to come back. */
-const retryableCodes = new Set(['MARINA_ERR_QUEUE_FULL', 'MARINA_ERR_NO_WORKERS', 'MARINA_ERR_SERVER_CLOSING', 'MARINA_ERR_MODEL_UNLOADING']);
+/** Codes whose 503 should tell clients when to come back: those where a retry can succeed (not MARINA_ERR_NO_WORKERS: max_worker=0 or a model that cannot load). */
+const retryableCodes = new Set(['MARINA_ERR_QUEUE_FULL', 'MARINA_ERR_CLIENT_TIMEOUT', 'MARINA_ERR_SERVER_CLOSING', 'MARINA_ERR_MODEL_UNLOADING']);
 
 /** Sends a MarinaError as TorchServe's error body (plus `marinaCode`), with Retry-After on overload. */
 export function sendError(reply: FastifyReply, error: unknown): FastifyReply {

@@ -1,99 +1,140 @@
+import type { MarinaError } from '@marina/errors';
 import type { Job } from './job.ts';
 import type { JobQueue } from './job-queue.ts';
 
 /**
- * Why a batch left the aggregator:
+ * Why a batch left the queue:
  * - 'full': it reached batchSize;
- * - 'idle': nothing else was queued and no other worker was busy, so waiting could only add latency;
- * - 'delay': maxBatchDelay ran out (measured from when its first job was taken);
+ * - 'idle': the worker it went to was running nothing, so waiting could only add latency;
+ * - 'delay': maxBatchDelay ran out (measured from when the batch's first job was taken);
  * - 'flush': the model version is closing.
  */
 export type DispatchReason = 'full' | 'idle' | 'delay' | 'flush';
 
-export interface BatchAggregatorOptions<W> {
+/** What the aggregator needs to know about a worker. */
+export interface BatchTaker {
+  /** Running nothing and holding no batch. */
+  readonly isIdle: boolean;
+  /** Alive, not retiring, and without a prefetched batch: it may be given one now. */
+  readonly wantsBatch: boolean;
+}
+
+export interface BatchAggregatorOptions<W extends BatchTaker> {
   queue: JobQueue;
   batchSize: number;
   maxBatchDelayMs: number;
-  /** Takes an idle worker out of the idle set, or returns undefined when none is idle. */
-  acquireIdleWorker(): W | undefined;
-  /** Workers of this model version currently running a batch (a worker reserved for collecting counts only when it also runs one). */
-  busyWorkerCount(): number;
-  /** Hands a batch to the worker acquired for it. Must not call back into the aggregator synchronously. */
+  /** The version's live workers, in the order they asked for work (oldest first). */
+  workers(): Iterable<W>;
+  /** Hands a batch taken from the queue to a worker. Must not call back into the aggregator synchronously. */
   dispatch(worker: W, jobs: Job[], reason: DispatchReason): void;
+  /** The error for a queued job whose client timeout ran out before it was taken. */
+  expired(): MarinaError;
 }
 
 /**
- * Forms batches for one model version, with TorchServe's meaning: wait for the first job,
- * then collect up to `batchSize` jobs within `maxBatchDelayMs` of taking the first, and send
- * as soon as the batch is full or the delay is over. One batch is collected at a time, on a
- * worker reserved for it, as TorchServe's per-model lock does.
+ * Forms batches for one model version when workers pull, with TorchServe's meaning: collect up to
+ * `batchSize` jobs within `maxBatchDelayMs` of taking the first, and send as soon as the batch is
+ * full or the delay is over. Jobs never leave the queue until their batch is sent: the queue is
+ * the only place a waiting request lives.
  *
- * Marina's addition, "no wasted wait": when the queue holds nothing more and no other worker
- * of the version is busy, the partial batch is sent at once (reason 'idle'). Waiting pays off
- * only when more requests are arriving faster than the workers serve them, and busy workers are
- * the sign of that; a lone request to an idle server is never held for the delay. Under load,
- * jobs pile up while workers are busy and batches fill from the queue.
+ * A worker pulls when it becomes idle and again when it starts running a batch (for its one
+ * prefetched batch, decoded while the current one runs). An idle worker gets what is queued at
+ * once: with nothing running, waiting could only add latency, so a lone request never sits out
+ * the delay. A busy worker's prefetched batch is collected: it goes when full, when the delay
+ * runs out, or at once when that worker becomes idle first. One batch is collected at a time, as
+ * TorchServe's per-model lock does.
  *
- * Call `pump()` whenever a job is queued or a worker becomes idle.
+ * Call `pump()` whenever a job is queued or a worker asks for work.
  */
-export class BatchAggregator<W> {
+export class BatchAggregator<W extends BatchTaker> {
   readonly #options: BatchAggregatorOptions<W>;
-  #collecting: { worker: W; jobs: Job[]; timer: ReturnType<typeof setTimeout> } | undefined;
+  #collectTimer: ReturnType<typeof setTimeout> | undefined;
+  #isCollectDue = false;
+  #isFlushing = false;
+  #deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  #deadlineAt = Infinity;
 
   constructor(options: BatchAggregatorOptions<W>) {
     this.#options = options;
   }
 
-  /** True while a partial batch waits for more jobs. */
+  /** True while a partial batch waits in the queue for more jobs. */
   get isCollecting(): boolean {
-    return this.#collecting !== undefined;
+    return this.#collectTimer !== undefined;
   }
 
   pump(): void {
-    const { queue, batchSize } = this.#options;
-    if (this.#collecting) {
-      const c = this.#collecting;
-      while (c.jobs.length < batchSize && queue.size > 0) c.jobs.push(queue.poll()!);
-      if (c.jobs.length >= batchSize) this.#sendCollecting('full');
-      // The worker collected on may have been running earlier batches; once none of the version's
-      // workers runs anything, waiting longer can only add latency.
-      else if (this.#options.busyWorkerCount() === 0) this.#sendCollecting('idle');
-      else return;
-    }
+    const { queue, batchSize, maxBatchDelayMs } = this.#options;
+    queue.dropExpired(performance.now(), this.#options.expired);
     while (queue.size > 0) {
-      const worker = this.#options.acquireIdleWorker();
-      if (worker === undefined) return;
-      const jobs: Job[] = [];
-      while (jobs.length < batchSize && queue.size > 0) jobs.push(queue.poll()!);
-      if (jobs.length >= batchSize) {
-        this.#options.dispatch(worker, jobs, 'full');
+      let idle: W | undefined;
+      let busy: W | undefined;
+      for (const w of this.#options.workers()) {
+        if (!w.wantsBatch) continue;
+        if (w.isIdle) {
+          idle = w;
+          break;
+        }
+        busy ??= w;
+      }
+      if (idle !== undefined) {
+        const jobs = queue.take(batchSize);
+        this.#options.dispatch(idle, jobs, jobs.length >= batchSize ? 'full' : 'idle');
         continue;
       }
-      if (this.#options.busyWorkerCount() === 0) {
-        this.#options.dispatch(worker, jobs, 'idle');
+      if (busy === undefined) break;
+      if (queue.size >= batchSize || maxBatchDelayMs <= 0 || this.#isCollectDue || this.#isFlushing) {
+        const reason: DispatchReason = queue.size >= batchSize ? 'full' : this.#isFlushing ? 'flush' : 'delay';
+        this.#stopCollecting();
+        this.#options.dispatch(busy, queue.take(batchSize), reason);
         continue;
       }
-      if (this.#options.maxBatchDelayMs <= 0) {
-        this.#options.dispatch(worker, jobs, 'delay');
-        continue;
+      // A busy worker asked for its next batch and the queue holds a partial one: collect.
+      if (this.#collectTimer === undefined) {
+        this.#collectTimer = setTimeout(() => {
+          this.#collectTimer = undefined;
+          this.#isCollectDue = true;
+          this.pump();
+        }, maxBatchDelayMs);
       }
-      const timer = setTimeout(() => this.#sendCollecting('delay'), this.#options.maxBatchDelayMs);
-      this.#collecting = { worker, jobs, timer };
-      return;
+      break;
     }
+    if (queue.size === 0) this.#stopCollecting();
+    this.#armDeadline();
   }
 
-  /** Sends a partially collected batch now (used when closing). */
+  /** From now on batches go as soon as a worker asks, without waiting for maxBatchDelay (the version is draining). */
   flush(): void {
-    if (this.#collecting) this.#sendCollecting('flush');
+    this.#isFlushing = true;
+    this.#stopCollecting();
   }
 
-  #sendCollecting(reason: DispatchReason): void {
-    const c = this.#collecting;
-    if (!c) return;
-    clearTimeout(c.timer);
-    this.#collecting = undefined;
-    this.#options.dispatch(c.worker, c.jobs, reason);
-    if (reason === 'delay') this.pump();
+  /** Stops the timers (the version is closing; what is queued is answered by its owner). */
+  close(): void {
+    this.#stopCollecting();
+    clearTimeout(this.#deadlineTimer);
+    this.#deadlineTimer = undefined;
+    this.#deadlineAt = Infinity;
+  }
+
+  #stopCollecting(): void {
+    clearTimeout(this.#collectTimer);
+    this.#collectTimer = undefined;
+    this.#isCollectDue = false;
+  }
+
+  /** One timer for the oldest queued job's client deadline: it is answered then, even if no worker pulls. */
+  #armDeadline(): void {
+    const deadline = this.#options.queue.peek()?.deadline ?? Infinity;
+    if (deadline === this.#deadlineAt) return;
+    clearTimeout(this.#deadlineTimer);
+    this.#deadlineTimer = undefined;
+    this.#deadlineAt = deadline;
+    if (deadline === Infinity) return;
+    this.#deadlineTimer = setTimeout(() => {
+      this.#deadlineTimer = undefined;
+      this.#deadlineAt = Infinity;
+      this.pump();
+    }, Math.max(0, deadline - performance.now()));
   }
 }

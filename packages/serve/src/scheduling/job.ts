@@ -16,7 +16,7 @@ export interface JobResult {
 export interface JobTimings {
   /** performance.now() when the request arrived. */
   arrivedAt: number;
-  /** When it left the queue for a worker; undefined while queued. */
+  /** When its batch started running in a worker (not when it was handed over); undefined until then. */
   dispatchedAt: number | undefined;
   /** When the worker answered. */
   finishedAt: number | undefined;
@@ -37,18 +37,19 @@ export class Job {
   /** How the worker decodes `input.body` bytes before the handler sees them (undefined: as is). */
   readonly bodyDecoding: BodyDecoding;
   readonly promise: Promise<JobResult>;
-  /** Called once, synchronously, when the job settles (the model version's in-flight count); cheaper than a promise chain per request. */
-  onSettled: (() => void) | undefined;
+  /** performance.now() after which the job is answered without running (clientTimeoutInMills); undefined: no deadline. */
+  readonly deadline: number | undefined;
   #resolve!: (result: JobResult) => void;
   #reject!: (error: MarinaError) => void;
   #isSettled = false;
 
-  constructor(options: { requestId: string; input: JobInput; headers?: Record<string, string>; arrivedAt?: number; bodyDecoding?: BodyDecoding }) {
+  constructor(options: { requestId: string; input: JobInput; headers?: Record<string, string>; arrivedAt?: number; bodyDecoding?: BodyDecoding; clientTimeoutMs?: number }) {
     this.requestId = options.requestId;
     this.input = options.input;
     this.bodyDecoding = options.bodyDecoding;
     this.headers = options.headers ?? {};
     this.timings = { arrivedAt: options.arrivedAt ?? performance.now(), dispatchedAt: undefined, finishedAt: undefined };
+    this.deadline = options.clientTimeoutMs !== undefined && options.clientTimeoutMs > 0 ? this.timings.arrivedAt + options.clientTimeoutMs : undefined;
     this.promise = new Promise<JobResult>((resolve, reject) => {
       this.#resolve = resolve;
       this.#reject = reject;
@@ -66,7 +67,6 @@ export class Job {
     this.#isSettled = true;
     this.timings.finishedAt = performance.now();
     this.#resolve(result);
-    this.onSettled?.();
   }
 
   reject(error: MarinaError): void {
@@ -74,6 +74,5 @@ export class Job {
     this.#isSettled = true;
     this.timings.finishedAt = performance.now();
     this.#reject(error);
-    this.onSettled?.();
   }
 }

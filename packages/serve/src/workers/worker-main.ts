@@ -6,7 +6,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { getHeapStatistics } from 'node:v8';
 import { isMarinaError } from '@marina/errors';
 import { getBuiltinHandler, loadCustomHandler, type Handler, type HandlerContext, type RequestRow } from '@marina/handlers';
-import { createSession } from '../backend/ort-session.ts';
+import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
 import { toJson } from './to-json.ts';
 import type { BatchPayload, BatchResult, BodyDecoding, ErrorPayload, FromWorker, HandlerStagesMs, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
 
@@ -70,7 +70,7 @@ function ownBytes(bytes: Uint8Array): Uint8Array {
 }
 
 let handler: Handler;
-const threading = { intraOpNumThreads: init.intraOpNumThreads, isOversubscribed: init.isOversubscribed };
+const sessionSettings = { threading: { intraOpNumThreads: init.intraOpNumThreads }, ort: readOrtModelSettings(init.modelYamlConfig), cacheOptimizedModelDefault: init.cacheOptimizedModelDefault };
 
 /** What the handler sets for each row of one batch through its context. */
 interface BatchState {
@@ -101,13 +101,12 @@ const baseContext = {
   createSession(modelPath?: string) {
     const path = modelPath ?? init.serializedFilePath;
     if (!path) throw new Error(`model '${init.modelName}' has no serializedFile in its manifest, so createSession() needs a path`);
-    return createSession(path, threading);
+    return createSession(path, sessionSettings);
   },
 };
 
 /**
- * A context per batch: with batches pipelined, the next batch's preprocess runs while this one
- * is inferred, so per-row statuses and headers cannot live in one shared object.
+ * A context per batch: the prefetched batch's preprocess runs while this one is inferred, so per-row statuses and headers cannot live in one shared object.
  */
 function createBatchContext(batch: BatchState): HandlerContext {
   return {
@@ -162,8 +161,11 @@ interface PendingBatch {
   preprocessed?: Promise<{ ok: true; value: unknown } | { ok: false; error: unknown }>;
 }
 
+/** Batches received and not started: at most one (the main thread sends one batch ahead). */
 const pending: PendingBatch[] = [];
 let isLooping = false;
+/** Resolves when the main thread answers the last `started` report (with the next batch or with none). */
+let onReply: (() => void) | undefined;
 
 function receive(message: BatchPayload): void {
   const n = message.rows.length;
@@ -173,49 +175,38 @@ function receive(message: BatchPayload): void {
   const item: PendingBatch = { message, state, context: createBatchContext(state), rows };
   // Start preprocessing at once (image decoding runs on libuv's pool), so it overlaps with the
   // run() of the batch ahead of it, which blocks this thread but not the pool.
-  if (handler.isPipelineSafe && !handler.handle && handler.preprocess) {
-    const preprocess = handler.preprocess.bind(handler);
+  if (isPipelined()) {
+    const preprocess = handler.preprocess!.bind(handler);
     item.preprocessed = (async () => preprocess(item.rows, item.context))().then((value) => ({ ok: true as const, value }), (error: unknown) => ({ ok: false as const, error }));
   }
   pending.push(item);
 }
 
-/** Lets messages that came in while run() blocked the thread be received (and their preprocess start). */
-const yieldToMessages = () => new Promise<void>((resolve) => setImmediate(resolve));
-
-/**
- * Results are held back (to go to the main thread in one message with the next batches')
- * only while the batch just run took under this, and for at most this long in all, ms: a
- * tiny model's answers then cost one cross-thread wake-up per drained set instead of one per
- * batch, while a real model's answers still leave the moment each batch is done.
- */
-const RESULT_COALESCE_MS = 1;
-
-let outbox: BatchResult[] = [];
-let outboxSince = 0;
-
-function flushResults(): void {
-  if (outbox.length === 0) return;
-  post({ type: 'results', results: outbox, heapBytes: heapBytes() });
-  outbox = [];
+/** True when the handler decodes in a separate, pipeline-safe preprocess that can overlap the previous batch's run(). */
+function isPipelined(): boolean {
+  return handler.isPipelineSafe === true && !handler.handle && handler.preprocess !== undefined;
 }
 
-/** Runs batches one at a time, in the order they came. */
+/**
+ * Runs batches one at a time, in the order they came. Starting a batch is reported to the main
+ * thread (with the results finished before it, in one message), which answers with the next
+ * batch. A pipelined handler waits for that answer before running, so the next batch's decoding
+ * is under way on libuv's pool while run() blocks this thread.
+ */
 async function loop(): Promise<void> {
   isLooping = true;
+  let results: BatchResult[] = [];
   try {
     while (pending.length > 0) {
       const item = pending.shift()!;
-      const started = performance.now();
-      const result = await runBatch(item);
-      const now = performance.now();
-      if (outbox.length === 0) outboxSince = started;
-      outbox.push(result);
-      if (pending.length === 0 || now - started >= RESULT_COALESCE_MS || now - outboxSince >= RESULT_COALESCE_MS) flushResults();
-      await yieldToMessages();
+      const reply = isPipelined() ? new Promise<void>((resolve) => (onReply = resolve)) : undefined;
+      port.postMessage({ type: 'progress', results, startedBatchId: item.message.batchId, heapBytes: heapBytes() } satisfies FromWorker);
+      results = [];
+      if (reply) await reply;
+      results.push(await runBatch(item));
     }
   } finally {
-    flushResults();
+    port.postMessage({ type: 'progress', results, startedBatchId: undefined, heapBytes: heapBytes() } satisfies FromWorker);
     isLooping = false;
   }
 }
@@ -272,12 +263,12 @@ export async function runWorker(): Promise<void> {
     return;
   }
   post({ type: 'ready', heapBytes: heapBytes() });
-  // The pool may send batches ahead (WORKER_PIPELINE_DEPTH); they run one at a time, in order.
   port.on('message', (message: ToWorker) => {
-    if (message.type === 'batches') {
-      for (const batch of message.batches) receive(batch);
-      if (!isLooping) void loop();
-    } else if (message.type === 'stop') port.close();
+    if (message.batch) receive(message.batch);
+    const resolve = onReply;
+    onReply = undefined;
+    resolve?.();
+    if (!isLooping && pending.length > 0) void loop();
   });
 }
 

@@ -8,6 +8,8 @@ export interface WorkerPoolOptions {
   label: string;
   startupTimeoutMs: number;
   responseTimeoutMs: number;
+  /** Each worker thread's V8 heap limit, MB. */
+  maxHeapMb: number;
   /** Builds a new worker's init message; called at each spawn, so thread counts reflect the current load. */
   createInit(): WorkerInit;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
@@ -26,16 +28,25 @@ function backoffMs(attempt: number): number {
 /**
  * The workers of one model version. Keeps `target` workers alive: a crashed or timed-out
  * worker is replaced with back-off; a worker that cannot load is retried `maxStartAttempts`
- * times, then the pool gives up and reports `lastError`.
- * Emits 'idle' whenever a worker finishes a batch or becomes READY (the aggregator then pumps).
+ * times, then the pool gives up and reports `lastError`. Removing a worker retires it (it
+ * finishes what it holds, then its thread is terminated); nothing here ever awaits a thread's end.
+ *
+ * Events: 'ready' (a worker can take work), 'started'/'finished' (a worker's batch, see Worker),
+ * 'failed' (a worker died; its unstarted batch is handed back), 'changed' (membership changed).
  */
-export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
+export class WorkerPool extends EventEmitter<{
+  ready: [Worker];
+  started: [Worker, readonly Job[]];
+  finished: [Worker, BatchOutcome];
+  failed: [Worker, MarinaError, Job[]];
+  changed: [];
+}> {
   readonly #options: WorkerPoolOptions;
+  /** Workers counted toward the target: LOADING, READY or BUSY, not retiring. */
   readonly #workers = new Set<Worker>();
-  /** Failed or stopped workers whose threads have not ended yet (a native run() still going). */
-  readonly #lingering = new Set<Worker>();
+  /** Retired, failed or abandoned workers whose threads have not ended yet (they still hold cores). */
+  readonly #leaving = new Set<Worker>();
   #target = 0;
-  #reserved = new Set<Worker>();
   /** Failures since the last successful batch: drives the back-off. */
   #consecutiveFailures = 0;
   /** Start failures since the last worker that loaded: the pool gives up after maxStartAttempts. */
@@ -55,28 +66,39 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
     return this.#target;
   }
 
+  get isClosed(): boolean {
+    return this.#isClosed;
+  }
+
+  /** Workers counted toward the target (for describe), oldest first. */
   get workers(): Worker[] {
     return [...this.#workers];
   }
 
-  /** Threads held by this pool, live and lingering, for the server-wide oversubscription check. */
+  /** Threads held by this pool, including those of workers that are leaving, for the thread budget. */
   get threadCount(): number {
     let n = 0;
     for (const w of this.#workers) n += w.intraOpNumThreads;
-    for (const w of this.#lingering) n += w.intraOpNumThreads;
+    for (const w of this.#leaving) n += w.intraOpNumThreads;
     return n;
   }
 
   get readyCount(): number {
     let n = 0;
-    for (const w of this.#workers) if (w.state === 'READY' || w.state === 'BUSY') n++;
+    for (const w of this.#workers) if (w.isAlive) n++;
     return n;
   }
 
-  /** Workers running a batch now (not those only reserved while a batch is collected). */
+  /** Workers loading or alive: work queued now will be served by one of them. */
+  get hasWorkerComing(): boolean {
+    return this.#workers.size > 0 || (this.#restartTimer !== undefined && !this.#isClosed);
+  }
+
+  /** Workers running a batch now. */
   get busyCount(): number {
     let n = 0;
-    for (const w of this.#workers) if (w.batchesInFlight > 0) n++;
+    for (const w of this.#workers) if (w.isRunning) n++;
+    for (const w of this.#leaving) if (w.isRunning) n++;
     return n;
   }
 
@@ -86,52 +108,21 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
   }
 
   /**
-   * Reserves the worker with the fewest batches in flight that can take one more (an idle one
-   * first; else a busy one whose pipeline has room), or returns undefined.
-   */
-  acquireIdle(): Worker | undefined {
-    let best: Worker | undefined;
-    for (const w of this.#workers) {
-      if (w.canTakeBatch && (best === undefined || w.batchesInFlight < best.batchesInFlight)) best = w;
-    }
-    if (best === undefined) return undefined;
-    best.reserve();
-    this.#reserved.add(best);
-    return best;
-  }
-
-  /** Releases a worker reserved by acquireIdle without a batch. */
-  release(worker: Worker): void {
-    this.#reserved.delete(worker);
-    worker.release();
-    if (worker.canTakeBatch) this.emit('idle');
-  }
-
-  async runBatch(worker: Worker, jobs: Job[]): Promise<BatchOutcome> {
-    this.#reserved.delete(worker);
-    const outcome = await worker.runBatch(jobs);
-    if (outcome.isOk) this.#consecutiveFailures = 0;
-    // Also when the worker is reserved for a batch being collected: the aggregator sends that
-    // batch at once when no worker runs anything any more.
-    if (worker.state === 'READY' || worker.state === 'BUSY') this.emit('idle');
-    return outcome;
-  }
-
-  /**
-   * Sets how many workers to keep. Adding waits until the new workers are READY (or failed);
-   * removing stops idle workers first and waits for busy ones to finish their batch.
-   * Resolves with the workers READY afterwards.
+   * Sets how many workers to keep. Adding resolves once the new workers are READY (or failed);
+   * removing retires workers at once, idle and loading ones first (busy ones finish their batch
+   * first, without anyone waiting for them). Resolves with the workers READY afterwards.
    */
   async setTarget(count: number): Promise<number> {
+    if (this.#isClosed) return 0;
     this.#target = count;
-    this.emit('changed');
     const starting: Array<Promise<Worker | undefined>> = [];
     while (this.#workers.size < this.#target) starting.push(this.#spawn());
     const excess = this.#workers.size - this.#target;
     if (excess > 0) {
       const byPreference = [...this.#workers].sort((a, b) => rank(a) - rank(b));
-      await Promise.all(byPreference.slice(0, excess).map((w) => this.#retire(w)));
+      for (const w of byPreference.slice(0, excess)) this.#retire(w);
     }
+    this.emit('changed');
     await Promise.allSettled(starting);
     return this.readyCount;
   }
@@ -157,28 +148,42 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
       const replacement = await this.#spawn();
       // No replacement came up (its failure is logged): keep the old worker serving.
       if (replacement === undefined) return;
-      if (this.#workers.has(old)) await this.#retire(old);
+      if (this.#workers.has(old)) this.#retire(old);
     }
     while (!this.#isClosed && this.#workers.size < this.#target) {
       if ((await this.#spawn()) === undefined) return;
     }
   }
 
-  /** Stops every worker, letting a running batch finish first; jobs of lingering threads are already settled. */
-  async close(): Promise<void> {
+  /** Stops restarting failed workers (the version is draining: what they would serve is answered by its owner). */
+  stopRestarting(): void {
     this.#isClosed = true;
     clearTimeout(this.#restartTimer);
     this.#restartTimer = undefined;
-    this.#target = 0;
-    await Promise.all([...this.#workers].map((w) => this.#retire(w)));
   }
 
-  async #retire(worker: Worker): Promise<void> {
-    this.#workers.delete(worker);
-    this.#reserved.delete(worker);
-    if (worker.state === 'BUSY') await waitUntil(worker, () => worker.state !== 'BUSY');
-    await worker.stop();
+  /** Retires every worker (each finishes what it holds, then its thread is terminated; never awaited). */
+  close(): void {
+    this.stopRestarting();
+    this.#target = 0;
+    for (const w of [...this.#workers]) this.#retire(w);
     this.emit('changed');
+  }
+
+  /** Resolves once every thread this pool started has ended (tests and clean shutdowns; never needed for correctness). */
+  async exited(): Promise<void> {
+    await Promise.all([...this.#workers, ...this.#leaving].map((w) => w.exited));
+  }
+
+  #retire(worker: Worker): void {
+    this.#workers.delete(worker);
+    this.#leave(worker);
+    worker.retire();
+  }
+
+  #leave(worker: Worker): void {
+    if (worker.hasExited) return;
+    this.#leaving.add(worker);
   }
 
   /** Starts one worker; resolves with it once READY, or undefined when it failed to start (logged, retried). */
@@ -187,45 +192,52 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
       init: this.#options.createInit(),
       startupTimeoutMs: this.#options.startupTimeoutMs,
       responseTimeoutMs: this.#options.responseTimeoutMs,
+      maxHeapMb: this.#options.maxHeapMb,
       label: this.#options.label,
     });
     this.#workers.add(worker);
-    worker.once('failed', (error) => this.#onWorkerFailed(worker, error));
+    worker.on('started', (jobs) => this.emit('started', worker, jobs));
+    worker.on('finished', (outcome) => {
+      if (outcome.isOk) this.#consecutiveFailures = 0;
+      this.emit('finished', worker, outcome);
+    });
+    worker.once('failed', (error, unstarted) => this.#onWorkerFailed(worker, error, unstarted));
+    worker.once('exit', () => {
+      this.#workers.delete(worker);
+      this.#leaving.delete(worker);
+      this.emit('changed');
+    });
     try {
       await worker.start();
-      this.lastError = undefined;
-      this.#startFailures = 0;
-      this.emit('changed');
-      this.emit('idle');
-      return worker;
     } catch (error) {
-      this.#forget(worker);
-      if (worker.state === 'UNLOADING') return undefined;
+      this.#workers.delete(worker);
+      this.#leave(worker);
+      this.emit('changed');
+      if (this.#isClosed) return undefined;
       this.lastError = error as MarinaError;
       this.#startFailures++;
       this.#options.log?.('error', (error as Error).message);
       this.#scheduleRestart();
       return undefined;
     }
+    // Retired while loading (scaled down, closed): the worker ended itself on READY.
+    if (!this.#workers.has(worker)) return undefined;
+    this.lastError = undefined;
+    this.#startFailures = 0;
+    this.emit('changed');
+    this.emit('ready', worker);
+    return worker;
   }
 
-  #onWorkerFailed(worker: Worker, error: MarinaError): void {
-    this.lastError = error;
-    this.#options.log?.('warn', `${error.message}`);
-    this.#forget(worker);
-    this.#scheduleRestart();
-  }
-
-  #forget(worker: Worker): void {
-    this.#workers.delete(worker);
-    this.#reserved.delete(worker);
-    if (!worker.hasExited) {
-      this.#lingering.add(worker);
-      void worker.exited.then(() => {
-        this.#lingering.delete(worker);
-        this.emit('changed');
-      });
+  #onWorkerFailed(worker: Worker, error: MarinaError, unstarted: Job[]): void {
+    const wasCounted = this.#workers.delete(worker);
+    this.#leave(worker);
+    if (wasCounted) {
+      this.lastError = error;
+      this.#options.log?.('warn', error.message);
     }
+    this.emit('failed', worker, error, unstarted);
+    this.#scheduleRestart();
     this.emit('changed');
   }
 
@@ -234,31 +246,20 @@ export class WorkerPool extends EventEmitter<{ idle: []; changed: [] }> {
     this.#consecutiveFailures++;
     if (this.#startFailures >= (this.#options.maxStartAttempts ?? 3)) {
       this.#options.log?.('error', `${this.#options.label}: giving up after ${this.#startFailures} failed worker starts; last error: ${this.lastError?.message}`);
-      this.emit('changed');
       return;
     }
     this.#restartTimer = setTimeout(() => {
       this.#restartTimer = undefined;
       if (this.#isClosed) return;
       while (this.#workers.size < this.#target) void this.#spawn();
+      this.emit('changed');
     }, backoffMs(this.#consecutiveFailures - 1));
     this.#restartTimer.unref?.();
   }
 }
 
 function rank(w: Worker): number {
-  return w.state === 'LOADING' ? 0 : w.state === 'READY' ? 1 : 2;
-}
-
-function waitUntil(worker: Worker, done: () => boolean): Promise<void> {
-  return new Promise((resolve) => {
-    const check = () => {
-      if (done()) {
-        clearInterval(timer);
-        resolve();
-      }
-    };
-    const timer = setInterval(check, 10);
-    check();
-  });
+  if (w.state === 'LOADING') return 0;
+  if (w.isIdle) return 1;
+  return w.isRunning ? 3 : 2;
 }

@@ -15,7 +15,8 @@ export interface WorkerInit {
   batchSize: number;
   modelYamlConfig: Record<string, unknown>;
   intraOpNumThreads: number;
-  isOversubscribed: boolean;
+  /** The server-wide default of `onnxruntime.cacheOptimizedModel` for models that do not set it (undefined: by size). */
+  cacheOptimizedModelDefault: boolean | undefined;
   limitMaxImagePixels: boolean;
   serverVersion: string;
 }
@@ -46,12 +47,11 @@ export interface BatchPayload {
 }
 
 /**
- * Several batches go in one message when the aggregator hands them out together: one
- * cross-thread wake-up instead of one per batch.
+ * The main thread sends a worker at most one batch it has not started. Each `started` report is
+ * answered by exactly one `batch` message: the worker's next batch, or `batch: undefined` when
+ * none is ready yet (a batch formed later comes in a message of its own).
  */
-export type ToWorker =
-  | { type: 'batches'; batches: BatchPayload[] }
-  | { type: 'stop' };
+export type ToWorker = { type: 'batch'; batch: BatchPayload | undefined };
 
 /** A serialised item: `body` is bytes, or text (JSON the worker serialised, a string the handler returned), sent as a string because a small Buffer would drag its whole 8 KiB pool slab through the structured clone. */
 export type ItemResult =
@@ -62,8 +62,11 @@ export type BatchResult =
   | { batchId: number; ok: true; items: ItemResult[]; handlerMs: number; stages?: HandlerStagesMs }
   | { batchId: number; ok: false; error: ErrorPayload };
 
-/** Results of batches finished back to back travel together, in order, like the batches did. */
+/**
+ * `progress` carries the results finished since the last report and, when the worker has just
+ * begun running its next batch, that batch's id: one message per batch under load.
+ */
 export type FromWorker =
   | { type: 'ready'; heapBytes: number }
   | { type: 'init-failed'; error: ErrorPayload }
-  | { type: 'results'; results: BatchResult[]; heapBytes: number };
+  | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number };

@@ -3,6 +3,7 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
+import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
 import type { Job } from '../scheduling/job.ts';
 import type { BatchPayload, BatchResult, FromWorker, HandlerStagesMs, ToWorker, WorkerInit } from './worker-protocol.ts';
 
@@ -21,58 +22,58 @@ export interface WorkerOptions {
   init: WorkerInit;
   startupTimeoutMs: number;
   responseTimeoutMs: number;
+  /** The thread's V8 heap limit (resourceLimits.maxOldGenerationSizeMb): a handler that outgrows it ends only its worker. */
+  maxHeapMb: number;
   /** Label for messages: "model 'x' version '1.0'". */
   label: string;
 }
 
-/**
- * Batches a worker holds at once: one running, the rest already in its thread so it never waits
- * for the main thread between batches, and so a handler with a separate `preprocess` can decode
- * the next batch on libuv's pool while `run()` blocks the worker's JavaScript thread (the
- * message of batch k+2 must be there before run(k+1) starts, hence 3 and not 2).
- */
-export const WORKER_PIPELINE_DEPTH = 3;
-
-interface Flight {
-  batchId: number;
-  jobs: Job[];
-  /** When it became the head of the pipeline (the batch the worker is working on), ms. */
-  started: number;
-  resolve: (o: BatchOutcome) => void;
-}
-
 export interface BatchOutcome {
-  /** Time the worker spent on the batch, ms (0 when it failed before answering). */
+  jobs: readonly Job[];
+  reason: DispatchReason;
+  /** Time from the batch's start in the worker to its answer, ms. */
   inferenceMs: number;
   isOk: boolean;
   /** Per-stage times inside the worker, for handlers with separate stages. */
   stages?: HandlerStagesMs;
 }
 
+interface Batch {
+  id: number;
+  jobs: Job[];
+  reason: DispatchReason;
+  startedAt: number;
+}
+
 /**
- * The main-thread side of one worker thread. Its lifecycle (start, stop, failure) is here;
- * the loop that feeds it batches is the pool's and the aggregator's.
- * Emits 'failed' (error: MarinaError) once when it crashes or is killed after a timeout, and
- * 'exit' once its thread has really ended (a timed-out native run() keeps the thread, and its
- * cores, busy until it returns, even after terminate()).
+ * The main-thread side of one worker thread: its lifecycle (start, retire, failure) and the two
+ * batches it may hold, one running and at most one prefetched (sent, not started).
+ *
+ * Events:
+ * - 'started' (jobs): a batch began running; the worker now wants its next batch (answer with `give`
+ *   synchronously, or the thread is told there is none yet);
+ * - 'finished' (outcome): a batch was answered (its jobs are settled);
+ * - 'failed' (error, unstarted): the worker crashed, ran out of heap or timed out; the running batch's
+ *   jobs are failed with `error`, `unstarted` is the prefetched batch that never began (its owner
+ *   puts it back in the queue). Emitted once;
+ * - 'exit': the thread has really ended (a timed-out native run() keeps the thread, and its cores,
+ *   busy until it returns, even after terminate()).
  */
-export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
+export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: [BatchOutcome]; failed: [MarinaError, Job[]]; exit: [] }> {
   readonly id = String(nextWorkerId++);
   readonly startTime = new Date();
   readonly intraOpNumThreads: number;
   #state: WorkerState = 'LOADING';
   #thread: NodeWorker | undefined;
   #heapBytes = 0;
-  /** Batches sent and not answered yet, oldest first (the thread answers in order). */
-  #flights: Flight[] = [];
-  /** One timer for the head batch only: the others have not started yet. */
+  #running: Batch | undefined;
+  #prefetched: Batch | undefined;
+  /** The thread reported a start and waits for the answer (a batch or none). */
+  #isReplyDue = false;
+  #isRetiring = false;
   #timer: ReturnType<typeof setTimeout> | undefined;
-  #isReserved = false;
   #nextBatchId = 1;
   #hasExited = false;
-  /** Batches handed out in one synchronous pump of the aggregator, sent together in one message (a microtask later). */
-  #outbox: BatchPayload[] = [];
-  #outboxTransfer: ArrayBuffer[] = [];
   readonly #options: WorkerOptions;
   readonly exited: Promise<void>;
   #markExited!: () => void;
@@ -97,27 +98,27 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
     return this.#heapBytes;
   }
 
-  /** Batches sent to the thread and not answered yet. */
-  get batchesInFlight(): number {
-    return this.#flights.length;
+  get isAlive(): boolean {
+    return this.#state === 'READY' || this.#state === 'BUSY';
   }
 
-  /** True when the worker can take one more batch now: alive, not reserved, its pipeline not full. */
-  get canTakeBatch(): boolean {
-    return (this.#state === 'READY' || this.#state === 'BUSY') && !this.#isReserved && this.#flights.length < WORKER_PIPELINE_DEPTH;
+  /** Running nothing and holding no batch. */
+  get isIdle(): boolean {
+    return this.isAlive && this.#running === undefined && this.#prefetched === undefined;
   }
 
-  /** Marks the worker as taken for a batch being collected (it may still be running earlier ones). */
-  reserve(): void {
-    if (this.#state !== 'READY' && this.#state !== 'BUSY') return;
-    this.#isReserved = true;
-    this.#state = 'BUSY';
+  /** May be given a batch now: alive, not retiring, no prefetched batch. */
+  get wantsBatch(): boolean {
+    return this.isAlive && !this.#isRetiring && this.#prefetched === undefined;
   }
 
-  /** Returns a reserved worker that got no batch (e.g. on close). */
-  release(): void {
-    this.#isReserved = false;
-    if (this.#state === 'BUSY' && this.#flights.length === 0) this.#state = 'READY';
+  /** Jobs of the batch running now. */
+  get runningJobs(): number {
+    return this.#running?.jobs.length ?? 0;
+  }
+
+  get isRunning(): boolean {
+    return this.#running !== undefined;
   }
 
   /**
@@ -125,10 +126,10 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
    * @throws MARINA_ERR_WORKER_START_FAILED with the handler's error, or MARINA_ERR_WORKER_STARTUP_TIMEOUT.
    */
   start(): Promise<void> {
-    const { init, label, startupTimeoutMs } = this.#options;
+    const { init, label, startupTimeoutMs, maxHeapMb } = this.#options;
     return new Promise<void>((resolve, reject) => {
       defaultOrtTelemetryOff();
-      const thread = new NodeWorker(bootstrapUrl, { workerData: init, stdout: false, stderr: false });
+      const thread = new NodeWorker(bootstrapUrl, { workerData: init, stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: maxHeapMb } });
       this.#thread = thread;
       let isStarting = true;
       const timer = setTimeout(() => {
@@ -139,14 +140,18 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
         reject(error);
       }, startupTimeoutMs);
       thread.on('message', (message: FromWorker) => {
-        if (message.type === 'ready') {
+        if (message.type === 'progress') {
+          this.#onProgress(message);
+        } else if (message.type === 'ready') {
           this.#heapBytes = message.heapBytes;
           if (!isStarting) return;
           isStarting = false;
           clearTimeout(timer);
           this.#state = 'READY';
           resolve();
-        } else if (message.type === 'init-failed') {
+          // Retired while loading (scaled down, closed): it leaves without taking work.
+          this.#endIfRetired();
+        } else {
           if (!isStarting) return;
           isStarting = false;
           clearTimeout(timer);
@@ -156,18 +161,19 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
             : createServeError.MARINA_ERR_WORKER_START_FAILED(`${text} [${code}]`, { details: { handlerCode: code, stack } });
           this.#fail(wrapped);
           reject(wrapped);
-        } else {
-          this.#onResults(message);
         }
       });
-      thread.on('error', (error) => {
-        const died = createServeError.MARINA_ERR_WORKER_DIED(`worker ${this.id} of ${label} crashed: ${error.message}`, { cause: error });
+      thread.on('error', (error: Error & { code?: string }) => {
+        const isOutOfMemory = error.code === 'ERR_WORKER_OUT_OF_MEMORY';
+        const died = isOutOfMemory
+          ? createServeError.MARINA_ERR_WORKER_OUT_OF_MEMORY(`worker ${this.id} of ${label} ran out of JavaScript heap (limit ${maxHeapMb} MB, maxWorkerHeapMb) and was replaced; only its batch failed. Send smaller inputs, or raise maxWorkerHeapMb in model-config.yaml`, { cause: error })
+          : createServeError.MARINA_ERR_WORKER_DIED(`worker ${this.id} of ${label} crashed: ${error.message}`, { cause: error });
         if (isStarting) {
           isStarting = false;
           clearTimeout(timer);
           reject(createServeError.MARINA_ERR_WORKER_START_FAILED(`worker ${this.id} of ${label} crashed while loading: ${error.message}`, { cause: error }));
         }
-        this.#fail(died, false);
+        this.#fail(died);
       });
       thread.on('exit', (code) => {
         this.#hasExited = true;
@@ -176,9 +182,7 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
           clearTimeout(timer);
           reject(createServeError.MARINA_ERR_WORKER_START_FAILED(`worker ${this.id} of ${label} exited with code ${code} while loading`));
         }
-        if (this.#state !== 'UNLOADING' && this.#state !== 'FAILED') {
-          this.#fail(createServeError.MARINA_ERR_WORKER_DIED(`worker ${this.id} of ${label} exited unexpectedly with code ${code}`), false);
-        }
+        this.#fail(createServeError.MARINA_ERR_WORKER_DIED(`Worker died. Worker ${this.id} of ${label} exited unexpectedly with code ${code} while running this request; it is being replaced`));
         this.#markExited();
         this.emit('exit');
       });
@@ -186,119 +190,114 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
   }
 
   /**
-   * Runs one batch. Settles every job (result or error) before resolving; never rejects.
-   * A batch past responseTimeout fails its jobs with MARINA_ERR_RESPONSE_TIMEOUT and the worker
-   * is killed ('failed' is emitted; the pool replaces it).
+   * Sends the worker a batch taken from the queue (it must want one: see `wantsBatch`). It becomes
+   * the running batch when the thread reports its start; until then it is the prefetched batch.
    */
-  runBatch(jobs: Job[]): Promise<BatchOutcome> {
-    const { label } = this.#options;
-    return new Promise<BatchOutcome>((resolve) => {
-      this.#isReserved = false;
-      if (!this.#thread || (this.#state !== 'READY' && this.#state !== 'BUSY')) {
-        const error = createServeError.MARINA_ERR_WORKER_DIED(`worker ${this.id} of ${label} is ${this.#state} and cannot take a batch`);
-        for (const job of jobs) job.reject(error);
-        resolve({ inferenceMs: 0, isOk: false });
-        return;
-      }
-      this.#state = 'BUSY';
-      const batchId = this.#nextBatchId++;
-      const now = performance.now();
-      for (const job of jobs) job.timings.dispatchedAt = now;
-      this.#flights.push({ batchId, jobs, started: now, resolve });
-      if (this.#flights.length === 1) this.#armTimer();
-      const n = jobs.length;
-      const rows: Array<Record<string, unknown>> = new Array(n);
-      const requestIds: string[] = new Array(n);
-      const headers: Array<Record<string, string>> = new Array(n);
-      let decodings: BatchPayload['decodings'];
-      for (let i = 0; i < n; i++) {
-        const job = jobs[i]!;
-        const row: Record<string, unknown> = {};
-        for (const key in job.input) row[key] = this.#prepareValue(job.input[key]);
-        rows[i] = row;
-        requestIds[i] = job.requestId;
-        headers[i] = job.headers;
-        if (job.bodyDecoding !== undefined) (decodings ??= new Array(n).fill(undefined))[i] = job.bodyDecoding;
-      }
-      this.#outbox.push(decodings ? { batchId, rows, requestIds, headers, decodings } : { batchId, rows, requestIds, headers });
-      // The aggregator hands out every batch it can in one synchronous pump: send them together.
-      // (Waiting longer, to the end of the event-loop turn, measured slower: the worker idles.)
-      if (this.#outbox.length === 1) queueMicrotask(() => this.#flushOutbox());
-    });
+  give(jobs: Job[], reason: DispatchReason): void {
+    const batch: Batch = { id: this.#nextBatchId++, jobs, reason, startedAt: 0 };
+    this.#prefetched = batch;
+    this.#state = 'BUSY';
+    this.#isReplyDue = false;
+    const n = jobs.length;
+    const rows: Array<Record<string, unknown>> = new Array(n);
+    const requestIds: string[] = new Array(n);
+    const headers: Array<Record<string, string>> = new Array(n);
+    let decodings: BatchPayload['decodings'];
+    for (let i = 0; i < n; i++) {
+      const job = jobs[i]!;
+      const row: Record<string, unknown> = {};
+      for (const key in job.input) row[key] = prepareValue(job.input[key]);
+      rows[i] = row;
+      requestIds[i] = job.requestId;
+      headers[i] = job.headers;
+      if (job.bodyDecoding !== undefined) (decodings ??= new Array(n).fill(undefined))[i] = job.bodyDecoding;
+    }
+    const payload: BatchPayload = decodings ? { batchId: batch.id, rows, requestIds, headers, decodings } : { batchId: batch.id, rows, requestIds, headers };
+    this.#post({ type: 'batch', batch: payload });
   }
 
   /**
-   * A Buffer goes over as its own bytes: one that owns its whole ArrayBuffer (a large request
-   * body) is transferred without a copy; a view into a bigger one (small Buffers share an 8 KiB
-   * pool slab) is copied first, as the structured clone would copy the whole slab.
+   * Stops taking batches; once the running and prefetched batches are answered the thread is
+   * terminated (never awaited: a native run() that does not return cannot hold anyone up).
+   * A batch that runs past responseTimeout fails as usual, which ends the worker too.
    */
-  #prepareValue(value: unknown): unknown {
-    if (!(value instanceof Uint8Array)) return value;
-    const { buffer } = value;
-    if (value.byteOffset !== 0 || value.byteLength !== buffer.byteLength) return new Uint8Array(value);
-    if (buffer instanceof ArrayBuffer && value.byteLength >= 64 * 1024 && !this.#outboxTransfer.includes(buffer)) this.#outboxTransfer.push(buffer);
-    return value;
+  retire(): void {
+    if (this.#isRetiring) return;
+    this.#isRetiring = true;
+    this.#endIfRetired();
   }
 
-  #flushOutbox(): void {
-    const batches = this.#outbox;
-    const transfer = this.#outboxTransfer;
-    this.#outbox = [];
-    this.#outboxTransfer = [];
-    if (batches.length === 0 || !this.#thread || this.#hasExited) return;
-    const message: ToWorker = { type: 'batches', batches };
-    this.#thread.postMessage(message, transfer);
+  /**
+   * Ends the worker now: the running batch fails with `error`; the prefetched batch is returned
+   * through 'failed' like on a crash. The thread is terminated, not awaited.
+   */
+  abandon(error: MarinaError): void {
+    this.#fail(error);
   }
 
-  /** Starts responseTimeout for the head batch, from now: a prefetched batch's clock starts when it does. */
-  #armTimer(): void {
+  #post(message: ToWorker): void {
+    if (!this.#thread || this.#hasExited) return;
+    this.#thread.postMessage(message);
+  }
+
+  #onProgress(message: Extract<FromWorker, { type: 'progress' }>): void {
+    this.#heapBytes = message.heapBytes;
+    for (const result of message.results) this.#onResult(result);
+    if (message.startedBatchId !== undefined) this.#onStarted(message.startedBatchId);
+    this.#endIfRetired();
+  }
+
+  #onStarted(batchId: number): void {
+    const batch = this.#prefetched;
+    if (!batch || batch.id !== batchId || !this.isAlive) {
+      // Never leave the thread waiting for an answer to a start report.
+      this.#post({ type: 'batch', batch: undefined });
+      return;
+    }
+    this.#prefetched = undefined;
+    this.#running = batch;
+    batch.startedAt = performance.now();
+    for (const job of batch.jobs) job.timings.dispatchedAt = batch.startedAt;
+    this.#armTimer(batch);
+    this.#isReplyDue = true;
+    this.emit('started', batch.jobs);
+    if (this.#isReplyDue) {
+      this.#isReplyDue = false;
+      this.#post({ type: 'batch', batch: undefined });
+    }
+  }
+
+  #armTimer(batch: Batch): void {
     clearTimeout(this.#timer);
-    this.#timer = undefined;
-    const head = this.#flights[0];
-    if (!head) return;
     const { label, responseTimeoutMs } = this.#options;
-    head.started = performance.now();
     // 504 rather than TorchServe's 500 "Worker died.": the request did not crash anything, it
     // ran out of time; a gateway-timeout status tells clients and load balancers exactly that.
     this.#timer = setTimeout(() => {
-      const error = createServeError.MARINA_ERR_RESPONSE_TIMEOUT(
-        `${label} did not answer within responseTimeout (${responseTimeoutMs / 1000} s) for a batch of ${head.jobs.length}; worker ${this.id} was stopped and is being replaced. Raise responseTimeout, or make the model faster (fewer workers with more threads, smaller batches)`,
-        { details: { responseTimeoutMs, batchSize: head.jobs.length } },
-      );
-      this.#fail(error);
+      this.#fail(createServeError.MARINA_ERR_RESPONSE_TIMEOUT(
+        `${label} did not answer within responseTimeout (${responseTimeoutMs / 1000} s) for a batch of ${batch.jobs.length}; worker ${this.id} was stopped and is being replaced. Raise responseTimeout, or make the model faster (fewer workers with more threads, smaller batches)`,
+        { details: { responseTimeoutMs, batchSize: batch.jobs.length } },
+      ));
     }, responseTimeoutMs);
   }
 
-  /** Stops the worker on purpose (scale down, unregister, close). Callers drain it first. */
-  async stop(): Promise<void> {
-    if (this.#state !== 'FAILED') this.#state = 'UNLOADING';
-    if (this.#flights.length > 0) this.#settleInFlight(createServeError.MARINA_ERR_MODEL_UNLOADING(`worker ${this.id} of ${this.#options.label} was stopped while running a batch`));
-    if (this.#thread && !this.#hasExited) await this.#thread.terminate();
-    await this.exited;
-  }
-
-  #onResults(message: Extract<FromWorker, { type: 'results' }>): void {
-    this.#heapBytes = message.heapBytes;
-    for (const result of message.results) this.#onBatchResult(result);
-  }
-
-  #onBatchResult(result: BatchResult): void {
-    const flight = this.#flights[0];
-    if (!flight || flight.batchId !== result.batchId) return;
-    this.#flights.shift();
-    const inferenceMs = performance.now() - flight.started;
-    this.#armTimer();
-    if (this.#state === 'BUSY' && this.#flights.length === 0 && !this.#isReserved) this.#state = 'READY';
+  #onResult(result: BatchResult): void {
+    const batch = this.#running;
+    if (!batch || batch.id !== result.batchId) return;
+    this.#running = undefined;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    if (this.isAlive && this.#prefetched === undefined) this.#state = 'READY';
+    const inferenceMs = performance.now() - batch.startedAt;
     if (!result.ok) {
-      const error = new MarinaError(result.error.code, result.error.message, result.error.statusCode, { details: { requestIds: flight.jobs.map((j) => j.requestId) } });
-      for (const job of flight.jobs) job.reject(error);
-      flight.resolve({ inferenceMs, isOk: false });
+      const error = new MarinaError(result.error.code, result.error.message, result.error.statusCode);
+      for (const job of batch.jobs) job.reject(error);
+      this.emit('finished', { jobs: batch.jobs, reason: batch.reason, inferenceMs, isOk: false });
       return;
     }
     const { items } = result;
     for (let i = 0; i < items.length; i++) {
       const item = items[i]!;
-      const job = flight.jobs[i]!;
+      const job = batch.jobs[i]!;
       if (result.stages) job.timings.stages = result.stages;
       if (item.ok) {
         const { body } = item;
@@ -307,26 +306,46 @@ export class Worker extends EventEmitter<{ failed: [MarinaError]; exit: [] }> {
         job.reject(new MarinaError(item.error.code, item.error.message, item.error.statusCode, { details: Object.keys(item.headers).length > 0 ? { headers: item.headers } : undefined }));
       }
     }
-    flight.resolve({ inferenceMs, isOk: true, ...(result.stages ? { stages: result.stages } : {}) });
+    this.emit('finished', { jobs: batch.jobs, reason: batch.reason, inferenceMs, isOk: true, ...(result.stages ? { stages: result.stages } : {}) });
   }
 
-  #settleInFlight(error: MarinaError): void {
+  #endIfRetired(): void {
+    if (!this.#isRetiring || !this.isAlive || this.#running !== undefined || this.#prefetched !== undefined) return;
+    this.#state = 'UNLOADING';
+    this.#terminate();
+  }
+
+  #terminate(): void {
+    // terminate() cannot interrupt a native run(); the thread ends when run() returns ('exit' then).
+    if (this.#thread && !this.#hasExited) void this.#thread.terminate().catch(() => undefined);
+  }
+
+  #fail(error: MarinaError): void {
+    if (this.#state === 'FAILED' || this.#state === 'UNLOADING') return;
+    const wasAlive = this.isAlive;
+    this.#state = 'FAILED';
     clearTimeout(this.#timer);
     this.#timer = undefined;
-    const now = performance.now();
-    for (const flight of this.#flights.splice(0)) {
-      for (const job of flight.jobs) job.reject(error);
-      flight.resolve({ inferenceMs: now - flight.started, isOk: false });
+    const running = this.#running;
+    const unstarted = this.#prefetched?.jobs ?? [];
+    this.#running = undefined;
+    this.#prefetched = undefined;
+    this.#terminate();
+    if (running) {
+      for (const job of running.jobs) job.reject(error);
+      this.emit('finished', { jobs: running.jobs, reason: running.reason, inferenceMs: performance.now() - running.startedAt, isOk: false });
     }
+    if (wasAlive) this.emit('failed', error, unstarted);
   }
+}
 
-  #fail(error: MarinaError, shouldTerminate = true): void {
-    if (this.#state === 'FAILED' || this.#state === 'UNLOADING') return;
-    const wasRunning = this.#state === 'READY' || this.#state === 'BUSY';
-    this.#state = 'FAILED';
-    this.#settleInFlight(error);
-    // terminate() cannot interrupt a native run(); the thread ends when run() returns ('exit' then).
-    if (shouldTerminate && this.#thread && !this.#hasExited) void this.#thread.terminate();
-    if (wasRunning) this.emit('failed', error);
-  }
+/**
+ * A Buffer goes over as its own bytes: a view into a bigger buffer (small Buffers share an 8 KiB
+ * pool slab) is copied first, as the structured clone would copy the whole slab. Never
+ * transferred: a prefetched batch whose worker dies before starting it goes back to the queue
+ * and must still hold its inputs (the copy costs microseconds for an image body).
+ */
+function prepareValue(value: unknown): unknown {
+  if (!(value instanceof Uint8Array)) return value;
+  return value.byteOffset !== 0 || value.byteLength !== value.buffer.byteLength ? new Uint8Array(value) : value;
 }
