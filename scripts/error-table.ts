@@ -11,6 +11,7 @@ import { authErrors } from '../packages/serve/src/auth/auth-errors.ts';
 import { downloadErrors } from '../packages/serve/src/model-download/download-errors.ts';
 import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
 import { managementErrors } from '../packages/serve/src/routes/management.ts';
+import { clientErrorDefinitions } from '../packages/client/src/errors.ts';
 
 const groups: Array<[string, Record<string, ErrorDefinition>]> = [
   ['model-archiver and the validator', archiveErrors.definitions],
@@ -23,6 +24,7 @@ const groups: Array<[string, Record<string, ErrorDefinition>]> = [
   ['serve: snapshots', snapshotErrors.definitions],
   ['marina-models', modelZooErrors.definitions],
   ['bench', benchErrors.definitions],
+  ['clients (Node and Python)', clientErrorDefinitions],
 ];
 const seen = new Set<string>();
 const lines = ['| code | HTTP | where | when it happens, what to do |', '|---|---|---|---|'];

@@ -16,6 +16,7 @@ import { authErrors } from '../packages/serve/src/auth/auth-errors.ts';
 import { downloadErrors } from '../packages/serve/src/model-download/download-errors.ts';
 import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
 import { managementErrors } from '../packages/serve/src/routes/management.ts';
+import { clientErrorDefinitions } from '../packages/client/src/errors.ts';
 import { repoRoot } from './helpers.ts';
 
 const registries: Record<string, Record<string, ErrorDefinition>> = {
@@ -29,6 +30,7 @@ const registries: Record<string, Record<string, ErrorDefinition>> = {
   'serve/model-download': downloadErrors.definitions,
   'serve/snapshot': snapshotErrors.definitions,
   'serve/management': managementErrors.definitions,
+  client: clientErrorDefinitions,
 };
 
 const allCodes = Object.entries(registries).flatMap(([owner, defs]) => Object.entries(defs).map(([code, def]) => ({ owner, code, def })));

@@ -8,7 +8,7 @@ import { defineErrors } from '@marina/errors';
 export const archiveErrors = defineErrors({
   MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID: {
     statusCode: 400,
-    description: "The model name has characters outside TorchServe's rule ^[A-Za-z0-9][A-Za-z0-9_\\-.]*$; rename it, e.g. 'resnet-152'.",
+    description: "The model name (or version) breaks the archiver's rule: TorchServe's ^[A-Za-z0-9][A-Za-z0-9_\\-.]*$ (versions may also use '+'), no '..', at most 128 characters; checked at pack, validate and register. Rename it, e.g. 'resnet-152'.",
   },
   MARINA_ERR_ARCHIVE_OPTION_INVALID: {
     statusCode: 400,
@@ -57,6 +57,10 @@ export const archiveErrors = defineErrors({
   MARINA_ERR_ARCHIVE_COMPRESSION_RATIO: {
     statusCode: 400,
     description: 'An entry of a zip (or the whole stream of a tar.gz) inflates more than maxCompressionRatio times its compressed size (default 200:1, checked once past 1.05 MB); extraction stopped and nothing was kept. Model weights barely compress, so this is a bomb or padding; raise maxCompressionRatio if the archive is genuine.',
+  },
+  MARINA_ERR_ARCHIVE_OVERLAPPING_ENTRIES: {
+    statusCode: 400,
+    description: "Two entries of a zip's central directory point into the same bytes (one compressed stream extracted many times: a bomb that passes the per-entry checks); nothing was written. Re-create the archive with model-archiver.",
   },
   MARINA_ERR_ARCHIVE_MANIFEST_MISSING: {
     statusCode: 400,

@@ -96,10 +96,20 @@ export class ExtractionBudget {
   readonly limits: Required<ExtractLimits>;
   readonly archivePath: string;
   private totalBytes = 0;
+  private archiveBytes: number | undefined;
 
   constructor(archivePath: string, limits: Required<ExtractLimits>) {
     this.archivePath = archivePath;
     this.limits = limits;
+  }
+
+  /**
+   * The archive file's real size: from then on the total written is also held to
+   * maxCompressionRatio times it, so entries that lie about their compressed size (or share one
+   * compressed stream) cannot together write more than the file could honestly hold.
+   */
+  setArchiveBytes(bytes: number): void {
+    this.archiveBytes = bytes;
   }
 
   /** Bytes written so far, all entries together. */
@@ -116,6 +126,7 @@ export class ExtractionBudget {
     this.totalBytes += chunkBytes;
     if (this.totalBytes > this.limits.maxExtractedBytes) throw tooLarge(this.archivePath, this.totalBytes, this.limits, 'written');
     if (entry) this.checkRatio(`entry '${entry.name}'`, entry.entryBytes, entry.compressedBytes, 'written');
+    if (this.archiveBytes !== undefined) this.checkRatio('the archive as a whole', this.totalBytes, this.archiveBytes, 'written');
   }
 
   /** @throws MARINA_ERR_ARCHIVE_COMPRESSION_RATIO when `inflatedBytes` passed the minimum and the ratio limit. */

@@ -1,9 +1,13 @@
 export { archiveErrors, type ArchiveErrorCode } from './errors.ts';
 export {
+  assertModelIdentity,
   createManifest,
   formatCreatedOn,
   MANIFEST_PATH,
+  MODEL_NAME_MAX_LENGTH,
   MODEL_NAME_PATTERN,
+  MODEL_VERSION_PATTERN,
+  modelIdentityProblem,
   modelNameFromArchivePath,
   normalizeManifest,
   parseManifest,

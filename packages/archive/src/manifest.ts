@@ -10,6 +10,43 @@ export const MANIFEST_PATH = 'MAR-INF/MANIFEST.json';
 /** TorchServe's model name rule (torch-model-archiver 0.12). */
 export const MODEL_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_\-.]*$/;
 
+/** Longest model name or version Marina accepts (names become file and URL path segments). */
+export const MODEL_NAME_MAX_LENGTH = 128;
+
+/** Model versions: TorchServe leaves them free-form; Marina keeps them to one safe path segment (`1.0`, `2.1-rc1`, `3+cpu`). */
+export const MODEL_VERSION_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_\-.+]*$/;
+
+/**
+ * Why `value` is not a usable model name (or version), or undefined when it is: the archiver's rule
+ * (`MODEL_NAME_PATTERN`; no `/`, `\`, control characters, leading `.` or `_`, so no
+ * `__proto__`), no `..`, and at most `MODEL_NAME_MAX_LENGTH` characters.
+ */
+export function modelIdentityProblem(value: string, what: 'name' | 'version'): string | undefined {
+  const pattern = what === 'name' ? MODEL_NAME_PATTERN : MODEL_VERSION_PATTERN;
+  if (value.length > MODEL_NAME_MAX_LENGTH) return `is ${value.length} characters long, over the limit of ${MODEL_NAME_MAX_LENGTH}`;
+  if (!pattern.test(value)) return `has characters outside the rule ${pattern.source}`;
+  if (value.includes('..')) return "contains '..'";
+  return undefined;
+}
+
+/**
+ * Checks a model's name and version against `modelIdentityProblem`, wherever they came from
+ * (register parameter, manifest, archive file name), before they become map keys, snapshot keys,
+ * URL segments or folder names.
+ * @throws MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID (400) naming the offending value.
+ */
+export function assertModelIdentity(modelName: string, modelVersion: string): void {
+  for (const [what, value] of [['name', modelName], ['version', modelVersion]] as const) {
+    const problem = modelIdentityProblem(value, what);
+    if (problem !== undefined) {
+      throw archiveErrors.create.MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID(
+        `model ${what} ${JSON.stringify(value.length > 200 ? `${value.slice(0, 200)}…` : value)} ${problem}; use letters, digits, '-', '_' and '.' (${what === 'name' ? "e.g. 'resnet-152'" : "e.g. '1.0'"}), starting with a letter or digit`,
+        { details: { [what === 'name' ? 'modelName' : 'modelVersion']: value } },
+      );
+    }
+  }
+}
+
 /**
  * Runtimes accepted in `runtime`. TorchServe's three, plus Marina's `node`. Marina runs
  * every archive with JavaScript handlers whatever this says; the default stays `python`

@@ -75,6 +75,38 @@ async function openZip(archivePath: string) {
   }
 }
 
+/** A central-directory record as the zip reader returns it (the fields the overlap check reads). */
+interface ZipRecord {
+  path: string;
+  offsetToLocalFileHeader: number;
+  compressedSize: number;
+}
+
+/** Bytes of a local file header before its name: every entry's data starts at least this far past its header. */
+const LOCAL_HEADER_BYTES = 30;
+
+/**
+ * Refuses a zip whose central directory points two entries into the same bytes: each entry's
+ * local header and compressed data must end before the next entry's header begins. A real
+ * archive never overlaps; a crafted one lists one deflate stream many times over, so that every
+ * entry passes the ratio check while extraction writes the stream's output once per entry.
+ * @throws MARINA_ERR_ARCHIVE_OVERLAPPING_ENTRIES
+ */
+function assertNoOverlappingEntries(archivePath: string, records: readonly ZipRecord[]): void {
+  const sorted = [...records].sort((a, b) => a.offsetToLocalFileHeader - b.offsetToLocalFileHeader);
+  for (let i = 1; i < sorted.length; i += 1) {
+    const previous = sorted[i - 1]!;
+    const current = sorted[i]!;
+    const previousEnd = previous.offsetToLocalFileHeader + LOCAL_HEADER_BYTES + previous.compressedSize;
+    if (current.offsetToLocalFileHeader < previousEnd) {
+      throw archiveErrors.create.MARINA_ERR_ARCHIVE_OVERLAPPING_ENTRIES(
+        `archive '${archivePath}': entries '${previous.path}' and '${current.path}' share bytes (the second starts at offset ${current.offsetToLocalFileHeader}, inside the first, which runs to ${previousEnd}); refusing it as a zip bomb that extracts one compressed stream many times. Re-create it with model-archiver`,
+        { details: { entries: [previous.path, current.path] } },
+      );
+    }
+  }
+}
+
 function zipEntry(file: { path: string; type: string; uncompressedSize: number; compressedSize: number; externalFileAttributes: number }): ArchiveEntry {
   const isSymlink = ((file.externalFileAttributes >>> 16) & S_IFMT) === S_IFLNK;
   const type = isSymlink ? 'symlink' : file.type === 'Directory' ? 'directory' : 'file';
@@ -235,6 +267,7 @@ export async function listArchive(archivePath: string, limits: ExtractLimits = {
       const declaredCount = await readZipDeclaredEntryCount(archivePath);
       if (declaredCount !== undefined && declaredCount > resolved.maxEntries) throw tooManyEntries(archivePath, declaredCount, resolved);
       const directory = await openZip(archivePath);
+      assertNoOverlappingEntries(archivePath, directory.files);
       for (const file of directory.files) add(zipEntry(file));
     } else {
       await walkTgz(archivePath, budget, (entry) => {
@@ -319,7 +352,11 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
   try {
     if (format === 'zip') {
       const { size: archiveBytes } = await stat(archivePath);
+      // Every byte written counts against the archive's real size too, not only each entry's declared one.
+      budget.setArchiveBytes(archiveBytes);
       const directory = await openZip(archivePath);
+      // Checked again here: the file may have changed since it was listed.
+      assertNoOverlappingEntries(archivePath, directory.files);
       for (const file of directory.files) {
         const entry = zipEntry(file);
         const path = entry.unsafeReason === undefined && isWanted(entry) ? target(file.path) : undefined;

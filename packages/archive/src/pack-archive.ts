@@ -11,7 +11,7 @@ import { isMarinaError } from '@marina/errors';
 import { closestName } from '@marina/errors';
 import { builtinHandlerNames, getBuiltinHandler } from '@marina/handlers';
 import { archiveErrors } from './errors.ts';
-import { createManifest, MANIFEST_PATH, MODEL_NAME_PATTERN, RUNTIMES, serializeManifest, type Manifest, type Runtime } from './manifest.ts';
+import { createManifest, MANIFEST_PATH, MODEL_NAME_PATTERN, modelIdentityProblem, RUNTIMES, serializeManifest, type Manifest, type Runtime } from './manifest.ts';
 
 /** torch-model-archiver's `--archive-format` values. */
 export const ARCHIVE_FORMATS = ['default', 'zip-store', 'tgz', 'no-archive'] as const;
@@ -280,8 +280,9 @@ export async function packArchive(options: PackOptions & { onProgress?: (progres
   const cwd = resolve(options.cwd ?? process.cwd());
   const format = options.archiveFormat ?? 'default';
   const runtime = options.runtime ?? 'python';
-  if (!MODEL_NAME_PATTERN.test(options.modelName)) {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID(`Model name '${options.modelName}' contains special characters. The allowed regular expression filter for model name is: ^[A-Za-z0-9][A-Za-z0-9_\\-.]*$ (e.g. 'resnet-152')`, { details: { modelName: options.modelName } });
+  const nameProblem = modelIdentityProblem(options.modelName, 'name');
+  if (nameProblem !== undefined) {
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID(`Model name '${options.modelName}' ${nameProblem === `has characters outside the rule ${MODEL_NAME_PATTERN.source}` ? 'contains special characters. The allowed regular expression filter for model name is: ^[A-Za-z0-9][A-Za-z0-9_\\-.]*$' : nameProblem} (e.g. 'resnet-152')`, { details: { modelName: options.modelName } });
   }
   if (!ARCHIVE_FORMATS.includes(format)) {
     throw archiveErrors.create.MARINA_ERR_ARCHIVE_OPTION_INVALID(`--archive-format '${String(format)}' is not one of ${ARCHIVE_FORMATS.join(', ')}`, { details: { archiveFormat: format } });

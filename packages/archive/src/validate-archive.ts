@@ -5,7 +5,7 @@ import { closestName, isMarinaError } from '@marina/errors';
 import { builtinHandlerNames, getBuiltinHandler, type ModelSignature, type TensorSignature } from '@marina/handlers';
 import type { ArchiveErrorCode } from './errors.ts';
 import { probeHandler } from './handler-probe.ts';
-import { MANIFEST_PATH, type Manifest } from './manifest.ts';
+import { MANIFEST_PATH, modelIdentityProblem, type Manifest } from './manifest.ts';
 import { parseModelConfig } from './model-config.ts';
 import { resolveExtractLimits, type ExtractLimits } from './extract-limits.ts';
 import { detectArchiveFormat, extractArchive, listArchive, type ArchiveEntry, type ArchiveFormat } from './open-archive.ts';
@@ -198,6 +198,11 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
     if (!isRecord(raw) || !isRecord(raw.model)) return finish(report);
     report.manifest = raw as Manifest;
     const model = raw.model;
+    for (const [what, field] of [['name', 'modelName'], ['version', 'modelVersion']] as const) {
+      const value = model[field];
+      const problem = typeof value === 'string' && value !== '' ? modelIdentityProblem(value, what) : undefined;
+      if (problem !== undefined) add('MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID', `${MANIFEST_PATH} model.${field} ${JSON.stringify(value)} ${problem}; the server refuses to register it`, { file: MANIFEST_PATH });
+    }
     const missingMeta = (['archiverVersion', 'createdOn'] as const).filter((k) => raw[k] === undefined);
     if (missingMeta.length > 0) {
       add('MARINA_ERR_ARCHIVE_MANIFEST_INCOMPLETE', `${MANIFEST_PATH} has no ${missingMeta.join(' and ')}; it will serve, but re-archiving with model-archiver records them`, { file: MANIFEST_PATH, severity: 'warning' });

@@ -22,6 +22,14 @@ export const benchErrors = defineErrors({
     statusCode: 500,
     description: 'Every request of a load run failed, so no latency could be measured; the first status code and body are in the message.',
   },
+  MARINA_ERR_BENCH_PROFILE_FAILED: {
+    statusCode: 500,
+    description: "marina-bench profile could not load or run the model under onnxruntime's profiler (the message has onnxruntime's error and the input shapes used); give dynamic sizes with --dim name=N or a sample with --input.",
+  },
+  MARINA_ERR_BENCH_TUNE_NO_RESULT: {
+    statusCode: 500,
+    description: 'marina-bench tune measured no configuration successfully within --budget-s (each one starts a server and loads the model); raise the budget, or read the server log the message names.',
+  },
 });
 
 export type BenchErrorCode = keyof typeof benchErrors.definitions;

@@ -34,6 +34,12 @@ export interface StartServerOptions {
   env?: Record<string, string>;
   /** Fresh folder for config.properties, the server's logs and key file. */
   workDir: string;
+  /**
+   * The server's TMPDIR: its pid file and its extraction and optimised-model caches. Default
+   * `$TMPDIR/marina-bench`, shared by the bench's servers, which run one at a time; a caller whose
+   * servers may run beside the bench's (tune) passes its own.
+   */
+  tmpDir?: string;
   /** How long to wait for /ping, ms. Default 180000 (ResNet-152 with several workers loads slowly on 2 cores). */
   startTimeoutMs?: number;
 }
@@ -88,7 +94,7 @@ async function waitForExit(child: ChildProcess, timeoutMs: number): Promise<bool
  */
 export async function startServer(options: StartServerOptions): Promise<RunningServer> {
   await mkdir(options.workDir, { recursive: true });
-  const benchTmpDir = join(tmpdir(), 'marina-bench');
+  const benchTmpDir = options.tmpDir ?? join(tmpdir(), 'marina-bench');
   await mkdir(benchTmpDir, { recursive: true });
   const ports: [number, number, number] = [await findFreePort(), await findFreePort(), await findFreePort()];
   const configPath = await writeServerConfig({ ...options, ports });

@@ -46,3 +46,4 @@ export {
   type BoxFormat,
 } from './object-detector.ts';
 export { createTensorHandler, parseTensorRequest, type JsonTensor, type TensorHandlerResponse } from './tensor-handler.ts';
+export { concreteShape, syntheticFeeds, syntheticRequestBody, type SyntheticShapeOptions } from './synthetic-input.ts';

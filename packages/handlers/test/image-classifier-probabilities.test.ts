@@ -125,3 +125,14 @@ describe('image_classifier input sizes and batching', () => {
     });
   }
 });
+
+describe('image_classifier on a model with several outputs', () => {
+  it('reads the output handler.output names (same answer as a direct run) and refuses to guess without it', async () => {
+    const modelPath = join(work.dir, 'two-outputs.onnx');
+    await writeHeadClassifier({ outputPath: modelPath, head: 'softmax', hasFeaturesOutput: true, seed: 21 });
+    await expect(initialised(createImageClassifier, { modelPath, modelDir: work.dir })).rejects.toMatchObject({ code: 'MARINA_ERR_HANDLER_CONFIG_INVALID', message: expect.stringMatching(/the model has 2 \(features, output\); name the class scores with handler.output/) });
+    const { handler, context } = await initialised(createImageClassifier, { modelPath, modelDir: work.dir, modelYamlConfig: { handler: { output: 'output' } } });
+    const [answer] = await runHandler(handler, [{ body: images[2] }], context);
+    expectMatches(answer, await direct(modelPath, images[2]!), 5);
+  });
+});

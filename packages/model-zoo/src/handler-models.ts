@@ -24,7 +24,8 @@ function choice<T extends string>(name: string, value: unknown, choices: readonl
  * image_classifier: input `input` float32 [N,C,S,S] (C = `channels`, 3 or 1; H and W symbolic
  * with `isSizeDynamic`) → Conv(C→8, 3×3, stride 2) + Relu + GlobalAveragePool + Flatten + Gemm
  * → `head`: 'logits' (none), 'softmax' (Softmax) or 'log-softmax' (LogSoftmax) → output
- * `output` float32 [N,numClasses]. Defaults: inputSize 32, numClasses 10, channels 3, seed 1.
+ * `output` float32 [N,numClasses] (after `features` [N,8], the pooled activations, with
+ * `hasFeaturesOutput`). Defaults: inputSize 32, numClasses 10, channels 3, seed 1.
  *
  * @throws MARINA_ERR_MODEL_ZOO_INVALID_OPTION for a bad option; MARINA_ERR_MODEL_ZOO_WRITE_FAILED when writing fails.
  */
@@ -37,6 +38,8 @@ export async function writeHeadClassifier(options: {
   isSizeDynamic?: boolean;
   fixedBatch?: number;
   seed?: number;
+  /** Also output the pooled features, `features` [N,8], before `output` (a two-output model). Default false. */
+  hasFeaturesOutput?: boolean;
 }): Promise<WriteModelResult> {
   const outputPath = pathOption('outputPath', options.outputPath);
   const head = choice('head', options.head, ['logits', 'softmax', 'log-softmax'] as const, 'logits');
@@ -54,13 +57,13 @@ export async function writeHeadClassifier(options: {
   const fcWeight = g.uniform('fc.weight', [numClasses, width], prng, Math.sqrt(3) * 2);
   const fcBias = g.uniform('fc.bias', [numClasses], prng, 0.1);
   const conv = g.node('Conv', ['input', convWeight, convBias], { attributes: { kernel_shape: [3, 3], strides: [2, 2], pads: [1, 1, 1, 1] } });
-  const flat = g.node('Flatten', [g.node('GlobalAveragePool', [g.node('Relu', [conv])])], { attributes: { axis: 1 } });
+  const flat = g.node('Flatten', [g.node('GlobalAveragePool', [g.node('Relu', [conv])])], { ...(options.hasFeaturesOutput ? { output: 'features' } : {}), attributes: { axis: 1 } });
   if (head === 'logits') g.node('Gemm', [flat, fcWeight, fcBias], { output: 'output', attributes: { transB: 1 } });
   else g.node(head === 'softmax' ? 'Softmax' : 'LogSoftmax', [g.node('Gemm', [flat, fcWeight, fcBias], { attributes: { transB: 1 } })], { output: 'output', attributes: { axis: 1 } });
   const side = options.isSizeDynamic ? ['height', 'width'] : [inputSize, inputSize];
   return writeOnnxModel({
     outputPath,
-    graph: g.build([{ name: 'input', dims: [batch, channels, ...side] }], [{ name: 'output', dims: [batch, numClasses] }]),
+    graph: g.build([{ name: 'input', dims: [batch, channels, ...side] }], [...(options.hasFeaturesOutput ? [{ name: 'features', dims: [batch, width] }] : []), { name: 'output', dims: [batch, numClasses] }]),
     metadata: { 'marina.model': `${head}-classifier`, 'marina.seed': String(seed), 'marina.num_classes': String(numClasses) },
   });
 }

@@ -6,7 +6,8 @@ import { isAbsolute, join, normalize, resolve } from 'node:path';
 import { resolveInside } from '@marina/archive';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import type { MarinaError } from '@marina/errors';
-import type { LoadModelSpec, ServerConfig } from './config/server-config.ts';
+import { resourceLimitsOf, type LoadModelSpec, type ServerConfig } from './config/server-config.ts';
+import { createModelCaches } from './cache/model-caches.ts';
 import { createServeError, toMarinaError } from './errors.ts';
 import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
@@ -62,22 +63,35 @@ function tlsOptions(config: ServerConfig, address: ServerConfig['inferenceAddres
 }
 
 function createInstance(config: ServerConfig, options: BuildAppOptions, address: ServerConfig['inferenceAddress']): FastifyInstance {
+  const { requestTimeoutMs } = resourceLimitsOf(config);
+  // Node checks request timeouts every connectionsCheckingInterval (30 s by default): check often
+  // enough that a short limit is kept to within half of itself.
+  const connectionsCheckingInterval = Math.max(25, Math.min(30_000, Math.floor(requestTimeoutMs / 2)));
+  const tls = tlsOptions(config, address);
   const app = Fastify({
     logger: options.logger ?? false,
     bodyLimit: config.maxRequestBytes,
+    // A whole request (headers and body) must arrive within request_timeout_ms: a client that
+    // trickles a chunked upload is answered 408 and disconnected instead of holding memory forever.
+    requestTimeout: requestTimeoutMs,
     genReqId: () => randomUUID(),
     requestIdHeader: false,
     return503OnClosing: true,
-    ...tlsOptions(config, address),
-  }) as unknown as FastifyInstance;
+    // Also given to node's createServer: in node 20 a requestTimeout set only after construction is not enforced.
+    ...(tls ? { https: { ...tls.https, connectionsCheckingInterval, requestTimeout: requestTimeoutMs } } : { http: { connectionsCheckingInterval, requestTimeout: requestTimeoutMs } }),
+  } as Parameters<typeof Fastify>[0]) as unknown as FastifyInstance;
   // A callback hook, not an async one: no promise per request.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
     done();
   });
-  app.setErrorHandler((error: FastifyError, _request, reply) => {
+  app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE' || error.statusCode === 413) {
-      return sendError(reply, createServeError.MARINA_ERR_REQUEST_TOO_LARGE(`the request body is larger than max_request_size (${config.maxRequestBytes} bytes); send a smaller input or raise max_request_size in config.properties`));
+      // Fastify refuses a declared Content-Length over the limit before reading, and a chunked body
+      // as soon as the bytes received pass it: say which, in bytes, never a count the client did not send.
+      const declared = request.headers['content-length'];
+      const seen = declared !== undefined ? `its Content-Length header declares ${declared} bytes` : `more than ${config.maxRequestBytes} bytes arrived before it was refused`;
+      return sendError(reply, createServeError.MARINA_ERR_REQUEST_TOO_LARGE(`the request body is larger than max_request_size (${config.maxRequestBytes} bytes): ${seen}; send a smaller input or raise max_request_size in config.properties`, { details: { maxRequestBytes: config.maxRequestBytes } }));
     }
     if (error.validation || (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500)) {
       return sendError(reply, createServeError.MARINA_ERR_BAD_REQUEST(error.message, { cause: error }));
@@ -138,7 +152,14 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options, config.managementAddress);
   const metrics = createInstance(config, options, config.metricsAddress);
   const log = (level: 'info' | 'warn' | 'error', message: string) => inference.log[level](message);
-  const registry = new ModelRegistry({ config, log });
+  const limits = resourceLimitsOf(config);
+  const caches = createModelCaches({
+    extractionCacheDir: config.extractionCacheDir,
+    extractionCacheMaxBytes: limits.extractionCacheMaxBytes,
+    optimizedModelCacheMaxBytes: limits.optimizedModelCacheMaxBytes,
+    log,
+  });
+  const registry = new ModelRegistry({ config, log, caches });
 
   await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };

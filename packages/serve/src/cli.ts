@@ -10,6 +10,8 @@ export const MARINA_VERSION = (JSON.parse(readFileSync(new URL('../package.json'
 export type ServeCommand =
   | { mode: 'version' }
   | { mode: 'stop' }
+  /** --clean-cache: empty the extraction and optimised-model caches (no server may be running). */
+  | { mode: 'clean-cache' }
   | {
       mode: 'start';
       /** --foreground: run the server in this process instead of a background child. */
@@ -21,6 +23,7 @@ interface RawFlags {
   start?: boolean;
   stop?: boolean;
   version?: boolean;
+  cleanCache?: boolean;
   tsConfig?: string;
   modelStore?: string;
   models?: string[];
@@ -47,6 +50,7 @@ export function createProgram(options: { run: (command: ServeCommand) => Promise
     .option('--start', 'start the model server (the default when neither --stop nor --version is given)')
     .option('--stop', 'stop a model server started in the background')
     .option('-v, --version', 'print the Marina version')
+    .option('--clean-cache', 'remove every extracted archive and optimised model copy under $TMPDIR/marina (refused while a server runs)')
     .option('--ts-config <file>', 'configuration file (config.properties format); TS_CONFIG_FILE wins over it')
     .option('--model-store <dir>', 'folder holding the model archives (overrides model_store)')
     .option('--models <model...>', 'models to load at start-up: all, file.mar, name=file.mar or URLs, space separated (overrides load_models)')
@@ -77,14 +81,15 @@ export async function runCli(argv: string[]): Promise<void> {
 }
 
 function toServeCommand(flags: RawFlags): ServeCommand {
-  const modes = (['start', 'stop', 'version'] as const).filter((mode) => flags[mode]);
+  const modes = (['start', 'stop', 'version', 'cleanCache'] as const).filter((mode) => flags[mode]);
   if (modes.length > 1) {
     throw configError.MARINA_ERR_CLI_ARGS_INVALID(
-      `--${modes.join(' and --')} cannot be used together: use --start to start, --stop to stop, --version to print the version.`,
+      `--${modes.map((m) => (m === 'cleanCache' ? 'clean-cache' : m)).join(' and --')} cannot be used together: use --start to start, --stop to stop, --version to print the version, --clean-cache to empty the caches.`,
     );
   }
   if (flags.version) return { mode: 'version' };
   if (flags.stop) return { mode: 'stop' };
+  if (flags.cleanCache) return { mode: 'clean-cache' };
   const cliOptions: ServeCliOptions = {};
   if (flags.tsConfig !== undefined) cliOptions.tsConfig = flags.tsConfig;
   if (flags.modelStore !== undefined) cliOptions.modelStore = flags.modelStore;

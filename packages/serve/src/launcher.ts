@@ -12,7 +12,7 @@ import { assertAddressesFree } from './config/assert-addresses-free.ts';
 import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
 
 /** What a server reports once it listens: in its own terminal, and to the launcher over IPC. */
-export type StartupReport = Pick<RunningServer, 'listening' | 'loaded' | 'failed' | 'restoredFrom'>;
+export type StartupReport = Pick<RunningServer, 'listening' | 'loaded' | 'failed' | 'restoredFrom'> & { warnings?: string[] };
 
 /** IPC message a background child sends its launcher for each step of loading its start-up models. */
 interface ProgressMessage {
@@ -21,7 +21,7 @@ interface ProgressMessage {
 }
 
 /** IPC message a background child sends its launcher once it listens. */
-interface ReadyMessage extends Pick<RunningServer, 'listening' | 'loaded' | 'failed'> {
+interface ReadyMessage extends Pick<RunningServer, 'listening' | 'loaded' | 'failed' | 'restoredFrom' | 'warnings'> {
   type: 'marina:ready';
 }
 
@@ -162,12 +162,13 @@ export function writeStartupReport(report: StartupReport, config: ServerConfig):
   if (report.restoredFrom) process.stdout.write(`Restored the models of the snapshot ${report.restoredFrom} (start with --ncs to ignore snapshots)\n`);
   for (const name of report.loaded) process.stdout.write(`Model loaded: ${name}\n`);
   for (const failure of report.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
+  for (const warning of report.warnings ?? []) process.stderr.write(`WARN ${warning}\n`);
 }
 
 /** In a background child: tells the waiting launcher the server is ready, then lets the IPC channel go. No-op without one. */
 export function notifyLauncher(server: RunningServer): void {
   if (!process.send) return;
-  const ready: ReadyMessage = { type: 'marina:ready', listening: server.listening, loaded: server.loaded, failed: server.failed };
+  const ready: ReadyMessage = { type: 'marina:ready', listening: server.listening, loaded: server.loaded, failed: server.failed, warnings: server.warnings, ...(server.restoredFrom ? { restoredFrom: server.restoredFrom } : {}) };
   process.send(ready, () => process.disconnect?.());
 }
 

@@ -6,6 +6,7 @@ import { assertNoOtherServer, notifyLauncher, stripAnsi, startBackgroundServer, 
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
 import { configError } from './config/config-errors.ts';
 import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
+import { cleanModelCaches, defaultExtractionCacheDir, optimizedModelCacheDir } from './cache/model-caches.ts';
 
 /** Executes one parsed `serve` command and exits the process: the only process.exit in Marina. */
 export async function runServeCommand(command: ServeCommand): Promise<void> {
@@ -14,11 +15,21 @@ export async function runServeCommand(command: ServeCommand): Promise<void> {
       process.stdout.write(`Marina Version is ${MARINA_VERSION}\n`);
       exitProcess(0);
     } else if (command.mode === 'stop') exitProcess(await stopBackgroundServer());
+    else if (command.mode === 'clean-cache') exitProcess(await cleanCaches());
     else if (command.foreground) await runForeground(command.cliOptions);
     else exitProcess(await startBackgroundServer({ cliOptions: command.cliOptions, loadConfig: loadCheckedConfig }));
   } catch (error) {
     exitWithError(error);
   }
+}
+
+/** `serve --clean-cache`: refused while a server runs (its workers read these folders). Returns the exit code. */
+async function cleanCaches(): Promise<number> {
+  assertNoOtherServer();
+  for (const cleaned of await cleanModelCaches({ extractionCacheDir: defaultExtractionCacheDir(), optimizedCacheDir: optimizedModelCacheDir() })) {
+    process.stdout.write(`Removed ${cleaned.entries} entries (${cleaned.bytes} bytes) from ${cleaned.dir}\n`);
+  }
+  return 0;
 }
 
 /** process.exit, in one place. */

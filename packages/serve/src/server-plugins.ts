@@ -4,6 +4,7 @@ import type { AppPlugin } from './app.ts';
 import { createTokenAuthorization, createTokenHook, tokenRoutes, type CreateTokenHookOptions } from './auth/token-authorization.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics/server-metrics.ts';
 import type { Autoscaler } from './scaling/autoscaler.ts';
+import type { SnapshotStore } from './snapshot/snapshot-store.ts';
 import { managementRoutes } from './routes/management.ts';
 import { metricsRoutes } from './routes/metrics.ts';
 import type { ModelRegistryApi } from './registry/model-registry-api.ts';
@@ -13,6 +14,8 @@ import type { ServerConfig } from './config/server-config.ts';
 export interface OperatorContext {
   autoscaler?: Autoscaler;
   metrics?: ServerMetrics;
+  /** Config snapshots, when enabled: the management routes report a snapshot they could not write. */
+  snapshots?: SnapshotStore;
 }
 
 /**
@@ -45,7 +48,10 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
   plugins.push({
     api: 'management',
     plugin: managementRoutes,
-    options: { autoscaling: (modelName: string, modelVersion: string) => operator.autoscaler?.describe(modelName, modelVersion) },
+    options: {
+      autoscaling: (modelName: string, modelVersion: string) => operator.autoscaler?.describe(modelName, modelVersion),
+      afterChange: async () => operator.snapshots?.settle(),
+    },
   });
   if (config.enableMetricsApi) plugins.push({ api: 'metrics', plugin: metricsPlugin, options: { operator } });
   return plugins;

@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { buildApp, listStartupModels, type MarinaApp } from './app.ts';
 import { createAutoscaler, type Autoscaler, type AutoscalingKnobs } from './scaling/autoscaler.ts';
-import { createSnapshotStore, readLatestSnapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
+import { createSnapshotStore, listSnapshots, readLatestSnapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
 import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, withoutRestored, type SnapshotRegistration } from './snapshot/restore-snapshot.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
@@ -20,6 +20,12 @@ export interface RunningServer {
   failed: string[];
   /** The snapshot file whose model versions were registered again, when one was. */
   restoredFrom?: string;
+  /**
+   * Start-up problems the operator must see on the terminal: every snapshot file skipped as
+   * corrupt, and a start that restored none of a snapshot's models (the snapshots are then left
+   * as they are: no snapshot is written until the next management change).
+   */
+  warnings: string[];
   /** Stops the autoscaler and the snapshot store, then stops accepting connections and drains in-flight requests (app.close()). Idempotent. */
   close(): Promise<void>;
 }
@@ -47,8 +53,16 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   const log = options.log ?? (() => undefined);
   // A port in use fails here, in milliseconds, rather than after the models have loaded.
   await assertAddressesFree(config);
-  const snapshot = config.isSnapshotEnabled ? await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => log('warn', message) }) : undefined;
+  const warnings: string[] = [];
+  const snapshotFiles = config.isSnapshotEnabled ? await listSnapshots(config.snapshotDir).catch(() => []) : [];
+  const snapshot = config.isSnapshotEnabled ? await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => warnings.push(message) }) : undefined;
   const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
+  // Writing a snapshot now would put a model-less one on top of snapshots this start could not use.
+  let isSnapshotKept = false;
+  if (snapshotFiles.length > 0 && snapshot === undefined) {
+    isSnapshotKept = true;
+    warnings.push(`none of the ${snapshotFiles.length} snapshot files in ${config.snapshotDir} could be read, so no model was restored; they are left as they are (no snapshot is written until the models change through the management API). Fix or remove them, or start with --ncs to ignore snapshots`);
+  }
   const effectiveConfig = registrations.length > 0 ? await withoutRestoredStartupModels(config, registrations) : config;
   const operator: OperatorContext = {};
   const app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator) });
@@ -70,6 +84,10 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     await restored.start();
     const loaded = [...restored.loaded, ...startup.loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`)];
     const failed = [...restored.failed, ...startup.failed.map((failure) => `${failure.url}: ${failure.error.code}: ${failure.error.message}`)];
+    if (registrations.length > 0 && restored.loaded.length === 0) {
+      isSnapshotKept = true;
+      warnings.push(`none of the ${registrations.length} model versions of the snapshot ${snapshot?.path} could be restored (see the failures); the snapshot is left as it is (no snapshot is written until the models change through the management API). Make the archives available and restart, or start with --ncs to ignore snapshots`);
+    }
 
     autoscaler = createAutoscaler({
       registry: app.registry,
@@ -96,7 +114,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         properties,
         onError: (error) => log('error', error.message),
       });
-      await snapshots.write().catch((error: Error) => log('error', error.message));
+      operator.snapshots = snapshots;
+      if (!isSnapshotKept) await snapshots.write().catch((error: Error) => log('error', error.message));
     }
 
     const targets = [
@@ -126,7 +145,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       listening,
       loaded,
       failed,
-      ...(snapshot && registrations.length > 0 ? { restoredFrom: snapshot.path } : {}),
+      ...(snapshot && registrations.length > 0 && !isSnapshotKept ? { restoredFrom: snapshot.path } : {}),
+      warnings,
       close,
     };
   } catch (error) {

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGateApp, until, type GateApp } from './gate-harness.ts';
 import { writeGateModel } from './fixtures.ts';
 import { marinaErrorOf } from './marina-error-of.ts';
+import { registrationsFromSnapshot } from '../src/snapshot/restore-snapshot.ts';
 
 let t: GateApp;
 const folders: Record<string, string> = {};
@@ -21,6 +22,7 @@ beforeAll(async () => {
     ['leaving', 'minWorkers: 1\nbatchSize: 1\nresponseTimeout: 1\n'],
     ['deadline', 'minWorkers: 1\nbatchSize: 1\nclientTimeoutInMills: 300\n'],
     ['lazy', 'batchSize: 1\n'],
+    ['restored', 'batchSize: 1\n'],
   ];
   // Threads pinned: no worker is replaced to re-split the cores while a test watches it.
   for (const [name, yaml] of models) folders[name] = await writeGateModel(t.dir, name, `${yaml}intraOpNumThreads: 1\n`);
@@ -109,6 +111,18 @@ describe('every admitted request gets an answer', { timeout: 60_000 }, () => {
     expect(r.status).toBe(200);
     expect(r.json.value).toBe('woken');
     expect(t.app.registry.describe('lazy')[0]!.workers).toHaveLength(1);
+  });
+
+  it('serves a model restored from a snapshot taken at 0 workers (min 0, max 2), instead of 503 forever', async () => {
+    const [registration] = registrationsFromSnapshot({
+      modelStore: t.dir,
+      models: { restored: { '1.0': { defaultVersion: true, marName: 'restored', url: folders['restored']!, minWorkers: 0, maxWorkers: 2, batchSize: 1, maxBatchDelay: 100, responseTimeout: 120 } } },
+    }, { modelStore: t.dir });
+    await t.app.registry.register({ ...registration!, modelName: 'restored' });
+    expect(t.app.registry.describe('restored')[0]).toMatchObject({ minWorkers: 0, maxWorkers: 2, workers: [] });
+    const r = await t.post('restored', { value: 'back' });
+    expect(r.status).toBe(200);
+    expect(r.json.value).toBe('back');
   });
 
   it('unregistering a downloaded model removes its extracted copy', async () => {

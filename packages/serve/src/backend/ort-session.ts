@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { threadId } from 'node:worker_threads';
@@ -154,7 +154,12 @@ async function ensureOptimizedModel(modelPath: string, options: ort.InferenceSes
   const cacheDir = optimizedModelCacheDir();
   const finalDir = path.join(cacheDir, key);
   const optimizedPath = path.join(finalDir, 'model.onnx');
-  if (await isFile(optimizedPath)) return optimizedPath;
+  if (await isFile(optimizedPath)) {
+    // Marks it used: the cache's least-recently-used eviction (cache/model-caches.ts) reads the folder's mtime.
+    const now = new Date();
+    await utimes(finalDir, now, now).catch(() => undefined);
+    return optimizedPath;
+  }
 
   const workDir = `${finalDir}.tmp-${process.pid}-${threadId}`;
   await rm(workDir, { recursive: true, force: true });

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import type { Node } from 'jsonc-parser';
 import type { ServerConfig } from './server-config.ts';
+import { defaultExtractionCacheDir } from '../cache/model-caches.ts';
 import { configError } from './config-errors.ts';
 import { parseProperties, type ParsedProperties, type PropertyEntry } from './properties-parser.ts';
 import { parseListenAddress, isLoopbackHost } from './parse-listen-address.ts';
@@ -113,6 +114,12 @@ interface RawConfig {
   autoscale_scale_up_queue_depth: number;
   autoscale_scale_up_after_ms: number;
   autoscale_scale_down_idle_ms: number;
+  request_timeout_ms: number;
+  download_timeout_ms: number;
+  download_idle_timeout_ms: number;
+  max_concurrent_downloads: number;
+  extraction_cache_max_bytes: number;
+  optimized_model_cache_max_bytes: number;
 }
 
 interface RawValue {
@@ -344,7 +351,7 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     keyFilePath: path.join(cwd, 'key_file.json'),
     ompNumThreads,
     cpuCount: os.availableParallelism(),
-    extractionCacheDir: path.join(os.tmpdir(), 'marina', 'models'),
+    extractionCacheDir: defaultExtractionCacheDir(),
     snapshotDir: path.join(logDir, 'config'),
     isSnapshotEnabled: !cliOptions.ncs,
     logDir,
@@ -359,6 +366,14 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
       scaleUpQueueDepth: checked.autoscale_scale_up_queue_depth,
       scaleUpAfterMs: checked.autoscale_scale_up_after_ms,
       scaleDownIdleMs: checked.autoscale_scale_down_idle_ms,
+    },
+    resourceLimits: {
+      requestTimeoutMs: checked.request_timeout_ms,
+      downloadTimeoutMs: checked.download_timeout_ms,
+      downloadIdleTimeoutMs: checked.download_idle_timeout_ms,
+      maxConcurrentDownloads: checked.max_concurrent_downloads,
+      extractionCacheMaxBytes: checked.extraction_cache_max_bytes,
+      optimizedModelCacheMaxBytes: checked.optimized_model_cache_max_bytes,
     },
     ...(checked.private_key_file ? { privateKeyFile: path.resolve(cwd, checked.private_key_file) } : {}),
     ...(checked.certificate_file ? { certificateFile: path.resolve(cwd, checked.certificate_file) } : {}),

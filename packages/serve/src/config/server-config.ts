@@ -109,6 +109,43 @@ export interface ServerConfig {
     /** autoscale_scale_down_idle_ms. Default 60000. */
     scaleDownIdleMs?: number;
   };
+  /**
+   * Bounds on what clients and archives may consume (Marina extension keys; see the README's
+   * "Security model"). Undefined or a missing field means the default given with each field.
+   */
+  resourceLimits?: ResourceLimits;
   /** Absolute path of the config file that was read; undefined when only defaults, CLI and env applied. */
   configFile?: string;
+}
+
+/** The `resourceLimits` of a ServerConfig. */
+export interface ResourceLimits {
+  /** request_timeout_ms: most time to receive a whole request, headers and body. Default 60000. */
+  requestTimeoutMs?: number;
+  /** download_timeout_ms: most time for one model download. Default 600000. */
+  downloadTimeoutMs?: number;
+  /** download_idle_timeout_ms: most time a download may receive nothing. Default 60000. */
+  downloadIdleTimeoutMs?: number;
+  /** max_concurrent_downloads. Default 2. */
+  maxConcurrentDownloads?: number;
+  /** extraction_cache_max_bytes. Default 16 GiB. */
+  extractionCacheMaxBytes?: number;
+  /** optimized_model_cache_max_bytes. Default 16 GiB. */
+  optimizedModelCacheMaxBytes?: number;
+}
+
+/** The defaults of `ResourceLimits`. */
+export const DEFAULT_RESOURCE_LIMITS: Readonly<Required<ResourceLimits>> = Object.freeze({
+  requestTimeoutMs: 60_000,
+  downloadTimeoutMs: 600_000,
+  downloadIdleTimeoutMs: 60_000,
+  maxConcurrentDownloads: 2,
+  extractionCacheMaxBytes: 16 * 1024 ** 3,
+  optimizedModelCacheMaxBytes: 16 * 1024 ** 3,
+});
+
+/** `config.resourceLimits` with every default filled in. */
+export function resourceLimitsOf(config: Pick<ServerConfig, 'resourceLimits'>): Required<ResourceLimits> {
+  const set = Object.fromEntries(Object.entries(config.resourceLimits ?? {}).filter(([, value]) => value !== undefined));
+  return { ...DEFAULT_RESOURCE_LIMITS, ...set };
 }

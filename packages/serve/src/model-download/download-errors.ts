@@ -36,7 +36,15 @@ export const downloadErrors = defineErrors({
   },
   MARINA_ERR_DOWNLOAD_TIMEOUT: {
     statusCode: 400,
-    description: 'The download did not finish within the time limit.',
+    description: 'The download did not finish within download_timeout_ms, or received nothing for download_idle_timeout_ms; its partial file was removed.',
+  },
+  MARINA_ERR_DOWNLOADS_BUSY: {
+    statusCode: 503,
+    description: 'max_concurrent_downloads model downloads are already running; retry the register when one has finished.',
+  },
+  MARINA_ERR_DOWNLOAD_CANCELLED: {
+    statusCode: 400,
+    description: 'The management client closed its connection while its archive was downloading; the download was stopped and its partial file removed.',
   },
   MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: {
     statusCode: 400,
@@ -51,4 +59,6 @@ export const downloadErrorTypes: Record<string, string> = {
   MARINA_ERR_DOWNLOAD_TOO_LARGE: 'DownloadArchiveException',
   MARINA_ERR_DOWNLOAD_TIMEOUT: 'DownloadArchiveException',
   MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: 'DownloadArchiveException',
+  MARINA_ERR_DOWNLOAD_CANCELLED: 'DownloadArchiveException',
+  MARINA_ERR_DOWNLOADS_BUSY: 'ServiceUnavailableException',
 };

@@ -125,6 +125,50 @@ export interface ResolveModelUrlOptions {
   maxDownloadBytes?: number;
   /** Time limit for one download, ms. Default 10 minutes. */
   downloadTimeoutMs?: number;
+  /** Longest a download may go without receiving a byte, ms. Default 1 minute. */
+  downloadIdleTimeoutMs?: number;
+  /** Aborts a download when the management client goes away (request closed before its answer). */
+  signal?: AbortSignal;
+  /** Shared by every register of one server: caps the downloads running at once. Default: no cap. */
+  downloadSlots?: DownloadSlots;
+}
+
+/** Default idle limit of a download: 1 minute without a byte. */
+export const DEFAULT_DOWNLOAD_IDLE_TIMEOUT_MS = 60_000;
+
+/**
+ * Counts the downloads in progress against a cap. A download beyond it is refused at once
+ * (MARINA_ERR_DOWNLOADS_BUSY, 503) rather than queued: a queue of waiting registers would be one
+ * more unbounded thing, and the client can retry.
+ */
+export class DownloadSlots {
+  readonly maxConcurrent: number;
+  #inUse = 0;
+
+  constructor(maxConcurrent: number) {
+    this.maxConcurrent = maxConcurrent;
+  }
+
+  /** Downloads running now. */
+  get inUse(): number {
+    return this.#inUse;
+  }
+
+  /** Takes a slot; the returned function gives it back (idempotent). @throws MARINA_ERR_DOWNLOADS_BUSY */
+  acquire(url: string): () => void {
+    if (this.#inUse >= this.maxConcurrent) {
+      throw create.MARINA_ERR_DOWNLOADS_BUSY(`Failed to download archive from: ${url} (${this.#inUse} downloads are already running, the limit of max_concurrent_downloads); retry when one has finished`, {
+        details: { maxConcurrentDownloads: this.maxConcurrent },
+      });
+    }
+    this.#inUse += 1;
+    let isReleased = false;
+    return () => {
+      if (isReleased) return;
+      isReleased = true;
+      this.#inUse -= 1;
+    };
+  }
 }
 
 export interface ResolvedModelUrl {
@@ -134,8 +178,8 @@ export interface ResolvedModelUrl {
   isDownloaded: boolean;
 }
 
-/** The `resolveModelUrl` the management routes call, bound to a configuration. */
-export type ModelUrlResolver = (url: string) => Promise<ResolvedModelUrl>;
+/** The `resolveModelUrl` the management routes call, bound to a configuration; `signal` aborts a download. */
+export type ModelUrlResolver = (url: string, options?: { signal?: AbortSignal }) => Promise<ResolvedModelUrl>;
 
 const URL_SCHEME = /^[a-z][a-z0-9+.-]*:\/\//i;
 const SAFE_FILE_NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
@@ -199,8 +243,8 @@ function storePath(modelStore: string, name: string): string {
 }
 
 /** Binds `resolveModelUrl` to a configuration, for the management routes. */
-export function createModelUrlResolver(options: Omit<ResolveModelUrlOptions, 'url'>): ModelUrlResolver {
-  return (url) => resolveModelUrl({ ...options, url });
+export function createModelUrlResolver(options: Omit<ResolveModelUrlOptions, 'url' | 'signal'>): ModelUrlResolver {
+  return (url, call = {}) => resolveModelUrl({ ...options, url, ...(call.signal ? { signal: call.signal } : {}) });
 }
 
 function fileNameFromUrl(url: string): string {
@@ -253,18 +297,31 @@ async function isArchive(path: string): Promise<boolean> {
 async function downloadIntoStore(url: string, modelStore: string, options: ResolveModelUrlOptions): Promise<string> {
   const maxBytes = options.maxDownloadBytes ?? DEFAULT_MAX_DOWNLOAD_BYTES;
   const timeoutMs = options.downloadTimeoutMs ?? DEFAULT_DOWNLOAD_TIMEOUT_MS;
+  const idleTimeoutMs = options.downloadIdleTimeoutMs ?? DEFAULT_DOWNLOAD_IDLE_TIMEOUT_MS;
   const fileName = fileNameFromUrl(url);
   const target = join(modelStore, fileName);
   if (await exists(target)) throw create.MARINA_ERR_MODEL_FILE_EXISTS(`Model file already exists ${fileName}`);
+  if (options.signal?.aborted) throw cancelled(url);
+  const release = options.downloadSlots?.acquire(url) ?? (() => undefined);
 
   const temp = join(modelStore, `.${fileName}.${randomBytes(6).toString('hex')}.download`);
-  const signal = AbortSignal.timeout(timeoutMs);
+  const total = AbortSignal.timeout(timeoutMs);
+  // Re-armed on every chunk: a server that sends headers and then trickles (or nothing) is cut off.
+  const idle = new AbortController();
+  let idleTimer: NodeJS.Timeout | undefined;
+  const armIdle = () => {
+    clearTimeout(idleTimer);
+    idleTimer = setTimeout(() => idle.abort(), idleTimeoutMs);
+  };
+  const signal = AbortSignal.any([total, idle.signal, ...(options.signal ? [options.signal] : [])]);
   const tooLarge = () =>
     create.MARINA_ERR_DOWNLOAD_TOO_LARGE(`Failed to download archive from: ${url} (larger than the ${maxBytes}-byte limit)`, {
       details: { maxDownloadBytes: maxBytes },
     });
   try {
+    armIdle();
     const response = await fetchAllowed(url, options.allowedUrls, signal);
+    armIdle();
     const declared = Number(response.headers.get('content-length'));
     if (Number.isFinite(declared) && declared > maxBytes) {
       await response.body?.cancel();
@@ -273,12 +330,14 @@ async function downloadIntoStore(url: string, modelStore: string, options: Resol
     let received = 0;
     const limiter = new Transform({
       transform(chunk: Buffer, _encoding, callback) {
+        armIdle();
         received += chunk.length;
         callback(received > maxBytes ? tooLarge() : null, chunk);
       },
     });
     const body = response.body ? Readable.fromWeb(response.body as import('node:stream/web').ReadableStream) : Readable.from([]);
     await pipeline(body, limiter, createWriteStream(temp, { flags: 'wx', mode: 0o644, flush: true }), { signal });
+    clearTimeout(idleTimer);
     if (!(await isArchive(temp))) {
       throw create.MARINA_ERR_DOWNLOAD_NOT_ARCHIVE(`Failed to download archive from: ${url} (the file is neither a .mar/zip nor a .tar.gz archive)`);
     }
@@ -292,11 +351,22 @@ async function downloadIntoStore(url: string, modelStore: string, options: Resol
     return target;
   } catch (error) {
     if ((error as { code?: string }).code?.startsWith('MARINA_ERR_')) throw error;
-    if (signal.aborted) {
-      throw create.MARINA_ERR_DOWNLOAD_TIMEOUT(`Failed to download archive from: ${url} (no complete response within ${timeoutMs} ms)`, { cause: error });
+    if (options.signal?.aborted) throw cancelled(url, error);
+    if (idle.signal.aborted) {
+      throw create.MARINA_ERR_DOWNLOAD_TIMEOUT(`Failed to download archive from: ${url} (nothing received for ${idleTimeoutMs} ms, the limit of download_idle_timeout_ms)`, { cause: error, details: { downloadIdleTimeoutMs: idleTimeoutMs } });
+    }
+    if (total.aborted) {
+      throw create.MARINA_ERR_DOWNLOAD_TIMEOUT(`Failed to download archive from: ${url} (no complete response within ${timeoutMs} ms, the limit of download_timeout_ms)`, { cause: error, details: { downloadTimeoutMs: timeoutMs } });
     }
     throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (${(error as Error).message})`, { cause: error });
   } finally {
+    clearTimeout(idleTimer);
+    release();
+    // Whatever happened, the partial file goes: only a complete archive is ever linked into the store.
     await unlink(temp).catch(() => undefined);
   }
+}
+
+function cancelled(url: string, cause?: unknown) {
+  return create.MARINA_ERR_DOWNLOAD_CANCELLED(`Download of ${url} cancelled: the client that asked for it went away`, cause === undefined ? {} : { cause });
 }

@@ -56,6 +56,8 @@ export interface WorkerDescription {
   gpuUsage: 'N/A';
   /** Marina extension: intra-op threads of this worker's session. */
   intraOpNumThreads: number;
+  /** Marina extension: ms the worker spent warming up before it became READY (model-config.yaml `warmup:`); absent without warm-up. */
+  warmupMs?: number;
 }
 
 export interface ModelDescription {
@@ -110,6 +112,12 @@ export interface ModelVersionStats {
   minWorkers: number;
   maxWorkers: number;
   intraOpNumThreads: number;
+  /**
+   * Intra-op threads this version's workers hold now, counting workers that are leaving but whose
+   * thread has not ended (a timed-out native run() keeps its cores until it returns). Absent:
+   * workers × intraOpNumThreads.
+   */
+  threadsInUse?: number;
 }
 
 /** What a snapshot stores per model version (TorchServe's models JSON keys). */

@@ -1,10 +1,11 @@
 import { EventEmitter } from 'node:events';
 import { rm } from 'node:fs/promises';
-import { extractToCache, normalizeManifest, readModelConfig, resolveInside, resolveManifestFiles } from '@marina/archive';
+import { assertModelIdentity, extractToCache, normalizeManifest, readModelConfig, resolveInside, resolveManifestFiles } from '@marina/archive';
 import { cacheOptimizedModelDefaultFrom } from '../backend/ort-session.ts';
 import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
+import type { ModelCaches } from '../cache/model-caches.ts';
 import { resolveModelSettings } from '../model-settings.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import { resolveIntraOpThreads } from '../workers/thread-defaults.ts';
@@ -61,6 +62,8 @@ export interface PredictResult extends JobResult {
 export interface ModelRegistryOptions {
   config: ServerConfig;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /** Told when a version opens or is removed, to bound and clean the extraction caches. */
+  caches?: ModelCaches;
   /** Environment read for MARINA_ORT_CACHE_OPTIMIZED_MODEL (default process.env). */
   env?: Record<string, string | undefined>;
 }
@@ -76,6 +79,7 @@ export class ModelRegistry implements ModelRegistryApi {
   readonly events = new EventEmitter<RegistryEvents>();
   readonly #config: ServerConfig;
   readonly #log: (level: 'info' | 'warn' | 'error', message: string) => void;
+  readonly #caches: ModelCaches | undefined;
   readonly #models = new Map<string, Model>();
   /** Versions being registered (archive opened, not yet in #models), to catch concurrent duplicates. */
   readonly #registering = new Set<string>();
@@ -85,7 +89,15 @@ export class ModelRegistry implements ModelRegistryApi {
   constructor(options: ModelRegistryOptions) {
     this.#config = options.config;
     this.#log = options.log ?? (() => undefined);
+    this.#caches = options.caches;
     this.#cacheOptimizedModelDefault = cacheOptimizedModelDefaultFrom(options.env ?? process.env);
+  }
+
+  /** Extractions of opens in progress (not yet versions): the caches must not remove them. */
+  readonly #opening: string[] = [];
+
+  #modelDirsInUse(): string[] {
+    return [...[...this.#versions()].map((v) => v.modelDir), ...this.#opening];
   }
 
   #assertOpen(): void {
@@ -111,11 +123,21 @@ export class ModelRegistry implements ModelRegistryApi {
   async open(options: RegisterModelOptions): Promise<ModelVersion> {
     this.#assertOpen();
     const extracted = await extractToCache({ archivePath: options.archivePath, cacheDir: this.#config.extractionCacheDir });
+    this.#opening.push(extracted.modelDir);
+    try {
+      return await this.#openExtracted(options, extracted);
+    } finally {
+      this.#opening.splice(this.#opening.indexOf(extracted.modelDir), 1);
+    }
+  }
+
+  async #openExtracted(options: RegisterModelOptions, extracted: Awaited<ReturnType<typeof extractToCache>>): Promise<ModelVersion> {
     // close() may have run during any await: a version added after it would start workers nothing drains.
     this.#assertOpen();
     const manifest = normalizeManifest(extracted.manifest, { archivePath: options.archivePath, modelName: options.modelName, handler: options.handler });
     const modelName = manifest.model.modelName;
     const modelVersion = manifest.model.modelVersion;
+    assertModelIdentity(modelName, modelVersion);
     const key = `${modelName}\u0000${modelVersion}`;
     if (this.#models.get(modelName)?.versions.has(modelVersion) || this.#registering.has(key)) {
       throw createServeError.MARINA_ERR_MODEL_VERSION_CONFLICT(`Model version ${modelVersion} is already registered for model ${modelName}; unregister it first (DELETE /models/${modelName}/${modelVersion})`);
@@ -144,6 +166,7 @@ export class ModelRegistry implements ModelRegistryApi {
       });
       // The same rule and words as model-archiver validate: served, with a warning.
       const batchNotice = await fixedBatchNotice({ modelDir: extracted.modelDir, serializedFile: manifest.model.serializedFile, batchSize: settings.batchSize });
+      this.#assertOpen();
       if (batchNotice !== undefined) this.#log('warn', `model '${modelName}' version '${modelVersion}': ${batchNotice}`);
       const handler = manifest.model.handler;
       if (!handler) {
@@ -183,6 +206,7 @@ export class ModelRegistry implements ModelRegistryApi {
       const isJsonDefault = options.loadedAtStartup === true && this.#config.models[modelName]?.[modelVersion]?.defaultVersion === true;
       if (options.isDefault || isJsonDefault) model.defaultVersion = modelVersion;
       this.events.emit('changed');
+      await this.#caches?.opened(version.modelDir, this.#modelDirsInUse());
       return version;
     } finally {
       this.#registering.delete(key);
@@ -403,6 +427,7 @@ export class ModelRegistry implements ModelRegistryApi {
     }
     await version.drain();
     await this.#rebalanceThreadsAfter(Promise.resolve());
+    if (!this.#isClosing) await this.#caches?.removed(version.modelDir, this.#modelDirsInUse());
   }
 
   async scale(modelName: string, modelVersion: string | undefined, options: ScaleOptions): Promise<{ workers: number }> {

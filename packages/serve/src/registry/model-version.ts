@@ -269,6 +269,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
         gpu: false,
         gpuUsage: 'N/A',
         intraOpNumThreads: w.intraOpNumThreads,
+        ...(w.warmupMs !== undefined ? { warmupMs: Math.round(w.warmupMs) } : {}),
       })),
       jobQueueStatus: { remainingCapacity: this.queue.remainingCapacity, pendingRequests: this.queue.waiting },
     };
@@ -286,6 +287,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       minWorkers: this.minWorkers,
       maxWorkers: this.maxWorkers,
       intraOpNumThreads: this.pool.workers[0]?.intraOpNumThreads ?? 0,
+      threadsInUse: this.pool.threadCount,
     };
   }
 

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import multipart from '@fastify/multipart';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
-import { createServeError, errorBody, toMarinaError } from '../errors.ts';
+import { createServeError, errorBody, isMarinaError, toMarinaError } from '../errors.ts';
 import type { ModelRegistry } from '../registry/model-registry.ts';
 import type { JobInput } from '../scheduling/job.ts';
 import { serverTimingHeader } from './server-timing.ts';
@@ -26,6 +26,9 @@ export function sendError(reply: FastifyReply, error: unknown): FastifyReply {
   return reply.code(e.statusCode).type('application/json').send(`${JSON.stringify(errorBody(e), null, 2)}\n`);
 }
 
+/** @fastify/multipart's codes for a body over its limits (answered 413). */
+const multipartTooLargeCodes = new Set(['FST_REQ_FILE_TOO_LARGE', 'FST_PARTS_LIMIT', 'FST_FILES_LIMIT', 'FST_FIELDS_LIMIT']);
+
 /** How the worker decodes a raw body for the handler (TorchServe's decode_input_request): JSON parsed, text/* as a string, other types as bytes. */
 function bodyDecodingOf(contentType: string | undefined): BodyDecoding {
   if (contentType === undefined) return undefined;
@@ -40,9 +43,17 @@ function bodyDecodingOf(contentType: string | undefined): BodyDecoding {
 async function readInput(request: FastifyRequest): Promise<{ input: JobInput; bodyDecoding: BodyDecoding }> {
   if (request.isMultipart()) {
     const input: JobInput = {};
-    for await (const part of request.parts()) {
-      if (part.type === 'file') input[part.fieldname] = await part.toBuffer();
-      else input[part.fieldname] = part.value;
+    try {
+      for await (const part of request.parts()) {
+        if (part.type === 'file') input[part.fieldname] = await part.toBuffer();
+        else input[part.fieldname] = part.value;
+      }
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (isMarinaError(error) || (code !== undefined && multipartTooLargeCodes.has(code))) throw error;
+      // Everything else the parser throws (truncated body, no boundary, bad part headers, a
+      // `__proto__` field) is the client's malformed body, not a server fault.
+      throw createServeError.MARINA_ERR_BAD_REQUEST(`the multipart body cannot be parsed: ${(error as Error).message}; send a well-formed multipart/form-data body (field 'data') or a raw body`, { cause: error });
     }
     if (Object.keys(input).length === 0) throw createServeError.MARINA_ERR_BAD_REQUEST('the multipart body has no fields; send the input in a field named data');
     return { input, bodyDecoding: undefined };
@@ -100,7 +111,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
       return reply.code(result.statusCode).send(result.body);
     } catch (error) {
       const code = (error as { code?: string }).code;
-      if (code === 'FST_REQ_FILE_TOO_LARGE' || code === 'FST_PARTS_LIMIT' || code === 'FST_FILES_LIMIT') {
+      if (code !== undefined && multipartTooLargeCodes.has(code)) {
         return sendError(reply, createServeError.MARINA_ERR_REQUEST_TOO_LARGE(`the multipart body is larger than max_request_size (${maxRequestBytes} bytes); send a smaller input or raise max_request_size`));
       }
       return sendError(reply, error);

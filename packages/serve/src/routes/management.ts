@@ -8,10 +8,10 @@ import { unlink } from 'node:fs/promises';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { defineErrors, isMarinaError } from '@marina/errors';
 import type { ModelRegistryApi, RegisterModelOptions } from '../registry/model-registry-api.ts';
-import type { ServerConfig } from '../config/server-config.ts';
+import { resourceLimitsOf, type ServerConfig } from '../config/server-config.ts';
 import { sendTorchServeError, sendTorchServeJson } from '../auth/torchserve-response.ts';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
-import { createModelUrlResolver, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
+import { createModelUrlResolver, DownloadSlots, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
 import { downloadErrorTypes } from '../model-download/download-errors.ts';
 
 /** Error codes of the management routes (see ERRORS-OPS.md). */
@@ -57,6 +57,13 @@ export interface ManagementRoutesOptions {
   autoscaling?: (modelName: string, modelVersion: string) => Record<string, unknown> | undefined;
   /** Called with registry failures that end as 5xx, for logs. */
   onError?: (error: unknown) => void;
+  /**
+   * Called after every call that changed the state (register, scale, unregister, set-default),
+   * before answering: resolves with an error when the change could not be made durable (the
+   * snapshot store's `settle`). The answer keeps its status, since the change is in effect, and
+   * carries `warning: { code, message }`.
+   */
+  afterChange?: () => Promise<Error | undefined>;
 }
 
 const registerProperties = {
@@ -118,7 +125,14 @@ const scaleQuery = {
 export async function managementRoutes(app: FastifyInstance, options: ManagementRoutesOptions): Promise<void> {
   const { registry, config } = options;
   declareRouteAuth(app, 'management');
-  const resolve = options.resolveModelUrl ?? createModelUrlResolver({ modelStore: config.modelStore, allowedUrls: config.allowedUrls });
+  const limits = resourceLimitsOf(config);
+  const resolve = options.resolveModelUrl ?? createModelUrlResolver({
+    modelStore: config.modelStore,
+    allowedUrls: config.allowedUrls,
+    downloadTimeoutMs: limits.downloadTimeoutMs,
+    downloadIdleTimeoutMs: limits.downloadIdleTimeoutMs,
+    downloadSlots: new DownloadSlots(limits.maxConcurrentDownloads),
+  });
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error.validation) {
@@ -132,8 +146,11 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     return body;
   });
 
-  const status = (request: FastifyRequest, reply: FastifyReply, code: number, text: string) =>
-    sendTorchServeJson(request, reply, code, { status: text });
+  const status = async (request: FastifyRequest, reply: FastifyReply, code: number, text: string) => {
+    const problem = request.method === 'GET' ? undefined : await options.afterChange?.();
+    const warning = problem === undefined ? undefined : { code: (problem as { code?: string }).code ?? 'MARINA_ERR_INTERNAL', message: problem.message };
+    return sendTorchServeJson(request, reply, code, warning === undefined ? { status: text } : { status: text, warning });
+  };
   const assertModelApi = (action: string) => {
     if (!config.enableModelApi) {
       throw create.MARINA_ERR_MODEL_API_DISABLED(
@@ -155,7 +172,18 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     assertModelApi('Registering models');
     const params: RegisterParams = { ...(request.query as RegisterParams), ...((request.body as RegisterParams | null) ?? {}) };
     if (params.url === undefined || params.url === '') throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
-    const resolved = await resolve(params.url);
+    // A download stops when its client goes away: nobody would see the answer, and it holds a slot and disk.
+    const clientGone = new AbortController();
+    const onClose = () => {
+      if (!reply.raw.writableFinished) clientGone.abort();
+    };
+    reply.raw.once('close', onClose);
+    let resolved;
+    try {
+      resolved = await resolve(params.url, { signal: clientGone.signal });
+    } finally {
+      reply.raw.off('close', onClose);
+    }
     const synchronous = params.synchronous ?? true;
     const registerOptions: RegisterModelOptions = {
       url: params.url,

@@ -142,7 +142,8 @@ export function createAutoscaler(options: CreateAutoscalerOptions): Autoscaler {
   const runTick = async (): Promise<void> => {
     const nowMs = clock.now();
     const stats = registry.stats();
-    const threadsInUse = stats.reduce((sum, s) => sum + s.workers * s.intraOpNumThreads, 0);
+    // Threads of workers still leaving count too: a stuck native run() holds its cores until it returns.
+    const threadsInUse = stats.reduce((sum, s) => sum + (s.threadsInUse ?? s.workers * s.intraOpNumThreads), 0);
     let plannedThreads = threadsInUse;
     const seen = new Set<string>();
     const calls: Promise<void>[] = [];

@@ -133,6 +133,13 @@ export interface SnapshotStoreOptions {
 export interface SnapshotStore {
   /** Writes a snapshot now (waits for one in progress first). Returns its path. */
   write(): Promise<string>;
+  /**
+   * Writes any pending change now and resolves with the error of the latest write when it failed
+   * (MARINA_ERR_SNAPSHOT_WRITE_FAILED), undefined when the state on disk is current. Never rejects.
+   * The management routes call it after each change, so a snapshot that cannot be written
+   * (disk full, folder gone) is reported to the caller who changed the state.
+   */
+  settle(): Promise<Error | undefined>;
   /** Waits for any pending (debounced) or running write to finish. */
   flush(): Promise<void>;
   /** Flushes, then stops listening to `changed`. */
@@ -180,6 +187,8 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
   let running: Promise<unknown> = Promise.resolve();
   let isDirty = false;
   let isClosed = false;
+  /** The error of the latest write, cleared by the next successful one. */
+  let lastError: Error | undefined;
 
   // Also surfaced through flush()/write(): an unwritable folder must not be an unhandled rejection.
   const ready = (async () => {
@@ -191,7 +200,11 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
   ready.catch(() => undefined);
 
   const writeOnce = async (): Promise<string> => {
-    await ready;
+    try {
+      await ready;
+    } catch (cause) {
+      throw snapshotErrors.create.MARINA_ERR_SNAPSHOT_WRITE_FAILED(`cannot prepare the snapshot folder '${snapshotDir}': ${(cause as Error).message}`, { cause });
+    }
     const createdMs = now();
     let stamp = formatSnapshotTimestamp(createdMs);
     // Two writes in one millisecond must not share a name: newest-first ordering depends on it.
@@ -210,9 +223,20 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
     return path;
   };
 
+  const recordedWrite = async (): Promise<string> => {
+    try {
+      const path = await writeOnce();
+      lastError = undefined;
+      return path;
+    } catch (error) {
+      lastError = error as Error;
+      throw error;
+    }
+  };
+
   const write = (): Promise<string> => {
     isDirty = false;
-    const next = running.then(writeOnce, writeOnce);
+    const next = running.then(recordedWrite, recordedWrite);
     running = next.catch(() => undefined);
     return next;
   };
@@ -241,6 +265,10 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
   return {
     write,
     flush,
+    async settle() {
+      await flush();
+      return lastError;
+    },
     async close() {
       isClosed = true;
       registry.events.off('changed', onChanged);

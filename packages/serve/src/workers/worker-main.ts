@@ -5,9 +5,10 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { getHeapStatistics } from 'node:v8';
 import { isMarinaError } from '@marina/errors';
-import { getBuiltinHandler, loadCustomHandler, type Handler, type HandlerContext, type RequestRow } from '@marina/handlers';
+import { getBuiltinHandler, loadCustomHandler, sessionSignature, type Handler, type HandlerContext, type ModelSignature, type RequestRow } from '@marina/handlers';
 import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
 import { toJson } from './to-json.ts';
+import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
 import type { BatchPayload, BatchResult, BodyDecoding, ErrorPayload, FromWorker, HandlerStagesMs, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
 
 const init = workerData as WorkerInit;
@@ -98,12 +99,17 @@ const baseContext = {
     limit_max_image_pixels: init.limitMaxImagePixels,
   },
   intraOpNumThreads: init.intraOpNumThreads,
-  createSession(modelPath?: string) {
+  async createSession(modelPath?: string) {
     const path = modelPath ?? init.serializedFilePath;
     if (!path) throw new Error(`model '${init.modelName}' has no serializedFile in its manifest, so createSession() needs a path`);
-    return createSession(path, sessionSettings);
+    const session = await createSession(path, sessionSettings);
+    // Warm-up makes synthetic inputs from the model the handler loaded first.
+    firstSignature ??= sessionSignature(session);
+    return session;
   },
 };
+
+let firstSignature: ModelSignature | undefined;
 
 /**
  * A context per batch: the prefetched batch's preprocess runs while this one is inferred, so per-row statuses and headers cannot live in one shared object.
@@ -252,7 +258,16 @@ async function runBatch(item: PendingBatch): Promise<BatchResult> {
   return { batchId, ok: true, items: output.map((value, i) => serialise(state, value, i)), handlerMs, ...(stages ? { stages } : {}) };
 }
 
-/** Loads the handler, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
+/** One warm-up batch through the handler, the way a real batch runs; answers the handler's raw output. */
+async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
+  const n = rows.length;
+  const requestIds = rows.map((_, i) => `warmup-${i}`);
+  const state: BatchState = { requestIds, headers: rows.map(() => ({})), statuses: new Array(n).fill(undefined), contentTypes: new Array(n).fill(undefined), responseHeaders: new Array(n).fill(undefined) };
+  const message: BatchPayload = { batchId: 0, rows: [], requestIds, headers: state.headers };
+  return (await runHandler({ message, state, context: createBatchContext(state), rows })).output;
+}
+
+/** Loads the handler, warms it up when model-config.yaml asks for it, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
 export async function runWorker(): Promise<void> {
   try {
     const builtin = getBuiltinHandler(init.handler);
@@ -262,7 +277,17 @@ export async function runWorker(): Promise<void> {
     post({ type: 'init-failed', error: toPayload(error, 'MARINA_ERR_WORKER_START_FAILED', 500, `model '${init.modelName}' version '${init.modelVersion}' failed to load: `) });
     return;
   }
-  post({ type: 'ready', heapBytes: heapBytes() });
+  let warmup: WarmupReport | undefined;
+  const warmupSettings = readWarmupSettings(init.modelYamlConfig, init.batchSize);
+  if (warmupSettings) {
+    try {
+      warmup = await warmUp({ settings: warmupSettings, modelDir: init.modelDir, handler: init.handler, signature: firstSignature, runBatch: runWarmupBatch });
+    } catch (error) {
+      post({ type: 'init-failed', error: toPayload(error, 'MARINA_ERR_WARMUP_FAILED', 500, `model '${init.modelName}' version '${init.modelVersion}' failed to warm up: `) });
+      return;
+    }
+  }
+  post({ type: 'ready', heapBytes: heapBytes(), ...(warmup ? { warmup } : {}) });
   port.on('message', (message: ToWorker) => {
     if (message.batch) receive(message.batch);
     const resolve = onReply;

@@ -66,10 +66,6 @@ export class WorkerPool extends EventEmitter<{
     return this.#target;
   }
 
-  get isClosed(): boolean {
-    return this.#isClosed;
-  }
-
   /** Workers counted toward the target (for describe), oldest first. */
   get workers(): Worker[] {
     return [...this.#workers];

@@ -1,4 +1,5 @@
 import type { HandlerStagesMs } from '../registry/model-registry-api.ts';
+import type { WarmupReport } from './warm-up.ts';
 
 export type { HandlerStagesMs };
 
@@ -67,6 +68,6 @@ export type BatchResult =
  * begun running its next batch, that batch's id: one message per batch under load.
  */
 export type FromWorker =
-  | { type: 'ready'; heapBytes: number }
+  | { type: 'ready'; heapBytes: number; warmup?: WarmupReport }
   | { type: 'init-failed'; error: ErrorPayload }
   | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number };

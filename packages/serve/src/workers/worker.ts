@@ -66,6 +66,7 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   #state: WorkerState = 'LOADING';
   #thread: NodeWorker | undefined;
   #heapBytes = 0;
+  #warmupMs: number | undefined;
   #running: Batch | undefined;
   #prefetched: Batch | undefined;
   /** The thread reported a start and waits for the answer (a batch or none). */
@@ -98,6 +99,11 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     return this.#heapBytes;
   }
 
+  /** Wall time of the warm-up before this worker became ready, ms; undefined when the model has no `warmup:`. */
+  get warmupMs(): number | undefined {
+    return this.#warmupMs;
+  }
+
   get isAlive(): boolean {
     return this.#state === 'READY' || this.#state === 'BUSY';
   }
@@ -110,11 +116,6 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   /** May be given a batch now: alive, not retiring, no prefetched batch. */
   get wantsBatch(): boolean {
     return this.isAlive && !this.#isRetiring && this.#prefetched === undefined;
-  }
-
-  /** Jobs of the batch running now. */
-  get runningJobs(): number {
-    return this.#running?.jobs.length ?? 0;
   }
 
   get isRunning(): boolean {
@@ -144,6 +145,11 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
           this.#onProgress(message);
         } else if (message.type === 'ready') {
           this.#heapBytes = message.heapBytes;
+          if (message.warmup) {
+            const w = message.warmup;
+            this.#warmupMs = w.ms;
+            process.stderr.write(`${new Date().toISOString()} INFO worker ${this.id} of ${label} warmed up in ${w.ms.toFixed(0)} ms: ${w.runs} run(s) at batch size(s) ${w.batchSizes.join(', ')} with ${w.input}\n`);
+          }
           if (!isStarting) return;
           isStarting = false;
           clearTimeout(timer);
@@ -225,14 +231,6 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     if (this.#isRetiring) return;
     this.#isRetiring = true;
     this.#endIfRetired();
-  }
-
-  /**
-   * Ends the worker now: the running batch fails with `error`; the prefetched batch is returned
-   * through 'failed' like on a crash. The thread is terminated, not awaited.
-   */
-  abandon(error: MarinaError): void {
-    this.#fail(error);
   }
 
   #post(message: ToWorker): void {
