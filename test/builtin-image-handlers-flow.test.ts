@@ -64,6 +64,8 @@ beforeAll(async () => {
     `inference_address=http://127.0.0.1:${inferencePort}`,
     `management_address=http://127.0.0.1:${managementPort}`,
     `metrics_address=http://127.0.0.1:${metricsPort}`,
+    'grpc_inference_port=0',
+    'grpc_management_port=0',
     'model_store=model_store',
     'load_models=all',
   ].join('\n'));

@@ -45,7 +45,8 @@ async function writeVariant(file: string): Promise<{ configPath: string; inferen
     .replaceAll('resnet-152', MODEL)
     .replace('127.0.0.1:8080', `127.0.0.1:${inferencePort}`)
     .replace('127.0.0.1:8081', `127.0.0.1:${managementPort}`)
-    .replace('127.0.0.1:8082', `127.0.0.1:${metricsPort}`);
+    .replace('127.0.0.1:8082', `127.0.0.1:${metricsPort}`)
+    .concat('\ngrpc_inference_port=0\ngrpc_management_port=0\n');
   const configPath = path.join(workDir, file);
   writeFileSync(configPath, text);
   return { configPath, inferencePort };

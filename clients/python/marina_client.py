@@ -18,9 +18,9 @@ The same three calls as the Node package ``@marina/client``:
 - ``ping()``.
 
 Retries happen only where the server says a retry can succeed: a 503 with ``Retry-After``
-(a full queue, no worker yet). Every failure is a ``MarinaError`` whose ``code`` is the server's
+(a full queue, for example). Every failure is a ``MarinaError`` whose ``code`` is the server's
 ``marinaCode`` (``MARINA_ERR_QUEUE_FULL``, ``MARINA_ERR_MODEL_NOT_FOUND``...) or one of the
-client's own (``MARINA_ERR_CLIENT_TIMEOUT``, ``MARINA_ERR_CLIENT_CONNECTION_FAILED``,
+client's own (``MARINA_ERR_CLIENT_RESPONSE_TIMEOUT``, ``MARINA_ERR_CLIENT_CONNECTION_FAILED``,
 ``MARINA_ERR_CLIENT_HTTP_ERROR``, ``MARINA_ERR_CLIENT_KEY_FILE_INVALID``,
 ``MARINA_ERR_CLIENT_OPTION_INVALID``).
 
@@ -139,12 +139,12 @@ class MarinaClient:
             with error:
                 return error.code, error.headers, error.read()
         except (socket.timeout, TimeoutError) as error:
-            raise MarinaError("MARINA_ERR_CLIENT_TIMEOUT",
+            raise MarinaError("MARINA_ERR_CLIENT_RESPONSE_TIMEOUT",
                               f"{method} {path}: no answer from {self.url} within {self.timeout_s} s (attempt {attempts}); "
                               "the server may still be running it", attempts=attempts) from error
         except urllib.error.URLError as error:
             if isinstance(error.reason, (socket.timeout, TimeoutError)):
-                raise MarinaError("MARINA_ERR_CLIENT_TIMEOUT",
+                raise MarinaError("MARINA_ERR_CLIENT_RESPONSE_TIMEOUT",
                                   f"{method} {path}: no answer from {self.url} within {self.timeout_s} s (attempt {attempts})",
                                   attempts=attempts) from error
             raise MarinaError("MARINA_ERR_CLIENT_CONNECTION_FAILED",

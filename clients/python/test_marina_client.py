@@ -160,7 +160,7 @@ class MarinaClientTest(unittest.TestCase):
         client = MarinaClient(URL, key_file=KEY_FILE, timeout_s=0.2)
         with self.assertRaises(MarinaError) as caught:
             client.predict("sleepy", {"sleepMs": 5000, "value": "slow"})
-        self.assertEqual((caught.exception.code, caught.exception.status_code), ("MARINA_ERR_CLIENT_TIMEOUT", 0))
+        self.assertEqual((caught.exception.code, caught.exception.status_code), ("MARINA_ERR_CLIENT_RESPONSE_TIMEOUT", 0))
 
 
 if __name__ == "__main__":

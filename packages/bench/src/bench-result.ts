@@ -1,7 +1,7 @@
 import type { MachineInfo } from './machine-info.ts';
 
 /** The experiments of the bench, in the order they run. */
-export const experimentNames = ['ceiling', 'decentralized', 'centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory'] as const;
+export const experimentNames = ['ceiling', 'decentralized', 'centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols'] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 
 /** One measured configuration: a line of the table and of results.csv. NaN marks "not measured". */

@@ -10,6 +10,8 @@ export interface LoadOptions {
   body: Buffer;
   /** Content-Type of the body. Default application/octet-stream. */
   contentType?: string;
+  /** Extra request headers (e.g. Inference-Header-Content-Length for v2 binary bodies). */
+  headers?: Record<string, string>;
   /** Requests in flight at once (a closed loop: each finished request starts the next). */
   concurrency: number;
   /** Measured requests. The run stops at this count unless `durationMs` is set and reached first. */
@@ -45,7 +47,7 @@ export interface LoadResult {
  */
 export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   const pool = new Pool(options.origin, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 });
-  const headers = { 'content-type': options.contentType ?? 'application/octet-stream' };
+  const headers = { 'content-type': options.contentType ?? 'application/octet-stream', ...options.headers };
   let firstError: string | undefined;
 
   const sendOne = async (): Promise<boolean> => {

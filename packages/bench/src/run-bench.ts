@@ -13,6 +13,7 @@ import type { BenchProgressEvent, ExperimentContext, RunPlan } from './experimen
 import { runMemory } from './experiments/memory.ts';
 import { measureTensorOwnTime, runOverhead } from './experiments/overhead.ts';
 import { runBatched, runCentralized, runSweep, runWorkers, type ServerRunResult } from './experiments/server-experiments.ts';
+import { runProtocols } from './experiments/protocols.ts';
 import { getMachineInfo } from './machine-info.ts';
 import { benchModelNames, prepareAssets, prepareTensorAssets, type BenchModelName } from './model-assets.ts';
 import { writeReports, type ReportFiles } from './report/write-reports.ts';
@@ -103,7 +104,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   if (unknown.length > 0) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`unknown experiment(s) ${unknown.join(', ')}; choose from ${experimentNames.join(', ')}`);
   const selected = new Set(options.experiments ?? experimentNames.filter((e) => !(mode === 'smoke' && e === 'memory')));
   const plan: RunPlan = { ...plans[mode].plan, ...(options.images ? { images: options.images } : {}), ...(options.concurrency ? { concurrency: options.concurrency } : {}) };
-  const needsServer = ['centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory'].some((e) => selected.has(e as ExperimentName));
+  const needsServer = ['centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols'].some((e) => selected.has(e as ExperimentName));
   const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
   if (needsServer && !existsSync(serveBin)) {
     throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(`the serve CLI is not at ${serveBin}; run \`pnpm install\` at the repository root, pass --serve-bin, or leave the server experiments out with --experiments ceiling,decentralized`);
@@ -114,7 +115,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const outDir = resolve(options.outDir ?? defaultOutDir(startedAt));
   const cpuCount = os.availableParallelism();
   const assets = await prepareAssets({ model, cacheDir: options.cacheDir, onStatus: (message) => onProgress({ type: 'log', message }) });
-  const tensorAssets = selected.has('overhead') ? await prepareTensorAssets({ cacheDir: options.cacheDir }) : undefined;
+  const tensorAssets = selected.has('overhead') || selected.has('protocols') ? await prepareTensorAssets({ cacheDir: options.cacheDir }) : undefined;
   const modelBytes = (await stat(assets.modelPath)).size;
   const context: ExperimentContext = { assets, tensorAssets, plan, serveBin, workDir: join(outDir, 'servers'), cpuCount, onProgress };
 
@@ -172,6 +173,11 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     references.tinyOwnInferP50Ms = own.inferP50Ms;
     rows.push(...(await withLoadAverage('overhead', () => runOverhead(context))));
   }
+  if (selected.has('protocols')) {
+    const measured = await withLoadAverage('protocols', () => runProtocols(context));
+    rows.push(...measured.rows);
+    notes.push(...measured.notes);
+  }
   if (selected.has('memory')) {
     const measured = await withLoadAverage('memory', () => runMemory(context));
     rows.push(...measured.rows);
@@ -181,7 +187,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const ceiling = bestOf(rows, 'ceiling');
   const decentralized = bestOf(rows, 'decentralized');
   for (const row of rows) {
-    if (row.experiment === 'overhead' || row.experiment === 'memory') continue;
+    if (row.experiment === 'overhead' || row.experiment === 'memory' || row.config.startsWith('1 MB')) continue;
     if (ceiling) row.ratioToCeiling = row.throughputPerSec / ceiling.throughputPerSec;
     if (decentralized) row.ratioToBestDecentralized = row.throughputPerSec / decentralized.throughputPerSec;
   }

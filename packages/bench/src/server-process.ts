@@ -34,6 +34,8 @@ export interface StartServerOptions {
   env?: Record<string, string>;
   /** Fresh folder for config.properties, the server's logs and key file. */
   workDir: string;
+  /** grpc_inference_port; undefined = any free port (0). */
+  grpcInferencePort?: number;
   /**
    * The server's TMPDIR: its pid file and its extraction and optimised-model caches. Default
    * `$TMPDIR/marina-bench`, shared by the bench's servers, which run one at a time; a caller whose
@@ -47,6 +49,8 @@ export interface StartServerOptions {
 export interface RunningServer {
   pid: number;
   origin: string;
+  /** host:port of the gRPC inference API. */
+  grpcTarget: string;
   /** Path of the server's combined stdout/stderr. */
   logPath: string;
   /** SIGTERM to the server's process group, SIGKILL after 10 s. */
@@ -60,6 +64,8 @@ export async function writeServerConfig(options: StartServerOptions & { ports: [
     `inference_address=http://127.0.0.1:${inferencePort}`,
     `management_address=http://127.0.0.1:${managementPort}`,
     `metrics_address=http://127.0.0.1:${metricsPort}`,
+    `grpc_inference_port=${options.grpcInferencePort ?? 0}`,
+    'grpc_management_port=0',
     'enable_metrics_api=false',
     `model_store=${options.modelStoreDir}`,
     `load_models=${options.modelName}=${options.archiveFileName}`,
@@ -97,7 +103,8 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   const benchTmpDir = options.tmpDir ?? join(tmpdir(), 'marina-bench');
   await mkdir(benchTmpDir, { recursive: true });
   const ports: [number, number, number] = [await findFreePort(), await findFreePort(), await findFreePort()];
-  const configPath = await writeServerConfig({ ...options, ports });
+  const grpcInferencePort = options.grpcInferencePort ?? (await findFreePort());
+  const configPath = await writeServerConfig({ ...options, ports, grpcInferencePort });
   const logPath = join(options.workDir, 'server.log');
   const log = createWriteStream(logPath);
   const child = spawn(process.execPath, [options.serveBin, '--start', '--foreground', '--ts-config', configPath, '--disable-token-auth', '--ncs'], {
@@ -129,7 +136,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     try {
       const response = await fetch(`${origin}/ping`, { signal: AbortSignal.timeout(2_000) });
       await response.arrayBuffer();
-      if (response.status === 200) return { pid: child.pid!, origin, logPath, stop };
+      if (response.status === 200) return { pid: child.pid!, origin, grpcTarget: `127.0.0.1:${grpcInferencePort}`, logPath, stop };
     } catch {
       // not listening yet
     }

@@ -25,7 +25,7 @@ describe('marina-bench --smoke', () => {
 
   it('measures every smoke experiment with successful requests', () => {
     const experiments = new Set(result.rows.map((r) => r.experiment));
-    expect([...experiments].sort()).toEqual(['batched', 'ceiling', 'centralized', 'decentralized', 'overhead', 'sweep', 'workers']);
+    expect([...experiments].sort()).toEqual(['batched', 'ceiling', 'centralized', 'decentralized', 'overhead', 'protocols', 'sweep', 'workers']);
     for (const row of result.rows) {
       expect(row.images, `${row.experiment} ${row.config}`).toBeGreaterThan(0);
       expect(row.errors, `${row.experiment} ${row.config}: ${row.note}`).toBe(0);

@@ -46,6 +46,8 @@ async function expectRecommendationServes(result: TuneResult, options: { dir: st
   await writeFile(config, [
     'inference_address=http://127.0.0.1:0',
     'management_address=http://127.0.0.1:0',
+    'grpc_inference_port=0',
+    'grpc_management_port=0',
     'enable_metrics_api=false',
     'disable_token_authorization=true',
     `model_store=${options.store}`,

@@ -4,7 +4,7 @@
  * dependencies and the README's error table still lists every code.
  */
 export const clientErrorDefinitions = {
-  MARINA_ERR_CLIENT_TIMEOUT: {
+  MARINA_ERR_CLIENT_RESPONSE_TIMEOUT: {
     statusCode: 504,
     description: 'The client gave up on a request after its `timeoutMs` (Python: `timeout_s`); the server may still run it. Raise the timeout, or lower the concurrency so requests wait less in the queue.',
   },

@@ -13,7 +13,7 @@ export interface MarinaClientOptions {
   keyFile?: string;
   /** Per attempt, ms: the client gives up on an answer after this long. Default 120000 (TorchServe's default_response_timeout). */
   timeoutMs?: number;
-  /** Retries of one request after a 503 with Retry-After (a full queue, no worker yet, a restart). Default 10. Nothing else is retried. */
+  /** Retries of one request after a 503 with Retry-After (a full queue, a request that waited past clientTimeoutInMills, a server shutting down). Default 10. Nothing else is retried. */
   maxRetries?: number;
   /** Upper bound of one wait between retries, ms, whatever Retry-After says. Default 30000. */
   maxRetryDelayMs?: number;
@@ -60,7 +60,7 @@ export interface MarinaClient {
    * One prediction: POST /predictions/{model}[/{version}]. Resolves with the parsed JSON answer
    * (a `Buffer` when the answer is not JSON). Retries only a 503 that carries Retry-After.
    * @throws MarinaClientError with the server's code (MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_QUEUE_FULL
-   *   after the last retry, ...) or MARINA_ERR_CLIENT_TIMEOUT / MARINA_ERR_CLIENT_CONNECTION_FAILED.
+   *   after the last retry, ...) or MARINA_ERR_CLIENT_RESPONSE_TIMEOUT / MARINA_ERR_CLIENT_CONNECTION_FAILED.
    */
   predict(model: string, input: PredictInput, options?: PredictOptions): Promise<unknown>;
   /**
@@ -172,7 +172,7 @@ export function createMarinaClient(options: MarinaClientOptions = {}): MarinaCli
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
       if (timeout.aborted) {
-        throw new MarinaClientError('MARINA_ERR_CLIENT_TIMEOUT', `${init.method} ${path}: no answer from ${url} within ${timeoutMs} ms (attempt ${attempts}); the server may still be running it`, { statusCode: 0, attempts, cause: error });
+        throw new MarinaClientError('MARINA_ERR_CLIENT_RESPONSE_TIMEOUT', `${init.method} ${path}: no answer from ${url} within ${timeoutMs} ms (attempt ${attempts}); the server may still be running it`, { statusCode: 0, attempts, cause: error });
       }
       const cause = (error as { cause?: { code?: string; message?: string } }).cause;
       throw new MarinaClientError('MARINA_ERR_CLIENT_CONNECTION_FAILED', `${init.method} ${path}: cannot reach ${url} (${cause?.code ?? cause?.message ?? (error as Error).message}); is serve running there?`, { statusCode: 0, attempts, cause: error });

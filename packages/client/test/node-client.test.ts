@@ -126,11 +126,11 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
     expect(started).toBe(1);
   });
 
-  it('times out a request the server has not answered, with MARINA_ERR_CLIENT_TIMEOUT', async () => {
+  it('times out a request the server has not answered, with MARINA_ERR_CLIENT_RESPONSE_TIMEOUT', async () => {
     const client = createMarinaClient({ url: server.url, keyFile: server.keyFile, timeoutMs: 200 });
     // The handler blocks for 5 s, so no answer can come within the 200 ms.
     const error = await client.predict('sleepy', { sleepMs: 5_000, value: 'slow' }).catch((e: unknown) => e);
-    expect(error).toMatchObject({ code: 'MARINA_ERR_CLIENT_TIMEOUT', statusCode: 0 });
+    expect(error).toMatchObject({ code: 'MARINA_ERR_CLIENT_RESPONSE_TIMEOUT', statusCode: 0 });
   });
 
   it('reports a refused connection and bad options with their codes', async () => {

@@ -61,7 +61,7 @@ export async function startRealServer(): Promise<RealServer> {
   await writeSampleJpeg({ outputPath: imagePath, width: 64, height: 48 });
   await mkdir(join(cwd, 'tmp'));
   const config = join(cwd, 'config.properties');
-  await writeFile(config, 'inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\nenable_metrics_api=false\n');
+  await writeFile(config, 'inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\nenable_metrics_api=false\n');
   const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: join(cwd, 'tmp'), TS_CONFIG_FILE: config, LOG_LOCATION: join(cwd, 'logs'), MARINA_NO_REEXEC: '1' };
   const child: ChildProcessWithoutNullStreams = spawn(process.execPath, [SERVE_BIN, '--foreground', '--ncs', '--model-store', 'store', '--models', 'all'], { cwd, env });
   let output = '';

@@ -1,11 +1,15 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { MarinaError } from '@marina/errors';
+import * as ort from 'onnxruntime-node';
+import { isMarinaError, type MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
 import { createImageModelRunner, numberAt, type DecodedImages, type ImageModelRunner, type ImageOutput } from './image-batch.ts';
 import { handlerSection, IMAGENET_MEAN, IMAGENET_STD, positiveInt, resolveImagePreprocessOptions, type ImagePreprocessOptions } from './image-preprocess.ts';
 import { readFinalActivation } from './onnx-graph.ts';
+import { rowPayload } from './row-input.ts';
+import { binaryHeaderLength, parseTensorRequest, selectedOutputNames, tensorAnswer, type ParsedTensorRequest } from './tensor-request.ts';
 import type { Handler, HandlerContext, RequestRow } from './types.ts';
+import { rawToOrt } from './v2-tensors.ts';
 
 export { IMAGENET_MEAN, IMAGENET_STD };
 
@@ -111,9 +115,21 @@ async function graphTransform(modelPath: string | undefined, outputName: string)
   return activation === 'softmax' ? 'none' : activation === 'log-softmax' ? 'exp' : undefined;
 }
 
-interface Inferred {
+/**
+ * A batch after preprocess: the image rows decoded (`decoded` is indexed by position in
+ * `imageRows`), and the rows that came as the model's input tensor in the v2 binary layout (the
+ * Open Inference Protocol's infer), parsed, or their error.
+ */
+interface Preprocessed {
   decoded: DecodedImages;
+  imageRows: number[];
+  tensorRows: Array<ParsedTensorRequest | MarinaError | undefined>;
+}
+
+interface Inferred extends Preprocessed {
   outputs: ImageOutput[];
+  /** The raw output for the tensor rows, stacked in row order (undefined when there are none), or one tensor per row. */
+  tensorOutputs: Map<number, { tensor: ort.Tensor; rows: { start: number; end: number } | undefined }>;
 }
 
 /**
@@ -153,21 +169,59 @@ export function createImageClassifier(): Handler {
       labels = await readIndexToName(context.modelDir);
     },
 
-    preprocess(rows: RequestRow[]): Promise<DecodedImages> {
-      return runner.decode(rows, 'image_classifier');
+    async preprocess(rows: RequestRow[], context: HandlerContext): Promise<Preprocessed> {
+      const { channels, height, width } = options;
+      const signature = [{ name: runner.inputName, type: 'float32', shape: [runner.fixedBatch ?? 'batch', channels, height, width] }];
+      const tensorRows = rows.map((row, i) => {
+        try {
+          const headerLength = binaryHeaderLength(context, i);
+          if (headerLength === undefined) return undefined;
+          const parsed = parseTensorRequest(rowPayload(row), signature, { headerLength });
+          selectedOutputNames(parsed, [outputName]);
+          return parsed;
+        } catch (error) {
+          return isMarinaError(error) ? error : createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(String(error));
+        }
+      });
+      const imageRows = rows.flatMap((_, i) => (tensorRows[i] === undefined ? [i] : []));
+      const decoded = await runner.decode(imageRows.length === rows.length ? rows : imageRows.map((i) => rows[i]!), 'image_classifier');
+      return { decoded, imageRows, tensorRows };
     },
 
     async inference(input: unknown): Promise<Inferred> {
-      const decoded = input as DecodedImages;
-      const outputs = (await runner.run(decoded, [outputName])).get(outputName)!;
-      return { decoded, outputs };
+      const pre = input as Preprocessed;
+      const outputs = (await runner.run(pre.decoded, [outputName])).get(outputName)!;
+      const tensorOutputs: Inferred['tensorOutputs'] = new Map();
+      const parsed = pre.tensorRows.flatMap((t, row) => (t && !isMarinaError(t) ? [{ row, t }] : []));
+      if (parsed.length > 0) {
+        // Stacked into one run (a fixed batch dimension runs each request alone, its size already checked).
+        const groups = runner.fixedBatch === undefined ? [parsed] : parsed.map((p) => [p]);
+        for (const group of groups) {
+          const feed = rawToOrt(group.map((p) => p.t.tensors.get(runner.inputName)!));
+          const tensor = (await runner.session.run({ [runner.inputName]: feed }, [outputName]))[outputName]!;
+          let start = 0;
+          for (const p of group) {
+            const n = p.t.tensors.get(runner.inputName)!.shape[0]!;
+            tensorOutputs.set(p.row, { tensor, rows: group.length > 1 ? { start, end: start + n } : undefined });
+            start += n;
+          }
+        }
+      }
+      return { ...pre, outputs, tensorOutputs };
     },
 
-    postprocess(output: unknown): Array<Map<string, number> | MarinaError> {
-      const { decoded, outputs } = output as Inferred;
-      const results: Array<Map<string, number> | MarinaError> = decoded.errors.map((e) => e as MarinaError);
-      decoded.good.forEach((row, n) => {
-        const out = outputs[n]!;
+    postprocess(output: unknown, context: HandlerContext): unknown[] {
+      const { decoded, outputs, imageRows, tensorRows, tensorOutputs } = output as Inferred;
+      const results: unknown[] = tensorRows.map((t) => (isMarinaError(t) ? t : undefined));
+      decoded.errors.forEach((e, n) => {
+        if (e) results[imageRows[n]!] = e;
+      });
+      for (const [row, { tensor, rows }] of tensorOutputs) {
+        results[row] = tensorAnswer({ request: tensorRows[row] as ParsedTensorRequest, names: [outputName], outputs: { [outputName]: tensor }, rows, context, index: row });
+      }
+      decoded.good.forEach((n, i) => {
+        const row = imageRows[n]!;
+        const out = outputs[i]!;
         const classes = out.dims.reduce((a, b) => a * b, 1);
         if (out.dims.filter((d) => d !== 1).length > 1) {
           results[row] = createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`image_classifier expected output '${outputName}' of shape [N, classes], got [N, ${out.dims.join(', ')}]`);

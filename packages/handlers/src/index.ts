@@ -45,5 +45,14 @@ export {
   type ObjectDetectorOptions,
   type BoxFormat,
 } from './object-detector.ts';
-export { createTensorHandler, parseTensorRequest, type JsonTensor, type TensorHandlerResponse } from './tensor-handler.ts';
+export { createTensorHandler, type TensorHandlerResponse } from './tensor-handler.ts';
+export {
+  parseTensorRequest,
+  checkTensorAgainstSignature,
+  selectedOutputNames,
+  INFERENCE_HEADER_CONTENT_LENGTH,
+  type ParsedTensorRequest,
+  type RequestedOutput,
+} from './tensor-request.ts';
+export * from './v2-tensors.ts';
 export { concreteShape, syntheticFeeds, syntheticRequestBody, type SyntheticShapeOptions } from './synthetic-input.ts';

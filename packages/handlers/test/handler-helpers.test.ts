@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { fixedBatchWarning, getBuiltinHandler, isProbabilityRow, parseTensorRequest, resolveImageClassifierOptions, topK } from '../src/index.ts';
+import { fixedBatchWarning, getBuiltinHandler, isProbabilityRow, joinBinaryBody, parseTensorRequest, rawToJson, resolveImageClassifierOptions, topK } from '../src/index.ts';
 
 describe('image_classifier options', () => {
   it('takes the crop from the model input and scales resize by 256/224', () => {
@@ -26,16 +26,33 @@ describe('topK', () => {
 });
 
 describe('tensor handler requests', () => {
+  const x = [{ name: 'x', type: 'float32', shape: ['batch', 2] }];
+  const values = (body: unknown, options = {}) => {
+    const t = parseTensorRequest(body, x, options).tensors.get('x')!;
+    return { shape: t.shape, data: rawToJson(t.datatype, t.raw) };
+  };
+
   it('accepts named inputs, KServe v2 lists and bare nested arrays', () => {
-    expect(parseTensorRequest({ inputs: { x: { shape: [1, 2], data: [1, 2] } } }, ['x']).get('x')).toEqual({ shape: [1, 2], data: [1, 2] });
-    expect(parseTensorRequest({ inputs: [{ name: 'x', shape: [2, 1], datatype: 'FP32', data: [1, 2] }] }, ['x']).get('x')).toEqual({ shape: [2, 1], data: [1, 2] });
-    expect(parseTensorRequest(Buffer.from('[[1,2],[3,4]]'), ['x']).get('x')).toEqual({ shape: [2, 2], data: [1, 2, 3, 4] });
+    expect(values({ inputs: { x: { shape: [1, 2], data: [1, 2] } } })).toEqual({ shape: [1, 2], data: [1, 2] });
+    expect(values({ inputs: [{ name: 'x', shape: [2, 2], datatype: 'FP32', data: [1, 2, 3, 4] }] })).toEqual({ shape: [2, 2], data: [1, 2, 3, 4] });
+    expect(values(Buffer.from('[[1,2],[3,4]]'))).toEqual({ shape: [2, 2], data: [1, 2, 3, 4] });
   });
 
-  it('rejects shapes that do not match the data, unknown inputs and bad JSON', () => {
-    expect(() => parseTensorRequest({ inputs: { x: { shape: [3], data: [1, 2] } } }, ['x'])).toThrow(/shape \[3\] needs 3 values but 'data' has 2/);
-    expect(() => parseTensorRequest({ inputs: { y: { data: [1] } } }, ['x'])).toThrow(/unknown input 'y'/);
-    expect(() => parseTensorRequest('{oops', ['x'])).toThrow(/not valid JSON/);
+  it('reads the v2 binary layout and names the outputs asked for', () => {
+    const raw = Buffer.from(Float32Array.from([5, 6]).buffer);
+    const { body, headerLength } = joinBinaryBody({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 2], parameters: { binary_data_size: 8 } }], outputs: [{ name: 'y', parameters: { binary_data: false } }] }, [raw]);
+    const parsed = parseTensorRequest(body, x, { headerLength });
+    expect(parsed.format).toBe('v2-binary');
+    expect(parsed.outputs).toEqual([{ name: 'y', isBinary: false }]);
+    expect(rawToJson('FP32', parsed.tensors.get('x')!.raw)).toEqual([5, 6]);
+  });
+
+  it('rejects shapes that do not match the data or the model, wrong datatypes, unknown inputs and bad JSON', () => {
+    expect(() => parseTensorRequest({ inputs: { x: { shape: [1, 2], data: [1, 2, 3] } } }, x)).toThrow(/shape \[1, 2\] needs 2 values, 'data' has 3/);
+    expect(() => parseTensorRequest({ inputs: { x: { shape: [1, 3], data: [1, 2, 3] } } }, x)).toThrow(/input 'x' has shape \[1, 3\], but the model expects FP32 with shape \[-1, 2\]/);
+    expect(() => parseTensorRequest({ inputs: [{ name: 'x', shape: [1, 2], datatype: 'INT32', data: [1, 2] }] }, x)).toThrow(/datatype INT32, but the model expects FP32/);
+    expect(() => parseTensorRequest({ inputs: { y: { data: [1] } } }, x)).toThrow(/unknown input 'y'/);
+    expect(() => parseTensorRequest('{oops', x)).toThrow(/not valid JSON/);
   });
 });
 

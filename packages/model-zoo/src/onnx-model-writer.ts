@@ -28,7 +28,7 @@ export interface TensorSource {
 export interface ValueInfoSpec {
   name: string;
   dims: readonly (number | string)[];
-  /** TensorProto.DataType; default FLOAT (1). INT64 is 7. */
+  /** TensorProto.DataType (1 float, 2 uint8, 7 int64, 9 bool, 10 float16, …); float32 when omitted. */
   elemType?: number;
 }
 

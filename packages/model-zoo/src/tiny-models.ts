@@ -128,3 +128,55 @@ export async function writeSlowModel(options: { outputPath: string; layers: numb
     metadata: { 'marina.model': 'slow', 'marina.seed': String(seed), 'marina.layers': String(layers) },
   });
 }
+
+// TensorProto.DataType values of the mixed-types model.
+const UINT8 = 2;
+const INT32 = 6;
+const FLOAT16 = 10;
+const DOUBLE = 11;
+
+/**
+ * Writes a model with one input and one output of each kind a tensor protocol must carry, all
+ * with known answers (N is the symbolic `batch_size`):
+ * `x` float32 [N,4] and `scale` float32 rank-0 → `y` = x·scale float32 [N,4];
+ * `ids` int64 [N,3] → `ids_out` = ids + 1 int64; `mask` bool [N,3] → `mask_out` = not mask;
+ * `half` float16 [N,2] → `half_out` = half + half float16; `small` uint8 [N,2] → `small_out` = small int32;
+ * `wide` float64 [N,2] → `wide_out` = wide · wide float64.
+ *
+ * @throws MARINA_ERR_MODEL_ZOO_WRITE_FAILED when writing fails.
+ */
+export async function writeMixedTypesModel(options: { outputPath: string }): Promise<WriteModelResult> {
+  const outputPath = pathOption('outputPath', options.outputPath);
+  const g = new GraphBuilder('marina_mixed_types');
+  g.node('Mul', ['x', 'scale'], { output: 'y' });
+  const oneInt = g.node('Constant', [], { attributes: { value_int: 1 } });
+  g.node('Add', ['ids', oneInt], { output: 'ids_out' });
+  g.node('Not', ['mask'], { output: 'mask_out' });
+  g.node('Add', ['half', 'half'], { output: 'half_out' });
+  g.node('Cast', ['small'], { output: 'small_out', attributes: { to: INT32 } });
+  g.node('Mul', ['wide', 'wide'], { output: 'wide_out' });
+  const n = 'batch_size';
+  return writeOnnxModel({
+    outputPath,
+    graph: g.build(
+      [
+        { name: 'x', dims: [n, 4] },
+        { name: 'scale', dims: [] },
+        { name: 'ids', dims: [n, 3], elemType: INT64 },
+        { name: 'mask', dims: [n, 3], elemType: BOOL },
+        { name: 'half', dims: [n, 2], elemType: FLOAT16 },
+        { name: 'small', dims: [n, 2], elemType: UINT8 },
+        { name: 'wide', dims: [n, 2], elemType: DOUBLE },
+      ],
+      [
+        { name: 'y', dims: [n, 4] },
+        { name: 'ids_out', dims: [n, 3], elemType: INT64 },
+        { name: 'mask_out', dims: [n, 3], elemType: BOOL },
+        { name: 'half_out', dims: [n, 2], elemType: FLOAT16 },
+        { name: 'small_out', dims: [n, 2], elemType: INT32 },
+        { name: 'wide_out', dims: [n, 2], elemType: DOUBLE },
+      ],
+    ),
+    metadata: { 'marina.model': 'mixed-types' },
+  });
+}

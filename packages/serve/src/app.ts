@@ -12,6 +12,8 @@ import { createServeError, toMarinaError } from './errors.ts';
 import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
 import { inferenceRoutes, sendError } from './routes/inference.ts';
+import { DataPlane } from './protocols/data-plane.ts';
+import { oipRestRoutes } from './protocols/oip-rest/oip-rest-routes.ts';
 
 /** Which listener a plugin goes on. */
 export type ApiName = 'inference' | 'management' | 'metrics';
@@ -38,6 +40,8 @@ export interface StartupLoadResult {
 export interface MarinaApp {
   config: ServerConfig;
   registry: ModelRegistry;
+  /** Metadata, readiness, admission and inference below every protocol adapter (OIP REST and gRPC, TorchServe gRPC). */
+  dataPlane: DataPlane;
   /** Serves the inference API. */
   inference: FastifyInstance;
   /** The same instance as `inference` when both addresses are equal (TorchServe: one listener). */
@@ -161,7 +165,9 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   });
   const registry = new ModelRegistry({ config, log, caches });
 
-  await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes });
+  const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes });
+  await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes, maxResponseBytes: config.maxResponseBytes, dataPlane });
+  await inference.register(oipRestRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };
   for (const p of options.plugins ?? []) {
     await instances[p.api].register(p.plugin as FastifyPluginAsync<Record<string, unknown>>, { registry, config, ...(p.options ?? {}) });
@@ -172,6 +178,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   return {
     config,
     registry,
+    dataPlane,
     inference,
     management,
     metrics,

@@ -32,6 +32,8 @@ export const serveErrors = defineErrors({
   MARINA_ERR_MODEL_STORE_MISSING: { statusCode: 500, description: 'load_models was set but there is no model_store, or it is not a readable folder.' },
   MARINA_ERR_SERVER_CLOSING: { statusCode: 503, description: 'The server is shutting down and accepts no new requests; retry against another replica.' },
   MARINA_ERR_MODEL_UNLOADING: { statusCode: 503, description: 'The model version is being unregistered (or the server is stopping): it takes no new requests, and queued ones that no worker is left to run are answered with this.' },
+  MARINA_ERR_MODEL_SIGNATURE_UNREADABLE: { statusCode: 500, description: "The model's ONNX file could not be read for its inputs and outputs (model metadata, input checks); the message names the file. Check the archive with `model-archiver validate`." },
+  MARINA_ERR_RESPONSE_TOO_LARGE: { statusCode: 500, description: 'The answer is larger than max_response_size; ask for fewer outputs (`outputs`), use binary tensors, send fewer rows, or raise max_response_size.' },
   MARINA_ERR_INTERNAL: { statusCode: 500, description: 'An unexpected error inside the server; the server log has the stack. Please report it.' },
 });
 

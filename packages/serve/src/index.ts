@@ -19,3 +19,7 @@ export { resolveModelSettings, type ModelSettings, type ApiModelSettings, type R
 export { resolveIntraOpThreads, type ThreadSource } from './workers/thread-defaults.ts';
 export { createSessionOptions } from './backend/ort-session.ts';
 export { sendError } from './routes/inference.ts';
+export { DataPlane, SERVER_NAME, SERVER_VERSION, type InferRequest, type InferResponse, type ModelMetadata, type TensorMetadata } from './protocols/data-plane.ts';
+export { readOnnxSignature } from './protocols/onnx-signature.ts';
+export { startGrpcServers, type GrpcServers, type StartGrpcServersOptions } from './protocols/grpc-server.ts';
+export { loadProto, PROTO_LOADER_OPTIONS } from './protocols/grpc-common.ts';

@@ -157,7 +157,8 @@ export function assertNoOtherServer(): PidFileContent | undefined {
 
 /** Prints the start-up report the same way in the foreground and for a background start. */
 export function writeStartupReport(report: StartupReport, config: ServerConfig): void {
-  for (const { api, url } of report.listening) process.stdout.write(`${api[0]!.toUpperCase()}${api.slice(1)} API bound to ${url}\n`);
+  const names: Record<string, string> = { 'grpc-inference': 'gRPC Inference', 'grpc-management': 'gRPC Management' };
+  for (const { api, url } of report.listening) process.stdout.write(`${names[api] ?? `${api[0]!.toUpperCase()}${api.slice(1)}`} API bound to ${url}\n`);
   process.stdout.write(`${tokenNote(config)}\n`);
   if (report.restoredFrom) process.stdout.write(`Restored the models of the snapshot ${report.restoredFrom} (start with --ncs to ignore snapshots)\n`);
   for (const name of report.loaded) process.stdout.write(`Model loaded: ${name}\n`);

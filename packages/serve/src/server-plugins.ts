@@ -1,7 +1,7 @@
 import os from 'node:os';
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppPlugin } from './app.ts';
-import { createTokenAuthorization, createTokenHook, tokenRoutes, type CreateTokenHookOptions } from './auth/token-authorization.ts';
+import { createTokenAuthorization, createTokenHook, tokenRoutes, type CreateTokenHookOptions, type TokenAuthorization } from './auth/token-authorization.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics/server-metrics.ts';
 import type { Autoscaler } from './scaling/autoscaler.ts';
 import type { SnapshotStore } from './snapshot/snapshot-store.ts';
@@ -12,6 +12,8 @@ import type { ServerConfig } from './config/server-config.ts';
 
 /** Late-bound parts the plugins reach at request time (they exist only once the registry does). */
 export interface OperatorContext {
+  /** The keys, when token authorization is on (the gRPC listeners check them too). */
+  tokens?: TokenAuthorization;
   autoscaler?: Autoscaler;
   metrics?: ServerMetrics;
   /** Config snapshots, when enabled: the management routes report a snapshot they could not write. */
@@ -35,6 +37,7 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
   }
   if (!config.disableTokenAuthorization) {
     const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin });
+    operator.tokens = tokens;
     // Each request needs the key its matched route declares (declareRouteAuth), also when both
     // APIs share one listener.
     if (isSharedListener) {

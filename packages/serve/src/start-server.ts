@@ -9,11 +9,12 @@ import { deepFreeze } from './config/load-config.ts';
 import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
 import { assertAddressesFree, toListenError } from './config/assert-addresses-free.ts';
 import type { StartupProgressEvent } from './startup-progress.ts';
+import type { GrpcServers } from './protocols/grpc-server.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
   /** One line per API, e.g. `Inference API bound to http://127.0.0.1:8080`. */
-  listening: Array<{ api: 'inference' | 'management' | 'metrics'; url: string }>;
+  listening: Array<{ api: 'inference' | 'management' | 'metrics' | 'grpc-inference' | 'grpc-management'; url: string }>;
   /** `name (version v)` of every model version serving after start-up. */
   loaded: string[];
   /** `url: code: message` of every model version that could not be loaded; the server runs without it. */
@@ -68,13 +69,15 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   const app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator) });
   let autoscaler: Autoscaler | undefined;
   let snapshots: SnapshotStore | undefined;
+  let grpcServers: GrpcServers | undefined;
   let closing: Promise<void> | undefined;
   const close = () => {
     closing ??= (async () => {
       autoscaler?.stop();
       // Unsubscribe before the registry empties itself on close: that is not a state to restore.
       await snapshots?.close();
-      await app.close();
+      const appClosed = app.close();
+      await Promise.all([grpcServers?.close({ drained: appClosed }), appClosed]);
     })();
     return closing;
   };
@@ -140,6 +143,13 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         started.set(target.instance, url);
       }
       listening.push({ api: target.api, url });
+    }
+    if (effectiveConfig.grpc) {
+      // Loaded here, not at import: the launcher's other paths (config errors, --stop) never pay for grpc-js.
+      const { startGrpcServers } = await import('./protocols/grpc-server.ts');
+      grpcServers = await startGrpcServers({ config: effectiveConfig, grpc: effectiveConfig.grpc, dataPlane: app.dataPlane, management: app.management, tokens: operator.tokens });
+      const scheme = effectiveConfig.grpc.isSslEnabled ? 'grpcs' : 'grpc';
+      listening.push({ api: 'grpc-inference', url: `${scheme}://${grpcServers.inferenceUrl}` }, { api: 'grpc-management', url: `${scheme}://${grpcServers.managementUrl}` });
     }
     return {
       listening,

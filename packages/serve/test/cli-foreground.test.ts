@@ -77,7 +77,7 @@ function stopWithCli(server: { cwd: string; env: NodeJS.ProcessEnv }): Promise<n
 
 function writeConfig(cwd: string): string {
   const file = path.join(cwd, 'config.properties');
-  writeFileSync(file, 'inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\nenable_metrics_api=false\n');
+  writeFileSync(file, 'inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\nenable_metrics_api=false\n');
   return file;
 }
 

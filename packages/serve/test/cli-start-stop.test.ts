@@ -51,7 +51,7 @@ function workDir(extraConfig = ''): string {
   mkdirSync(path.join(cwd, 'store'));
   writeFileSync(
     path.join(cwd, 'config.properties'),
-    ['inference_address=http://127.0.0.1:0', 'management_address=http://127.0.0.1:0', 'enable_metrics_api=false', 'model_store=store', 'load_models=all', extraConfig].join('\n'),
+    ['inference_address=http://127.0.0.1:0', 'management_address=http://127.0.0.1:0', 'enable_metrics_api=false', 'model_store=store', 'load_models=all', extraConfig, 'grpc_inference_port=0', 'grpc_management_port=0'].join('\n'),
   );
   return cwd;
 }

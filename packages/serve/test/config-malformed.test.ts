@@ -68,9 +68,9 @@ describe('malformed configuration', () => {
   });
 
   it('notes TorchServe keys it does not use in one informational warning', async () => {
-    const config = await load('vmargs=-Xmx4g\nnumber_of_gpu=1\ngrpc_inference_port=7070');
+    const config = await load('vmargs=-Xmx4g\nnumber_of_gpu=1\nipex_enable=true');
     expect(config.unknownKeys).toEqual([]);
-    expect(config.warnings).toContain('TorchServe key(s) that Marina does not use, ignored: vmargs, number_of_gpu, grpc_inference_port');
+    expect(config.warnings).toContain('TorchServe key(s) that Marina does not use, ignored: vmargs, number_of_gpu, ipex_enable');
   });
 
   it.each([

@@ -64,6 +64,8 @@ export function opsConfig(workspace: Workspace, properties: Record<string, strin
     inference_address: 'http://127.0.0.1:0',
     management_address: 'http://127.0.0.1:0',
     metrics_address: 'http://127.0.0.1:0',
+    grpc_inference_port: '0',
+    grpc_management_port: '0',
     model_store: workspace.store,
     enable_model_api: 'true',
     disable_token_authorization: 'true',

@@ -32,6 +32,8 @@ beforeAll(async () => {
   await writeFile(join(workspace.root, 'config.properties'), [
     'inference_address=http://127.0.0.1:0',
     'management_address=http://127.0.0.1:0',
+    'grpc_inference_port=0',
+    'grpc_management_port=0',
     'enable_metrics_api=false',
     'enable_model_api=true',
     'disable_token_authorization=true',

@@ -114,7 +114,7 @@ export async function withServer<T>(
 export async function measureServerLoad(
   context: ExperimentContext,
   server: RunningServer,
-  options: { path: string; body: Buffer; contentType?: string; concurrency: number; requests: number; warmupRequests: number; label: string; experiment: ExperimentName; durationMs?: number; isPssSampled?: boolean },
+  options: { path: string; body: Buffer; contentType?: string; headers?: Record<string, string>; concurrency: number; requests: number; warmupRequests: number; label: string; experiment: ExperimentName; durationMs?: number; isPssSampled?: boolean },
 ): Promise<ResultRow> {
   context.onProgress({ type: 'phase', label: options.label, total: options.requests });
   let tree = listProcessTree(server.pid);
@@ -128,12 +128,12 @@ export async function measureServerLoad(
     return tree;
   };
   // Warm-up first (not sampled), so load-time memory and CPU do not count as serving.
-  await runLoad({ origin: server.origin, path: options.path, body: options.body, contentType: options.contentType, concurrency: options.concurrency, requests: 0, warmupRequests: options.warmupRequests });
+  await runLoad({ origin: server.origin, path: options.path, body: options.body, contentType: options.contentType, headers: options.headers, concurrency: options.concurrency, requests: 0, warmupRequests: options.warmupRequests });
   const sampler = startProcessSampler({ getPids, isPssSampled: options.isPssSampled });
   let load: LoadResult;
   try {
     load = await runLoad({
-      origin: server.origin, path: options.path, body: options.body, contentType: options.contentType, concurrency: options.concurrency, requests: options.requests,
+      origin: server.origin, path: options.path, body: options.body, contentType: options.contentType, headers: options.headers, concurrency: options.concurrency, requests: options.requests,
       durationMs: options.durationMs ?? context.plan.maxRunMs,
       onProgress: (done) => context.onProgress({ type: 'tick', done }),
     });

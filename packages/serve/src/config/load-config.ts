@@ -54,9 +54,6 @@ const KEYS_WITHOUT_ENV = new Set(['models', 'enable_envvars_config', 'model_snap
 /** TorchServe keys Marina accepts and does not act on (one informational warning lists those present). */
 const IGNORED_TORCHSERVE_KEYS = new Set([
   'vmargs', 'number_of_gpu', 'workflow_store', 'model_snapshot', 'model_server_home', 'plugins_path', 'debug',
-  'grpc_inference_address', 'grpc_management_address', 'grpc_inference_port', 'grpc_management_port',
-  'grpc_inference_max_connection_age_ms', 'grpc_management_max_connection_age_ms',
-  'grpc_inference_max_connection_age_grace_ms', 'grpc_management_max_connection_age_grace_ms', 'enable_grpc_ssl',
   'netty_client_threads', 'unregister_model_timeout', 'metrics_mode', 'metrics_config', 'metrics_format',
   'disable_system_metrics', 'system_metrics_cmd', 'metric_time_interval', 'model_metrics_auto_detect',
   'keystore', 'keystore_pass', 'keystore_type', 'install_py_dep_per_model', 'blacklist_env_vars',
@@ -110,6 +107,15 @@ interface RawConfig {
   cors_allowed_headers?: string;
   private_key_file?: string;
   certificate_file?: string;
+  grpc_inference_address: string;
+  grpc_management_address: string;
+  grpc_inference_port: number;
+  grpc_management_port: number;
+  grpc_inference_max_connection_age_ms?: number;
+  grpc_management_max_connection_age_ms?: number;
+  grpc_inference_max_connection_age_grace_ms?: number;
+  grpc_management_max_connection_age_grace_ms?: number;
+  enable_grpc_ssl: boolean;
   autoscale_interval_ms: number;
   autoscale_scale_up_queue_depth: number;
   autoscale_scale_up_after_ms: number;
@@ -275,10 +281,12 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
   const managementAddress = parseListenAddress({ key: 'management_address', value: checked.management_address, origin: origin('management_address') });
   const metricsAddress = parseListenAddress({ key: 'metrics_address', value: checked.metrics_address, origin: origin('metrics_address') });
 
-  const hasHttps = [inferenceAddress, managementAddress, metricsAddress].some((address) => address.protocol === 'https');
+  const hasHttps = [inferenceAddress, managementAddress, metricsAddress].some((address) => address.protocol === 'https') || checked.enable_grpc_ssl;
   if (hasHttps && (!checked.private_key_file || !checked.certificate_file)) {
     throw configError.MARINA_ERR_CONFIG_TLS_FILES_MISSING(
-      'an https:// address needs private_key_file and certificate_file (PEM files); set both, or use http:// behind a TLS proxy.',
+      checked.enable_grpc_ssl
+        ? 'enable_grpc_ssl=true needs private_key_file and certificate_file (PEM files); set both, or turn enable_grpc_ssl off.'
+        : 'an https:// address needs private_key_file and certificate_file (PEM files); set both, or use http:// behind a TLS proxy.',
     );
   }
   if (hasHttps) {
@@ -366,6 +374,11 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
       scaleUpQueueDepth: checked.autoscale_scale_up_queue_depth,
       scaleUpAfterMs: checked.autoscale_scale_up_after_ms,
       scaleDownIdleMs: checked.autoscale_scale_down_idle_ms,
+    },
+    grpc: {
+      inference: { host: checked.grpc_inference_address, port: checked.grpc_inference_port, maxConnectionAgeMs: checked.grpc_inference_max_connection_age_ms, maxConnectionAgeGraceMs: checked.grpc_inference_max_connection_age_grace_ms },
+      management: { host: checked.grpc_management_address, port: checked.grpc_management_port, maxConnectionAgeMs: checked.grpc_management_max_connection_age_ms, maxConnectionAgeGraceMs: checked.grpc_management_max_connection_age_grace_ms },
+      isSslEnabled: checked.enable_grpc_ssl,
     },
     resourceLimits: {
       requestTimeoutMs: checked.request_timeout_ms,

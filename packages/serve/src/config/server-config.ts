@@ -91,6 +91,16 @@ export interface ServerConfig {
   unknownKeys: string[];
   /** Non-fatal notes produced while reading the configuration. */
   warnings: string[];
+  /**
+   * The gRPC listeners (grpc_inference_address/port, default 127.0.0.1:7070; grpc_management_address/port,
+   * 127.0.0.1:7071; enable_grpc_ssl with private_key_file/certificate_file). Undefined: no gRPC
+   * (configurations built by hand in tests and embedders); loadConfig always sets it, as TorchServe always serves gRPC.
+   */
+  grpc?: {
+    inference: GrpcListenAddress;
+    management: GrpcListenAddress;
+    isSslEnabled: boolean;
+  };
   /** private_key_file (PEM), required with an https:// address. */
   privateKeyFile?: string;
   /** certificate_file (PEM), required with an https:// address. */
@@ -116,6 +126,14 @@ export interface ServerConfig {
   resourceLimits?: ResourceLimits;
   /** Absolute path of the config file that was read; undefined when only defaults, CLI and env applied. */
   configFile?: string;
+}
+
+/** One gRPC listener: host and port (0 = any free port), and the optional connection-age limits, ms. */
+export interface GrpcListenAddress {
+  host: string;
+  port: number;
+  maxConnectionAgeMs?: number;
+  maxConnectionAgeGraceMs?: number;
 }
 
 /** The `resourceLimits` of a ServerConfig. */

@@ -3,6 +3,7 @@ import multipart from '@fastify/multipart';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createServeError, errorBody, isMarinaError, toMarinaError } from '../errors.ts';
 import type { ModelRegistry } from '../registry/model-registry.ts';
+import { assertResponseSize, type DataPlane } from '../protocols/data-plane.ts';
 import type { JobInput } from '../scheduling/job.ts';
 import { serverTimingHeader } from './server-timing.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
@@ -11,6 +12,10 @@ export interface InferenceRoutesOptions {
   registry: ModelRegistry;
   /** max_request_size, bytes. */
   maxRequestBytes: number;
+  /** max_response_size, bytes: a larger answer is refused with MARINA_ERR_RESPONSE_TOO_LARGE. Default: unbounded. */
+  maxResponseBytes?: number;
+  /** Admission below the protocols (strict tensor checks before the queue); without it, inputs go to the handler as they came. */
+  dataPlane?: DataPlane;
 }
 
 /** Codes whose 503 should tell clients when to come back: those where a retry can succeed (not MARINA_ERR_NO_WORKERS: max_worker=0 or a model that cannot load). */
@@ -75,6 +80,7 @@ const paramsSchema = {
  */
 export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async (app: FastifyInstance, options) => {
   const { registry, maxRequestBytes } = options;
+  const maxResponseBytes = options.maxResponseBytes ?? Infinity;
   declareRouteAuth(app, 'inference');
 
   app.removeAllContentTypeParsers();
@@ -96,7 +102,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         const v = requestHeaders[k];
         if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
       }
-      const result = await registry.predict({
+      const predictOptions = {
         modelName: request.params.model_name,
         modelVersion: request.params.model_version,
         requestId: request.id,
@@ -104,7 +110,9 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         headers,
         arrivedAt,
         bodyDecoding,
-      });
+      };
+      const result = await registry.predict(options.dataPlane ? options.dataPlane.admitTorchServeInput(predictOptions) : predictOptions);
+      assertResponseSize(result.body.length, maxResponseBytes);
       reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
       for (const k in result.headers) reply.header(k, result.headers[k]!);
       if (result.contentType) reply.type(result.contentType);

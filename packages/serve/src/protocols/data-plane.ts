@@ -1,0 +1,308 @@
+/**
+ * The one place below the protocol adapters (TorchServe REST and gRPC, OIP REST and gRPC):
+ * health and readiness, server and model metadata (read from the ONNX signature), strict input
+ * checks before a job is queued, the response size bound, and inference through the registry's
+ * one predict path. Adapters only translate their wire form into an InferRequest and the
+ * InferResponse back; they never talk to the registry for inference themselves.
+ */
+import { join } from 'node:path';
+import {
+  checkRawSize,
+  checkTensorAgainstSignature,
+  createHandlerError,
+  encodeBytesElements,
+  INFERENCE_HEADER_CONTENT_LENGTH,
+  isV2Datatype,
+  joinBinaryBody,
+  jsonToRaw,
+  parseTensorRequest,
+  selectedOutputNames,
+  splitBinaryBody,
+  v2DatatypeOf,
+  type ModelSignature,
+  type RawTensor,
+  type V2Datatype,
+} from '@marina/handlers';
+import { createServeError } from '../errors.ts';
+import type { JobResult } from '../scheduling/job.ts';
+import type { ModelRegistry, PredictOptions } from '../registry/model-registry.ts';
+import type { ModelVersion } from '../registry/model-version.ts';
+import { readOnnxSignature } from './onnx-signature.ts';
+
+export const SERVER_NAME = 'marina';
+export const SERVER_VERSION = '0.1.0';
+/** Open Inference Protocol extensions Marina implements. */
+export const SERVER_EXTENSIONS = ['binary_tensor_data'] as const;
+
+/** A protocol-neutral inference request (KServe's InferRequest): tensors as raw bytes. */
+export interface InferRequest {
+  modelName: string;
+  /** undefined = the default version. */
+  modelVersion?: string;
+  /** The client's request id, echoed back. */
+  id?: string;
+  inputs: RawTensor[];
+  /** Outputs to return, in order; undefined = all. */
+  outputs?: Array<{ name: string }>;
+  parameters?: Record<string, unknown>;
+  /** Server request id (logs, x-request-id). */
+  requestId: string;
+  /** Forwarded to the handler (lower-case names). */
+  headers?: Record<string, string>;
+  arrivedAt?: number;
+}
+
+export interface InferResponse {
+  modelName: string;
+  modelVersion: string;
+  id: string;
+  outputs: RawTensor[];
+}
+
+export interface TensorMetadata {
+  name: string;
+  datatype: V2Datatype | string;
+  /** -1 for a dynamic dimension. */
+  shape: number[];
+}
+
+export interface ModelMetadata {
+  name: string;
+  versions: string[];
+  platform: string;
+  inputs: TensorMetadata[];
+  outputs: TensorMetadata[];
+}
+
+export interface DataPlaneOptions {
+  registry: ModelRegistry;
+  /** max_response_size, bytes. */
+  maxResponseBytes: number;
+}
+
+/** Handlers that feed the request's tensors to the model as they are, so the signature check applies. */
+const TENSOR_HANDLERS = new Set(['tensor', 'base_handler', 'image_classifier']);
+
+function tensorMetadata(signature: ModelSignature['inputs']): TensorMetadata[] {
+  return signature.map((t) => ({
+    name: t.name,
+    datatype: v2DatatypeOf(t.type) ?? t.type,
+    shape: t.shape.map((d) => (typeof d === 'number' && d >= 0 ? d : -1)),
+  }));
+}
+
+/**
+ * @throws MARINA_ERR_RESPONSE_TOO_LARGE when `bytes` exceeds max_response_size.
+ */
+export function assertResponseSize(bytes: number, maxResponseBytes: number, what = 'the answer'): void {
+  if (bytes > maxResponseBytes) {
+    throw createServeError.MARINA_ERR_RESPONSE_TOO_LARGE(`${what} is ${bytes} bytes, larger than max_response_size (${maxResponseBytes} bytes); ask for fewer outputs ("outputs"), use binary tensors, send fewer rows, or raise max_response_size`);
+  }
+}
+
+export class DataPlane {
+  readonly #registry: ModelRegistry;
+  readonly #maxResponseBytes: number;
+  readonly #signatures = new WeakMap<ModelVersion, ModelSignature>();
+
+  constructor(options: DataPlaneOptions) {
+    this.#registry = options.registry;
+    this.#maxResponseBytes = options.maxResponseBytes;
+  }
+
+  get maxResponseBytes(): number {
+    return this.#maxResponseBytes;
+  }
+
+  serverMetadata(): { name: string; version: string; extensions: string[] } {
+    return { name: SERVER_NAME, version: SERVER_VERSION, extensions: [...SERVER_EXTENSIONS] };
+  }
+
+  /** The process serves requests (false once closing). */
+  isLive(): boolean {
+    return !this.#registry.isClosing;
+  }
+
+  /** TorchServe's /ping rule: every model's default version has its minimum of workers up. */
+  isReady(): boolean {
+    return this.isLive() && this.#registry.isHealthy();
+  }
+
+  /**
+   * Whether the version has a worker ready.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND
+   */
+  isModelReady(modelName: string, modelVersion?: string): boolean {
+    const [description] = this.#registry.describe(modelName, modelVersion);
+    return this.isLive() && (description?.workers.some((w) => w.status === 'READY' || w.status === 'BUSY') ?? false);
+  }
+
+  /**
+   * The model's signature: the ONNX graph's inputs and outputs (empty for a custom handler's
+   * archive without an ONNX serializedFile). Read once per version.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND, MARINA_ERR_MODEL_SIGNATURE_UNREADABLE
+   */
+  signature(modelName: string, modelVersion?: string): { version: ModelVersion; signature: ModelSignature } {
+    const version = this.#registry.getVersion(modelName, modelVersion);
+    let signature = this.#signatures.get(version);
+    if (!signature) {
+      const file = version.manifest.model.serializedFile;
+      signature = file && /\.onnx$/i.test(file) ? readOnnxSignature(join(version.modelDir, file)) : { inputs: [], outputs: [] };
+      this.#signatures.set(version, signature);
+    }
+    return { version, signature };
+  }
+
+  /** OIP model metadata; `versions` lists every version when none was asked for. */
+  modelMetadata(modelName: string, modelVersion?: string): ModelMetadata {
+    const { version, signature } = this.signature(modelName, modelVersion);
+    const versions = modelVersion === undefined ? (this.#registry.list().find((m) => m.modelName === modelName)?.versions ?? [version.modelVersion]) : [version.modelVersion];
+    return {
+      name: version.modelName,
+      versions,
+      platform: signature.inputs.length > 0 ? 'onnxruntime_onnx' : `marina_${version.handler}`,
+      inputs: tensorMetadata(signature.inputs),
+      outputs: tensorMetadata(signature.outputs),
+    };
+  }
+
+  /**
+   * Admission: every input named once, present, of the model's datatype and shape; outputs known.
+   * Runs before anything is queued, for built-in tensor handlers (custom handlers read their own input).
+   * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN (400)
+   */
+  #admit(request: InferRequest, version: ModelVersion, signature: ModelSignature): void {
+    const seen = new Set<string>();
+    for (const t of request.inputs) {
+      if (seen.has(t.name)) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`input '${t.name}' is given twice`);
+      seen.add(t.name);
+      checkRawSize(t, `input '${t.name}'`);
+    }
+    if (!TENSOR_HANDLERS.has(version.handler)) return;
+    const names = signature.inputs.map((i) => i.name);
+    for (const t of request.inputs) {
+      const input = signature.inputs.find((i) => i.name === t.name);
+      if (!input) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`unknown input '${t.name}'; model '${version.modelName}' has inputs: ${names.join(', ')}`);
+      checkTensorAgainstSignature(t, input);
+    }
+    for (const name of names) if (!seen.has(name)) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`input '${name}' is missing; model '${version.modelName}' has inputs: ${names.join(', ')}`);
+    const outputNames = signature.outputs.map((o) => o.name);
+    for (const o of request.outputs ?? []) {
+      if (!outputNames.includes(o.name)) throw createHandlerError.MARINA_ERR_TENSOR_OUTPUT_UNKNOWN(`unknown output '${o.name}'; model '${version.modelName}' has outputs: ${outputNames.join(', ')}`);
+    }
+  }
+
+  /**
+   * Admission for the TorchServe routes (REST `/predictions`, gRPC Predictions): a built-in tensor
+   * handler's input (JSON, or the v2 binary layout) is parsed and checked against the signature
+   * here, so a bad one is refused before it is queued, and travels on in the v2 binary layout so
+   * the worker does not parse it again (the answer keeps the form the client used). Other handlers'
+   * inputs pass as they came.
+   * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN (400), not found (404).
+   */
+  admitTorchServeInput(options: PredictOptions): PredictOptions {
+    const { version, signature } = this.signature(options.modelName, options.modelVersion);
+    if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
+    try {
+      return this.#encodeTorchServeInput(options, signature);
+    } catch (error) {
+      this.#recordRefused(version, options, error);
+      throw error;
+    }
+  }
+
+  /**
+   * A request refused by admission never reaches the registry's predict, which counts requests
+   * for the metrics; it is reported on the registry's `request` event the same way (queue and
+   * inference time 0), so ts_inference_requests_total and the status classes still see it.
+   */
+  #recordRefused(version: ModelVersion, options: { modelVersion?: string; arrivedAt?: number }, error: unknown): void {
+    const totalMs = performance.now() - (options.arrivedAt ?? performance.now());
+    this.#registry.events.emit('request', {
+      modelName: version.modelName,
+      requestedVersion: options.modelVersion ?? 'default',
+      modelVersion: version.modelVersion,
+      statusCode: (error as { statusCode?: number }).statusCode ?? 500,
+      queueMs: 0,
+      inferenceMs: 0,
+      totalMs,
+    });
+  }
+
+  #encodeTorchServeInput(options: PredictOptions, signature: ModelSignature): PredictOptions {
+    const keys = Object.keys(options.input);
+    const payload = options.input['data'] ?? options.input['body'];
+    if (keys.length !== 1 || (!Buffer.isBuffer(payload) && typeof payload !== 'string')) return options;
+    const headerText = options.headers?.[INFERENCE_HEADER_CONTENT_LENGTH];
+    const headerLength = headerText === undefined ? undefined : Number(headerText);
+    if (headerLength !== undefined && !Number.isInteger(headerLength)) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`Inference-Header-Content-Length must be a non-negative integer, got '${headerText}'`);
+    const parsed = parseTensorRequest(payload, signature.inputs, { headerLength });
+    selectedOutputNames(parsed, signature.outputs.map((o) => o.name));
+    const tensors = signature.inputs.map((i) => parsed.tensors.get(i.name)!);
+    const header = {
+      parameters: { binary_data_output: parsed.isBinaryOutputDefault, ...(parsed.format === 'json' ? { marina_response_format: 'torchserve_json' } : {}) },
+      inputs: tensors.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: t.raw.length } })),
+      ...(parsed.outputs ? { outputs: parsed.outputs.map((o) => ({ name: o.name, ...(o.isBinary === undefined ? {} : { parameters: { binary_data: o.isBinary } }) })) } : {}),
+    };
+    const { body, headerLength: length } = joinBinaryBody(header, tensors.map((t) => t.raw));
+    const { bodyDecoding: _decoded, ...rest } = options;
+    return { ...rest, input: { body }, headers: { ...options.headers, [INFERENCE_HEADER_CONTENT_LENGTH]: String(length) } };
+  }
+
+  /**
+   * A TorchServe-style request through admission (admitTorchServeInput) and the registry's
+   * predict path, with the answer bounded by max_response_size.
+   * @throws as ModelRegistry.predict, and MARINA_ERR_RESPONSE_TOO_LARGE.
+   */
+  async predict(options: PredictOptions): Promise<JobResult> {
+    const result = await this.#registry.predict(this.admitTorchServeInput(options));
+    assertResponseSize(result.body.length, this.#maxResponseBytes);
+    return result;
+  }
+
+  /**
+   * Runs one inference through the registry's predict path (same queue and batching as every
+   * other protocol). The job carries the tensors in the v2 binary layout; the handler answers in it.
+   * @throws not found (404), input errors (400), queue full (503), MARINA_ERR_RESPONSE_TOO_LARGE, handler errors.
+   */
+  async infer(request: InferRequest): Promise<InferResponse> {
+    const arrivedAt = request.arrivedAt ?? performance.now();
+    const { version, signature } = this.signature(request.modelName, request.modelVersion);
+    try {
+      this.#admit(request, version, signature);
+    } catch (error) {
+      this.#recordRefused(version, { modelVersion: request.modelVersion, arrivedAt }, error);
+      throw error;
+    }
+    const header = {
+      ...(request.parameters ? { parameters: { ...request.parameters, binary_data_output: true } } : { parameters: { binary_data_output: true } }),
+      inputs: request.inputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: t.raw.length } })),
+      ...(request.outputs ? { outputs: request.outputs.map((o) => ({ name: o.name, parameters: { binary_data: true } })) } : {}),
+    };
+    const { body, headerLength } = joinBinaryBody(header, request.inputs.map((t) => t.raw));
+    const result = await this.#registry.predict({
+      modelName: request.modelName,
+      modelVersion: request.modelVersion,
+      requestId: request.requestId,
+      input: { body },
+      headers: { ...request.headers, 'content-type': 'application/octet-stream', [INFERENCE_HEADER_CONTENT_LENGTH]: String(headerLength) },
+      arrivedAt,
+    });
+    assertResponseSize(result.body.length, this.#maxResponseBytes);
+    return { modelName: version.modelName, modelVersion: version.modelVersion, id: request.id ?? request.requestId, outputs: this.#outputsOf(result) };
+  }
+
+  /** The handler's answer as tensors: the v2 binary layout, or (a custom handler's own answer) one BYTES tensor `output` holding its body. */
+  #outputsOf(result: JobResult): RawTensor[] {
+    const headerLength = result.headers[INFERENCE_HEADER_CONTENT_LENGTH];
+    if (headerLength === undefined) {
+      return [{ name: 'output', datatype: 'BYTES', shape: [1], raw: encodeBytesElements([result.body]) }];
+    }
+    const { header, binaries } = splitBinaryBody(result.body, Number(headerLength), 'outputs');
+    const list = Array.isArray(header['outputs']) ? (header['outputs'] as Array<{ name: string; datatype: unknown; shape: number[]; data?: unknown }>) : [];
+    return list.map((o, i) => {
+      if (!isV2Datatype(o.datatype)) throw createServeError.MARINA_ERR_HANDLER_OUTPUT_INVALID(`the handler answered output '${o.name}' with datatype ${JSON.stringify(o.datatype)}`);
+      return { name: o.name, datatype: o.datatype, shape: o.shape, raw: binaries.get(i) ?? jsonToRaw(o.datatype, o.data, o.shape, `output '${o.name}'`) };
+    });
+  }
+}

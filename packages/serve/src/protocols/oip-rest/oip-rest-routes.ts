@@ -1,0 +1,210 @@
+/**
+ * The Open Inference Protocol (KServe v2) over REST, on the inference listener: health, server
+ * and model metadata, readiness and infer, with JSON tensors and the binary tensor data
+ * extension in both directions. A thin adapter: wire form → InferRequest → DataPlane → wire form.
+ * Errors are the protocol's `{"error": "..."}` with the MarinaError's status (and its code in
+ * the `x-marina-error-code` header).
+ */
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import {
+  createHandlerError,
+  INFERENCE_HEADER_CONTENT_LENGTH,
+  isV2Datatype,
+  joinBinaryBody,
+  jsonToRaw,
+  rawToJson,
+  splitBinaryBody,
+  type RawTensor,
+} from '@marina/handlers';
+import { declareRouteAuth } from '../../auth/token-authorization.ts';
+import { createServeError, toMarinaError } from '../../errors.ts';
+import { assertResponseSize, type DataPlane, type InferRequest, type InferResponse } from '../data-plane.ts';
+
+export interface OipRestRoutesOptions {
+  dataPlane: DataPlane;
+  /** max_request_size, bytes. */
+  maxRequestBytes: number;
+}
+
+const retryableCodes = new Set(['MARINA_ERR_QUEUE_FULL', 'MARINA_ERR_NO_WORKERS', 'MARINA_ERR_SERVER_CLOSING', 'MARINA_ERR_MODEL_UNLOADING']);
+
+/** Sends an error as the protocol's `{"error": message}`. */
+export function sendOipError(reply: FastifyReply, error: unknown): FastifyReply {
+  const e = toMarinaError(error);
+  if (e.code === 'MARINA_ERR_INTERNAL') reply.log.error({ err: error }, e.message);
+  if (retryableCodes.has(e.code)) reply.header('retry-after', '1');
+  reply.header('x-marina-error-code', e.code);
+  return reply.code(e.statusCode).type('application/json').send(JSON.stringify({ error: e.message }));
+}
+
+function invalid(message: string) {
+  return createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(message);
+}
+
+interface WireOutput {
+  name: string;
+  parameters?: { binary_data?: unknown };
+}
+
+interface DecodedRequest {
+  request: Omit<InferRequest, 'modelName' | 'modelVersion' | 'requestId'>;
+  /** Output name → answer as binary. */
+  binaryOutputs: (name: string) => boolean;
+}
+
+/** Reads a v2 infer body (JSON, or JSON header + binary tensors). @throws MARINA_ERR_TENSOR_INPUT_INVALID */
+export function decodeInferBody(body: Buffer, headerLengthText: string | undefined): DecodedRequest {
+  let header: Record<string, unknown>;
+  let binaries = new Map<number, Buffer>();
+  if (headerLengthText !== undefined) {
+    const headerLength = Number(headerLengthText);
+    if (!/^\d+$/.test(headerLengthText.trim())) throw invalid(`Inference-Header-Content-Length must be a non-negative integer, got '${headerLengthText}'`);
+    ({ header, binaries } = splitBinaryBody(body, headerLength, 'inputs'));
+  } else {
+    try {
+      header = JSON.parse(body.toString('utf8')) as Record<string, unknown>;
+    } catch (error) {
+      throw invalid(`the body is not valid JSON: ${(error as Error).message}`);
+    }
+    if (!header || typeof header !== 'object' || Array.isArray(header)) throw invalid('the body must be a JSON object with an "inputs" list');
+  }
+  const list = header['inputs'];
+  if (!Array.isArray(list) || list.length === 0) throw invalid('the request needs a non-empty "inputs" list of {"name", "shape", "datatype", "data"}');
+  const inputs: RawTensor[] = list.map((entry, i) => {
+    const e = (entry ?? {}) as { name?: unknown; shape?: unknown; datatype?: unknown; data?: unknown };
+    if (typeof e.name !== 'string' || e.name.length === 0) throw invalid(`inputs[${i}] needs a "name"`);
+    const where = `input '${e.name}'`;
+    if (!isV2Datatype(e.datatype)) throw invalid(`${where}: "datatype" must be one of BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BYTES; got ${JSON.stringify(e.datatype)}`);
+    if (!Array.isArray(e.shape) || !e.shape.every((d) => Number.isInteger(d) && d >= 0)) throw invalid(`${where}: "shape" must be a list of non-negative integers, got ${JSON.stringify(e.shape)}`);
+    const shape = e.shape as number[];
+    const binary = binaries.get(i);
+    if (binary) return { name: e.name, datatype: e.datatype, shape, raw: binary };
+    if (e.data === undefined) throw invalid(`${where} has no "data" and no binary_data_size parameter`);
+    return { name: e.name, datatype: e.datatype, shape, raw: jsonToRaw(e.datatype, e.data, shape, where) };
+  });
+  const parameters = header['parameters'] as Record<string, unknown> | undefined;
+  if (parameters !== undefined && (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters))) throw invalid('"parameters" must be an object');
+  const outputsValue = header['outputs'];
+  if (outputsValue !== undefined && !Array.isArray(outputsValue)) throw invalid('"outputs" must be a list of {"name", "parameters"}');
+  const outputs = (outputsValue as WireOutput[] | undefined)?.map((o, i) => {
+    if (typeof o?.name !== 'string') throw invalid(`outputs[${i}] needs a "name"`);
+    return o;
+  });
+  const isBinaryDefault = parameters?.['binary_data_output'] === true;
+  const id = header['id'];
+  if (id !== undefined && typeof id !== 'string') throw invalid('"id" must be a string');
+  return {
+    request: { inputs, ...(outputs ? { outputs: outputs.map((o) => ({ name: o.name })) } : {}), ...(id !== undefined ? { id } : {}), ...(parameters ? { parameters } : {}) },
+    binaryOutputs: (name) => {
+      const asked = outputs?.find((o) => o.name === name)?.parameters?.binary_data;
+      return asked === undefined ? isBinaryDefault : asked === true;
+    },
+  };
+}
+
+/** The v2 infer answer: JSON, or JSON header + binary tensors when any output is binary. */
+export function encodeInferResponse(response: InferResponse, isBinary: (name: string) => boolean): { body: Buffer; headerLength?: number } {
+  const binaries: Buffer[] = [];
+  const outputs = response.outputs.map((t) => {
+    if (isBinary(t.name)) {
+      binaries.push(t.raw);
+      return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: t.raw.length } };
+    }
+    return { name: t.name, datatype: t.datatype, shape: t.shape, data: rawToJson(t.datatype, t.raw) };
+  });
+  const header = { model_name: response.modelName, model_version: response.modelVersion, id: response.id, outputs };
+  if (binaries.length === 0) return { body: Buffer.from(JSON.stringify(header)) };
+  return joinBinaryBody(header, binaries);
+}
+
+/** Forwarded request headers (lower-case), as the TorchServe route forwards them. */
+function headersOf(request: FastifyRequest): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const k in request.headers) {
+    const v = request.headers[k];
+    if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+  }
+  return headers;
+}
+
+type ModelParams = { Params: { model_name: string; model_version?: string } };
+
+const paramsSchema = {
+  type: 'object',
+  properties: { model_name: { type: 'string', minLength: 1 }, model_version: { type: 'string', minLength: 1 } },
+  required: ['model_name'],
+} as const;
+
+
+export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (app: FastifyInstance, options) => {
+  const { dataPlane, maxRequestBytes } = options;
+  // Every v2 route needs the inference key (decided on the matched route by the token hook).
+  declareRouteAuth(app, 'inference');
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, body));
+  app.setErrorHandler((error, _request, reply) => {
+    if ((error as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE' || (error as { statusCode?: number }).statusCode === 413) {
+      return sendOipError(reply, createServeError.MARINA_ERR_REQUEST_TOO_LARGE(`the request body is larger than max_request_size (${maxRequestBytes} bytes); use the binary tensor data extension (about 4 bytes per FP32 value instead of 10–20 in JSON), send fewer rows, or raise max_request_size`));
+    }
+    const status = (error as { statusCode?: number }).statusCode;
+    if ((error as { validation?: unknown }).validation || (status !== undefined && status >= 400 && status < 500)) {
+      return sendOipError(reply, createServeError.MARINA_ERR_BAD_REQUEST((error as Error).message, { cause: error }));
+    }
+    return sendOipError(reply, error);
+  });
+  const json = (reply: FastifyReply, code: number, value: unknown) => reply.code(code).type('application/json').send(JSON.stringify(value));
+
+  app.get('/v2/health/live', async (_request, reply) => json(reply, dataPlane.isLive() ? 200 : 503, { live: dataPlane.isLive() }));
+  app.get('/v2/health/ready', async (_request, reply) => {
+    const ready = dataPlane.isReady();
+    return json(reply, ready ? 200 : 503, { ready });
+  });
+  app.get('/v2', async (_request, reply) => json(reply, 200, dataPlane.serverMetadata()));
+
+  const metadata = async (request: FastifyRequest<ModelParams>, reply: FastifyReply) => {
+    try {
+      return json(reply, 200, dataPlane.modelMetadata(request.params.model_name, request.params.model_version));
+    } catch (error) {
+      return sendOipError(reply, error);
+    }
+  };
+  const ready = async (request: FastifyRequest<ModelParams>, reply: FastifyReply) => {
+    try {
+      const isReady = dataPlane.isModelReady(request.params.model_name, request.params.model_version);
+      return json(reply, isReady ? 200 : 503, { name: request.params.model_name, ready: isReady });
+    } catch (error) {
+      return sendOipError(reply, error);
+    }
+  };
+  const infer = async (request: FastifyRequest<ModelParams>, reply: FastifyReply) => {
+    const arrivedAt = performance.now();
+    try {
+      const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
+      const headerLength = request.headers[INFERENCE_HEADER_CONTENT_LENGTH];
+      const decoded = decodeInferBody(body, Array.isArray(headerLength) ? headerLength[0] : headerLength);
+      const response = await dataPlane.infer({
+        ...decoded.request,
+        modelName: request.params.model_name,
+        modelVersion: request.params.model_version,
+        requestId: request.id,
+        headers: headersOf(request),
+        arrivedAt,
+      });
+      const encoded = encodeInferResponse(response, decoded.binaryOutputs);
+      assertResponseSize(encoded.body.length, dataPlane.maxResponseBytes);
+      if (encoded.headerLength !== undefined) {
+        reply.header('inference-header-content-length', String(encoded.headerLength));
+        reply.type('application/octet-stream');
+      } else reply.type('application/json');
+      return reply.code(200).send(encoded.body);
+    } catch (error) {
+      return sendOipError(reply, error);
+    }
+  };
+
+  for (const prefix of ['/v2/models/:model_name', '/v2/models/:model_name/versions/:model_version']) {
+    app.get(prefix, { schema: { params: paramsSchema } }, metadata);
+    app.get(`${prefix}/ready`, { schema: { params: paramsSchema } }, ready);
+    app.post(`${prefix}/infer`, { schema: { params: paramsSchema } }, infer);
+  }
+};
