@@ -52,6 +52,8 @@ export interface PredictTimingsMs {
   workerMs: number;
   /** The worker's stages for the job's batch, for handlers with separate stages. */
   stages?: HandlerStagesMs;
+  /** The handler's whole time for the job's batch, measured in the worker thread (workerMs adds the hand-offs). */
+  handlerMs?: number;
 }
 
 /** A prediction's answer and where its time went. */
@@ -380,6 +382,7 @@ export class ModelRegistry implements ModelRegistryApi {
       const dispatchedAt = t.dispatchedAt ?? arrivedAt;
       const timings: PredictTimingsMs = { queueMs: dispatchedAt - arrivedAt, workerMs: (t.finishedAt ?? performance.now()) - dispatchedAt };
       if (t.stages) timings.stages = t.stages;
+      if (t.handlerMs !== undefined) timings.handlerMs = t.handlerMs;
       return { ...result, timings };
     } catch (error) {
       const e = toMarinaError(error);

@@ -22,6 +22,8 @@ export interface JobTimings {
   finishedAt: number | undefined;
   /** Where the worker spent the time of this job's batch, for handlers with separate stages. */
   stages?: HandlerStagesMs;
+  /** The handler's time for this job's batch, measured in the worker thread. */
+  handlerMs?: number;
 }
 
 /**

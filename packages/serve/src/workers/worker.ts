@@ -297,6 +297,7 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
       const item = items[i]!;
       const job = batch.jobs[i]!;
       if (result.stages) job.timings.stages = result.stages;
+      job.timings.handlerMs = result.handlerMs;
       if (item.ok) {
         const { body } = item;
         job.resolve({ statusCode: item.statusCode, body: typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.from(body.buffer, body.byteOffset, body.byteLength), contentType: item.contentType, headers: item.headers });
