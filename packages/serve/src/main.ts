@@ -1,3 +1,4 @@
+import path from 'node:path';
 import type { ServerConfig } from './config/server-config.ts';
 import { assertModelStoreConfigured, loadConfig, type ServeCliOptions } from './config/load-config.ts';
 import { removePidFile, writePidFile } from './config/pid-file.ts';
@@ -6,6 +7,7 @@ import { assertNoOtherServer, notifyLauncher, stripAnsi, startBackgroundServer, 
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
 import { configError } from './config/config-errors.ts';
 import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
+import { ACCESS_LOG_FILE_NAME, formatLogLine } from './request-log.ts';
 import { cleanModelCaches, defaultExtractionCacheDir, optimizedModelCacheDir } from './cache/model-caches.ts';
 
 /** Executes one parsed `serve` command and exits the process: the only process.exit in Marina. */
@@ -71,7 +73,13 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
     if (process.send && process.connected) process.send({ type: 'marina:progress', event });
   };
   try {
-    server = await startServer(config, { onProgress, log: (level, message) => (level === 'info' ? process.stdout : process.stderr).write(`${level === 'info' ? '' : `${level.toUpperCase()} `}${message}\n`) });
+    server = await startServer(config, {
+      onProgress,
+      // Every line with its time and level; the request lines carry the request id (x-request-id).
+      log: (level, message) => (level === 'info' ? process.stdout : process.stderr).write(`${formatLogLine(level, message)}\n`),
+      // Every request in logs/access_log.log (as TorchServe); on a terminal every request is shown too, else the failed ones.
+      requestLog: { accessLogPath: path.join(config.logDir, ACCESS_LOG_FILE_NAME), isEveryRequestLogged: process.stdout.isTTY === true },
+    });
   } catch (error) {
     removePidFile({ onlyIfPid: process.pid });
     throw error;

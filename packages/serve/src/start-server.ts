@@ -6,10 +6,11 @@ import { createSnapshotStore, listSnapshots, readLatestSnapshot, type SnapshotSt
 import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, withoutRestored, type SnapshotRegistration } from './snapshot/restore-snapshot.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
-import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
+import { createServerPlugins, isSameAddress, type OperatorContext } from './server-plugins.ts';
 import { assertAddressesFree, toListenError } from './config/assert-addresses-free.ts';
 import type { StartupProgressEvent } from './startup-progress.ts';
 import type { GrpcServers } from './protocols/grpc-server.ts';
+import { createRequestLog, type RequestLog } from './request-log.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
@@ -36,6 +37,11 @@ export interface StartServerOptions {
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** Each start-up model starting to load and finishing (loading includes onnxruntime's optimisation). */
   onProgress?: (event: StartupProgressEvent) => void;
+  /**
+   * The request log: every answered request appended to `accessLogPath` (TorchServe's
+   * access_log.log), and the failed ones (or all, with isEveryRequestLogged) sent to `log`.
+   */
+  requestLog?: { accessLogPath?: string; isEveryRequestLogged?: boolean };
 }
 
 /**
@@ -66,7 +72,20 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   }
   const effectiveConfig = registrations.length > 0 ? await withoutRestoredStartupModels(config, registrations) : config;
   const operator: OperatorContext = {};
-  const app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator) });
+  const requestLog: RequestLog | undefined = options.requestLog ? createRequestLog({ ...options.requestLog, log }) : undefined;
+  // First on each listener (inference, management when it is another one, metrics), so it sees every answer.
+  const requestLogPlugins = requestLog
+    ? (['inference', 'management', 'metrics'] as const)
+        .filter((api) => api !== 'management' || !isSameAddress(effectiveConfig.inferenceAddress, effectiveConfig.managementAddress))
+        .map((api) => ({ api, plugin: requestLog.plugin }))
+    : [];
+  let app: MarinaApp;
+  try {
+    app = await buildApp(effectiveConfig, { plugins: [...requestLogPlugins, ...(await createServerPlugins(effectiveConfig, operator))] });
+  } catch (error) {
+    await requestLog?.close();
+    throw error;
+  }
   let autoscaler: Autoscaler | undefined;
   let snapshots: SnapshotStore | undefined;
   let grpcServers: GrpcServers | undefined;
@@ -78,6 +97,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       await snapshots?.close();
       const appClosed = app.close();
       await Promise.all([grpcServers?.close({ drained: appClosed }), appClosed]);
+      await requestLog?.close();
     })();
     return closing;
   };

@@ -1,0 +1,92 @@
+/**
+ * Requests are visible: every answered request is a line of logs/access_log.log (TorchServe's file
+ * and line form, plus the request id), and the failed ones (401, 404, 413) are lines of the
+ * server's log with time, level, request id and MARINA_ERR code. A real server on loopback with
+ * token authorization on, real worker threads.
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startServer, type RunningServer } from '../src/start-server.ts';
+import { formatAccessLine, formatLogLine } from '../src/request-log.ts';
+import { testConfig } from './helpers.ts';
+import { writeSleepyModel } from './fixtures.ts';
+import { useTempDirs } from './temp-dirs.ts';
+
+const makeDir = useTempDirs('marina-request-log-');
+
+describe('the request log', () => {
+  let dir: string;
+  let server: RunningServer;
+  let baseUrl: string;
+  let inferenceKey: string;
+  const logLines: Array<{ level: string; message: string }> = [];
+  const accessLogPath = () => path.join(dir, 'logs', 'access_log.log');
+  const answers: Array<{ status: number; requestId: string | null }> = [];
+
+  async function request(url: string, init: RequestInit = {}): Promise<Response> {
+    const res = await fetch(`${baseUrl}${url}`, init);
+    await res.arrayBuffer();
+    answers.push({ status: res.status, requestId: res.headers.get('x-request-id') });
+    return res;
+  }
+
+  beforeAll(async () => {
+    dir = makeDir();
+    await writeSleepyModel(path.join(dir, 'store'), 'sleepy');
+    const address = { protocol: 'http' as const, host: '127.0.0.1', port: 0, raw: 'http://127.0.0.1:0' };
+    const config = testConfig(
+      { inferenceAddress: address, managementAddress: address, metricsAddress: address, enableMetricsApi: false, disableTokenAuthorization: false, modelStore: path.join(dir, 'store'), loadModels: 'all', maxRequestBytes: 4096 },
+      dir,
+    );
+    server = await startServer(config, { log: (level, message) => logLines.push({ level, message }), requestLog: { accessLogPath: accessLogPath() } });
+    baseUrl = server.listening.find((entry) => entry.api === 'inference')!.url;
+    inferenceKey = (JSON.parse(readFileSync(config.keyFilePath, 'utf8')) as { inference: { key: string } }).inference.key;
+  });
+
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  it('writes every request to access_log.log and the failed ones to the log, with their request ids', async () => {
+    const auth = { authorization: `Bearer ${inferenceKey}` };
+    expect((await request('/predictions/sleepy', { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ value: 1 }) })).status).toBe(200);
+    expect((await request('/predictions/sleepy', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ value: 1 }) })).status).toBe(401);
+    expect((await request('/no/such/route', { headers: auth })).status).toBe(404);
+    expect((await request('/predictions/sleepy', { method: 'POST', headers: { ...auth, 'content-type': 'application/octet-stream' }, body: Buffer.alloc(8192) })).status).toBe(413);
+    // Closing flushes and closes the access log file.
+    await server.close();
+
+    const accessLines = readFileSync(accessLogPath(), 'utf8').trimEnd().split('\n');
+    expect(accessLines).toHaveLength(4);
+    const parsed = accessLines.map((line) => {
+      const match = /^(\S+) - \/127\.0\.0\.1:\d+ "(GET|POST) (\S+) HTTP\/1\.1" (\d{3}) (\d+) (\S+)$/.exec(line);
+      expect(match, line).not.toBeNull();
+      expect(Number.isNaN(Date.parse(match![1]!))).toBe(false);
+      return { url: match![3], status: Number(match![4]), requestId: match![6] };
+    });
+    expect(parsed.map((entry) => [entry.url, entry.status])).toEqual([
+      ['/predictions/sleepy', 200],
+      ['/predictions/sleepy', 401],
+      ['/no/such/route', 404],
+      ['/predictions/sleepy', 413],
+    ]);
+    // The id in the access log is the one the client got in x-request-id.
+    expect(parsed.map((entry) => entry.requestId)).toEqual(answers.map((answer) => answer.requestId));
+
+    // The server's log: the three failures, as warnings, with id, route, status and (where Marina answered) its code.
+    const requestLines = logLines.filter((line) => /^\[[0-9a-f-]{36}\] /.test(line.message));
+    expect(requestLines.map((line) => line.level)).toEqual(['warn', 'warn', 'warn']);
+    expect(requestLines[0]!.message).toContain(`[${answers[1]!.requestId}] POST /predictions/sleepy 401 `);
+    expect(requestLines[1]!.message).toContain(`[${answers[2]!.requestId}] GET /no/such/route 404 `);
+    expect(requestLines[2]!.message).toMatch(new RegExp(`^\\[${answers[3]!.requestId}\\] POST /predictions/sleepy 413 \\d+\\.\\d ms MARINA_ERR_REQUEST_TOO_LARGE$`));
+  });
+
+  it('formats log lines with time and level, and access lines as TorchServe with the request id', () => {
+    const time = new Date('2026-11-24T20:59:01.123Z');
+    expect(formatLogLine('warn', 'something', time)).toBe('2026-11-24T20:59:01.123Z WARN something');
+    expect(formatAccessLine({ time, remoteAddress: '127.0.0.1', remotePort: 5000, method: 'GET', url: '/ping', httpVersion: '1.1', statusCode: 200, durationMs: 2.6, requestId: 'abc' })).toBe(
+      '2026-11-24T20:59:01.123Z - /127.0.0.1:5000 "GET /ping HTTP/1.1" 200 3 abc',
+    );
+  });
+});
