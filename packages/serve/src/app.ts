@@ -5,7 +5,7 @@ import { readdir, stat } from 'node:fs/promises';
 import { isAbsolute, join, normalize, resolve } from 'node:path';
 import { resolveInside } from '@marina/archive';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
-import type { MarinaError } from '@marina/errors';
+import { closestName, type MarinaError } from '@marina/errors';
 import { resourceLimitsOf, type LoadModelSpec, type ServerConfig } from './config/server-config.ts';
 import { createModelCaches } from './cache/model-caches.ts';
 import { createServeError, toMarinaError } from './errors.ts';
@@ -102,10 +102,40 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
     }
     return sendError(reply, toMarinaError(error));
   });
+  // The routes of this listener, for the 404 answer's hints (onRoute sees the routes of every plugin registered later).
+  const routes: Array<{ method: string; url: string }> = [];
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method, url: route.url });
+  });
   app.setNotFoundHandler((request, reply) => {
-    reply.code(404).type('application/json').send(`${JSON.stringify({ code: 404, type: 'ResourceNotFoundException', message: 'Requested resource is not found, please refer to API document.' }, null, 2)}\n`);
+    // TorchServe's body and message, then which routes this API has near the one asked for.
+    const message = `Requested resource is not found, please refer to API document. ${notFoundHint(request.method, request.url, routes)}`;
+    return sendError(reply, createServeError.MARINA_ERR_ROUTE_NOT_FOUND(message));
   });
   return app;
+}
+
+/**
+ * What a 404 says after TorchServe's sentence: the routes under the same first path segment, or
+ * under the closest one (`/prediction/x` -> `/predictions/...`), else the first segments this API
+ * serves; and where the README describes the APIs. Path parameters are shown as `{name}`.
+ */
+export function notFoundHint(method: string, url: string, routes: ReadonlyArray<{ method: string; url: string }>): string {
+  const path = url.split('?')[0] ?? '/';
+  const firstOf = (p: string) => p.split('/')[1] ?? '';
+  const shown = (r: { method: string; url: string }) => `${r.method} ${r.url.replace(/:([A-Za-z_][A-Za-z0-9_]*)/g, '{$1}')}`;
+  const list = (items: ReadonlyArray<{ method: string; url: string }>) => {
+    const names = [...new Set(items.map(shown))];
+    return names.length > 8 ? `${names.slice(0, 8).join(', ')}, … (${names.length - 8} more)` : names.join(', ');
+  };
+  const see = 'The routes are described in README.md ("Serve and predict", "Management API", "Protocols").';
+  const first = firstOf(path);
+  const same = routes.filter((r) => firstOf(r.url) === first);
+  if (first !== '' && same.length > 0) return `${method} ${path} is not a route of this API; its routes under /${first}: ${list(same)}. ${see}`;
+  const firsts = [...new Set(routes.map((r) => firstOf(r.url)).filter((segment) => segment !== ''))];
+  const closest = closestName(first, firsts);
+  if (closest !== undefined) return `${method} ${path} is not a route of this API; did you mean /${closest}? Its routes: ${list(routes.filter((r) => firstOf(r.url) === closest))}. ${see}`;
+  return `${method} ${path} is not a route of this API, whose paths start with ${firsts.map((segment) => `/${segment}`).join(', ')}. ${see}`;
 }
 
 const archivePattern = /\.(mar|model|tar\.gz|tgz)$/i;

@@ -78,7 +78,7 @@ describe('the request log', () => {
     const requestLines = logLines.filter((line) => /^\[[0-9a-f-]{36}\] /.test(line.message));
     expect(requestLines.map((line) => line.level)).toEqual(['warn', 'warn', 'warn']);
     expect(requestLines[0]!.message).toContain(`[${answers[1]!.requestId}] POST /predictions/sleepy 401 `);
-    expect(requestLines[1]!.message).toContain(`[${answers[2]!.requestId}] GET /no/such/route 404 `);
+    expect(requestLines[1]!.message).toMatch(new RegExp(`^\\[${answers[2]!.requestId}\\] GET /no/such/route 404 \\d+\\.\\d ms MARINA_ERR_ROUTE_NOT_FOUND$`));
     expect(requestLines[2]!.message).toMatch(new RegExp(`^\\[${answers[3]!.requestId}\\] POST /predictions/sleepy 413 \\d+\\.\\d ms MARINA_ERR_REQUEST_TOO_LARGE$`));
   });
 
