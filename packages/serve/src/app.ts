@@ -30,6 +30,8 @@ export interface BuildAppOptions {
   plugins?: AppPlugin[];
   /** Fastify logger option; false by default (the CLI passes its own). */
   logger?: boolean | Record<string, unknown>;
+  /** Where the registry, the workers and start-up loading report (worker crashes, failed starts, cache evictions); Fastify's logger when not given. */
+  log?: (level: 'info' | 'warn' | 'error', message: string) => void;
 }
 
 export interface StartupLoadResult {
@@ -185,7 +187,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const inference = createInstance(config, options, config.inferenceAddress);
   const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options, config.managementAddress);
   const metrics = createInstance(config, options, config.metricsAddress);
-  const log = (level: 'info' | 'warn' | 'error', message: string) => inference.log[level](message);
+  const log = options.log ?? ((level: 'info' | 'warn' | 'error', message: string) => inference.log[level](message));
   const limits = resourceLimitsOf(config);
   const caches = createModelCaches({
     extractionCacheDir: config.extractionCacheDir,

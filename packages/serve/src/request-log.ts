@@ -40,6 +40,18 @@ export function formatAccessLine(entry: { time: Date; remoteAddress: string | un
 
 const marinaCodePattern = /"marinaCode":\s*"(MARINA_ERR_[A-Z0-9_]+)"/;
 
+/** `CODE` of a Marina error body, and for a server error (5xx) its message too. */
+function describeFailure(statusCode: number, payload: string): string | undefined {
+  const code = marinaCodePattern.exec(payload)?.[1];
+  if (code === undefined || statusCode < 500) return code;
+  try {
+    const message = (JSON.parse(payload) as { message?: unknown }).message;
+    return typeof message === 'string' ? `${code}: ${message}` : code;
+  } catch {
+    return code;
+  }
+}
+
 /**
  * The request log: every answered request (401, 404 and 413 included) as a line of the access log
  * file, and in the server's log with its level, request id, status, duration and, for a failure, its
@@ -60,8 +72,8 @@ export function createRequestLog(options: RequestLogOptions): RequestLog {
 
   const onSend = (request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (error: null, payload: unknown) => void) => {
     if (reply.statusCode >= 400 && typeof payload === 'string') {
-      const match = marinaCodePattern.exec(payload);
-      if (match) codes.set(request, match[1]!);
+      const failure = describeFailure(reply.statusCode, payload);
+      if (failure !== undefined) codes.set(request, failure);
     }
     done(null, payload);
   };

@@ -81,7 +81,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     : [];
   let app: MarinaApp;
   try {
-    app = await buildApp(effectiveConfig, { plugins: [...requestLogPlugins, ...(await createServerPlugins(effectiveConfig, operator))] });
+    app = await buildApp(effectiveConfig, { log, plugins: [...requestLogPlugins, ...(await createServerPlugins(effectiveConfig, operator))] });
   } catch (error) {
     await requestLog?.close();
     throw error;

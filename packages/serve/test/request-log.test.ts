@@ -82,6 +82,21 @@ describe('the request log', () => {
     expect(requestLines[2]!.message).toMatch(new RegExp(`^\\[${answers[3]!.requestId}\\] POST /predictions/sleepy 413 \\d+\\.\\d ms MARINA_ERR_REQUEST_TOO_LARGE$`));
   });
 
+  it("puts the registry's and start-up loading's reports in the server's log", async () => {
+    const other = makeDir();
+    await writeSleepyModel(path.join(other, 'store'), 'sleepy');
+    const address = { protocol: 'http' as const, host: '127.0.0.1', port: 0, raw: 'http://127.0.0.1:0' };
+    const lines: Array<{ level: string; message: string }> = [];
+    const config = testConfig({ inferenceAddress: address, managementAddress: address, metricsAddress: address, enableMetricsApi: false, modelStore: path.join(other, 'store'), loadModels: [{ url: 'sleepy' }, { url: 'missing.mar' }] }, other);
+    const second = await startServer(config, { log: (level, message) => lines.push({ level, message }) });
+    try {
+      expect(second.failed).toHaveLength(1);
+      expect(lines).toContainEqual({ level: 'error', message: expect.stringContaining('model missing.mar was not loaded: Model not found at:') });
+    } finally {
+      await second.close();
+    }
+  });
+
   it('formats log lines with time and level, and access lines as TorchServe with the request id', () => {
     const time = new Date('2026-11-24T20:59:01.123Z');
     expect(formatLogLine('warn', 'something', time)).toBe('2026-11-24T20:59:01.123Z WARN something');
