@@ -114,7 +114,7 @@ describe('README shell blocks', () => {
     expect(result.output).toMatch(/"modelName": "resnet-18"/);
     expect(result.output.match(/Marina has stopped\./g)).toHaveLength(2);
     // The prediction is a line of the access log, with the request id.
-    expect(result.output).toMatch(/ - \/127\.0\.0\.1:\d+ "POST \/predictions\/resnet-18 HTTP\/1\.1" 200 \d+ [0-9a-f-]{36}\n/);
+    expect(result.output).toMatch(/\[INFO \] [0-9a-f-]{36} ACCESS_LOG - \/127\.0\.0\.1:\d+ "POST \/predictions\/resnet-18 HTTP\/1\.1" 200 \d+\n/);
     // Nothing of onnxruntime's telemetry (mat-debug-<pid>.log, .ses) in the temp folder.
     expect(readdirSync(workDir).filter((name) => /^mat-debug-|^\.ses$/.test(name))).toEqual([]);
   }, 600_000);

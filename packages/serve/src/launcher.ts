@@ -9,7 +9,6 @@ import { configError } from './config/config-errors.ts';
 import { isServerProcessAlive, pidFilePath, readPidFile, removePidFile, writePidFile, type PidFileContent } from './config/pid-file.ts';
 import type { RunningServer } from './start-server.ts';
 import { assertAddressesFree } from './config/assert-addresses-free.ts';
-import { ACCESS_LOG_FILE_NAME } from './request-log.ts';
 import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
 
 /** What a server reports once it listens: in its own terminal, and to the launcher over IPC. */
@@ -161,7 +160,7 @@ export function writeStartupReport(report: StartupReport, config: ServerConfig):
   const names: Record<string, string> = { 'grpc-inference': 'gRPC Inference', 'grpc-management': 'gRPC Management' };
   for (const { api, url } of report.listening) process.stdout.write(`${names[api] ?? `${api[0]!.toUpperCase()}${api.slice(1)}`} API bound to ${url}\n`);
   process.stdout.write(`${tokenNote(config)}\n`);
-  process.stdout.write(`Requests are logged to ${path.join(config.logDir, ACCESS_LOG_FILE_NAME)}; failed ones also to this log, with their x-request-id\n`);
+  process.stdout.write(`Every request is logged in ${path.join(config.logDir, 'access_log.log')}; failed ones also in the server's output (${LOG_FILE_NAME} in the background), with their x-request-id\n`);
   if (report.restoredFrom) process.stdout.write(`Restored the models of the snapshot ${report.restoredFrom} (start with --ncs to ignore snapshots)\n`);
   for (const name of report.loaded) process.stdout.write(`Model loaded: ${name}\n`);
   for (const failure of report.failed) process.stderr.write(`Model failed to load: ${failure}\n`);

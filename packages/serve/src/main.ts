@@ -1,4 +1,3 @@
-import path from 'node:path';
 import type { ServerConfig } from './config/server-config.ts';
 import { assertModelStoreConfigured, loadConfig, type ServeCliOptions } from './config/load-config.ts';
 import { removePidFile, writePidFile } from './config/pid-file.ts';
@@ -7,7 +6,7 @@ import { assertNoOtherServer, notifyLauncher, stripAnsi, startBackgroundServer, 
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
 import { configError } from './config/config-errors.ts';
 import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
-import { ACCESS_LOG_FILE_NAME, formatLogLine } from './request-log.ts';
+import { formatTerminalLine } from './request-log.ts';
 import { cleanModelCaches, defaultExtractionCacheDir, optimizedModelCacheDir } from './cache/model-caches.ts';
 
 /** Executes one parsed `serve` command and exits the process: the only process.exit in Marina. */
@@ -76,9 +75,9 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
     server = await startServer(config, {
       onProgress,
       // Every line with its time and level; the request lines carry the request id (x-request-id).
-      log: (level, message) => (level === 'info' ? process.stdout : process.stderr).write(`${formatLogLine(level, message)}\n`),
-      // Every request in logs/access_log.log (as TorchServe); on a terminal every request is shown too, else the failed ones.
-      requestLog: { accessLogPath: path.join(config.logDir, ACCESS_LOG_FILE_NAME), isEveryRequestLogged: process.stdout.isTTY === true },
+      log: (level, message) => (level === 'info' ? process.stdout : process.stderr).write(`${formatTerminalLine(level, message)}\n`),
+      // Failed requests here too (every request is in logs/access_log.log); on a terminal, every request.
+      requestLog: { isEveryRequestLogged: process.stdout.isTTY === true },
     });
   } catch (error) {
     removePidFile({ onlyIfPid: process.pid });

@@ -81,6 +81,7 @@ function isRunning(pid: number): boolean {
 }
 
 const started: string[] = [];
+// One `serve --stop` per started folder, each a real process start (seconds on a loaded machine).
 afterAll(async () => {
   for (const cwd of started) await serve(cwd, ['--stop']);
   for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });

@@ -1,14 +1,14 @@
 /**
  * Requests are visible: every answered request is a line of logs/access_log.log (TorchServe's file
- * and line form, plus the request id), and the failed ones (401, 404, 413) are lines of the
- * server's log with time, level, request id and MARINA_ERR code. A real server on loopback with
+ * and layout, the request id in the thread slot), and the failed ones (401, 404, 413) are lines of
+ * the server's own output with time, level, request id and MARINA_ERR code. A real server on loopback with
  * token authorization on, real worker threads.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../src/start-server.ts';
-import { formatAccessLine, formatLogLine } from '../src/request-log.ts';
+import { formatTerminalLine } from '../src/request-log.ts';
 import { testConfig } from './helpers.ts';
 import { writeSleepyModel } from './fixtures.ts';
 import { useTempDirs } from './temp-dirs.ts';
@@ -39,7 +39,7 @@ describe('the request log', () => {
       { inferenceAddress: address, managementAddress: address, metricsAddress: address, enableMetricsApi: false, disableTokenAuthorization: false, modelStore: path.join(dir, 'store'), loadModels: 'all', maxRequestBytes: 4096 },
       dir,
     );
-    server = await startServer(config, { log: (level, message) => logLines.push({ level, message }), requestLog: { accessLogPath: accessLogPath() } });
+    server = await startServer(config, { log: (level, message) => logLines.push({ level, message }), requestLog: {} });
     baseUrl = server.listening.find((entry) => entry.api === 'inference')!.url;
     inferenceKey = (JSON.parse(readFileSync(config.keyFilePath, 'utf8')) as { inference: { key: string } }).inference.key;
   });
@@ -54,16 +54,15 @@ describe('the request log', () => {
     expect((await request('/predictions/sleepy', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ value: 1 }) })).status).toBe(401);
     expect((await request('/no/such/route', { headers: auth })).status).toBe(404);
     expect((await request('/predictions/sleepy', { method: 'POST', headers: { ...auth, 'content-type': 'application/octet-stream' }, body: Buffer.alloc(8192) })).status).toBe(413);
-    // Closing flushes and closes the access log file.
+    // Closing flushes and closes the log files.
     await server.close();
 
     const accessLines = readFileSync(accessLogPath(), 'utf8').trimEnd().split('\n');
     expect(accessLines).toHaveLength(4);
     const parsed = accessLines.map((line) => {
-      const match = /^(\S+) - \/127\.0\.0\.1:\d+ "(GET|POST) (\S+) HTTP\/1\.1" (\d{3}) (\d+) (\S+)$/.exec(line);
+      const match = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{3} \[INFO \] (\S+) ACCESS_LOG - \/127\.0\.0\.1:\d+ "(GET|POST) (\S+) HTTP\/1\.1" (\d{3}) (\d+)$/.exec(line);
       expect(match, line).not.toBeNull();
-      expect(Number.isNaN(Date.parse(match![1]!))).toBe(false);
-      return { url: match![3], status: Number(match![4]), requestId: match![6] };
+      return { url: match![3], status: Number(match![4]), requestId: match![1] };
     });
     expect(parsed.map((entry) => [entry.url, entry.status])).toEqual([
       ['/predictions/sleepy', 200],
@@ -97,11 +96,7 @@ describe('the request log', () => {
     }
   });
 
-  it('formats log lines with time and level, and access lines as TorchServe with the request id', () => {
-    const time = new Date('2026-11-24T20:59:01.123Z');
-    expect(formatLogLine('warn', 'something', time)).toBe('2026-11-24T20:59:01.123Z WARN something');
-    expect(formatAccessLine({ time, remoteAddress: '127.0.0.1', remotePort: 5000, method: 'GET', url: '/ping', httpVersion: '1.1', statusCode: 200, durationMs: 2.6, requestId: 'abc' })).toBe(
-      '2026-11-24T20:59:01.123Z - /127.0.0.1:5000 "GET /ping HTTP/1.1" 200 3 abc',
-    );
+  it('formats the lines of the server output with time and level', () => {
+    expect(formatTerminalLine('warn', 'something', new Date('2026-11-24T20:59:01.123Z'))).toBe('2026-11-24T20:59:01.123Z WARN something');
   });
 });

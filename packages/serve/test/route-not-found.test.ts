@@ -34,7 +34,7 @@ describe('404 on an unknown route', () => {
     expect(body.message.startsWith('Requested resource is not found, please refer to API document. ')).toBe(true);
     expect(body.message).toContain('POST /prediction/resnet-18 is not a route of this API; did you mean /predictions?');
     expect(body.message).toContain('POST /predictions/{model_name}');
-    expect(body.message).toContain('README.md');
+    expect(body.message).toContain('GET /api-description');
   });
 
   it('lists the routes under the same first segment when only the rest is wrong', async () => {
@@ -46,7 +46,7 @@ describe('404 on an unknown route', () => {
   it('lists the first segments the API serves when nothing is close', () => {
     const routes = [{ method: 'GET', url: '/ping' }, { method: 'POST', url: '/predictions/:model_name' }];
     expect(notFoundHint('GET', '/zzzzzzzzzz?x=1', routes)).toBe(
-      'GET /zzzzzzzzzz is not a route of this API, whose paths start with /ping, /predictions. The routes are described in README.md ("Serve and predict", "Management API", "Protocols").',
+      'GET /zzzzzzzzzz is not a route of this API, whose paths start with /ping, /predictions. GET /api-description (or OPTIONS /) on this port describes every route; the management port has a browsable page at /api-explorer.',
     );
   });
 });

@@ -5,7 +5,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { chmod, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, onRequestHookHandler } from 'fastify';
 import { authErrors } from './auth-errors.ts';
 import { sendTorchServeError, setTorchServeHeaders } from './torchserve-response.ts';
 
@@ -179,7 +179,6 @@ function failure(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<T
   }
 }
 
-const INVALID_KEY = { MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException' };
 
 /**
  * Declares the key every route registered in `app` (an encapsulated plugin) needs, unless a route
@@ -242,6 +241,7 @@ export async function tokenRoutes(app: FastifyInstance, options: { tokens: Token
     method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'],
     url: '/token',
     config: { auth: 'API' },
+    schema: { description: 'Rotate a key: ?type=management or ?type=inference; needs the API key.', querystring: { type: 'object', properties: { type: { type: 'string' } } } } as FastifySchema,
     handler: async (request, reply) => {
       const result = tokens.check('API', request.headers.authorization);
       if (result !== 'ok') {
@@ -256,7 +256,6 @@ export async function tokenRoutes(app: FastifyInstance, options: { tokens: Token
           authErrors.create.MARINA_ERR_TOKEN_TYPE_INVALID(
             `'/token' needs type=inference or type=management, got ${type === undefined ? 'none' : `'${String(type)}'`}`,
           ),
-          INVALID_KEY,
         );
       }
       await tokens.rotate(type);
