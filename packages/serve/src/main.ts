@@ -85,7 +85,8 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
   } finally {
     progress.stop();
   }
-  if (server.loaded.length === 0 && server.failed.length > 0) {
+  // Only for load_models / --models: a snapshot none of whose models came back keeps serving, says so and keeps the snapshot.
+  if (server.loaded.length === 0 && server.startupFailures > 0) {
     for (const failure of server.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
     await server.close();
     removePidFile({ onlyIfPid: process.pid });

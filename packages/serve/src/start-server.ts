@@ -22,6 +22,8 @@ export interface RunningServer {
   loaded: string[];
   /** `url: code: message` of every model version that could not be loaded; the server runs without it. */
   failed: string[];
+  /** How many of the start-up models (load_models / --models) failed; snapshot restores are not counted. */
+  startupFailures: number;
   /** The snapshot file whose model versions were registered again, when one was. */
   restoredFrom?: string;
   /**
@@ -198,6 +200,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       listening,
       loaded,
       failed,
+      startupFailures: startup.failed.length,
       ...(snapshot && registrations.length > 0 && !isSnapshotKept ? { restoredFrom: snapshot.path } : {}),
       warnings,
       close,
