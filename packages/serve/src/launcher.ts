@@ -71,7 +71,7 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
   });
   closeSync(logFd);
   if (child.pid === undefined) throw configError.MARINA_ERR_SERVER_START_FAILED(`could not start ${process.execPath} ${binPath}`);
-  writePidFile({ pid: child.pid, keyFilePath: config.keyFilePath, logFile });
+  writePidFile({ pid: child.pid, ...(config.isKeyFileProvided ? {} : { keyFilePath: config.keyFilePath }), logFile });
 
   const progress = createStartupProgress({ stream: process.stdout, isTty: process.stdout.isTTY === true });
   const outcome = await new Promise<{ ready: ReadyMessage } | { exitCode: number | null; signal: string | null } | { timedOut: true }>((resolve) => {

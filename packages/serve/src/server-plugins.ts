@@ -40,7 +40,7 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
     if (!isSharedListener) plugins.push({ api: 'management', plugin: responseCounterPlugin, options: { operator } });
   }
   if (!config.disableTokenAuthorization) {
-    const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin });
+    const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin, isKeyFileProvided: config.isKeyFileProvided });
     operator.tokens = tokens;
     // Each request needs the key its matched route declares (declareRouteAuth), also when both
     // APIs share one listener.

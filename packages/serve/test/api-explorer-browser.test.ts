@@ -64,6 +64,7 @@ describe('the API explorer page', () => {
     expect(routes).toEqual(expect.arrayContaining([
       'inference GET /ping',
       'inference POST /predictions/{model_name}',
+      'inference GET /v2',
       'management POST /models',
       'management PUT /models/{model_name}',
       'metrics GET /metrics',
@@ -77,10 +78,16 @@ describe('the API explorer page', () => {
     await ping.locator('pre.result[data-status="200"]').waitFor({ timeout: 0 });
     expect(JSON.parse((await result.textContent())!.split('\n').slice(1).join('\n'))).toEqual({ status: 'Healthy' });
 
-    // Without the key the same call is refused by the inference listener's own token check.
+    // Without the key, a route that needs it (GET /v2, the server's metadata) is refused by the
+    // inference listener's own token check, while /ping stays open for probes.
     await page.fill('#token', '');
+    const metadata = page.locator('section[data-api="inference"] li.route[data-route="GET /v2"]');
+    await metadata.locator('button').click();
+    await metadata.locator('pre.result[data-status="401"]').waitFor({ timeout: 0 });
+    // Clear the first call's answer, so the wait below sees this call's.
+    await result.evaluate((element) => element.removeAttribute('data-status'));
     await ping.locator('button').click();
-    await ping.locator('pre.result[data-status="401"]').waitFor({ timeout: 0 });
+    await ping.locator('pre.result[data-status="200"]').waitFor({ timeout: 0 });
     expect(problems).toEqual([]);
     await page.close();
   });

@@ -76,7 +76,9 @@ interface ConfigSchema {
   definitions: Record<string, { type?: string; description?: string }>;
 }
 
-const schema = JSON.parse(readFileSync(new URL('../../../../schemas/config.schema.json', import.meta.url), 'utf8')) as ConfigSchema;
+// The repository's schemas/ folder when running the sources; the build's copy in dist/schemas/ when compiled.
+const SCHEMA_DIR = import.meta.url.endsWith('.ts') ? new URL('../../../../schemas/', import.meta.url) : new URL('../schemas/', import.meta.url);
+const schema = JSON.parse(readFileSync(new URL('config.schema.json', SCHEMA_DIR), 'utf8')) as ConfigSchema;
 const KNOWN_KEYS = new Set(Object.keys(schema.properties));
 const BOOLEAN_KEYS = new Set(Object.entries(schema.properties).filter(([, property]) => property.type === 'boolean').map(([key]) => key));
 
@@ -103,6 +105,7 @@ interface RawConfig {
   use_env_allowed_urls: boolean;
   disable_token_authorization: boolean;
   token_expiration_min: number;
+  token_key_file?: string;
   enable_model_api: boolean;
   enable_metrics_api: boolean;
   enable_envvars_config: boolean;
@@ -389,7 +392,8 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     enableModelApi: checked.enable_model_api,
     enableMetricsApi: checked.enable_metrics_api,
     tokenExpirationMin: checked.token_expiration_min,
-    keyFilePath: path.join(cwd, 'key_file.json'),
+    keyFilePath: checked.token_key_file ? path.resolve(cwd, checked.token_key_file) : path.join(cwd, 'key_file.json'),
+    isKeyFileProvided: Boolean(checked.token_key_file),
     ompNumThreads,
     cpuCount: os.availableParallelism(),
     extractionCacheDir: defaultExtractionCacheDir(),

@@ -68,8 +68,10 @@ export interface ServerConfig {
   enableMetricsApi: boolean;
   /** token_expiration_min. Default 60. */
   tokenExpirationMin: number;
-  /** Where key_file.json is written (TorchServe: the working directory). */
+  /** Where key_file.json is written (TorchServe: the working directory), or token_key_file. */
   keyFilePath: string;
+  /** token_key_file was set: the keys are read from keyFilePath, never generated, written or removed. */
+  isKeyFileProvided?: boolean;
   /** OMP_NUM_THREADS from the environment, when set: the per-worker thread default. */
   ompNumThreads: number | undefined;
   /** Logical cores available to the server (os.availableParallelism()). */

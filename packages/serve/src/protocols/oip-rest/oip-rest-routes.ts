@@ -164,8 +164,10 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
   const serverMetadataSchema = { type: 'object', required: ['name', 'version', 'extensions'], properties: { name: { type: 'string' }, version: { type: 'string' }, extensions: { type: 'array', items: { type: 'string' } } } } as const;
   const inferResponseSchema = { type: 'object', required: ['model_name', 'outputs'], properties: { model_name: { type: 'string' }, model_version: { type: 'string' }, id: { type: 'string' }, outputs: { type: 'array', items: { type: 'object' } } } } as const;
 
-  app.get('/v2/health/live', { schema: { description: 'Open Inference Protocol: server liveness.', response: { 200: liveSchema, 503: liveSchema } } }, async (_request, reply) => json(reply, dataPlane.isLive() ? 200 : 503, { live: dataPlane.isLive() }));
-  app.get('/v2/health/ready', { schema: { description: "Open Inference Protocol: server readiness (every model's default version has its minimum workers up).", response: { 200: readySchema, 503: readySchema } } }, async (_request, reply) => {
+  // The two health routes are open with token authorization on, as /ping is: KServe's and
+  // Kubernetes' probes cannot send a key that rotates, and they tell only live/ready.
+  app.get('/v2/health/live', { config: { auth: 'none' }, schema: { description: 'Open Inference Protocol: server liveness.', response: { 200: liveSchema, 503: liveSchema } } }, async (_request, reply) => json(reply, dataPlane.isLive() ? 200 : 503, { live: dataPlane.isLive() }));
+  app.get('/v2/health/ready', { config: { auth: 'none' }, schema: { description: "Open Inference Protocol: server readiness (every model's default version has its minimum workers up).", response: { 200: readySchema, 503: readySchema } } }, async (_request, reply) => {
     const ready = dataPlane.isReady();
     return json(reply, ready ? 200 : 503, { ready });
   });
