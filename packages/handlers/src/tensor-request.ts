@@ -8,6 +8,8 @@ import { createHandlerError } from './errors.ts';
 import { isDynamicDim } from './signature-checks.ts';
 import type { HandlerContext, TensorSignature } from './types.ts';
 import {
+  answerBytesAtLeast,
+  assertResponseSize,
   checkRawSize,
   isV2Datatype,
   joinBinaryBody,
@@ -217,7 +219,9 @@ export function selectedOutputNames(request: ParsedTensorRequest, outputNames: r
 
 /**
  * Builds one request's answer from its rows of the outputs: TorchServe's JSON object, or a
- * Buffer in the v2 binary layout (with the response headers set through `context`).
+ * Buffer in the v2 binary layout (with the response headers set through `context`). An answer
+ * that cannot fit `context.maxResponseBytes` is returned as a MARINA_ERR_RESPONSE_TOO_LARGE error
+ * (for the row's place), decided before any JSON is built.
  */
 export function tensorAnswer(options: {
   request: ParsedTensorRequest;
@@ -229,6 +233,16 @@ export function tensorAnswer(options: {
 }): unknown {
   const { request, names, outputs, rows, context, index } = options;
   const raws = names.map((name) => ortToRaw(name, outputs[name]!, rows));
+  const isBinary = (name: string) => request.format !== 'json' && (request.outputs?.find((o) => o.name === name)?.isBinary ?? request.isBinaryOutputDefault);
+  // An answer that cannot fit max_response_size is refused here, before its JSON is built; the
+  // error in the row's place fails this request only, never the others of its batch.
+  try {
+    // TorchServe JSON is pretty-printed by the server (10 bytes per value at least); JSON inside the binary layout is compact.
+    const jsonBytesPerElement = request.format === 'json' ? 10 : 2;
+    assertResponseSize(answerBytesAtLeast(raws.map((t) => ({ shape: t.shape, raw: t.raw, isBinary: isBinary(t.name) })), jsonBytesPerElement), context.maxResponseBytes, true);
+  } catch (error) {
+    return error;
+  }
   if (request.format === 'json') {
     const out: Record<string, { shape: number[]; data: unknown[] }> = {};
     for (const t of raws) out[t.name] = { shape: t.shape, data: rawToJson(t.datatype, t.raw) };
@@ -236,9 +250,7 @@ export function tensorAnswer(options: {
   }
   const binaries: Buffer[] = [];
   const list = raws.map((t) => {
-    const asked = request.outputs?.find((o) => o.name === t.name);
-    const isBinary = asked?.isBinary ?? request.isBinaryOutputDefault;
-    if (!isBinary) return { name: t.name, datatype: t.datatype, shape: t.shape, data: rawToJson(t.datatype, t.raw) };
+    if (!isBinary(t.name)) return { name: t.name, datatype: t.datatype, shape: t.shape, data: rawToJson(t.datatype, t.raw) };
     binaries.push(t.raw);
     return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: t.raw.length } };
   });

@@ -47,6 +47,11 @@ export interface HandlerContext {
     server_version: string;
     limit_max_image_pixels: boolean;
   };
+  /**
+   * The server's max_response_size, bytes (undefined: no bound). The server refuses a larger answer
+   * anyway; a handler can refuse earlier, before it builds the answer (the tensor handler does).
+   */
+  maxResponseBytes?: number;
   /** Intra-op threads this worker may use; handlers that make sessions must honour it. */
   intraOpNumThreads: number;
   /** Creates an onnxruntime-node session with the server's options (threads, optimisation level). Defaults to serializedFilePath. */

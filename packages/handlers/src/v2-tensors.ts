@@ -315,3 +315,31 @@ export function joinBinaryBody(header: unknown, binaries: Buffer[]): { body: Buf
   const json = Buffer.from(JSON.stringify(header), 'utf8');
   return { body: Buffer.concat([json, ...binaries]), headerLength: json.length };
 }
+
+/**
+ * The fewest bytes an answer with these outputs can take, computed without building it: a binary
+ * output's own bytes, and for an output sent as JSON `jsonBytesPerElement` per element (compact
+ * JSON: one character and one separator, 2; the server's pretty-printed TorchServe answer puts each
+ * value of `{"outputs": {name: {"data": [...]}}}` on its own line indented by 8 spaces, so at least
+ * 10). Used to refuse, before any JSON is built, an answer that cannot fit max_response_size.
+ */
+export function answerBytesAtLeast(outputs: ReadonlyArray<{ shape: readonly number[]; raw: Buffer; isBinary: boolean }>, jsonBytesPerElement = 2): number {
+  let bytes = 0;
+  for (const t of outputs) {
+    if (t.isBinary) bytes += t.raw.length;
+    else bytes += Math.max(0, jsonBytesPerElement * elementCount(t.shape) - 1);
+  }
+  return bytes;
+}
+
+/**
+ * @param bytes the answer's size, or (`isLowerBound`) the fewest bytes it can take.
+ * @throws MARINA_ERR_RESPONSE_TOO_LARGE when `bytes` exceeds `maxResponseBytes` (max_response_size).
+ */
+export function assertResponseSize(bytes: number, maxResponseBytes: number | undefined, isLowerBound = false): void {
+  if (maxResponseBytes === undefined || bytes <= maxResponseBytes) return;
+  throw createHandlerError.MARINA_ERR_RESPONSE_TOO_LARGE(
+    `the answer ${isLowerBound ? 'would take at least' : 'is'} ${bytes} bytes, larger than max_response_size (${maxResponseBytes} bytes); ask for fewer outputs ("outputs"), use binary tensors (4 bytes per FP32 value instead of 10–20 in JSON), send fewer rows, or raise max_response_size`,
+    { details: { bytes, maxResponseBytes } },
+  );
+}

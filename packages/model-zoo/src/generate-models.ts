@@ -5,12 +5,12 @@ import { loadImagenetClassNames, writeIndexToName } from './imagenet-class-names
 import { readModelMetadata, type WriteModelResult } from './onnx-model-writer.ts';
 import { writeResnet } from './resnet.ts';
 import { writeSampleJpeg } from './sample-image.ts';
-import { writeTinyClassifier, writeTinyTensorModel } from './tiny-models.ts';
+import { writeMixedTypesModel, writeTinyClassifier, writeTinyTensorModel } from './tiny-models.ts';
 import { writeHeadClassifier, writeTinyDetector, writeTinySegmenter } from './handler-models.ts';
 import { pathOption, seedOption } from './validate-options.ts';
 
 /** Models `generateModels` (and `marina-models generate`) can write, each to `<outDir>/<name>.onnx`. */
-export const GENERATABLE_MODELS = ['resnet-18', 'resnet-50', 'resnet-152', 'tiny', 'tiny-tensor', 'softmax-classifier', 'tiny-segmenter', 'tiny-detector'] as const;
+export const GENERATABLE_MODELS = ['resnet-18', 'resnet-50', 'resnet-152', 'tiny', 'tiny-tensor', 'mixed-types', 'softmax-classifier', 'tiny-segmenter', 'tiny-detector'] as const;
 export type GeneratableModel = (typeof GENERATABLE_MODELS)[number];
 /** What `generateModels` writes when no list is given. */
 export const DEFAULT_MODELS: readonly GeneratableModel[] = ['resnet-18', 'resnet-50', 'resnet-152', 'tiny'];
@@ -80,6 +80,9 @@ function writeModel(name: GeneratableModel, outputPath: string, seed: number, is
       return writeTinyClassifier({ outputPath, inputSize: 224, numClasses: 1000, seed });
     case 'tiny-tensor':
       return writeTinyTensorModel({ outputPath });
+    case 'mixed-types':
+      // One input and output of each tensor kind the protocols carry (README "Protocols" serves it as `mixed`).
+      return writeMixedTypesModel({ outputPath });
     case 'softmax-classifier':
       // Ends in Softmax: image_classifier must return its output as it is.
       return writeHeadClassifier({ outputPath, head: 'softmax', inputSize: 224, numClasses: 1000, seed });
@@ -106,7 +109,7 @@ async function isUpToDate(name: GeneratableModel, modelPath: string, seed: numbe
   }
   const expectedModel = { tiny: 'tiny-classifier', 'tiny-segmenter': 'tiny-segmenter-3', 'tiny-detector': 'tiny-detector-separate' }[name as string] ?? name;
   if (model !== expectedModel) return false;
-  if (name === 'tiny-tensor' || name === 'tiny-segmenter' || name === 'tiny-detector') return true;
+  if (name === 'tiny-tensor' || name === 'mixed-types' || name === 'tiny-segmenter' || name === 'tiny-detector') return true;
   if (metadata['marina.seed'] !== String(seed)) return false;
   if (name.startsWith('resnet-')) {
     if (metadata['marina.external_data'] !== String(isExternalData)) return false;

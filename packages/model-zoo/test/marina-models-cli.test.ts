@@ -1,5 +1,6 @@
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import * as ort from 'onnxruntime-node';
 import { describe, expect, it } from 'vitest';
 import { runCli, type CliOutput } from '../src/index.ts';
 import { useTempDir } from './helpers.ts';
@@ -33,6 +34,21 @@ describe('marina-models generate', () => {
 
     const forced = await cli(['generate', '--out', dir, '--models', 'tiny', '--seed', '7', '--force']);
     expect(forced.stdout).toMatch(/done: 3 written, 0 skipped/);
+  });
+
+  it('writes the mixed-types model the README serves as `mixed`, with its signature, and skips it on a second run', async () => {
+    const dir = await useTempDir('cli');
+    const first = await cli(['generate', '--out', dir, '--models', 'mixed-types']);
+    expect(first).toMatchObject({ code: 0, stderr: '' });
+    const session = await ort.InferenceSession.create(join(dir, 'mixed-types.onnx'));
+    try {
+      expect(session.inputNames).toEqual(['x', 'scale', 'ids', 'mask', 'half', 'small', 'wide']);
+      expect(session.outputNames).toEqual(['y', 'ids_out', 'mask_out', 'half_out', 'small_out', 'wide_out']);
+    } finally {
+      await session.release();
+    }
+    const second = await cli(['generate', '--out', dir, '--models', 'mixed-types']);
+    expect(second.stdout).toMatch(/done: 0 written, 3 skipped/);
   });
 
   it('writes ResNet weights to a .onnx.data file with --external-data', async () => {

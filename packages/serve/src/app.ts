@@ -94,7 +94,12 @@ function isOriginAllowed(allowed: string, origin: string): boolean {
   return allowed.trim() === '*' || allowed.split(',').some((o) => o.trim() === origin);
 }
 
-function createInstance(config: ServerConfig, options: BuildAppOptions, address: ServerConfig['inferenceAddress']): FastifyInstance {
+/** Shared by an app's listeners: set once close() begins. */
+interface ClosingState {
+  isClosing: boolean;
+}
+
+function createInstance(config: ServerConfig, options: BuildAppOptions, address: ServerConfig['inferenceAddress'], closingState: ClosingState): FastifyInstance {
   const { requestTimeoutMs } = resourceLimitsOf(config);
   // Node checks request timeouts every connectionsCheckingInterval (30 s by default): check often
   // enough that a short limit is kept to within half of itself.
@@ -133,6 +138,12 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
       reply.code(200).send();
       return;
     }
+    done();
+  });
+  // While closing, a keep-alive connection is idle once its response is written: close it then
+  // (close() itself closes those idle at its start), so the listener never waits on a client's keep-alive timeout.
+  app.addHook('onResponse', (_request, _reply, done) => {
+    if (closingState.isClosing) setImmediate(() => app.server.closeIdleConnections?.());
     done();
   });
   const logs = options.logs;
@@ -237,9 +248,10 @@ function startupArchivePath(url: string, store: string | undefined): string {
  * (start-server.ts does). Plugins from `options.plugins` are registered on their API's instance.
  */
 export async function buildApp(config: ServerConfig, options: BuildAppOptions = {}): Promise<MarinaApp> {
-  const inference = createInstance(config, options, config.inferenceAddress);
-  const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options, config.managementAddress);
-  const metrics = createInstance(config, options, config.metricsAddress);
+  const closingState: ClosingState = { isClosing: false };
+  const inference = createInstance(config, options, config.inferenceAddress, closingState);
+  const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options, config.managementAddress, closingState);
+  const metrics = createInstance(config, options, config.metricsAddress, closingState);
   const log = (level: 'info' | 'warn' | 'error', message: string) => {
     if (options.log) options.log(level, message);
     else inference.log[level](message);
@@ -341,14 +353,12 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
       closing ??= (async () => {
         // Stop accepting (fastify answers 503 to new requests while closing), let in-flight jobs finish.
         const instances = [...new Set([inference, management, metrics])];
+        closingState.isClosing = true;
         const closingServers = instances.map((i) => i.close());
         await registry.close();
-        // Keep-alive connections that were busy when close() began are idle now; without this
-        // the listeners would wait for the clients' keep-alive timeout.
-        const closeIdle = () => { for (const i of instances) i.server.closeIdleConnections?.(); };
-        closeIdle();
-        const sweeper = setInterval(closeIdle, 50);
-        await Promise.all(closingServers).finally(() => clearInterval(sweeper));
+        // Keep-alive connections busy when close() began are closed as their responses finish (the onResponse hook above).
+        for (const i of instances) i.server.closeIdleConnections?.();
+        await Promise.all(closingServers);
       })();
       return closing;
     },

@@ -36,7 +36,6 @@ export const serveErrors = defineErrors({
   MARINA_ERR_EXPLAIN_NOT_SUPPORTED: { statusCode: 503, description: "POST /explanations (or /v1/models/{m}:explain) on a model whose handler has no explain: Marina's handlers do not implement explanations, and TorchServe answers a handler without one with 503 'Prediction failed'. Use /predictions." },
   MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED: { statusCode: 501, description: 'The workflow routes (/workflows, /wfpredict) are TorchServe\'s and not implemented in Marina yet; register the models of the workflow and call /predictions for each.' },
   MARINA_ERR_MODEL_SIGNATURE_UNREADABLE: { statusCode: 500, description: "The model's ONNX file could not be read for its inputs and outputs (model metadata, input checks); the message names the file. Check the archive with `model-archiver validate`." },
-  MARINA_ERR_RESPONSE_TOO_LARGE: { statusCode: 500, description: 'The answer is larger than max_response_size; ask for fewer outputs (`outputs`), use binary tensors, send fewer rows, or raise max_response_size.' },
   MARINA_ERR_INTERNAL: { statusCode: 500, description: 'An unexpected error inside the server; the server log has the stack. Please report it.' },
 });
 

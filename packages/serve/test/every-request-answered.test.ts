@@ -80,28 +80,34 @@ describe('every admitted request gets an answer', { timeout: 60_000 }, () => {
     expect((await t.post('leaving', {})).status).toBe(404);
   });
 
-  it('answers a request that waited longer than clientTimeoutInMills without running it', async () => {
+  it('answers a request that waited longer than clientTimeoutInMills without running it, queued or in a prefetched batch', async () => {
     const version = t.app.registry.getVersion('deadline');
     const batches: number[] = [];
     version.on('batch', (e) => batches.push(e.batchSize));
     const gate = t.gate();
     const a = t.post('deadline', { gate: gate.path, value: 'a' });
     await until(version, () => version.runningJobs === 1);
+    // b goes into the busy worker's prefetched batch (batchSize 1): it still waits for a.
     const b = t.post('deadline', { value: 'b' });
-    await until(version, () => version.queue.waiting === 1);
+    await until(version, () => version.queue.waiting === 1 && version.queue.size === 0);
+    // c stays in the queue: the worker already holds its one prefetched batch.
     const c = t.post('deadline', { value: 'c' });
-    const rc = await c;
-    expect(rc.status).toBe(503);
-    expect(rc.json.marinaCode).toBe('MARINA_ERR_CLIENT_TIMEOUT');
-    expect(rc.json.message).toContain('clientTimeoutInMills (300 ms)');
-    expect(rc.headers.get('retry-after')).toBe('1');
+    await until(version, () => version.queue.size === 1);
+    // Both are answered at their deadlines while a still runs (the gate is closed).
+    for (const response of [await b, await c]) {
+      expect(response.status).toBe(503);
+      expect(response.json.marinaCode).toBe('MARINA_ERR_CLIENT_TIMEOUT');
+      expect(response.json.message).toContain('clientTimeoutInMills (300 ms)');
+      expect(response.headers.get('retry-after')).toBe('1');
+    }
+    expect(existsSync(gate.path)).toBe(false);
     expect(t.app.registry.describe('deadline')[0]!.clientTimeoutInMills).toBe(300);
     await gate.open();
     expect((await a).status).toBe(200);
-    expect((await b).status).toBe(200);
-    // Two batches ran (a and b); c never reached the handler.
+    // b's batch was already in the worker's hands, so it runs there (its answer is dropped); c never reached the handler.
     await until(version, () => batches.length === 2);
     expect(batches).toEqual([1, 1]);
+    await until(version, () => version.pendingJobs === 0);
   });
 
   it('starts a worker on demand for a model scaled to zero that may autoscale (min 0, max 1)', async () => {

@@ -114,6 +114,23 @@ describe('OIP gRPC', () => {
     expect(error.metadata.get('marina-error-code')).toEqual([code]);
   });
 
+  it('counts a request refused for its input in the metrics, whether it failed to decode or to fit the model', async () => {
+    const refused: Array<{ modelName: string; statusCode: number }> = [];
+    const listener = (e: { modelName: string; statusCode: number }) => refused.push({ modelName: e.modelName, statusCode: e.statusCode });
+    server.app.registry.events.on('request', listener);
+    try {
+      // FP16 has no typed contents field: refused while decoding, before the data plane.
+      const undecodable = await grpcErrorOf(call('ModelInfer', { model_name: 'mixed', inputs: [{ name: 'half', datatype: 'FP16', shape: [1, 2], contents: { fp32_contents: [1, 2] } }] }));
+      expect(undecodable.code).toBe(grpc.status.INVALID_ARGUMENT);
+      // A wrong shape: refused by admission.
+      const unfit = await grpcErrorOf(call('ModelInfer', { model_name: 'mixed', inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 3], contents: { fp32_contents: [1, 2, 3] } }] }));
+      expect(unfit.code).toBe(grpc.status.INVALID_ARGUMENT);
+    } finally {
+      server.app.registry.events.off('request', listener);
+    }
+    expect(refused).toEqual([{ modelName: 'mixed', statusCode: 400 }, { modelName: 'mixed', statusCode: 400 }]);
+  });
+
   it('answers NOT_FOUND for metadata and readiness of an unknown model, UNIMPLEMENTED for the repository extension', async () => {
     expect((await grpcErrorOf(call('ModelMetadata', { name: 'nope', version: '' }))).code).toBe(grpc.status.NOT_FOUND);
     expect((await grpcErrorOf(call('ModelReady', { name: 'classifier', version: '7' }))).code).toBe(grpc.status.NOT_FOUND);

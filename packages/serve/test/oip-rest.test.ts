@@ -7,6 +7,7 @@ import * as ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { float16BitsToFloat32 } from '@marina/handlers';
 import { startOipServer, type OipServer } from './oip-harness.ts';
+import { encodeInferResponse } from '../src/protocols/oip-rest/oip-rest-routes.ts';
 
 let server: OipServer;
 let mixed: ort.InferenceSession;
@@ -99,8 +100,13 @@ describe('OIP REST: health and metadata', () => {
   it('refuses every v2 route but /v2/health/live and /v2/health/ready (open, as /ping) without the inference key, as REST does', async () => {
     const none = await v2('GET', '/v2/models/mixed', { token: null });
     expect(none.status).toBe(401);
+    // The protocol's error body (a v2 client reads "error"), with the stable code in the header.
+    expect(Object.keys(none.json())).toEqual(['error']);
+    expect(none.json().error).toContain('Token Authorization failed');
+    expect(none.headers.get('x-marina-error-code')).toBe('MARINA_ERR_TOKEN_MISSING');
     const wrongKey = await v2('POST', '/v2/models/mixed/infer', { json: { inputs: mixedInput(1).inputs }, token: server.keys.management });
     expect(wrongKey.status).toBe(401);
+    expect(Object.keys(wrongKey.json())).toEqual(['error']);
   });
 
   it('describes a tensor model from its ONNX signature, with -1 for dynamic dimensions', async () => {
@@ -247,6 +253,22 @@ describe('OIP REST: errors, each refused before a worker', () => {
     expect(res.headers.get('x-marina-error-code')).toBe('MARINA_ERR_TENSOR_INPUT_INVALID');
   });
 
+  it('counts every request refused for its body in the metrics: undecodable, out of range, or not fitting the model', async () => {
+    const refused: Array<{ modelName: string; statusCode: number }> = [];
+    const listener = (e: { modelName: string; statusCode: number }) => refused.push({ modelName: e.modelName, statusCode: e.statusCode });
+    server.app.registry.events.on('request', listener);
+    try {
+      expect((await v2('POST', '/v2/models/mixed/infer', { body: Buffer.from('not json'), headers: { 'content-type': 'application/json' } })).status).toBe(400);
+      expect((await infer({ inputs: withInput('small', { data: [1, 300] }) })).status).toBe(400);
+      expect((await infer({ inputs: mixedInput(1).inputs.filter((i) => i.name !== 'wide') })).status).toBe(400);
+      // An unknown model's request is not a model's request: not counted.
+      expect((await infer({ inputs: mixedInput(1).inputs }, 'nope')).status).toBe(404);
+    } finally {
+      server.app.registry.events.off('request', listener);
+    }
+    expect(refused).toEqual([{ modelName: 'mixed', statusCode: 400 }, { modelName: 'mixed', statusCode: 400 }, { modelName: 'mixed', statusCode: 400 }]);
+  });
+
   it('400 for an unknown output', async () => {
     const res = await infer({ inputs: mixedInput(1).inputs, outputs: [{ name: 'nope' }] });
     expect(res.status).toBe(400);
@@ -298,5 +320,15 @@ describe('OIP REST: errors, each refused before a worker', () => {
     const ts = await fetch(`${server.rest}/predictions/mixed`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${server.keys.inference}` }, body: JSON.stringify({ inputs }) });
     expect(ts.status).toBe(500);
     expect((await ts.json()).marinaCode).toBe('MARINA_ERR_RESPONSE_TOO_LARGE');
+  });
+
+  it('decides before building the v2 JSON answer whether it can fit, from the least its JSON can take', () => {
+    // 60,000 BOOL values: 60,000 bytes in binary, at least 119,999 as JSON ("true," or "false," each).
+    const outputs = [{ name: 'mask_out', datatype: 'BOOL' as const, shape: [20000, 3], raw: Buffer.alloc(60000, 1) }];
+    const response = { modelName: 'mixed', modelVersion: '1.0', id: '1', outputs };
+    expect(() => encodeInferResponse(response, () => false, 100000)).toThrow(/would take at least 119999 bytes, larger than max_response_size \(100000 bytes\)/);
+    const binary = encodeInferResponse(response, () => true, 100000);
+    expect(binary.body.length).toBeLessThan(100000);
+    expect(binary.headerLength).toBeGreaterThan(0);
   });
 });

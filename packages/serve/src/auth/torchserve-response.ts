@@ -7,6 +7,17 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { isMarinaError } from '@marina/errors';
 import { torchServeErrorType } from '../errors.ts';
 
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * The error body a route's protocol expects: `oip` (the Open Inference Protocol's
+     * `{"error": "..."}`) for the v2 routes; TorchServe's body otherwise. Errors sent before the
+     * route's own handler runs (the token check) follow it too.
+     */
+    errorBody?: 'torchserve' | 'oip';
+  }
+}
+
 /** TorchServe's error body, plus Marina's stable code where there is one. */
 export interface TorchServeErrorBody {
   code: number;
@@ -60,5 +71,11 @@ export function toTorchServeError(error: unknown): TorchServeErrorBody {
 /** Sends a thrown value as TorchServe's error body with its status. */
 export function sendTorchServeError(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply {
   const body = toTorchServeError(error);
+  if (!request.is404 && request.routeOptions?.config?.errorBody === 'oip') {
+    // An Open Inference Protocol route: the protocol's body, the stable code in a header (as the v2 routes send their own errors).
+    setTorchServeHeaders(request, reply, body.code);
+    if (body.marinaCode) reply.header('x-marina-error-code', body.marinaCode);
+    return reply.code(body.code).type('application/json').send(JSON.stringify({ error: body.message }));
+  }
   return sendTorchServeJson(request, reply, body.code, body);
 }

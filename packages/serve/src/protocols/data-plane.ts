@@ -7,6 +7,7 @@
  */
 import { join } from 'node:path';
 import {
+  assertResponseSize,
   checkRawSize,
   checkTensorAgainstSignature,
   createHandlerError,
@@ -91,14 +92,8 @@ function tensorMetadata(signature: ModelSignature['inputs']): TensorMetadata[] {
   }));
 }
 
-/**
- * @throws MARINA_ERR_RESPONSE_TOO_LARGE when `bytes` exceeds max_response_size.
- */
-export function assertResponseSize(bytes: number, maxResponseBytes: number, what = 'the answer'): void {
-  if (bytes > maxResponseBytes) {
-    throw createServeError.MARINA_ERR_RESPONSE_TOO_LARGE(`${what} is ${bytes} bytes, larger than max_response_size (${maxResponseBytes} bytes); ask for fewer outputs ("outputs"), use binary tensors, send fewer rows, or raise max_response_size`);
-  }
-}
+/** The max_response_size check (MARINA_ERR_RESPONSE_TOO_LARGE), shared with the tensor handler, which applies it before it builds an answer. */
+export { assertResponseSize };
 
 export class DataPlane {
   readonly #registry: ModelRegistry;
@@ -227,6 +222,21 @@ export class DataPlane {
       inferenceMs: 0,
       totalMs,
     });
+  }
+
+  /**
+   * Counts a request an adapter refused before it reached `infer` (a body that does not decode), as
+   * `#recordRefused` does for admission, so the metrics see every request a model was sent. A model
+   * that does not exist is not counted (as an unknown model's request never is).
+   */
+  recordUndecodable(modelName: string, modelVersion: string | undefined, arrivedAt: number, error: unknown): void {
+    let version: ModelVersion;
+    try {
+      version = this.#registry.getVersion(modelName, modelVersion);
+    } catch {
+      return;
+    }
+    this.#recordRefused(version, { modelVersion, arrivedAt }, error);
   }
 
   #encodeTorchServeInput(options: PredictOptions, signature: ModelSignature): PredictOptions {

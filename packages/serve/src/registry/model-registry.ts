@@ -269,6 +269,7 @@ export class ModelRegistry implements ModelRegistryApi {
       intraOpNumThreads,
       cacheOptimizedModelDefault: this.#cacheOptimizedModelDefault,
       limitMaxImagePixels: this.#config.limitMaxImagePixels,
+      maxResponseBytes: this.#config.maxResponseBytes,
       serverVersion: SERVER_VERSION,
     };
   }

@@ -118,10 +118,11 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       batchSize: options.settings.batchSize,
       maxBatchDelayMs: options.settings.maxBatchDelayMs,
       workers: () => this.pool.workers,
-      dispatch: (worker, jobs, reason) => worker.give(jobs, reason),
-      expired: () => createServeError.MARINA_ERR_CLIENT_TIMEOUT(
-        `${this.label} could not start this request within clientTimeoutInMills (${this.settings.clientTimeoutMs} ms); it was answered without running. Retry later, add workers, or raise clientTimeoutInMills`,
-      ),
+      dispatch: (worker, jobs, reason) => {
+        worker.give(jobs, reason);
+        this.#watchPrefetchedDeadlines(jobs);
+      },
+      expired: () => this.#expiredError(),
     });
     this.pool.on('ready', () => this.#pump());
     this.pool.on('started', (_worker, jobs) => {
@@ -160,6 +161,40 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
     if (this.pool.target === 0) this.#startOnDemand(this);
     this.queue.offer(job);
     this.#pump();
+  }
+
+  #expiredError() {
+    return createServeError.MARINA_ERR_CLIENT_TIMEOUT(
+      `${this.label} could not start this request within clientTimeoutInMills (${this.settings.clientTimeoutMs} ms); it was answered without running. Retry later, add workers, or raise clientTimeoutInMills`,
+    );
+  }
+
+  /**
+   * A prefetched batch still waits (for the batch running before it), so its jobs keep their client
+   * deadlines: one whose deadline passes before the batch starts is answered then, as a queued one
+   * would be (TorchServe, without prefetching, would drop it when polling the queue). The thread
+   * may already be decoding it; its result is then dropped.
+   */
+  #watchPrefetchedDeadlines(jobs: readonly Job[]): void {
+    let next = Infinity;
+    for (const job of jobs) if (job.deadline !== undefined && job.deadline < next) next = job.deadline;
+    if (next === Infinity) return;
+    const timer = setTimeout(() => {
+      const now = performance.now();
+      const waiting = jobs.filter((job) => !job.isSettled && job.timings.dispatchedAt === undefined);
+      let expired = 0;
+      for (const job of waiting) {
+        if (job.deadline !== undefined && job.deadline <= now) {
+          job.reject(this.#expiredError());
+          expired++;
+        }
+      }
+      if (expired > 0) this.emit('progress');
+      const remaining = waiting.filter((job) => !job.isSettled);
+      if (remaining.length > 0) this.#watchPrefetchedDeadlines(remaining);
+    }, Math.max(0, next - performance.now()));
+    // Never keeps the process alive: a batch that starts or fails first makes the check a no-op.
+    timer.unref?.();
   }
 
   #noWorkersError() {

@@ -99,6 +99,7 @@ const baseContext = {
     limit_max_image_pixels: init.limitMaxImagePixels,
   },
   intraOpNumThreads: init.intraOpNumThreads,
+  maxResponseBytes: init.maxResponseBytes,
   async createSession(modelPath?: string) {
     const path = modelPath ?? init.serializedFilePath;
     if (!path) throw new Error(`model '${init.modelName}' has no serializedFile in its manifest, so createSession() needs a path`);

@@ -19,6 +19,8 @@ export interface WorkerInit {
   /** The server-wide default of `onnxruntime.cacheOptimizedModel` for models that do not set it (undefined: by size). */
   cacheOptimizedModelDefault: boolean | undefined;
   limitMaxImagePixels: boolean;
+  /** max_response_size, bytes: handlers may refuse a larger answer before building it. */
+  maxResponseBytes: number;
   serverVersion: string;
 }
 

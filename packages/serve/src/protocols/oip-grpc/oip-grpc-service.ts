@@ -112,7 +112,14 @@ export function createOipGrpcService(options: { dataPlane: DataPlane; checkKey: 
     ModelMetadata: unary<{ name: string; version: string }, unknown>(checkKey, (r) => dataPlane.modelMetadata(r.name, version(r.version))),
     ModelInfer: unary<ModelInferRequest, unknown>(checkKey, async (r) => {
       const arrivedAt = performance.now();
-      const { inputs, isRaw } = decodeModelInferRequest(r);
+      let decoded: ReturnType<typeof decodeModelInferRequest>;
+      try {
+        decoded = decodeModelInferRequest(r);
+      } catch (error) {
+        dataPlane.recordUndecodable(r.model_name, version(r.model_version), arrivedAt, error);
+        throw error;
+      }
+      const { inputs, isRaw } = decoded;
       const parameters = parameterValues(r.parameters);
       const response = await dataPlane.infer({
         modelName: r.model_name,

@@ -7,6 +7,8 @@
  */
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import {
+  answerBytesAtLeast,
+  assertResponseSize,
   createHandlerError,
   INFERENCE_HEADER_CONTENT_LENGTH,
   isV2Datatype,
@@ -18,7 +20,7 @@ import {
 } from '@marina/handlers';
 import { declareRouteAuth } from '../../auth/token-authorization.ts';
 import { createServeError, toMarinaError } from '../../errors.ts';
-import { assertResponseSize, type DataPlane, type InferRequest, type InferResponse } from '../data-plane.ts';
+import type { DataPlane, InferRequest, InferResponse } from '../data-plane.ts';
 
 export interface OipRestRoutesOptions {
   dataPlane: DataPlane;
@@ -103,7 +105,9 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
 }
 
 /** The v2 infer answer: JSON, or JSON header + binary tensors when any output is binary. */
-export function encodeInferResponse(response: InferResponse, isBinary: (name: string) => boolean): { body: Buffer; headerLength?: number } {
+export function encodeInferResponse(response: InferResponse, isBinary: (name: string) => boolean, maxResponseBytes?: number): { body: Buffer; headerLength?: number } {
+  // Refuse before building JSON that cannot fit (JSON numbers are 2 to 25 times the binary bytes).
+  assertResponseSize(answerBytesAtLeast(response.outputs.map((t) => ({ shape: t.shape, raw: t.raw, isBinary: isBinary(t.name) }))), maxResponseBytes, true);
   const binaries: Buffer[] = [];
   const outputs = response.outputs.map((t) => {
     if (isBinary(t.name)) {
@@ -140,6 +144,10 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
   const { dataPlane, maxRequestBytes } = options;
   // Every v2 route needs the inference key (decided on the matched route by the token hook).
   declareRouteAuth(app, 'inference');
+  // Errors sent before a v2 handler runs (a missing or wrong token) use the protocol's {"error"} body too.
+  app.addHook('onRoute', (route) => {
+    route.config = { ...(route.config ?? {}), errorBody: 'oip' };
+  });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, body));
   app.setErrorHandler((error, _request, reply) => {
@@ -193,7 +201,13 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     try {
       const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
       const headerLength = request.headers[INFERENCE_HEADER_CONTENT_LENGTH];
-      const decoded = decodeInferBody(body, Array.isArray(headerLength) ? headerLength[0] : headerLength);
+      let decoded: DecodedRequest;
+      try {
+        decoded = decodeInferBody(body, Array.isArray(headerLength) ? headerLength[0] : headerLength);
+      } catch (error) {
+        dataPlane.recordUndecodable(request.params.model_name, request.params.model_version, arrivedAt, error);
+        throw error;
+      }
       const response = await dataPlane.infer({
         ...decoded.request,
         modelName: request.params.model_name,
@@ -202,7 +216,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         headers: headersOf(request),
         arrivedAt,
       });
-      const encoded = encodeInferResponse(response, decoded.binaryOutputs);
+      const encoded = encodeInferResponse(response, decoded.binaryOutputs, dataPlane.maxResponseBytes);
       assertResponseSize(encoded.body.length, dataPlane.maxResponseBytes);
       if (encoded.headerLength !== undefined) {
         reply.header('inference-header-content-length', String(encoded.headerLength));
