@@ -6,7 +6,7 @@
  * then 100 concurrent clients POST a JPEG as application/octet-stream: every one gets its top-5.
  * ResNet-18 stands in for ResNet-152 to keep CI fast; the flow and the code paths are the same.
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadImagenetClassNames, writeIndexToName, writeResnet, writeSampleJpeg } from '@marina/model-zoo';
@@ -35,6 +35,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await runCli(bins.serve, ['--stop'], { cwd: workDir, env: { ...process.env, TMPDIR: workDir } });
+  rmSync(workDir, { recursive: true, force: true });
 });
 
 /** Copies an example config, pointing it at this test's model and free ports. */

@@ -48,7 +48,7 @@ export const archiveErrors = defineErrors({
   },
   MARINA_ERR_ARCHIVE_TOO_LARGE: {
     statusCode: 400,
-    description: 'The archive inflates to more bytes than maxExtractedBytes allows (default 16 GiB), by its declared sizes or by the bytes actually written; extraction stopped and nothing was kept. A zip bomb looks like this; if the archive is genuine, raise maxExtractedBytes.',
+    description: 'The archive inflates to more bytes than maxExtractedBytes allows (default 17.2 GB, that is 16 × 1024³ bytes), by its declared sizes or by the bytes actually written; extraction stopped and nothing was kept. A zip bomb looks like this; if the archive is genuine, raise maxExtractedBytes.',
   },
   MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES: {
     statusCode: 400,
@@ -56,7 +56,7 @@ export const archiveErrors = defineErrors({
   },
   MARINA_ERR_ARCHIVE_COMPRESSION_RATIO: {
     statusCode: 400,
-    description: 'An entry of a zip (or the whole stream of a tar.gz) inflates more than maxCompressionRatio times its compressed size (default 200:1, checked past 1 MiB); extraction stopped and nothing was kept. Model weights barely compress, so this is a bomb or padding; raise maxCompressionRatio if the archive is genuine.',
+    description: 'An entry of a zip (or the whole stream of a tar.gz) inflates more than maxCompressionRatio times its compressed size (default 200:1, checked once past 1.05 MB); extraction stopped and nothing was kept. Model weights barely compress, so this is a bomb or padding; raise maxCompressionRatio if the archive is genuine.',
   },
   MARINA_ERR_ARCHIVE_OVERLAPPING_ENTRIES: {
     statusCode: 400,

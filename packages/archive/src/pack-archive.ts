@@ -8,6 +8,7 @@ import { pipeline } from 'node:stream/promises';
 import archiver from 'archiver';
 import { glob } from 'tinyglobby';
 import { isMarinaError } from '@marina/errors';
+import { closestName } from '@marina/errors';
 import { builtinHandlerNames, getBuiltinHandler } from '@marina/handlers';
 import { archiveErrors } from './errors.ts';
 import { createManifest, MANIFEST_PATH, MODEL_NAME_PATTERN, modelIdentityProblem, RUNTIMES, serializeManifest, type Manifest, type Runtime } from './manifest.ts';
@@ -169,6 +170,8 @@ async function resolveHandler(handler: string, cwd: string): Promise<{ manifestH
       return { manifestHandler: functionName === undefined ? name : `${name}:${functionName}`, entry: { name, source: candidate, stats } };
     }
   }
+  const closest = isFunctionSuffix || /[\\/.]/.test(handler) ? undefined : closestName(handler, builtinHandlerNames);
+  if (closest) throw handlerNotFound(handler, `is not a built-in handler (did you mean '${closest}'?) and no module was found at ${candidates.join(' or ')}`);
   throw handlerNotFound(handler, `is not a built-in handler and no module was found at ${candidates.join(' or ')}`);
 }
 

@@ -1,7 +1,7 @@
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { extname, join, posix, relative, resolve, sep } from 'node:path';
-import { isMarinaError } from '@marina/errors';
+import { closestName, isMarinaError } from '@marina/errors';
 import { builtinHandlerNames, getBuiltinHandler, type ModelSignature, type TensorSignature } from '@marina/handlers';
 import type { ArchiveErrorCode } from './errors.ts';
 import { probeHandler } from './handler-probe.ts';
@@ -10,6 +10,7 @@ import { parseModelConfig } from './model-config.ts';
 import { resolveExtractLimits, type ExtractLimits } from './extract-limits.ts';
 import { detectArchiveFormat, extractArchive, listArchive, type ArchiveEntry, type ArchiveFormat } from './open-archive.ts';
 import { MANIFEST_FILE_FIELDS, resolveManifestPath } from './safe-path.ts';
+import { defaultOrtTelemetryOff } from './ort-telemetry.ts';
 import { describeSchemaErrors, validateManifestSchema } from './schemas.ts';
 
 /** One thing wrong with an archive. `code` is stable (see ERRORS.md); `message` says what and what to do. */
@@ -103,6 +104,7 @@ function toSignature(metadata: readonly { name: string; isTensor: boolean; type?
 
 async function loadSignature(modelPath: string): Promise<ModelSignature> {
   // Imported here so the cheap checks (run after every archiving) never load the native runtime.
+  defaultOrtTelemetryOff();
   const { InferenceSession } = await import('onnxruntime-node');
   const session = await InferenceSession.create(modelPath, { intraOpNumThreads: 1, graphOptimizationLevel: 'disabled' });
   try {
@@ -300,7 +302,8 @@ async function checkCustomHandler(
     }
   }
   if (modulePath === undefined) {
-    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is not a built-in handler (${builtinHandlerNames.join(', ')}) and the archive has no module ${moduleName}${extname(moduleName) === '' ? '(.mjs|.js|.cjs)' : ''}; add the module or re-archive with a built-in handler`, { file: moduleName });
+    const closest = /[\\/.:]/.test(handlerName) ? undefined : closestName(handlerName, builtinHandlerNames);
+    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is not a built-in handler (${closest ? `did you mean '${closest}'? The built-in handlers are ` : ''}${builtinHandlerNames.join(', ')}) and the archive has no module ${moduleName}${extname(moduleName) === '' ? '(.mjs|.js|.cjs)' : ''}; add the module or re-archive with a built-in handler`, { file: moduleName });
     return;
   }
   const result = await probeHandler({ modulePath, ...(functionName === undefined ? {} : { functionName }), ...(context.timeoutMs === undefined ? {} : { timeoutMs: context.timeoutMs }) });

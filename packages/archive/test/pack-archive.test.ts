@@ -141,6 +141,14 @@ describe('packArchive errors leave nothing behind', () => {
     await expect(packArchive({ ...base(), exportPath: join(dir, 'file') })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_EXPORT_PATH_NOT_DIR', message: `Given export-path ${join(dir, 'file')} is not a directory. Point to a valid export-path directory.` });
   });
 
+  it('suggests the built-in handler a typo was meant to be', async () => {
+    await expect(packArchive({ ...base(), handler: 'image_clasifier' })).rejects.toMatchObject({
+      code: 'MARINA_ERR_HANDLER_NOT_FOUND',
+      message: expect.stringContaining("'image_clasifier' is not a built-in handler (did you mean 'image_classifier'?)"),
+    });
+    await expect(packArchive({ ...base(), handler: 'no_such_handler' })).rejects.toMatchObject({ message: expect.not.stringContaining('did you mean') });
+  });
+
   it('refuses a handler that cannot be found, listing the built-ins', async () => {
     for (const handler of ['no_such_handler', join(dir, 'missing.js'), 'handler.py', 'text_classifier']) {
       await expect(packArchive({ ...base(), handler })).rejects.toMatchObject({ code: 'MARINA_ERR_HANDLER_NOT_FOUND', message: expect.stringContaining('image_classifier, image_segmenter, object_detector, tensor') });

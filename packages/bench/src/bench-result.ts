@@ -1,6 +1,6 @@
 import type { MachineInfo } from './machine-info.ts';
 
-/** The experiments of issue #5, in the order they run. */
+/** The experiments of the bench, in the order they run. */
 export const experimentNames = ['ceiling', 'decentralized', 'centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols'] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 
@@ -35,7 +35,7 @@ export interface ResultRow {
   note: string;
 }
 
-/** A target from the issue, checked against this run's numbers. */
+/** A performance target, checked against this run's numbers. */
 export interface TargetCheck {
   name: string;
   /** The condition, in words with the threshold. */

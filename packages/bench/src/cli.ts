@@ -85,7 +85,7 @@ export function createProgram(): Command {
   const program = new Command('marina-bench')
     // Options before a subcommand are the bench's own; after it, the subcommand's (both have --out).
     .enablePositionalOptions()
-    .description('Measure the case for a central server: ceiling, decentralized jobs, centralized/batched/multi-worker server and a concurrency sweep, side by side (issue #5).')
+    .description('Measure the case for a central server: ceiling, decentralized jobs, centralized/batched/multi-worker server and a concurrency sweep, side by side.')
     .addOption(new Option('--model <name>', 'model to benchmark').choices([...benchModelNames]))
     .option('--quick', 'ResNet-18, fewer images, shorter sweep: a few minutes on 2 cores', false)
     .option('--smoke', 'tiny model, seconds: keeps the bench working in CI', false)

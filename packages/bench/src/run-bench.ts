@@ -4,6 +4,7 @@ import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { experimentNames, type BenchResult, type ExperimentName, type MemoryVariant, type ReferenceTimings, type ResultRow } from './bench-result.ts';
+import { defaultOrtTelemetryOff } from '@marina/archive';
 import { benchErrors } from './errors.ts';
 import { CEILING_NOISE_TOLERANCE, runCeiling, measureOwnTime } from './experiments/ceiling.ts';
 import { readLoadAverage } from './stats.ts';
@@ -83,7 +84,7 @@ function checkPositiveInteger(name: string, value: number | undefined): void {
 }
 
 /**
- * Runs the benchmark of issue #5 (ceiling, decentralized jobs, centralized server, batched,
+ * Runs the benchmark (ceiling, decentralized jobs, centralized server, batched,
  * workers, concurrency sweep, plus overhead and memory checks) side by side in one run,
  * writes results.csv, report.md, chart.svg and result.json into `outDir` (and `../latest`),
  * and returns what was measured. Never prints; progress goes to `onProgress`.
@@ -92,6 +93,7 @@ function checkPositiveInteger(name: string, value: number | undefined): void {
  *   MARINA_ERR_BENCH_SERVER_START_FAILED / MARINA_ERR_BENCH_CHILD_FAILED / MARINA_ERR_BENCH_REQUESTS_FAILED when a measured process fails.
  */
 export async function runBench(options: BenchOptions = {}): Promise<{ result: BenchResult; files: ReportFiles }> {
+  defaultOrtTelemetryOff(); // its job processes inherit it
   const mode = options.mode ?? 'full';
   if (!(mode in plans)) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`mode must be one of ${Object.keys(plans).join(', ')}, got '${mode}'`);
   const model = options.model ?? plans[mode].model;
@@ -193,7 +195,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const errorRows = rows.filter((r) => r.errors > 0);
   if (errorRows.length > 0) notes.push(`Requests or jobs failed in: ${errorRows.map((r) => `${r.experiment} ${r.config} (${r.errors})`).join('; ')}.`);
   notes.push(`Server runs: one process tree started from ${serveBin} with a generated config.properties (logs under ${context.workDir}).`);
-  const modelSizeMb = modelBytes / (1024 * 1024);
+  const modelSizeMb = modelBytes / 1_000_000; // decimal MB, like every size Marina prints
   const result: BenchResult = {
     machine: getMachineInfo(), model, modelSizeMb, images: plan.images, concurrency: plan.concurrency, mode,
     startedAt: startedAt.toISOString(), durationSec: (Date.now() - startedAt.getTime()) / 1000,

@@ -19,6 +19,8 @@ describe('marina-bench --smoke', () => {
 
   afterAll(async () => {
     if (dir) await rm(dir, { recursive: true, force: true });
+    // The servers' TMPDIRs (pid files, caches reused by later bench runs), here inside the test run's own TMPDIR.
+    for (const name of ['marina-bench', 'marina-bench-overhead-2']) await rm(join(tmpdir(), name), { recursive: true, force: true });
   });
 
   it('measures every smoke experiment with successful requests', () => {

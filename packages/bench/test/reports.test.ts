@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { emptyRow, type BenchResult } from '../src/bench-result.ts';
+import { createProgram } from '../src/cli.ts';
 import { formatCsv } from '../src/report/format-csv.ts';
 import { formatTable } from '../src/report/format-table.ts';
 import { renderChartSvg } from '../src/report/render-chart-svg.ts';
@@ -21,6 +22,14 @@ const rows = [
 const references = { ownEndToEndP50Ms: 120, ownInferP50Ms: 110, tinyOwnEndToEndP50Ms: 1, tinyOwnInferP50Ms: 0.1 };
 
 describe('targets', () => {
+  it('leaves the image-model targets out for the tiny model, and names the model they were set for otherwise', () => {
+    const tiny = checkTargets({ model: 'tiny', rows, references, memory: [], modelSizeMb: 0.04, cpuCount: 2 });
+    expect(tiny.map((c) => c.name)).toEqual(['Server overhead: ≥ half a bare fastify route', 'Server overhead: p50 at one client within 2 ms']);
+    const resnet18 = checkTargets({ model: 'resnet-18', rows, references, memory: [], modelSizeMb: 45, cpuCount: 2 });
+    expect(resnet18.find((c) => c.name === 'Best server ≥ 95% of the ceiling')!.target).toContain('(set for ResNet-152; this run: resnet-18)');
+    for (const check of [...tiny, ...resnet18]) expect(`${check.target} ${check.measured} ${check.explanation}`).not.toMatch(/issue/i);
+  });
+
   it('meets the ceiling and decentralized targets when the numbers do, and explains a miss with its shortfall', () => {
     const checks = checkTargets({ model: 'resnet-152', rows, references, memory: [], modelSizeMb: 230, cpuCount: 2 });
     const byName = Object.fromEntries(checks.map((c) => [c.name, c]));
@@ -62,9 +71,19 @@ describe('reports', () => {
     expect(line).toMatch(/,,/);
   });
 
-  it('aligns the terminal table: every line is as wide as the header', () => {
-    const lines = formatTable(rows).split('\n');
+  it('aligns the terminal table: every row line is as wide as the header', () => {
+    const lines = formatTable(rows).split('\n').filter((line) => !line.startsWith(' ')); // not the wrapped continuations
     expect(new Set(lines.map((l) => l.length)).size).toBe(1);
+  });
+
+  it('fits the terminal table in 100 columns, wrapping a long configuration onto continuation lines', () => {
+    const long = 'Marina server, tensor model 2x+1, batch 8, delay 2 ms, 1 worker × 1 thread (best), 8 clients';
+    const lines = formatTable([...rows, row('overhead', long, 317.1, { images: 1234, concurrency: 100, peakRssMb: 2510, peakCpuPercent: 199 })]).split('\n');
+    expect(Math.max(...lines.map((l) => l.length))).toBeLessThanOrEqual(100);
+    const start = lines.findIndex((l) => l.startsWith('overhead'));
+    const wrapped = lines.slice(start).map((l) => l.trim()).join(' ');
+    for (const word of long.split(' ')) expect(wrapped).toContain(word);
+    expect(lines[start]!.length).toBe(lines[0]!.length);
   });
 
   it('draws a bar per throughput row and the best sweep level, but not the lone-client latency check, escaping text', () => {
@@ -73,6 +92,23 @@ describe('reports', () => {
     expect(svg.match(/<rect /g)!.length).toBe(1 + 4); // background + ceiling, decentralized, centralized, best sweep level
     expect(svg).not.toContain('lone client');
     expect(svg).toContain('Concurrency sweep');
+  });
+
+  it('switches the bar axis to a logarithmic one when the bars span more than 50×, so no bar is a sliver', () => {
+    const wide = [row('ceiling', 'batch 8', 16000), row('decentralized', 'cap 2 jobs × 1 thread', 0.45), row('centralized', '1 worker, defaults', 65)];
+    const svg = renderChartSvg({ ...result, rows: wide });
+    expect(svg).toContain('Logarithmic axis');
+    const widths = [...svg.matchAll(/<rect x="20" y="[\d.]+" width="([\d.]+)"/g)].map((m) => Number(m[1]));
+    expect(widths).toHaveLength(3);
+    // The smallest bar is still more than a tenth of the largest.
+    expect(Math.min(...widths) / Math.max(...widths)).toBeGreaterThan(0.1);
+    expect(renderChartSvg(result)).not.toContain('Logarithmic axis');
+    expect(svg).toMatch(/^<svg [^>]*width="800"[^>]*viewBox="0 0 800 /);
+  });
+
+  it('speaks of no issues in report.md or --help', () => {
+    expect(formatMarkdownReport(result)).not.toMatch(/issue/i);
+    expect(createProgram().helpInformation()).not.toMatch(/issue/i);
   });
 
   it('says in report.md which targets were missed and why', () => {

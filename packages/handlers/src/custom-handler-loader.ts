@@ -1,6 +1,8 @@
 import { access } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { closestName } from '@marina/errors';
+import { builtinHandlerNames } from './builtin-handlers.ts';
 import { createHandlerError } from './errors.ts';
 import type { Handler } from './types.ts';
 
@@ -41,8 +43,9 @@ export async function loadCustomHandler(options: { handler: string; modelDir: st
     }
   }
   if (!path) {
+    const closest = /[\\/.:]/.test(options.handler) ? undefined : closestName(options.handler, builtinHandlerNames);
     throw createHandlerError.MARINA_ERR_HANDLER_NOT_FOUND(
-      `handler '${options.handler}' is not a built-in handler (image_classifier, tensor) and the archive has no ${candidates.join(' / ')} at its root; pack the handler file with --handler`,
+      `handler '${options.handler}' is not a built-in handler (${closest ? `did you mean '${closest}'? The built-in handlers are ` : ''}image_classifier, tensor) and the archive has no ${candidates.join(' / ')} at its root; pack the handler file with --handler`,
     );
   }
   const mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;

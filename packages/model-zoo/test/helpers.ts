@@ -3,10 +3,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll } from 'vitest';
 
-/** A fresh temp directory, removed after the test file finishes. */
+const created: string[] = [];
+// Registered when the test file imports this module: an afterAll called inside a test would come too late to run.
+afterAll(() => Promise.all(created.splice(0).map((dir) => rm(dir, { recursive: true, force: true }))));
+
+/** A fresh temp directory, removed after the test file finishes (also when called inside a test). */
 export async function useTempDir(prefix: string): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), `marina-model-zoo-${prefix}-`));
-  afterAll(() => rm(dir, { recursive: true, force: true }));
+  created.push(dir);
   return dir;
 }
 

@@ -1,10 +1,11 @@
+import type { StartupProgressEvent } from './startup-progress.ts';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import { isAbsolute, join, normalize, resolve } from 'node:path';
 import { resolveInside } from '@marina/archive';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
-import type { MarinaError } from '@marina/errors';
+import { closestName, type MarinaError } from '@marina/errors';
 import { resourceLimitsOf, type LoadModelSpec, type ServerConfig } from './config/server-config.ts';
 import { createModelCaches } from './cache/model-caches.ts';
 import { createServeError, toMarinaError } from './errors.ts';
@@ -32,6 +33,8 @@ export interface BuildAppOptions {
   plugins?: AppPlugin[];
   /** Fastify logger option; false by default (the CLI passes its own). */
   logger?: boolean | Record<string, unknown>;
+  /** Where the registry, the workers and start-up loading report (worker crashes, failed starts, cache evictions); Fastify's logger when not given. */
+  log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** TorchServe's log files (access_log.log, ts_log.log, model_log.log); startServer passes them, tests may leave them out. */
   logs?: ServerLogs;
 }
@@ -51,8 +54,11 @@ export interface MarinaApp {
   /** The same instance as `inference` when both addresses are equal (TorchServe: one listener). */
   management: FastifyInstance;
   metrics: FastifyInstance;
-  /** Loads `load_models` from the model store; a model that fails is logged, reported and skipped. */
-  loadStartupModels(): Promise<StartupLoadResult>;
+  /**
+   * Loads `load_models` from the model store; a model that fails is logged, reported and skipped.
+   * `onProgress` hears each model start loading and finish (or fail).
+   */
+  loadStartupModels(options?: { onProgress?: (event: StartupProgressEvent) => void }): Promise<StartupLoadResult>;
   /** Stops accepting, drains in-flight jobs, stops workers and closes the listeners. Idempotent. */
   close(): Promise<void>;
 }
@@ -162,10 +168,40 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
     }
     return sendError(reply, toMarinaError(error));
   });
+  // The routes of this listener, for the 404 answer's hints (onRoute sees the routes of every plugin registered later).
+  const routes: Array<{ method: string; url: string }> = [];
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method, url: route.url });
+  });
   app.setNotFoundHandler((request, reply) => {
-    reply.code(404).type('application/json').send(`${JSON.stringify({ code: 404, type: 'ResourceNotFoundException', message: 'Requested resource is not found, please refer to API document.' }, null, 2)}\n`);
+    // TorchServe's body and message, then which routes this API has near the one asked for.
+    const message = `Requested resource is not found, please refer to API document. ${notFoundHint(request.method, request.url, routes)}`;
+    return sendError(reply, createServeError.MARINA_ERR_ROUTE_NOT_FOUND(message));
   });
   return app;
+}
+
+/**
+ * What a 404 says after TorchServe's sentence: the routes under the same first path segment, or
+ * under the closest one (`/prediction/x` -> `/predictions/...`), else the first segments this API
+ * serves; and where the API descriptions are. Path parameters are shown as `{name}`.
+ */
+export function notFoundHint(method: string, url: string, routes: ReadonlyArray<{ method: string; url: string }>): string {
+  const path = url.split('?')[0] ?? '/';
+  const firstOf = (p: string) => p.split('/')[1] ?? '';
+  const shown = (r: { method: string; url: string }) => `${r.method} ${r.url.replace(/:([A-Za-z_][A-Za-z0-9_]*)/g, '{$1}')}`;
+  const list = (items: ReadonlyArray<{ method: string; url: string }>) => {
+    const names = [...new Set(items.map(shown))];
+    return names.length > 8 ? `${names.slice(0, 8).join(', ')}, … (${names.length - 8} more)` : names.join(', ');
+  };
+  const see = 'GET /api-description (or OPTIONS /) on this port describes every route; the management port has a browsable page at /api-explorer.';
+  const first = firstOf(path);
+  const same = routes.filter((r) => firstOf(r.url) === first);
+  if (first !== '' && same.length > 0) return `${method} ${path} is not a route of this API; its routes under /${first}: ${list(same)}. ${see}`;
+  const firsts = [...new Set(routes.map((r) => firstOf(r.url)).filter((segment) => segment !== ''))];
+  const closest = closestName(first, firsts);
+  if (closest !== undefined) return `${method} ${path} is not a route of this API; did you mean /${closest}? Its routes: ${list(routes.filter((r) => firstOf(r.url) === closest))}. ${see}`;
+  return `${method} ${path} is not a route of this API, whose paths start with ${firsts.map((segment) => `/${segment}`).join(', ')}. ${see}`;
 }
 
 const archivePattern = /\.(mar|model|tar\.gz|tgz)$/i;
@@ -217,7 +253,8 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options, config.managementAddress, closingState);
   const metrics = createInstance(config, options, config.metricsAddress, closingState);
   const log = (level: 'info' | 'warn' | 'error', message: string) => {
-    inference.log[level](message);
+    if (options.log) options.log(level, message);
+    else inference.log[level](message);
     options.logs?.model(level, message);
   };
   const limits = resourceLimitsOf(config);
@@ -266,7 +303,8 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     management,
     metrics,
 
-    async loadStartupModels() {
+    async loadStartupModels(loadOptions = {}) {
+      const onProgress = loadOptions.onProgress ?? (() => undefined);
       const result: StartupLoadResult = { loaded: [], failed: [] };
       let specs: Array<LoadModelSpec & { archivePath: string }>;
       try {
@@ -277,11 +315,14 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
       }
       // Open every archive first, so each worker's thread count knows all the workers to come.
       const opened = [];
+      const startedAt = new Map<string, number>();
       for (const spec of specs) {
         try {
           if (/^https?:\/\//i.test(spec.url)) throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`${spec.url}: loading models from a URL at startup is not supported; download it into the model store`);
           if (spec.archivePath === '') throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`load_models entry '${spec.url}' leaves the model store or has an encoded '..'; name an archive inside the model store or an absolute path`);
-          await stat(spec.archivePath);
+          const archive = await stat(spec.archivePath);
+          startedAt.set(spec.url, performance.now());
+          onProgress({ phase: 'loading', url: spec.url, ...(archive.isFile() ? { sizeBytes: archive.size } : {}) });
           opened.push({ spec, version: await registry.open({ url: spec.url, archivePath: spec.archivePath, modelName: spec.name, loadedAtStartup: true, synchronous: true }) });
         } catch (error) {
           const e = toMarinaError(error);
@@ -289,16 +330,19 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
             ? createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`Model not found at: ${spec.archivePath} (load_models entry '${spec.url}')`, { cause: error })
             : e;
           log('error', `model ${spec.url} was not loaded: ${wrapped.message}`);
+          if (startedAt.has(spec.url)) onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
           result.failed.push({ url: spec.url, error: wrapped });
         }
       }
       await Promise.all(opened.map(async ({ spec, version }) => {
         try {
           const r = await registry.start(version, { synchronous: true });
+          onProgress({ phase: 'loaded', url: spec.url, modelName: r.modelName, modelVersion: r.modelVersion, elapsedMs: performance.now() - startedAt.get(spec.url)! });
           result.loaded.push({ modelName: r.modelName, modelVersion: r.modelVersion });
         } catch (error) {
           const e = toMarinaError(error);
           log('error', `model ${spec.url} was not loaded: ${e.message}`);
+          onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
           result.failed.push({ url: spec.url, error: e });
         }
       }));

@@ -61,7 +61,7 @@ export function createProgram(options: { run: (command: ServeCommand) => Promise
     .option('--ncs', 'do not read or write config snapshots')
     .option('--no-config-snapshots', 'same as --ncs')
     .option('--disable-token-auth', 'turn token authorization off')
-    .addOption(new Option('--dt', 'same as --disable-token-auth').hideHelp())
+    .option('--dt', 'same as --disable-token-auth')
     .option('--enable-model-api', 'allow registering and unregistering models through the management API')
     .option('--log-config <file>', 'log4j2 file: must exist (as TorchServe); Marina writes TorchServe\'s log files under LOG_LOCATION without it')
     .option('--workflow-store <dir>', 'folder of workflow archives (workflow_store; workflows are not implemented yet)')

@@ -8,6 +8,7 @@ import { defineErrors, isMarinaError, MarinaError } from '@marina/errors';
 
 export const serveErrors = defineErrors({
   MARINA_ERR_MODEL_NOT_FOUND: { statusCode: 404, description: 'No model of that name is registered; check the name with GET /models on the management API.' },
+  MARINA_ERR_ROUTE_NOT_FOUND: { statusCode: 404, description: "No route of this API has that method and path (TorchServe's 'Requested resource is not found'); the message lists the API's routes under the same or the closest first path segment. Check the port: predictions go to the inference API, /models to the management API." },
   MARINA_ERR_MODEL_VERSION_NOT_FOUND: { statusCode: 404, description: 'The model exists but not in the version asked for; the message lists the versions there are.' },
   MARINA_ERR_QUEUE_FULL: { statusCode: 503, description: "The model version's job queue (job_queue_size) is full; retry after the Retry-After header, add workers, or raise jobQueueSize." },
   MARINA_ERR_NO_WORKERS: { statusCode: 503, description: 'The model version has no workers and will get none by itself (max_worker=0, or every start failed); scale it up with PUT /models/{name}, or fix the model and register it again.' },
@@ -50,6 +51,7 @@ export const TORCHSERVE_ERROR_TYPES: Readonly<Record<string, string>> = {
   // Inference (serve errors)
   MARINA_ERR_MODEL_NOT_FOUND: 'ModelNotFoundException',
   MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
+  MARINA_ERR_ROUTE_NOT_FOUND: 'ResourceNotFoundException',
   MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
   MARINA_ERR_NO_WORKERS: 'ServiceUnavailableException',
   MARINA_ERR_CLIENT_TIMEOUT: 'ServiceUnavailableException',

@@ -8,9 +8,17 @@ import type { ServeCliOptions } from './config/load-config.ts';
 import { configError } from './config/config-errors.ts';
 import { isServerProcessAlive, pidFilePath, readPidFile, removePidFile, writePidFile, type PidFileContent } from './config/pid-file.ts';
 import type { RunningServer } from './start-server.ts';
+import { assertAddressesFree } from './config/assert-addresses-free.ts';
+import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
 
 /** What a server reports once it listens: in its own terminal, and to the launcher over IPC. */
 export type StartupReport = Pick<RunningServer, 'listening' | 'loaded' | 'failed' | 'restoredFrom'> & { warnings?: string[] };
+
+/** IPC message a background child sends its launcher for each step of loading its start-up models. */
+interface ProgressMessage {
+  type: 'marina:progress';
+  event: StartupProgressEvent;
+}
 
 /** IPC message a background child sends its launcher once it listens. */
 interface ReadyMessage extends Pick<RunningServer, 'listening' | 'loaded' | 'failed' | 'restoredFrom' | 'warnings'> {
@@ -38,6 +46,7 @@ export interface StartBackgroundServerOptions {
  * Returns the exit code.
  *
  * @throws MARINA_ERR_SERVER_ALREADY_RUNNING when the pid file names a live server;
+ *   MARINA_ERR_ADDRESS_IN_USE / MARINA_ERR_ADDRESS_UNAVAILABLE before the child starts;
  *   MARINA_ERR_SERVER_START_FAILED (with the log's last lines) when the child exits during start-up;
  *   the MARINA_ERR_CONFIG_* errors of `loadConfig`.
  */
@@ -45,6 +54,8 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
   const { cliOptions } = options;
   if (assertNoOtherServer()) removePidFile();
   const config = await options.loadConfig(cliOptions);
+  // Here, so that a port in use is reported in this terminal at once, not after the child loaded its models.
+  await assertAddressesFree(config);
 
   mkdirSync(config.logDir, { recursive: true });
   const logFile = path.join(config.logDir, LOG_FILE_NAME);
@@ -62,9 +73,11 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
   if (child.pid === undefined) throw configError.MARINA_ERR_SERVER_START_FAILED(`could not start ${process.execPath} ${binPath}`);
   writePidFile({ pid: child.pid, ...(config.isKeyFileProvided ? {} : { keyFilePath: config.keyFilePath }), logFile });
 
+  const progress = createStartupProgress({ stream: process.stdout, isTty: process.stdout.isTTY === true });
   const outcome = await new Promise<{ ready: ReadyMessage } | { exitCode: number | null; signal: string | null } | { timedOut: true }>((resolve) => {
     const timer = setTimeout(() => resolve({ timedOut: true }), START_WAIT_MS);
-    child.on('message', (message: ReadyMessage) => {
+    child.on('message', (message: ReadyMessage | ProgressMessage) => {
+      if (message?.type === 'marina:progress') progress.onProgress(message.event);
       if (message?.type === 'marina:ready') {
         clearTimeout(timer);
         resolve({ ready: message });
@@ -76,6 +89,7 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
     });
   });
 
+  progress.stop();
   if ('ready' in outcome) {
     if (child.connected) child.disconnect();
     child.unref();
@@ -146,6 +160,7 @@ export function writeStartupReport(report: StartupReport, config: ServerConfig):
   const names: Record<string, string> = { 'grpc-inference': 'gRPC Inference', 'grpc-management': 'gRPC Management' };
   for (const { api, url } of report.listening) process.stdout.write(`${names[api] ?? `${api[0]!.toUpperCase()}${api.slice(1)}`} API bound to ${url}\n`);
   process.stdout.write(`${tokenNote(config)}\n`);
+  process.stdout.write(`Every request is logged in ${path.join(config.logDir, 'access_log.log')}; failed ones also in the server's output (${LOG_FILE_NAME} in the background), with their x-request-id\n`);
   if (report.restoredFrom) process.stdout.write(`Restored the models of the snapshot ${report.restoredFrom} (start with --ncs to ignore snapshots)\n`);
   for (const name of report.loaded) process.stdout.write(`Model loaded: ${name}\n`);
   for (const failure of report.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
@@ -189,8 +204,14 @@ function fileSize(filePath: string): number {
 function readLogTail(logFile: string, fromByte: number): string {
   try {
     const text = readFileSync(logFile).subarray(fromByte).toString('utf8');
-    return text.trimEnd().split('\n').slice(-LOG_TAIL_LINES).map((line) => `  ${line}`).join('\n') || '  (the log is empty)';
+    return stripAnsi(text).trimEnd().split('\n').slice(-LOG_TAIL_LINES).map((line) => `  ${line}`).join('\n') || '  (the log is empty)';
   } catch {
     return '  (the log could not be read)';
   }
+}
+
+/** Text without terminal colour and cursor sequences (onnxruntime colours its log lines). */
+export function stripAnsi(text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '');
 }

@@ -2,8 +2,11 @@ import type { ServerConfig } from './config/server-config.ts';
 import { assertModelStoreConfigured, loadConfig, type ServeCliOptions } from './config/load-config.ts';
 import { removePidFile, writePidFile } from './config/pid-file.ts';
 import { startServer, type RunningServer } from './start-server.ts';
-import { assertNoOtherServer, notifyLauncher, startBackgroundServer, stopBackgroundServer, writeStartupReport } from './launcher.ts';
+import { assertNoOtherServer, notifyLauncher, stripAnsi, startBackgroundServer, stopBackgroundServer, writeStartupReport } from './launcher.ts';
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
+import { configError } from './config/config-errors.ts';
+import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
+import { formatTerminalLine } from './request-log.ts';
 import { cleanModelCaches, defaultExtractionCacheDir, optimizedModelCacheDir } from './cache/model-caches.ts';
 
 /** Executes one parsed `serve` command and exits the process: the only process.exit in Marina. */
@@ -38,7 +41,7 @@ export function exitProcess(code: number): never {
 /** Prints `CODE: message` (or the bare message of an error without a code) to stderr and exits 1. */
 export function exitWithError(error: unknown): never {
   const code = (error as { code?: string }).code;
-  process.stderr.write(`${code ? `${code}: ` : ''}${(error as Error).message}\n`);
+  process.stderr.write(`${code ? `${code}: ` : ''}${stripAnsi((error as Error).message)}\n`);
   exitProcess(1);
 }
 
@@ -61,13 +64,37 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
   process.stdout.write(`Marina ${MARINA_VERSION} starting (config: ${config.configFile ?? 'defaults'}, model store: ${config.modelStore})\n`);
 
   let server: RunningServer;
+  // On a terminal a live line; in the log (a background child's stdout) a line per step. A
+  // background child also hands each step to its launcher, which shows it in the user's terminal.
+  const progress = createStartupProgress({ stream: process.stdout, isTty: process.stdout.isTTY === true });
+  const onProgress = (event: StartupProgressEvent) => {
+    progress.onProgress(event);
+    if (process.send && process.connected) process.send({ type: 'marina:progress', event });
+  };
   try {
-    server = await startServer(config, { log: (level, message) => (level === 'info' ? process.stdout : process.stderr).write(`${level === 'info' ? '' : `${level.toUpperCase()} `}${message}\n`) });
+    server = await startServer(config, {
+      onProgress,
+      // Every line with its time and level; the request lines carry the request id (x-request-id).
+      log: (level, message) => (level === 'info' ? process.stdout : process.stderr).write(`${formatTerminalLine(level, message)}\n`),
+      // Failed requests here too (every request is in logs/access_log.log); on a terminal, every request.
+      requestLog: { isEveryRequestLogged: process.stdout.isTTY === true },
+    });
   } catch (error) {
     removePidFile({ onlyIfPid: process.pid });
     throw error;
+  } finally {
+    progress.stop();
   }
-  // Handlers before the ready line: whoever waits for it may signal at once.
+  // Only for load_models / --models: a snapshot none of whose models came back keeps serving, says so and keeps the snapshot.
+  if (server.loaded.length === 0 && server.startupFailures > 0) {
+    for (const failure of server.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
+    await server.close();
+    removePidFile({ onlyIfPid: process.pid });
+    throw configError.MARINA_ERR_NO_MODEL_LOADED(
+      `none of the ${server.failed.length} start-up model(s) loaded (see the lines above), so Marina stopped. Fix load_models / --models or the archives, or start without models and register them later.`,
+    );
+  }
+    // Handlers before the ready line: whoever waits for it may signal at once.
   let isStopping = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (isStopping) {

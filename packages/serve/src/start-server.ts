@@ -8,8 +8,11 @@ import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, type Snaps
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerLogs } from './logging/server-logs.ts';
-import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
+import { createServerPlugins, isSameAddress, type OperatorContext } from './server-plugins.ts';
+import { assertAddressesFree, toListenError } from './config/assert-addresses-free.ts';
+import type { StartupProgressEvent } from './startup-progress.ts';
 import type { GrpcServers } from './protocols/grpc-server.ts';
+import { createRequestLog, type RequestLog } from './request-log.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
@@ -19,6 +22,8 @@ export interface RunningServer {
   loaded: string[];
   /** `url: code: message` of every model version that could not be loaded; the server runs without it. */
   failed: string[];
+  /** How many of the start-up models (load_models / --models) failed; snapshot restores are not counted. */
+  startupFailures: number;
   /** The snapshot file whose model versions were registered again, when one was. */
   restoredFrom?: string;
   /**
@@ -34,6 +39,10 @@ export interface RunningServer {
 export interface StartServerOptions {
   /** Non-fatal events (snapshot restore and write problems, autoscaler moves); ignored by default. */
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /** Each start-up model starting to load and finishing (loading includes onnxruntime's optimisation). */
+  onProgress?: (event: StartupProgressEvent) => void;
+  /** Request lines in `log`: the failed requests, or every one with isEveryRequestLogged (access_log.log always has every one). */
+  requestLog?: { isEveryRequestLogged?: boolean };
 }
 
 /**
@@ -45,10 +54,13 @@ export interface StartServerOptions {
  * Library function: prints nothing, never exits. A model that fails to load is listed in `failed`
  * and does not stop the server.
  *
- * @throws the first error of building the app or binding a port (e.g. EADDRINUSE); what was
+ * @throws MARINA_ERR_ADDRESS_IN_USE / MARINA_ERR_ADDRESS_UNAVAILABLE before anything loads when an
+ *   address cannot be bound; else the first error of building the app or binding a port. What was
  *   started by then is closed first.
  */
 export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
+  // A port in use fails here, in milliseconds, rather than after the models have loaded.
+  await assertAddressesFree(config);
   const logs = createServerLogs({ logDir: config.logDir, ...(config.metricsLogDir ? { metricsLogDir: config.metricsLogDir } : {}) });
   const log = (level: 'info' | 'warn' | 'error', message: string) => {
     logs.ts(level, message);
@@ -71,9 +83,17 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   // TorchServe: a config with model_snapshot restores those models and loads no load_models / --models.
   const effectiveConfig = snapshot ? withoutStartupModels(config, log) : config;
   const operator: OperatorContext = { logs };
+  // The terminal's (or marina.log's) request lines; access_log.log is the logs' (buildApp writes it).
+  const requestLog: RequestLog | undefined = options.requestLog ? createRequestLog({ ...options.requestLog, log: options.log }) : undefined;
+  // First on each listener (inference, management when it is another one, metrics), so it sees every answer.
+  const requestLogPlugins = requestLog
+    ? (['inference', 'management', 'metrics'] as const)
+        .filter((api) => api !== 'management' || !isSameAddress(effectiveConfig.inferenceAddress, effectiveConfig.managementAddress))
+        .map((api) => ({ api, plugin: requestLog.plugin }))
+    : [];
   let app: MarinaApp;
   try {
-    app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator), logs });
+    app = await buildApp(effectiveConfig, { ...(options.log ? { log: options.log } : {}), plugins: [...requestLogPlugins, ...(await createServerPlugins(effectiveConfig, operator))], logs });
   } catch (error) {
     await logs.close();
     throw error;
@@ -103,7 +123,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   };
   try {
     const restored = await restoreSnapshotModels(app, registrations, snapshot?.path);
-    const startup = await app.loadStartupModels();
+    const startup = await app.loadStartupModels(options.onProgress ? { onProgress: options.onProgress } : {});
     await restored.start();
     const loaded = [...restored.loaded, ...startup.loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`)];
     const failed = [...restored.failed, ...startup.failed.map((failure) => `${failure.url}: ${failure.error.code}: ${failure.error.message}`)];
@@ -152,7 +172,12 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     for (const target of targets) {
       let url = started.get(target.instance);
       if (url === undefined) {
-        await target.instance.listen({ host: target.address.host, port: target.address.port });
+        try {
+          await target.instance.listen({ host: target.address.host, port: target.address.port });
+        } catch (error) {
+          // Taken between the check and now (or an address the check skipped).
+          throw toListenError(error as NodeJS.ErrnoException, { api: target.api, key: `${target.api}_address`, address: target.address }, config);
+        }
         const bound = target.instance.server.address() as AddressInfo;
         const host = bound.family === 'IPv6' ? `[${bound.address}]` : bound.address;
         url = `${target.address.protocol}://${host}:${bound.port}`;
@@ -175,6 +200,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       listening,
       loaded,
       failed,
+      startupFailures: startup.failed.length,
       ...(snapshot && registrations.length > 0 && !isSnapshotKept ? { restoredFrom: snapshot.path } : {}),
       warnings,
       close,

@@ -85,7 +85,7 @@ const started: string[] = [];
 afterAll(async () => {
   for (const cwd of started) await serve(cwd, ['--stop']);
   for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
-}, 120_000);
+}, 120_000); // each --stop starts a process and waits for a drain: more than vitest's 10 s default on a loaded machine
 
 // Each test starts real processes (tsx start-up, onnxruntime): allow well over the default 5 s on a shared machine.
 describe('serve --start in the background, then --stop', { timeout: 60_000 }, () => {
@@ -166,22 +166,15 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
   });
 
   it('prints the tail of the log and exits 1 when the server dies during start-up', async () => {
-    // A port already taken passes the configuration check, then listening fails in the child.
-    const blocker = createServer();
-    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
-    const { port } = blocker.address() as AddressInfo;
-    try {
-      const cwd = workDir(`inference_address=http://127.0.0.1:${port}\ngrpc_inference_port=0\ngrpc_management_port=0`);
-      started.push(cwd);
-      const start = await serve(cwd, ['--start', '--disable-token-auth', '--ts-config', 'config.properties']);
-      expect(start.code).toBe(1);
-      expect(start.stderr).toContain('MARINA_ERR_SERVER_START_FAILED');
-      expect(start.stderr).toContain('Last lines of');
-      expect(start.stderr).toContain('EADDRINUSE');
-      expect(existsSync(path.join(cwd, 'tmp', '.marina_server.pid'))).toBe(false);
-    } finally {
-      blocker.close();
-    }
+    // The configuration passes the launcher's checks; the child then finds no start-up model it can load and exits 1.
+    const cwd = workDir();
+    started.push(cwd);
+    const start = await serve(cwd, ['--start', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar']);
+    expect(start.code).toBe(1);
+    expect(start.stderr).toContain('MARINA_ERR_SERVER_START_FAILED');
+    expect(start.stderr).toContain('Last lines of');
+    expect(start.stderr).toContain('MARINA_ERR_NO_MODEL_LOADED');
+    expect(existsSync(path.join(cwd, 'tmp', '.marina_server.pid'))).toBe(false);
   });
 
   it('reports a configuration error in the terminal without starting anything', async () => {

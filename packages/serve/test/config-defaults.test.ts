@@ -63,9 +63,15 @@ describe('configuration defaults without any file, flag or variable', () => {
     expect(config.logDir).toBe(path.join(cwd, 'elsewhere'));
   });
 
-  it('warns that the allow-everything allowed_urls default is in use', async () => {
-    const config = await loadConfig({ cliOptions: {}, env: {}, cwd: emptyDir() });
+  it('warns that the allow-everything allowed_urls default is in use when the model API is on', async () => {
+    const config = await loadConfig({ cliOptions: { enableModelApi: true }, env: {}, cwd: emptyDir() });
     expect(config.warnings.some((warning) => warning.includes('allowed_urls is the default'))).toBe(true);
+  });
+
+  it('says nothing about allowed_urls when the model API is off (nothing can register a URL)', async () => {
+    const config = await loadConfig({ cliOptions: {}, env: {}, cwd: emptyDir() });
+    expect(config.enableModelApi).toBe(false);
+    expect(config.warnings).toEqual([]);
   });
 
   it('returns a deeply frozen object', async () => {

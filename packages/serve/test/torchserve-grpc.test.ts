@@ -85,7 +85,8 @@ describe('TorchServe gRPC inference API', () => {
     expect(ok.sequence_id).toBe('s1');
     expect(JSON.parse(ok.prediction.toString()).outputs.y.shape).toEqual([1, 4]);
     const failed = answers.find((a) => a.status)!;
-    expect(failed.status).toMatchObject({ code: grpc.status.NOT_FOUND, message: 'Model not found: nope' });
+    // TorchServe's sentence, then the registered models (Marina's addition).
+    expect(failed.status).toMatchObject({ code: grpc.status.NOT_FOUND, message: expect.stringMatching(/^Model not found: nope \(registered models: /) });
   });
 
   it('answers errors with a gRPC status: unknown model, missing model name, bad tensor input, no token', async () => {

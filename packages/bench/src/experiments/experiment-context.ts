@@ -48,7 +48,8 @@ export interface ExperimentContext {
   onProgress: (event: BenchProgressEvent) => void;
 }
 
-const MB = 1024 * 1024;
+/** Decimal megabytes, the unit marina-models and model-archiver print sizes in. */
+const MB = 1_000_000;
 
 /** Fills a row's latency, throughput and resource columns from one load run. */
 /** The measured columns every row shares: latency percentiles and the process tree's CPU and memory. */

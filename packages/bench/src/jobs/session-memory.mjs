@@ -15,7 +15,8 @@ import { Worker, isMainThread, parentPort, workerData } from 'node:worker_thread
 
 function readMemoryMb() {
   const text = readFileSync('/proc/self/smaps_rollup', 'utf8');
-  const field = (name) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? NaN) / 1024;
+  // /proc's kB are KiB; reported in decimal MB like every size Marina prints.
+  const field = (name) => (Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? NaN) * 1024) / 1_000_000;
   return { pssMb: field('Pss'), rssMb: field('Rss') };
 }
 

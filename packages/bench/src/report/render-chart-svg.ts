@@ -4,6 +4,9 @@ const colours: Record<string, string> = {
   ceiling: '#2f4b7c', decentralized: '#d45087', centralized: '#2a9d8f', batched: '#e9c46a', workers: '#f4a261', sweep: '#264653', overhead: '#8d99ae', memory: '#8d99ae',
 };
 
+const formatThroughput = (value: number): string => (value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2));
+const formatPercent = (ratio: number): string => (ratio >= 0.01 ? `${Math.round(ratio * 100)}%` : `${(ratio * 100).toPrecision(1)}%`);
+
 const esc = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 function niceMax(value: number): number {
@@ -21,61 +24,85 @@ function barRows(rows: readonly ResultRow[]): ResultRow[] {
   return [...(ceiling ? [ceiling] : []), ...middle, ...(sweep ? [sweep] : [])];
 }
 
+/** The bar scale: linear, or log10 when the bars span more than LOG_SCALE_RANGE× (a tiny model's ceiling against HTTP rows). */
+const LOG_SCALE_RANGE = 50;
+/** The SVG's width in user units; the labels sit above their bars, so the width does not grow with them. */
+const CHART_WIDTH = 800;
+
 /**
- * chart.svg: throughput per experiment as horizontal bars with the ceiling as a dashed line,
- * and below it the concurrency sweep (throughput and p50/p99 latency against clients).
- * Hand-written SVG, no dependencies; readable at 960 px wide.
+ * chart.svg: throughput per experiment as horizontal bars, each labelled above its bar, with the
+ * ceiling as a dashed line, and below it the concurrency sweep (throughput and p50/p99 latency
+ * against clients). Hand-written SVG, no dependencies. 800 units wide with a viewBox, so it scales
+ * to its container; text is 14-15 units, readable down to about 500 px. When the bars span more
+ * than 50× (the tiny model's ceiling against HTTP), the bar axis is logarithmic and says so.
  */
 export function renderChartSvg(result: BenchResult): string {
   const bars = barRows(result.rows);
-  // Room for the longest bar label (about 7 px a character at 13 px), so none is clipped.
-  const longestLabel = Math.max(0, ...bars.map((r) => `${r.experiment}: ${r.config}`.length));
-  const left = Math.max(330, 30 + Math.ceil(longestLabel * 7));
-  const right = 90;
-  const width = left + 540 + right;
+  const left = 20;
+  const right = 110;
+  const width = CHART_WIDTH;
   const sweep = result.rows.filter((r) => r.experiment === 'sweep').sort((a, b) => a.concurrency - b.concurrency);
-  const barHeight = 22;
-  const barGap = 8;
-  const top1 = 70;
-  const panel1Height = top1 + bars.length * (barHeight + barGap) + 40;
+  const labelHeight = 18;
+  const barHeight = 18;
+  const rowHeight = labelHeight + barHeight + 10;
+  const values = bars.map((r) => r.throughputPerSec).filter((v) => v > 0);
+  const isLog = values.length > 1 && Math.max(...values) / Math.min(...values) > LOG_SCALE_RANGE;
+  const top1 = isLog ? 112 : 92;
+  const barsBottom = top1 + bars.length * rowHeight;
+  const panel1Height = barsBottom + 40;
   const panel2Top = panel1Height + 30;
-  const panel2Height = sweep.length > 0 ? 300 : 0;
+  const panel2Height = sweep.length > 0 ? 330 : 0;
   const height = panel2Top + panel2Height + (sweep.length > 0 ? 70 : 0);
   const out: string[] = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif" font-size="13">`);
+  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" preserveAspectRatio="xMinYMin meet" font-family="system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif" font-size="14">`);
   out.push(`<rect width="100%" height="100%" fill="#ffffff"/>`);
-  out.push(`<text x="20" y="28" font-size="18" font-weight="600">Marina bench: ${esc(result.model)}, ${result.machine.cores} cores (${esc(result.machine.cpuModel)})</text>`);
-  out.push(`<text x="20" y="50" fill="#555">Throughput, images/s (higher is better). Dashed line: the ceiling (onnxruntime-node directly, no HTTP, no decoding). ${esc(result.startedAt.slice(0, 10))}</text>`);
-
-  const maxTput = niceMax(Math.max(...bars.map((r) => r.throughputPerSec), 0));
+  out.push(`<text x="20" y="30" font-size="20" font-weight="600">Marina bench: ${esc(result.model)}, ${result.machine.cores} cores, ${esc(result.startedAt.slice(0, 10))}</text>`);
+  out.push(`<text x="20" y="52" fill="#555">${esc(result.machine.cpuModel)}. Throughput in images/s, higher is better.</text>`);
+  out.push(`<text x="20" y="72" fill="#555">Dashed line: the ceiling (onnxruntime-node directly, no HTTP, no decoding).</text>`);
+  if (isLog) out.push(`<text x="20" y="92" fill="#555">Logarithmic axis: each grid line is 10× the one before.</text>`);
   const plotWidth = width - left - right;
-  const x = (v: number) => left + (v / maxTput) * plotWidth;
-  for (let i = 0; i <= 5; i++) {
-    const v = (maxTput / 5) * i;
-    out.push(`<line x1="${x(v)}" y1="${top1 - 6}" x2="${x(v)}" y2="${top1 + bars.length * (barHeight + barGap)}" stroke="#eee"/>`);
-    out.push(`<text x="${x(v)}" y="${top1 + bars.length * (barHeight + barGap) + 16}" text-anchor="middle" fill="#777">${Number(v.toPrecision(3))}</text>`);
+  let x: (v: number) => number;
+  let ticks: number[];
+  if (isLog) {
+    const lo = 10 ** Math.floor(Math.log10(Math.min(...values)));
+    const hi = 10 ** Math.ceil(Math.log10(Math.max(...values)));
+    x = (v: number) => left + (Math.log10(Math.max(v, lo) / lo) / Math.log10(hi / lo)) * plotWidth;
+    ticks = [];
+    for (let t = lo; t <= hi * 1.0001; t *= 10) ticks.push(t);
+  } else {
+    const maxTput = niceMax(Math.max(...values, 0));
+    x = (v: number) => left + (v / maxTput) * plotWidth;
+    ticks = [0, 1, 2, 3, 4, 5].map((i) => (maxTput / 5) * i);
+  }
+  for (const v of ticks) {
+    out.push(`<line x1="${x(v).toFixed(1)}" y1="${top1 - 4}" x2="${x(v).toFixed(1)}" y2="${barsBottom}" stroke="#e5e5e5"/>`);
+    out.push(`<text x="${x(v).toFixed(1)}" y="${barsBottom + 18}" text-anchor="middle" fill="#666">${Number(v.toPrecision(3))}</text>`);
   }
   bars.forEach((row, i) => {
-    const y = top1 + i * (barHeight + barGap);
-    out.push(`<text x="${left - 10}" y="${y + barHeight / 2 + 4}" text-anchor="end">${esc(row.experiment)}: ${esc(row.config)}</text>`);
-    out.push(`<rect x="${left}" y="${y}" width="${Math.max(1, x(row.throughputPerSec) - left)}" height="${barHeight}" fill="${colours[row.experiment] ?? '#888'}" rx="2"/>`);
-    const ratio = Number.isFinite(row.ratioToCeiling) && row.experiment !== 'ceiling' ? ` (${Math.round(row.ratioToCeiling * 100)}%)` : '';
-    out.push(`<text x="${x(row.throughputPerSec) + 6}" y="${y + barHeight / 2 + 4}" fill="#222">${row.throughputPerSec.toFixed(1)}${ratio}</text>`);
+    const y = top1 + i * rowHeight;
+    out.push(`<text x="${left}" y="${y + 13}" font-size="15">${esc(row.experiment)}: ${esc(row.config)}</text>`);
+    const barWidth = Math.max(2, x(row.throughputPerSec) - left);
+    out.push(`<rect x="${left}" y="${y + labelHeight}" width="${barWidth.toFixed(1)}" height="${barHeight}" fill="${colours[row.experiment] ?? '#888'}" rx="2"/>`);
+    const ratio = Number.isFinite(row.ratioToCeiling) && row.experiment !== 'ceiling' ? ` (${formatPercent(row.ratioToCeiling)})` : '';
+    out.push(`<text x="${(left + barWidth + 6).toFixed(1)}" y="${y + labelHeight + 14}" font-size="15" fill="#222">${formatThroughput(row.throughputPerSec)}${ratio}</text>`);
   });
   const ceiling = bars.find((r) => r.experiment === 'ceiling');
   if (ceiling) {
-    out.push(`<line x1="${x(ceiling.throughputPerSec)}" y1="${top1 - 10}" x2="${x(ceiling.throughputPerSec)}" y2="${top1 + bars.length * (barHeight + barGap)}" stroke="#2f4b7c" stroke-width="2" stroke-dasharray="6 4"/>`);
+    out.push(`<line x1="${x(ceiling.throughputPerSec).toFixed(1)}" y1="${top1 - 6}" x2="${x(ceiling.throughputPerSec).toFixed(1)}" y2="${barsBottom}" stroke="#2f4b7c" stroke-width="2" stroke-dasharray="6 4"/>`);
   }
 
   if (sweep.length > 0) {
     const plotLeft = 90;
     const plotRight = width - 90;
-    const plotTop = panel2Top + 40;
+    const plotTop = panel2Top + 70;
     const plotBottom = panel2Top + panel2Height;
-    out.push(`<text x="20" y="${panel2Top + 10}" font-size="16" font-weight="600">Concurrency sweep: ${esc(result.bestServerConfig ?? '')}</text>`);
-    out.push(`<text x="20" y="${panel2Top + 28}" fill="#555">Throughput (solid, left axis) and latency p50 / p99 (dashed, right axis, ms) against concurrent clients</text>`);
+    out.push(`<text x="20" y="${panel2Top + 10}" font-size="17" font-weight="600">Concurrency sweep: ${esc(result.bestServerConfig ?? '')}</text>`);
+    out.push(`<text x="20" y="${panel2Top + 30}" fill="#555">Throughput (solid, left axis); latency p50 and p99 (dashed, right axis, ms)</text>`);
     const xs = sweep.map((_, i) => plotLeft + (sweep.length === 1 ? 0.5 : i / (sweep.length - 1)) * (plotRight - plotLeft));
-    const tMax = niceMax(Math.max(...sweep.map((r) => r.throughputPerSec), ceiling?.throughputPerSec ?? 0));
+    const sweepMax = Math.max(...sweep.map((r) => r.throughputPerSec));
+    // A ceiling far above the sweep (a tiny model) would flatten it: then it is named, not drawn.
+    const isCeilingDrawn = ceiling !== undefined && ceiling.throughputPerSec <= 2 * sweepMax;
+    const tMax = niceMax(Math.max(sweepMax, isCeilingDrawn ? ceiling.throughputPerSec : 0));
     const lMax = niceMax(Math.max(...sweep.map((r) => r.p99Ms)));
     const yT = (v: number) => plotBottom - (v / tMax) * (plotBottom - plotTop);
     const yL = (v: number) => plotBottom - (v / lMax) * (plotBottom - plotTop);
@@ -87,7 +114,8 @@ export function renderChartSvg(result: BenchResult): string {
     }
     out.push(`<text x="${plotLeft - 60}" y="${(plotTop + plotBottom) / 2}" fill="#2a9d8f" transform="rotate(-90 ${plotLeft - 60} ${(plotTop + plotBottom) / 2})" text-anchor="middle">images/s</text>`);
     out.push(`<text x="${plotRight + 60}" y="${(plotTop + plotBottom) / 2}" fill="#e76f51" transform="rotate(90 ${plotRight + 60} ${(plotTop + plotBottom) / 2})" text-anchor="middle">latency ms</text>`);
-    if (ceiling) out.push(`<line x1="${plotLeft}" y1="${yT(ceiling.throughputPerSec)}" x2="${plotRight}" y2="${yT(ceiling.throughputPerSec)}" stroke="#2f4b7c" stroke-dasharray="6 4"/><text x="${plotLeft + 4}" y="${yT(ceiling.throughputPerSec) - 5}" fill="#2f4b7c">ceiling ${ceiling.throughputPerSec.toFixed(1)}</text>`);
+    if (ceiling && !isCeilingDrawn) out.push(`<text x="20" y="${panel2Top + 50}" fill="#2f4b7c">The ceiling, ${formatThroughput(ceiling.throughputPerSec)} images/s, is far above this axis.</text>`);
+    if (ceiling && isCeilingDrawn) out.push(`<line x1="${plotLeft}" y1="${yT(ceiling.throughputPerSec)}" x2="${plotRight}" y2="${yT(ceiling.throughputPerSec)}" stroke="#2f4b7c" stroke-dasharray="6 4"/><text x="${plotLeft + 4}" y="${yT(ceiling.throughputPerSec) - 5}" fill="#2f4b7c">ceiling ${ceiling.throughputPerSec.toFixed(1)}</text>`);
     const path = (ys: number[]) => ys.map((y, i) => `${i === 0 ? 'M' : 'L'}${xs[i]!.toFixed(1)},${y.toFixed(1)}`).join(' ');
     out.push(`<path d="${path(sweep.map((r) => yT(r.throughputPerSec)))}" fill="none" stroke="#2a9d8f" stroke-width="3"/>`);
     out.push(`<path d="${path(sweep.map((r) => yL(r.p99Ms)))}" fill="none" stroke="#e76f51" stroke-width="2" stroke-dasharray="7 4"/>`);

@@ -168,6 +168,9 @@ async function ensureOptimizedModel(modelPath: string, options: ort.InferenceSes
     const writer = await ort.InferenceSession.create(source, {
       ...options,
       intraOpNumThreads: 1,
+      // Errors only: onnxruntime otherwise warns, in colour, that a copy optimised at 'all' runs only
+      // on this kind of CPU; the cache key holds the CPU model for exactly that reason.
+      logSeverityLevel: 3,
       optimizedModelFilePath: path.join(workDir, 'model.onnx'),
       // onnxruntime-node joins the nesting with dots: session.optimized_model_external_initializers_*.
       extra: { session: { ...(options.extra as { session?: Record<string, string> } | undefined)?.session, optimized_model_external_initializers_file_name: 'model.onnx.data', optimized_model_external_initializers_min_size_in_bytes: '1024' } },

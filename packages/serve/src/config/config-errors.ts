@@ -54,6 +54,18 @@ export const configErrors = defineErrors({
     statusCode: 500,
     description: 'An https:// address needs `private_key_file` and `certificate_file` (Marina does not generate a self-signed certificate): both set, each naming a readable file (relative paths resolve against the working directory).',
   },
+  MARINA_ERR_ADDRESS_IN_USE: {
+    statusCode: 500,
+    description: 'Another process listens on the port of inference_address, management_address or metrics_address (checked before any model loads); the message names the address and the key: stop that process or change the key.',
+  },
+  MARINA_ERR_ADDRESS_UNAVAILABLE: {
+    statusCode: 500,
+    description: 'An address cannot be bound: a port below 1024 without privileges (EACCES), or a host that is not this machine (EADDRNOTAVAIL); change the key the message names.',
+  },
+  MARINA_ERR_NO_MODEL_LOADED: {
+    statusCode: 500,
+    description: 'Every model that load_models / --models (or the snapshot) named failed to load, so the server stopped instead of serving nothing; the lines before it say why each failed. Fix the archives or the names, or start without models.',
+  },
   MARINA_ERR_CLI_ARGS_INVALID: {
     statusCode: 500,
     description: 'The launcher flags contradict each other (e.g. `--start --stop`) or a flag value is missing.',

@@ -352,7 +352,8 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     }
   }
   const isAllowedUrlsDefault = !values.has('allowed_urls');
-  if (isAllowedUrlsDefault) warnings.push(`allowed_urls is the default '${DEFAULT_ALLOWED_URLS}': any file:// or http(s):// URL can be registered when the model API is enabled; set allowed_urls to restrict it`);
+  // Only the model API registers URLs from outside; with it off, the operator's own load_models are the only URLs.
+  if (isAllowedUrlsDefault && checked.enable_model_api) warnings.push(`allowed_urls is the default '${DEFAULT_ALLOWED_URLS}': any file:// or http(s):// URL can be registered when the model API is enabled; set allowed_urls to restrict it`);
 
   let modelStore: string | undefined;
   if (checked.model_store !== undefined) {

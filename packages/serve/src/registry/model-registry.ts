@@ -2,14 +2,14 @@ import { EventEmitter, once } from 'node:events';
 import { rm } from 'node:fs/promises';
 import { assertModelIdentity, extractToCache, normalizeManifest, readModelConfig, resolveInside, resolveManifestFiles } from '@marina/archive';
 import { cacheOptimizedModelDefaultFrom } from '../backend/ort-session.ts';
-import { isMarinaError, MarinaError } from '@marina/errors';
+import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
 import type { ModelCaches } from '../cache/model-caches.ts';
 import { resolveModelSettings } from '../model-settings.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import { resolveIntraOpThreads } from '../workers/thread-defaults.ts';
-import type { BodyDecoding, WorkerInit } from '../workers/worker-protocol.ts';
+import type { BodyDecoding, HandlerStagesMs, WorkerInit } from '../workers/worker-protocol.ts';
 import type {
   ModelDescription,
   ModelListEntry,
@@ -42,6 +42,23 @@ export interface PredictOptions {
   arrivedAt?: number;
   /** How the worker decodes raw `input.body` bytes for the handler ('json', 'text'); undefined passes the input as it is. */
   bodyDecoding?: BodyDecoding;
+}
+
+/** Where one prediction's time went, ms (the Server-Timing header). */
+export interface PredictTimingsMs {
+  /** In the model version's job queue. */
+  queueMs: number;
+  /** From leaving the queue to the worker's answer: hand-off, handler and model. */
+  workerMs: number;
+  /** The worker's stages for the job's batch, for handlers with separate stages. */
+  stages?: HandlerStagesMs;
+  /** The handler's whole time for the job's batch, measured in the worker thread (workerMs adds the hand-offs). */
+  handlerMs?: number;
+}
+
+/** A prediction's answer and where its time went. */
+export interface PredictResult extends JobResult {
+  timings: PredictTimingsMs;
 }
 
 export interface ModelRegistryOptions {
@@ -282,6 +299,15 @@ export class ModelRegistry implements ModelRegistryApi {
     return n;
   }
 
+  /** TorchServe's `Model not found: x`, followed by the registered names and the closest one. */
+  #modelNotFound(modelName: string): MarinaError {
+    const names = [...this.#models.keys()].sort();
+    const known = names.length === 0
+      ? 'no models are registered (register one with POST /models on the management API, or load_models at start-up)'
+      : `registered models: ${names.slice(0, 20).join(', ')}${names.length > 20 ? `, and ${names.length - 20} more` : ''}${didYouMean(modelName, names)}`;
+    return createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName} (${known})`, { details: { modelName, registered: names.slice(0, 100) } });
+  }
+
   /** Threads per worker of `version` as the budget counts them: its pinned count, else 1 (the least the default split gives). */
   #pinnedThreads(version: ModelVersion): number | undefined {
     return version.settings.intraOpNumThreads ?? this.#config.ompNumThreads;
@@ -332,7 +358,7 @@ export class ModelRegistry implements ModelRegistryApi {
    */
   getVersion(modelName: string, modelVersion?: string): ModelVersion {
     const model = this.#models.get(modelName);
-    if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+    if (!model) throw this.#modelNotFound(modelName);
     const version = model.versions.get(modelVersion ?? model.defaultVersion);
     if (!version) {
       throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
@@ -345,7 +371,7 @@ export class ModelRegistry implements ModelRegistryApi {
    * Emits 'request' when it is answered (also for errors after the model was found).
    * @throws MarinaError: not found (404), queue full / no workers (503), handler errors, timeouts.
    */
-  async predict(options: PredictOptions): Promise<JobResult> {
+  async predict(options: PredictOptions): Promise<PredictResult> {
     const arrivedAt = options.arrivedAt ?? performance.now();
     if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and accepts no new inference requests; retry against another replica');
     const version = this.getVersion(options.modelName, options.modelVersion);
@@ -355,7 +381,12 @@ export class ModelRegistry implements ModelRegistryApi {
       version.submit(job);
       const result = await job.promise;
       statusCode = result.statusCode;
-      return result;
+      const t = job.timings;
+      const dispatchedAt = t.dispatchedAt ?? arrivedAt;
+      const timings: PredictTimingsMs = { queueMs: dispatchedAt - arrivedAt, workerMs: (t.finishedAt ?? performance.now()) - dispatchedAt };
+      if (t.stages) timings.stages = t.stages;
+      if (t.handlerMs !== undefined) timings.handlerMs = t.handlerMs;
+      return { ...result, timings };
     } catch (error) {
       const e = toMarinaError(error);
       statusCode = e.statusCode;
@@ -377,7 +408,7 @@ export class ModelRegistry implements ModelRegistryApi {
 
   async unregister(modelName: string, modelVersion?: string): Promise<void> {
     const model = this.#models.get(modelName);
-    if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+    if (!model) throw this.#modelNotFound(modelName);
     const versionId = modelVersion ?? model.defaultVersion;
     const version = model.versions.get(versionId);
     if (!version) throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${versionId} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
@@ -452,7 +483,7 @@ export class ModelRegistry implements ModelRegistryApi {
 
   setDefault(modelName: string, modelVersion: string): void {
     const model = this.#models.get(modelName);
-    if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+    if (!model) throw this.#modelNotFound(modelName);
     if (!model.versions.has(modelVersion)) throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
     model.defaultVersion = modelVersion;
     this.events.emit('changed');
@@ -461,7 +492,7 @@ export class ModelRegistry implements ModelRegistryApi {
   describe(modelName: string, modelVersion?: string): ModelDescription[] {
     if (modelVersion === 'all') {
       const model = this.#models.get(modelName);
-      if (!model) throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
+      if (!model) throw this.#modelNotFound(modelName);
       return [...model.versions.values()].map((v) => v.describe());
     }
     return [this.getVersion(modelName, modelVersion).describe()];

@@ -5,6 +5,7 @@ import { createServeError, errorBody, isMarinaError, toMarinaError, type MarinaE
 import type { ModelRegistry } from '../registry/model-registry.ts';
 import { assertResponseSize, type DataPlane } from '../protocols/data-plane.ts';
 import type { JobInput } from '../scheduling/job.ts';
+import { serverTimingHeader } from './server-timing.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
 export interface InferenceRoutesOptions {
@@ -157,6 +158,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
       };
       const result = await registry.predict(options.dataPlane ? options.dataPlane.admitTorchServeInput(predictOptions) : predictOptions);
       assertResponseSize(result.body.length, maxResponseBytes);
+      reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
       for (const k in result.headers) reply.header(k, result.headers[k]!);
       if (result.contentType) reply.type(result.contentType);
       return reply.code(result.statusCode).send(result.body);

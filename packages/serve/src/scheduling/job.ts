@@ -1,5 +1,5 @@
 import type { MarinaError } from '@marina/errors';
-import type { BodyDecoding } from '../workers/worker-protocol.ts';
+import type { BodyDecoding, HandlerStagesMs } from '../workers/worker-protocol.ts';
 
 /** One request's input as the handler sees it: `{ body }` for a raw body, one key per multipart field otherwise. */
 export type JobInput = Record<string, unknown>;
@@ -20,6 +20,10 @@ export interface JobTimings {
   dispatchedAt: number | undefined;
   /** When the worker answered. */
   finishedAt: number | undefined;
+  /** Where the worker spent the time of this job's batch, for handlers with separate stages. */
+  stages?: HandlerStagesMs;
+  /** The handler's time for this job's batch, measured in the worker thread. */
+  handlerMs?: number;
 }
 
 /**

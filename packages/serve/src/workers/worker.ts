@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { Worker as NodeWorker } from 'node:worker_threads';
+import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
 import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
@@ -128,6 +129,7 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   start(): Promise<void> {
     const { init, label, startupTimeoutMs, maxHeapMb } = this.#options;
     return new Promise<void>((resolve, reject) => {
+      defaultOrtTelemetryOff();
       const thread = new NodeWorker(bootstrapUrl, { workerData: init, stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: maxHeapMb } });
       this.#thread = thread;
       let isStarting = true;
@@ -294,6 +296,8 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     for (let i = 0; i < items.length; i++) {
       const item = items[i]!;
       const job = batch.jobs[i]!;
+      if (result.stages) job.timings.stages = result.stages;
+      job.timings.handlerMs = result.handlerMs;
       if (item.ok) {
         const { body } = item;
         job.resolve({ statusCode: item.statusCode, body: typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.from(body.buffer, body.byteOffset, body.byteLength), contentType: item.contentType, headers: item.headers });

@@ -1,0 +1,66 @@
+import { createServer } from 'node:net';
+import type { ListenAddress, ServerConfig } from './server-config.ts';
+import { configError } from './config-errors.ts';
+
+/** One address the server will listen on, with the config key that sets it. */
+export interface ListenTarget {
+  api: 'inference' | 'management' | 'metrics';
+  key: 'inference_address' | 'management_address' | 'metrics_address';
+  address: ListenAddress;
+}
+
+/** The distinct addresses startServer listens on (metrics only with enable_metrics_api). */
+export function listenTargets(config: ServerConfig): ListenTarget[] {
+  const all: ListenTarget[] = [
+    { api: 'inference', key: 'inference_address', address: config.inferenceAddress },
+    { api: 'management', key: 'management_address', address: config.managementAddress },
+    ...(config.enableMetricsApi ? [{ api: 'metrics' as const, key: 'metrics_address' as const, address: config.metricsAddress }] : []),
+  ];
+  return all.filter((target, index) => all.findIndex((other) => sameAddress(other.address, target.address)) === index);
+}
+
+/**
+ * Binds each address the server will listen on and lets it go again, so that a port in use stops
+ * start-up in milliseconds, before any model is loaded. Port 0 (any free port) is not checked.
+ *
+ * @throws MARINA_ERR_ADDRESS_IN_USE / MARINA_ERR_ADDRESS_UNAVAILABLE naming the address and its config key.
+ */
+export async function assertAddressesFree(config: ServerConfig): Promise<void> {
+  for (const target of listenTargets(config)) {
+    if (target.address.port === 0) continue;
+    await new Promise<void>((resolve, reject) => {
+      const probe = createServer();
+      probe.once('error', (error: NodeJS.ErrnoException) => reject(toListenError(error, target, config)));
+      probe.listen({ host: target.address.host, port: target.address.port, exclusive: true }, () => probe.close(() => resolve()));
+    });
+  }
+}
+
+/**
+ * The error for a failed bind of `target`: MARINA_ERR_ADDRESS_IN_USE for EADDRINUSE, else
+ * MARINA_ERR_ADDRESS_UNAVAILABLE (EACCES for a privileged port, EADDRNOTAVAIL for a host that is
+ * not this machine's). Errors of other kinds are returned unchanged.
+ */
+export function toListenError(error: NodeJS.ErrnoException, target: ListenTarget, config: Pick<ServerConfig, 'configFile'>): Error {
+  const where = config.configFile ? `in ${config.configFile}` : 'in config.properties (pass it with --ts-config)';
+  const url = `${target.address.protocol}://${target.address.host.includes(':') ? `[${target.address.host}]` : target.address.host}:${target.address.port}`;
+  const details = { key: target.key, address: url, errno: error.code };
+  if (error.code === 'EADDRINUSE') {
+    return configError.MARINA_ERR_ADDRESS_IN_USE(
+      `the ${target.api} API cannot listen on ${url}: another process is using that port. Stop it (is another Marina or TorchServe running? serve --stop), or set ${target.key} ${where} to a free port.`,
+      { details, cause: error },
+    );
+  }
+  if (error.code === 'EACCES' || error.code === 'EADDRNOTAVAIL') {
+    const reason = error.code === 'EACCES' ? 'ports below 1024 need privileges' : `${target.address.host} is not an address of this machine`;
+    return configError.MARINA_ERR_ADDRESS_UNAVAILABLE(
+      `the ${target.api} API cannot listen on ${url} (${error.code}: ${reason}). Set ${target.key} ${where} to another address.`,
+      { details, cause: error },
+    );
+  }
+  return error;
+}
+
+function sameAddress(a: ListenAddress, b: ListenAddress): boolean {
+  return a.protocol === b.protocol && a.host === b.host && a.port === b.port;
+}
