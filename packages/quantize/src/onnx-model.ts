@@ -73,10 +73,17 @@ export async function loadModel(modelPath: string): Promise<LoadedModel> {
     tensor.dataLocation = onnx.TensorProto.DataLocation.DEFAULT;
     tensor.externalData = [];
   }
+  // Weights held in Constant nodes (as Paddle2ONNX and some exporters write them) become initializers, so they can be quantised.
+  const constants = (graph.node ?? []).filter((n) => n.opType === 'Constant' && (n.domain ?? '') === '' && n.output?.length === 1 && (n.attribute ?? []).length === 1 && n.attribute![0]!.name === 'value' && n.attribute![0]!.t);
+  if (constants.length > 0) {
+    const moved = new Set(constants);
+    graph.initializer = [...(graph.initializer ?? []), ...constants.map((n) => ({ ...n.attribute![0]!.t!, name: n.output![0]! }))];
+    graph.node = (graph.node ?? []).filter((n) => !moved.has(n));
+  }
   (graph.node ?? []).forEach((node, i) => {
     if (!node.name) node.name = `${node.opType}_${i}`;
   });
-  return { model, opset };
+  return { model, opset: Number(opset) };
 }
 
 /**

@@ -30,7 +30,7 @@ export interface QdqResult {
   fusedNodes: string[];
   /** Nodes of quantisable types left in fp32 (excluded, or an input without a float range), by name. */
   fp32Nodes: string[];
-  /** Whether weights are quantised per output channel (opset ≥ 13) or per tensor. */
+  /** Whether weights are quantised per output channel (always: before opset 13 through onnxruntime's com.microsoft DequantizeLinear, which has `axis`). */
   isPerChannel: boolean;
 }
 
@@ -92,7 +92,9 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
   const excludedNodes = options.excludedNodes ?? new Set<string>();
   const excludedOpTypes = options.excludedOpTypes ?? new Set<string>();
   const isReducedRange = options.isReducedRange ?? false;
-  const isPerChannel = opset >= 13;
+  const isPerChannel = true;
+  // Before opset 13 the standard DequantizeLinear has no `axis`; onnxruntime's com.microsoft one does.
+  const axisDomain = opset >= 13 ? '' : 'com.microsoft';
   const types = inferTensorTypes(model);
   const initializers = new Map((graph.initializer ?? []).map((t) => [t.name ?? '', t]));
   const graphOutputs = new Set((graph.output ?? []).map((o) => o.name ?? ''));
@@ -259,7 +261,7 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
             floatTensor(`${w.name}_scale`, w.axis === undefined ? [] : [scales.length], scales),
             integerTensor(`${w.name}_zero_point`, w.axis === undefined ? [] : [scales.length], DataType.INT8, new Int8Array(scales.length)),
           );
-          newNodes.push({ name: `${w.name}_DequantizeLinear`, opType: 'DequantizeLinear', domain: '', input: [qName, `${w.name}_scale`, `${w.name}_zero_point`], output: [dequantized(w.name)], attribute: w.axis === undefined ? [] : [{ name: 'axis', type: 2, i: w.axis }] });
+          newNodes.push({ name: `${w.name}_DequantizeLinear`, opType: 'DequantizeLinear', domain: w.axis === undefined ? '' : axisDomain, input: [qName, `${w.name}_scale`, `${w.name}_zero_point`], output: [dequantized(w.name)], attribute: w.axis === undefined ? [] : [{ name: 'axis', type: 2, i: w.axis }] });
           cached = { name: dequantized(w.name), scales, axis: w.axis };
           weightCache.set(w.name, cached);
         }
@@ -277,7 +279,7 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
             floatTensor(`${bName}_scale`, perChannel ? [scales.length] : [], scales),
             integerTensor(`${bName}_zero_point`, perChannel ? [scales.length] : [], DataType.INT32, new Int32Array(scales.length)),
           );
-          newNodes.push({ name: `${bName}_DequantizeLinear`, opType: 'DequantizeLinear', domain: '', input: [bName, `${bName}_scale`, `${bName}_zero_point`], output: [`${bName}_dequantized`], attribute: perChannel ? [{ name: 'axis', type: 2, i: 0 }] : [] });
+          newNodes.push({ name: `${bName}_DequantizeLinear`, opType: 'DequantizeLinear', domain: perChannel ? axisDomain : '', input: [bName, `${bName}_scale`, `${bName}_zero_point`], output: [`${bName}_dequantized`], attribute: perChannel ? [{ name: 'axis', type: 2, i: 0 }] : [] });
           copy.input![2] = `${bName}_dequantized`;
         }
       }
@@ -306,8 +308,12 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
 
   const used = new Set(newNodes.flatMap((n) => n.input ?? []));
   const keptInitializers = (graph.initializer ?? []).filter((t) => used.has(t.name ?? ''));
+  const usesMsDomain = newNodes.some((n) => n.domain === 'com.microsoft');
+  const opsetImport = [...(model.opsetImport ?? [])];
+  if (usesMsDomain && !opsetImport.some((o) => o.domain === 'com.microsoft')) opsetImport.push({ domain: 'com.microsoft', version: 1 });
   const newModel: ModelProto = {
     ...model,
+    opsetImport,
     graph: {
       ...graph,
       node: newNodes,

@@ -217,13 +217,13 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
     }
   }
   const int8Bytes = encodeModel(current.model).length;
-  const fp32Bytes = (loaded.model.graph?.initializer ?? []).reduce((n, t) => n + (t.rawData?.length ?? 0), 0);
+  const fp32Bytes = (loaded.model.graph?.initializer ?? []).reduce((n, t) => n + (t.rawData?.length || (t.floatData?.length ?? 0) * 4), 0);
   const report: QuantizationReport = {
     precision: 'int8',
     format: 'QDQ',
     method,
     ...(method === 'percentile' ? { percentile: options.percentile ?? 99.999 } : {}),
-    weights: `int8 symmetric ${current.isPerChannel ? 'per channel' : 'per tensor (opset < 13)'}${isReducedRange ? ', 7-bit range' : ''}; biases int32`,
+    weights: `int8 symmetric per channel${loaded.opset < 13 ? ' (com.microsoft DequantizeLinear, opset < 13)' : ''}${isReducedRange ? ', 7-bit range' : ''}; biases int32`,
     activations: 'uint8 asymmetric per tensor',
     isReducedRange,
     reducedRangeReason,
