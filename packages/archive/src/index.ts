@@ -41,3 +41,4 @@ export { probeHandler, type HandlerProbeResult, type ProbeHandlerOptions } from 
 export { validateArchive, type ValidateArchiveOptions, type ValidationProblem, type ValidationReport } from './validate-archive.ts';
 export { ARCHIVER_VERSION } from './version.ts';
 export { isInside, MANIFEST_FILE_FIELDS, resolveInside, resolveManifestFiles, resolveManifestPath, unsafeEntryReason, type ManifestFileField } from './safe-path.ts';
+export { QUANTIZATION_FILE, readQuantizationSummary, type QuantizationSummary } from './quantization-record.ts';

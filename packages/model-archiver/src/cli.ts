@@ -94,6 +94,11 @@ export function formatReport(report: ValidationReport): string {
     const describe = (t: { name: string; type: string; shape: ReadonlyArray<number | string> }): string => `${t.name} ${t.type}[${t.shape.join(',')}]`;
     lines.push(`  inputs: ${report.model.inputs.map(describe).join(', ')}; outputs: ${report.model.outputs.map(describe).join(', ')}`);
   }
+  const q = report.quantization;
+  if (q) {
+    const agreement = q.agreement === undefined ? '' : `; ${q.metric ?? 'agreement'} agreement ${q.agreement.toFixed(4)} against fp32 (target ${q.minAgreement ?? '?'}, ${q.isTargetMet ? 'met' : 'NOT met'}) on ${q.evalSamples ?? '?'} samples`;
+    lines.push(`  precision ${q.precision} (${q.method ?? '?'} calibration on ${q.calibrationSamples ?? '?'} samples${agreement}; kept in fp32: ${q.keptFp32?.length ? q.keptFp32.join(', ') : 'none'})`);
+  }
   for (const problem of report.problems) {
     lines.push(`  ${problem.severity === 'error' ? 'error  ' : 'warning'} ${problem.code}: ${problem.message}`);
   }
