@@ -246,6 +246,9 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
           stderr.write(formatReport(error.report));
           command.error(`error: ${flags.modelName} would not serve, so nothing was written; fix the errors above and archive again (or pass --skip-checks to write it anyway)`, { exitCode: EXIT_CODES.validationFailed, code: 'marina.validationFailed' });
         }
+        if (isMarinaError(error) && error.code === 'MARINA_ERR_QUANTIZE_ACCURACY_BELOW_TARGET') {
+          command.error(`error: ${error.code}: ${error.message}`, { exitCode: EXIT_CODES.userError, code: error.code });
+        }
         fail(command, error);
         return;
       } finally {
