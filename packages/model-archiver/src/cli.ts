@@ -218,7 +218,7 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
           if (!quantized.record.isTargetMet && flags.force !== true) {
             const r = quantized.record;
             throw quantizeErrors.create.MARINA_ERR_QUANTIZE_ACCURACY_BELOW_TARGET(
-              `int8 ${r.agreement.metric} agreement is ${r.agreement.value.toFixed(4)}, below the target ${r.minAgreement} (all int8: ${r.initialAgreement.value.toFixed(4)}; kept in fp32: ${r.autoKeptFp32.length > 0 ? r.autoKeptFp32.join(', ') : 'none'}); nothing was written. Calibrate on samples like your requests, try another --calibration-method, keep nodes in fp32 with --exclude-nodes/--exclude-op-types, lower --min-agreement, or pass --force to write it anyway`,
+              `int8 ${r.agreement.metric} agreement is ${r.agreement.value.toFixed(4)}, below the target ${r.minAgreement} (all int8: ${r.initialAgreement.value.toFixed(4)}; kept in fp32: ${r.autoKeptFp32.length > 0 ? `${r.autoKeptFp32.length} nodes (${r.autoKeptFp32.slice(0, 5).join(', ')}${r.autoKeptFp32.length > 5 ? ', …' : ''})` : 'none'}); nothing was written. Calibrate on samples like your requests, try another --calibration-method, keep nodes in fp32 with --exclude-nodes/--exclude-op-types, lower --min-agreement, or pass --force to write it anyway`,
               { details: { agreement: r.agreement.value, minAgreement: r.minAgreement, keptFp32: r.autoKeptFp32 } },
             );
           }

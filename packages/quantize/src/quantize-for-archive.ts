@@ -113,7 +113,9 @@ export function formatQuantizationSummary(record: QuantizationReport): string {
     lines.push(`  output ${o.name}: cosine min ${o.minCosine.toFixed(5)} mean ${o.meanCosine.toFixed(5)}, max |diff| ${o.maxAbsDifference.toPrecision(4)}${extra ? `, ${extra}` : ''}`);
   }
   if (record.autoKeptFp32.length > 0 || record.fallbackSteps.length > 0) {
-    lines.push(`  all int8: ${record.initialAgreement.value.toFixed(4)}; kept in fp32 automatically (${record.autoKeptFp32.length}): ${record.autoKeptFp32.join(', ') || 'none'}`);
+    const kept = record.autoKeptFp32;
+    const shown = kept.length > 12 ? `${kept.slice(0, 12).join(', ')}, … (${kept.length - 12} more, all listed in ${QUANTIZATION_REPORT_FILE})` : kept.join(', ') || 'none';
+    lines.push(`  all int8: ${record.initialAgreement.value.toFixed(4)}; kept in fp32 automatically (${kept.length}): ${shown}`);
     for (const step of record.fallbackSteps) lines.push(`    ${step.keptFp32.length} node(s) in fp32 -> ${step.agreement.toFixed(4)}`);
   }
   if (record.excludedNodes.length + record.excludedOpTypes.length > 0) lines.push(`  excluded by request: nodes ${record.excludedNodes.join(', ') || '-'}; op types ${record.excludedOpTypes.join(', ') || '-'}`);
