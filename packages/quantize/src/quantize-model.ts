@@ -27,6 +27,8 @@ export interface QuantizeModelOptions {
   excludedOpTypes?: readonly string[];
   /** Keep the most sensitive nodes in fp32 until `minAgreement` is met. Default true. */
   isAutoFallback?: boolean;
+  /** Most of the quantisable nodes the automatic fall-back may keep in fp32 (0..1). Default 0.5. */
+  maxFp32Share?: number;
   /** 7-bit weights for CPUs without VNNI. Default: from the CPU flags (`hasVnni()`). */
   isReducedRange?: boolean;
   /** Threads for the sessions. Default 1. */
@@ -135,7 +137,8 @@ function calibrationTensors(loaded: LoadedModel): string[] {
  * with `method`, measures agreement with fp32 on `evalFeeds`, and, while the agreement is
  * below `minAgreement`, keeps the nodes whose quantisation hurts most in fp32 (ranked by the
  * error each adds to its own output, in a run with intermediate outputs exposed), doubling
- * how many are kept each round. Returns the model and its report; it does not refuse:
+ * how many are kept each round, up to `maxFp32Share` of them; the round with the best
+ * agreement is kept. Returns the model and its report; it does not refuse:
  * the caller decides what a report below target means.
  *
  * @throws MARINA_ERR_QUANTIZE_MODEL_INVALID, MARINA_ERR_QUANTIZE_OPTION_INVALID,
@@ -208,13 +211,22 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
   if (first.agreement.value < minAgreement && (options.isAutoFallback ?? true)) {
     const ranking = await rankSensitivity(loaded, current, options.evalFeeds, fetched, threads);
     progress(`ranked ${ranking.length} quantised nodes by the error they add`);
-    for (let count = 1; last.agreement.value < minAgreement && autoKept.length < ranking.length; count *= 2) {
-      autoKept = ranking.slice(0, Math.min(count, ranking.length));
-      current = build(autoKept);
-      last = await evaluate(current);
-      steps.push({ keptFp32: autoKept, agreement: last.agreement.value });
-      progress(`kept ${autoKept.length} node(s) in fp32: agreement ${last.agreement.value.toFixed(4)}`);
+    // Past half of the nodes in fp32 the archive would no longer be an int8 model worth serving.
+    const maxKept = Math.floor(ranking.length * (options.maxFp32Share ?? 0.5));
+    let best = { kept: [] as string[], result: current, evaluation: first };
+    for (let count = 1; count <= maxKept; count = count * 2 > maxKept && count < maxKept ? maxKept : count * 2) {
+      const kept = ranking.slice(0, count);
+      const result = build(kept);
+      const evaluation = await evaluate(result);
+      steps.push({ keptFp32: kept, agreement: evaluation.agreement.value });
+      progress(`kept ${kept.length} node(s) in fp32: agreement ${evaluation.agreement.value.toFixed(4)}`);
+      if (evaluation.agreement.value > best.evaluation.agreement.value) best = { kept, result, evaluation };
+      if (evaluation.agreement.value >= minAgreement) break;
     }
+    // The best step wins (more fp32 nodes do not always agree better).
+    autoKept = best.kept;
+    current = best.result;
+    last = best.evaluation;
   }
   const int8Bytes = encodeModel(current.model).length;
   const fp32Bytes = (loaded.model.graph?.initializer ?? []).reduce((n, t) => n + (t.rawData?.length || (t.floatData?.length ?? 0) * 4), 0);
