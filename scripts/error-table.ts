@@ -1,5 +1,5 @@
 // Prints the README's error-code table from the packages' error registries (the source of truth).
-// Run: node --import tsx scripts/error-table.ts
+// Run: node --conditions=development --import tsx scripts/error-table.ts
 import type { ErrorDefinition } from '@marina/errors';
 import { archiveErrors } from '../packages/archive/src/errors.ts';
 import { benchErrors } from '../packages/bench/src/errors.ts';

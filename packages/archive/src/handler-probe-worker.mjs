@@ -7,7 +7,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 
 // Resolve a handler's bare imports (sharp, onnxruntime-node) the way the server's workers do:
 // the module sits in an extracted archive with no node_modules above it.
-register('./handler-import-hooks.mjs', import.meta.url, { data: { fallbackParentURLs: [import.meta.resolve('@marina/handlers')] } });
+register('./handler-import-hooks.mjs', import.meta.url, { data: { fallbackParentURLs: [import.meta.resolve('@marina/handlers/package.json')] } });
 
 const CONTRACT_METHODS = ['handle', 'inference'];
 

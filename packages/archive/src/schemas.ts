@@ -5,8 +5,12 @@ import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 // schema fails at start-up rather than on the first archive.
 const ajv = new Ajv({ strict: true, allErrors: true });
 
+// The repository's schemas/ folder when running the sources; the copy the build puts in dist/schemas/
+// when running compiled code (an installed package has no repository around it).
+const SCHEMA_DIR = import.meta.url.endsWith('.ts') ? new URL('../../../schemas/', import.meta.url) : new URL('./schemas/', import.meta.url);
+
 function compile(fileName: string): ValidateFunction {
-  const schema = JSON.parse(readFileSync(new URL(`../../../schemas/${fileName}`, import.meta.url), 'utf8')) as object;
+  const schema = JSON.parse(readFileSync(new URL(fileName, SCHEMA_DIR), 'utf8')) as object;
   return ajv.compile(schema);
 }
 

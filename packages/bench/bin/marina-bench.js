@@ -1,4 +1,5 @@
 #!/usr/bin/env node
-import { register } from 'tsx/esm/api';
-register();
+// The bench runs from the repository only (it is not published): the TypeScript sources, through tsx.
+const { runSources } = await import('../../../scripts/run-sources.mjs');
+runSources();
 await import('../src/bin.ts');

@@ -15,12 +15,16 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
     await server?.stop();
   });
 
-  /** Holds sleepy's only worker until `sleepMs` has passed; resolves once the worker is busy with it. */
-  async function blockWorker(sleepMs: number): Promise<Promise<unknown>> {
+  /**
+   * Holds sleepy's only worker until `sleepMs` has passed; resolves once the worker is busy with it.
+   * The blocking request's answer comes back wrapped: an async function that returned the promise
+   * itself would adopt it, and the caller would wait for the worker to be free again.
+   */
+  async function blockWorker(sleepMs: number): Promise<{ answer: Promise<unknown> }> {
     const client = createMarinaClient({ url: server.url, keyFile: server.keyFile });
-    const blocker = client.predict('sleepy', { sleepMs, value: 'blocker' });
+    const answer = client.predict('sleepy', { sleepMs, value: 'blocker' });
     await server.waitUntilBusy('sleepy');
-    return blocker;
+    return { answer };
   }
 
   it('reads the token from the key file and predicts JSON and image bodies', async () => {
@@ -73,7 +77,7 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
     outcomes.forEach((o, i) => {
       if (o.ok) expect(o.value).toEqual({ echo: i });
     });
-    expect(await blocker).toEqual({ echo: 'blocker' });
+    expect(await blocker.answer).toEqual({ echo: 'blocker' });
   });
 
   it('predictMany retries the 503s of a full queue after Retry-After and returns every answer in order', async () => {
@@ -90,7 +94,7 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
       expect(event.error.code).toBe('MARINA_ERR_QUEUE_FULL');
       expect(event.attempt).toBeGreaterThanOrEqual(2);
     }
-    await blocker;
+    await blocker.answer;
   });
 
   it('keeps at most `concurrency` requests in flight', async () => {

@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 
 // glibc reads MALLOC_MMAP_THRESHOLD_ only when the process starts; with it, memory onnxruntime frees
 // after loading a model goes back to the OS (ResNet-152: 814 -> 460 MB PSS for one worker, measured).
 // So `serve --foreground` without it (systemd, docker, the bench) runs itself once more with it set.
-// The parent stays plain JavaScript (no tsx) so it costs little while it waits. Not on other OSes,
+// The parent stays plain JavaScript (no tsx, no server code) so it costs little while it waits. Not on other OSes,
 // not under an IPC channel (the background launcher sets the variable itself), not with
 // MARINA_NO_REEXEC=1.
 const MALLOC_MMAP_THRESHOLD_BYTES = '131072';
@@ -47,7 +48,13 @@ if (isReexecNeeded) {
       if (process.ppid !== parentPid) process.kill(process.pid, 'SIGKILL');
     }, 250).unref();
   }
-  const { register } = await import('tsx/esm/api');
-  register();
-  await import('../src/bin.ts');
+  // The compiled server (dist/bin.js). In a clone of the repository, where src/ is present, the
+  // TypeScript sources run instead, through tsx (MARINA_COMPILED=1 runs dist/ there too).
+  if (existsSync(new URL('../src/bin.ts', import.meta.url)) && process.env.MARINA_COMPILED !== '1') {
+    const { runSources } = await import('../../../scripts/run-sources.mjs');
+    runSources();
+    await import('../src/bin.ts');
+  } else {
+    await import('../dist/bin.js');
+  }
 }

@@ -11,6 +11,9 @@ import { createServeError, toMarinaError } from './errors.ts';
 import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
 import { inferenceRoutes, sendError } from './routes/inference.ts';
+import type { ServerLogs } from './logging/server-logs.ts';
+import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts';
+import { apiExplorerRoutes } from './routes/api-explorer.ts';
 import { DataPlane } from './protocols/data-plane.ts';
 import { oipRestRoutes } from './protocols/oip-rest/oip-rest-routes.ts';
 
@@ -29,6 +32,8 @@ export interface BuildAppOptions {
   plugins?: AppPlugin[];
   /** Fastify logger option; false by default (the CLI passes its own). */
   logger?: boolean | Record<string, unknown>;
+  /** TorchServe's log files (access_log.log, ts_log.log, model_log.log); startServer passes them, tests may leave them out. */
+  logs?: ServerLogs;
 }
 
 export interface StartupLoadResult {
@@ -62,6 +67,27 @@ function tlsOptions(config: ServerConfig, address: ServerConfig['inferenceAddres
   return { https: { key: readFileSync(config.privateKeyFile), cert: readFileSync(config.certificateFile) } };
 }
 
+/**
+ * TorchServe's query decoding, with one difference that matters to scripts: a parameter with an
+ * empty value (`?limit=&next_page_token=`) is absent, as if not sent, instead of failing validation.
+ * A repeated key becomes an array. Prototype keys are harmless (null-prototype object).
+ */
+export function parseQueryString(query: string): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = Object.create(null);
+  for (const [key, value] of new URLSearchParams(query)) {
+    if (value === '') continue;
+    const previous = out[key];
+    if (previous === undefined) out[key] = value;
+    else out[key] = Array.isArray(previous) ? [...previous, value] : [previous, value];
+  }
+  return out;
+}
+
+/** Whether `origin` is allowed by cors_allowed_origin (`*`, or a comma list of exact origins). */
+function isOriginAllowed(allowed: string, origin: string): boolean {
+  return allowed.trim() === '*' || allowed.split(',').some((o) => o.trim() === origin);
+}
+
 function createInstance(config: ServerConfig, options: BuildAppOptions, address: ServerConfig['inferenceAddress']): FastifyInstance {
   const { requestTimeoutMs } = resourceLimitsOf(config);
   // Node checks request timeouts every connectionsCheckingInterval (30 s by default): check often
@@ -77,14 +103,41 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
     genReqId: () => randomUUID(),
     requestIdHeader: false,
     return503OnClosing: true,
+    // TorchServe's router: `/models/` is `/models`.
+    routerOptions: { ignoreTrailingSlash: true, querystringParser: parseQueryString },
     // Also given to node's createServer: in node 20 a requestTimeout set only after construction is not enforced.
     ...(tls ? { https: { ...tls.https, connectionsCheckingInterval, requestTimeout: requestTimeoutMs } } : { http: { connectionsCheckingInterval, requestTimeout: requestTimeoutMs } }),
   } as Parameters<typeof Fastify>[0]) as unknown as FastifyInstance;
+  recordRoutes(app);
+  // Response schemas document the routes (OPTIONS /); the handlers send TorchServe's JSON text
+  // themselves, so no fast-json-stringify serializer is generated for them at start-up.
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  const corsOrigin = config.corsAllowedOrigin;
   // A callback hook, not an async one: no promise per request.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
+    const origin = request.headers.origin;
+    if (corsOrigin === undefined || origin === undefined || !isOriginAllowed(corsOrigin, origin)) return done();
+    // TorchServe's CORS (Netty's CorsHandler, set up from the cors_* keys): the allowed origin on
+    // every answer; a preflight (OPTIONS with Access-Control-Request-Method) answered here, before auth.
+    reply.header('access-control-allow-origin', corsOrigin.trim() === '*' ? '*' : origin).header('vary', 'Origin');
+    if (request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined) {
+      if (config.corsAllowedMethods) reply.header('access-control-allow-methods', config.corsAllowedMethods);
+      if (config.corsAllowedHeaders) reply.header('access-control-allow-headers', config.corsAllowedHeaders);
+      reply.code(200).send();
+      return;
+    }
     done();
   });
+  const logs = options.logs;
+  if (logs) {
+    app.addHook('onResponse', (request, reply, done) => {
+      const socket = request.socket;
+      logs.access({ client: `${socket.remoteAddress ?? '-'}:${socket.remotePort ?? 0}`, method: request.method, url: request.url, statusCode: reply.statusCode, durationMs: reply.elapsedTime, requestId: request.id });
+      if (reply.statusCode >= 500) logs.ts('error', `${request.method} ${request.url} answered ${reply.statusCode}`, request.id);
+      done();
+    });
+  }
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE' || error.statusCode === 413) {
       // Fastify refuses a declared Content-Length over the limit before reading, and a chunked body
@@ -151,7 +204,10 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const inference = createInstance(config, options, config.inferenceAddress);
   const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options, config.managementAddress);
   const metrics = createInstance(config, options, config.metricsAddress);
-  const log = (level: 'info' | 'warn' | 'error', message: string) => inference.log[level](message);
+  const log = (level: 'info' | 'warn' | 'error', message: string) => {
+    inference.log[level](message);
+    options.logs?.model(level, message);
+  };
   const limits = resourceLimitsOf(config);
   const caches = createModelCaches({
     extractionCacheDir: config.extractionCacheDir,
@@ -168,6 +224,25 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   for (const p of options.plugins ?? []) {
     await instances[p.api].register(p.plugin as FastifyPluginAsync<Record<string, unknown>>, { registry, config, ...(p.options ?? {}) });
   }
+  // The API descriptions last, so they describe every route above (and themselves).
+  const isShared = inference === management;
+  await inference.register(apiDescriptionRoutes, {
+    instance: inference,
+    registry,
+    perModel: [
+      { url: '/predictions/:model_name', auth: 'inference', prefixes: ['/predictions/', '/explanations/', '/v1/models/', '/models/{model_name}/invoke', '/{model_name}/'] },
+      ...(isShared ? [{ url: '/models/:model_name' as const, auth: 'management' as const, prefixes: ['/models/'] }] : []),
+    ],
+  });
+  if (!isShared) {
+    await management.register(apiDescriptionRoutes, { instance: management, registry, perModel: [{ url: '/models/:model_name', auth: 'management', prefixes: ['/models/'] }] });
+  }
+  await metrics.register(apiDescriptionRoutes, { instance: metrics, registry, perModel: [] });
+  await management.register(apiExplorerRoutes, {
+    instances,
+    apis: config.enableMetricsApi ? ['inference', 'management', 'metrics'] : ['inference', 'management'],
+    hosts: { inference: config.inferenceAddress.host, management: config.managementAddress.host, metrics: config.metricsAddress.host },
+  });
   await Promise.all([...new Set([inference, management, metrics])].map((i) => i.ready()));
 
   let closing: Promise<void> | undefined;

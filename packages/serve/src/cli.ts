@@ -34,6 +34,9 @@ interface RawFlags {
   dt?: boolean;
   enableModelApi?: boolean;
   logConfig?: string;
+  workflowStore?: string;
+  pluginsPath?: string;
+  ppath?: string;
 }
 
 /**
@@ -60,7 +63,10 @@ export function createProgram(options: { run: (command: ServeCommand) => Promise
     .option('--disable-token-auth', 'turn token authorization off')
     .addOption(new Option('--dt', 'same as --disable-token-auth').hideHelp())
     .option('--enable-model-api', 'allow registering and unregistering models through the management API')
-    .option('--log-config <file>', "accepted for TorchServe compatibility and ignored (Marina does not use log4j2)")
+    .option('--log-config <file>', 'log4j2 file: must exist (as TorchServe); Marina writes TorchServe\'s log files under LOG_LOCATION without it')
+    .option('--workflow-store <dir>', 'folder of workflow archives (workflow_store; workflows are not implemented yet)')
+    .option('--plugins-path <dir>', 'folder of TorchServe plugins (plugins_path; Java plugins cannot run in Marina)')
+    .addOption(new Option('--ppath <dir>', 'same as --plugins-path').hideHelp())
     .allowExcessArguments(false)
     .action(async (flags: RawFlags) => {
       await options.run(toServeCommand(flags));
@@ -98,6 +104,9 @@ function toServeCommand(flags: RawFlags): ServeCommand {
   if (flags.disableTokenAuth || flags.dt) cliOptions.disableTokenAuth = true;
   if (flags.enableModelApi) cliOptions.enableModelApi = true;
   if (flags.logConfig !== undefined) cliOptions.logConfig = flags.logConfig;
+  if (flags.workflowStore !== undefined) cliOptions.workflowStore = flags.workflowStore;
+  const pluginsPath = flags.pluginsPath ?? flags.ppath;
+  if (pluginsPath !== undefined) cliOptions.pluginsPath = pluginsPath;
   if (flags.foreground) cliOptions.foreground = true;
   return { mode: 'start', foreground: flags.foreground === true, cliOptions };
 }

@@ -32,6 +32,8 @@ export const serveErrors = defineErrors({
   MARINA_ERR_MODEL_STORE_MISSING: { statusCode: 500, description: 'load_models was set but there is no model_store, or it is not a readable folder.' },
   MARINA_ERR_SERVER_CLOSING: { statusCode: 503, description: 'The server is shutting down and accepts no new requests; retry against another replica.' },
   MARINA_ERR_MODEL_UNLOADING: { statusCode: 503, description: 'The model version is being unregistered (or the server is stopping): it takes no new requests, and queued ones that no worker is left to run are answered with this.' },
+  MARINA_ERR_EXPLAIN_NOT_SUPPORTED: { statusCode: 503, description: "POST /explanations (or /v1/models/{m}:explain) on a model whose handler has no explain: Marina's handlers do not implement explanations, and TorchServe answers a handler without one with 503 'Prediction failed'. Use /predictions." },
+  MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED: { statusCode: 501, description: 'The workflow routes (/workflows, /wfpredict) are TorchServe\'s and not implemented in Marina yet; register the models of the workflow and call /predictions for each.' },
   MARINA_ERR_MODEL_SIGNATURE_UNREADABLE: { statusCode: 500, description: "The model's ONNX file could not be read for its inputs and outputs (model metadata, input checks); the message names the file. Check the archive with `model-archiver validate`." },
   MARINA_ERR_RESPONSE_TOO_LARGE: { statusCode: 500, description: 'The answer is larger than max_response_size; ask for fewer outputs (`outputs`), use binary tensors, send fewer rows, or raise max_response_size.' },
   MARINA_ERR_INTERNAL: { statusCode: 500, description: 'An unexpected error inside the server; the server log has the stack. Please report it.' },
@@ -40,8 +42,13 @@ export const serveErrors = defineErrors({
 export type ServeErrorCode = keyof typeof serveErrors.definitions;
 export const createServeError = serveErrors.create;
 
-/** TorchServe's `type` names for the error body; codes not listed get 'InternalServerException'. */
-const torchServeTypes: Record<string, string> = {
+/**
+ * The one map from Marina's codes to the `type` TorchServe puts in its error body (the name of
+ * the Java exception it throws for that case). Every error body of every listener takes its
+ * `type` from here (errorBody, and toTorchServeError in auth/torchserve-response.ts).
+ */
+export const TORCHSERVE_ERROR_TYPES: Readonly<Record<string, string>> = {
+  // Inference (serve errors)
   MARINA_ERR_MODEL_NOT_FOUND: 'ModelNotFoundException',
   MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
   MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
@@ -51,21 +58,65 @@ const torchServeTypes: Record<string, string> = {
   MARINA_ERR_SERVER_CLOSING: 'ServiceUnavailableException',
   MARINA_ERR_MODEL_UNLOADING: 'ServiceUnavailableException',
   MARINA_ERR_RESPONSE_TIMEOUT: 'RequestTimeoutException',
+  MARINA_ERR_WORKER_DIED: 'InternalServerException',
+  MARINA_ERR_WORKER_START_FAILED: 'InternalServerException',
+  MARINA_ERR_WORKER_STARTUP_TIMEOUT: 'InternalServerException',
+  // TorchServe answers a handler failure with 503 and InternalServerException ("Prediction failed").
+  MARINA_ERR_HANDLER_FAILED: 'InternalServerException',
+  MARINA_ERR_HANDLER_RESULT_COUNT: 'InternalServerException',
+  MARINA_ERR_HANDLER_OUTPUT_INVALID: 'InternalServerException',
+  MARINA_ERR_EXPLAIN_NOT_SUPPORTED: 'InternalServerException',
   MARINA_ERR_REQUEST_TOO_LARGE: 'RequestEntityTooLargeException',
   MARINA_ERR_BAD_REQUEST: 'BadRequestException',
+  MARINA_ERR_MODEL_LOAD_FAILED: 'BadRequestException',
   MARINA_ERR_MODEL_VERSION_CONFLICT: 'ConflictStatusException',
+  MARINA_ERR_DEFAULT_VERSION_REMOVAL: 'InvalidModelVersionException',
   MARINA_ERR_INVALID_WORKER_COUNT: 'BadRequestException',
   MARINA_ERR_MODEL_SETTINGS_INVALID: 'BadRequestException',
+  MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED: 'NotImplementedException',
+  MARINA_ERR_INTERNAL: 'InternalServerException',
+  // Management
+  MARINA_ERR_MODEL_API_DISABLED: 'MethodNotAllowedException',
+  MARINA_ERR_METHOD_NOT_ALLOWED: 'MethodNotAllowedException',
+  MARINA_ERR_URL_REQUIRED: 'BadRequestException',
+  MARINA_ERR_WORKER_RANGE_INVALID: 'BadRequestException',
+  MARINA_ERR_MANAGEMENT_BAD_REQUEST: 'BadRequestException',
+  // Model URLs and downloads (TorchServe's ModelArchive.downloadModel)
+  MARINA_ERR_MODEL_STORE_NOT_CONFIGURED: 'ModelNotFoundException',
+  MARINA_ERR_URL_RELATIVE_PATH: 'ModelNotFoundException',
+  MARINA_ERR_URL_NOT_ALLOWED: 'ModelNotFoundException',
+  MARINA_ERR_MODEL_URL_INVALID: 'ModelNotFoundException',
+  MARINA_ERR_MODEL_FILE_NOT_FOUND: 'ModelNotFoundException',
+  MARINA_ERR_MODEL_FILE_EXISTS: 'FileAlreadyExistsException',
+  MARINA_ERR_DOWNLOAD_FAILED: 'DownloadArchiveException',
+  MARINA_ERR_DOWNLOAD_TOO_LARGE: 'DownloadArchiveException',
+  MARINA_ERR_DOWNLOAD_TIMEOUT: 'DownloadArchiveException',
+  MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: 'DownloadArchiveException',
+  // Token authorization
+  MARINA_ERR_TOKEN_MISSING: 'InvalidKeyException',
+  MARINA_ERR_TOKEN_INVALID: 'InvalidKeyException',
+  MARINA_ERR_TOKEN_EXPIRED: 'InvalidKeyException',
+  MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException',
 };
 
-/** The `type` field of TorchServe's error body for an error of this code and status. */
-export function torchServeErrorType(code: string, statusCode: number): string {
-  const known = torchServeTypes[code];
-  if (known) return known;
-  if (statusCode === 400) return 'BadRequestException';
-  if (statusCode === 404) return 'ResourceNotFoundException';
-  if (statusCode === 503) return 'ServiceUnavailableException';
-  return 'InternalServerException';
+/** TorchServe's exception name for a status, for codes the map does not list (and errors without a code). */
+const TYPE_BY_STATUS: Readonly<Record<number, string>> = {
+  400: 'BadRequestException',
+  401: 'InvalidKeyException',
+  403: 'InvalidModelVersionException',
+  404: 'ModelNotFoundException',
+  405: 'MethodNotAllowedException',
+  408: 'RequestTimeoutException',
+  409: 'ConflictStatusException',
+  413: 'RequestEntityTooLargeException',
+  501: 'NotImplementedException',
+  503: 'ServiceUnavailableException',
+  507: 'OutOfMemoryError',
+};
+
+/** The `type` field of TorchServe's error body for an error of this code (or, without a listed code, this status). */
+export function torchServeErrorType(code: string | undefined, statusCode: number): string {
+  return (code !== undefined ? TORCHSERVE_ERROR_TYPES[code] : undefined) ?? TYPE_BY_STATUS[statusCode] ?? 'InternalServerException';
 }
 
 /** TorchServe's error body plus Marina's stable code: `{code, type, message, marinaCode}`. */

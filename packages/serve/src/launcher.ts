@@ -60,7 +60,7 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
   });
   closeSync(logFd);
   if (child.pid === undefined) throw configError.MARINA_ERR_SERVER_START_FAILED(`could not start ${process.execPath} ${binPath}`);
-  writePidFile({ pid: child.pid, keyFilePath: config.keyFilePath, logFile });
+  writePidFile({ pid: child.pid, ...(config.isKeyFileProvided ? {} : { keyFilePath: config.keyFilePath }), logFile });
 
   const outcome = await new Promise<{ ready: ReadyMessage } | { exitCode: number | null; signal: string | null } | { timedOut: true }>((resolve) => {
     const timer = setTimeout(() => resolve({ timedOut: true }), START_WAIT_MS);

@@ -57,7 +57,7 @@ async function loadCheckedConfig(cliOptions: ServeCliOptions): Promise<ServerCon
 async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
   const recorded = assertNoOtherServer();
   const config = await loadCheckedConfig(cliOptions);
-  writePidFile({ pid: process.pid, keyFilePath: config.keyFilePath, ...(recorded?.logFile ? { logFile: recorded.logFile } : {}) });
+  writePidFile({ pid: process.pid, ...(config.isKeyFileProvided ? {} : { keyFilePath: config.keyFilePath }), ...(recorded?.logFile ? { logFile: recorded.logFile } : {}) });
   process.stdout.write(`Marina ${MARINA_VERSION} starting (config: ${config.configFile ?? 'defaults'}, model store: ${config.modelStore})\n`);
 
   let server: RunningServer;

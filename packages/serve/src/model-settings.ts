@@ -35,6 +35,12 @@ export interface ApiModelSettings {
   initialWorkers?: number;
   minWorkers?: number;
   maxWorkers?: number;
+  /**
+   * Workers when neither the API, model-config.yaml nor the models JSON says: the register API
+   * passes 0 (TorchServe's "registered with 0 initial workers"); start-up models leave it out and
+   * get default_workers_per_model, else 1.
+   */
+  fallbackWorkers?: number;
 }
 
 export interface ResolveModelSettingsOptions {
@@ -146,7 +152,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
     [yaml['maxWorkerHeapMb'], 'maxWorkerHeapMb', 'model-config.yaml'],
   ], 'int', DEFAULT_MAX_WORKER_HEAP_MB);
 
-  const defaultWorkers = server.defaultWorkersPerModel !== undefined && server.defaultWorkersPerModel > 0 ? server.defaultWorkersPerModel : 1;
+  const defaultWorkers = api.fallbackWorkers ?? (server.defaultWorkersPerModel !== undefined && server.defaultWorkersPerModel > 0 ? server.defaultWorkersPerModel : 1);
   let minWorkers = defaultWorkers;
   let maxWorkers: number | undefined;
   let workersSource: SettingSource = 'server default';

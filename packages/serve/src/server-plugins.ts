@@ -4,6 +4,7 @@ import type { AppPlugin } from './app.ts';
 import { createTokenAuthorization, createTokenHook, tokenRoutes, type CreateTokenHookOptions, type TokenAuthorization } from './auth/token-authorization.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics/server-metrics.ts';
 import type { Autoscaler } from './scaling/autoscaler.ts';
+import type { ServerLogs } from './logging/server-logs.ts';
 import type { SnapshotStore } from './snapshot/snapshot-store.ts';
 import { managementRoutes } from './routes/management.ts';
 import { metricsRoutes } from './routes/metrics.ts';
@@ -16,6 +17,8 @@ export interface OperatorContext {
   tokens?: TokenAuthorization;
   autoscaler?: Autoscaler;
   metrics?: ServerMetrics;
+  /** TorchServe's log files; with metrics_mode=log the metrics are written there too. */
+  logs?: ServerLogs;
   /** Config snapshots, when enabled: the management routes report a snapshot they could not write. */
   snapshots?: SnapshotStore;
 }
@@ -31,12 +34,13 @@ export interface OperatorContext {
 export async function createServerPlugins(config: ServerConfig, operator: OperatorContext = {}): Promise<AppPlugin[]> {
   const plugins: AppPlugin[] = [];
   const isSharedListener = isSameAddress(config.inferenceAddress, config.managementAddress);
-  if (config.enableMetricsApi) {
+  const isMetricsLogged = config.metricsMode === 'log';
+  if (config.enableMetricsApi || isMetricsLogged) {
     plugins.push({ api: 'inference', plugin: responseCounterPlugin, options: { operator } });
     if (!isSharedListener) plugins.push({ api: 'management', plugin: responseCounterPlugin, options: { operator } });
   }
   if (!config.disableTokenAuthorization) {
-    const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin });
+    const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin, isKeyFileProvided: config.isKeyFileProvided });
     operator.tokens = tokens;
     // Each request needs the key its matched route declares (declareRouteAuth), also when both
     // APIs share one listener.
@@ -56,7 +60,9 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
       afterChange: async () => operator.snapshots?.settle(),
     },
   });
-  if (config.enableMetricsApi) plugins.push({ api: 'metrics', plugin: metricsPlugin, options: { operator } });
+  if (config.enableMetricsApi) plugins.push({ api: 'metrics', plugin: metricsPlugin, options: { operator, hasRoute: true } });
+  // metrics_mode=log without the metrics API: the metrics still go to ts_metrics.log / model_metrics.log (TorchServe's default).
+  else if (isMetricsLogged) plugins.push({ api: 'inference', plugin: metricsPlugin, options: { operator, hasRoute: false } });
   return plugins;
 }
 
@@ -81,9 +87,10 @@ const tokenHookPlugin: FastifyPluginAsync<CreateTokenHookOptions> = async (app, 
 (tokenHookPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
 
 /** /metrics on the metrics listener; buildApp passes every plugin the registry. */
-const metricsPlugin: FastifyPluginAsync<{ registry: ModelRegistryApi; operator: OperatorContext }> = async (app, options) => {
-  const metrics = createServerMetrics({ registry: options.registry, hostname: os.hostname() });
+const metricsPlugin: FastifyPluginAsync<{ registry: ModelRegistryApi; config: ServerConfig; operator: OperatorContext; hasRoute: boolean }> = async (app, options) => {
+  const logs = options.config.metricsMode === 'log' ? options.operator.logs : undefined;
+  const metrics = createServerMetrics({ registry: options.registry, hostname: os.hostname(), ...(logs ? { logs } : {}) });
   options.operator.metrics = metrics;
   app.addHook('onClose', async () => metrics.close());
-  await app.register(metricsRoutes, { metrics });
+  if (options.hasRoute) await app.register(metricsRoutes, { metrics });
 };

@@ -1,11 +1,13 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import { buildApp, listStartupModels, type MarinaApp } from './app.ts';
+import { readFile } from 'node:fs/promises';
+import { buildApp, type MarinaApp } from './app.ts';
 import { createAutoscaler, type Autoscaler, type AutoscalingKnobs } from './scaling/autoscaler.ts';
-import { createSnapshotStore, listSnapshots, readLatestSnapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
-import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, withoutRestored, type SnapshotRegistration } from './snapshot/restore-snapshot.ts';
+import { createSnapshotStore, listSnapshots, parseSnapshot, readLatestSnapshot, type Snapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
+import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, type SnapshotRegistration } from './snapshot/restore-snapshot.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
+import { createServerLogs } from './logging/server-logs.ts';
 import { createServerPlugins, type OperatorContext } from './server-plugins.ts';
 import type { GrpcServers } from './protocols/grpc-server.ts';
 
@@ -35,9 +37,10 @@ export interface StartServerOptions {
 }
 
 /**
- * Builds the app, restores the newest config snapshot (unless --ncs / isSnapshotEnabled false),
- * loads the start-up models not already restored (before the ports bind, as TorchServe), starts
- * the autoscaler and the snapshot store (one snapshot now, then one after every change), then
+ * Builds the app; when the config file read is a snapshot (the newest one, chosen by loadConfig
+ * when no --ts-config is given, or one named with --ts-config) restores its models instead of
+ * load_models, else loads load_models (before the ports bind, as TorchServe); starts
+ * the autoscaler and the snapshot store (`-startup.cfg` now, `-snapshot.cfg` after every change, `-shutdown.cfg` on close), then
  * listens on each address, once per distinct Fastify instance; metrics only when enable_metrics_api.
  * Library function: prints nothing, never exits. A model that fails to load is listed in `failed`
  * and does not stop the server.
@@ -46,31 +49,55 @@ export interface StartServerOptions {
  *   started by then is closed first.
  */
 export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
-  const log = options.log ?? (() => undefined);
+  const logs = createServerLogs({ logDir: config.logDir, ...(config.metricsLogDir ? { metricsLogDir: config.metricsLogDir } : {}) });
+  const log = (level: 'info' | 'warn' | 'error', message: string) => {
+    logs.ts(level, message);
+    options.log?.(level, message);
+  };
   const warnings: string[] = [];
-  const snapshotFiles = config.isSnapshotEnabled ? await listSnapshots(config.snapshotDir).catch(() => []) : [];
-  const snapshot = config.isSnapshotEnabled ? await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => warnings.push(message) }) : undefined;
+  // A start without TS_CONFIG_FILE or --ts-config looked in the snapshot folder (loadConfig): report
+  // each newer snapshot it skipped as corrupt, and never bury unusable snapshots under a new one.
+  const isSnapshotFolderRead = config.isSnapshotEnabled && config.configFileOrigin !== 'TS_CONFIG_FILE' && config.configFileOrigin !== '--ts-config';
+  const usable = isSnapshotFolderRead ? await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => warnings.push(message) }).catch(() => undefined) : undefined;
+  const snapshot = await snapshotOfConfigFile(config.configFile, log);
   const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
   // Writing a snapshot now would put a model-less one on top of snapshots this start could not use.
   let isSnapshotKept = false;
-  if (snapshotFiles.length > 0 && snapshot === undefined) {
+  const snapshotFiles = isSnapshotFolderRead ? await listSnapshots(config.snapshotDir).catch(() => []) : [];
+  if (snapshotFiles.length > 0 && usable === undefined) {
     isSnapshotKept = true;
     warnings.push(`none of the ${snapshotFiles.length} snapshot files in ${config.snapshotDir} could be read, so no model was restored; they are left as they are (no snapshot is written until the models change through the management API). Fix or remove them, or start with --ncs to ignore snapshots`);
   }
-  const effectiveConfig = registrations.length > 0 ? await withoutRestoredStartupModels(config, registrations) : config;
-  const operator: OperatorContext = {};
-  const app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator) });
+  // TorchServe: a config with model_snapshot restores those models and loads no load_models / --models.
+  const effectiveConfig = snapshot ? withoutStartupModels(config, log) : config;
+  const operator: OperatorContext = { logs };
+  let app: MarinaApp;
+  try {
+    app = await buildApp(effectiveConfig, { plugins: await createServerPlugins(effectiveConfig, operator), logs });
+  } catch (error) {
+    await logs.close();
+    throw error;
+  }
+  // model_log.log: each worker's model load, as TorchServe's backend workers log theirs.
+  app.registry.events.on('workerLoaded', (e) => logs.model('info', `W-${e.workerId}-${e.modelName}_${e.modelVersion}: model ${e.modelName} version ${e.modelVersion} loaded in ${Math.round(e.loadMs)} ms`));
   let autoscaler: Autoscaler | undefined;
   let snapshots: SnapshotStore | undefined;
+  let isChangedSinceStart = false;
   let grpcServers: GrpcServers | undefined;
   let closing: Promise<void> | undefined;
   const close = () => {
     closing ??= (async () => {
       autoscaler?.stop();
-      // Unsubscribe before the registry empties itself on close: that is not a state to restore.
+      // TorchServe's <timestamp>-shutdown.cfg, while the registry still holds the models; then
+      // unsubscribe before the registry empties itself on close: that is not a state to restore.
+      await snapshots?.flush();
+      // Not on top of snapshots this start kept because it could not use them, unless the models changed since.
+      if (!isSnapshotKept || isChangedSinceStart) await snapshots?.write('shutdown').catch((error: Error) => log('error', error.message));
       await snapshots?.close();
       const appClosed = app.close();
       await Promise.all([grpcServers?.close({ drained: appClosed }), appClosed]);
+      logs.ts('info', 'Marina has stopped.');
+      await logs.close();
     })();
     return closing;
   };
@@ -111,7 +138,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         onError: (error) => log('error', error.message),
       });
       operator.snapshots = snapshots;
-      if (!isSnapshotKept) await snapshots.write().catch((error: Error) => log('error', error.message));
+      if (!isSnapshotKept) await snapshots.write('startup').catch((error: Error) => log('error', error.message));
+      app.registry.events.on('changed', () => (isChangedSinceStart = true));
     }
 
     const targets = [
@@ -139,6 +167,10 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       const scheme = effectiveConfig.grpc.isSslEnabled ? 'grpcs' : 'grpc';
       listening.push({ api: 'grpc-inference', url: `${scheme}://${grpcServers.inferenceUrl}` }, { api: 'grpc-management', url: `${scheme}://${grpcServers.managementUrl}` });
     }
+    // ts_log.log only: the launcher prints its own start-up report on the terminal.
+    for (const l of listening) logs.ts('info', `${l.api} API bound to ${l.url}`);
+    for (const model of loaded) logs.ts('info', `Model loaded: ${model}`);
+    for (const failure of failed) logs.ts('error', `Model failed to load: ${failure}`);
     return {
       listening,
       loaded,
@@ -187,17 +219,32 @@ async function restoreSnapshotModels(app: MarinaApp, registrations: SnapshotRegi
   };
 }
 
-/** The configuration with the load_models entries that the snapshot already restores taken out. */
-async function withoutRestoredStartupModels(config: ServerConfig, registrations: SnapshotRegistration[]): Promise<ServerConfig> {
-  let specs;
+/**
+ * The snapshot a config file carries in its `model_snapshot` key (a snapshot chosen as the config
+ * file, or one named with --ts-config, in Marina's or TorchServe's own format), else undefined.
+ */
+async function snapshotOfConfigFile(configFile: string | undefined, log: (level: 'warn', message: string) => void): Promise<Snapshot | undefined> {
+  if (configFile === undefined) return undefined;
+  let text: string;
   try {
-    specs = await listStartupModels(config);
+    text = await readFile(configFile, 'utf8');
   } catch {
-    return config; // loadStartupModels reports an unreadable store itself.
+    return undefined; // loadConfig has read it already; a file gone since then holds no snapshot.
   }
-  const kept = withoutRestored(specs, registrations);
-  if (kept.length === specs.length) return config;
-  return deepFreeze({ ...config, loadModels: kept.map(({ name, url }) => (name === undefined ? { url } : { name, url })) });
+  if (!/^\s*model_snapshot\s*[=:\s]/m.test(text)) return undefined;
+  try {
+    return parseSnapshot(configFile, text);
+  } catch (error) {
+    log('warn', `${(error as Error).message}; no models were restored`);
+    return undefined;
+  }
+}
+
+/** The configuration without load_models: a restored snapshot replaces them (TorchServe ignores --models then). */
+function withoutStartupModels(config: ServerConfig, log: (level: 'info', message: string) => void): ServerConfig {
+  if (config.loadModels !== 'all' && config.loadModels.length === 0) return config;
+  log('info', `load_models/--models are not loaded: the models of the snapshot in ${config.configFile} are restored instead (TorchServe's rule)`);
+  return deepFreeze({ ...config, loadModels: [] });
 }
 
 /** The knobs the configuration sets: an undefined one would override the autoscaler's default. */

@@ -1,4 +1,7 @@
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { createProgram, MARINA_VERSION, type ServeCommand } from '../src/cli.ts';
@@ -35,6 +38,23 @@ describe('serve launcher flags', () => {
     });
   });
 
+  it("takes TorchServe's --workflow-store and --plugins-path/--ppath", async () => {
+    expect(await parse(['--workflow-store', 'wf', '--plugins-path', 'plugins'])).toMatchObject({ cliOptions: { workflowStore: 'wf', pluginsPath: 'plugins' } });
+    expect(await parse(['--ppath', 'p'])).toMatchObject({ cliOptions: { pluginsPath: 'p' } });
+  });
+
+  it('exits 1 from the real bin when the --log-config file does not exist, as TorchServe', { timeout: 60_000 }, () => {
+    const bin = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
+    const dir = mkdtempSync(join(tmpdir(), 'marina-log-config-'));
+    try {
+      const result = spawnSync(process.execPath, [bin, '--foreground', '--model-store', dir, '--ncs', '--log-config', join(dir, 'missing-log4j2.xml')], { encoding: 'utf8', cwd: dir, env: { ...process.env, LOG_LOCATION: join(dir, 'logs'), TMPDIR: dir } });
+      expect(result.status).toBe(1);
+      expect(result.stderr).toContain('MARINA_ERR_CONFIG_FILE_UNREADABLE: --log-config file not found');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('accepts the short aliases --dt and --no-config-snapshots', async () => {
     expect(await parse(['--dt', '--no-config-snapshots'])).toMatchObject({ cliOptions: { disableTokenAuth: true, ncs: true } });
   });
@@ -55,7 +75,7 @@ describe('serve launcher flags', () => {
     await expect(parse(['--ts-config'])).rejects.toMatchObject({ code: 'commander.optionMissingArgument' });
   });
 
-  it('prints "Marina Version is X" from the real bin', () => {
+  it('prints "Marina Version is X" from the real bin', { timeout: 60_000 }, () => {
     const bin = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
     const result = spawnSync(process.execPath, [bin, '--version'], { encoding: 'utf8' });
     expect(result.status).toBe(0);

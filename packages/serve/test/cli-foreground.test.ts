@@ -86,10 +86,13 @@ describe('serve --foreground', { timeout: 60_000 }, () => {
     const server = await startForeground();
     expect(server.output()).toContain('Model loaded: sleepy (version 1.0)');
     expect(server.output()).toContain('Token authorization is disabled.');
+    // Each line once: ts_log.log gets its own copy, the terminal only the launcher's report.
+    expect(server.output().match(/^inference API bound to/gim)).toHaveLength(1);
+    expect(server.output().match(/Model loaded: sleepy/g)).toHaveLength(1);
     expect(existsSync(path.join(server.cwd, 'tmp', '.marina_server.pid'))).toBe(true);
     server.child.kill('SIGTERM');
     expect(await server.exited).toBe(0);
-    expect(server.output()).toContain('Marina has stopped.');
+    expect(server.output().match(/Marina has stopped\./g)).toHaveLength(1);
     expect(existsSync(path.join(server.cwd, 'tmp', '.marina_server.pid'))).toBe(false);
   });
 

@@ -81,10 +81,11 @@ function isRunning(pid: number): boolean {
 }
 
 const started: string[] = [];
+// One `serve --stop` per started folder, each a real process start (seconds on a loaded machine).
 afterAll(async () => {
   for (const cwd of started) await serve(cwd, ['--stop']);
   for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
-});
+}, 120_000);
 
 // Each test starts real processes (tsx start-up, onnxruntime): allow well over the default 5 s on a shared machine.
 describe('serve --start in the background, then --stop', { timeout: 60_000 }, () => {

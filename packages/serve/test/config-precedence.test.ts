@@ -18,12 +18,15 @@ function write(dir: string, name: string, text: string): string {
   return file;
 }
 
+/** A snapshot's model_snapshot with no models: what makes a snapshot file usable. */
+const EMPTY_SNAPSHOT = 'model_snapshot={"name":"s","modelCount":0,"created":0,"models":{}}';
+
 describe('where the config file comes from', () => {
   it('prefers TS_CONFIG_FILE over --ts-config, snapshots and ./config.properties', async () => {
     const cwd = tempDir();
     write(cwd, 'env.properties', 'job_queue_size=1');
     write(cwd, 'flag.properties', 'job_queue_size=2');
-    write(cwd, 'logs/config/20250101000000000-snapshot.cfg', 'job_queue_size=3');
+    write(cwd, 'logs/config/20250101000000000-snapshot.cfg', `job_queue_size=3\n${EMPTY_SNAPSHOT}`);
     write(cwd, 'config.properties', 'job_queue_size=4');
     const env = { TS_CONFIG_FILE: 'env.properties' };
     expect((await loadConfig({ cliOptions: { tsConfig: 'flag.properties' }, env, cwd })).jobQueueSize).toBe(1);
@@ -34,8 +37,8 @@ describe('where the config file comes from', () => {
 
   it('restores the newest snapshot and says so', async () => {
     const cwd = tempDir();
-    write(cwd, 'logs/config/20250101000000000-snapshot.cfg', 'job_queue_size=3');
-    write(cwd, 'logs/config/20250102000000000-snapshot.cfg', 'job_queue_size=5');
+    write(cwd, 'logs/config/20250101000000000-snapshot.cfg', `job_queue_size=3\n${EMPTY_SNAPSHOT}`);
+    write(cwd, 'logs/config/20250102000000000-snapshot.cfg', `job_queue_size=5\n${EMPTY_SNAPSHOT}`);
     write(cwd, 'logs/config/startup.cfg', 'job_queue_size=9');
     const source = await findConfigFile({ cliOptions: {}, env: {}, cwd });
     expect(source).toEqual({ path: path.join(cwd, 'logs/config/20250102000000000-snapshot.cfg'), origin: 'snapshot' });

@@ -33,6 +33,7 @@ export function testConfig(overrides: Partial<ServerConfig> = {}, root = tmpdir(
     snapshotDir: join(root, 'config'),
     isSnapshotEnabled: false,
     logDir: join(root, 'logs'),
+    metricsMode: 'prometheus',
     corsAllowedOrigin: undefined,
     corsAllowedMethods: undefined,
     corsAllowedHeaders: undefined,

@@ -172,7 +172,7 @@ export function testConfig(overrides: Partial<import('../src/config/server-confi
     defaultResponseTimeoutSec: 120, defaultStartupTimeoutSec: 120, maxRequestBytes: 6553500, maxResponseBytes: 6553500,
     allowedUrls: ['file://.*', 'http(s)?://.*'], isAllowedUrlsDefault: true, disableTokenAuthorization: false, enableModelApi: true,
     enableMetricsApi: true, tokenExpirationMin: 60, keyFilePath: 'key_file.json', ompNumThreads: undefined, cpuCount: 2,
-    extractionCacheDir: '/tmp', snapshotDir: '/tmp', isSnapshotEnabled: true, logDir: '/tmp', corsAllowedOrigin: undefined,
+    extractionCacheDir: '/tmp', snapshotDir: '/tmp', isSnapshotEnabled: true, logDir: '/tmp', metricsMode: 'prometheus', corsAllowedOrigin: undefined,
     corsAllowedMethods: undefined, corsAllowedHeaders: undefined, limitMaxImagePixels: true, unknownKeys: [], warnings: [],
     ...overrides,
   };

@@ -96,7 +96,7 @@ describe('OIP REST: health and metadata', () => {
     expect(meta.json()).toEqual({ name: 'marina', version: expect.any(String), extensions: ['binary_tensor_data'] });
   });
 
-  it('refuses every v2 route without the inference key, as REST does', async () => {
+  it('refuses every v2 route but /v2/health/live and /v2/health/ready (open, as /ping) without the inference key, as REST does', async () => {
     const none = await v2('GET', '/v2/models/mixed', { token: null });
     expect(none.status).toBe(401);
     const wrongKey = await v2('POST', '/v2/models/mixed/infer', { json: { inputs: mixedInput(1).inputs }, token: server.keys.management });

@@ -170,7 +170,7 @@ describe('management API with the model API off (the default)', { timeout: 30_00
 });
 
 describe('token authorization on', { timeout: 30_000 }, () => {
-  it('needs the management key for /models, the inference key for predictions and /ping, none for /metrics', async () => {
+  it('needs the management key for /models, the inference key for predictions, none for /ping (probes) and /metrics', async () => {
     const config = opsConfig(workspace, { disable_token_authorization: 'false', load_models: 'resnet-152.mar' });
     const ops = await startOps(config);
     try {
@@ -185,7 +185,7 @@ describe('token authorization on', { timeout: 30_000 }, () => {
       expect((await call(ops.api, 'GET', '/models', { token: management })).status).toBe(200);
       expect((await call(ops.api, 'POST', '/models?url=m_v1.mar&initial_workers=0', { token: management })).status).toBe(200);
 
-      expect((await call(ops.api, 'GET', '/ping')).status).toBe(401);
+      expect((await call(ops.api, 'GET', '/ping')).status).toBe(200);
       expect((await call(ops.api, 'GET', '/ping', { token: inference })).status).toBe(200);
       expect((await call(ops.api, 'POST', '/predictions/resnet-152', { body: affineInput([1, 1, 1, 1]) })).status).toBe(401);
       const predicted = await call(ops.api, 'POST', '/predictions/resnet-152', { token: inference, body: affineInput([1, 1, 1, 1]) });

@@ -4,7 +4,7 @@
  * comes back with the same models, versions, default, settings and worker counts.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -91,7 +91,7 @@ async function state(url: string) {
 }
 
 describe('a server killed with SIGKILL', { timeout: 180_000 }, () => {
-  it('comes back with the same models, versions, default and scale; --ncs starts from the config alone', async () => {
+  it('comes back from the newest snapshot or a named one with the same models, versions, default and scale; a named config file or --ncs starts from the config alone', async () => {
     const first = await serve(['--ts-config', 'config.properties']);
     expect(first.output()).toContain('Model loaded: resnet-152 (version 1.0)');
     expect((await call(first.url, 'POST', '/models?url=m_v1.mar&initial_workers=1&synchronous=true')).status).toBe(200);
@@ -120,32 +120,48 @@ describe('a server killed with SIGKILL', { timeout: 180_000 }, () => {
     });
     first.child.kill('SIGKILL');
     await first.exited;
+    const written = (await readdir(snapshotDir)).sort();
+    expect(written.some((name) => /^\d{17}-startup\.cfg$/.test(name))).toBe(true);
+    expect(written.some((name) => /^\d{17}-snapshot\.cfg$/.test(name))).toBe(true);
+    const killedState = (await readLatestSnapshot(snapshotDir))!.path;
 
-    const second = await serve(['--ts-config', 'config.properties']);
+    // No --ts-config: the newest snapshot is the configuration (TorchServe's order), with the
+    // file's settings; its models are restored and --models is ignored.
+    const second = await serve(['--model-store', 'store', '--models', 'm_v1.mar']);
+    expect(second.output()).toContain('restored the configuration from the snapshot');
     expect(second.output()).toContain('Restored the models of the snapshot');
     expect(second.output()).not.toContain('Model failed to load');
     expect(await state(second.url)).toEqual(before);
     const predicted = await call(second.url, 'POST', '/predictions/m', { body: affineInput([1, 2, 3, 4]) });
     expect(predicted.status).toBe(200);
     expect(predicted.json.outputs.output.data).toEqual([3, 5, 7, 9]);
-    second.child.kill('SIGKILL');
-    await second.exited;
-
-    // No config file: the snapshot is the configuration too (TorchServe's order), with the file's settings.
-    const third = await serve(['--model-store', 'store']);
-    expect(third.output()).toContain('restored the configuration from the snapshot');
-    expect(await state(third.url)).toEqual(before);
-    expect((await call(third.url, 'DELETE', '/models/m/1.0')).status).toBe(200);
-    third.child.kill('SIGTERM');
-    expect(await third.exited).toBe(0);
-    // A graceful stop must not leave an empty snapshot behind: the unregistration is the last state.
+    expect((await call(second.url, 'DELETE', '/models/m/1.0')).status).toBe(200);
+    second.child.kill('SIGTERM');
+    expect(await second.exited).toBe(0);
+    // A graceful stop writes TorchServe's -shutdown.cfg with the last state (not an empty registry).
     const afterStop = await readLatestSnapshot(snapshotDir);
+    expect(afterStop!.path).toMatch(/-shutdown\.cfg$/);
     expect(Object.keys(afterStop!.models).sort()).toEqual(['m', 'resnet-152']);
     expect(Object.keys(afterStop!.models['m']!)).toEqual(['2.0']);
 
-    const fresh = await serve(['--ts-config', 'config.properties', '--ncs']);
+    // --ts-config naming a snapshot file restores that file's models and scale.
+    const third = await serve(['--ts-config', killedState]);
+    expect(third.output()).toContain(`Restored the models of the snapshot ${killedState}`);
+    expect(await state(third.url)).toEqual(before);
+    third.child.kill('SIGKILL');
+    await third.exited;
+
+    // --ts-config naming a plain config file wins over every snapshot: only its load_models.
+    const fresh = await serve(['--ts-config', 'config.properties']);
     expect(fresh.output()).not.toContain('Restored the models');
     expect((await call(fresh.url, 'GET', '/models')).json.models).toEqual([{ modelName: 'resnet-152', modelUrl: 'resnet-152.mar' }]);
     expect((await call(fresh.url, 'GET', '/models/resnet-152')).json[0].workers).toHaveLength(1);
+    fresh.child.kill('SIGKILL');
+    await fresh.exited;
+
+    // --ncs without --ts-config: no snapshot is read; ./config.properties is the configuration.
+    const noSnapshots = await serve(['--ncs']);
+    expect(noSnapshots.output()).not.toContain('Restored the models');
+    expect((await call(noSnapshots.url, 'GET', '/models')).json.models).toEqual([{ modelName: 'resnet-152', modelUrl: 'resnet-152.mar' }]);
   });
 });

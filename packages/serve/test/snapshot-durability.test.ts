@@ -109,11 +109,18 @@ describe('a snapshot that cannot be written', () => {
   });
 });
 
-/** `serve --foreground` in the workspace, resolved with its output once it is ready. */
+/**
+ * `serve --foreground` in the workspace without --ts-config (TorchServe's rule: --ts-config means no
+ * snapshot is read), so it reads the snapshot folder and falls back to ./config.properties when no
+ * snapshot there is usable. Resolved with its output once it is ready.
+ */
 async function serve(logDir: string): Promise<{ child: ChildProcessWithoutNullStreams; output: () => string }> {
-  const env: NodeJS.ProcessEnv = { ...process.env, LOG_LOCATION: logDir };
+  // Its own TMPDIR, so its own pid file: other test files start servers at the same time.
+  const tmpDir = join(logDir, 'tmp');
+  await mkdir(tmpDir, { recursive: true });
+  const env: NodeJS.ProcessEnv = { ...process.env, LOG_LOCATION: logDir, TMPDIR: tmpDir };
   delete env.TS_CONFIG_FILE;
-  const child = spawn(process.execPath, [BIN, '--foreground', '--ts-config', 'config.properties'], { cwd: workspace.root, env });
+  const child = spawn(process.execPath, [BIN, '--foreground'], { cwd: workspace.root, env });
   children.push(child);
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -132,16 +139,19 @@ async function stop(child: ChildProcessWithoutNullStreams): Promise<void> {
   await closed;
 }
 
+/** The workspace's config.properties; a restored snapshot is the whole configuration, so it carries them too. */
+const PROPERTIES: Record<string, string> = {
+  inference_address: 'http://127.0.0.1:0',
+  management_address: 'http://127.0.0.1:0',
+  enable_metrics_api: 'false',
+  enable_model_api: 'true',
+  disable_token_authorization: 'true',
+  model_store: 'store',
+};
+
 describe('start-up with snapshots it cannot use', () => {
   beforeAll(async () => {
-    await writeFile(join(workspace.root, 'config.properties'), [
-      'inference_address=http://127.0.0.1:0',
-      'management_address=http://127.0.0.1:0',
-      'enable_metrics_api=false',
-      'enable_model_api=true',
-      'disable_token_authorization=true',
-      'model_store=store',
-    ].join('\n'));
+    await writeFile(join(workspace.root, 'config.properties'), Object.entries(PROPERTIES).map(([k, v]) => `${k}=${v}`).join('\n'));
   });
 
   it('reports every corrupt snapshot on the terminal and writes none over them', { timeout: 60_000 }, async () => {
@@ -166,7 +176,7 @@ describe('start-up with snapshots it cannot use', () => {
     await mkdir(snapshotDir, { recursive: true });
     const name = '20260101000000000-snapshot.cfg';
     const entry = { defaultVersion: true, marName: 'gone.mar', url: 'gone.mar', minWorkers: 1, maxWorkers: 1, batchSize: 1, maxBatchDelay: 100, responseTimeout: 120 };
-    const text = renderSnapshot({ name, createdMs: Date.UTC(2026, 0, 1), models: { gone: { '1.0': entry } }, modelStore: workspace.store });
+    const text = renderSnapshot({ name, createdMs: Date.UTC(2026, 0, 1), models: { gone: { '1.0': entry } }, modelStore: workspace.store, properties: PROPERTIES });
     await writeFile(join(snapshotDir, name), text);
 
     const { child, output } = await serve(logDir);

@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, withoutRestored } from '../src/snapshot/restore-snapshot.ts';
+import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile } from '../src/snapshot/restore-snapshot.ts';
 
 const entry = { defaultVersion: true, marName: 'resnet.mar', url: 'resnet.mar', minWorkers: 2, maxWorkers: 3, batchSize: 4, maxBatchDelay: 0, responseTimeout: 30 };
 
@@ -31,19 +31,6 @@ describe('registrationsFromSnapshot', () => {
     expect(file).toMatchObject({ archivePath: '/models/a.mar', isDownloaded: false });
     expect(downloaded).toMatchObject({ archivePath: '/old/store/b.mar', url: 'https://host/x/b.mar', isDownloaded: true });
     expect(absolute).toMatchObject({ archivePath: '/abs/c' });
-  });
-});
-
-describe('withoutRestored', () => {
-  it('drops load_models entries whose archive the snapshot restores, keeping a different name= entry', () => {
-    const registrations = registrationsFromSnapshot({ modelStore: undefined, models: { resnet: { '1.0': entry } } }, { modelStore: '/s' });
-    const specs = [
-      { url: 'resnet.mar', archivePath: '/s/resnet.mar' },
-      { url: 'other.mar', archivePath: '/s/other.mar' },
-      { name: 'second', url: 'resnet.mar', archivePath: '/s/resnet.mar' },
-      { name: 'resnet', url: 'resnet.mar', archivePath: '/s/./resnet.mar' },
-    ];
-    expect(withoutRestored(specs, registrations).map((s) => s.name ?? s.url)).toEqual(['other.mar', 'second']);
   });
 });
 

@@ -18,6 +18,10 @@ export const authErrors = defineErrors({
     statusCode: 400,
     description: '`/token` was called without `type=inference` or `type=management`.',
   },
+  MARINA_ERR_KEY_FILE_PROVIDED: {
+    statusCode: 409,
+    description: '`/token` cannot rotate keys read from `token_key_file` (for example a Kubernetes Secret); change the key in that file and restart the server.',
+  },
   MARINA_ERR_KEY_FILE_INVALID: {
     statusCode: 500,
     description: 'key_file.json could not be read or is not in TorchServe\'s format; delete it and restart the server to write a new one.',

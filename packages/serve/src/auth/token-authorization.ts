@@ -5,7 +5,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { chmod, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, onRequestHookHandler } from 'fastify';
 import { authErrors } from './auth-errors.ts';
 import { sendTorchServeError, setTorchServeHeaders } from './torchserve-response.ts';
 
@@ -61,6 +61,11 @@ export interface CreateTokenAuthorizationOptions {
   keyFilePath: string;
   /** Minutes the inference and management keys stay valid (token_expiration_min). Default 60. */
   tokenExpirationMin?: number;
+  /**
+   * token_key_file: read the keys from keyFilePath (never expiring) instead of generating and writing
+   * them, so that every replica behind one Service has the same keys; rotate() refuses.
+   */
+  isKeyFileProvided?: boolean;
   /** Epoch ms; injectable for tests. */
   now?: () => number;
 }
@@ -97,11 +102,10 @@ export async function createTokenAuthorization(options: CreateTokenAuthorization
   const tokenExpirationMin = options.tokenExpirationMin ?? 60;
   const now = options.now ?? Date.now;
   const expiring = (): ExpiringKey => ({ key: newKey(), expiresAtMs: now() + tokenExpirationMin * 60_000 });
-  const keys: { inference: ExpiringKey; management: ExpiringKey; api: string } = {
-    inference: expiring(),
-    management: expiring(),
-    api: newKey(),
-  };
+  const provided = options.isKeyFileProvided ? await readKeyFile(keyFilePath) : undefined;
+  const keys: { inference: ExpiringKey; management: ExpiringKey; api: string } = provided
+    ? { inference: { key: provided.inference.key, expiresAtMs: Infinity }, management: { key: provided.management.key, expiresAtMs: Infinity }, api: provided.API.key }
+    : { inference: expiring(), management: expiring(), api: newKey() };
 
   const keyFile = (): KeyFile => ({
     management: { key: keys.management.key, 'expiration time': new Date(keys.management.expiresAtMs).toISOString() },
@@ -118,7 +122,7 @@ export async function createTokenAuthorization(options: CreateTokenAuthorization
       );
     }
   };
-  await save();
+  if (!provided) await save();
 
   return {
     keyFilePath,
@@ -134,6 +138,11 @@ export async function createTokenAuthorization(options: CreateTokenAuthorization
       return now() > expected.expiresAtMs ? 'expired' : 'ok';
     },
     async rotate(keyType) {
+      if (provided) {
+        throw authErrors.create.MARINA_ERR_KEY_FILE_PROVIDED(
+          `the keys come from token_key_file '${keyFilePath}', which Marina does not write: change the ${keyType} key there (e.g. in the Kubernetes Secret) and restart the server`,
+        );
+      }
       keys[keyType] = expiring();
       await save();
     },
@@ -179,7 +188,6 @@ function failure(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<T
   }
 }
 
-const INVALID_KEY = { MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException' };
 
 /**
  * Declares the key every route registered in `app` (an encapsulated plugin) needs, unless a route
@@ -242,6 +250,7 @@ export async function tokenRoutes(app: FastifyInstance, options: { tokens: Token
     method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'],
     url: '/token',
     config: { auth: 'API' },
+    schema: { description: 'Rotate a key: ?type=management or ?type=inference; needs the API key.', querystring: { type: 'object', properties: { type: { type: 'string' } } } } as FastifySchema,
     handler: async (request, reply) => {
       const result = tokens.check('API', request.headers.authorization);
       if (result !== 'ok') {
@@ -256,10 +265,13 @@ export async function tokenRoutes(app: FastifyInstance, options: { tokens: Token
           authErrors.create.MARINA_ERR_TOKEN_TYPE_INVALID(
             `'/token' needs type=inference or type=management, got ${type === undefined ? 'none' : `'${String(type)}'`}`,
           ),
-          INVALID_KEY,
         );
       }
-      await tokens.rotate(type);
+      try {
+        await tokens.rotate(type);
+      } catch (error) {
+        return sendTorchServeError(request, reply, error);
+      }
       setTorchServeHeaders(request, reply, 200);
       return reply.code(200).send('');
     },

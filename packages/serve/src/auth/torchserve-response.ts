@@ -5,6 +5,7 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { isMarinaError } from '@marina/errors';
+import { torchServeErrorType } from '../errors.ts';
 
 /** TorchServe's error body, plus Marina's stable code where there is one. */
 export interface TorchServeErrorBody {
@@ -33,32 +34,20 @@ export function sendTorchServeJson(request: FastifyRequest, reply: FastifyReply,
     .send(`${JSON.stringify(body, null, 2)}\n`);
 }
 
-/** The Java exception name TorchServe reports for a status code. */
+/** The Java exception name TorchServe reports for a status code (errors.ts holds the one map). */
 export function torchServeExceptionType(statusCode: number): string {
-  switch (statusCode) {
-    case 400: return 'BadRequestException';
-    case 401: return 'InvalidKeyException';
-    case 403: return 'IllegalArgumentException';
-    case 404: return 'ModelNotFoundException';
-    case 405: return 'MethodNotAllowedException';
-    case 408: return 'RequestTimeoutException';
-    case 409: return 'ConflictStatusException';
-    case 503: return 'ServiceUnavailableException';
-    case 507: return 'OutOfMemoryError';
-    default: return 'InternalServerException';
-  }
+  return torchServeErrorType(undefined, statusCode);
 }
 
 /**
  * Turns any thrown value into TorchServe's error body. A MarinaError keeps its status and
- * message and adds `marinaCode`; `typeOverrides` maps Marina codes to TorchServe's exception
- * names where the status alone does not decide it (e.g. download failures).
+ * message and adds `marinaCode`; its `type` comes from the one map in errors.ts.
  */
-export function toTorchServeError(error: unknown, typeOverrides: Record<string, string> = {}): TorchServeErrorBody {
+export function toTorchServeError(error: unknown): TorchServeErrorBody {
   if (isMarinaError(error)) {
     return {
       code: error.statusCode,
-      type: typeOverrides[error.code] ?? torchServeExceptionType(error.statusCode),
+      type: torchServeErrorType(error.code, error.statusCode),
       message: error.message,
       marinaCode: error.code,
     };
@@ -69,7 +58,7 @@ export function toTorchServeError(error: unknown, typeOverrides: Record<string, 
 }
 
 /** Sends a thrown value as TorchServe's error body with its status. */
-export function sendTorchServeError(request: FastifyRequest, reply: FastifyReply, error: unknown, typeOverrides?: Record<string, string>): FastifyReply {
-  const body = toTorchServeError(error, typeOverrides);
+export function sendTorchServeError(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply {
+  const body = toTorchServeError(error);
   return sendTorchServeJson(request, reply, body.code, body);
 }

@@ -10,6 +10,7 @@ import { configError } from './config-errors.ts';
 import { parseProperties, type ParsedProperties, type PropertyEntry } from './properties-parser.ts';
 import { parseListenAddress, isLoopbackHost } from './parse-listen-address.ts';
 import { parseLoadModels } from './parse-load-models.ts';
+import { parseSnapshot } from '../snapshot/snapshot-store.ts';
 import { findWorkerRangeProblem, normaliseModels, parseModelsJsonSyntax, positionOfJsonPath, type ModelsJsonLocation } from './models-json.ts';
 
 /** The launcher flags that feed the configuration (see cli.ts). */
@@ -26,8 +27,12 @@ export interface ServeCliOptions {
   disableTokenAuth?: boolean;
   /** --enable-model-api: only ever turns the model API on. */
   enableModelApi?: boolean;
-  /** --log-config FILE: accepted for compatibility, ignored with a warning. */
+  /** --log-config FILE: must exist (TorchServe exits 1 otherwise); Marina's log layout is fixed, so it is not applied. */
   logConfig?: string;
+  /** --workflow-store DIR (workflow_store). */
+  workflowStore?: string;
+  /** --plugins-path / --ppath DIR (plugins_path). */
+  pluginsPath?: string;
   /** --foreground */
   foreground?: boolean;
 }
@@ -45,16 +50,16 @@ export interface ConfigFileSource {
   origin: 'TS_CONFIG_FILE' | '--ts-config' | 'snapshot' | 'working directory';
 }
 
-/** Config snapshots are `<snapshotDir>/<yyyyMMddHHmmssSSS>-snapshot.cfg`, in config.properties format. */
-export const SNAPSHOT_FILE_PATTERN = /^\d+-snapshot\.cfg$/;
+/** Config snapshots are `<snapshotDir>/<yyyyMMddHHmmssSSS>-{snapshot,startup,shutdown}.cfg`, in config.properties format (TorchServe's names). */
+export const SNAPSHOT_FILE_PATTERN = /^\d+-(snapshot|startup|shutdown)\.cfg$/;
 
 /** Keys without a TS_* variable, as in TorchServe. */
 const KEYS_WITHOUT_ENV = new Set(['models', 'enable_envvars_config', 'model_snapshot']);
 
 /** TorchServe keys Marina accepts and does not act on (one informational warning lists those present). */
 const IGNORED_TORCHSERVE_KEYS = new Set([
-  'vmargs', 'number_of_gpu', 'workflow_store', 'model_snapshot', 'model_server_home', 'plugins_path', 'debug',
-  'netty_client_threads', 'unregister_model_timeout', 'metrics_mode', 'metrics_config', 'metrics_format',
+  'vmargs', 'number_of_gpu', 'model_snapshot', 'model_server_home', 'debug',
+  'netty_client_threads', 'unregister_model_timeout', 'metrics_config', 'metrics_format',
   'disable_system_metrics', 'system_metrics_cmd', 'metric_time_interval', 'model_metrics_auto_detect',
   'keystore', 'keystore_pass', 'keystore_type', 'install_py_dep_per_model', 'blacklist_env_vars',
   'initial_worker_port', 'initial_distribution_port', 'decode_input_request', 'default_service_handler',
@@ -71,7 +76,9 @@ interface ConfigSchema {
   definitions: Record<string, { type?: string; description?: string }>;
 }
 
-const schema = JSON.parse(readFileSync(new URL('../../../../schemas/config.schema.json', import.meta.url), 'utf8')) as ConfigSchema;
+// The repository's schemas/ folder when running the sources; the build's copy in dist/schemas/ when compiled.
+const SCHEMA_DIR = import.meta.url.endsWith('.ts') ? new URL('../../../../schemas/', import.meta.url) : new URL('../schemas/', import.meta.url);
+const schema = JSON.parse(readFileSync(new URL('config.schema.json', SCHEMA_DIR), 'utf8')) as ConfigSchema;
 const KNOWN_KEYS = new Set(Object.keys(schema.properties));
 const BOOLEAN_KEYS = new Set(Object.entries(schema.properties).filter(([, property]) => property.type === 'boolean').map(([key]) => key));
 
@@ -98,10 +105,14 @@ interface RawConfig {
   use_env_allowed_urls: boolean;
   disable_token_authorization: boolean;
   token_expiration_min: number;
+  token_key_file?: string;
   enable_model_api: boolean;
   enable_metrics_api: boolean;
   enable_envvars_config: boolean;
   limit_max_image_pixels: boolean;
+  metrics_mode: 'log' | 'prometheus' | 'legacy';
+  workflow_store?: string;
+  plugins_path?: string;
   cors_allowed_origin?: string;
   cors_allowed_methods?: string;
   cors_allowed_headers?: string;
@@ -146,6 +157,14 @@ interface RawValue {
  *   came from (file:line, flag or variable) and what is allowed.
  */
 export async function loadConfig(options: LoadConfigOptions): Promise<ServerConfig> {
+  const logConfig = options.cliOptions.logConfig;
+  if (logConfig !== undefined) {
+    try {
+      await readFile(path.resolve(options.cwd, logConfig));
+    } catch (error) {
+      throw configError.MARINA_ERR_CONFIG_FILE_UNREADABLE(`--log-config file not found: ${logConfig} (${(error as Error).message}); give an existing log4j2 file or leave the flag out.`, { cause: error, details: { path: logConfig, origin: '--log-config' } });
+    }
+  }
   const source = await findConfigFile(options);
   let file: ParsedProperties | undefined;
   if (source) {
@@ -161,6 +180,7 @@ export async function loadConfig(options: LoadConfigOptions): Promise<ServerConf
     file = parseProperties(text, { filePath: displayPath(source.path, options.cwd) });
   }
   const config = resolveServerConfig({ ...options, file, ...(source ? { configFile: source.path } : {}) });
+  if (source) config.configFileOrigin = source.origin;
   if (source?.origin === 'snapshot') (config.warnings as string[]).unshift(`restored the configuration from the snapshot ${source.path} (start with --ncs to ignore snapshots)`);
   return deepFreeze(config);
 }
@@ -174,8 +194,17 @@ export async function findConfigFile(options: LoadConfigOptions): Promise<Config
     const snapshotDir = path.join(resolveLogDir(options), 'config');
     const snapshots = (await readdir(snapshotDir).catch(() => [] as string[])).filter((name) => SNAPSHOT_FILE_PATTERN.test(name));
     // Fixed-width timestamps sort by name; compare numerically in case a writer drops leading zeros.
-    const newest = snapshots.sort((a, b) => (BigInt(a.split('-')[0]!) < BigInt(b.split('-')[0]!) ? -1 : 1)).at(-1);
-    if (newest) return { path: path.join(snapshotDir, newest), origin: 'snapshot' };
+    const newestFirst = snapshots.sort((a, b) => (BigInt(a.split('-')[0]!) < BigInt(b.split('-')[0]!) ? 1 : -1));
+    // A snapshot without a complete model_snapshot (cut short, corrupt) is skipped for the one before it (TorchServe would fail to start).
+    for (const name of newestFirst) {
+      const file = path.join(snapshotDir, name);
+      try {
+        parseSnapshot(file, await readFile(file, 'utf8'));
+        return { path: file, origin: 'snapshot' };
+      } catch {
+        continue;
+      }
+    }
   }
   const local = path.join(options.cwd, 'config.properties');
   if (isFile(local)) return { path: local, origin: 'working directory' };
@@ -185,6 +214,11 @@ export async function findConfigFile(options: LoadConfigOptions): Promise<Config
 /** LOG_LOCATION (as TorchServe) or `<cwd>/logs`. */
 export function resolveLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
   return path.resolve(options.cwd, options.env.LOG_LOCATION?.trim() || 'logs');
+}
+
+/** METRICS_LOCATION (as TorchServe's log4j2.xml: the metric log files) or `<cwd>/logs`. */
+export function resolveMetricsLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
+  return path.resolve(options.cwd, options.env.METRICS_LOCATION?.trim() || 'logs');
 }
 
 /**
@@ -213,7 +247,9 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
   if (cliOptions.models && cliOptions.models.length > 0) values.set('load_models', { value: cliOptions.models.join(','), origin: '--models' });
   if (cliOptions.enableModelApi) values.set('enable_model_api', { value: 'true', origin: '--enable-model-api' });
   if (cliOptions.disableTokenAuth) values.set('disable_token_authorization', { value: 'true', origin: '--disable-token-auth' });
-  if (cliOptions.logConfig) warnings.push(`--log-config ${cliOptions.logConfig} is ignored: Marina logs to stdout/stderr (and <logDir>/marina.log in the background)`);
+  if (cliOptions.workflowStore) values.set('workflow_store', { value: cliOptions.workflowStore, origin: '--workflow-store' });
+  if (cliOptions.pluginsPath) values.set('plugins_path', { value: cliOptions.pluginsPath, origin: '--plugins-path' });
+  if (cliOptions.logConfig) warnings.push(`--log-config ${cliOptions.logConfig} is read but not applied: Marina writes TorchServe's log files (access_log.log, ts_log.log, model_log.log) under LOG_LOCATION without log4j2`);
 
   if (values.get('enable_envvars_config')?.value.trim().toLowerCase() === 'true') {
     const allowEnvUrls = (env.TS_USE_ENV_ALLOWED_URLS ?? values.get('use_env_allowed_urls')?.value ?? '').trim().toLowerCase() === 'true';
@@ -355,13 +391,18 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     enableModelApi: checked.enable_model_api,
     enableMetricsApi: checked.enable_metrics_api,
     tokenExpirationMin: checked.token_expiration_min,
-    keyFilePath: path.join(cwd, 'key_file.json'),
+    keyFilePath: checked.token_key_file ? path.resolve(cwd, checked.token_key_file) : path.join(cwd, 'key_file.json'),
+    isKeyFileProvided: Boolean(checked.token_key_file),
     ompNumThreads,
     cpuCount: os.availableParallelism(),
     extractionCacheDir: defaultExtractionCacheDir(),
     snapshotDir: path.join(logDir, 'config'),
     isSnapshotEnabled: !cliOptions.ncs,
     logDir,
+    metricsLogDir: resolveMetricsLogDir({ env, cwd }),
+    metricsMode: checked.metrics_mode,
+    ...(checked.workflow_store ? { workflowStore: path.resolve(cwd, checked.workflow_store) } : {}),
+    ...(checked.plugins_path ? { pluginsPath: path.resolve(cwd, checked.plugins_path) } : {}),
     corsAllowedOrigin: checked.cors_allowed_origin,
     corsAllowedMethods: checked.cors_allowed_methods,
     corsAllowedHeaders: checked.cors_allowed_headers,

@@ -68,8 +68,10 @@ export interface ServerConfig {
   enableMetricsApi: boolean;
   /** token_expiration_min. Default 60. */
   tokenExpirationMin: number;
-  /** Where key_file.json is written (TorchServe: the working directory). */
+  /** Where key_file.json is written (TorchServe: the working directory), or token_key_file. */
   keyFilePath: string;
+  /** token_key_file was set: the keys are read from keyFilePath, never generated, written or removed. */
+  isKeyFileProvided?: boolean;
   /** OMP_NUM_THREADS from the environment, when set: the per-worker thread default. */
   ompNumThreads: number | undefined;
   /** Logical cores available to the server (os.availableParallelism()). */
@@ -82,6 +84,14 @@ export interface ServerConfig {
   isSnapshotEnabled: boolean;
   /** Folder for logs and the pid file. */
   logDir: string;
+  /** Folder of ts_metrics.log and model_metrics.log (TorchServe: METRICS_LOCATION, default `<cwd>/logs`); `logDir` when unset. */
+  metricsLogDir?: string;
+  /** metrics_mode: 'prometheus' (Marina's default) or TorchServe's 'log' (also writes logs/ts_metrics.log and logs/model_metrics.log); 'legacy' is read as 'prometheus'. */
+  metricsMode: 'log' | 'prometheus' | 'legacy';
+  /** workflow_store / --workflow-store (accepted; workflows are not implemented). */
+  workflowStore?: string;
+  /** plugins_path / --plugins-path (accepted; TorchServe's Java plugins cannot run here). */
+  pluginsPath?: string;
   corsAllowedOrigin: string | undefined;
   corsAllowedMethods: string | undefined;
   corsAllowedHeaders: string | undefined;
@@ -126,6 +136,8 @@ export interface ServerConfig {
   resourceLimits?: ResourceLimits;
   /** Absolute path of the config file that was read; undefined when only defaults, CLI and env applied. */
   configFile?: string;
+  /** Where `configFile` was found (TorchServe's order); undefined when there is none. */
+  configFileOrigin?: 'TS_CONFIG_FILE' | '--ts-config' | 'snapshot' | 'working directory';
 }
 
 /** One gRPC listener: host and port (0 = any free port), and the optional connection-age limits, ms. */

@@ -5,7 +5,9 @@
  * (tests) do not share counters.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { BatchDoneEvent, ModelRegistryApi, RequestDoneEvent } from '../registry/model-registry-api.ts';
+import type { BatchDoneEvent, ModelRegistryApi, RequestDoneEvent, WorkerLoadedEvent } from '../registry/model-registry-api.ts';
+import type { ServerLogs } from '../logging/server-logs.ts';
+import { createSystemMetricsReader } from './system-metrics.ts';
 
 /** Buckets for latencies, seconds: 0.5 ms to 2 minutes (TorchServe's default response timeout). */
 export const LATENCY_BUCKETS_SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -34,6 +36,15 @@ export interface CreateServerMetricsOptions {
   hostname: string;
   /** Adds prom-client's process/Node.js metrics (CPU, memory, event loop). Default true. */
   collectProcessMetrics?: boolean;
+  /** Folder whose disk DiskUsage/DiskAvailable/DiskUtilization report (TorchServe: the disk of its working folder). Default the working directory. */
+  diskPath?: string;
+  /**
+   * metrics_mode=log: TorchServe's metric lines go to ts_metrics.log (frontend and system, the
+   * system ones every `systemMetricsIntervalMs`) and model_metrics.log (HandlerTime, PredictionTime).
+   */
+  logs?: Pick<ServerLogs, 'metric'>;
+  /** metric_time_interval, ms. Default 60 000 (TorchServe's 60 s). */
+  systemMetricsIntervalMs?: number;
 }
 
 /**
@@ -66,6 +77,11 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
 
   // TorchServe's frontend counters: every response of the inference and management APIs by class.
   const hostLabels = { Level: 'Host', Hostname: hostname };
+  const round = (n: number) => Math.round(n * 100) / 100;
+  /** TorchServe's metric log line: `Name.Unit:value|#dims|#hostname:h,timestamp:epochSeconds`. */
+  const logMetric = (file: 'ts_metrics.log' | 'model_metrics.log', body: string): void => {
+    options.logs?.metric(file, `${body}|#hostname:${hostname},timestamp:${Math.floor(Date.now() / 1000)}`);
+  };
   const responsesByClass = new Map(
     (['2XX', '4XX', '5XX'] as const).map((statusClass) => {
       const counter = new Counter({
@@ -123,6 +139,37 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     registers: [promRegistry],
   });
 
+  // TorchServe's gauges (ts/configs/metrics.yaml), same names, labels and HELP, so its Grafana dashboards keep working.
+  const tsGauge = (name: string, unit: string, labelNames: readonly string[]) =>
+    new Gauge({ name, help: `Torchserve prometheus gauge metric with unit: ${unit}`, labelNames, registers: [promRegistry] });
+  const hostLevel = ['Level', 'Hostname'] as const;
+  const frontend = {
+    queueTime: tsGauge('QueueTime', 'Milliseconds', hostLevel),
+    workerThreadTime: tsGauge('WorkerThreadTime', 'Milliseconds', hostLevel),
+    workerLoadTime: tsGauge('WorkerLoadTime', 'Milliseconds', ['WorkerName', 'Level', 'Hostname']),
+  };
+  const backend = {
+    handlerTime: tsGauge('HandlerTime', 'ms', ['ModelName', 'Level', 'Hostname']),
+    predictionTime: tsGauge('PredictionTime', 'ms', ['ModelName', 'Level', 'Hostname']),
+  };
+  const system = createSystemMetricsReader({ diskPath: options.diskPath ?? process.cwd() });
+  const systemGauges = [
+    ['CPUUtilization', 'Percent', () => system.read().cpuUtilizationPercent],
+    ['MemoryUsed', 'Megabytes', () => system.read().memoryUsedMb],
+    ['MemoryAvailable', 'Megabytes', () => system.read().memoryAvailableMb],
+    ['MemoryUtilization', 'Percent', () => system.read().memoryUtilizationPercent],
+    ['DiskUsage', 'Gigabytes', () => system.read().diskUsedGb],
+    ['DiskUtilization', 'Percent', () => system.read().diskUtilizationPercent],
+    ['DiskAvailable', 'Gigabytes', () => system.read().diskAvailableGb],
+  ] as const;
+  for (const [name, unit, value] of systemGauges) {
+    const gauge = tsGauge(name, unit, hostLevel);
+    (gauge as unknown as { collect: () => void }).collect = () => {
+      const v = value();
+      if (v !== undefined) gauge.set(hostLabels, v);
+    };
+  }
+
   // Gauges are filled from registry.stats() at scrape time; reset first so removed models vanish.
   const gauges = {
     queueDepth: new Gauge({ name: 'marina_queue_depth', help: 'Jobs waiting in the job queue of a model version.', labelNames: modelLabels, registers: [promRegistry] }),
@@ -170,10 +217,31 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     requestLatency.observe(labels, event.totalMs / 1000);
     queueLatency.observe(labels, event.queueMs / 1000);
     if (event.inferenceMs > 0) inferenceLatency.observe(labels, event.inferenceMs / 1000);
+    if (event.statusCode < 400) {
+      // TorchServe's WorkerThreadTime: the frontend's share of a job outside the queue and the backend.
+      const workerThreadMs = Math.max(0, event.totalMs - event.queueMs - event.inferenceMs);
+      frontend.queueTime.set(hostLabels, event.queueMs);
+      frontend.workerThreadTime.set(hostLabels, workerThreadMs);
+      logMetric('ts_metrics.log', `QueueTime.Milliseconds:${round(event.queueMs)}|#Level:Host`);
+      logMetric('ts_metrics.log', `WorkerThreadTime.Milliseconds:${round(workerThreadMs)}|#Level:Host`);
+      logMetric('ts_metrics.log', `ts_inference_requests_total.Count:1|#model_name:${event.modelName},model_version:${tsLabelValues.model_version}`);
+    }
+  };
+  const onWorkerLoaded = (event: WorkerLoadedEvent): void => {
+    const workerName = `W-${event.workerId}-${event.modelName}_${event.modelVersion}`;
+    frontend.workerLoadTime.set({ WorkerName: workerName, ...hostLabels }, event.loadMs);
+    logMetric('ts_metrics.log', `WorkerLoadTime.Milliseconds:${round(event.loadMs)}|#WorkerName:${workerName},Level:Host`);
   };
   const onBatch = (event: BatchDoneEvent): void => {
     const labels = { model_name: event.modelName, model_version: event.modelVersion };
     batchSize.observe(labels, event.batchSize);
+    if (event.isOk !== false) {
+      const modelLabels = { ModelName: event.modelName, Level: 'Model', Hostname: hostname };
+      backend.handlerTime.set(modelLabels, event.inferenceMs);
+      backend.predictionTime.set(modelLabels, event.stages?.inferenceMs ?? event.inferenceMs);
+      logMetric('model_metrics.log', `HandlerTime.ms:${round(event.inferenceMs)}|#ModelName:${event.modelName},Level:Model|#type:GAUGE`);
+      logMetric('model_metrics.log', `PredictionTime.ms:${round(event.stages?.inferenceMs ?? event.inferenceMs)}|#ModelName:${event.modelName},Level:Model|#type:GAUGE`);
+    }
     if (event.stages) {
       handlerStage.observe({ ...labels, stage: 'preprocess_wait' }, event.stages.preprocessWaitMs / 1000);
       handlerStage.observe({ ...labels, stage: 'inference' }, event.stages.inferenceMs / 1000);
@@ -182,6 +250,19 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
   };
   registry.events.on('request', onRequest);
   registry.events.on('batch', onBatch);
+  registry.events.on('workerLoaded', onWorkerLoaded);
+  const writeSystemMetrics = (): void => {
+    for (const [name, unit, value] of systemGauges) {
+      const v = value();
+      if (v !== undefined) logMetric('ts_metrics.log', `${name}.${unit}:${round(v)}|#Level:Host`);
+    }
+  };
+  let systemTimer: NodeJS.Timeout | undefined;
+  if (options.logs) {
+    writeSystemMetrics();
+    systemTimer = setInterval(writeSystemMetrics, options.systemMetricsIntervalMs ?? 60_000);
+    systemTimer.unref();
+  }
 
   return {
     promRegistry,
@@ -199,11 +280,16 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     },
     recordResponse(statusCode) {
       const statusClass = statusCode >= 200 && statusCode < 300 ? '2XX' : statusCode >= 400 && statusCode < 500 ? '4XX' : statusCode >= 500 && statusCode < 600 ? '5XX' : undefined;
-      if (statusClass !== undefined) responsesByClass.get(statusClass)!.inc(hostLabels);
+      if (statusClass !== undefined) {
+        responsesByClass.get(statusClass)!.inc(hostLabels);
+        logMetric('ts_metrics.log', `Requests${statusClass}.Count:1|#Level:Host`);
+      }
     },
     close() {
+      if (systemTimer) clearInterval(systemTimer);
       registry.events.off('request', onRequest);
       registry.events.off('batch', onBatch);
+      registry.events.off('workerLoaded', onWorkerLoaded);
     },
   };
 }

@@ -51,14 +51,3 @@ export const downloadErrors = defineErrors({
     description: 'The downloaded file is neither a zip (.mar) nor a gzip (.tar.gz) archive; it was deleted.',
   },
 });
-
-/** TorchServe's exception names for these codes, where the status alone would say otherwise. */
-export const downloadErrorTypes: Record<string, string> = {
-  MARINA_ERR_MODEL_FILE_EXISTS: 'FileAlreadyExistsException',
-  MARINA_ERR_DOWNLOAD_FAILED: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOAD_TOO_LARGE: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOAD_TIMEOUT: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOAD_CANCELLED: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOADS_BUSY: 'ServiceUnavailableException',
-};

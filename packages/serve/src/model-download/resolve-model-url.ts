@@ -4,13 +4,13 @@
  * store under a size limit and a time limit, then moved into place without overwriting anything.
  */
 import { randomBytes } from 'node:crypto';
-import { createWriteStream } from 'node:fs';
-import { link, open, stat, unlink } from 'node:fs/promises';
-import { basename, isAbsolute, join, normalize } from 'node:path';
+import { constants as fsConstants, createWriteStream } from 'node:fs';
+import { copyFile, link, open, stat, unlink } from 'node:fs/promises';
+import { basename, dirname, isAbsolute, join, normalize, resolve as resolvePath } from 'node:path';
 import { resolveInside } from '@marina/archive';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { downloadErrors } from './download-errors.ts';
 
 const { create } = downloadErrors;
@@ -196,7 +196,8 @@ async function exists(path: string): Promise<boolean> {
 /**
  * Resolves a register `url` to an archive on disk.
  * - `name.mar` (no `/` or `\`): that file or folder in the model store;
- * - `file:///abs/path`: must match allowed_urls, used where it is (not copied);
+ * - `file:///abs/path`: must match allowed_urls; an archive is copied into the store (as TorchServe), a folder used where it is;
+ * - `/abs/folder`: a model folder, used where it is (allowed_urls must allow its file:// URL);
  * - `http(s)://…/name.mar`: must match allowed_urls; downloaded to `<store>/name.mar`.
  * @throws MARINA_ERR_URL_RELATIVE_PATH, MARINA_ERR_URL_NOT_ALLOWED, MARINA_ERR_MODEL_URL_INVALID,
  *   MARINA_ERR_MODEL_FILE_NOT_FOUND, MARINA_ERR_MODEL_STORE_NOT_CONFIGURED (404);
@@ -210,7 +211,7 @@ export async function resolveModelUrl(options: ResolveModelUrlOptions): Promise<
     if (allowed.scheme === 'file') {
       const path = allowed.filePath!;
       if (!(await exists(path))) throw create.MARINA_ERR_MODEL_FILE_NOT_FOUND(`Model not found at: ${url}`);
-      return { archivePath: path, isDownloaded: false };
+      return copyIntoStore(path, url, modelStore);
     }
     if (allowed.scheme !== 'http' && allowed.scheme !== 'https') {
       throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' uses an unsupported scheme '${allowed.scheme}'; use file://, http:// or https://`);
@@ -221,6 +222,11 @@ export async function resolveModelUrl(options: ResolveModelUrlOptions): Promise<
     return { archivePath: await downloadIntoStore(allowed.href, modelStore, options), isDownloaded: true };
   }
 
+  // TorchServe registers a model folder given by absolute path where it is; allowed_urls sees it as its file:// URL.
+  if (isAbsolute(url) && (await isDirectory(url))) {
+    const allowed = assertUrlAllowed(pathToFileURL(url).href, allowedUrls);
+    return { archivePath: allowed.filePath ?? normalize(url), isDownloaded: false };
+  }
   if (url.includes('/') || url.includes('\\') || isAbsolute(url)) {
     throw create.MARINA_ERR_MODEL_URL_INVALID(
       `model url '${url}' must be a file name in the model store (no '/' or '\\'), or a file:// or http(s):// URL allowed by allowed_urls`,
@@ -231,6 +237,32 @@ export async function resolveModelUrl(options: ResolveModelUrlOptions): Promise<
   const path = storePath(modelStore, url);
   if (!(await exists(path))) throw create.MARINA_ERR_MODEL_FILE_NOT_FOUND(`Model not found at: ${url}`);
   return { archivePath: path, isDownloaded: false };
+}
+
+async function isDirectory(path: string): Promise<boolean> {
+  try {
+    return (await stat(path)).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * TorchServe copies a `file://` archive into the model store (like a download), so the store
+ * holds every registered archive and unregister removes the copy. A folder, or a file already in
+ * the store, is used where it is.
+ */
+async function copyIntoStore(path: string, url: string, modelStore: string | undefined): Promise<ResolvedModelUrl> {
+  if (modelStore === undefined || (await isDirectory(path)) || dirname(resolvePath(path)) === resolvePath(modelStore)) return { archivePath: path, isDownloaded: false };
+  const fileName = fileNameFromUrl(url);
+  const target = storePath(modelStore, fileName);
+  try {
+    await copyFile(path, target, fsConstants.COPYFILE_EXCL);
+  } catch (cause) {
+    if ((cause as NodeJS.ErrnoException).code === 'EEXIST') throw create.MARINA_ERR_MODEL_FILE_EXISTS(`Model file already exists ${fileName}`);
+    throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (${(cause as Error).message})`, { cause });
+  }
+  return { archivePath: target, isDownloaded: true };
 }
 
 /** A plain name in the model store, through the one containment helper. */

@@ -18,6 +18,8 @@ export interface RegisterModelOptions {
   maxBatchDelayMs?: number;
   /** Workers to start now (initial_workers); minWorkers otherwise. */
   initialWorkers?: number;
+  /** Workers when nothing (API, model-config.yaml, models JSON) says; default default_workers_per_model, else 1. The register API passes 0. */
+  fallbackWorkers?: number;
   minWorkers?: number;
   maxWorkers?: number;
   responseTimeoutSec?: number;
@@ -136,6 +138,8 @@ export interface SnapshotModelVersion {
   batchSize: number;
   maxBatchDelay: number;
   responseTimeout: number;
+  /** TorchServe's runtimeType (the manifest's runtime); optional when reading older snapshots. */
+  runtimeType?: string;
 }
 
 /** Events the core emits; metrics and snapshots subscribe. */
@@ -180,8 +184,18 @@ export interface HandlerStagesMs {
   postprocessMs: number;
 }
 
+/** A worker finished loading its model (TorchServe's WorkerLoadTime). */
+export interface WorkerLoadedEvent {
+  modelName: string;
+  modelVersion: string;
+  workerId: string;
+  /** From spawning the worker thread to READY, ms. */
+  loadMs: number;
+}
+
 export interface RegistryEvents {
   request: [RequestDoneEvent];
+  workerLoaded: [WorkerLoadedEvent];
   batch: [BatchDoneEvent];
   /** Registration, unregistration, default version or worker settings changed. */
   changed: [];

@@ -1,4 +1,4 @@
-import { EventEmitter } from 'node:events';
+import { EventEmitter, once } from 'node:events';
 import { rm } from 'node:fs/promises';
 import { assertModelIdentity, extractToCache, normalizeManifest, readModelConfig, readQuantizationSummary, resolveInside, resolveManifestFiles } from '@marina/archive';
 import { cacheOptimizedModelDefaultFrom } from '../backend/ort-session.ts';
@@ -148,6 +148,7 @@ export class ModelRegistry implements ModelRegistryApi {
           initialWorkers: options.initialWorkers,
           minWorkers: options.minWorkers,
           maxWorkers: options.maxWorkers,
+          fallbackWorkers: options.fallbackWorkers,
         },
       });
       // The same rule and words as model-archiver validate: served, with a warning.
@@ -179,6 +180,7 @@ export class ModelRegistry implements ModelRegistryApi {
         log: this.#log,
       });
       this.#assertWithinThreadBudget(version, settings.minWorkers, `${modelName} version ${modelVersion}`);
+      version.on('loaded', (e) => this.events.emit('workerLoaded', { modelName, modelVersion, workerId: e.workerId, loadMs: e.loadMs }));
       version.on('batch', (e) => {
         this.events.emit('batch', { modelName, modelVersion, batchSize: e.batchSize, inferenceMs: e.inferenceMs, dispatchReason: e.reason, isOk: e.isOk, ...(e.stages ? { stages: e.stages } : {}) });
       });
@@ -427,10 +429,17 @@ export class ModelRegistry implements ModelRegistryApi {
       void done.catch(() => undefined);
       return { workers: target };
     }
-    // Synchronous: answer once the workers are up and every worker has its share of the cores.
+    // Synchronous: answer once the workers are up (also those an earlier call is still starting)
+    // and every worker has its share of the cores.
     await rebalanced;
-    await done; // rethrows a failed scale (the rebalance swallows it)
-    return { workers: version.pool.readyCount };
+    await done;
+    while (version.pool.workers.some((w) => w.state === 'LOADING')) await once(version.pool, 'changed');
+    const ready = version.pool.readyCount;
+    if (target > 0 && ready === 0) {
+      const cause = version.pool.lastError;
+      throw createServeError.MARINA_ERR_WORKER_START_FAILED(`Failed to start workers for model ${version.modelName} version: ${version.modelVersion}: ${cause?.message ?? 'unknown error'}`, { cause });
+    }
+    return { workers: ready };
   }
 
   async setWorkerCount(modelName: string, modelVersion: string, count: number): Promise<void> {

@@ -60,7 +60,7 @@ export interface ModelVersionOptions {
  * Events: 'batch' (a batch was answered), 'changed' (its workers changed), 'progress' (waiting,
  * running or the workers changed: anything a drain, or a test, may be waiting for).
  */
-export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: []; progress: [] }> {
+export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: []; progress: []; loaded: [{ workerId: string; loadMs: number }] }> {
   readonly modelName: string;
   readonly modelVersion: string;
   readonly url: string;
@@ -146,6 +146,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       this.queue.returnToFront(unstarted);
       this.#pump();
     });
+    this.pool.on('loaded', (event) => this.emit('loaded', event));
     this.pool.on('changed', () => {
       this.#answerStranded();
       this.emit('progress');
@@ -308,6 +309,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       batchSize: this.settings.batchSize,
       maxBatchDelay: this.settings.maxBatchDelayMs,
       responseTimeout: this.settings.responseTimeoutMs / 1000,
+      runtimeType: this.runtime,
     };
   }
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import multipart from '@fastify/multipart';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
-import { createServeError, errorBody, isMarinaError, toMarinaError } from '../errors.ts';
+import { createServeError, errorBody, isMarinaError, toMarinaError, type MarinaError } from '../errors.ts';
 import type { ModelRegistry } from '../registry/model-registry.ts';
 import { assertResponseSize, type DataPlane } from '../protocols/data-plane.ts';
 import type { JobInput } from '../scheduling/job.ts';
@@ -64,6 +64,11 @@ async function readInput(request: FastifyRequest): Promise<{ input: JobInput; bo
   }
   const body = request.body;
   if (body === undefined || body === null) return { input: {}, bodyDecoding: undefined };
+  if (body instanceof URLSearchParams) {
+    const input: JobInput = {};
+    for (const [k, v] of body) input[k] = v;
+    return { input, bodyDecoding: undefined };
+  }
   return Buffer.isBuffer(body) ? { input: { body }, bodyDecoding: bodyDecodingOf(request.headers['content-type']) } : { input: { body }, bodyDecoding: undefined };
 }
 
@@ -73,9 +78,41 @@ const paramsSchema = {
   required: ['model_name'],
 } as const;
 
+/** The answer of every workflow route, until workflows are implemented. */
+export function workflowsNotImplemented(): MarinaError {
+  return createServeError.MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED('Workflows are not implemented in Marina yet: register the models of the workflow and call /predictions/{model_name} for each (see the README, "Where Marina differs from TorchServe").');
+}
+
+/** Where the model of a request comes from, per route family. */
+type ModelFrom = (request: FastifyRequest) => { modelName: string; modelVersion: string | undefined };
+
+const statusResponse = { type: 'object', properties: { status: { type: 'string' } }, required: ['status'] } as const;
+const errorResponse = {
+  type: 'object',
+  description: "TorchServe's error body, plus Marina's stable code.",
+  properties: { code: { type: 'integer' }, type: { type: 'string' }, message: { type: 'string' }, marinaCode: { type: 'string' } },
+  required: ['code', 'type', 'message'],
+} as const;
+const predictionResponses = {
+  200: { description: "The handler's output: JSON, text or bytes, as the handler returns it." },
+  400: errorResponse,
+  404: errorResponse,
+  413: errorResponse,
+  500: errorResponse,
+  503: errorResponse,
+  504: errorResponse,
+} as const;
+const legacyParams = paramsSchema;
+const invocationsQuery = { type: 'object', properties: { model_name: { type: 'string', minLength: 1 } } } as const;
+
 /**
- * The inference API (TorchServe section 5): `GET /ping`, `POST|PUT /predictions/{model}[/{version}]`.
- * Raw bodies of any content type reach the handler as `{ body }`; multipart fields each become a key.
+ * The inference API (TorchServe section 5): `GET /ping`; `POST|PUT /predictions/{model}[/{version}]`;
+ * KServe v1 `POST /v1/models/{model}:predict`; SageMaker's `POST /invocations?model_name=` and
+ * `POST /models/{model}/invoke`; the legacy `POST /{model}[/{version}]/predict`; and
+ * `POST /explanations/{model}[/{version}]` (and `/v1/models/{model}:explain`).
+ * Raw bodies of any content type reach the handler as `{ body }`; multipart and form-urlencoded
+ * fields each become a key. The legacy and /invocations routes also pass query parameters as
+ * fields, as TorchServe.
  */
 export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async (app: FastifyInstance, options) => {
   const { registry, maxRequestBytes } = options;
@@ -84,17 +121,25 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
 
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, body));
+  // TorchServe decodes a form body into one input field per form field, like multipart.
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, new URLSearchParams(body as string)));
   await app.register(multipart, { limits: { fileSize: maxRequestBytes, fieldSize: maxRequestBytes } });
 
-  app.get('/ping', async (_request, reply) => {
+  // Open with token authorization on: Kubernetes' liveness and readiness probes (and load
+  // balancers' health checks) cannot send a key that rotates. It tells only Healthy or Unhealthy.
+  app.get('/ping', { config: { auth: 'none' }, schema: { description: 'Health of the server: Healthy when every model\'s default version has its minimum workers up.', response: { 200: statusResponse, 500: statusResponse } } }, async (_request, reply) => {
     const isHealthy = registry.isHealthy() && !registry.isClosing;
     return reply.code(isHealthy ? 200 : 500).type('application/json').send(`${JSON.stringify({ status: isHealthy ? 'Healthy' : 'Unhealthy' }, null, 2)}\n`);
   });
 
-  const predict = async (request: FastifyRequest<{ Params: { model_name: string; model_version?: string } }>, reply: FastifyReply) => {
+  const predictFrom = (modelFrom: ModelFrom, routeOptions: { withQuery: boolean }) => async (request: FastifyRequest, reply: FastifyReply) => {
     const arrivedAt = performance.now();
     try {
+      const { modelName, modelVersion } = modelFrom(request);
       const { input, bodyDecoding } = await readInput(request);
+      if (routeOptions.withQuery) {
+        for (const [k, v] of Object.entries(request.query as Record<string, string | string[]>)) if (!(k in input)) input[k] = Array.isArray(v) ? v.join(',') : v;
+      }
       const headers: Record<string, string> = {};
       const requestHeaders = request.headers;
       for (const k in requestHeaders) {
@@ -102,8 +147,8 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
       }
       const predictOptions = {
-        modelName: request.params.model_name,
-        modelVersion: request.params.model_version,
+        modelName,
+        modelVersion,
         requestId: request.id,
         input,
         headers,
@@ -123,8 +168,68 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
       return sendError(reply, error);
     }
   };
+  const fromParams: ModelFrom = (request) => {
+    const params = request.params as { model_name: string; model_version?: string };
+    return { modelName: params.model_name, modelVersion: params.model_version };
+  };
+  /** /invocations: `model_name` from the query, else the only model registered (TorchServe: the only one loaded). */
+  const fromQueryOrOnly: ModelFrom = (request) => {
+    const name = (request.query as { model_name?: string }).model_name;
+    if (name !== undefined) return { modelName: name, modelVersion: undefined };
+    const models = registry.list();
+    if (models.length === 1) return { modelName: models[0]!.modelName, modelVersion: undefined };
+    throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${models.length === 0 ? 'no model is registered' : `give model_name= (registered: ${models.map((m) => m.modelName).join(', ')})`}`);
+  };
 
+  const predict = predictFrom(fromParams, { withQuery: false });
+  const predictDescription = 'Runs the model (default version, or the one named) on the body: raw bytes, JSON, text, multipart or form fields.';
   for (const url of ['/predictions/:model_name', '/predictions/:model_name/:model_version']) {
-    app.route({ method: ['POST', 'PUT'], url, schema: { params: paramsSchema }, handler: predict });
+    app.route({ method: ['POST', 'PUT'], url, schema: { description: predictDescription, params: paramsSchema, response: predictionResponses }, handler: predict });
   }
+
+  app.post('/models/:model_name/invoke', { schema: { description: 'SageMaker-style invoke: the same as POST /predictions/{model_name}.', params: paramsSchema, response: predictionResponses } }, predict);
+  app.post('/invocations', { schema: { description: 'SageMaker-style invocations: the model from ?model_name= (or the only model registered); query parameters become input fields.', querystring: invocationsQuery, response: predictionResponses } }, predictFrom(fromQueryOrOnly, { withQuery: true }));
+  const legacy = predictFrom(fromParams, { withQuery: true });
+  for (const url of ['/:model_name/predict', '/:model_name/:model_version/predict']) {
+    app.post(url, { schema: { description: 'The legacy predict route: the same as POST /predictions/{model_name}, with query parameters as input fields.', params: legacyParams, response: predictionResponses } }, legacy);
+  }
+
+  // Explanations: Marina's JavaScript handlers have no explain(); TorchServe answers a handler
+  // without one with 503 "Prediction failed" (its BaseHandler has no get_insights), and so does Marina.
+  const explain = async (request: FastifyRequest, reply: FastifyReply) => {
+    try {
+      const { modelName, modelVersion } = fromParams(request);
+      const version = registry.getVersion(modelName, modelVersion);
+      throw createServeError.MARINA_ERR_EXPLAIN_NOT_SUPPORTED(`Prediction failed: the handler '${version.handler}' of model ${modelName} version ${version.modelVersion} has no explain; Marina's handlers do not implement explanations (use /predictions)`);
+    } catch (error) {
+      return sendError(reply, error);
+    }
+  };
+  const explainDescription = "Explanations (TorchServe runs the handler's explain_handle): Marina's handlers have none, so this answers 503.";
+  for (const url of ['/explanations/:model_name', '/explanations/:model_name/:model_version']) {
+    app.route({ method: ['POST', 'PUT'], url, schema: { description: explainDescription, params: paramsSchema, response: predictionResponses }, handler: explain });
+  }
+  app.route({
+    method: ['POST', 'PUT'],
+    url: '/wfpredict/:workflow_name',
+    schema: { description: 'Workflow predictions: not implemented in Marina yet (501).', response: { 501: errorResponse } },
+    handler: async (_request, reply) => sendError(reply, workflowsNotImplemented()),
+  });
+  // KServe v1 `/v1/models/{model}:predict` and `:explain`: one route (the router cannot tell two
+  // `:param:suffix` routes apart), described as the two paths it serves.
+  const kserveParams = { type: 'object', properties: { model_action: { type: 'string', pattern: '^.+:(predict|explain)$' } }, required: ['model_action'] } as const;
+  app.post('/v1/models/:model_action', {
+    schema: { params: kserveParams, response: predictionResponses },
+    config: {
+      describedAs: [
+        { url: '/v1/models/:model_name::predict', description: 'KServe v1 predict: the same as POST /predictions/{model_name} (the body is passed to the handler as is).' },
+        { url: '/v1/models/:model_name::explain', description: explainDescription },
+      ],
+    },
+  }, async (request, reply) => {
+    const action = (request.params as { model_action: string }).model_action;
+    const colon = action.lastIndexOf(':');
+    (request.params as { model_name?: string }).model_name = action.slice(0, colon);
+    return action.slice(colon + 1) === 'explain' ? explain(request, reply) : predict(request, reply);
+  });
 };

@@ -5,14 +5,14 @@
  * Every route here needs the management key (declareRouteAuth); the listener's token hook checks it.
  */
 import { unlink } from 'node:fs/promises';
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, FastifySchema } from 'fastify';
 import { defineErrors, isMarinaError } from '@marina/errors';
 import type { ModelRegistryApi, RegisterModelOptions } from '../registry/model-registry-api.ts';
 import { resourceLimitsOf, type ServerConfig } from '../config/server-config.ts';
 import { sendTorchServeError, sendTorchServeJson } from '../auth/torchserve-response.ts';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createModelUrlResolver, DownloadSlots, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
-import { downloadErrorTypes } from '../model-download/download-errors.ts';
+import { workflowsNotImplemented } from './inference.ts';
 
 /** Error codes of the management routes (see ERRORS-OPS.md). */
 export const managementErrors = defineErrors({
@@ -41,12 +41,9 @@ const { create } = managementErrors;
 
 const METHOD_NOT_ALLOWED = 'Requested method is not allowed, please refer to API document.';
 
-/** TorchServe exception names where the status alone would name another one. */
-const TYPE_OVERRIDES: Record<string, string> = {
-  ...downloadErrorTypes,
-  MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
-  MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
-};
+/** TorchServe's Manifest.RuntimeType values, plus Marina's `node` (JavaScript handlers) and `LSP`. */
+const REGISTER_RUNTIMES = ['python', 'python2', 'python3', 'LSP', 'node'];
+
 
 export interface ManagementRoutesOptions {
   registry: ModelRegistryApi;
@@ -100,11 +97,48 @@ interface ScaleQuery {
   model_version?: string;
 }
 
-const nameParams = { type: 'object', properties: { name: { type: 'string', minLength: 1 } }, required: ['name'] } as const;
+/** Response schemas (documentation; the handlers send TorchServe's pretty-printed JSON text as is). */
+const statusSchema = { type: 'object', required: ['status'], properties: { status: { type: 'string', description: 'What was done.' } } } as const;
+const errorSchema = {
+  type: 'object',
+  required: ['code', 'type', 'message'],
+  properties: {
+    code: { type: 'integer', description: 'Error code.' },
+    type: { type: 'string', description: 'Error type.' },
+    message: { type: 'string', description: 'Error message: TorchServe\'s first, then what to do.' },
+    marinaCode: { type: 'string', description: 'Marina\'s stable MARINA_ERR_* code.' },
+  },
+} as const;
+const errorResponses = { 400: errorSchema, 404: errorSchema, 500: errorSchema } as const;
+const listSchema = {
+  type: 'object',
+  required: ['models'],
+  properties: {
+    nextPageToken: { type: 'string', description: 'Pass as next_page_token to get the next page.' },
+    models: { type: 'array', items: { type: 'object', required: ['modelName', 'modelUrl'], properties: { modelName: { type: 'string' }, modelUrl: { type: 'string' } } } },
+  },
+} as const;
+const describeSchema = {
+  type: 'array',
+  items: {
+    type: 'object',
+    required: ['modelName', 'modelVersion', 'modelUrl', 'minWorkers', 'maxWorkers', 'workers'],
+    properties: {
+      modelName: { type: 'string' }, modelVersion: { type: 'string' }, modelUrl: { type: 'string' }, runtime: { type: 'string' },
+      minWorkers: { type: 'integer' }, maxWorkers: { type: 'integer' }, batchSize: { type: 'integer' }, maxBatchDelay: { type: 'integer' },
+      responseTimeout: { type: 'integer' }, loadedAtStartup: { type: 'boolean' },
+      workers: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, startTime: { type: 'string' }, status: { type: 'string' }, memoryUsage: { type: 'integer' }, pid: { type: 'integer' } } } },
+      jobQueueStatus: { type: 'object', properties: { remainingCapacity: { type: 'integer' }, pendingRequests: { type: 'integer' } } },
+    },
+  },
+} as const;
+const readinessSchema = { type: 'object', required: ['name', 'ready'], properties: { name: { type: 'string' }, ready: { type: 'boolean' } } } as const;
+
+const nameParams = { type: 'object', properties: { model_name: { type: 'string', minLength: 1, description: 'Name of the model.' } }, required: ['model_name'] } as const;
 const versionParams = {
   type: 'object',
-  properties: { name: { type: 'string', minLength: 1 }, version: { type: 'string', minLength: 1 } },
-  required: ['name', 'version'],
+  properties: { model_name: { type: 'string', minLength: 1, description: 'Name of the model.' }, model_version: { type: 'string', minLength: 1, description: 'Version of the model ("all" to describe every version).' } },
+  required: ['model_name', 'model_version'],
 } as const;
 const scaleQuery = {
   type: 'object',
@@ -141,7 +175,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     if (!isMarinaError(error) && typeof error.statusCode === 'number' && error.statusCode < 500) {
       return sendTorchServeError(request, reply, create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(error.message));
     }
-    const body = sendTorchServeError(request, reply, error, TYPE_OVERRIDES);
+    const body = sendTorchServeError(request, reply, error);
     if (!isMarinaError(error) || error.statusCode >= 500) options.onError?.(error);
     return body;
   });
@@ -165,6 +199,8 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   // Register: parameters from the query string, or from a JSON body with the same names.
   app.post('/models', {
     schema: {
+      description: 'Register a new model in TorchServe: url is an archive or folder in the model store, a file:// or an allowed http(s):// URL.',
+      response: { 200: statusSchema, 202: statusSchema, 206: statusSchema, 405: errorSchema, 409: errorSchema, ...errorResponses },
       querystring: { type: 'object', properties: registerProperties },
       body: { type: ['object', 'null'], properties: registerProperties },
     },
@@ -172,6 +208,9 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     assertModelApi('Registering models');
     const params: RegisterParams = { ...(request.query as RegisterParams), ...((request.body as RegisterParams | null) ?? {}) };
     if (params.url === undefined || params.url === '') throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
+    if (params.runtime !== undefined && !REGISTER_RUNTIMES.includes(params.runtime)) {
+      throw create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(`Invalid RuntimeType value: ${params.runtime} (one of ${REGISTER_RUNTIMES.join(', ')})`);
+    }
     // A download stops when its client goes away: nobody would see the answer, and it holds a slot and disk.
     const clientGone = new AbortController();
     const onClose = () => {
@@ -195,7 +234,11 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       ...(params.runtime !== undefined && { runtime: params.runtime }),
       ...(params.batch_size !== undefined && { batchSize: params.batch_size }),
       ...(params.max_batch_delay !== undefined && { maxBatchDelayMs: params.max_batch_delay }),
-      ...(params.initial_workers !== undefined && { initialWorkers: params.initial_workers }),
+      // TorchServe: initial_workers defaults to default_workers_per_model when set; Marina then lets
+      // model-config.yaml's minWorkers apply (the documented precedence), and else starts 0 workers
+      // ("registered with 0 initial workers").
+      ...((params.initial_workers ?? config.defaultWorkersPerModel) !== undefined && { initialWorkers: params.initial_workers ?? config.defaultWorkersPerModel }),
+      fallbackWorkers: 0,
       ...(params.response_timeout !== undefined && { responseTimeoutSec: params.response_timeout }),
       ...(params.startup_timeout !== undefined && { startupTimeoutSec: params.startup_timeout }),
     };
@@ -219,6 +262,8 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   // List: only default versions, sorted by name, offset paging.
   app.get('/models', {
     schema: {
+      description: 'List registered models (their default versions), sorted by name, paged.',
+      response: { 200: listSchema, 500: errorSchema },
       querystring: {
         type: 'object',
         properties: { limit: { type: 'integer' }, next_page_token: { type: 'integer' } },
@@ -239,7 +284,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   });
 
   const describe = async (request: FastifyRequest, reply: FastifyReply) => {
-    const { name, version } = request.params as { name: string; version?: string };
+    const { model_name: name, model_version: version } = request.params as { model_name: string; model_version?: string };
     const descriptions = registry.describe(name, version).map((d) => {
       const autoscaling = options.autoscaling?.(d.modelName, d.modelVersion);
       return autoscaling === undefined ? d : { ...d, autoscaling };
@@ -247,11 +292,13 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     return sendTorchServeJson(request, reply, 200, descriptions);
   };
   const describeQuery = { type: 'object', properties: { customized: { type: 'boolean' } } } as const;
-  app.get('/models/:name', { schema: { params: nameParams, querystring: describeQuery } }, describe);
-  app.get('/models/:name/:version', { schema: { params: versionParams, querystring: describeQuery } }, describe);
+  const describeDescription = 'Describe the default version of a model, the version named, or every version ("all").';
+  app.get('/models/:model_name', { schema: { description: describeDescription, params: nameParams, querystring: describeQuery, response: { 200: describeSchema, ...errorResponses } } as FastifySchema }, describe);
+  app.get('/models/:model_name/:model_version', { schema: { description: describeDescription, params: versionParams, querystring: describeQuery, response: { 200: describeSchema, ...errorResponses } } as FastifySchema }, describe);
 
   const scale = async (request: FastifyRequest, reply: FastifyReply) => {
-    const params = request.params as { name: string; version?: string };
+    const { model_name: paramName, model_version: paramVersion } = request.params as { model_name: string; model_version?: string };
+    const params = { name: paramName, version: paramVersion };
     const query = request.query as ScaleQuery;
     const modelVersion = params.version ?? query.model_version;
     const minWorkers = query.min_worker ?? 1;
@@ -265,34 +312,52 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     if (workers < minWorkers) return status(request, reply, 206, 'Workers scaling in progress...');
     return status(request, reply, 200, `Workers scaled to ${workers} for model: ${params.name}${modelVersion === undefined ? '' : `, version: ${modelVersion}`}`);
   };
-  app.put('/models/:name', { schema: { params: nameParams, querystring: scaleQuery } }, scale);
-  app.put('/models/:name/:version', { schema: { params: versionParams, querystring: scaleQuery } }, scale);
+  const scaleSchema = (params: typeof nameParams | typeof versionParams) => ({
+    description: 'Scale the workers of a model version (min_worker, max_worker); synchronous=true waits for them.',
+    params,
+    querystring: scaleQuery,
+    response: { 200: statusSchema, 202: statusSchema, 206: statusSchema, ...errorResponses },
+  }) as FastifySchema;
+  app.put('/models/:model_name', { schema: scaleSchema(nameParams) }, scale);
+  app.put('/models/:model_name/:model_version', { schema: scaleSchema(versionParams) }, scale);
 
   const unregister = async (request: FastifyRequest, reply: FastifyReply) => {
     assertModelApi('Unregistering models');
-    const { name, version } = request.params as { name: string; version?: string };
+    const { model_name: name, model_version: version } = request.params as { model_name: string; model_version?: string };
     await registry.unregister(name, version);
     return status(request, reply, 200, `Model "${name}" unregistered`);
   };
-  app.delete('/models/:name', { schema: { params: nameParams } }, unregister);
-  app.delete('/models/:name/:version', { schema: { params: versionParams } }, unregister);
+  const unregisterSchema = (params: typeof nameParams | typeof versionParams) => ({
+    description: 'Unregister a model version (the default one when none is named); in-flight requests finish first.',
+    params,
+    response: { 200: statusSchema, 403: errorSchema, 405: errorSchema, ...errorResponses },
+  }) as FastifySchema;
+  app.delete('/models/:model_name', { schema: unregisterSchema(nameParams) }, unregister);
+  app.delete('/models/:model_name/:model_version', { schema: unregisterSchema(versionParams) }, unregister);
 
-  app.put('/models/:name/:version/set-default', { schema: { params: versionParams } }, async (request, reply) => {
-    const { name, version } = request.params as { name: string; version: string };
+  app.put('/models/:model_name/:model_version/set-default', { schema: { description: 'Make this version the default version of the model.', params: versionParams, response: { 200: statusSchema, ...errorResponses } } as FastifySchema }, async (request, reply) => {
+    const { model_name: name, model_version: version } = request.params as { model_name: string; model_version: string };
     registry.setDefault(name, version);
     return status(request, reply, 200, `Default version successfully updated for model "${name}" to "${version}"`);
   });
 
   // KServe v1 readiness: ready when the default version has at least one worker.
-  app.get('/v1/models/:name', { schema: { params: nameParams } }, async (request, reply) => {
-    const { name } = request.params as { name: string };
+  app.get('/v1/models/:model_name', { schema: { description: 'KServe v1 readiness: ready when the default version has a worker up.', params: nameParams, response: { 200: readinessSchema } } as FastifySchema }, async (request, reply) => {
+    const { model_name: name } = request.params as { model_name: string };
     const [description] = registry.describe(name);
     const ready = (description?.workers ?? []).some((w) => w.status === 'READY' || w.status === 'BUSY');
     return sendTorchServeJson(request, reply, 200, { name, ready });
   });
 
+  // TorchServe's workflow management API: accepted, answered 501 until workflows exist.
+  const notImplemented = async () => {
+    throw workflowsNotImplemented();
+  };
+  app.route({ method: ['GET', 'POST'], url: '/workflows', schema: { description: 'Workflow management: not implemented in Marina yet (501).' } as FastifySchema, handler: notImplemented });
+  app.route({ method: ['GET', 'PUT', 'DELETE'], url: '/workflows/:workflow_name', schema: { description: 'Workflow management: not implemented in Marina yet (501).' } as FastifySchema, handler: notImplemented });
+
   app.route({ method: ['PUT', 'DELETE', 'PATCH'], url: '/models', handler: methodNotAllowed });
-  app.route({ method: ['POST', 'PATCH'], url: '/models/:name', handler: methodNotAllowed });
-  app.route({ method: ['POST', 'PATCH'], url: '/models/:name/:version', handler: methodNotAllowed });
-  app.route({ method: ['GET', 'POST', 'DELETE', 'PATCH'], url: '/models/:name/:version/set-default', handler: methodNotAllowed });
+  app.route({ method: ['POST', 'PATCH'], url: '/models/:model_name', handler: methodNotAllowed });
+  app.route({ method: ['POST', 'PATCH'], url: '/models/:model_name/:model_version', handler: methodNotAllowed });
+  app.route({ method: ['GET', 'POST', 'DELETE', 'PATCH'], url: '/models/:model_name/:model_version/set-default', handler: methodNotAllowed });
 }

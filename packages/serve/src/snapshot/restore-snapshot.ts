@@ -1,16 +1,15 @@
 /**
  * Bringing a config snapshot back at start-up, and what goes into one besides the models.
  *
- * Marina's rule (ERRORS-OPS.md "Snapshots"): unless --ncs, every model version of the newest
- * valid snapshot is registered again with its archive, default version, min/max workers,
- * batchSize, maxBatchDelay and responseTimeout, whichever config file was read. `load_models`
- * entries (file or --models) whose archive the snapshot already restores are skipped, so nothing
- * is registered twice; entries the snapshot does not hold are loaded as usual.
+ * TorchServe's rule: when the config file read carries `model_snapshot` (the newest snapshot,
+ * read when no --ts-config or TS_CONFIG_FILE is given and --ncs is not, or a snapshot file named
+ * with --ts-config), every model version in it is registered again with its archive, default
+ * version, min/max workers, batchSize, maxBatchDelay and responseTimeout, and `load_models` /
+ * --models are not loaded. A --ts-config without `model_snapshot` restores nothing.
  */
 import { readFile } from 'node:fs/promises';
 import { isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { LoadModelSpec } from '../config/server-config.ts';
 import { parseProperties } from '../config/properties-parser.ts';
 import type { RegisterModelOptions } from '../registry/model-registry-api.ts';
 import type { Snapshot } from './snapshot-store.ts';
@@ -64,23 +63,6 @@ export function registrationsFromSnapshot(snapshot: Pick<Snapshot, 'models' | 'm
     }
   }
   return registrations;
-}
-
-/**
- * `load_models` entries that the snapshot does not already restore (compared by archive path;
- * a `name=` entry also by model name), so no model version is registered twice.
- */
-export function withoutRestored<T extends LoadModelSpec & { archivePath: string }>(specs: readonly T[], registrations: readonly SnapshotRegistration[]): T[] {
-  const restored = new Map<string, Set<string>>();
-  for (const r of registrations) {
-    const key = resolve(r.archivePath);
-    if (!restored.has(key)) restored.set(key, new Set());
-    restored.get(key)!.add(r.modelName);
-  }
-  return specs.filter((spec) => {
-    const names = restored.get(resolve(spec.archivePath));
-    return names === undefined || (spec.name !== undefined && !names.has(spec.name));
-  });
 }
 
 /** Keys of the config file that are not copied into snapshots: the models come from `model_snapshot`. */

@@ -1,5 +1,6 @@
 /**
- * Config snapshots in TorchServe's form: `<snapshotDir>/<yyyyMMddHHmmssSSS>-snapshot.cfg`, a
+ * Config snapshots in TorchServe's form: `<snapshotDir>/<yyyyMMddHHmmssSSS>-<kind>.cfg` (kind
+ * `startup` once the server is up, `snapshot` after every change, `shutdown` on a graceful stop), a
  * config.properties file whose `model_snapshot` key holds
  * `{"name","modelCount","created","models":{name:{version:{defaultVersion,marName,url,minWorkers,...}}}}`.
  * Written after every `changed` event, atomically (temp file in the same folder, fsync, rename,
@@ -13,7 +14,10 @@ import type { ModelRegistryApi, SnapshotModelVersion } from '../registry/model-r
 import { snapshotErrors } from './snapshot-errors.ts';
 
 /** Matches snapshot file names; anything else in the folder (temp files start with '.') is ignored. */
-export const SNAPSHOT_FILE_PATTERN = /^(\d{17})-snapshot\.cfg$/;
+export const SNAPSHOT_FILE_PATTERN = /^(\d{17})-(snapshot|startup|shutdown)\.cfg$/;
+
+/** TorchServe's three snapshot kinds, the suffix of the file name. */
+export type SnapshotKind = 'snapshot' | 'startup' | 'shutdown';
 
 export type SnapshotModels = Record<string, Record<string, SnapshotModelVersion>>;
 
@@ -84,7 +88,8 @@ export async function listSnapshots(snapshotDir: string): Promise<string[]> {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
     throw error;
   }
-  return names.filter((n) => SNAPSHOT_FILE_PATTERN.test(n)).sort().reverse().map((n) => join(snapshotDir, n));
+  // By timestamp (the first 17 characters), not by whole name: `-startup` must not sort after a later `-snapshot`.
+  return names.filter((n) => SNAPSHOT_FILE_PATTERN.test(n)).sort((a, b) => (a.slice(0, 17) === b.slice(0, 17) ? 0 : a.slice(0, 17) < b.slice(0, 17) ? 1 : -1)).map((n) => join(snapshotDir, n));
 }
 
 /**
@@ -131,8 +136,8 @@ export interface SnapshotStoreOptions {
 }
 
 export interface SnapshotStore {
-  /** Writes a snapshot now (waits for one in progress first). Returns its path. */
-  write(): Promise<string>;
+  /** Writes a snapshot now (waits for one in progress first), named `<timestamp>-<kind>.cfg` (default `snapshot`). Returns its path. */
+  write(kind?: SnapshotKind): Promise<string>;
   /**
    * Writes any pending change now and resolves with the error of the latest write when it failed
    * (MARINA_ERR_SNAPSHOT_WRITE_FAILED), undefined when the state on disk is current. Never rejects.
@@ -199,7 +204,7 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
   })();
   ready.catch(() => undefined);
 
-  const writeOnce = async (): Promise<string> => {
+  const writeOnce = async (kind: SnapshotKind): Promise<string> => {
     try {
       await ready;
     } catch (cause) {
@@ -210,7 +215,7 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
     // Two writes in one millisecond must not share a name: newest-first ordering depends on it.
     if (stamp <= lastStamp) stamp = String(BigInt(lastStamp) + 1n);
     lastStamp = stamp;
-    const name = `${stamp}-snapshot.cfg`;
+    const name = `${stamp}-${kind}.cfg`;
     const path = join(snapshotDir, name);
     const text = renderSnapshot({ name, createdMs, models: registry.snapshot(), modelStore: options.modelStore, properties: options.properties });
     try {
@@ -223,9 +228,9 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
     return path;
   };
 
-  const recordedWrite = async (): Promise<string> => {
+  const recordedWrite = async (kind: SnapshotKind): Promise<string> => {
     try {
-      const path = await writeOnce();
+      const path = await writeOnce(kind);
       lastError = undefined;
       return path;
     } catch (error) {
@@ -234,9 +239,9 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
     }
   };
 
-  const write = (): Promise<string> => {
+  const write = (kind: SnapshotKind = 'snapshot'): Promise<string> => {
     isDirty = false;
-    const next = running.then(recordedWrite, recordedWrite);
+    const next = running.then(() => recordedWrite(kind), () => recordedWrite(kind));
     running = next.catch(() => undefined);
     return next;
   };

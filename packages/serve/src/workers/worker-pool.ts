@@ -40,6 +40,8 @@ export class WorkerPool extends EventEmitter<{
   finished: [Worker, BatchOutcome];
   failed: [Worker, MarinaError, Job[]];
   changed: [];
+  /** A worker finished loading its model, after `loadMs` (TorchServe's WorkerLoadTime). */
+  loaded: [{ workerId: string; loadMs: number }];
 }> {
   readonly #options: WorkerPoolOptions;
   /** Workers counted toward the target: LOADING, READY or BUSY, not retiring. */
@@ -203,8 +205,10 @@ export class WorkerPool extends EventEmitter<{
       this.#leaving.delete(worker);
       this.emit('changed');
     });
+    const startedAt = performance.now();
     try {
       await worker.start();
+      this.emit('loaded', { workerId: worker.id, loadMs: performance.now() - startedAt });
     } catch (error) {
       this.#workers.delete(worker);
       this.#leave(worker);

@@ -154,12 +154,24 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
   });
   const json = (reply: FastifyReply, code: number, value: unknown) => reply.code(code).type('application/json').send(JSON.stringify(value));
 
-  app.get('/v2/health/live', async (_request, reply) => json(reply, dataPlane.isLive() ? 200 : 503, { live: dataPlane.isLive() }));
-  app.get('/v2/health/ready', async (_request, reply) => {
+  // Descriptions and response schemas document the routes in OPTIONS / and GET /api-description (routes/api-description.ts).
+  const oipError = { type: 'object', required: ['error'], properties: { error: { type: 'string', description: 'What was wrong.' } } } as const;
+  const liveSchema = { type: 'object', required: ['live'], properties: { live: { type: 'boolean' } } } as const;
+  const readySchema = { type: 'object', required: ['ready'], properties: { ready: { type: 'boolean' } } } as const;
+  const modelReadySchema = { type: 'object', required: ['name', 'ready'], properties: { name: { type: 'string' }, ready: { type: 'boolean' } } } as const;
+  const tensorsSchema = { type: 'array', items: { type: 'object', required: ['name', 'datatype', 'shape'], properties: { name: { type: 'string' }, datatype: { type: 'string' }, shape: { type: 'array', items: { type: 'integer' } } } } } as const;
+  const modelMetadataSchema = { type: 'object', required: ['name', 'platform', 'inputs', 'outputs'], properties: { name: { type: 'string' }, versions: { type: 'array', items: { type: 'string' } }, platform: { type: 'string' }, inputs: tensorsSchema, outputs: tensorsSchema } } as const;
+  const serverMetadataSchema = { type: 'object', required: ['name', 'version', 'extensions'], properties: { name: { type: 'string' }, version: { type: 'string' }, extensions: { type: 'array', items: { type: 'string' } } } } as const;
+  const inferResponseSchema = { type: 'object', required: ['model_name', 'outputs'], properties: { model_name: { type: 'string' }, model_version: { type: 'string' }, id: { type: 'string' }, outputs: { type: 'array', items: { type: 'object' } } } } as const;
+
+  // The two health routes are open with token authorization on, as /ping is: KServe's and
+  // Kubernetes' probes cannot send a key that rotates, and they tell only live/ready.
+  app.get('/v2/health/live', { config: { auth: 'none' }, schema: { description: 'Open Inference Protocol: server liveness.', response: { 200: liveSchema, 503: liveSchema } } }, async (_request, reply) => json(reply, dataPlane.isLive() ? 200 : 503, { live: dataPlane.isLive() }));
+  app.get('/v2/health/ready', { config: { auth: 'none' }, schema: { description: "Open Inference Protocol: server readiness (every model's default version has its minimum workers up).", response: { 200: readySchema, 503: readySchema } } }, async (_request, reply) => {
     const ready = dataPlane.isReady();
     return json(reply, ready ? 200 : 503, { ready });
   });
-  app.get('/v2', async (_request, reply) => json(reply, 200, dataPlane.serverMetadata()));
+  app.get('/v2', { schema: { description: 'Open Inference Protocol: server metadata (name, version, extensions).', response: { 200: serverMetadataSchema } } }, async (_request, reply) => json(reply, 200, dataPlane.serverMetadata()));
 
   const metadata = async (request: FastifyRequest<ModelParams>, reply: FastifyReply) => {
     try {
@@ -203,8 +215,8 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
   };
 
   for (const prefix of ['/v2/models/:model_name', '/v2/models/:model_name/versions/:model_version']) {
-    app.get(prefix, { schema: { params: paramsSchema } }, metadata);
-    app.get(`${prefix}/ready`, { schema: { params: paramsSchema } }, ready);
-    app.post(`${prefix}/infer`, { schema: { params: paramsSchema } }, infer);
+    app.get(prefix, { schema: { description: "Open Inference Protocol: the model's metadata, inputs and outputs from its ONNX signature.", params: paramsSchema, response: { 200: modelMetadataSchema, 404: oipError, 500: oipError } } }, metadata);
+    app.get(`${prefix}/ready`, { schema: { description: 'Open Inference Protocol: whether the model version has its minimum workers up.', params: paramsSchema, response: { 200: modelReadySchema, 503: modelReadySchema, 404: oipError } } }, ready);
+    app.post(`${prefix}/infer`, { schema: { description: 'Open Inference Protocol: inference on JSON tensors, or the binary tensor extension (Inference-Header-Content-Length).', params: paramsSchema, response: { 200: inferResponseSchema, 400: oipError, 404: oipError, 500: oipError, 503: oipError } } }, infer);
   }
 };

@@ -1,0 +1,139 @@
+/**
+ * TorchServe's log files under LOG_LOCATION (default `logs/`), in its log4j2 layout
+ * `%d{ISO8601} [%-5p] %t %c - %m`, so the tools that read TorchServe's logs read these:
+ * - `access_log.log`: one line per answered request, every status (401, 404, 413 too):
+ *   `2026-01-01T12:00:00,123 [INFO ] <requestId> ACCESS_LOG - /127.0.0.1:51234 "GET /ping HTTP/1.1" 200 3`
+ *   (client, method, path, status, duration in ms); the thread slot carries the request id.
+ * - `ts_log.log`: the server's own messages (start-up, models, autoscaler, snapshots, 5xx answers).
+ * - `model_log.log`: messages about models and their workers (loads, failures, restarts).
+ * - `ts_metrics.log` / `model_metrics.log` under METRICS_LOCATION (default `logs/`), created at start-up as
+ *   TorchServe's log4j2 creates them; written to with metrics_mode=log (see metrics/log-metrics.ts).
+ * Lines are appended through one write stream per file; close() flushes them.
+ */
+import { createWriteStream, mkdirSync, openSync, type WriteStream } from 'node:fs';
+import { join } from 'node:path';
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+
+export type LogFileName = 'access_log.log' | 'ts_log.log' | 'model_log.log' | 'ts_metrics.log' | 'model_metrics.log';
+
+export interface AccessLogEntry {
+  /** `ip:port` of the client. */
+  client: string;
+  method: string;
+  /** The request target as sent (path and query). */
+  url: string;
+  statusCode: number;
+  durationMs: number;
+  requestId: string;
+}
+
+export interface ServerLogs {
+  /** The folder of access_log.log, ts_log.log and model_log.log (LOG_LOCATION). */
+  readonly logDir: string;
+  /** The folder of ts_metrics.log and model_metrics.log (METRICS_LOCATION). */
+  readonly metricsLogDir: string;
+  access(entry: AccessLogEntry): void;
+  /** A server message in ts_log.log; `requestId` goes in the thread slot when the line is about a request. */
+  ts(level: LogLevel, message: string, requestId?: string): void;
+  /** A model message in model_log.log (and ts_log.log, as TorchServe's root logger also gets them). */
+  model(level: LogLevel, message: string, requestId?: string): void;
+  /** A raw line (already `Name.Unit:value|#dims|#hostname:…,timestamp:…`) in ts_metrics.log or model_metrics.log. */
+  metric(file: 'ts_metrics.log' | 'model_metrics.log', line: string): void;
+  /** Flushes and closes every file. Idempotent. */
+  close(): Promise<void>;
+}
+
+const pad = (n: number, width = 2) => String(n).padStart(width, '0');
+
+/** log4j2's `%d{ISO8601}`: `yyyy-MM-dd'T'HH:mm:ss,SSS`, local time. */
+export function formatIso8601(date: Date): string {
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())},${pad(date.getMilliseconds(), 3)}`;
+}
+
+/** One line in TorchServe's layout `%d{ISO8601} [%-5p] %t %c - %m`. */
+export function formatLogLine(options: { date: Date; level: LogLevel; thread: string; logger: string; message: string }): string {
+  const level = options.level.toUpperCase().padEnd(5, ' ');
+  // One event, one line: a message with newlines (a stack) keeps them escaped so every line has time and level.
+  const message = options.message.replace(/\r?\n/g, '\\n');
+  return `${formatIso8601(options.date)} [${level}] ${options.thread} ${options.logger} - ${message}\n`;
+}
+
+/** TorchServe's access log message: `/ip:port "METHOD path HTTP/1.1" status durationMs`. */
+export function formatAccessMessage(entry: AccessLogEntry): string {
+  return `/${entry.client} "${entry.method} ${entry.url} HTTP/1.1" ${entry.statusCode} ${Math.round(entry.durationMs)}`;
+}
+
+/**
+ * Opens TorchServe's log files at once (TorchServe's tests expect them right after start-up):
+ * access_log.log, ts_log.log and model_log.log in `logDir`; ts_metrics.log and model_metrics.log
+ * in `metricsLogDir` (default `logDir`). Folders are created when missing.
+ */
+export function createServerLogs(options: { logDir: string; metricsLogDir?: string; now?: () => Date }): ServerLogs {
+  const { logDir } = options;
+  const metricsLogDir = options.metricsLogDir ?? logDir;
+  const now = options.now ?? (() => new Date());
+  const streams = new Map<LogFileName, WriteStream>();
+  let isClosed = false;
+  const readyDirs = new Set<string>();
+  /** Files that could not be opened: their lines are dropped without trying again on every line. */
+  const unwritable = new Set<LogFileName>();
+
+  const streamOf = (file: LogFileName): WriteStream | undefined => {
+    let stream = streams.get(file);
+    if (!stream) {
+      if (unwritable.has(file)) return undefined;
+      const dir = file === 'ts_metrics.log' || file === 'model_metrics.log' ? metricsLogDir : logDir;
+      if (!readyDirs.has(dir)) {
+        try {
+          mkdirSync(dir, { recursive: true });
+        } catch {
+          unwritable.add(file);
+          return undefined; // An unwritable LOG_LOCATION loses the log lines, never the server (as TorchServe).
+        }
+        readyDirs.add(dir);
+      }
+      // Opened synchronously: the files exist once createServerLogs returns (TorchServe's tests look for them right after start-up).
+      let fd: number;
+      try {
+        fd = openSync(join(dir, file), 'a');
+      } catch {
+        unwritable.add(file);
+        return undefined; // A read-only folder loses the lines of this file, never the server.
+      }
+      stream = createWriteStream('', { fd, flags: 'a' });
+      // A full disk or a read-only folder must not crash the server: the line is lost, serving goes on.
+      stream.on('error', () => undefined);
+      streams.set(file, stream);
+    }
+    return stream;
+  };
+  const write = (file: LogFileName, text: string) => {
+    if (!isClosed) streamOf(file)?.write(text);
+  };
+  for (const file of ['access_log.log', 'ts_log.log', 'model_log.log', 'ts_metrics.log', 'model_metrics.log'] as LogFileName[]) streamOf(file);
+
+  return {
+    logDir,
+    metricsLogDir,
+    access(entry) {
+      write('access_log.log', formatLogLine({ date: now(), level: 'info', thread: entry.requestId, logger: 'ACCESS_LOG', message: formatAccessMessage(entry) }));
+    },
+    ts(level, message, requestId) {
+      write('ts_log.log', formatLogLine({ date: now(), level, thread: requestId ?? 'main', logger: 'org.pytorch.serve.ModelServer', message }));
+    },
+    model(level, message, requestId) {
+      const date = now();
+      write('model_log.log', formatLogLine({ date, level, thread: requestId ?? 'W-marina', logger: 'MODEL_LOG', message }));
+      write('ts_log.log', formatLogLine({ date, level, thread: requestId ?? 'W-marina', logger: 'org.pytorch.serve.wlm.WorkerThread', message }));
+    },
+    metric(file, line) {
+      write(file, `${formatIso8601(now())} - ${line}\n`);
+    },
+    async close() {
+      if (isClosed) return;
+      isClosed = true;
+      await Promise.all([...streams.values()].map((s) => new Promise<void>((resolve) => s.end(resolve))));
+    },
+  };
+}
