@@ -58,6 +58,7 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
     options: {
       autoscaling: (modelName: string, modelVersion: string) => operator.autoscaler?.describe(modelName, modelVersion),
       afterChange: async () => operator.snapshots?.settle(),
+      holdChanges: () => operator.snapshots?.hold(),
     },
   });
   if (config.enableMetricsApi) plugins.push({ api: 'metrics', plugin: metricsPlugin, options: { operator, hasRoute: true } });

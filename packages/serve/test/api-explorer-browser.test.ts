@@ -2,7 +2,8 @@
  * The browsable API page on the management port, in a real headless Chromium (Debian's
  * `chromium`, driven by playwright-core; .ci/run installs it when missing): the page loads under
  * its strict CSP, lists the routes of every API, and its "Try it" call to /ping succeeds, with
- * token authorization on (the key typed into the page).
+ * token authorization on; a route that needs a key is refused without one and answered with the
+ * key typed into the page.
  */
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
@@ -29,6 +30,7 @@ let server: RunningServer;
 let browser: Browser;
 let management: string;
 let inferenceKey: string;
+let managementKey: string;
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium; .ci/run does it)`);
@@ -41,7 +43,9 @@ beforeAll(async () => {
   });
   server = await startServer({ ...config, logDir: join(workspace.root, 'logs'), keyFilePath: join(workspace.root, 'key_file.json') });
   management = server.listening.find((l) => l.api === 'management')!.url;
-  inferenceKey = JSON.parse(await readFile(join(workspace.root, 'key_file.json'), 'utf8')).inference.key;
+  const keys = JSON.parse(await readFile(join(workspace.root, 'key_file.json'), 'utf8'));
+  inferenceKey = keys.inference.key;
+  managementKey = keys.management.key;
   browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_FLAGS });
 }, 120_000);
 afterAll(async () => {
@@ -64,6 +68,7 @@ describe('the API explorer page', () => {
     expect(routes).toEqual(expect.arrayContaining([
       'inference GET /ping',
       'inference POST /predictions/{model_name}',
+      'inference GET /v2',
       'management POST /models',
       'management PUT /models/{model_name}',
       'metrics GET /metrics',
@@ -77,10 +82,24 @@ describe('the API explorer page', () => {
     await ping.locator('pre.result[data-status="200"]').waitFor({ timeout: 0 });
     expect(JSON.parse((await result.textContent())!.split('\n').slice(1).join('\n'))).toEqual({ status: 'Healthy' });
 
-    // Without the key the same call is refused by the inference listener's own token check.
+    // Without the key, a route that needs it (GET /v2, the server's metadata) is refused by the
+    // inference listener's own token check, while /ping stays open for probes.
     await page.fill('#token', '');
+    const metadata = page.locator('section[data-api="inference"] li.route[data-route="GET /v2"]');
+    await metadata.locator('button').click();
+    await metadata.locator('pre.result[data-status="401"]').waitFor({ timeout: 0 });
+    // Clear the first call's answer, so the wait below sees this call's.
+    await result.evaluate((element) => element.removeAttribute('data-status'));
     await ping.locator('button').click();
-    await ping.locator('pre.result[data-status="401"]').waitFor({ timeout: 0 });
+    await ping.locator('pre.result[data-status="200"]').waitFor({ timeout: 0 });
+    // The management listener's check too: refused without its key, answered with it.
+    const list = page.locator('section[data-api="management"] li.route[data-route="GET /models"]');
+    await list.locator('button').click();
+    await list.locator('pre.result[data-status="401"]').waitFor({ timeout: 0 });
+    await page.fill('#token', managementKey);
+    await list.locator('button').click();
+    await list.locator('pre.result[data-status="200"]').waitFor({ timeout: 0 });
+    expect(JSON.parse((await list.locator('pre.result').textContent())!.split('\n').slice(1).join('\n'))).toEqual({ models: [] });
     expect(problems).toEqual([]);
     await page.close();
   });

@@ -53,7 +53,7 @@ describe('a zip whose entries share one deflate stream', () => {
   });
 
   it('the same archive without the aliases registers (the builder makes valid zips)', async () => {
-    const response = await call(ops.api, 'POST', '/models?url=honest.mar&model_name=honest');
+    const response = await call(ops.api, 'POST', '/models?url=honest.mar&model_name=honest&initial_workers=1&synchronous=true');
     expect(response.status, response.text).toBe(200);
     const predicted = await call(ops.api, 'POST', '/predictions/honest', { body: {} });
     expect(predicted.json).toEqual({ ok: true });

@@ -40,7 +40,7 @@ describe('log files under LOG_LOCATION', () => {
     };
     try {
       expect((await send('GET', '/ping', { token })).status).toBe(200);
-      expect((await send('GET', '/ping')).status).toBe(401);
+      expect((await send('POST', '/predictions/affine', { body: affineInput([1, 2, 3, 4]) })).status).toBe(401);
       expect((await send('GET', '/no/such/route', { token })).status).toBe(404);
       expect((await send('POST', '/predictions/affine', { token, body: { padding: 'x'.repeat(2000) } })).status).toBe(413);
       expect((await send('POST', '/predictions/affine', { token, body: affineInput([1, 2, 3, 4]) })).status).toBe(200);

@@ -62,6 +62,27 @@ describe('register', { timeout: 60_000 }, () => {
     expect(result.json.message).toMatch(/^Invalid RuntimeType value: InvalidRuntime/);
   });
 
+  it('answers an empty url= with 404 and a missing url with 400, as TorchServe', async () => {
+    const empty = await call(api, 'POST', '/models?url=&model_name=x');
+    expect(empty.status).toBe(404);
+    expect(empty.json).toMatchObject({ code: 404, type: 'ModelNotFoundException', marinaCode: 'MARINA_ERR_MODEL_FILE_NOT_FOUND' });
+    expect(empty.json.message).toMatch(/^Model not found at: /);
+    const missing = await call(api, 'POST', '/models?model_name=x');
+    expect(missing.status).toBe(400);
+    expect(missing.json).toMatchObject({ code: 400, type: 'BadRequestException', message: 'Parameter url is required.' });
+  });
+
+  it('reads synchronous as TorchServe (only "true", any case, waits): other values are asynchronous, not errors', async () => {
+    expect((await call(api, 'POST', '/models?url=second.mar&synchronous=-1')).status).toBe(200);
+    const scaled = await call(api, 'PUT', '/models/second?min_worker=0&synchronous=Nan');
+    expect(scaled.status).toBe(202);
+    expect(scaled.json).toEqual({ status: 'Processing worker updates...' });
+    const waited = await call(api, 'PUT', '/models/second?min_worker=0&synchronous=TRUE');
+    expect(waited.status).toBe(200);
+    expect(waited.json.status).toMatch(/^Workers scaled to 0 for model: second/);
+    expect((await call(api, 'DELETE', '/models/second?synchronous=nan')).status).toBe(200);
+  });
+
   it('registers an archive whose handler cannot load when no worker is asked for; a synchronous scale answers 500 "Failed to start workers"', async () => {
     expect((await call(api, 'POST', '/models?url=broken')).status).toBe(200);
     const scaled = await call(api, 'PUT', '/models/broken?min_worker=1&synchronous=true');

@@ -13,6 +13,13 @@ import { sendTorchServeError, sendTorchServeJson } from '../auth/torchserve-resp
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createModelUrlResolver, DownloadSlots, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
 import { workflowsNotImplemented } from './inference.ts';
+import { downloadErrors } from '../model-download/download-errors.ts';
+
+/** Whether the request target's query names `key`, even with an empty value (which the query parser drops). */
+function hasQueryKey(target: string, key: string): boolean {
+  const at = target.indexOf('?');
+  return at >= 0 && new URLSearchParams(target.slice(at + 1)).has(key);
+}
 
 /** Error codes of the management routes (see ERRORS-OPS.md). */
 export const managementErrors = defineErrors({
@@ -61,6 +68,18 @@ export interface ManagementRoutesOptions {
    * carries `warning: { code, message }`.
    */
   afterChange?: () => Promise<Error | undefined>;
+  /** Holds snapshot writes while a changing call runs (snapshot store's `hold`); returns the release. */
+  holdChanges?: () => (() => void) | undefined;
+}
+
+/**
+ * `synchronous`: TorchServe reads it with Java's Boolean.parseBoolean, so only "true" (any case) is
+ * true and any other value (`-1`, `nan`) is false; a wrong value shows in the answer (202, not 200).
+ */
+const SYNCHRONOUS_SCHEMA = { anyOf: [{ type: 'boolean' }, { type: 'string' }], description: 'true (any case) waits; any other value does not.' } as const;
+function isTrue(value: boolean | string | undefined, fallback: boolean): boolean {
+  if (value === undefined) return fallback;
+  return value === true || (typeof value === 'string' && value.toLowerCase() === 'true');
 }
 
 const registerProperties = {
@@ -71,7 +90,7 @@ const registerProperties = {
   batch_size: { type: 'integer', minimum: 1 },
   max_batch_delay: { type: 'integer', minimum: 0 },
   initial_workers: { type: 'integer', minimum: 0 },
-  synchronous: { type: 'boolean' },
+  synchronous: SYNCHRONOUS_SCHEMA,
   response_timeout: { type: 'integer', minimum: 1 },
   startup_timeout: { type: 'integer', minimum: 1 },
   s3_sse_kms: { type: 'boolean' },
@@ -85,7 +104,7 @@ interface RegisterParams {
   batch_size?: number;
   max_batch_delay?: number;
   initial_workers?: number;
-  synchronous?: boolean;
+  synchronous?: boolean | string;
   response_timeout?: number;
   startup_timeout?: number;
 }
@@ -93,7 +112,7 @@ interface RegisterParams {
 interface ScaleQuery {
   min_worker?: number;
   max_worker?: number;
-  synchronous?: boolean;
+  synchronous?: boolean | string;
   model_version?: string;
 }
 
@@ -145,7 +164,7 @@ const scaleQuery = {
   properties: {
     min_worker: { type: 'integer', minimum: 0 },
     max_worker: { type: 'integer', minimum: 0 },
-    synchronous: { type: 'boolean' },
+    synchronous: SYNCHRONOUS_SCHEMA,
     model_version: { type: 'string', minLength: 1 },
     number_gpu: { type: 'integer' },
     timeout: { type: 'integer' },
@@ -180,7 +199,27 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     return body;
   });
 
+  // One snapshot per changing call, as TorchServe: its changes are written together by afterChange
+  // (or, when it fails, once it has answered).
+  const releases = new WeakMap<FastifyRequest, () => void>();
+  const release = (request: FastifyRequest) => {
+    releases.get(request)?.();
+    releases.delete(request);
+  };
+  app.addHook('preHandler', (request, _reply, done) => {
+    if (request.method !== 'GET') {
+      const releaseHold = options.holdChanges?.();
+      if (releaseHold) releases.set(request, releaseHold);
+    }
+    done();
+  });
+  app.addHook('onResponse', (request, _reply, done) => {
+    release(request);
+    done();
+  });
+
   const status = async (request: FastifyRequest, reply: FastifyReply, code: number, text: string) => {
+    release(request);
     const problem = request.method === 'GET' ? undefined : await options.afterChange?.();
     const warning = problem === undefined ? undefined : { code: (problem as { code?: string }).code ?? 'MARINA_ERR_INTERNAL', message: problem.message };
     return sendTorchServeJson(request, reply, code, warning === undefined ? { status: text } : { status: text, warning });
@@ -207,7 +246,13 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   }, async (request, reply) => {
     assertModelApi('Registering models');
     const params: RegisterParams = { ...(request.query as RegisterParams), ...((request.body as RegisterParams | null) ?? {}) };
-    if (params.url === undefined || params.url === '') throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
+    if (params.url === undefined || params.url === '') {
+      // TorchServe: no url is a 400; `url=` with an empty value reaches its model lookup, a 404 (its Postman suite).
+      if (hasQueryKey(request.url, 'url')) {
+        throw downloadErrors.create.MARINA_ERR_MODEL_FILE_NOT_FOUND("Model not found at: (the url parameter is empty; give an archive or folder name in the model store, a file:// or an allowed http(s):// URL)");
+      }
+      throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
+    }
     if (params.runtime !== undefined && !REGISTER_RUNTIMES.includes(params.runtime)) {
       throw create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(`Invalid RuntimeType value: ${params.runtime} (one of ${REGISTER_RUNTIMES.join(', ')})`);
     }
@@ -223,7 +268,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     } finally {
       reply.raw.off('close', onClose);
     }
-    const synchronous = params.synchronous ?? true;
+    const synchronous = isTrue(params.synchronous, true);
     const registerOptions: RegisterModelOptions = {
       url: params.url,
       archivePath: resolved.archivePath,
@@ -304,7 +349,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     const minWorkers = query.min_worker ?? 1;
     const maxWorkers = query.max_worker ?? minWorkers;
     if (maxWorkers < minWorkers) throw create.MARINA_ERR_WORKER_RANGE_INVALID('max_worker cannot be less than min_worker.');
-    const synchronous = query.synchronous ?? false;
+    const synchronous = isTrue(query.synchronous, false);
     // With synchronous=false the registry resolves once the change is accepted (after checking
     // name and version, so an unknown model is still a 404 as in TorchServe).
     const { workers } = await registry.scale(params.name, modelVersion, { minWorkers, maxWorkers, synchronous });

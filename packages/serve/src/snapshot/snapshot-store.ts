@@ -145,7 +145,14 @@ export interface SnapshotStore {
    * (disk full, folder gone) is reported to the caller who changed the state.
    */
   settle(): Promise<Error | undefined>;
-  /** Waits for any pending (debounced) or running write to finish. */
+  /**
+   * Holds the debounced writes until the returned release is called (idempotent), so that one
+   * management call writes one snapshot, as TorchServe, however many changes it makes (register,
+   * then its workers up). Changes made meanwhile are written by `settle`/`flush`, or after the
+   * last release.
+   */
+  hold(): () => void;
+  /** Writes any pending change, and waits for any running write to finish. */
   flush(): Promise<void>;
   /** Flushes, then stops listening to `changed`. */
   close(): Promise<void>;
@@ -192,6 +199,7 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
   let running: Promise<unknown> = Promise.resolve();
   let isDirty = false;
   let isClosed = false;
+  let holds = 0;
   /** The error of the latest write, cleared by the next successful one. */
   let lastError: Error | undefined;
 
@@ -246,14 +254,17 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
     return next;
   };
 
-  const onChanged = (): void => {
-    if (isClosed) return;
-    isDirty = true;
-    if (timer) return;
+  const schedule = (): void => {
+    if (timer || holds > 0 || isClosed) return;
     timer = setTimeout(() => {
       timer = undefined;
       write().catch((error: Error) => options.onError?.(error));
     }, debounceMs);
+  };
+  const onChanged = (): void => {
+    if (isClosed) return;
+    isDirty = true;
+    schedule();
   };
   registry.events.on('changed', onChanged);
 
@@ -261,14 +272,24 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
     if (timer) {
       clearTimeout(timer);
       timer = undefined;
-      if (isDirty) await write().catch((error: Error) => options.onError?.(error));
     }
+    if (isDirty) await write().catch((error: Error) => options.onError?.(error));
     await running;
     await ready.catch((error: Error) => options.onError?.(error));
   };
 
   return {
     write,
+    hold() {
+      holds++;
+      let isReleased = false;
+      return () => {
+        if (isReleased) return;
+        isReleased = true;
+        holds--;
+        if (isDirty) schedule();
+      };
+    },
     flush,
     async settle() {
       await flush();
