@@ -12,6 +12,7 @@ import { downloadErrors } from '../packages/serve/src/model-download/download-er
 import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
 import { managementErrors } from '../packages/serve/src/routes/management.ts';
 import { clientErrorDefinitions } from '../packages/client/src/errors.ts';
+import { quantizeErrors } from '../packages/quantize/src/errors.ts';
 
 const groups: Array<[string, Record<string, ErrorDefinition>]> = [
   ['model-archiver and the validator', archiveErrors.definitions],
@@ -25,6 +26,7 @@ const groups: Array<[string, Record<string, ErrorDefinition>]> = [
   ['marina-models', modelZooErrors.definitions],
   ['bench', benchErrors.definitions],
   ['clients (Node and Python)', clientErrorDefinitions],
+  ['model-archiver --quantize', quantizeErrors.definitions],
 ];
 const seen = new Set<string>();
 const lines = ['| code | HTTP | where | when it happens, what to do |', '|---|---|---|---|'];

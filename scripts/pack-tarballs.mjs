@@ -21,7 +21,7 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, 
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
-const BUNDLED = ['errors', 'handlers', 'archive', 'model-archiver', 'model-zoo', 'serve'];
+const BUNDLED = ['errors', 'handlers', 'quantize', 'archive', 'model-archiver', 'model-zoo', 'serve'];
 const destination = resolve(process.argv[2] ?? 'packed');
 const staging = mkdtempSync(join(tmpdir(), 'marina-pack-'));
 

@@ -17,6 +17,7 @@ import { downloadErrors } from '../packages/serve/src/model-download/download-er
 import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
 import { managementErrors } from '../packages/serve/src/routes/management.ts';
 import { clientErrorDefinitions } from '../packages/client/src/errors.ts';
+import { quantizeErrors } from '../packages/quantize/src/errors.ts';
 import { repoRoot } from './helpers.ts';
 
 const registries: Record<string, Record<string, ErrorDefinition>> = {
@@ -31,6 +32,7 @@ const registries: Record<string, Record<string, ErrorDefinition>> = {
   'serve/snapshot': snapshotErrors.definitions,
   'serve/management': managementErrors.definitions,
   client: clientErrorDefinitions,
+  quantize: quantizeErrors.definitions,
 };
 
 const allCodes = Object.entries(registries).flatMap(([owner, defs]) => Object.entries(defs).map(([code, def]) => ({ owner, code, def })));

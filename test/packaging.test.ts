@@ -101,7 +101,7 @@ describe('npm install -g of the packed tarballs', () => {
 
   it('installs compiled JavaScript only: no sources, no TypeScript loader, one copy of onnxruntime-node', () => {
     const modules = path.join(prefix, 'lib', 'node_modules', '@marina', 'cli', 'node_modules');
-    for (const name of ['errors', 'handlers', 'archive', 'model-archiver', 'model-zoo', 'serve']) {
+    for (const name of ['errors', 'handlers', 'quantize', 'archive', 'model-archiver', 'model-zoo', 'serve']) {
       const dir = path.join(modules, '@marina', name);
       expect(existsSync(path.join(dir, 'dist', 'index.js')), name).toBe(true);
       expect(existsSync(path.join(dir, 'dist', 'index.d.ts')), name).toBe(true);

@@ -42,3 +42,4 @@ export { validateArchive, type ValidateArchiveOptions, type ValidationProblem, t
 export { ARCHIVER_VERSION } from './version.ts';
 export { isInside, MANIFEST_FILE_FIELDS, resolveInside, resolveManifestFiles, resolveManifestPath, unsafeEntryReason, type ManifestFileField } from './safe-path.ts';
 export { defaultOrtTelemetryOff, ORT_TELEMETRY_ENV } from './ort-telemetry.ts';
+export { QUANTIZATION_FILE, readQuantizationSummary, type QuantizationSummary } from './quantization-record.ts';

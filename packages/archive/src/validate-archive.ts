@@ -1,3 +1,4 @@
+import { readQuantizationSummary, type QuantizationSummary } from './quantization-record.ts';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { extname, join, posix, relative, resolve, sep } from 'node:path';
@@ -32,6 +33,8 @@ export interface ValidationReport {
   problems: ValidationProblem[];
   /** The ONNX model's inputs and outputs, when it was loaded. */
   model?: ModelSignature;
+  /** From quantization.json, when the archive was written by model-archiver --quantize. */
+  quantization?: QuantizationSummary;
 }
 
 /**
@@ -197,6 +200,8 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
     }
     if (!isRecord(raw) || !isRecord(raw.model)) return finish(report);
     report.manifest = raw as Manifest;
+    const quantization = await readQuantizationSummary(modelDir);
+    if (quantization) report.quantization = quantization;
     const model = raw.model;
     for (const [what, field] of [['name', 'modelName'], ['version', 'modelVersion']] as const) {
       const value = model[field];

@@ -1,8 +1,11 @@
-import { resolve } from 'node:path';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import cliProgress from 'cli-progress';
 import { isMarinaError } from '@marina/errors';
-import { ARCHIVE_FORMATS, ARCHIVER_VERSION, archiveOutputPath, packArchive, RUNTIMES, validateArchive, type ArchiveFormatOption, type PackProgress, type Runtime, type ValidationReport } from '@marina/archive';
+import { CALIBRATION_METHODS, DEFAULT_CALIBRATION_METHOD, formatQuantizationSummary, quantizeErrors, quantizeForArchive, type CalibrationMethod, type QuantizeForArchiveResult } from '@marina/quantize';
+import { ARCHIVE_FORMATS, ARCHIVER_VERSION, archiveOutputPath, packArchive, parseModelConfig, RUNTIMES, validateArchive, type ArchiveFormatOption, type PackProgress, type Runtime, type ValidationReport } from '@marina/archive';
 
 /** Exit codes: 0 done; 1 the command could not do its work (bad flags, missing files, existing output, ...); 2 an archive was read (or written) but fails validation. */
 export const EXIT_CODES = { ok: 0, userError: 1, validationFailed: 2 } as const;
@@ -32,6 +35,31 @@ interface ArchiveFlags {
   archiveFormat: ArchiveFormatOption;
   force?: boolean;
   skipChecks?: boolean;
+  quantize?: 'int8';
+  calibration?: string;
+  eval?: string;
+  calibrationMethod: CalibrationMethod;
+  percentile?: number;
+  minAgreement?: number;
+  excludeNodes?: string;
+  excludeOpTypes?: string;
+  autoFallback: boolean;
+}
+
+function agreementTarget(value: string): number {
+  const parsed = Number(value);
+  if (!(parsed >= 0 && parsed <= 1)) throw new InvalidArgumentError(`'${value}' is not a number from 0 to 1.`);
+  return parsed;
+}
+
+function percentileValue(value: string): number {
+  const parsed = Number(value);
+  if (!(parsed > 50 && parsed <= 100)) throw new InvalidArgumentError(`'${value}' is not a percentile above 50 and at most 100.`);
+  return parsed;
+}
+
+function list(value: string | undefined): string[] {
+  return (value ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 }
 
 /** Thrown from packArchive's verify hook when the archive would not serve; carries the report. */
@@ -65,6 +93,11 @@ export function formatReport(report: ValidationReport): string {
   if (report.model) {
     const describe = (t: { name: string; type: string; shape: ReadonlyArray<number | string> }): string => `${t.name} ${t.type}[${t.shape.join(',')}]`;
     lines.push(`  inputs: ${report.model.inputs.map(describe).join(', ')}; outputs: ${report.model.outputs.map(describe).join(', ')}`);
+  }
+  const q = report.quantization;
+  if (q) {
+    const agreement = q.agreement === undefined ? '' : `; ${q.metric ?? 'agreement'} agreement ${q.agreement.toFixed(4)} against fp32 (target ${q.minAgreement ?? '?'}, ${q.isTargetMet ? 'met' : 'NOT met'}) on ${q.evalSamples ?? '?'} samples`;
+    lines.push(`  precision ${q.precision} (${q.method ?? '?'} calibration on ${q.calibrationSamples ?? '?'} samples${agreement}; kept in fp32: ${q.keptFp32?.length ? q.keptFp32.join(', ') : 'none'})`);
   }
   for (const problem of report.problems) {
     lines.push(`  ${problem.severity === 'error' ? 'error  ' : 'warning'} ${problem.code}: ${problem.message}`);
@@ -108,12 +141,23 @@ export function createProgram(io: CliIo = {}): Command {
     .addOption(new Option('--runtime <runtime>', 'runtime written to the manifest').choices(RUNTIMES).default('python'))
     .option('--export-path <dir>', 'folder to write the archive to (created when missing)', '.')
     .addOption(new Option('--archive-format <format>', 'default: zip (.mar); zip-store: zip without compression; tgz: <name>.tar.gz; no-archive: a <name>/ folder').choices(ARCHIVE_FORMATS).default('default'))
-    .option('-f, --force', 'overwrite an existing archive')
+    .option('-f, --force', 'overwrite an existing archive; with --quantize, also write an archive whose accuracy is below --min-agreement')
+    .addOption(new Option('--quantize <precision>', 'quantise the model before archiving (QDQ format; needs --calibration)').choices(['int8']))
+    .option('--calibration <dir>', 'folder of request bodies, as users POST them to the predictions route (images for the image handlers, JSON for tensor), run through the handler to calibrate; a quarter are held back to measure accuracy unless --eval is given')
+    .option('--eval <dir>', 'folder of request bodies to measure int8 against fp32 on (default: a quarter of --calibration)')
+    .addOption(new Option('--calibration-method <method>', 'how activation ranges are chosen').choices(CALIBRATION_METHODS).default(DEFAULT_CALIBRATION_METHOD))
+    .option('--percentile <p>', 'percentile of |x| kept by --calibration-method percentile (default 99.999)', percentileValue)
+    .option('--min-agreement <x>', 'accuracy target, 0..1: top-1 agreement for classifiers (default 0.9), mask IoU for segmenter outputs (0.9), lowest cosine otherwise (0.99); below it nothing is written unless --force', agreementTarget)
+    .option('--exclude-nodes <list>', 'comma-separated node names to keep in fp32')
+    .option('--exclude-op-types <list>', 'comma-separated operator types to keep in fp32 (e.g. Add,Resize)')
+    .option('--no-auto-fallback', 'do not keep sensitive nodes in fp32 automatically when agreement is below target')
     .option('--skip-checks', 'write the archive without loading the model or checking it against the handler (by default an archive that would not serve is refused and nothing is written)')
     .addHelpText('after', `
 Examples:
   model-archiver --model-name resnet-152 --version 1.0 --serialized-file resnet-152.onnx \\
     --handler image_classifier --extra-files index_to_name.json --export-path model_store
+  model-archiver --model-name resnet-152-int8 --version 1.0 --serialized-file resnet-152.onnx \\
+    --handler image_classifier --quantize int8 --calibration my-requests/ --export-path model_store
   model-archiver validate model_store/resnet-152.mar
 
 Before writing, the archive is checked as 'model-archiver validate' checks it (the ONNX model is
@@ -140,6 +184,8 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
       const exportPath = resolveFrom(cwd, flags.exportPath);
       const outputPath = archiveOutputPath({ modelName: flags.modelName, exportPath, archiveFormat: flags.archiveFormat });
       let checked: ValidationReport | undefined;
+      let quantized: QuantizeForArchiveResult | undefined;
+      let quantizeDir: string | undefined;
       // The full validation runs on the finished archive under its temporary name: a refused archive is never written.
       const verify = async (tempOutputPath: string): Promise<void> => {
         const report = { ...(await validateArchive(tempOutputPath, { isModelLoadChecked: true })), archivePath: outputPath };
@@ -147,13 +193,43 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
         checked = report;
       };
       try {
+        if (flags.quantize !== undefined || flags.calibration !== undefined) {
+          if (flags.quantize === undefined || flags.calibration === undefined || flags.serializedFile === undefined) {
+            throw quantizeErrors.create.MARINA_ERR_QUANTIZE_OPTION_INVALID('--quantize int8 needs --calibration <dir> (a folder of request bodies) and --serialized-file (the fp32 ONNX model); give all three');
+          }
+          quantizeDir = await mkdtemp(join(tmpdir(), 'marina-quantize-'));
+          const modelYamlConfig = flags.configFile === undefined ? {} : parseModelConfig(await readFile(resolveFrom(cwd, flags.configFile), 'utf8'), flags.configFile);
+          quantized = await quantizeForArchive({
+            handler: getHandlerSpec(flags.handler, cwd),
+            modelPath: resolveFrom(cwd, flags.serializedFile),
+            calibrationDir: resolveFrom(cwd, flags.calibration),
+            ...(flags.eval === undefined ? {} : { evalDir: resolveFrom(cwd, flags.eval) }),
+            outputDir: quantizeDir,
+            modelYamlConfig,
+            method: flags.calibrationMethod,
+            ...(flags.percentile === undefined ? {} : { percentile: flags.percentile }),
+            ...(flags.minAgreement === undefined ? {} : { minAgreement: flags.minAgreement }),
+            excludedNodes: list(flags.excludeNodes),
+            excludedOpTypes: list(flags.excludeOpTypes),
+            isAutoFallback: flags.autoFallback,
+            onProgress: (message) => stderr.write(`quantize: ${message}\n`),
+          });
+          stderr.write(formatQuantizationSummary(quantized.record));
+          if (!quantized.record.isTargetMet && flags.force !== true) {
+            const r = quantized.record;
+            throw quantizeErrors.create.MARINA_ERR_QUANTIZE_ACCURACY_BELOW_TARGET(
+              `int8 ${r.agreement.metric} agreement is ${r.agreement.value.toFixed(4)}, below the target ${r.minAgreement} (all int8: ${r.initialAgreement.value.toFixed(4)}; kept in fp32: ${r.autoKeptFp32.length > 0 ? `${r.autoKeptFp32.length} nodes (${r.autoKeptFp32.slice(0, 5).join(', ')}${r.autoKeptFp32.length > 5 ? ', …' : ''})` : 'none'}); nothing was written. Calibrate on samples like your requests, try another --calibration-method, keep nodes in fp32 with --exclude-nodes/--exclude-op-types, lower --min-agreement, or pass --force to write it anyway`,
+              { details: { agreement: r.agreement.value, minAgreement: r.minAgreement, keptFp32: r.autoKeptFp32 } },
+            );
+          }
+        }
         result = await packArchive({
           modelName: flags.modelName,
           modelVersion: flags.version,
           handler: flags.handler,
-          ...(flags.serializedFile === undefined ? {} : { serializedFile: flags.serializedFile }),
+          ...(quantized ? { serializedFile: quantized.modelPath } : flags.serializedFile === undefined ? {} : { serializedFile: flags.serializedFile }),
           ...(flags.modelFile === undefined ? {} : { modelFile: flags.modelFile }),
-          ...(flags.extraFiles === undefined ? {} : { extraFiles: flags.extraFiles.split(',') }),
+          ...(flags.extraFiles === undefined && !quantized ? {} : { extraFiles: [...(flags.extraFiles === undefined ? [] : flags.extraFiles.split(',')), ...(quantized ? [quantized.reportPath] : [])] }),
           ...(flags.requirementsFile === undefined ? {} : { requirementsFile: flags.requirementsFile }),
           ...(flags.configFile === undefined ? {} : { configFile: flags.configFile }),
           runtime: flags.runtime,
@@ -170,10 +246,14 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
           stderr.write(formatReport(error.report));
           command.error(`error: ${flags.modelName} would not serve, so nothing was written; fix the errors above and archive again (or pass --skip-checks to write it anyway)`, { exitCode: EXIT_CODES.validationFailed, code: 'marina.validationFailed' });
         }
+        if (isMarinaError(error) && error.code === 'MARINA_ERR_QUANTIZE_ACCURACY_BELOW_TARGET') {
+          command.error(`error: ${error.code}: ${error.message}`, { exitCode: EXIT_CODES.userError, code: error.code });
+        }
         fail(command, error);
         return;
       } finally {
         bar?.stop();
+        if (quantizeDir) await rm(quantizeDir, { recursive: true, force: true });
       }
       for (const warning of result.warnings) stderr.write(`warning: ${warning}\n`);
       for (const problem of checked?.problems ?? []) stderr.write(`warning: ${problem.code}: ${problem.message}\n`);
@@ -205,6 +285,12 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
     });
 
   return program;
+}
+
+/** A built-in handler name as is; a module path made absolute (keeping any :functionName). */
+function getHandlerSpec(handler: string, cwd: string): string {
+  const match = /^(.+?\.(?:mjs|cjs|js))(:[A-Za-z_$][\w$]*)?$/.exec(handler);
+  return match ? `${resolveFrom(cwd, match[1]!)}${match[2] ?? ''}` : handler;
 }
 
 function resolveFrom(cwd: string, path: string): string {

@@ -4,6 +4,7 @@
  * The core implements it in model-registry.ts; the others depend only on this file.
  */
 import type { EventEmitter } from 'node:events';
+import type { QuantizationSummary } from '@marina/archive';
 
 export interface RegisterModelOptions {
   /** What the user asked for (file name in the store, folder, or URL); reported as modelUrl. */
@@ -91,6 +92,10 @@ export interface ModelDescription {
   jobQueueStatus: { remainingCapacity: number; pendingRequests: number };
   /** Marina extension: the autoscaling policy in force (see README). */
   autoscaling?: Record<string, unknown>;
+  /** Marina extension: 'int8' for archives written by model-archiver --quantize, else 'fp32'. */
+  precision?: string;
+  /** Marina extension: the archive's quantization.json summary (method, agreement, kept-fp32 nodes). */
+  quantization?: QuantizationSummary;
 }
 
 export interface ModelListEntry {

@@ -1,6 +1,6 @@
 import { EventEmitter, once } from 'node:events';
 import { rm } from 'node:fs/promises';
-import { assertModelIdentity, extractToCache, normalizeManifest, readModelConfig, resolveInside, resolveManifestFiles } from '@marina/archive';
+import { assertModelIdentity, extractToCache, normalizeManifest, readModelConfig, readQuantizationSummary, resolveInside, resolveManifestFiles } from '@marina/archive';
 import { cacheOptimizedModelDefaultFrom } from '../backend/ort-session.ts';
 import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
@@ -149,6 +149,7 @@ export class ModelRegistry implements ModelRegistryApi {
       // Every file the manifest names must lie inside the archive (the validator's helper).
       await resolveManifestFiles(extracted.modelDir, manifest.model);
       const modelYamlConfig = await readModelConfig(extracted.modelDir, manifest);
+      const quantization = await readQuantizationSummary(extracted.modelDir);
       this.#assertOpen();
       const settings = resolveModelSettings({
         modelName,
@@ -189,6 +190,7 @@ export class ModelRegistry implements ModelRegistryApi {
         settings,
         loadedAtStartup: options.loadedAtStartup ?? false,
         isDownloaded: options.isDownloaded ?? false,
+        ...(quantization ? { quantization } : {}),
         plannedWorkers: settings.minWorkers,
         createInit: (v) => this.#createInit(v),
         startOnDemand: (v) => this.#startOnDemand(v),

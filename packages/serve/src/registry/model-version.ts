@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import type { Manifest } from '@marina/archive';
+import type { Manifest, QuantizationSummary } from '@marina/archive';
 import { createServeError } from '../errors.ts';
 import type { ModelSettings } from '../model-settings.ts';
 import { BatchAggregator, type DispatchReason } from '../scheduling/batch-aggregator.ts';
@@ -44,6 +44,8 @@ export interface ModelVersionOptions {
    */
   startOnDemand(version: ModelVersion): void;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /** From the archive's quantization.json (model-archiver --quantize); absent for fp32 archives. */
+  quantization?: QuantizationSummary;
 }
 
 /**
@@ -72,6 +74,8 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
   readonly settings: ModelSettings;
   readonly loadedAtStartup: boolean;
   readonly isDownloaded: boolean;
+  /** From the archive's quantization.json; undefined for fp32 archives. */
+  readonly quantization: QuantizationSummary | undefined;
   readonly label: string;
   readonly queue: JobQueue;
   readonly pool: WorkerPool;
@@ -99,6 +103,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
     this.settings = options.settings;
     this.loadedAtStartup = options.loadedAtStartup;
     this.isDownloaded = options.isDownloaded;
+    this.quantization = options.quantization;
     this.label = `model '${options.modelName}' version '${options.modelVersion}'`;
     this.minWorkers = options.settings.minWorkers;
     this.maxWorkers = options.settings.maxWorkers;
@@ -308,6 +313,8 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
         ...(w.warmupMs !== undefined ? { warmupMs: Math.round(w.warmupMs) } : {}),
       })),
       jobQueueStatus: { remainingCapacity: this.queue.remainingCapacity, pendingRequests: this.queue.waiting },
+      precision: this.quantization?.precision ?? 'fp32',
+      ...(this.quantization ? { quantization: this.quantization } : {}),
     };
   }
 
