@@ -1,0 +1,12 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    // A TMPDIR per run, checked for leftovers at teardown.
+    globalSetup: ['../../scripts/vitest-temp-guard.ts'],
+    // A hang guard only: on a loaded 2-core CI machine vitest's 5 s / 10 s defaults fail tests that do
+    // real work (loading models, starting servers). Tests still wait on events, never on the clock.
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
+  },
+});
