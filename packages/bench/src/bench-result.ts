@@ -1,7 +1,8 @@
 import type { MachineInfo } from './machine-info.ts';
+import type { Int8Summary } from './experiments/int8.ts';
 
 /** The experiments of the bench, in the order they run. */
-export const experimentNames = ['ceiling', 'decentralized', 'centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols'] as const;
+export const experimentNames = ['ceiling', 'decentralized', 'centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols', 'int8'] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 
 /** One measured configuration: a line of the table and of results.csv. NaN marks "not measured". */
@@ -84,6 +85,8 @@ export interface BenchResult {
   references: ReferenceTimings;
   memory: MemoryVariant[];
   targets: TargetCheck[];
+  /** The int8 experiment's numbers; undefined when it did not run. */
+  int8?: Int8Summary;
   /** The configuration the sweep ran on. */
   bestServerConfig: string | undefined;
   notes: string[];

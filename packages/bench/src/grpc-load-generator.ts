@@ -60,7 +60,7 @@ export async function runGrpcLoad(options: GrpcLoadOptions): Promise<LoadResult>
     if (options.warmupRequests) await drive(options.warmupRequests, false);
     const { latencies, errors, wallMs } = await drive(options.requests, true, options.durationMs);
     if (latencies.length === 0 && errors > 0) throw benchErrors.create.MARINA_ERR_BENCH_REQUESTS_FAILED(`every gRPC ModelInfer call to ${options.target} failed; first: ${firstError}`);
-    return { latenciesMs: latencies, wallMs, throughputPerSec: latencies.length / (wallMs / 1000), errors, firstError };
+    return { latenciesMs: latencies, wallMs, throughputPerSec: latencies.length / (wallMs / 1000), errors, firstError, headerValues: [] };
   } finally {
     client.close();
   }

@@ -22,6 +22,8 @@ export interface LoadOptions {
   warmupRequests?: number;
   /** Called after each measured request with the count done so far. */
   onProgress?: (done: number) => void;
+  /** A response header to keep from each successful measured request (e.g. `server-timing`), in `LoadResult.headerValues`. */
+  collectHeader?: string;
 }
 
 export interface LoadResult {
@@ -35,6 +37,8 @@ export interface LoadResult {
   errors: number;
   /** First failure seen, for the report. */
   firstError: string | undefined;
+  /** The `collectHeader` of each successful measured request that had it; empty without `collectHeader`. */
+  headerValues: string[];
 }
 
 /**
@@ -49,12 +53,18 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   const pool = new Pool(options.origin, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 });
   const headers = { 'content-type': options.contentType ?? 'application/octet-stream', ...options.headers };
   let firstError: string | undefined;
+  const headerValues: string[] = [];
+  let isRecording = false;
 
   const sendOne = async (): Promise<boolean> => {
     try {
       const response = await pool.request({ method: 'POST', path: options.path, body: options.body, headers });
       const text = await response.body.text();
-      if (response.statusCode >= 200 && response.statusCode < 300) return true;
+      if (response.statusCode >= 200 && response.statusCode < 300) {
+        const value = options.collectHeader && isRecording ? response.headers[options.collectHeader.toLowerCase()] : undefined;
+        if (typeof value === 'string') headerValues.push(value);
+        return true;
+      }
       firstError ??= `HTTP ${response.statusCode}: ${text.slice(0, 300)}`;
     } catch (error) {
       firstError ??= (error as Error).message;
@@ -85,13 +95,14 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   try {
     if ((options.warmupRequests ?? 0) > 0) await runPhase(options.warmupRequests!, undefined, false);
     firstError = undefined;
+    isRecording = true;
     const { latenciesMs, errors, wallMs } = await runPhase(options.requests, options.durationMs, true);
     if (latenciesMs.length === 0 && options.requests > 0) {
       throw benchErrors.create.MARINA_ERR_BENCH_REQUESTS_FAILED(
         `all ${errors} requests to ${options.origin}${options.path} failed (first: ${firstError ?? 'no response'}); check the server log in the run's output folder`,
       );
     }
-    return { latenciesMs, wallMs, throughputPerSec: wallMs > 0 ? latenciesMs.length / (wallMs / 1000) : 0, errors, firstError };
+    return { latenciesMs, wallMs, throughputPerSec: wallMs > 0 ? latenciesMs.length / (wallMs / 1000) : 0, errors, firstError, headerValues };
   } finally {
     await pool.close();
   }

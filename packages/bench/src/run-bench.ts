@@ -14,6 +14,8 @@ import { runMemory } from './experiments/memory.ts';
 import { measureTensorOwnTime, runOverhead } from './experiments/overhead.ts';
 import { runBatched, runCentralized, runSweep, runWorkers, type ServerRunResult } from './experiments/server-experiments.ts';
 import { runProtocols } from './experiments/protocols.ts';
+import { explainInt8Time, INT8_ROUNDS, runInt8, type Int8Summary } from './experiments/int8.ts';
+import { prepareInt8Assets } from './int8-assets.ts';
 import { getMachineInfo } from './machine-info.ts';
 import { benchModelNames, prepareAssets, prepareTensorAssets, type BenchModelName } from './model-assets.ts';
 import { writeReports, type ReportFiles } from './report/write-reports.ts';
@@ -30,7 +32,7 @@ export interface BenchOptions {
   images?: number;
   /** Client concurrency of the server experiments. Default 100 (smoke: 8). */
   concurrency?: number;
-  /** Which experiments to run, in the fixed order of `experimentNames`. Default all (smoke: all but memory). */
+  /** Which experiments to run, in the fixed order of `experimentNames`. Default all (smoke: all but memory and int8). */
   experiments?: readonly ExperimentName[];
   /** Output folder. Default `bench-results/<timestamp>` under the directory pnpm was started from. */
   outDir?: string;
@@ -102,9 +104,9 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   checkPositiveInteger('concurrency', options.concurrency);
   const unknown = (options.experiments ?? []).filter((e) => !experimentNames.includes(e));
   if (unknown.length > 0) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`unknown experiment(s) ${unknown.join(', ')}; choose from ${experimentNames.join(', ')}`);
-  const selected = new Set(options.experiments ?? experimentNames.filter((e) => !(mode === 'smoke' && e === 'memory')));
+  const selected = new Set(options.experiments ?? experimentNames.filter((e) => !(mode === 'smoke' && (e === 'memory' || e === 'int8'))));
   const plan: RunPlan = { ...plans[mode].plan, ...(options.images ? { images: options.images } : {}), ...(options.concurrency ? { concurrency: options.concurrency } : {}) };
-  const needsServer = ['centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols'].some((e) => selected.has(e as ExperimentName));
+  const needsServer = ['centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols', 'int8'].some((e) => selected.has(e as ExperimentName));
   const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
   if (needsServer && !existsSync(serveBin)) {
     throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(`the serve CLI is not at ${serveBin}; run \`pnpm install\` at the repository root, pass --serve-bin, or leave the server experiments out with --experiments ceiling,decentralized`);
@@ -117,6 +119,10 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const assets = await prepareAssets({ model, cacheDir: options.cacheDir, onStatus: (message) => onProgress({ type: 'log', message }) });
   const tensorAssets = selected.has('overhead') || selected.has('protocols') ? await prepareTensorAssets({ cacheDir: options.cacheDir }) : undefined;
   const modelBytes = (await stat(assets.modelPath)).size;
+  if (selected.has('int8') && model === 'tiny') {
+    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID('the int8 experiment needs a ResNet (--model resnet-18|resnet-50|resnet-152, or --quick); the tiny model is too small to quantise meaningfully');
+  }
+  const int8Assets = selected.has('int8') ? await prepareInt8Assets(assets, { onStatus: (message) => onProgress({ type: 'log', message }) }) : undefined;
   const context: ExperimentContext = { assets, tensorAssets, plan, serveBin, workDir: join(outDir, 'servers'), cpuCount, onProgress };
 
   const rows: ResultRow[] = [];
@@ -184,10 +190,23 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     memory = measured.variants;
   }
 
+  let int8: Int8Summary | undefined;
+  if (selected.has('int8') && int8Assets) {
+    const measured = await withLoadAverage('int8', () => runInt8(context, int8Assets, { rounds: INT8_ROUNDS[mode] }));
+    rows.push(...measured.rows);
+    int8 = measured.summary;
+    notes.push(`int8: ${int8.rounds} rounds each of ${int8.imagesPerRound} requests at ${plan.concurrency} clients, fp32 and int8 alternating, both servers running throughout (${int8.serverConfig}); int8 archive made by \`${int8.quantizeCommand}\`; its accuracy check: ${int8.agreement}. ${explainInt8Time(int8)}`);
+  }
+
   const ceiling = bestOf(rows, 'ceiling');
   const decentralized = bestOf(rows, 'decentralized');
   for (const row of rows) {
     if (row.experiment === 'overhead' || row.experiment === 'memory' || row.config.startsWith('1 MB')) continue;
+    // The int8 rows' ratio is to the int8 ceiling (set by the experiment); the fp32 server's to the fp32 ceiling, when measured.
+    if (row.experiment === 'int8') {
+      if (ceiling && row.config.startsWith('fp32')) row.ratioToCeiling = row.throughputPerSec / ceiling.throughputPerSec;
+      continue;
+    }
     if (ceiling) row.ratioToCeiling = row.throughputPerSec / ceiling.throughputPerSec;
     if (decentralized) row.ratioToBestDecentralized = row.throughputPerSec / decentralized.throughputPerSec;
   }
@@ -199,8 +218,8 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const result: BenchResult = {
     machine: getMachineInfo(), model, modelSizeMb, images: plan.images, concurrency: plan.concurrency, mode,
     startedAt: startedAt.toISOString(), durationSec: (Date.now() - startedAt.getTime()) / 1000,
-    rows, references, memory, bestServerConfig, notes,
-    targets: checkTargets({ model, rows, references, memory, modelSizeMb, cpuCount }),
+    rows, references, memory, bestServerConfig, notes, ...(int8 ? { int8 } : {}),
+    targets: checkTargets({ model, rows, references, memory, modelSizeMb, cpuCount, int8 }),
   };
   const files = await writeReports(result, outDir);
   return { result, files };

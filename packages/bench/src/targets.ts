@@ -1,4 +1,5 @@
 import type { MemoryVariant, ReferenceTimings, ResultRow, TargetCheck } from './bench-result.ts';
+import { explainInt8Time, type Int8Summary } from './experiments/int8.ts';
 
 const fmt = (value: number, digits = 1): string => (Number.isFinite(value) ? value.toFixed(digits) : 'n/a');
 const pct = (value: number): string => (Number.isFinite(value) ? `${(value * 100).toFixed(0)}%` : 'n/a');
@@ -25,7 +26,7 @@ const unmeasured = (name: string, target: string): TargetCheck => ({ name, targe
  * for the other ResNets; they are left out for the tiny model, whose run time is microseconds (the
  * smoke run). The server-overhead targets use the tensor model and apply to every run.
  */
-export function checkTargets(input: { model: string; rows: readonly ResultRow[]; references: ReferenceTimings; memory: readonly MemoryVariant[]; modelSizeMb: number; cpuCount: number }): TargetCheck[] {
+export function checkTargets(input: { model: string; rows: readonly ResultRow[]; references: ReferenceTimings; memory: readonly MemoryVariant[]; modelSizeMb: number; cpuCount: number; int8?: Int8Summary | undefined }): TargetCheck[] {
   const { rows, references: ref } = input;
   const checks: TargetCheck[] = [];
   const ceiling = bestOf(rows, 'ceiling');
@@ -139,5 +140,44 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
       });
     }
   }
+  if (input.int8 !== undefined || input.model !== 'tiny') checks.push(...checkInt8Targets(input.int8, onModel));
   return checks;
+}
+
+/**
+ * The int8 experiment's targets (issue 18): int8 server ≥ 2.8 × the fp32 server's images/s, ≥ 0.8 × the int8 ceiling,
+ * and less PSS than the fp32 server. Set for ResNet-152; `onModel` labels other models.
+ */
+export function checkInt8Targets(s: Int8Summary | undefined, onModel = ''): TargetCheck[] {
+  const speedName = 'int8 server ≥ 2.8× the fp32 server';
+  const speedTarget = `int8 archive's images/s ≥ 2.8 × its fp32 archive's, same server configuration, interleaved rounds, 640×480 JPEG bodies${onModel}`;
+  const ceilingName = 'int8 server ≥ 80% of the int8 ceiling';
+  const ceilingTarget = `int8 server images/s ≥ 0.8 × onnxruntime alone on the int8 model (best batch size), JPEG decoding included${onModel}`;
+  const memoryName = 'int8 server uses less memory than fp32';
+  const memoryTarget = `PSS of the int8 server's process tree < the fp32 server's, both serving${onModel}`;
+  if (!s) return [unmeasured(speedName, speedTarget), unmeasured(ceilingName, ceilingTarget), unmeasured(memoryName, memoryTarget)];
+  const where = explainInt8Time(s);
+  const speedRatio = s.int8PerSec / s.fp32PerSec;
+  const ceilingRatio = s.int8PerSec / s.int8CeilingPerSec;
+  const rounds = (values: number[]) => values.map((v) => fmt(v, 2)).join(' / ');
+  return [
+    {
+      name: speedName, target: speedTarget,
+      measured: `${fmt(s.int8PerSec, 2)} vs ${fmt(s.fp32PerSec, 2)} img/s = ${fmt(speedRatio, 2)}× (rounds int8 ${rounds(s.int8RoundsPerSec)}, fp32 ${rounds(s.fp32RoundsPerSec)}; ${s.serverConfig}; agreement ${s.agreement})`,
+      isMet: speedRatio >= 2.8,
+      explanation: speedRatio >= 2.8 ? '' : `short by ${fmt(2.8 - speedRatio, 2)}×. ${where}`,
+    },
+    {
+      name: ceilingName, target: ceilingTarget,
+      measured: `${fmt(s.int8PerSec, 2)} vs ${fmt(s.int8CeilingPerSec, 2)} img/s = ${pct(ceilingRatio)}`,
+      isMet: ceilingRatio >= 0.8,
+      explanation: ceilingRatio >= 0.8 ? '' : `short by ${pct(0.8 - ceilingRatio)} of the int8 ceiling. ${where}`,
+    },
+    {
+      name: memoryName, target: memoryTarget,
+      measured: `PSS int8 ${fmt(s.int8PssMb, 0)} MB vs fp32 ${fmt(s.fp32PssMb, 0)} MB (RSS ${fmt(s.int8RssMb, 0)} vs ${fmt(s.fp32RssMb, 0)} MB; model ${fmt(s.int8ModelMb, 1)} vs ${fmt(s.fp32ModelMb, 1)} MB)`,
+      isMet: Number.isFinite(s.int8PssMb) && Number.isFinite(s.fp32PssMb) ? s.int8PssMb < s.fp32PssMb : undefined,
+      explanation: s.int8PssMb < s.fp32PssMb ? '' : 'the int8 server held as much memory as the fp32 one: onnxruntime may keep dequantised copies of the weights (check the optimised model) or the allocator arenas dominate.',
+    },
+  ];
 }

@@ -83,7 +83,7 @@ let serverCounter = 0;
 /** Starts a server for `archiveFileName` with `settings`, runs `body`, always stops it. */
 export async function withServer<T>(
   context: ExperimentContext,
-  options: { assets?: BenchAssets; model?: Pick<TensorAssets, 'modelStoreDir' | 'archiveFileName' | 'modelVersion'>; archiveFileName?: string; settings?: ServerModelSettings; env?: Record<string, string>; label: string },
+  options: { assets?: BenchAssets; model?: Pick<TensorAssets, 'modelStoreDir' | 'archiveFileName' | 'modelVersion'>; archiveFileName?: string; settings?: ServerModelSettings; env?: Record<string, string>; label: string; tmpDir?: string },
   body: (server: RunningServer, modelPath: string) => Promise<T>,
 ): Promise<T> {
   serverCounter += 1;
@@ -101,6 +101,7 @@ export async function withServer<T>(
     // Default queue (100) unless the clients alone would overflow it.
     jobQueueSize: context.plan.concurrency > 90 ? context.plan.concurrency + 50 : undefined,
     env: options.env,
+    tmpDir: options.tmpDir,
     workDir: join(context.workDir, `server-${String(serverCounter).padStart(2, '0')}-${options.label.replace(/[^a-z0-9]+/gi, '-').toLowerCase()}`),
   });
   try {

@@ -1,0 +1,203 @@
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { ResultRow } from '../bench-result.ts';
+import type { Int8Assets } from '../int8-assets.ts';
+import { runLoad, type LoadResult } from '../load-generator.ts';
+import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
+import type { RunningServer } from '../server-process.ts';
+import { runCeiling, type OwnTime } from './ceiling.ts';
+import { readImage, rowFromLoad, withServer, type ExperimentContext } from './experiment-context.ts';
+
+/** Mean ms per request of each Server-Timing entry (queue, preprocess, inference, postprocess, total). */
+export type StageMeansMs = Record<string, number>;
+
+/** What the int8 experiment measured, for its targets and the report. */
+export interface Int8Summary {
+  /** The server configuration both servers ran (the bench's default centralized one). */
+  serverConfig: string;
+  fp32ArchiveFileName: string;
+  int8ArchiveFileName: string;
+  /** Measured requests per round and the rounds per server. */
+  imagesPerRound: number;
+  rounds: number;
+  /** Images/s over all of a server's rounds (images ÷ measured wall time), and each round's. */
+  fp32PerSec: number;
+  int8PerSec: number;
+  fp32RoundsPerSec: number[];
+  int8RoundsPerSec: number[];
+  /** Best batch size of the int8 ceiling (onnxruntime alone, no decoding, no HTTP), images/s. */
+  int8CeilingPerSec: number;
+  /** Batch-1 run of the int8 ceiling, p50 ms. */
+  int8CeilingBatch1P50Ms: number;
+  /** The int8 model's own time for one image in one process: decode + preprocess + run, and run alone. */
+  int8Own: OwnTime;
+  /** Each server's process tree after its last round: PSS and RSS, MB. */
+  fp32PssMb: number;
+  int8PssMb: number;
+  fp32RssMb: number;
+  int8RssMb: number;
+  /** Mean CPU of each server over its rounds, % of one core. */
+  fp32MeanCpuPercent: number;
+  int8MeanCpuPercent: number;
+  /** Mean Server-Timing stages per request. */
+  fp32Stages: StageMeansMs;
+  int8Stages: StageMeansMs;
+  /** Model sizes, MB. */
+  fp32ModelMb: number;
+  int8ModelMb: number;
+  /** The archive's own accuracy check (quantization.json), in words. */
+  agreement: string;
+  /** How the int8 archive was made. */
+  quantizeCommand: string;
+}
+
+/** Rounds per server: fp32, int8, fp32, int8, … */
+export const INT8_ROUNDS: Record<'full' | 'quick' | 'smoke', number> = { full: 3, quick: 2, smoke: 2 };
+
+/** Parses `name;dur=1.23;desc="…", …` headers and averages each entry's duration. */
+export function meanServerTimings(values: readonly string[]): StageMeansMs {
+  const sums = new Map<string, { total: number; count: number }>();
+  for (const value of values) {
+    for (const entry of value.split(',')) {
+      const match = /^\s*([\w-]+)\s*;(?:.*;)?\s*dur=([\d.]+)/.exec(entry);
+      if (!match) continue;
+      const sum = sums.get(match[1]!) ?? { total: 0, count: 0 };
+      sum.total += Number(match[2]);
+      sum.count += 1;
+      sums.set(match[1]!, sum);
+    }
+  }
+  return Object.fromEntries([...sums.entries()].map(([name, s]) => [name, s.total / s.count]));
+}
+
+interface Round {
+  load: LoadResult;
+  usage: ResourceUsage;
+}
+
+const MB = 1_000_000;
+
+async function measureRound(context: ExperimentContext, server: RunningServer, options: { path: string; body: Buffer; label: string; warmupRequests: number }): Promise<Round> {
+  const { plan } = context;
+  context.onProgress({ type: 'phase', label: options.label, total: plan.images });
+  await runLoad({ origin: server.origin, path: options.path, body: options.body, concurrency: plan.concurrency, requests: 0, warmupRequests: options.warmupRequests });
+  const tree = listProcessTree(server.pid);
+  const sampler = startProcessSampler({ getPids: () => tree, isPssSampled: true });
+  let load: LoadResult;
+  try {
+    load = await runLoad({
+      origin: server.origin, path: options.path, body: options.body, concurrency: plan.concurrency, requests: plan.images, durationMs: plan.maxRunMs,
+      collectHeader: 'server-timing', onProgress: (done) => context.onProgress({ type: 'tick', done }),
+    });
+  } finally {
+    sampler.sample();
+  }
+  return { load, usage: sampler.stop() };
+}
+
+/** One row for all of a server's rounds: every latency, images ÷ the summed measured wall time, the last round's memory. */
+function combineRounds(label: string, concurrency: number, rounds: readonly Round[]): { row: ResultRow; stages: StageMeansMs } {
+  const wallMs = rounds.reduce((sum, r) => sum + r.load.wallMs, 0);
+  const latenciesMs = rounds.flatMap((r) => r.load.latenciesMs);
+  const load: LoadResult = {
+    latenciesMs, wallMs, throughputPerSec: latenciesMs.length / (wallMs / 1000), errors: rounds.reduce((sum, r) => sum + r.load.errors, 0),
+    firstError: rounds.find((r) => r.load.firstError)?.load.firstError, headerValues: rounds.flatMap((r) => r.load.headerValues),
+  };
+  const last = rounds[rounds.length - 1]!.usage;
+  const usage: ResourceUsage = {
+    ...last,
+    peakCpuPercent: Math.max(...rounds.map((r) => r.usage.peakCpuPercent)),
+    meanCpuPercent: rounds.reduce((sum, r) => sum + r.usage.meanCpuPercent * r.load.wallMs, 0) / wallMs,
+    peakRssBytes: Math.max(...rounds.map((r) => r.usage.peakRssBytes)),
+    peakPssBytes: Math.max(...rounds.map((r) => r.usage.peakPssBytes)),
+  };
+  const row = rowFromLoad('int8', label, concurrency, load, usage);
+  const perRound = rounds.map((r) => r.load.throughputPerSec.toFixed(r.load.throughputPerSec >= 100 ? 0 : 2)).join(' / ');
+  row.note = [`rounds ${perRound} img/s; PSS after the last round`, row.note].filter(Boolean).join('; ');
+  return { row, stages: meanServerTimings(load.headerValues) };
+}
+
+function describeAgreement(quantization: Record<string, unknown>): string {
+  const agreement = quantization.agreement as { metric?: string; value?: number; samples?: number; outputs?: Array<{ minCosine?: number }> } | undefined;
+  if (!agreement || typeof agreement.value !== 'number') return 'not recorded';
+  const cosine = agreement.outputs?.[0]?.minCosine;
+  const kept = Array.isArray(quantization.autoKeptFp32) ? quantization.autoKeptFp32.length : 0;
+  return `${agreement.metric} ${agreement.value.toFixed(3)}${typeof cosine === 'number' ? `, lowest cosine ${cosine.toFixed(5)}` : ''} on ${agreement.samples} held-out images (${quantization.method} calibration on ${quantization.calibrationSamples}; ${kept} nodes kept in fp32)`;
+}
+
+/**
+ * int8: the seed experiment with a quantised model. The fp32 archive (external-data weights where the model has them)
+ * and the int8 archive `model-archiver --quantize int8` made from it are served side by side, one server each, both
+ * started before anything is measured and both with the default centralized configuration (1 worker, defaults).
+ * Rounds alternate fp32, int8, fp32, int8 … (`rounds` each) at `plan.concurrency` clients with the model's 640×480
+ * JPEG, so a change in the machine's load hits both alike; each server's PSS is read after its rounds. Then
+ * the ceiling experiment runs on the int8 model (onnxruntime alone, every batch size), and the Server-Timing
+ * headers of every measured response say where each server's time went.
+ */
+export async function runInt8(context: ExperimentContext, int8: Int8Assets, options: { rounds: number }): Promise<{ rows: ResultRow[]; summary: Int8Summary }> {
+  const { assets, plan } = context;
+  const body = await readImage(assets);
+  const serverConfig = '1 worker, defaults';
+  const fp32Label = `fp32 server (${int8.fp32ArchiveFileName}), ${serverConfig}`;
+  const int8Label = `int8 server (${int8.archiveFileName}), ${serverConfig}`;
+  // Each server its own TMPDIR (pid file, extraction and optimised-model caches), since both run at once.
+  const { fp32, int8: int8Rounds } = await withServer(context, { assets, archiveFileName: int8.fp32ArchiveFileName, label: 'int8 experiment fp32', tmpDir: join(tmpdir(), 'marina-bench') }, (fp32Server, fp32Path) =>
+    withServer(context, { assets, archiveFileName: int8.archiveFileName, label: 'int8 experiment int8', tmpDir: join(tmpdir(), 'marina-bench-int8') }, async (int8Server, int8Path) => {
+      const rounds = { fp32: [] as Round[], int8: [] as Round[] };
+      for (let i = 0; i < options.rounds; i++) {
+        const warmupRequests = i === 0 ? 8 : 4;
+        rounds.fp32.push(await measureRound(context, fp32Server, { path: fp32Path, body, label: `int8 experiment, round ${i + 1}/${options.rounds}: fp32`, warmupRequests }));
+        rounds.int8.push(await measureRound(context, int8Server, { path: int8Path, body, label: `int8 experiment, round ${i + 1}/${options.rounds}: int8`, warmupRequests }));
+      }
+      return rounds;
+    }));
+  const fp32Combined = combineRounds(fp32Label, plan.concurrency, fp32);
+  const int8Combined = combineRounds(int8Label, plan.concurrency, int8Rounds);
+
+  const ceiling = await runCeiling({ ...context, assets: { ...assets, modelPath: int8.modelPath } });
+  const ceilingRows = ceiling.rows.map((row) => ({ ...row, experiment: 'int8' as const, config: `int8 ceiling, ${row.config}` }));
+  const bestCeiling = ceilingRows.reduce((a, b) => (b.throughputPerSec > a.throughputPerSec ? b : a));
+  for (const row of [...ceilingRows, int8Combined.row]) row.ratioToCeiling = row.throughputPerSec / bestCeiling.throughputPerSec;
+  if (ceiling.noisyBatchSizes.length > 0) bestCeiling.note = `${bestCeiling.note}; noisy at batch ${ceiling.noisyBatchSizes.join('/')}`;
+
+  const quantizedBytes = (int8.quantization.modelBytes as { fp32?: number; int8?: number } | undefined) ?? {};
+  const summary: Int8Summary = {
+    serverConfig, fp32ArchiveFileName: int8.fp32ArchiveFileName, int8ArchiveFileName: int8.archiveFileName,
+    imagesPerRound: plan.images, rounds: options.rounds,
+    fp32PerSec: fp32Combined.row.throughputPerSec, int8PerSec: int8Combined.row.throughputPerSec,
+    fp32RoundsPerSec: fp32.map((r) => r.load.throughputPerSec), int8RoundsPerSec: int8Rounds.map((r) => r.load.throughputPerSec),
+    int8CeilingPerSec: bestCeiling.throughputPerSec,
+    int8CeilingBatch1P50Ms: ceilingRows.find((r) => r.config.endsWith('batch 1'))?.p50Ms ?? Number.NaN,
+    int8Own: ceiling.ownTime,
+    fp32PssMb: fp32Combined.row.pssMb, int8PssMb: int8Combined.row.pssMb,
+    fp32RssMb: fp32[fp32.length - 1]!.usage.lastRssBytes / MB, int8RssMb: int8Rounds[int8Rounds.length - 1]!.usage.lastRssBytes / MB,
+    fp32MeanCpuPercent: fp32Combined.row.meanCpuPercent, int8MeanCpuPercent: int8Combined.row.meanCpuPercent,
+    fp32Stages: fp32Combined.stages, int8Stages: int8Combined.stages,
+    fp32ModelMb: (quantizedBytes.fp32 ?? assets.modelBytes) / MB, int8ModelMb: int8.modelBytes / MB,
+    agreement: describeAgreement(int8.quantization),
+    quantizeCommand: int8.command,
+  };
+  return { rows: [fp32Combined.row, int8Combined.row, ...ceilingRows], summary };
+}
+
+const fmt = (value: number | undefined, digits = 1): string => (value !== undefined && Number.isFinite(value) ? value.toFixed(digits) : 'n/a');
+
+/**
+ * Where the int8 server's time goes, in words, from measured numbers only: the model's share of the worker's wall time
+ * (images/s × mean Server-Timing inference), the model's run in the server against the ceiling's batch-1 run, the
+ * decode + preprocess share of one image in one process, and the server's CPU.
+ */
+export function explainInt8Time(s: Int8Summary): string {
+  const stages = s.int8Stages;
+  const modelBusy = (s.int8PerSec * (stages.inference ?? Number.NaN)) / 1000;
+  const decodeMs = s.int8Own.endToEndP50Ms - s.int8Own.inferP50Ms;
+  const decodeShare = decodeMs / s.int8Own.endToEndP50Ms;
+  const inflation = (stages.inference ?? Number.NaN) / s.int8CeilingBatch1P50Ms;
+  const fp32Busy = (s.fp32PerSec * (s.fp32Stages.inference ?? Number.NaN)) / 1000;
+  return [
+    `int8 server, per request (mean Server-Timing): queue ${fmt(stages.queue)} ms, preprocess wait ${fmt(stages.preprocess)} ms, inference ${fmt(stages.inference)} ms, postprocess ${fmt(stages.postprocess, 2)} ms, total ${fmt(stages.total)} ms.`,
+    `The model ran ${fmt(modelBusy * 100, 0)}% of the wall time (images/s × mean inference; fp32 server ${fmt(fp32Busy * 100, 0)}%), so ${fmt((1 - modelBusy) * 100, 0)}% of the worker's time went to everything else (waiting for decoded input, hand-off, postprocess).`,
+    `Each inference took ${fmt(stages.inference)} ms in the server against ${fmt(s.int8CeilingBatch1P50Ms)} ms alone (ceiling batch 1, p50): ${fmt(inflation, 2)}x, the cost of sharing ${s.int8MeanCpuPercent > 0 ? `the cores (server CPU ${fmt(s.int8MeanCpuPercent, 0)}% of one core on average)` : 'the cores'} with JPEG decoding and HTTP.`,
+    `Decoding + preprocessing one 640×480 JPEG takes ${fmt(decodeMs)} ms of the int8 model's ${fmt(s.int8Own.endToEndP50Ms)} ms end to end in one process (${fmt(decodeShare * 100, 0)}%; the model alone ${fmt(s.int8Own.inferP50Ms)} ms).`,
+  ].join(' ');
+}
