@@ -1,0 +1,92 @@
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runBench, type BenchResult } from '../src/index.ts';
+import { meanServerTimings } from '../src/experiments/int8.ts';
+
+describe('meanServerTimings', () => {
+  it('averages each Server-Timing entry over the responses', () => {
+    const means = meanServerTimings([
+      'queue;dur=10.00;desc="job queue", preprocess;dur=2.00;desc="decode and preprocess", inference;dur=20.00;desc="model", total;dur=33.00;desc="total"',
+      'queue;dur=30.00;desc="job queue", preprocess;dur=4.00;desc="decode and preprocess", inference;dur=22.00;desc="model", total;dur=57.00;desc="total"',
+    ]);
+    expect(means).toEqual({ queue: 20, preprocess: 3, inference: 21, total: 45 });
+  });
+});
+
+// The int8 experiment in --quick mode (ResNet-18, generated, quantised by the real model-archiver, two real servers,
+// the real ceiling child) on few requests: its STRUCTURE only. No number is asserted: the machine is shared, and
+// speed targets belong to the bench's own run, not to a test.
+describe('marina-bench --quick --experiments int8', () => {
+  let dir: string;
+  let cacheDir: string;
+  let outDir: string;
+  let result: BenchResult;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'marina-bench-int8-'));
+    cacheDir = join(dir, 'cache');
+    outDir = join(dir, 'results', 'run');
+    ({ result } = await runBench({ mode: 'quick', experiments: ['int8'], images: 12, concurrency: 6, outDir, cacheDir }));
+  }, 240_000);
+
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+    // The two servers' TMPDIRs (pid files, extraction and optimised-model caches), inside the test run's own TMPDIR.
+    for (const name of ['marina-bench', 'marina-bench-int8']) await rm(join(tmpdir(), name), { recursive: true, force: true });
+  });
+
+  it('serves the fp32 and the int8 archive, every request answered, and runs the int8 ceiling', () => {
+    const rows = result.rows.filter((r) => r.experiment === 'int8');
+    expect(rows.map((r) => r.config)).toEqual([
+      'fp32 server (resnet-18-external.mar), 1 worker, defaults',
+      'int8 server (resnet-18-int8.mar), 1 worker, defaults',
+      'int8 ceiling, batch 1', 'int8 ceiling, batch 2', 'int8 ceiling, batch 4', 'int8 ceiling, batch 8',
+    ]);
+    for (const row of rows) {
+      expect(row.images, row.config).toBeGreaterThan(0);
+      expect(row.errors, `${row.config}: ${row.note}`).toBe(0);
+      expect(Number.isFinite(row.throughputPerSec), row.config).toBe(true);
+    }
+    // Two rounds each, 12 requests per round, interleaved.
+    expect(rows[0]!.images).toBe(24);
+    expect(rows[1]!.images).toBe(24);
+    expect(result.rows.every((r) => r.experiment === 'int8')).toBe(true);
+  });
+
+  it('summarises both servers: rounds, PSS, Server-Timing stages and the archive\'s own agreement', () => {
+    const s = result.int8!;
+    expect(s).toBeDefined();
+    expect(s.rounds).toBe(2);
+    expect(s.fp32RoundsPerSec).toHaveLength(2);
+    expect(s.int8RoundsPerSec).toHaveLength(2);
+    for (const value of [s.fp32PssMb, s.int8PssMb, s.fp32RssMb, s.int8RssMb, s.int8CeilingPerSec, s.int8Own.endToEndP50Ms, s.int8Own.inferP50Ms]) {
+      expect(value).toBeGreaterThan(0);
+    }
+    for (const stages of [s.fp32Stages, s.int8Stages]) {
+      expect(Object.keys(stages).sort()).toEqual(['inference', 'postprocess', 'preprocess', 'queue', 'total']);
+      expect(stages.inference).toBeGreaterThan(0);
+    }
+    // The int8 model is the quantised file model-archiver wrote (a quarter of the fp32 weights' bytes or so).
+    expect(s.int8ModelMb).toBeLessThan(s.fp32ModelMb);
+    expect(s.agreement).toMatch(/^top1 \d\.\d{3}, lowest cosine 0\.\d{5} on 2 held-out images \(minmax calibration on 6; \d+ nodes kept in fp32\)$/);
+    expect(s.quantizeCommand).toContain('--quantize int8 --calibration');
+  });
+
+  it('checks the three int8 targets with measured values, and says where the time goes', async () => {
+    const names = ['int8 server ≥ 2.8× the fp32 server', 'int8 server ≥ 80% of the int8 ceiling', 'int8 server uses less memory than fp32'];
+    for (const name of names) {
+      const check = result.targets.find((t) => t.name === name);
+      expect(check, name).toBeDefined();
+      expect(typeof check!.isMet, name).toBe('boolean');
+      expect(check!.target, name).toContain('set for ResNet-152; this run: resnet-18');
+    }
+    const note = result.notes.find((n) => n.startsWith('int8: '));
+    expect(note).toMatch(/The model ran \d+% of the wall time/);
+    expect(note).toMatch(/Decoding \+ preprocessing one 640×480 JPEG takes [\d.]+ ms/);
+    const report = await readFile(join(outDir, 'report.md'), 'utf8');
+    for (const name of names) expect(report).toContain(name);
+    await stat(join(cacheDir, 'resnet-18-v1', 'model-store', 'resnet-18-int8.mar'));
+  });
+});
