@@ -2,6 +2,7 @@ import { accessSync, constants, readFileSync, statSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { closestName } from '@marina/errors';
 import { Ajv, type ErrorObject } from 'ajv';
 import type { Node } from 'jsonc-parser';
 import type { ServerConfig } from './server-config.ts';
@@ -269,7 +270,7 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
   const unknownKeys = [...values.keys()].filter((key) => !KNOWN_KEYS.has(key) && !IGNORED_TORCHSERVE_KEYS.has(key));
   if (unknownKeys.length > 0) {
     const described = unknownKeys.map((key) => {
-      const suggestion = closestKey(key);
+      const suggestion = closestName(key, KNOWN_KEYS);
       return `${key} (${values.get(key)!.origin}${suggestion ? `; did you mean ${suggestion}?` : ''})`;
     });
     warnings.push(`unknown config key(s) ignored: ${described.join(', ')}`);
@@ -539,27 +540,6 @@ function schemaError(
   return configError[code](`invalid configuration:\n  ${problems.map((problem) => problem.text).join('\n  ')}\nFix the value(s) and start again.`, {
     details: { problems: problems.map((problem) => problem.text) },
   });
-}
-
-function closestKey(key: string): string | undefined {
-  let best: { key: string; distance: number } | undefined;
-  for (const known of KNOWN_KEYS) {
-    const distance = editDistance(key, known);
-    if (distance <= Math.max(2, Math.floor(known.length / 6)) && (!best || distance < best.distance)) best = { key: known, distance };
-  }
-  return best?.key;
-}
-
-function editDistance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, index) => index);
-  for (let i = 1; i <= a.length; i++) {
-    const current = [i];
-    for (let j = 1; j <= b.length; j++) {
-      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    previous = current;
-  }
-  return previous[b.length]!;
 }
 
 /** The path as people typed it: relative to the working directory when inside it, else absolute. */
