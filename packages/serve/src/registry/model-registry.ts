@@ -193,7 +193,7 @@ export class ModelRegistry implements ModelRegistryApi {
         ...(quantization ? { quantization } : {}),
         plannedWorkers: settings.minWorkers,
         createInit: (v) => this.#createInit(v),
-        startOnDemand: (v) => this.#startOnDemand(v),
+        startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
         log: this.#log,
       });
       this.#assertWithinThreadBudget(version, settings.minWorkers, `${modelName} version ${modelVersion}`);
@@ -343,8 +343,8 @@ export class ModelRegistry implements ModelRegistryApi {
   }
 
   /** A request reached a version at 0 workers that may autoscale (min 0, max > 0): start one (a model's first worker always fits the budget). */
-  #startOnDemand(version: ModelVersion): void {
-    this.#log('info', `${version.label}: a request arrived at 0 workers; starting one (min_worker=0, max_worker=${version.maxWorkers})`);
+  #startOnDemand(version: ModelVersion, requestId: string): void {
+    this.#log('info', `${version.label}: request ${requestId} arrived at 0 workers; starting one (min_worker=0, max_worker=${version.maxWorkers})`);
     version.plannedWorkers = 1;
     void this.#rebalanceThreadsAfter(version.pool.setTarget(1));
     this.events.emit('changed');

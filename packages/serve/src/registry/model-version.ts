@@ -42,7 +42,7 @@ export interface ModelVersionOptions {
    * Called when a request arrives while the version has no worker and may autoscale from zero
    * (minWorkers 0, maxWorkers > 0): starts one.
    */
-  startOnDemand(version: ModelVersion): void;
+  startOnDemand(version: ModelVersion, requestId: string): void;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** From the archive's quantization.json (model-archiver --quantize); absent for fp32 archives. */
   quantization?: QuantizationSummary;
@@ -86,7 +86,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
   #runningJobs = 0;
   #isAccepting = true;
   #isDraining = false;
-  readonly #startOnDemand: (version: ModelVersion) => void;
+  readonly #startOnDemand: (version: ModelVersion, requestId: string) => void;
 
   constructor(options: ModelVersionOptions) {
     super();
@@ -163,7 +163,7 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
   submit(job: Job): void {
     if (!this.#isAccepting) throw createServeError.MARINA_ERR_MODEL_UNLOADING(`${this.label} is being unregistered and takes no new requests`);
     if (this.maxWorkers === 0 || this.pool.hasGivenUp) throw this.#noWorkersError();
-    if (this.pool.target === 0) this.#startOnDemand(this);
+    if (this.pool.target === 0) this.#startOnDemand(this, job.requestId);
     this.queue.offer(job);
     this.#pump();
   }
