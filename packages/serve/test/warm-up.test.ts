@@ -1,12 +1,24 @@
-import { existsSync } from 'node:fs';
+import { once } from 'node:events';
+import { existsSync, watch } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { writeSampleJpeg } from '@marina/model-zoo';
 import { buildApp, type MarinaApp } from '../src/index.ts';
 import { createServerPlugins } from '../src/server-plugins.ts';
 import { tempDir, testConfig, writeModelFolder } from './helpers.ts';
 import { writeClassifierModel } from './fixtures.ts';
+
+/** Resolves once `path` exists: a watch on its folder, checked again after the watch is set up so no creation is missed. */
+async function untilFileExists(path: string): Promise<void> {
+  const watcher = watch(dirname(path));
+  const created = new Promise<void>((resolve) => watcher.on('change', () => existsSync(path) && resolve()));
+  try {
+    if (!existsSync(path)) await created;
+  } finally {
+    watcher.close();
+  }
+}
 
 /**
  * A handler whose warm-up request (`{"gate": true}`) writes `warming`, then blocks its thread until a file named `open`
@@ -83,12 +95,15 @@ describe('warm-up (model-config.yaml warmup:)', { timeout: 60_000 }, () => {
     app = await buildWithManagement(dir.path);
     await app.registry.register({ url: 'gated', archivePath: folder, synchronous: false });
     // Once the worker is inside its warm-up (it wrote `warming`), it stays LOADING until the gate opens.
-    while (!existsSync(join(folder, 'warming'))) await new Promise((resolve) => setTimeout(resolve, 20));
+    await untilFileExists(join(folder, 'warming'));
     expect((await describeModel('gated')).workers.map((w) => w.status)).toEqual(['LOADING']);
     expect(await isReady('gated')).toBe(false);
     expect(existsSync(join(folder, 'open'))).toBe(false);
+    // The worker's load (warm-up included) ends with the registry's workerLoaded event.
+    const loaded = once(app.registry.events, 'workerLoaded');
     await writeFile(join(folder, 'open'), '');
-    while (!(await isReady('gated'))) await new Promise((resolve) => setTimeout(resolve, 20));
+    await loaded;
+    expect(await isReady('gated')).toBe(true);
     const [worker] = (await describeModel('gated')).workers;
     expect(worker!.status).toBe('READY');
     expect(worker!.warmupMs).toBeTypeOf('number');
