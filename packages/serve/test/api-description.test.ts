@@ -4,21 +4,11 @@
  * TorchServe's shape without a token; `OPTIONS /predictions/{m}` and `OPTIONS /models/{m}` describe
  * one model (with the API's key). The documents come from the routes' own schemas.
  */
-import { createServer } from 'node:net';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../src/start-server.ts';
-import { call, createWorkspace, opsConfig, packModel, type Workspace } from './ops-harness.ts';
-
-/** A port free on 127.0.0.1 now (the kernel picks it). */
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const { port } = probe.address() as { port: number };
-  await new Promise<void>((resolve) => probe.close(() => resolve()));
-  return port;
-}
+import { call, createWorkspace, freePort, opsConfig, packModel, type Workspace } from './ops-harness.ts';
 
 let workspace: Workspace;
 let server: RunningServer;

@@ -1,10 +1,9 @@
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { runServe } from './serve-cli.ts';
 import { writeTinyTensorModel } from '@marina/model-zoo';
 import { sleepyHandlerSource } from './fixtures.ts';
 
@@ -12,31 +11,6 @@ const createdDirs: string[] = [];
 function track(dir: string): string {
   createdDirs.push(dir);
   return dir;
-}
-
-
-const BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
-
-
-interface RunResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs `bin/serve.js` to completion in `cwd`, with its own TMPDIR so the pid file is this test's. */
-function serve(cwd: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const childEnv: NodeJS.ProcessEnv = { ...process.env, TMPDIR: path.join(cwd, 'tmp'), ...env };
-    delete childEnv.MALLOC_MMAP_THRESHOLD_; // the launcher sets it unless the user did
-    const child = spawn(process.execPath, [BIN, ...args], { cwd, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.on('error', reject);
-    child.on('exit', (code) => resolve({ code, stdout, stderr }));
-  });
 }
 
 function writeManifest(folder: string, model: Record<string, string>): void {
@@ -83,7 +57,7 @@ function isRunning(pid: number): boolean {
 const started: string[] = [];
 // One `serve --stop` per started folder, each a real process start (seconds on a loaded machine).
 afterAll(async () => {
-  for (const cwd of started) await serve(cwd, ['--stop']);
+  for (const cwd of started) await runServe(cwd, ['--stop']);
   for (const dir of createdDirs) rmSync(dir, { recursive: true, force: true });
 }, 120_000); // each --stop starts a process and waits for a drain: more than vitest's 10 s default on a loaded machine
 
@@ -95,7 +69,7 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     await writeTinyTensorModel({ outputPath: path.join(cwd, 'store', 'affine', 'model.onnx') });
 
     started.push(cwd);
-    const start = await serve(cwd, ['--start', '--ts-config', 'config.properties']);
+    const start = await runServe(cwd, ['--start', '--ts-config', 'config.properties']);
     expect(start.code, start.stderr).toBe(0);
     expect(start.stdout).toContain('Model loaded: affine (version 1.0)');
     const pid = pidOf(cwd);
@@ -119,11 +93,11 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     expect((await fetch(modelsUrl, { headers: { authorization: `Bearer ${keys.inference.key}` } })).status).toBe(401);
     expect((await fetch(modelsUrl, { headers: { authorization: `Bearer ${keys.management.key}` } })).status).toBe(200);
 
-    const again = await serve(cwd, ['--start', '--ts-config', 'config.properties']);
+    const again = await runServe(cwd, ['--start', '--ts-config', 'config.properties']);
     expect(again.code).toBe(1);
     expect(again.stderr).toContain('MARINA_ERR_SERVER_ALREADY_RUNNING');
 
-    const stop = await serve(cwd, ['--stop']);
+    const stop = await runServe(cwd, ['--stop']);
     expect(stop.code).toBe(0);
     expect(stop.stdout).toContain('Marina has stopped.');
     expect(isRunning(pid)).toBe(false);
@@ -131,7 +105,7 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     expect(existsSync(path.join(cwd, 'key_file.json'))).toBe(false);
     expect(readFileSync(path.join(cwd, 'logs', 'marina.log'), 'utf8')).toContain('Marina is ready.');
 
-    const stopAgain = await serve(cwd, ['--stop']);
+    const stopAgain = await runServe(cwd, ['--stop']);
     expect(stopAgain.stdout).toContain('Marina is not currently running.');
   });
 
@@ -141,7 +115,7 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     writeFileSync(path.join(cwd, 'store', 'sleepy', 'sleepy_handler.mjs'), sleepyHandlerSource);
 
     started.push(cwd);
-    const start = await serve(cwd, ['--start', '--disable-token-auth', '--ts-config', 'config.properties']);
+    const start = await runServe(cwd, ['--start', '--disable-token-auth', '--ts-config', 'config.properties']);
     expect(start.code, start.stderr).toBe(0);
     const pid = pidOf(cwd);
 
@@ -155,7 +129,7 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
       if (!isBusy) await new Promise((resolve) => setTimeout(resolve, 25));
     }
     expect(isBusy).toBe(true);
-    const stop = serve(cwd, ['--stop']);
+    const stop = runServe(cwd, ['--stop']);
 
     const response = await inFlight;
     expect(response.status).toBe(200);
@@ -169,7 +143,7 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     // The configuration passes the launcher's checks; the child then finds no start-up model it can load and exits 1.
     const cwd = workDir();
     started.push(cwd);
-    const start = await serve(cwd, ['--start', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar']);
+    const start = await runServe(cwd, ['--start', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar']);
     expect(start.code).toBe(1);
     expect(start.stderr).toContain('MARINA_ERR_SERVER_START_FAILED');
     expect(start.stderr).toContain('Last lines of');
@@ -179,7 +153,7 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
 
   it('reports a configuration error in the terminal without starting anything', async () => {
     const cwd = workDir('job_queue_size=abc');
-    const start = await serve(cwd, ['--start', '--ts-config', 'config.properties']);
+    const start = await runServe(cwd, ['--start', '--ts-config', 'config.properties']);
     expect(start.code).toBe(1);
     expect(start.stderr).toContain('MARINA_ERR_CONFIG_VALUE_INVALID');
     expect(start.stderr).toContain('config.properties:6: job_queue_size=abc must be integer');

@@ -1,32 +1,19 @@
 /** enable_grpc_ssl, the grpc_* keys and their defaults, and startServer's gRPC listeners. */
-import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { configFromProperties } from '../src/config/load-config.ts';
 import { clientPackage, grpcClient, grpcErrorOf } from './oip-harness.ts';
-import { createWorkspace, opsConfig, startOps, type Workspace } from './ops-harness.ts';
+import { createWorkspace, hasOpenssl, opsConfig, startOps, writeSelfSignedCertificate, type Workspace } from './ops-harness.ts';
 import { marinaErrorOf } from './marina-error-of.ts';
 
 let workspace: Workspace;
-const hasOpenssl = (() => {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-})();
 
 beforeAll(async () => {
   workspace = await createWorkspace('marina-grpc-tls-');
   if (!hasOpenssl) return;
-  execFileSync('openssl', [
-    'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
-    '-addext', 'subjectAltName=IP:127.0.0.1',
-    '-keyout', join(workspace.root, 'key.pem'), '-out', join(workspace.root, 'cert.pem'),
-  ], { stdio: 'ignore' });
+  writeSelfSignedCertificate(workspace.root);
 });
 afterAll(() => workspace?.cleanup());
 

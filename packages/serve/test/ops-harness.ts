@@ -3,7 +3,9 @@
  * @marina/model-zoo + @marina/archive, a real server from startServer on 127.0.0.1:0, and a
  * small fetch wrapper returning status, headers and parsed JSON.
  */
+import { execFileSync } from 'node:child_process';
 import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packArchive } from '@marina/archive';
@@ -11,6 +13,34 @@ import { writeSlowModel, writeTinyTensorModel } from '@marina/model-zoo';
 import { configFromProperties } from '../src/config/load-config.ts';
 import type { ServerConfig } from '../src/config/server-config.ts';
 import { startServer, type RunningServer } from '../src/start-server.ts';
+
+/** A port free on 127.0.0.1 now (the kernel picks it). */
+export async function freePort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address() as { port: number };
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  return port;
+}
+
+/** Certificates are made with the openssl CLI; without it (decided at collection) TLS tests are skipped. */
+export const hasOpenssl = (() => {
+  try {
+    execFileSync('openssl', ['version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+/** A self-signed certificate for 127.0.0.1: `key.pem` and `cert.pem` in `dir` (needs `hasOpenssl`). */
+export function writeSelfSignedCertificate(dir: string): void {
+  execFileSync('openssl', [
+    'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
+    '-addext', 'subjectAltName=IP:127.0.0.1',
+    '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
+  ], { stdio: 'ignore' });
+}
 
 export interface Workspace {
   root: string;

@@ -1,30 +1,16 @@
 /** https:// addresses: private_key_file and certificate_file serve TLS on that listener only. */
-import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call, createWorkspace, opsConfig, startOps, type Workspace } from './ops-harness.ts';
+import { call, createWorkspace, hasOpenssl, opsConfig, startOps, writeSelfSignedCertificate, type Workspace } from './ops-harness.ts';
 
 let workspace: Workspace;
-/** Certificates are made with the openssl CLI; without it (decided at collection) the test is skipped. */
-const hasOpenssl = (() => {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-})();
 
 beforeAll(async () => {
   workspace = await createWorkspace('marina-ops-tls-');
   if (!hasOpenssl) return;
-  execFileSync('openssl', [
-    'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
-    '-addext', 'subjectAltName=IP:127.0.0.1',
-    '-keyout', join(workspace.root, 'key.pem'), '-out', join(workspace.root, 'cert.pem'),
-  ], { stdio: 'ignore' });
+  writeSelfSignedCertificate(workspace.root);
 });
 afterAll(() => workspace?.cleanup());
 

@@ -3,16 +3,14 @@
  * address and the config key, on the terminal and without colour codes; in the foreground and
  * for a background --start (where the launcher checks before it starts the child).
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runServe } from './serve-cli.ts';
 import { writeModelFolder } from './helpers.ts';
 import { useTempDirs } from './temp-dirs.ts';
 
-const BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
 const makeDir = useTempDirs('marina-port-in-use-');
 let busy: Server;
 let busyPort: number;
@@ -44,18 +42,6 @@ async function workDir(): Promise<{ cwd: string; marker: string }> {
   return { cwd, marker };
 }
 
-function serve(cwd: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd, env: { ...process.env, TMPDIR: path.join(cwd, 'tmp') }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
-
 function expectAddressInUse(result: { code: number | null; stderr: string }, configFile: string) {
   expect(result.code).toBe(1);
   expect(result.stderr).toContain(`MARINA_ERR_ADDRESS_IN_USE: the management API cannot listen on http://127.0.0.1:${busyPort}`);
@@ -66,14 +52,14 @@ function expectAddressInUse(result: { code: number | null; stderr: string }, con
 describe('a port in use', { timeout: 120_000 }, () => {
   it('stops serve --foreground before any model loads', async () => {
     const { cwd, marker } = await workDir();
-    const result = await serve(cwd, ['--foreground', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties']);
+    const result = await runServe(cwd, ['--foreground', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties']);
     expectAddressInUse(result, path.join(cwd, 'config.properties'));
     expect(existsSync(marker)).toBe(false);
   });
 
   it('stops a background serve --start in the launcher, before the server process starts', async () => {
     const { cwd, marker } = await workDir();
-    const result = await serve(cwd, ['--start', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties']);
+    const result = await runServe(cwd, ['--start', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties']);
     expectAddressInUse(result, path.join(cwd, 'config.properties'));
     expect(existsSync(marker)).toBe(false);
     expect(existsSync(path.join(cwd, 'logs', 'marina.log'))).toBe(false);

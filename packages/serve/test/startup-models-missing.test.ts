@@ -2,20 +2,18 @@
  * A start whose load_models names a missing .mar: with nothing else to serve, `serve` says so on
  * the terminal and exits 1; when another model loaded, it serves that one and lists the failure.
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { runServe } from './serve-cli.ts';
 import { writeSleepyModel } from './fixtures.ts';
 import { useTempDirs } from './temp-dirs.ts';
 
-const BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
 const makeDir = useTempDirs('marina-startup-missing-');
 const started: string[] = [];
 
 afterAll(async () => {
-  for (const cwd of started) await serve(cwd, ['--stop']);
+  for (const cwd of started) await runServe(cwd, ['--stop']);
 });
 
 async function workDir(): Promise<string> {
@@ -26,22 +24,10 @@ async function workDir(): Promise<string> {
   return cwd;
 }
 
-function serve(cwd: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd, env: { ...process.env, TMPDIR: path.join(cwd, 'tmp') }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
-
 describe('load_models naming a missing .mar', { timeout: 120_000 }, () => {
   it('stops serve --foreground with exit 1 when no model loaded, saying which and why', async () => {
     const cwd = await workDir();
-    const result = await serve(cwd, ['--foreground', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar']);
+    const result = await runServe(cwd, ['--foreground', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar']);
     expect(result.code).toBe(1);
     expect(result.stderr).toContain("Model failed to load: missing.mar: MARINA_ERR_MODEL_LOAD_FAILED: Model not found at:");
     expect(result.stderr).toContain('MARINA_ERR_NO_MODEL_LOADED: none of the 1 start-up model(s) loaded');
@@ -51,7 +37,7 @@ describe('load_models naming a missing .mar', { timeout: 120_000 }, () => {
 
   it('fails a background serve --start on the terminal with exit 1', async () => {
     const cwd = await workDir();
-    const result = await serve(cwd, ['--start', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar']);
+    const result = await runServe(cwd, ['--start', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar']);
     expect(result.code).toBe(1);
     expect(result.stderr).toContain('Model failed to load: missing.mar');
     expect(result.stderr).toContain('MARINA_ERR_NO_MODEL_LOADED');
@@ -60,14 +46,14 @@ describe('load_models naming a missing .mar', { timeout: 120_000 }, () => {
   it('serves the models that loaded and lists the missing one', async () => {
     const cwd = await workDir();
     started.push(cwd);
-    const result = await serve(cwd, ['--start', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar', 'sleepy']);
+    const result = await runServe(cwd, ['--start', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar', 'sleepy']);
     expect(result.code).toBe(0);
     expect(result.stdout).toContain('Model loaded: sleepy (version 1.0)');
     // Progress, forwarded by the background server to this terminal (not a TTY here: plain lines), and in its log.
     expect(result.stdout).toMatch(/Loading model sleepy\.\.\.\nModel sleepy \(version 1\.0\) ready in \d+\.\d s\n/);
     expect(readFileSync(path.join(cwd, 'logs', 'marina.log'), 'utf8')).toMatch(/Loading model sleepy\.\.\.\n/);
     expect(result.stderr).toContain('Model failed to load: missing.mar');
-    const stopped = await serve(cwd, ['--stop']);
+    const stopped = await runServe(cwd, ['--stop']);
     expect(stopped.stdout).toContain('Marina has stopped.');
   });
 });
