@@ -12,11 +12,11 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { preprocessImage, resolveImageClassifierOptions } from '@marina/handlers';
 import { writeHeadClassifier, writeTinyDetector, writeTinySegmenter } from '@marina/model-zoo';
-import { bins, freePort, makeTempDir, runCli } from './helpers.ts';
+import { bins, makeTempDir, runCli, startServeInBackground, type BackgroundServe } from './helpers.ts';
 
 let workDir: string;
 let inferencePort: number;
-let serveEnv: NodeJS.ProcessEnv;
+let server: BackgroundServe | undefined;
 
 const TEXTLINE_CONFIG = 'handler:\n  resize_mode: letterbox\n  pad_position: top-left\n  size: [32, 128]\n  pad_value: 127.5\n  mean: [0.5, 0.5, 0.5]\n  std: [0.5, 0.5, 0.5]\n  topk: 2\n';
 
@@ -58,26 +58,15 @@ beforeAll(async () => {
   expect(wrong.output).toContain('MARINA_ERR_HANDLER_SIGNATURE_MISMATCH');
   expect(readdirSync(path.join(workDir, 'model_store')).sort()).toEqual(['det.mar', 'seg.mar', 'textline.mar']);
 
-  const [managementPort, metricsPort] = [await freePort(), await freePort()];
-  inferencePort = await freePort();
-  writeFileSync(path.join(workDir, 'config.properties'), [
-    `inference_address=http://127.0.0.1:${inferencePort}`,
-    `management_address=http://127.0.0.1:${managementPort}`,
-    `metrics_address=http://127.0.0.1:${metricsPort}`,
-    'grpc_inference_port=0',
-    'grpc_management_port=0',
-    'model_store=model_store',
-    'load_models=all',
-  ].join('\n'));
-  serveEnv = { ...process.env, TMPDIR: workDir };
-  const started = await runCli(bins.serve, ['--start', '--disable-token-auth', '--ts-config', 'config.properties'], { cwd: workDir, env: serveEnv });
-  expect(started.code, started.stderr + started.stdout).toBe(0);
+  server = await startServeInBackground(workDir);
+  expect(server.started.code, server.started.stderr + server.started.stdout).toBe(0);
+  inferencePort = server.inferencePort;
 }, 180_000);
 
 afterAll(async () => {
   try {
-    if (serveEnv) {
-      const stopped = await runCli(bins.serve, ['--stop'], { cwd: workDir, env: serveEnv });
+    if (server) {
+      const stopped = await server.stop();
       expect(stopped.code, stopped.stderr + stopped.stdout).toBe(0);
     }
   } finally {

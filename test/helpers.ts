@@ -1,5 +1,5 @@
 import { spawn, type SpawnOptions } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -46,4 +46,36 @@ export function freePort(): Promise<number> {
       server.close(() => resolve(port));
     });
   });
+}
+
+/** A `serve --start` in the background, on free loopback ports, as a user starts it. */
+export interface BackgroundServe {
+  inferencePort: number;
+  managementPort: number;
+  /** The `serve --start` run (exit code and output). */
+  started: RunResult;
+  /** `serve --stop` for this server (same folder, same TMPDIR). */
+  stop(): Promise<RunResult>;
+}
+
+/**
+ * Writes `config.properties` in `workDir` (free ports for the three REST APIs, gRPC off,
+ * `model_store`, `load_models=all`, then `extraProperties`) and runs `serve --start` there with
+ * token authorization off and `workDir` as TMPDIR (so the pid file is this test's).
+ */
+export async function startServeInBackground(workDir: string, extraProperties: string[] = []): Promise<BackgroundServe> {
+  const [inferencePort, managementPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
+  writeFileSync(path.join(workDir, 'config.properties'), [
+    `inference_address=http://127.0.0.1:${inferencePort}`,
+    `management_address=http://127.0.0.1:${managementPort}`,
+    `metrics_address=http://127.0.0.1:${metricsPort}`,
+    'grpc_inference_port=0',
+    'grpc_management_port=0',
+    'model_store=model_store',
+    'load_models=all',
+    ...extraProperties,
+  ].join('\n'));
+  const env = { ...process.env, TMPDIR: workDir };
+  const started = await runCli(bins.serve, ['--start', '--disable-token-auth', '--ts-config', 'config.properties'], { cwd: workDir, env });
+  return { inferencePort, managementPort, started, stop: () => runCli(bins.serve, ['--stop'], { cwd: workDir, env }) };
 }

@@ -9,12 +9,12 @@ import path from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeResnet } from '@marina/model-zoo';
-import { bins, freePort, makeTempDir, runCli } from './helpers.ts';
+import { bins, makeTempDir, runCli, startServeInBackground, type BackgroundServe } from './helpers.ts';
 
 let workDir: string;
 let inferencePort: number;
 let managementPort: number;
-let serveEnv: NodeJS.ProcessEnv | undefined;
+let server: BackgroundServe | undefined;
 let quantizeOutput: string;
 
 /** A seeded picture of coloured shapes on a coloured background (varied enough to calibrate on). */
@@ -51,28 +51,15 @@ beforeAll(async () => {
   expect(int8.code, int8.output).toBe(0);
   quantizeOutput = int8.stderr;
 
-  managementPort = await freePort();
-  inferencePort = await freePort();
-  const metricsPort = await freePort();
-  writeFileSync(path.join(workDir, 'config.properties'), [
-    `inference_address=http://127.0.0.1:${inferencePort}`,
-    `management_address=http://127.0.0.1:${managementPort}`,
-    `metrics_address=http://127.0.0.1:${metricsPort}`,
-    'grpc_inference_port=0',
-    'grpc_management_port=0',
-    'model_store=model_store',
-    'load_models=all',
-    'default_workers_per_model=1',
-  ].join('\n'));
-  serveEnv = { ...process.env, TMPDIR: workDir };
-  const started = await runCli(bins.serve, ['--start', '--disable-token-auth', '--ts-config', 'config.properties'], { cwd: workDir, env: serveEnv });
-  expect(started.code, started.stderr + started.stdout).toBe(0);
+  server = await startServeInBackground(workDir, ['default_workers_per_model=1']);
+  expect(server.started.code, server.started.stderr + server.started.stdout).toBe(0);
+  ({ inferencePort, managementPort } = server);
 }, 300_000);
 
 afterAll(async () => {
   try {
-    if (serveEnv) {
-      const stopped = await runCli(bins.serve, ['--stop'], { cwd: workDir, env: serveEnv });
+    if (server) {
+      const stopped = await server.stop();
       expect(stopped.code, stopped.stderr + stopped.stdout).toBe(0);
     }
   } finally {
