@@ -30,6 +30,9 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
   const { rows, references: ref } = input;
   const checks: TargetCheck[] = [];
   const ceiling = bestOf(rows, 'ceiling');
+  // Issue 16 defines the ceiling as onnxruntime alone with its own defaults at batch 1; the best
+  // batch size is the stricter yardstick, and both ratios are printed.
+  const ceilingBatch1 = rows.find((r) => r.experiment === 'ceiling' && r.config.endsWith('batch 1'));
   const decentralized = bestOf(rows, 'decentralized');
   const server = best([...rows.filter((r) => r.experiment === 'sweep'), ...(bestServerRow(rows) ? [bestServerRow(rows)!] : [])]);
   const onModel = input.model === 'resnet-152' ? '' : ` (set for ResNet-152; this run: ${input.model})`;
@@ -37,17 +40,19 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
 
   if (isImageModelTarget) {
     const name = 'Best server ≥ 95% of the ceiling';
-    const target = `best server configuration ≥ 0.95 × ceiling throughput, JPEG decoding included${onModel}`;
-    if (!ceiling || !server) checks.push(unmeasured(name, target));
+    const target = `best server configuration ≥ 0.95 × the ceiling (onnxruntime alone with its own defaults at batch 1, preprocessed input), JPEG decoding included${onModel}`;
+    const yardstick = ceilingBatch1 ?? ceiling;
+    if (!ceiling || !yardstick || !server) checks.push(unmeasured(name, target));
     else {
-      const ratio = server.throughputPerSec / ceiling.throughputPerSec;
+      const ratio = server.throughputPerSec / yardstick.throughputPerSec;
       const decodeShare = (ref.ownEndToEndP50Ms - ref.ownInferP50Ms) / ref.ownEndToEndP50Ms;
+      const bestBatchText = yardstick === ceiling ? '' : `; against the ceiling's best batch size (${ceiling.config.replace(/^.*, /, '')}, ${fmt(ceiling.throughputPerSec)} img/s): ${pct(server.throughputPerSec / ceiling.throughputPerSec)}`;
       checks.push({
         name, target,
-        measured: `${fmt(server.throughputPerSec)} vs ${fmt(ceiling.throughputPerSec)} img/s = ${pct(ratio)} (${server.config}, ${server.concurrency} clients)`,
+        measured: `${fmt(server.throughputPerSec)} vs ${fmt(yardstick.throughputPerSec)} img/s = ${pct(ratio)} (${server.config}, ${server.concurrency} clients${bestBatchText})`,
         isMet: ratio >= 0.95,
         explanation: ratio >= 0.95 ? '' : [
-          `short by ${pct(0.95 - ratio)} of the ceiling (${fmt(0.95 * ceiling.throughputPerSec - server.throughputPerSec)} img/s).`,
+          `short by ${pct(0.95 - ratio)} of the ceiling (${fmt(0.95 * yardstick.throughputPerSec - server.throughputPerSec)} img/s).`,
           `Measured components: one image's decode + preprocess takes ${fmt(ref.ownEndToEndP50Ms - ref.ownInferP50Ms)} ms of its ${fmt(ref.ownEndToEndP50Ms)} ms in one process (${pct(decodeShare)}), work the ceiling leaves out by definition;`,
           `the server used ${fmt(server.meanCpuPercent, 0)}% CPU on average (ceiling ${fmt(ceiling.meanCpuPercent, 0)}%, machine ${input.cpuCount * 100}%).`,
           server.meanCpuPercent < ceiling.meanCpuPercent * 0.9 ? 'The server left cores idle: the model was not kept busy (queueing or hand-off gaps).' : 'The server kept the cores as busy as the ceiling: the gap is CPU spent outside the model (decoding, HTTP, copies) competing with inference threads.',
@@ -152,13 +157,17 @@ export function checkInt8Targets(s: Int8Summary | undefined, onModel = ''): Targ
   const speedName = 'int8 server ≥ 2.8× the fp32 server';
   const speedTarget = `int8 archive's images/s ≥ 2.8 × its fp32 archive's, same server configuration, interleaved rounds, 640×480 JPEG bodies${onModel}`;
   const ceilingName = 'int8 server ≥ 80% of the int8 ceiling';
-  const ceilingTarget = `int8 server images/s ≥ 0.8 × onnxruntime alone on the int8 model (best batch size), JPEG decoding included${onModel}`;
+  const ceilingTarget = `the better int8 server configuration's images/s ≥ 0.8 × onnxruntime alone on the int8 model (its own defaults at batch 1, as the fp32 ceiling), JPEG decoding included${onModel}`;
   const memoryName = 'int8 server uses less memory than fp32';
   const memoryTarget = `PSS of the int8 server's process tree < the fp32 server's, both serving${onModel}`;
   if (!s) return [unmeasured(speedName, speedTarget), unmeasured(ceilingName, ceilingTarget), unmeasured(memoryName, memoryTarget)];
   const where = explainInt8Time(s);
   const speedRatio = s.int8PerSec / s.fp32PerSec;
-  const ceilingRatio = s.int8PerSec / s.int8CeilingPerSec;
+  const isWorkersBest = s.int8WorkersPerSec > s.int8PerSec;
+  const bestPerSec = isWorkersBest ? s.int8WorkersPerSec : s.int8PerSec;
+  const bestConfig = isWorkersBest ? s.int8WorkersConfig : s.serverConfig;
+  const ceilingRatio = bestPerSec / s.int8CeilingBatch1PerSec;
+  const bestBatchRatio = bestPerSec / s.int8CeilingPerSec;
   const rounds = (values: number[]) => values.map((v) => fmt(v, 2)).join(' / ');
   return [
     {
@@ -169,7 +178,7 @@ export function checkInt8Targets(s: Int8Summary | undefined, onModel = ''): Targ
     },
     {
       name: ceilingName, target: ceilingTarget,
-      measured: `${fmt(s.int8PerSec, 2)} vs ${fmt(s.int8CeilingPerSec, 2)} img/s = ${pct(ceilingRatio)}`,
+      measured: `${fmt(bestPerSec, 2)} vs ${fmt(s.int8CeilingBatch1PerSec, 2)} img/s = ${pct(ceilingRatio)}; against the int8 ceiling's best batch size (${fmt(s.int8CeilingPerSec, 2)} img/s): ${pct(bestBatchRatio)} (the better int8 server: ${bestConfig}; ${s.serverConfig} ${fmt(s.int8PerSec, 2)}, rounds ${rounds(s.int8RoundsPerSec)}; ${s.int8WorkersConfig} ${fmt(s.int8WorkersPerSec, 2)}, rounds ${rounds(s.int8WorkersRoundsPerSec)})`,
       isMet: ceilingRatio >= 0.8,
       explanation: ceilingRatio >= 0.8 ? '' : `short by ${pct(0.8 - ceilingRatio)} of the int8 ceiling. ${where}`,
     },

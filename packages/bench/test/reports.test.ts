@@ -41,6 +41,19 @@ describe('targets', () => {
     expect(byName['Each extra worker costs well under the model size']!.isMet).toBeUndefined();
   });
 
+  it('judges the best server against the ceiling at batch 1 and also prints the ratio to the best batch size', () => {
+    const withBatch8 = [...rows, row('ceiling', 'batch 8', 12)];
+    const check = checkTargets({ model: 'resnet-152', rows: withBatch8, references, memory: [], modelSizeMb: 230, cpuCount: 2 }).find((c) => c.name === 'Best server ≥ 95% of the ceiling')!;
+    expect(check.isMet).toBe(true);
+    expect(check.measured).toContain('9.7 vs 10.0 img/s = 97%');
+    expect(check.measured).toContain("against the ceiling's best batch size (batch 8, 12.0 img/s): 81%");
+    const slowerServer = withBatch8.map((r) => (r.experiment === 'sweep' || r.experiment === 'centralized' ? { ...r, throughputPerSec: Math.min(r.throughputPerSec, 9) } : r));
+    const below = checkTargets({ model: 'resnet-152', rows: slowerServer, references, memory: [], modelSizeMb: 230, cpuCount: 2 }).find((c) => c.name === 'Best server ≥ 95% of the ceiling')!;
+    expect(below.isMet).toBe(false);
+    expect(below.measured).toContain('9.0 vs 10.0 img/s = 90%');
+    expect(below.explanation).toMatch(/^short by 5% of the ceiling \(0\.5 img\/s\)/);
+  });
+
   it('charges an extra worker the PSS difference of the same variant', () => {
     const memory = [
       { label: '1 worker, inline weights', weights: 'inline' as const, isMallocThresholdSet: false, workers: 1, rssMb: 600, pssMb: 600 },

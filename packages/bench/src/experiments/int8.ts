@@ -25,6 +25,10 @@ export interface Int8Summary {
   int8PerSec: number;
   fp32RoundsPerSec: number[];
   int8RoundsPerSec: number[];
+  /** The int8 archive on the other server configuration (all cores as single-threaded workers, no intra-op barrier), measured in the same rounds. */
+  int8WorkersConfig: string;
+  int8WorkersPerSec: number;
+  int8WorkersRoundsPerSec: number[];
   /** Best batch size of the int8 ceiling (onnxruntime alone, no decoding, no HTTP), images/s. */
   int8CeilingPerSec: number;
   /** Batch-1 run of the int8 ceiling, p50 ms, and its images/s. */
@@ -131,7 +135,10 @@ function describeAgreement(quantization: Record<string, unknown>): string {
  * and the int8 archive `model-archiver --quantize int8` made from it are served side by side, one server each, both
  * started before anything is measured and both with the default centralized configuration (1 worker, defaults).
  * Rounds alternate fp32, int8, fp32, int8 … (`rounds` each) at `plan.concurrency` clients with the model's 640×480
- * JPEG, so a change in the machine's load hits both alike; each server's PSS is read after its rounds. Then
+ * JPEG, so a change in the machine's load hits both alike; each server's PSS is read after its rounds. A third server,
+ * the int8 archive with one single-threaded worker per core (no intra-op barrier, the configuration that came closest
+ * to the fp32 ceiling), takes its turn in the same rounds; the better of the two int8 servers is compared with the
+ * int8 ceiling, while the 2.8x comparison stays the same configuration on both sides. Then
  * the ceiling experiment runs on the int8 model (onnxruntime alone, every batch size), and the Server-Timing
  * headers of every measured response say where each server's time went.
  */
@@ -142,23 +149,30 @@ export async function runInt8(context: ExperimentContext, int8: Int8Assets, opti
   const fp32Label = `fp32 server (${int8.fp32ArchiveFileName}), ${serverConfig}`;
   const int8Label = `int8 server (${int8.archiveFileName}), ${serverConfig}`;
   // Each server its own TMPDIR (pid file, extraction and optimised-model caches), since both run at once.
-  const { fp32, int8: int8Rounds } = await withServer(context, { assets, archiveFileName: int8.fp32ArchiveFileName, label: 'int8 experiment fp32', tmpDir: join(tmpdir(), 'marina-bench') }, (fp32Server, fp32Path) =>
-    withServer(context, { assets, archiveFileName: int8.archiveFileName, label: 'int8 experiment int8', tmpDir: join(tmpdir(), 'marina-bench-int8') }, async (int8Server, int8Path) => {
-      const rounds = { fp32: [] as Round[], int8: [] as Round[] };
-      for (let i = 0; i < options.rounds; i++) {
-        const warmupRequests = i === 0 ? 8 : 4;
-        rounds.fp32.push(await measureRound(context, fp32Server, { path: fp32Path, body, label: `int8 experiment, round ${i + 1}/${options.rounds}: fp32`, warmupRequests }));
-        rounds.int8.push(await measureRound(context, int8Server, { path: int8Path, body, label: `int8 experiment, round ${i + 1}/${options.rounds}: int8`, warmupRequests }));
-      }
-      return rounds;
-    }));
+  const workerCount = Math.max(1, context.cpuCount);
+  const workersConfig = `${workerCount} workers × 1 thread`;
+  const workersSettings = { minWorkers: workerCount, maxWorkers: workerCount, intraOpNumThreads: 1 };
+  const workersLabel = `int8 server (${int8.archiveFileName}), ${workersConfig}`;
+  const { fp32, int8: int8Rounds, workers: workersRounds } = await withServer(context, { assets, archiveFileName: int8.fp32ArchiveFileName, label: 'int8 experiment fp32', tmpDir: join(tmpdir(), 'marina-bench') }, (fp32Server, fp32Path) =>
+    withServer(context, { assets, archiveFileName: int8.archiveFileName, label: 'int8 experiment int8', tmpDir: join(tmpdir(), 'marina-bench-int8') }, (int8Server, int8Path) =>
+      withServer(context, { assets, archiveFileName: int8.archiveFileName, label: 'int8 experiment int8 workers', settings: workersSettings, tmpDir: join(tmpdir(), 'marina-bench-int8-workers') }, async (workersServer, workersPath) => {
+        const rounds = { fp32: [] as Round[], int8: [] as Round[], workers: [] as Round[] };
+        for (let i = 0; i < options.rounds; i++) {
+          const warmupRequests = i === 0 ? 8 : 4;
+          rounds.fp32.push(await measureRound(context, fp32Server, { path: fp32Path, body, label: `int8 experiment, round ${i + 1}/${options.rounds}: fp32`, warmupRequests }));
+          rounds.int8.push(await measureRound(context, int8Server, { path: int8Path, body, label: `int8 experiment, round ${i + 1}/${options.rounds}: int8`, warmupRequests }));
+          rounds.workers.push(await measureRound(context, workersServer, { path: workersPath, body, label: `int8 experiment, round ${i + 1}/${options.rounds}: int8, ${workersConfig}`, warmupRequests }));
+        }
+        return rounds;
+      })));
   const fp32Combined = combineRounds(fp32Label, plan.concurrency, fp32);
   const int8Combined = combineRounds(int8Label, plan.concurrency, int8Rounds);
+  const workersCombined = combineRounds(workersLabel, plan.concurrency, workersRounds);
 
   const ceiling = await runCeiling({ ...context, assets: { ...assets, modelPath: int8.modelPath } });
   const ceilingRows = ceiling.rows.map((row) => ({ ...row, experiment: 'int8' as const, config: `int8 ceiling, ${row.config}` }));
   const bestCeiling = ceilingRows.reduce((a, b) => (b.throughputPerSec > a.throughputPerSec ? b : a));
-  for (const row of [...ceilingRows, int8Combined.row]) row.ratioToCeiling = row.throughputPerSec / bestCeiling.throughputPerSec;
+  for (const row of [...ceilingRows, int8Combined.row, workersCombined.row]) row.ratioToCeiling = row.throughputPerSec / bestCeiling.throughputPerSec;
   if (ceiling.noisyBatchSizes.length > 0) bestCeiling.note = `${bestCeiling.note}; noisy at batch ${ceiling.noisyBatchSizes.join('/')}`;
 
   const quantizedBytes = (int8.quantization.modelBytes as { fp32?: number; int8?: number } | undefined) ?? {};
@@ -167,6 +181,7 @@ export async function runInt8(context: ExperimentContext, int8: Int8Assets, opti
     imagesPerRound: plan.images, rounds: options.rounds,
     fp32PerSec: fp32Combined.row.throughputPerSec, int8PerSec: int8Combined.row.throughputPerSec,
     fp32RoundsPerSec: fp32.map((r) => r.load.throughputPerSec), int8RoundsPerSec: int8Rounds.map((r) => r.load.throughputPerSec),
+    int8WorkersConfig: workersConfig, int8WorkersPerSec: workersCombined.row.throughputPerSec, int8WorkersRoundsPerSec: workersRounds.map((r) => r.load.throughputPerSec),
     int8CeilingPerSec: bestCeiling.throughputPerSec,
     int8CeilingBatch1P50Ms: ceilingRows.find((r) => r.config.endsWith('batch 1'))?.p50Ms ?? Number.NaN,
     int8CeilingBatch1PerSec: ceilingRows.find((r) => r.config.endsWith('batch 1'))?.throughputPerSec ?? Number.NaN,
@@ -179,7 +194,7 @@ export async function runInt8(context: ExperimentContext, int8: Int8Assets, opti
     agreement: describeAgreement(int8.quantization),
     quantizeCommand: int8.command,
   };
-  return { rows: [fp32Combined.row, int8Combined.row, ...ceilingRows], summary };
+  return { rows: [fp32Combined.row, int8Combined.row, workersCombined.row, ...ceilingRows], summary };
 }
 
 const fmt = (value: number | undefined, digits = 1): string => (value !== undefined && Number.isFinite(value) ? value.toFixed(digits) : 'n/a');
