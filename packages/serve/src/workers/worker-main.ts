@@ -71,7 +71,7 @@ function ownBytes(bytes: Uint8Array): Uint8Array {
 }
 
 let handler: Handler;
-const sessionSettings = { threading: { intraOpNumThreads: init.intraOpNumThreads }, ort: readOrtModelSettings(init.modelYamlConfig), cacheOptimizedModelDefault: init.cacheOptimizedModelDefault };
+const sessionSettings = { threading: { intraOpNumThreads: init.intraOpNumThreads, allowSpinning: init.allowSpinningDefault }, ort: readOrtModelSettings(init.modelYamlConfig), cacheOptimizedModelDefault: init.cacheOptimizedModelDefault };
 
 /** What the handler sets for each row of one batch through its context. */
 interface BatchState {
@@ -207,13 +207,13 @@ async function loop(): Promise<void> {
     while (pending.length > 0) {
       const item = pending.shift()!;
       const reply = isPipelined() ? new Promise<void>((resolve) => (onReply = resolve)) : undefined;
-      port.postMessage({ type: 'progress', results, startedBatchId: item.message.batchId, heapBytes: heapBytes() } satisfies FromWorker);
+      port.postMessage({ type: 'progress', results, startedBatchId: item.message.batchId, heapBytes: heapBytes(), awaitsReply: reply !== undefined } satisfies FromWorker);
       results = [];
       if (reply) await reply;
       results.push(await runBatch(item));
     }
   } finally {
-    port.postMessage({ type: 'progress', results, startedBatchId: undefined, heapBytes: heapBytes() } satisfies FromWorker);
+    port.postMessage({ type: 'progress', results, startedBatchId: undefined, heapBytes: heapBytes(), awaitsReply: false } satisfies FromWorker);
     isLooping = false;
   }
 }

@@ -18,6 +18,8 @@ export interface WorkerInit {
   intraOpNumThreads: number;
   /** The server-wide default of `onnxruntime.cacheOptimizedModel` for models that do not set it (undefined: by size). */
   cacheOptimizedModelDefault: boolean | undefined;
+  /** The server-wide default of `onnxruntime.allowSpinning` for models that do not set it (undefined: Marina's default). */
+  allowSpinningDefault: boolean | undefined;
   limitMaxImagePixels: boolean;
   /** max_response_size, bytes: handlers may refuse a larger answer before building it. */
   maxResponseBytes: number;
@@ -50,9 +52,11 @@ export interface BatchPayload {
 }
 
 /**
- * The main thread sends a worker at most one batch it has not started. Each `started` report is
- * answered by exactly one `batch` message: the worker's next batch, or `batch: undefined` when
- * none is ready yet (a batch formed later comes in a message of its own).
+ * The main thread sends a worker at most one batch it has not started. A start report that
+ * awaits a reply (`awaitsReply`: a pipelined handler holds run() until its next batch is known)
+ * is answered by exactly one `batch` message: the worker's next batch, or `batch: undefined` when
+ * none is ready yet (a batch formed later comes in a message of its own). Other start reports get
+ * a message only when there is a batch to give.
  */
 export type ToWorker = { type: 'batch'; batch: BatchPayload | undefined };
 
@@ -72,4 +76,4 @@ export type BatchResult =
 export type FromWorker =
   | { type: 'ready'; heapBytes: number; warmup?: WarmupReport }
   | { type: 'init-failed'; error: ErrorPayload }
-  | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number };
+  | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number; awaitsReply: boolean };

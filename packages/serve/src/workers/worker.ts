@@ -241,15 +241,15 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   #onProgress(message: Extract<FromWorker, { type: 'progress' }>): void {
     this.#heapBytes = message.heapBytes;
     for (const result of message.results) this.#onResult(result);
-    if (message.startedBatchId !== undefined) this.#onStarted(message.startedBatchId);
+    if (message.startedBatchId !== undefined) this.#onStarted(message.startedBatchId, message.awaitsReply);
     this.#endIfRetired();
   }
 
-  #onStarted(batchId: number): void {
+  #onStarted(batchId: number, awaitsReply: boolean): void {
     const batch = this.#prefetched;
     if (!batch || batch.id !== batchId || !this.isAlive) {
       // Never leave the thread waiting for an answer to a start report.
-      this.#post({ type: 'batch', batch: undefined });
+      if (awaitsReply) this.#post({ type: 'batch', batch: undefined });
       return;
     }
     this.#prefetched = undefined;
@@ -257,7 +257,7 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     batch.startedAt = performance.now();
     for (const job of batch.jobs) job.timings.dispatchedAt = batch.startedAt;
     this.#armTimer(batch);
-    this.#isReplyDue = true;
+    this.#isReplyDue = awaitsReply;
     this.emit('started', batch.jobs);
     if (this.#isReplyDue) {
       this.#isReplyDue = false;
