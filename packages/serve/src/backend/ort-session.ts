@@ -9,6 +9,8 @@ import * as ort from 'onnxruntime-node';
 export interface SessionThreading {
   /** Intra-op threads for every session this worker creates. */
   intraOpNumThreads: number;
+  /** The server-wide default of `allowSpinning` for models that do not set it (ALLOW_SPINNING_ENV); undefined: ALLOW_SPINNING_DEFAULT. */
+  allowSpinning?: boolean;
 }
 
 /** Everything `createSession` needs, passed in (nothing is read from the thread's globals). */
@@ -54,6 +56,18 @@ export interface OrtModelSettings {
 
 /** Model size (model file plus its `.data`) from which `cacheOptimizedModel` is on by default: 16 MiB. */
 export const OPTIMIZED_COPY_MIN_BYTES = 16 * 1024 * 1024;
+
+/** Server-wide default of `allowSpinning` for models that do not set it: '1' on, '0' off (else ALLOW_SPINNING_DEFAULT). */
+export const ALLOW_SPINNING_ENV = 'MARINA_ORT_ALLOW_SPINNING';
+
+/** Spinning when neither the model nor the server's environment says: see createSessionOptions. */
+export const ALLOW_SPINNING_DEFAULT = false;
+
+/** The server-wide `allowSpinning` default from an environment (ALLOW_SPINNING_ENV); undefined when unset. */
+export function allowSpinningDefaultFrom(env: Record<string, string | undefined>): boolean | undefined {
+  const value = env[ALLOW_SPINNING_ENV];
+  return value === '1' ? true : value === '0' ? false : undefined;
+}
 
 /** Server-wide default of `cacheOptimizedModel` for models that do not set it: '1' on, '0' off (else by size). */
 export const CACHE_OPTIMIZED_MODEL_ENV = 'MARINA_ORT_CACHE_OPTIMIZED_MODEL';
@@ -102,7 +116,7 @@ export function createSessionOptions(threading: SessionThreading, settings: OrtM
     interOpNumThreads: 1,
     executionMode: 'sequential',
     executionProviders: ['cpu'],
-    extra: { session: { 'intra_op.allow_spinning': settings.allowSpinning === true ? '1' : '0' } },
+    extra: { session: { 'intra_op.allow_spinning': (settings.allowSpinning ?? threading.allowSpinning ?? ALLOW_SPINNING_DEFAULT) ? '1' : '0' } },
   };
   if (settings.enableCpuMemArena !== undefined) options.enableCpuMemArena = settings.enableCpuMemArena;
   if (settings.enableMemPattern !== undefined) options.enableMemPattern = settings.enableMemPattern;

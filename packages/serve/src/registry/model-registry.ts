@@ -1,7 +1,7 @@
 import { EventEmitter, once } from 'node:events';
 import { rm } from 'node:fs/promises';
 import { assertModelIdentity, extractToCache, normalizeManifest, readModelConfig, readQuantizationSummary, resolveInside, resolveManifestFiles } from '@marina/archive';
-import { cacheOptimizedModelDefaultFrom } from '../backend/ort-session.ts';
+import { allowSpinningDefaultFrom, cacheOptimizedModelDefaultFrom } from '../backend/ort-session.ts';
 import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
@@ -87,12 +87,14 @@ export class ModelRegistry implements ModelRegistryApi {
   readonly #registering = new Set<string>();
   #isClosing = false;
   readonly #cacheOptimizedModelDefault: boolean | undefined;
+  readonly #allowSpinningDefault: boolean | undefined;
 
   constructor(options: ModelRegistryOptions) {
     this.#config = options.config;
     this.#log = options.log ?? (() => undefined);
     this.#caches = options.caches;
     this.#cacheOptimizedModelDefault = cacheOptimizedModelDefaultFrom(options.env ?? process.env);
+    this.#allowSpinningDefault = allowSpinningDefaultFrom(options.env ?? process.env);
   }
 
   /** Extractions of opens in progress (not yet versions): the caches must not remove them. */
@@ -270,6 +272,7 @@ export class ModelRegistry implements ModelRegistryApi {
       modelYamlConfig: version.modelYamlConfig,
       intraOpNumThreads,
       cacheOptimizedModelDefault: this.#cacheOptimizedModelDefault,
+      allowSpinningDefault: this.#allowSpinningDefault,
       limitMaxImagePixels: this.#config.limitMaxImagePixels,
       maxResponseBytes: this.#config.maxResponseBytes,
       serverVersion: SERVER_VERSION,
