@@ -195,7 +195,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     const measured = await withLoadAverage('int8', () => runInt8(context, int8Assets, { rounds: INT8_ROUNDS[mode] }));
     rows.push(...measured.rows);
     int8 = measured.summary;
-    notes.push(`int8: ${int8.rounds} rounds each of ${int8.imagesPerRound} requests at ${plan.concurrency} clients, fp32 and int8 alternating, both servers running throughout (${int8.serverConfig}); int8 archive made by \`${int8.quantizeCommand}\`; its accuracy check: ${int8.agreement}. ${explainInt8Time(int8)}`);
+    notes.push(`int8: ${int8.rounds} rounds each of ${int8.imagesPerRound} requests at ${plan.concurrency} clients, fp32, int8 and int8 with ${int8.int8WorkersConfig} alternating, all three servers running throughout (${int8.serverConfig} for the first two); int8 archive made by \`${int8.quantizeCommand}\`; its accuracy check: ${int8.agreement}. ${explainInt8Time(int8)}`);
   }
 
   const ceiling = bestOf(rows, 'ceiling');

@@ -34,14 +34,17 @@ describe('marina-bench --quick --experiments int8', () => {
   afterAll(async () => {
     if (dir) await rm(dir, { recursive: true, force: true });
     // The two servers' TMPDIRs (pid files, extraction and optimised-model caches), inside the test run's own TMPDIR.
-    for (const name of ['marina-bench', 'marina-bench-int8']) await rm(join(tmpdir(), name), { recursive: true, force: true });
+    for (const name of ['marina-bench', 'marina-bench-int8', 'marina-bench-int8-workers']) await rm(join(tmpdir(), name), { recursive: true, force: true });
   });
 
-  it('serves the fp32 and the int8 archive, every request answered, and runs the int8 ceiling', () => {
+  it('serves the fp32 and the int8 archive (the int8 one also with a single-threaded worker per core), every request answered, and runs the int8 ceiling', () => {
     const rows = result.rows.filter((r) => r.experiment === 'int8');
+    const workers = `${result.int8!.int8WorkersConfig}`;
+    expect(workers).toMatch(/^\d+ workers × 1 thread$/);
     expect(rows.map((r) => r.config)).toEqual([
       'fp32 server (resnet-18-external.mar), 1 worker, defaults',
       'int8 server (resnet-18-int8.mar), 1 worker, defaults',
+      `int8 server (resnet-18-int8.mar), ${workers}`,
       'int8 ceiling, batch 1', 'int8 ceiling, batch 2', 'int8 ceiling, batch 4', 'int8 ceiling, batch 8',
     ]);
     for (const row of rows) {
@@ -52,6 +55,7 @@ describe('marina-bench --quick --experiments int8', () => {
     // Two rounds each, 12 requests per round, interleaved.
     expect(rows[0]!.images).toBe(24);
     expect(rows[1]!.images).toBe(24);
+    expect(rows[2]!.images).toBe(24);
     expect(result.rows.every((r) => r.experiment === 'int8')).toBe(true);
   });
 
@@ -61,6 +65,7 @@ describe('marina-bench --quick --experiments int8', () => {
     expect(s.rounds).toBe(2);
     expect(s.fp32RoundsPerSec).toHaveLength(2);
     expect(s.int8RoundsPerSec).toHaveLength(2);
+    expect(s.int8WorkersRoundsPerSec).toHaveLength(2);
     for (const value of [s.fp32PssMb, s.int8PssMb, s.fp32RssMb, s.int8RssMb, s.int8CeilingPerSec, s.int8Own.endToEndP50Ms, s.int8Own.inferP50Ms]) {
       expect(value).toBeGreaterThan(0);
     }

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { packArchive, parseModelConfig } from '@marina/archive';
 import { GraphBuilder, writeOnnxModel } from '@marina/model-zoo';
-import { createSessionOptions, optimizedModelCacheDir, readOrtModelSettings } from '../src/backend/ort-session.ts';
+import { allowSpinningDefaultFrom, createSessionOptions, optimizedModelCacheDir, readOrtModelSettings } from '../src/backend/ort-session.ts';
 import { call, createWorkspace, opsConfig, startOps, type OpsServer, type Workspace } from './ops-harness.ts';
 
 /** Packs `output = input·2 + 1` ([N,4]) with its weights in model.onnx.data, added with extraFiles. */
@@ -114,12 +114,25 @@ describe('the onnxruntime section of model-config.yaml', () => {
     expect(createSessionOptions(threading, settings)).toMatchObject({ graphOptimizationLevel: 'extended', enableCpuMemArena: false, enableMemPattern: false, intraOpNumThreads: 1 });
   });
 
-  it('keeps intra-op spinning off unless the model opts in with allowSpinning', () => {
+  it('lets intra-op threads spin by default (a machine that serves only Marina) unless the model opts out with allowSpinning: false', () => {
     const threading = { intraOpNumThreads: 2 };
-    expect(createSessionOptions(threading).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
-    const settings = readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: true\n'));
-    expect(settings).toEqual({ allowSpinning: true });
-    expect(createSessionOptions(threading, settings).extra).toEqual({ session: { 'intra_op.allow_spinning': '1' } });
+    expect(createSessionOptions(threading).extra).toEqual({ session: { 'intra_op.allow_spinning': '1' } });
+    const settings = readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: false\n'));
+    expect(settings).toEqual({ allowSpinning: false });
+    expect(createSessionOptions(threading, settings).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
+  });
+
+  it('takes the server-wide spinning default from MARINA_ORT_ALLOW_SPINNING; a model that sets allowSpinning keeps its own', () => {
+    expect(allowSpinningDefaultFrom({ MARINA_ORT_ALLOW_SPINNING: '1' })).toBe(true);
+    expect(allowSpinningDefaultFrom({ MARINA_ORT_ALLOW_SPINNING: '0' })).toBe(false);
+    expect(allowSpinningDefaultFrom({ MARINA_ORT_ALLOW_SPINNING: 'yes' })).toBeUndefined();
+    expect(allowSpinningDefaultFrom({})).toBeUndefined();
+    const on = { intraOpNumThreads: 2, allowSpinning: true };
+    const off = { intraOpNumThreads: 2, allowSpinning: false };
+    expect(createSessionOptions(on).extra).toEqual({ session: { 'intra_op.allow_spinning': '1' } });
+    expect(createSessionOptions(off).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
+    expect(createSessionOptions(on, readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: false\n'))).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
+    expect(createSessionOptions(off, readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: true\n'))).extra).toEqual({ session: { 'intra_op.allow_spinning': '1' } });
   });
 
   it('rejects an unknown level or key with MARINA_ERR_MODEL_CONFIG_INVALID, naming it', () => {

@@ -12,10 +12,10 @@ describe('intra-op thread defaults', () => {
     expect(resolveIntraOpThreads({ configured: undefined, ompNumThreads: undefined, cpuCount: 2, totalWorkers: 5 })).toEqual({ intraOpNumThreads: 1, source: 'cores' });
   });
 
-  it('turns intra-op spinning off whether or not the cores are oversubscribed (a server always has other work for them)', () => {
-    const spinningOff = { session: { 'intra_op.allow_spinning': '0' } };
-    expect(createSessionOptions({ intraOpNumThreads: 2 })).toEqual({ graphOptimizationLevel: 'all', intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', executionProviders: ['cpu'], extra: spinningOff });
-    expect(createSessionOptions({ intraOpNumThreads: 2 }).extra).toEqual(spinningOff);
+  it('lets intra-op threads spin by default, and a server-wide MARINA_ORT_ALLOW_SPINNING=0 turns it off for a shared machine', () => {
+    const spinning = { session: { 'intra_op.allow_spinning': '1' } };
+    expect(createSessionOptions({ intraOpNumThreads: 2 })).toEqual({ graphOptimizationLevel: 'all', intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', executionProviders: ['cpu'], extra: spinning });
+    expect(createSessionOptions({ intraOpNumThreads: 2, allowSpinning: false }).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
   });
 
   // Starting several real workers takes seconds on a loaded machine: allow it (no assertion depends on it).

@@ -143,7 +143,7 @@ async function buildFeeds(model: ResolvedModel, signature: ModelSignature, optio
  * Runs a model under onnxruntime's profiler and sums where the time goes, per node and per
  * operator type. Works on any ONNX model: inputs come from its signature (or, for an
  * image_classifier archive, from the handler's own preprocessing of a sample image). The session
- * is built as the server builds a worker's: graph optimisation 'all', spinning off.
+ * is built as the server builds a worker's by default: graph optimisation 'all', spinning on.
  *
  * @throws MARINA_ERR_BENCH_OPTION_INVALID for a missing file, a bad option or an archive without a model;
  *   the archive's own errors (MARINA_ERR_ARCHIVE_*) for a broken archive.
@@ -164,7 +164,7 @@ export async function profileModel(options: ProfileOptions): Promise<ProfileResu
       graphOptimizationLevel: 'all',
       intraOpNumThreads,
       interOpNumThreads: 1,
-      extra: { session: { 'intra_op.allow_spinning': '0' } },
+      extra: { session: { 'intra_op.allow_spinning': '1' } },
     };
     // The signature first, from a session without the profiler, so the profile holds only the runs.
     options.onProgress?.(`loading ${model.modelFile}`);

@@ -39,8 +39,9 @@ export interface OrtModelSettings {
   /** Pre-planned activation buffers; default true. */
   enableMemPattern?: boolean;
   /**
-   * Let intra-op threads spin at operator barriers instead of sleeping; default false (see
-   * createSessionOptions). Worth it only on a machine whose cores serve nothing else.
+   * Let intra-op threads spin at operator barriers instead of sleeping; default: the server's
+   * MARINA_ORT_ALLOW_SPINNING, else on (see createSessionOptions). Turn it off on a machine whose
+   * cores also serve other work.
    */
   allowSpinning?: boolean;
   /**
@@ -60,8 +61,8 @@ export const OPTIMIZED_COPY_MIN_BYTES = 16 * 1024 * 1024;
 /** Server-wide default of `allowSpinning` for models that do not set it: '1' on, '0' off (else ALLOW_SPINNING_DEFAULT). */
 export const ALLOW_SPINNING_ENV = 'MARINA_ORT_ALLOW_SPINNING';
 
-/** Spinning when neither the model nor the server's environment says: see createSessionOptions. */
-export const ALLOW_SPINNING_DEFAULT = false;
+/** Spinning when neither the model nor the server's environment says: on, for a machine that serves only Marina (see createSessionOptions). */
+export const ALLOW_SPINNING_DEFAULT = true;
 
 /** The server-wide `allowSpinning` default from an environment (ALLOW_SPINNING_ENV); undefined when unset. */
 export function allowSpinningDefaultFrom(env: Record<string, string | undefined>): boolean | undefined {
@@ -101,13 +102,15 @@ export function readOrtModelSettings(modelYamlConfig: Record<string, unknown> | 
  * Default graph optimisation 'all': 1.3–1.6x faster than 'extended' (onnxruntime-node facts),
  * though it keeps private, reordered copies of the convolution weights in every worker (see MEMORY.md).
  *
- * Intra-op spinning is off: a server always has other work on its cores (HTTP on the main thread,
- * image decoding on libuv's pool for the next batch, other workers), and spinning pool threads
- * burn the core that work needs while waiting at each operator's barrier. Measured with
- * ResNet-18, 1 worker × 2 threads, 100 clients on the shared 2-core machine (same run, alternating):
- * 30.6 and 30.1 img/s spinning off against 18.0 and 28.5 spinning on. On a quiet machine spinning
- * gained 2% (ResNet-152, 1 worker × 2 threads, batch 8: 13.8 vs 13.5 img/s), so a model can opt in
- * with `onnxruntime.allowSpinning: true`.
+ * Intra-op spinning (a worker with more than one intra-op thread) is on by default, as in
+ * onnxruntime itself: on a machine that serves only Marina the second thread then waits at each
+ * operator's barrier without a sleep and wake-up. ResNet-152, 1 worker × 2 threads, 100 clients,
+ * 2-core AMD EPYC with nothing else running, the bench's servers with MARINA_ORT_ALLOW_SPINNING
+ * 0 then 1: 7.28 against 7.78 img/s (+7%); batch 8: 8.23 against 8.47. On a machine whose cores
+ * also do other work, spinning threads burn the cores that work needs: ResNet-18, 1 worker × 2
+ * threads, 100 clients on a shared 2-core machine, 30.6 and 30.1 img/s spinning off against 18.0
+ * and 28.5 spinning on. There, turn it off for the server (MARINA_ORT_ALLOW_SPINNING=0) or for a
+ * model (`onnxruntime.allowSpinning: false`). Single-threaded workers never spin.
  */
 export function createSessionOptions(threading: SessionThreading, settings: OrtModelSettings = {}): ort.InferenceSession.SessionOptions {
   const options: ort.InferenceSession.SessionOptions = {
