@@ -65,6 +65,35 @@ describe('the tensor handler on /predictions', () => {
     expect(body.outputs.small_out.data).toEqual([1, 2, 3, 4]);
   });
 
+  it('answers a JSON body the same whether it is small (passed on as sent) or over 64 KiB (passed on re-encoded as binary)', async () => {
+    for (const rows of [2, 6000]) {
+      const x = Float32Array.from({ length: rows * 4 }, (_, i) => Math.fround(Math.sin(i) * 3));
+      const f = { ...feeds(), x: new ort.Tensor('float32', x, [rows, 4]) };
+      const expected = await mixed.run(f, ['y']);
+      const json = JSON.stringify({
+        inputs: {
+          x: { shape: [rows, 4], data: Array.from(x) },
+          scale: -3,
+          ids: { shape: [2, 3], data: [0, 1, 2, -5, 9007199254740990, 3] },
+          mask: [[false, false, true], [true, false, true]],
+          half: { shape: [2, 2], data: [1, 1.5, -1, 0] },
+          small: { shape: [2, 2], data: [1, 2, 3, 4] },
+          wide: { shape: [2, 2], data: [Math.PI, Math.E, -1, 0] },
+        },
+        outputs: ['y'],
+      });
+      expect(json.length > 64 * 1024, `${rows} rows: ${json.length} bytes`).toBe(rows > 2);
+      const res = await post('/predictions/mixed', json, { 'content-type': 'application/json' });
+      expect(res.status).toBe(200);
+      const body = await res.json();
+      expect(Object.keys(body.outputs)).toEqual(['y']);
+      expect(body.outputs.y.shape).toEqual([rows, 4]);
+      const want = expected['y']!.data as Float32Array;
+      expect(body.outputs.y.data).toHaveLength(want.length);
+      (body.outputs.y.data as number[]).forEach((v, i) => expect(Math.abs(v - want[i]!)).toBeLessThanOrEqual(1e-5 * Math.max(1, Math.abs(want[i]!))));
+    }
+  });
+
   it('takes the v2 binary layout and answers in it (binary outputs by default)', async () => {
     const f = feeds();
     const expected = await mixed.run(f);

@@ -8,7 +8,7 @@
  * - `model_log.log`: messages about models and their workers (loads, failures, restarts).
  * - `ts_metrics.log` / `model_metrics.log` under METRICS_LOCATION (default `logs/`), created at start-up as
  *   TorchServe's log4j2 creates them; written to with metrics_mode=log (see metrics/log-metrics.ts).
- * Lines are appended through one write stream per file; close() flushes them.
+ * Lines are appended through one write stream per file, once per turn of the event loop; close() flushes them.
  */
 import { createWriteStream, mkdirSync, openSync, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
@@ -46,16 +46,25 @@ export interface ServerLogs {
 
 const pad = (n: number, width = 2) => String(n).padStart(width, '0');
 
+/** The formatted date up to the second of the last call (a line per request is written many times a second). */
+let lastSecond = Number.NaN;
+let lastSecondText = '';
+
 /** log4j2's `%d{ISO8601}`: `yyyy-MM-dd'T'HH:mm:ss,SSS`, local time. */
 export function formatIso8601(date: Date): string {
-  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())},${pad(date.getMilliseconds(), 3)}`;
+  const second = Math.floor(date.getTime() / 1000);
+  if (second !== lastSecond) {
+    lastSecond = second;
+    lastSecondText = `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())},`;
+  }
+  return lastSecondText + pad(date.getMilliseconds(), 3);
 }
 
 /** One line in TorchServe's layout `%d{ISO8601} [%-5p] %t %c - %m`. */
 export function formatLogLine(options: { date: Date; level: LogLevel; thread: string; logger: string; message: string }): string {
   const level = options.level.toUpperCase().padEnd(5, ' ');
   // One event, one line: a message with newlines (a stack) keeps them escaped so every line has time and level.
-  const message = options.message.replace(/\r?\n/g, '\\n');
+  const message = options.message.includes('\n') ? options.message.replace(/\r?\n/g, '\\n') : options.message;
   return `${formatIso8601(options.date)} [${level}] ${options.thread} ${options.logger} - ${message}\n`;
 }
 
@@ -108,8 +117,22 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
     }
     return stream;
   };
+  // Lines are gathered per file and written once per turn of the event loop: under load that is
+  // one write for many requests' access lines instead of one each.
+  const pending = new Map<LogFileName, string>();
+  let isFlushDue = false;
+  const flush = () => {
+    isFlushDue = false;
+    for (const [file, text] of pending) streamOf(file)?.write(text);
+    pending.clear();
+  };
   const write = (file: LogFileName, text: string) => {
-    if (!isClosed) streamOf(file)?.write(text);
+    if (isClosed) return;
+    pending.set(file, (pending.get(file) ?? '') + text);
+    if (!isFlushDue) {
+      isFlushDue = true;
+      setImmediate(flush);
+    }
   };
   for (const file of ['access_log.log', 'ts_log.log', 'model_log.log', 'ts_metrics.log', 'model_metrics.log'] as LogFileName[]) streamOf(file);
 
@@ -132,6 +155,7 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
     },
     async close() {
       if (isClosed) return;
+      flush();
       isClosed = true;
       await Promise.all([...streams.values()].map((s) => new Promise<void>((resolve) => s.end(resolve))));
     },
