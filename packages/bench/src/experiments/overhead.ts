@@ -43,6 +43,13 @@ async function startBareServer(): Promise<{ pid: number; origin: string; stop: (
  */
 export const OVERHEAD_BEST_SETTINGS = { minWorkers: 1, maxWorkers: 1, batchSize: 8, maxBatchDelay: 2, intraOpNumThreads: 1 } as const;
 
+/**
+ * Unmeasured requests before each measured run: enough for V8 to optimise the request path of
+ * both the bare route and the server (a second at these rates). With 200, the server's first
+ * round measured up to 25% below its later ones while the JIT was still at work.
+ */
+const OVERHEAD_WARMUP_REQUESTS = 5000;
+
 /** Rounds of the many-clients comparison; bare route and servers alternate within each. */
 const OVERHEAD_ROUNDS = 2;
 
@@ -107,7 +114,7 @@ async function secondServerTmpDir(): Promise<string> {
 
 async function measureBare(context: ExperimentContext, bare: { pid: number; origin: string }, path: string, body: Buffer, contentType: string | undefined, clients: number, durationMs: number): Promise<ResultRow> {
   context.onProgress({ type: 'phase', label: `bare fastify route (constant), ${clients} client${clients > 1 ? 's' : ''}`, total: 0 });
-  await runLoad({ origin: bare.origin, path, body, contentType, concurrency: clients, requests: 0, warmupRequests: 200 });
+  await runLoad({ origin: bare.origin, path, body, contentType, concurrency: clients, requests: 0, warmupRequests: OVERHEAD_WARMUP_REQUESTS });
   const sampler = startProcessSampler({ getPids: () => [bare.pid] });
   const load = await runLoad({ origin: bare.origin, path, body, contentType, concurrency: clients, requests: 10_000_000, durationMs });
   return rowFromLoad('overhead', 'bare', clients, load, sampler.stop());
@@ -116,6 +123,6 @@ async function measureBare(context: ExperimentContext, bare: { pid: number; orig
 function measureServer(context: ExperimentContext, server: RunningServer, path: string, body: Buffer, contentType: string | undefined, clients: number, durationMs: number): Promise<ResultRow> {
   return measureServerLoad(context, server, {
     path, body, contentType, experiment: 'overhead', label: `Marina server, ${clients} client${clients > 1 ? 's' : ''}`,
-    concurrency: clients, requests: 10_000_000, durationMs, warmupRequests: 200,
+    concurrency: clients, requests: 10_000_000, durationMs, warmupRequests: OVERHEAD_WARMUP_REQUESTS,
   });
 }
