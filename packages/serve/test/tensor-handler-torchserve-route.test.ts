@@ -30,6 +30,15 @@ const feeds = () => ({
   small: new ort.Tensor('uint8', Uint8Array.from([1, 2, 3, 4]), [2, 2]),
   wide: new ort.Tensor('float64', Float64Array.from([Math.PI, Math.E, -1, 0]), [2, 2]),
 });
+/** The JSON form of `feeds()` without `x`. */
+const jsonInputsBesideX = {
+  scale: -3,
+  ids: { shape: [2, 3], data: [0, 1, 2, -5, 9007199254740990, 3] },
+  mask: [[false, false, true], [true, false, true]],
+  half: { shape: [2, 2], data: [1, 1.5, -1, 0] },
+  small: { shape: [2, 2], data: [1, 2, 3, 4] },
+  wide: { shape: [2, 2], data: [Math.PI, Math.E, -1, 0] },
+};
 const datatypes: Record<string, string> = { x: 'FP32', scale: 'FP32', ids: 'INT64', mask: 'BOOL', half: 'FP16', small: 'UINT8', wide: 'FP64' };
 const bytesOf = (t: ort.Tensor) => {
   const v = t.data as ArrayBufferView;
@@ -47,12 +56,7 @@ describe('the tensor handler on /predictions', () => {
     const res = await post('/predictions/mixed', JSON.stringify({
       inputs: {
         x: { shape: [2, 4], data: [0.5, -1, 2, 8, 1, 1, 1, 1] },
-        scale: -3,
-        ids: { shape: [2, 3], data: [0, 1, 2, -5, 9007199254740990, 3] },
-        mask: [[false, false, true], [true, false, true]],
-        half: { shape: [2, 2], data: [1, 1.5, -1, 0] },
-        small: { shape: [2, 2], data: [1, 2, 3, 4] },
-        wide: { shape: [2, 2], data: [Math.PI, Math.E, -1, 0] },
+        ...jsonInputsBesideX,
       },
       outputs: ['ids_out', 'mask_out', 'half_out', 'small_out'],
     }), { 'content-type': 'application/json' });
@@ -73,12 +77,7 @@ describe('the tensor handler on /predictions', () => {
       const json = JSON.stringify({
         inputs: {
           x: { shape: [rows, 4], data: Array.from(x) },
-          scale: -3,
-          ids: { shape: [2, 3], data: [0, 1, 2, -5, 9007199254740990, 3] },
-          mask: [[false, false, true], [true, false, true]],
-          half: { shape: [2, 2], data: [1, 1.5, -1, 0] },
-          small: { shape: [2, 2], data: [1, 2, 3, 4] },
-          wide: { shape: [2, 2], data: [Math.PI, Math.E, -1, 0] },
+          ...jsonInputsBesideX,
         },
         outputs: ['y'],
       });
