@@ -16,6 +16,16 @@ export interface OwnTime {
 interface BatchMessage { type: 'batch'; batchSize: number; images: number; wallMs: number; latenciesMs: number[] }
 interface OwnTimeMessage { type: 'own-time'; inferMs: number[]; endToEndMs: number[] }
 
+/** A ceiling row's configuration: `batch N`. */
+export function ceilingBatchLabel(batchSize: number): string {
+  return `batch ${batchSize}`;
+}
+
+/** The ceiling's row at batch 1 among `rows` (onnxruntime alone with its own defaults: what the ceiling targets compare with). */
+export function ceilingRowAtBatch1<R extends ResultRow>(rows: readonly R[]): R | undefined {
+  return rows.find((r) => r.config.endsWith(ceilingBatchLabel(1)));
+}
+
 /** Repeats of each batch size disagreeing by more than this fraction make the ceiling "noisy". */
 export const CEILING_NOISE_TOLERANCE = 0.25;
 
@@ -86,7 +96,7 @@ export async function runCeiling(context: ExperimentContext): Promise<CeilingRes
     if (verdict.isNoisy) noisyBatchSizes.push(size);
     const repeatsText = repeats.map((r) => throughput(r).toFixed(throughput(r) >= 100 ? 0 : 2)).join(' / ');
     return {
-      ...emptyRow('ceiling', `batch ${m.batchSize}`),
+      ...emptyRow('ceiling', ceilingBatchLabel(m.batchSize)),
       images: m.images,
       concurrency: m.batchSize,
       throughputPerSec: verdict.best,

@@ -5,7 +5,7 @@ import type { BenchAssets, TensorAssets } from '../model-assets.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
 import { runLoad, type LoadResult } from '../load-generator.ts';
 import { startServer, type RunningServer, type ServerModelSettings } from '../server-process.ts';
-import { summarizeLatencies, type LatencySummary } from '../stats.ts';
+import { bestOfRepeats, summarizeLatencies, type LatencySummary } from '../stats.ts';
 
 /** Progress events a run reports; the CLI draws them as a bar. */
 export type BenchProgressEvent =
@@ -148,4 +148,16 @@ export async function measureServerLoad(
 /** The sample JPEG of a model, read once per experiment. */
 export function readImage(assets: BenchAssets): Promise<Buffer> {
   return readFile(assets.imagePath);
+}
+
+/**
+ * The best of one configuration's rounds (measured in turns with the others, so a drift of the
+ * machine's speed falls on all alike), its note listing every round's throughput in `unit` and
+ * flagging rounds too far apart ("noisy").
+ */
+export function bestRound(rounds: readonly ResultRow[], unit: 'req/s' | 'img/s', digits: number): ResultRow {
+  const verdict = bestOfRepeats(rounds.map((r) => r.throughputPerSec));
+  const row = rounds[verdict.bestIndex]!;
+  const repeats = rounds.map((r) => r.throughputPerSec.toFixed(digits)).join(' / ');
+  return { ...row, note: [row.note, `best of rounds ${repeats} ${unit}${verdict.isNoisy ? ' (noisy: rerun on a quiet machine)' : ''}`].filter(Boolean).join('; ') };
 }

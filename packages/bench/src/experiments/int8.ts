@@ -5,7 +5,7 @@ import type { Int8Assets } from '../int8-assets.ts';
 import { runLoad, type LoadResult } from '../load-generator.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
 import type { RunningServer } from '../server-process.ts';
-import { runCeiling, type OwnTime } from './ceiling.ts';
+import { ceilingRowAtBatch1, runCeiling, type OwnTime } from './ceiling.ts';
 import { readImage, rowFromLoad, withServer, type ExperimentContext } from './experiment-context.ts';
 
 /** Mean ms per request of each Server-Timing entry (queue, preprocess, inference, postprocess, total). */
@@ -171,6 +171,7 @@ export async function runInt8(context: ExperimentContext, int8: Int8Assets, opti
 
   const ceiling = await runCeiling({ ...context, assets: { ...assets, modelPath: int8.modelPath } });
   const ceilingRows = ceiling.rows.map((row) => ({ ...row, experiment: 'int8' as const, config: `int8 ceiling, ${row.config}` }));
+  const ceilingBatch1 = ceilingRowAtBatch1(ceilingRows);
   const bestCeiling = ceilingRows.reduce((a, b) => (b.throughputPerSec > a.throughputPerSec ? b : a));
   for (const row of [...ceilingRows, int8Combined.row, workersCombined.row]) row.ratioToCeiling = row.throughputPerSec / bestCeiling.throughputPerSec;
   if (ceiling.noisyBatchSizes.length > 0) bestCeiling.note = `${bestCeiling.note}; noisy at batch ${ceiling.noisyBatchSizes.join('/')}`;
@@ -183,8 +184,8 @@ export async function runInt8(context: ExperimentContext, int8: Int8Assets, opti
     fp32RoundsPerSec: fp32.map((r) => r.load.throughputPerSec), int8RoundsPerSec: int8Rounds.map((r) => r.load.throughputPerSec),
     int8WorkersConfig: workersConfig, int8WorkersPerSec: workersCombined.row.throughputPerSec, int8WorkersRoundsPerSec: workersRounds.map((r) => r.load.throughputPerSec),
     int8CeilingPerSec: bestCeiling.throughputPerSec,
-    int8CeilingBatch1P50Ms: ceilingRows.find((r) => r.config.endsWith('batch 1'))?.p50Ms ?? Number.NaN,
-    int8CeilingBatch1PerSec: ceilingRows.find((r) => r.config.endsWith('batch 1'))?.throughputPerSec ?? Number.NaN,
+    int8CeilingBatch1P50Ms: ceilingBatch1?.p50Ms ?? Number.NaN,
+    int8CeilingBatch1PerSec: ceilingBatch1?.throughputPerSec ?? Number.NaN,
     int8Own: ceiling.ownTime,
     fp32PssMb: fp32Combined.row.pssMb, int8PssMb: int8Combined.row.pssMb,
     fp32RssMb: fp32[fp32.length - 1]!.usage.lastRssBytes / MB, int8RssMb: int8Rounds[int8Rounds.length - 1]!.usage.lastRssBytes / MB,

@@ -10,9 +10,9 @@ import { runLoad } from '../load-generator.ts';
 import { startProcessSampler } from '../process-sampler.ts';
 import { runJsonChild } from '../child-process-json.ts';
 import type { TensorAssets } from '../model-assets.ts';
-import { bestOfRepeats, median } from '../stats.ts';
+import { median } from '../stats.ts';
 import type { RunningServer } from '../server-process.ts';
-import { measureServerLoad, rowFromLoad, withServer, type ExperimentContext } from './experiment-context.ts';
+import { bestRound, measureServerLoad, rowFromLoad, withServer, type ExperimentContext } from './experiment-context.ts';
 
 const bareServerScript = fileURLToPath(new URL('../jobs/bare-server.mjs', import.meta.url));
 const tensorOwnTimeScript = fileURLToPath(new URL('../jobs/tensor-own-time.mjs', import.meta.url));
@@ -88,12 +88,7 @@ export async function runOverhead(context: ExperimentContext): Promise<ResultRow
         for (let round = 0; round < OVERHEAD_ROUNDS; round++) {
           for (const [i, target] of targets.entries()) rounds[i]!.push(await target.measure(concurrency, Math.ceil(durationMs / OVERHEAD_ROUNDS)));
         }
-        targets.forEach((target, i) => {
-          const verdict = bestOfRepeats(rounds[i]!.map((r) => r.throughputPerSec));
-          const row = rounds[i]![verdict.bestIndex]!;
-          const repeats = rounds[i]!.map((r) => r.throughputPerSec.toFixed(0)).join(' / ');
-          rows.push({ ...row, config: `${target.name}, ${concurrency} clients`, note: [row.note, `best of rounds ${repeats} req/s${verdict.isNoisy ? ' (noisy: rerun on a quiet machine)' : ''}`].filter(Boolean).join('; ') });
-        });
+        targets.forEach((target, i) => rows.push({ ...bestRound(rounds[i]!, 'req/s', 0), config: `${target.name}, ${concurrency} clients` }));
         for (const target of targets.slice(0, 2)) {
           const row = await target.measure(1, durationMs);
           rows.push({ ...row, config: `${target.name}, 1 client` });

@@ -3,9 +3,9 @@ import { runGrpcLoad } from '../grpc-load-generator.ts';
 import { runLoad } from '../load-generator.ts';
 import { listProcessTree, startProcessSampler } from '../process-sampler.ts';
 import type { RunningServer } from '../server-process.ts';
-import { bestOfRepeats, summarizeLatencies } from '../stats.ts';
+import { summarizeLatencies } from '../stats.ts';
 import { readOnnxSignature } from '@marina/serve';
-import { measureServerLoad, readImage, rowFromLoad, withServer, type ExperimentContext } from './experiment-context.ts';
+import { bestRound, measureServerLoad, readImage, rowFromLoad, withServer, type ExperimentContext } from './experiment-context.ts';
 
 /** Rounds of the protocols comparison at many clients; the three protocols alternate within each. */
 const PROTOCOL_ROUNDS = 3;
@@ -60,38 +60,27 @@ export async function runProtocols(context: ExperimentContext): Promise<{ rows: 
     const v2 = v2BinaryBody(input.name, shape, raw);
     // At least one request per client in each round, so every round runs with the queue full.
     const perRound = Math.max(plan.concurrency, Math.ceil(plan.images / 2));
-    const targets: Array<{ label: string; measure: () => Promise<ResultRow> }> = [
-      { label: 'TorchServe REST, JPEG', measure: () => measureServerLoad(context, server, { path, body: jpeg, experiment: 'protocols', label: 'TorchServe REST, JPEG', concurrency: plan.concurrency, requests: perRound, warmupRequests }) },
-      {
-        label: 'OIP v2 REST, binary FP32 tensor',
-        measure: () => measureServerLoad(context, server, {
-          path: `/v2/models/${modelName}/infer`, body: v2.body, headers: { 'inference-header-content-length': String(v2.headerLength) },
-          experiment: 'protocols', label: 'OIP v2 REST, binary FP32 tensor', concurrency: plan.concurrency, requests: perRound, warmupRequests,
-        }),
-      },
-      {
-        label: 'OIP v2 gRPC, raw FP32 tensor',
-        measure: () => measureGrpc(context, server, {
-          label: 'OIP v2 gRPC, raw FP32 tensor', concurrency: plan.concurrency, requests: perRound, warmupRequests,
-          request: { model_name: modelName, inputs: [{ name: input.name, datatype: 'FP32', shape }], raw_input_contents: [raw] },
-        }),
-      },
+    const measures: Array<() => Promise<ResultRow>> = [
+      () => measureServerLoad(context, server, { path, body: jpeg, experiment: 'protocols', label: 'TorchServe REST, JPEG', concurrency: plan.concurrency, requests: perRound, warmupRequests }),
+      () => measureServerLoad(context, server, {
+        path: `/v2/models/${modelName}/infer`, body: v2.body, headers: { 'inference-header-content-length': String(v2.headerLength) },
+        experiment: 'protocols', label: 'OIP v2 REST, binary FP32 tensor', concurrency: plan.concurrency, requests: perRound, warmupRequests,
+      }),
+      () => measureGrpc(context, server, {
+        label: 'OIP v2 gRPC, raw FP32 tensor', concurrency: plan.concurrency, requests: perRound, warmupRequests,
+        request: { model_name: modelName, inputs: [{ name: input.name, datatype: 'FP32', shape }], raw_input_contents: [raw] },
+      }),
     ];
     // The machine's speed drifts over minutes: the three protocols take turns, in rounds (the
     // order rotating), and each keeps its best round, as the overhead experiment does.
-    const rounds: ResultRow[][] = targets.map(() => []);
+    const rounds: ResultRow[][] = measures.map(() => []);
     for (let round = 0; round < PROTOCOL_ROUNDS; round++) {
-      for (let k = 0; k < targets.length; k++) {
-        const i = (k + round) % targets.length;
-        rounds[i]!.push(await targets[i]!.measure());
+      for (let k = 0; k < measures.length; k++) {
+        const i = (k + round) % measures.length;
+        rounds[i]!.push(await measures[i]!());
       }
     }
-    const [torchServe, v2Rest, v2Grpc] = targets.map((target, i) => {
-      const verdict = bestOfRepeats(rounds[i]!.map((r) => r.throughputPerSec));
-      const row = rounds[i]![verdict.bestIndex]!;
-      const repeats = rounds[i]!.map((r) => r.throughputPerSec.toFixed(2)).join(' / ');
-      return { ...row, note: [row.note, `best of rounds ${repeats} img/s${verdict.isNoisy ? ' (noisy: rerun on a quiet machine)' : ''}`].filter(Boolean).join('; ') };
-    }) as [ResultRow, ResultRow, ResultRow];
+    const [torchServe, v2Rest, v2Grpc] = rounds.map((measured) => bestRound(measured, 'img/s', 2)) as [ResultRow, ResultRow, ResultRow];
     rows.push(torchServe, v2Rest, v2Grpc);
     const ratio = (r: ResultRow) => (r.throughputPerSec / torchServe.throughputPerSec).toFixed(3);
     notes.push(`Protocols at ${plan.concurrency} clients (${context.assets.model}, best of ${PROTOCOL_ROUNDS} alternating rounds of ${perRound} requests): OIP REST binary ÷ TorchServe route = ${ratio(v2Rest)}, OIP gRPC ÷ TorchServe route = ${ratio(v2Grpc)} (images/s ${torchServe.throughputPerSec.toFixed(1)}, ${v2Rest.throughputPerSec.toFixed(1)}, ${v2Grpc.throughputPerSec.toFixed(1)}). The TorchServe route sends a JPEG that the worker decodes; the v2 rows send the preprocessed tensor (${raw.length} bytes).`);
