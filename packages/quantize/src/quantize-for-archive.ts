@@ -4,7 +4,7 @@ import type { CalibrationMethod } from './calibration.ts';
 import { createError } from './errors.ts';
 import { readSamples, recordHandlerFeeds, type Sample } from './handler-feeds.ts';
 import { saveModel } from './onnx-model.ts';
-import { quantizeModel, type Feeds, type QuantizationReport } from './quantize-model.ts';
+import { quantizeModel, type Feeds, type QuantizationReport, type QuantizeModelOptions } from './quantize-model.ts';
 
 /** The file inside an archive that records how its model was quantised. */
 export const QUANTIZATION_REPORT_FILE = 'quantization.json';
@@ -12,22 +12,17 @@ export const QUANTIZATION_REPORT_FILE = 'quantization.json';
 /** Default calibration method: the one with the best measured agreement on the issue's test models (see the README's Quantisation section). */
 export const DEFAULT_CALIBRATION_METHOD: CalibrationMethod = 'minmax';
 
-export interface QuantizeForArchiveOptions {
+/** The options quantizeForArchive passes on to quantizeModel as they are (`method` defaults to DEFAULT_CALIBRATION_METHOD here). */
+type PassedOnOptions = 'modelPath' | 'method' | 'percentile' | 'minAgreement' | 'excludedNodes' | 'excludedOpTypes' | 'isAutoFallback' | 'onProgress';
+
+export interface QuantizeForArchiveOptions extends Pick<QuantizeModelOptions, PassedOnOptions> {
   handler: string;
-  modelPath: string;
   /** Folder of request bodies to calibrate on (a quarter held back for the accuracy check unless `evalDir`). */
   calibrationDir: string;
   evalDir?: string;
   /** Folder the int8 model and quantization.json are written to. */
   outputDir: string;
   modelYamlConfig?: Record<string, unknown>;
-  method?: CalibrationMethod;
-  percentile?: number;
-  minAgreement?: number;
-  excludedNodes?: readonly string[];
-  excludedOpTypes?: readonly string[];
-  isAutoFallback?: boolean;
-  onProgress?: (message: string) => void;
 }
 
 /** quantization.json: the report plus which sample files were used for what. */
@@ -79,18 +74,8 @@ export async function quantizeForArchive(options: QuantizeForArchiveOptions): Pr
   options.onProgress?.(`running ${calibration.length} calibration and ${evaluation.length} evaluation samples through handler '${options.handler}'`);
   const calibrationFeeds = await feedsOf(options, calibration);
   const evalFeeds = await feedsOf(options, evaluation);
-  const { model, report } = await quantizeModel({
-    modelPath: options.modelPath,
-    calibrationFeeds,
-    evalFeeds,
-    method: options.method ?? DEFAULT_CALIBRATION_METHOD,
-    ...(options.percentile === undefined ? {} : { percentile: options.percentile }),
-    ...(options.minAgreement === undefined ? {} : { minAgreement: options.minAgreement }),
-    ...(options.excludedNodes ? { excludedNodes: options.excludedNodes } : {}),
-    ...(options.excludedOpTypes ? { excludedOpTypes: options.excludedOpTypes } : {}),
-    ...(options.isAutoFallback === undefined ? {} : { isAutoFallback: options.isAutoFallback }),
-    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
-  });
+  const { handler: _handler, calibrationDir: _calibrationDir, evalDir: _evalDir, outputDir: _outputDir, modelYamlConfig: _modelYamlConfig, ...passedOn } = options;
+  const { model, report } = await quantizeModel({ ...passedOn, calibrationFeeds, evalFeeds, method: options.method ?? DEFAULT_CALIBRATION_METHOD });
   const modelPath = join(options.outputDir, basename(options.modelPath));
   await saveModel(model, modelPath);
   const record: QuantizationRecord = { ...report, handler: options.handler, calibrationFiles: calibration.map((s) => s.name), evalFiles: evaluation.map((s) => s.name) };
