@@ -5,14 +5,14 @@
  * model-archiver CLI (which loads and checks it), served with `serve --start`, and asked over
  * HTTP on 127.0.0.1; the answers are compared with onnxruntime-node run directly.
  */
-import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { preprocessImage, resolveImageClassifierOptions } from '@marina/handlers';
 import { writeHeadClassifier, writeTinyDetector, writeTinySegmenter } from '@marina/model-zoo';
-import { bins, makeTempDir, runCli, startServeInBackground, type BackgroundServe } from './helpers.ts';
+import { bins, makeTempDir, runCli, startServeInBackground, stopServeAndRemove, type BackgroundServe } from './helpers.ts';
 
 let workDir: string;
 let inferencePort: number;
@@ -63,16 +63,7 @@ beforeAll(async () => {
   inferencePort = server.inferencePort;
 }, 180_000);
 
-afterAll(async () => {
-  try {
-    if (server) {
-      const stopped = await server.stop();
-      expect(stopped.code, stopped.stderr + stopped.stdout).toBe(0);
-    }
-  } finally {
-    if (workDir) rmSync(workDir, { recursive: true, force: true });
-  }
-});
+afterAll(() => stopServeAndRemove(server, workDir));
 
 async function predict(model: string, body: Buffer, headers: Record<string, string> = {}): Promise<Response> {
   return fetch(`http://127.0.0.1:${inferencePort}/predictions/${model}`, { method: 'POST', headers: { 'content-type': 'application/octet-stream', ...headers }, body: new Uint8Array(body) });

@@ -1,9 +1,10 @@
 import { spawn, type SpawnOptions } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { expect } from 'vitest';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const bins = {
@@ -22,10 +23,15 @@ export interface RunResult {
   stderr: string;
 }
 
-/** Runs a CLI to completion and collects its output (never rejects on a non-zero exit). */
+/** Runs a CLI (a Node script) to completion and collects its output (never rejects on a non-zero exit). */
 export function runCli(bin: string, args: string[], options: SpawnOptions = {}): Promise<RunResult> {
+  return runCommand(process.execPath, [bin, ...args], options);
+}
+
+/** Runs any command to completion and collects its output (never rejects on a non-zero exit). */
+export function runCommand(command: string, args: string[], options: SpawnOptions = {}): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, ...args], { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -78,4 +84,19 @@ export async function startServeInBackground(workDir: string, extraProperties: s
   const env = { ...process.env, TMPDIR: workDir };
   const started = await runCli(bins.serve, ['--start', '--disable-token-auth', '--ts-config', 'config.properties'], { cwd: workDir, env });
   return { inferencePort, managementPort, started, stop: () => runCli(bins.serve, ['--stop'], { cwd: workDir, env }) };
+}
+
+/**
+ * The end of a suite that started a server with startServeInBackground: `serve --stop` must exit 0,
+ * and the work folder is removed whatever happens.
+ */
+export async function stopServeAndRemove(server: BackgroundServe | undefined, workDir: string | undefined): Promise<void> {
+  try {
+    if (server) {
+      const stopped = await server.stop();
+      expect(stopped.code, stopped.stderr + stopped.stdout).toBe(0);
+    }
+  } finally {
+    if (workDir) rmSync(workDir, { recursive: true, force: true });
+  }
 }

@@ -10,14 +10,14 @@
  * own tarball, installed into a project, classifies an image through the installed server.
  * The Dockerfile runs the same install command.
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort, makeTempDir, repoRoot } from './helpers.ts';
+import { freePort, makeTempDir, repoRoot, runCommand, type RunResult } from './helpers.ts';
 
 const execFileAsync = promisify(execFile);
 
@@ -27,23 +27,9 @@ let work: string;
 let env: NodeJS.ProcessEnv;
 let clientTarball: string;
 
-interface Ran {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
 /** Runs a command found on the test's PATH (the temporary prefix's bin first), never rejecting. */
-function run(command: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Ran> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd: options.cwd ?? work, env: options.env ?? env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+function run(command: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<RunResult> {
+  return runCommand(command, args, { cwd: options.cwd ?? work, env: options.env ?? env });
 }
 
 /** pnpm as the test runs under it (`pnpm test` sets npm_execpath), else the version package.json pins, through npx. */

@@ -4,12 +4,12 @@
  * compares the two over HTTP on 127.0.0.1; `validate` and the describe API show the precision
  * and the agreement measured at archive time.
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeResnet } from '@marina/model-zoo';
-import { bins, makeTempDir, runCli, startServeInBackground, type BackgroundServe } from './helpers.ts';
+import { bins, makeTempDir, runCli, startServeInBackground, stopServeAndRemove, type BackgroundServe } from './helpers.ts';
 
 let workDir: string;
 let inferencePort: number;
@@ -56,16 +56,7 @@ beforeAll(async () => {
   ({ inferencePort, managementPort } = server);
 }, 300_000);
 
-afterAll(async () => {
-  try {
-    if (server) {
-      const stopped = await server.stop();
-      expect(stopped.code, stopped.stderr + stopped.stdout).toBe(0);
-    }
-  } finally {
-    if (workDir) rmSync(workDir, { recursive: true, force: true });
-  }
-});
+afterAll(() => stopServeAndRemove(server, workDir));
 
 async function classify(model: string, body: Buffer): Promise<Record<string, number>> {
   const response = await fetch(`http://127.0.0.1:${inferencePort}/predictions/${model}`, { method: 'POST', headers: { 'content-type': 'image/jpeg' }, body: new Uint8Array(body) });
