@@ -79,10 +79,21 @@ function nestedShape(value: unknown, where: string): number[] {
     shape.push(probe.length);
     probe = probe[0];
   }
-  const count = shape.reduce((a, b) => a * b, 1);
-  const flat = Array.isArray(value) ? value.flat(Infinity).length : 1;
-  if (flat !== count) throw invalid(`${where}: the nested array is not rectangular (shape looks like [${shape.join(', ')}] but has ${flat} values)`);
+  if (Array.isArray(value) && !isRectangular(value, shape, 0)) {
+    throw invalid(`${where}: the nested array is not rectangular (shape looks like [${shape.join(', ')}] but some rows differ in length or depth)`);
+  }
   return shape;
+}
+
+/** Every array at depth `depth` has `shape[depth]` items, arrays down to the last dimension and no arrays below it. */
+function isRectangular(value: readonly unknown[], shape: readonly number[], depth: number): boolean {
+  if (value.length !== shape[depth]) return false;
+  const isLast = depth === shape.length - 1;
+  for (let i = 0; i < value.length; i++) {
+    const item = value[i];
+    if (isLast ? Array.isArray(item) : !Array.isArray(item) || !isRectangular(item, shape, depth + 1)) return false;
+  }
+  return true;
 }
 
 /** BOOL accepts 0/1 as well as booleans on the JSON routes (TorchServe clients send numbers). */
@@ -102,6 +113,60 @@ function readOutputs(value: unknown, where: string): RequestedOutput[] | undefin
   });
 }
 
+/** The model's input names and signatures by name, built once per signature (this runs for every request). */
+const inputIndexes = new WeakMap<TensorSignature[], { names: string[]; byName: Map<string, TensorSignature> }>();
+
+function inputIndexOf(inputs: TensorSignature[]): { names: string[]; byName: Map<string, TensorSignature> } {
+  let index = inputIndexes.get(inputs);
+  if (!index) {
+    index = { names: inputs.map((i) => i.name), byName: new Map(inputs.map((i) => [i.name, i])) };
+    inputIndexes.set(inputs, index);
+  }
+  return index;
+}
+
+interface JsonTensorIndex {
+  names: string[];
+  byName: Map<string, TensorSignature>;
+  tensors: Map<string, RawTensor>;
+}
+
+/** One named tensor of a JSON body, checked against the model's input of that name, into `index.tensors`. */
+function addJsonTensor(index: JsonTensorIndex, name: string, value: unknown, datatype?: unknown): void {
+  const { names, byName, tensors } = index;
+  const where = `input '${name}'`;
+  const input = byName.get(name);
+  if (!input) throw invalid(`unknown input '${name}'; the model's inputs are: ${names.join(', ')}`);
+  const modelType = v2DatatypeOf(input.type);
+  if (!modelType) throw invalid(`${where} has type ${input.type}, which JSON tensors cannot carry`);
+  if (datatype !== undefined && !isV2Datatype(datatype)) throw invalid(`${where}: 'datatype' must be one of BOOL, UINT8…UINT64, INT8…INT64, FP16, FP32, FP64, BYTES; got ${JSON.stringify(datatype)}`);
+  const type: V2Datatype = (datatype as V2Datatype | undefined) ?? modelType;
+  let shape: number[];
+  let data: unknown;
+  if (Array.isArray(value)) {
+    shape = nestedShape(value, where);
+    data = value;
+  } else if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'string') {
+    shape = [];
+    data = [value];
+  } else if (value && typeof value === 'object' && 'data' in value) {
+    const t = value as { shape?: unknown; data: unknown };
+    data = t.data;
+    shape = t.shape === undefined ? (Array.isArray(t.data) ? nestedShape(t.data, where) : []) : readShape(t.shape, where);
+  } else throw invalid(`${where}: expected a nested array, a number, or {"shape": [...], "data": [...]}`);
+  const tensor: RawTensor = { name, datatype: type, shape, raw: Buffer.alloc(0) };
+  checkTensorAgainstSignature(tensor, input);
+  tensor.raw = jsonToRaw(type, type === 'BOOL' ? boolValues(data) : data, shape, where);
+  tensors.set(name, tensor);
+}
+
+/** A body with one unnamed tensor (`{"data": ...}` or a bare nested array): the model must have one input. */
+function addSingle(index: JsonTensorIndex, value: unknown): void {
+  const { names } = index;
+  if (names.length !== 1) throw invalid(`the model has ${names.length} inputs (${names.join(', ')}); name them: {"inputs": {"${names[0]}": {"shape": [...], "data": [...]}}}`);
+  addJsonTensor(index, names[0]!, value);
+}
+
 /**
  * Reads one request into named raw tensors, strictly checked against `inputs` (the model's signature).
  * Accepted bodies:
@@ -113,8 +178,7 @@ function readOutputs(value: unknown, where: string): RequestedOutput[] | undefin
  * @throws MARINA_ERR_TENSOR_INPUT_INVALID
  */
 export function parseTensorRequest(payload: unknown, inputs: TensorSignature[], options: { headerLength?: number } = {}): ParsedTensorRequest {
-  const names = inputs.map((i) => i.name);
-  const byName = new Map(inputs.map((i) => [i.name, i]));
+  const { names, byName } = inputIndexOf(inputs);
   const tensors = new Map<string, RawTensor>();
   let body = payload;
   if (options.headerLength !== undefined) {
@@ -146,7 +210,8 @@ export function parseTensorRequest(payload: unknown, inputs: TensorSignature[], 
     return { tensors, outputs: readOutputs(header['outputs'], 'the JSON header'), format, isBinaryOutputDefault: parameters?.binary_data_output !== false };
   }
 
-  if (Buffer.isBuffer(body) || body instanceof Uint8Array) body = Buffer.from(body).toString('utf8');
+  if (Buffer.isBuffer(body)) body = body.toString('utf8');
+  else if (body instanceof Uint8Array) body = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
   if (typeof body === 'string') {
     try {
       body = JSON.parse(body);
@@ -154,51 +219,22 @@ export function parseTensorRequest(payload: unknown, inputs: TensorSignature[], 
       throw invalid(`the body is not valid JSON: ${(error as Error).message}`);
     }
   }
-  const add = (name: string, value: unknown, datatype?: unknown) => {
-    const where = `input '${name}'`;
-    const input = byName.get(name);
-    if (!input) throw invalid(`unknown input '${name}'; the model's inputs are: ${names.join(', ')}`);
-    const modelType = v2DatatypeOf(input.type);
-    if (!modelType) throw invalid(`${where} has type ${input.type}, which JSON tensors cannot carry`);
-    if (datatype !== undefined && !isV2Datatype(datatype)) throw invalid(`${where}: 'datatype' must be one of BOOL, UINT8…UINT64, INT8…INT64, FP16, FP32, FP64, BYTES; got ${JSON.stringify(datatype)}`);
-    const type: V2Datatype = (datatype as V2Datatype | undefined) ?? modelType;
-    let shape: number[];
-    let data: unknown;
-    if (Array.isArray(value)) {
-      shape = nestedShape(value, where);
-      data = value;
-    } else if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'string') {
-      shape = [];
-      data = [value];
-    } else if (value && typeof value === 'object' && 'data' in value) {
-      const t = value as { shape?: unknown; data: unknown };
-      data = t.data;
-      shape = t.shape === undefined ? (Array.isArray(t.data) ? nestedShape(t.data, where) : []) : readShape(t.shape, where);
-    } else throw invalid(`${where}: expected a nested array, a number, or {"shape": [...], "data": [...]}`);
-    const tensor: RawTensor = { name, datatype: type, shape, raw: Buffer.alloc(0) };
-    checkTensorAgainstSignature(tensor, input);
-    tensor.raw = jsonToRaw(type, type === 'BOOL' ? boolValues(data) : data, shape, where);
-    tensors.set(name, tensor);
-  };
-  const single = (value: unknown) => {
-    if (names.length !== 1) throw invalid(`the model has ${names.length} inputs (${names.join(', ')}); name them: {"inputs": {"${names[0]}": {"shape": [...], "data": [...]}}}`);
-    add(names[0]!, value);
-  };
   let outputs: RequestedOutput[] | undefined;
-  if (Array.isArray(body)) single(body);
+  const index = { names, byName, tensors };
+  if (Array.isArray(body)) addSingle(index, body);
   else if (body && typeof body === 'object' && 'inputs' in body) {
     const list = (body as { inputs: unknown }).inputs;
     if (Array.isArray(list)) {
       list.forEach((i, n) => {
         const e = i as { name?: unknown; datatype?: unknown } | null;
         const name = typeof e?.name === 'string' ? e.name : names.length === 1 ? names[0]! : `#${n}`;
-        add(name, i, e?.datatype);
+        addJsonTensor(index, name, i, e?.datatype);
       });
-    } else if (list && typeof list === 'object') for (const [name, value] of Object.entries(list)) add(name, value);
+    } else if (list && typeof list === 'object') for (const name in list) addJsonTensor(index, name, (list as Record<string, unknown>)[name]);
     else throw invalid("'inputs' must be an object of named tensors or a list of {name, shape, datatype, data}");
     outputs = readOutputs((body as { outputs?: unknown }).outputs, 'the body');
   } else if (body && typeof body === 'object' && 'data' in body) {
-    single((body as { data: unknown }).data);
+    addSingle(index, (body as { data: unknown }).data);
     outputs = readOutputs((body as { outputs?: unknown }).outputs, 'the body');
   } else throw invalid('expected {"inputs": {...}}, {"inputs": [...]}, {"data": [...]} or a nested array');
   for (const name of names) if (!tensors.has(name)) throw invalid(`input '${name}' is missing; the model's inputs are: ${names.join(', ')}`);

@@ -96,6 +96,11 @@ export interface BuiltinHandler {
   description: string;
   create(): Handler;
   /**
+   * The request headers (lower-case) the handler reads through `getRequestHeader`: the server
+   * sends a built-in handler's worker only these (a custom handler gets every header, as in TorchServe).
+   */
+  requestHeaders: readonly string[];
+  /**
    * Checks that a model's inputs and outputs fit this handler and that its model-config.yaml
    * `handler:` knobs resolve against them. A fixed batch dimension below `batchSize` is a
    * warning (see `fixedBatchWarning`). `classCount` is the number of names in

@@ -102,7 +102,23 @@ export function float16BitsToFloat32(bits: number): number {
 
 /** Flattens nested JSON data (v2 allows flat or nested, row-major). */
 function flatten(data: unknown): unknown[] {
-  return Array.isArray(data) ? (data.some(Array.isArray) ? data.flat(Infinity) : data) : [data];
+  if (!Array.isArray(data)) return [data];
+  for (let i = 0; i < data.length; i++) if (Array.isArray(data[i])) return flattenInto(data, []);
+  return data;
+}
+
+/** `data.flat(Infinity)` without its generic per-level arrays (this runs on the HTTP thread for every JSON tensor request). */
+function flattenInto(data: readonly unknown[], out: unknown[]): unknown[] {
+  for (let i = 0; i < data.length; i++) {
+    const v = data[i];
+    if (Array.isArray(v)) flattenInto(v, out);
+    else out.push(v);
+  }
+  return out;
+}
+
+function notOfDatatype(where: string, datatype: V2Datatype, v: unknown, what: string) {
+  return invalid(`${where}: ${JSON.stringify(v)} is not ${what} (datatype ${datatype})`);
 }
 
 /**
@@ -123,21 +139,20 @@ export function jsonToRaw(datatype: V2Datatype, data: unknown, shape: readonly n
   }
   const info = V2_DATATYPES[datatype];
   const out = Buffer.allocUnsafe(count * info.bytes);
-  const bad = (v: unknown, what: string) => invalid(`${where}: ${JSON.stringify(v)} is not ${what} (datatype ${datatype})`);
   for (let i = 0; i < count; i++) {
     const v = values[i];
     if (datatype === 'BOOL') {
-      if (typeof v !== 'boolean') throw bad(v, 'a boolean');
+      if (typeof v !== 'boolean') throw notOfDatatype(where, datatype, v, 'a boolean');
       out[i] = v ? 1 : 0;
       continue;
     }
-    if (typeof v !== 'number') throw bad(v, 'a number');
+    if (typeof v !== 'number') throw notOfDatatype(where, datatype, v, 'a number');
     switch (datatype) {
       case 'FP32': out.writeFloatLE(v, i * 4); break;
       case 'FP64': out.writeDoubleLE(v, i * 8); break;
       case 'FP16': out.writeUInt16LE(float32ToFloat16Bits(v), i * 2); break;
       default: {
-        if (!Number.isInteger(v)) throw bad(v, 'an integer');
+        if (!Number.isInteger(v)) throw notOfDatatype(where, datatype, v, 'an integer');
         try {
           switch (datatype) {
             case 'UINT8': out.writeUInt8(v, i); break;
@@ -150,7 +165,7 @@ export function jsonToRaw(datatype: V2Datatype, data: unknown, shape: readonly n
             case 'UINT64': out.writeBigUInt64LE(BigInt(v), i * 8); break;
           }
         } catch {
-          throw bad(v, `in the range of ${datatype}`);
+          throw notOfDatatype(where, datatype, v, `in the range of ${datatype}`);
         }
       }
     }

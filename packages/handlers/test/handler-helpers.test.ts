@@ -54,6 +54,15 @@ describe('tensor handler requests', () => {
     expect(() => parseTensorRequest({ inputs: { y: { data: [1] } } }, x)).toThrow(/unknown input 'y'/);
     expect(() => parseTensorRequest('{oops', x)).toThrow(/not valid JSON/);
   });
+
+  it('rejects ragged nested arrays, also one whose leaves happen to add up to the shape', () => {
+    expect(() => parseTensorRequest({ data: [[1, 2], [3]] }, x)).toThrow(/input 'x': the nested array is not rectangular \(shape looks like \[2, 2\]/);
+    expect(() => parseTensorRequest({ data: [[1, 2], [3, [4]]] }, x)).toThrow(/not rectangular/);
+    expect(() => parseTensorRequest({ data: [[1, 2], 3] }, x)).toThrow(/not rectangular/);
+    expect(() => parseTensorRequest({ inputs: { x: { data: [[1, 2], [3, 4, 5]] } } }, x)).toThrow(/not rectangular/);
+    // Nested data with an explicit shape is read row-major, however it is nested.
+    expect(values({ inputs: { x: { shape: [2, 2], data: [[1, 2], [3, [4]]] } } })).toEqual({ shape: [2, 2], data: [1, 2, 3, 4] });
+  });
 });
 
 describe('topK with probabilities the model already computed', () => {

@@ -12,9 +12,11 @@ export function handle(data, context) {
   return data.map((row, i) => {
     const body = row.body;
     if (body === 'cached') { context.setResponseContentType(i, 'text/plain'); return cached; }
+    if (body === 'say') return 'said';
     return {
       kind: Buffer.isBuffer(body) ? 'buffer' : Array.isArray(body) ? 'array' : typeof body,
       value: Buffer.isBuffer(body) ? body.toString('utf8') : body,
+      hex: Buffer.isBuffer(body) ? body.toString('hex') : null,
       header: context.getRequestHeader(i, 'x-tag') ?? null,
       requestId: context.requestIds[i],
       batch: data.length,
@@ -40,7 +42,7 @@ describe('hand-off between the HTTP thread and the worker', () => {
     await dir?.cleanup();
   });
 
-  const post = (model: string, payload: string, contentType: string, tag = 't') =>
+  const post = (model: string, payload: string | Buffer, contentType: string, tag = 't') =>
     app.inference.inject({ method: 'POST', url: `/predictions/${model}`, payload, headers: { 'content-type': contentType, 'x-tag': tag } });
 
   it('gives the handler parsed JSON for application/json, as TorchServe does', async () => {
@@ -54,6 +56,23 @@ describe('hand-off between the HTTP thread and the worker', () => {
     expect((await post('one', '{not json', 'application/json')).json()).toMatchObject({ kind: 'buffer', value: '{not json' });
     expect((await post('one', 'héllo', 'text/plain')).json()).toMatchObject({ kind: 'string', value: 'héllo' });
     expect((await post('one', 'raw', 'application/octet-stream')).json()).toMatchObject({ kind: 'buffer', value: 'raw' });
+  });
+
+  it('keeps the exact bytes of a body that is not UTF-8, and decodes text/* as TorchServe does', async () => {
+    // A small body the worker decodes travels as text only when it is valid UTF-8; these must not.
+    const notUtf8 = Buffer.from([0x7b, 0xff, 0xfe, 0x22, 0xc3]);
+    expect((await post('one', notUtf8, 'application/json')).json()).toMatchObject({ kind: 'buffer', hex: '7bfffe22c3' });
+    expect((await post('one', notUtf8, 'text/plain')).json()).toMatchObject({ kind: 'string', value: notUtf8.toString('utf8') });
+    // Valid UTF-8 that is not JSON comes back as exactly its bytes (a BOM too).
+    const bom = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from('ünï')]);
+    expect((await post('one', bom, 'application/json')).json()).toMatchObject({ kind: 'buffer', hex: bom.toString('hex') });
+  });
+
+  it("answers a handler's string as it is, typed as bytes when the handler gives no type", async () => {
+    const res = await post('one', 'say', 'text/plain');
+    expect(res.statusCode).toBe(200);
+    expect(res.headers['content-type']).toBe('application/octet-stream');
+    expect(res.body).toBe('said');
   });
 
   it('answers each of many concurrent requests with its own result when batches are handed off together', async () => {

@@ -391,7 +391,8 @@ export class ModelRegistry implements ModelRegistryApi {
       const timings: PredictTimingsMs = { queueMs: dispatchedAt - arrivedAt, workerMs: (t.finishedAt ?? performance.now()) - dispatchedAt };
       if (t.stages) timings.stages = t.stages;
       if (t.handlerMs !== undefined) timings.handlerMs = t.handlerMs;
-      return { ...result, timings };
+      // Not a spread: a TextJobResult's body is a getter, which a spread would drop.
+      return Object.assign(result, { timings });
     } catch (error) {
       const e = toMarinaError(error);
       statusCode = e.statusCode;

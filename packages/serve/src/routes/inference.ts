@@ -31,6 +31,9 @@ export function sendError(reply: FastifyReply, error: unknown): FastifyReply {
   return reply.code(e.statusCode).type('application/json').send(`${JSON.stringify(errorBody(e), null, 2)}\n`);
 }
 
+/** The serializer of an answer the worker sent as text: it is sent as it is. */
+const textAsIs = (text: unknown) => text as string;
+
 /** @fastify/multipart's codes for a body over its limits (answered 413). */
 const multipartTooLargeCodes = new Set(['FST_REQ_FILE_TOO_LARGE', 'FST_PARTS_LIMIT', 'FST_FILES_LIMIT', 'FST_FIELDS_LIMIT']);
 
@@ -157,11 +160,17 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         bodyDecoding,
       };
       const result = await registry.predict(options.dataPlane ? options.dataPlane.admitTorchServeInput(predictOptions) : predictOptions);
-      assertResponseSize(result.body.length, maxResponseBytes);
+      const { text } = result;
+      assertResponseSize(text === undefined ? result.body.length : Buffer.byteLength(text), maxResponseBytes);
       reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
       for (const k in result.headers) reply.header(k, result.headers[k]!);
+      // Text goes as it is (node writes it with the head in one write); fastify would call a string
+      // without a type text/plain, so an untyped answer keeps the type its bytes would get.
       if (result.contentType) reply.type(result.contentType);
-      return reply.code(result.statusCode).send(result.body);
+      else if (text !== undefined && !reply.hasHeader('content-type')) reply.type('application/octet-stream');
+      if (text === undefined) return reply.code(result.statusCode).send(result.body);
+      // As it is: fastify would add `; charset=utf-8` to a JSON type given a string (TorchServe's is `application/json`).
+      return reply.code(result.statusCode).serializer(textAsIs).send(text);
     } catch (error) {
       const code = (error as { code?: string }).code;
       if (code !== undefined && multipartTooLargeCodes.has(code)) {

@@ -7,10 +7,31 @@ export type JobInput = Record<string, unknown>;
 /** What a worker answers for one job. */
 export interface JobResult {
   statusCode: number;
-  body: Buffer;
+  readonly body: Buffer;
+  /**
+   * The same answer as text, when the worker sent text (JSON it serialised, a string the handler
+   * returned): the REST routes send it as it is, in one write with the response head.
+   */
+  readonly text?: string;
   /** Set by the handler, or 'application/json' when the server serialised the item to JSON. */
   contentType: string | undefined;
   headers: Record<string, string>;
+}
+
+/** A JobResult the worker sent as text: its bytes (`body`) are encoded only when a protocol reads them. */
+export class TextJobResult implements JobResult {
+  #body: Buffer | undefined;
+
+  constructor(
+    public statusCode: number,
+    readonly text: string,
+    public contentType: string | undefined,
+    public headers: Record<string, string>,
+  ) {}
+
+  get body(): Buffer {
+    return (this.#body ??= Buffer.from(this.text, 'utf8'));
+  }
 }
 
 export interface JobTimings {

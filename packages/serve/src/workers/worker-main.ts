@@ -43,9 +43,22 @@ function toBuffer(v: unknown): unknown {
   return v instanceof Uint8Array && !Buffer.isBuffer(v) ? Buffer.from(v.buffer, v.byteOffset, v.byteLength) : v;
 }
 
-/** TorchServe's decode_input_request for a raw body: JSON parsed (bytes kept when it does not parse), text/* as a string. */
+/**
+ * TorchServe's decode_input_request for a raw body: JSON parsed (bytes kept when it does not
+ * parse), text/* as a string. A small body comes already as its text (valid UTF-8, so its bytes
+ * are exactly the text's encoding).
+ */
 function decodeBody(body: unknown, decoding: BodyDecoding): unknown {
-  if (decoding === undefined || !Buffer.isBuffer(body)) return body;
+  if (decoding === undefined) return body;
+  if (typeof body === 'string') {
+    if (decoding === 'text') return body;
+    try {
+      return JSON.parse(body);
+    } catch {
+      return Buffer.from(body, 'utf8');
+    }
+  }
+  if (!Buffer.isBuffer(body)) return body;
   if (decoding === 'text') return body.toString('utf8');
   try {
     return JSON.parse(body.toString('utf8'));
@@ -76,7 +89,7 @@ const sessionSettings = { threading: { intraOpNumThreads: init.intraOpNumThreads
 /** What the handler sets for each row of one batch through its context. */
 interface BatchState {
   requestIds: string[];
-  headers: Array<Record<string, string>>;
+  headers: Array<Record<string, string> | undefined> | undefined;
   statuses: Array<{ code: number; phrase?: string } | undefined>;
   contentTypes: Array<string | undefined>;
   responseHeaders: Array<Record<string, string> | undefined>;
@@ -120,7 +133,7 @@ function createBatchContext(batch: BatchState): HandlerContext {
     ...baseContext,
     requestIds: batch.requestIds,
     getRequestHeader(index: number, name: string) {
-      return batch.headers[index]?.[name.toLowerCase()];
+      return batch.headers?.[index]?.[name.toLowerCase()];
     },
     setResponseStatus(code: number, phrase?: string, index?: number) {
       if (index === undefined) batch.statuses = batch.statuses.map(() => ({ code, phrase }));
@@ -136,7 +149,7 @@ function createBatchContext(batch: BatchState): HandlerContext {
 }
 
 function serialise(batch: BatchState, item: unknown, index: number): ItemResult {
-  const headers = batch.responseHeaders[index] ?? {};
+  const headers = batch.responseHeaders[index];
   if (item instanceof Error) {
     return { ok: false, error: toPayload(item, 'MARINA_ERR_HANDLER_FAILED', 503, 'Prediction failed: '), headers };
   }
@@ -155,7 +168,7 @@ function serialise(batch: BatchState, item: unknown, index: number): ItemResult 
     body = json ?? 'null';
     contentType ??= 'application/json';
   }
-  return { ok: true, statusCode: status?.code ?? 200, body, contentType, headers };
+  return headers ? { ok: true, statusCode: status?.code ?? 200, body, contentType, headers } : { ok: true, statusCode: status?.code ?? 200, body, contentType };
 }
 
 /** A received batch; `preprocessed` is started as soon as it arrives when the handler has a separate preprocess. */

@@ -44,9 +44,11 @@ export type BodyDecoding = 'json' | 'text' | undefined;
 /** One batch as sent to the worker. */
 export interface BatchPayload {
   batchId: number;
+  /** A row's `body` with a decoding may come as its UTF-8 text instead of its bytes (a small body). */
   rows: Array<Record<string, unknown>>;
   requestIds: string[];
-  headers: Array<Record<string, string>>;
+  /** Per row, the headers its handler may read (a built-in handler's few, every header for a custom one); absent when no row has any. */
+  headers?: Array<Record<string, string> | undefined>;
   /** Per row; absent when no row needs decoding. */
   decodings?: BodyDecoding[];
 }
@@ -60,10 +62,10 @@ export interface BatchPayload {
  */
 export type ToWorker = { type: 'batch'; batch: BatchPayload | undefined };
 
-/** A serialised item: `body` is bytes, or text (JSON the worker serialised, a string the handler returned), sent as a string because a small Buffer would drag its whole 8 KiB pool slab through the structured clone. */
+/** A serialised item: `body` is bytes, or text (JSON the worker serialised, a string the handler returned), sent as a string because a small Buffer would drag its whole 8 KiB pool slab through the structured clone; `headers` only when the handler set some. */
 export type ItemResult =
-  | { ok: true; statusCode: number; body: Uint8Array | string; contentType: string | undefined; headers: Record<string, string> }
-  | { ok: false; error: ErrorPayload; headers: Record<string, string> };
+  | { ok: true; statusCode: number; body: Uint8Array | string; contentType: string | undefined; headers?: Record<string, string> }
+  | { ok: false; error: ErrorPayload; headers?: Record<string, string> };
 
 export type BatchResult =
   | { batchId: number; ok: true; items: ItemResult[]; handlerMs: number; stages?: HandlerStagesMs }

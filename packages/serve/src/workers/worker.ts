@@ -1,11 +1,13 @@
 import { EventEmitter } from 'node:events';
+import { isUtf8 } from 'node:buffer';
 import { Worker as NodeWorker } from 'node:worker_threads';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
+import { getBuiltinHandler } from '@marina/handlers';
 import { createServeError } from '../errors.ts';
 import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
-import type { Job } from '../scheduling/job.ts';
-import type { BatchPayload, BatchResult, FromWorker, HandlerStagesMs, ToWorker, WorkerInit } from './worker-protocol.ts';
+import { TextJobResult, type Job } from '../scheduling/job.ts';
+import type { BatchPayload, BatchResult, BodyDecoding, FromWorker, HandlerStagesMs, ToWorker, WorkerInit } from './worker-protocol.ts';
 
 /**
  * LOADING → READY ⇄ BUSY → UNLOADING (stopped on purpose) or FAILED (crash, load failure,
@@ -76,6 +78,8 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   #nextBatchId = 1;
   #hasExited = false;
   readonly #options: WorkerOptions;
+  /** The request headers the thread's handler reads (a built-in handler's list); undefined: every header (a custom handler). */
+  readonly #requestHeaders: readonly string[] | undefined;
   readonly exited: Promise<void>;
   #markExited!: () => void;
 
@@ -83,6 +87,7 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     super();
     this.#options = options;
     this.intraOpNumThreads = options.init.intraOpNumThreads;
+    this.#requestHeaders = getBuiltinHandler(options.init.handler)?.requestHeaders;
     this.exited = new Promise((resolve) => (this.#markExited = resolve));
   }
 
@@ -207,18 +212,22 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     const n = jobs.length;
     const rows: Array<Record<string, unknown>> = new Array(n);
     const requestIds: string[] = new Array(n);
-    const headers: Array<Record<string, string>> = new Array(n);
+    const wanted = this.#requestHeaders;
+    let headers: BatchPayload['headers'];
     let decodings: BatchPayload['decodings'];
     for (let i = 0; i < n; i++) {
       const job = jobs[i]!;
       const row: Record<string, unknown> = {};
-      for (const key in job.input) row[key] = prepareValue(job.input[key]);
+      for (const key in job.input) row[key] = prepareValue(job.input[key], key === 'body' ? job.bodyDecoding : undefined);
       rows[i] = row;
       requestIds[i] = job.requestId;
-      headers[i] = job.headers;
+      const picked = wanted === undefined ? job.headers : pickHeaders(job.headers, wanted);
+      if (picked !== undefined) (headers ??= new Array(n).fill(undefined))[i] = picked;
       if (job.bodyDecoding !== undefined) (decodings ??= new Array(n).fill(undefined))[i] = job.bodyDecoding;
     }
-    const payload: BatchPayload = decodings ? { batchId: batch.id, rows, requestIds, headers, decodings } : { batchId: batch.id, rows, requestIds, headers };
+    const payload: BatchPayload = { batchId: batch.id, rows, requestIds };
+    if (headers) payload.headers = headers;
+    if (decodings) payload.decodings = decodings;
     this.#post({ type: 'batch', batch: payload });
   }
 
@@ -300,9 +309,12 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
       job.timings.handlerMs = result.handlerMs;
       if (item.ok) {
         const { body } = item;
-        job.resolve({ statusCode: item.statusCode, body: typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.from(body.buffer, body.byteOffset, body.byteLength), contentType: item.contentType, headers: item.headers });
+        const headers = item.headers ?? {};
+        job.resolve(typeof body === 'string'
+          ? new TextJobResult(item.statusCode, body, item.contentType, headers)
+          : { statusCode: item.statusCode, body: Buffer.from(body.buffer, body.byteOffset, body.byteLength), contentType: item.contentType, headers });
       } else {
-        job.reject(new MarinaError(item.error.code, item.error.message, item.error.statusCode, { details: Object.keys(item.headers).length > 0 ? { headers: item.headers } : undefined }));
+        job.reject(new MarinaError(item.error.code, item.error.message, item.error.statusCode, { details: item.headers ? { headers: item.headers } : undefined }));
       }
     }
     this.emit('finished', { jobs: batch.jobs, reason: batch.reason, inferenceMs, isOk: true, ...(result.stages ? { stages: result.stages } : {}) });
@@ -338,13 +350,30 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   }
 }
 
+/** A body up to this size that the worker decodes as JSON or text goes over as a string (see prepareValue). */
+const TEXT_BODY_BYTES = 64 * 1024;
+
 /**
- * A Buffer goes over as its own bytes: a view into a bigger buffer (small Buffers share an 8 KiB
- * pool slab) is copied first, as the structured clone would copy the whole slab. Never
- * transferred: a prefetched batch whose worker dies before starting it goes back to the queue
- * and must still hold its inputs (the copy costs microseconds for an image body).
+ * How one input value crosses to the thread. A small body the worker would decode as JSON or
+ * text anyway goes as its UTF-8 string when it is valid UTF-8 (a string is cloned as one copy;
+ * an ArrayBuffer costs the HTTP thread about a microsecond more each, which is most of a tiny
+ * model's hand-off). Other bytes go as their own bytes: a view into a bigger buffer (small
+ * Buffers share an 8 KiB pool slab) is copied first, as the structured clone would copy the
+ * whole slab. Never transferred: a prefetched batch whose worker dies before starting it goes
+ * back to the queue and must still hold its inputs (the copy costs microseconds for an image body).
  */
-function prepareValue(value: unknown): unknown {
+function prepareValue(value: unknown, decoding: BodyDecoding): unknown {
   if (!(value instanceof Uint8Array)) return value;
+  if (decoding !== undefined && value.byteLength <= TEXT_BODY_BYTES && isUtf8(value)) return Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('utf8');
   return value.byteOffset !== 0 || value.byteLength !== value.buffer.byteLength ? new Uint8Array(value) : value;
+}
+
+/** The headers a built-in handler reads, or undefined when the request has none of them. */
+function pickHeaders(headers: Record<string, string>, names: readonly string[]): Record<string, string> | undefined {
+  let picked: Record<string, string> | undefined;
+  for (const name of names) {
+    const value = headers[name];
+    if (value !== undefined) (picked ??= {})[name] = value;
+  }
+  return picked;
 }
