@@ -124,15 +124,16 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
       maxBatchDelayMs: options.settings.maxBatchDelayMs,
       workers: () => this.pool.workers,
       dispatch: (worker, jobs, reason) => {
-        worker.give(jobs, reason);
-        this.#watchPrefetchedDeadlines(jobs);
+        // Given to an idle worker, the batch runs at once (the aggregator's loop then offers the
+        // worker its next batch); otherwise it waits prefetched, its deadlines still watched.
+        if (worker.give(jobs, reason)) this.#countStarted(jobs);
+        else this.#watchPrefetchedDeadlines(jobs);
       },
       expired: () => this.#expiredError(),
     });
     this.pool.on('ready', () => this.#pump());
     this.pool.on('started', (_worker, jobs) => {
-      this.queue.markStarted(jobs.length);
-      this.#runningJobs += jobs.length;
+      this.#countStarted(jobs);
       // The worker that started now wants its next batch: it is given one here, synchronously.
       this.#pump();
     });
@@ -200,6 +201,12 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
     }, Math.max(0, next - performance.now()));
     // Never keeps the process alive: a batch that starts or fails first makes the check a no-op.
     timer.unref?.();
+  }
+
+  /** A taken batch began running: its jobs are no longer waiting. */
+  #countStarted(jobs: readonly Job[]): void {
+    this.queue.markStarted(jobs.length);
+    this.#runningJobs += jobs.length;
   }
 
   #noWorkersError() {

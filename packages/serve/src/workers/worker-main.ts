@@ -220,8 +220,12 @@ async function loop(): Promise<void> {
     while (pending.length > 0) {
       const item = pending.shift()!;
       const reply = isPipelined() ? new Promise<void>((resolve) => (onReply = resolve)) : undefined;
-      port.postMessage({ type: 'progress', results, startedBatchId: item.message.batchId, heapBytes: heapBytes(), awaitsReply: reply !== undefined } satisfies FromWorker);
-      results = [];
+      // A batch given to this worker while idle is already running for the main thread: no report
+      // (nothing can be waiting in `results` then: the last report of the loop carried them).
+      if (reply !== undefined || item.message.startsAtOnce !== true || results.length > 0) {
+        port.postMessage({ type: 'progress', results, startedBatchId: item.message.batchId, heapBytes: heapBytes(), awaitsReply: reply !== undefined } satisfies FromWorker);
+        results = [];
+      }
       if (reply) await reply;
       results.push(await runBatch(item));
     }

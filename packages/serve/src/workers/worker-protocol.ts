@@ -51,6 +51,12 @@ export interface BatchPayload {
   headers?: Array<Record<string, string> | undefined>;
   /** Per row; absent when no row needs decoding. */
   decodings?: BodyDecoding[];
+  /**
+   * The worker was idle when it was given this batch, and the main thread counts it as running
+   * from then: the thread starts it without a start report (a pipelined handler still reports, to
+   * wait for its next batch, and gets a reply as for any start report).
+   */
+  startsAtOnce?: true;
 }
 
 /**
@@ -58,7 +64,8 @@ export interface BatchPayload {
  * awaits a reply (`awaitsReply`: a pipelined handler holds run() until its next batch is known)
  * is answered by exactly one `batch` message: the worker's next batch, or `batch: undefined` when
  * none is ready yet (a batch formed later comes in a message of its own). Other start reports get
- * a message only when there is a batch to give.
+ * a message only when there is a batch to give. A batch given to an idle worker (`startsAtOnce`)
+ * is started without a report unless the handler is pipelined.
  */
 export type ToWorker = { type: 'batch'; batch: BatchPayload | undefined };
 

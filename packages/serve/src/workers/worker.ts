@@ -52,7 +52,7 @@ interface Batch {
  * batches it may hold, one running and at most one prefetched (sent, not started).
  *
  * Events:
- * - 'started' (jobs): a batch began running; the worker now wants its next batch (answer with `give`
+ * - 'started' (jobs): a prefetched batch began running (a batch given to an idle worker starts in `give`, which says so); the worker now wants its next batch (answer with `give`
  *   synchronously, or the thread is told there is none yet);
  * - 'finished' (outcome): a batch was answered (its jobs are settled);
  * - 'failed' (error, unstarted): the worker crashed, ran out of heap or timed out; the running batch's
@@ -201,12 +201,15 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   }
 
   /**
-   * Sends the worker a batch taken from the queue (it must want one: see `wantsBatch`). It becomes
-   * the running batch when the thread reports its start; until then it is the prefetched batch.
+   * Sends the worker a batch taken from the queue (it must want one: see `wantsBatch`). Given to
+   * an idle worker, the batch is running from now on (the thread starts it as it arrives, and does
+   * not report the start: one message less per batch, which is most of a tiny model's hand-off);
+   * returns true then, and the caller counts it as started ('started' is not emitted). Otherwise it
+   * is the prefetched batch until the thread reports its start.
    */
-  give(jobs: Job[], reason: DispatchReason): void {
+  give(jobs: Job[], reason: DispatchReason): boolean {
     const batch: Batch = { id: this.#nextBatchId++, jobs, reason, startedAt: 0 };
-    this.#prefetched = batch;
+    const startsAtOnce = this.#running === undefined && this.#prefetched === undefined;
     this.#state = 'BUSY';
     this.#isReplyDue = false;
     const n = jobs.length;
@@ -228,7 +231,11 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     const payload: BatchPayload = { batchId: batch.id, rows, requestIds };
     if (headers) payload.headers = headers;
     if (decodings) payload.decodings = decodings;
+    if (startsAtOnce) payload.startsAtOnce = true;
     this.#post({ type: 'batch', batch: payload });
+    if (startsAtOnce) this.#start(batch);
+    else this.#prefetched = batch;
+    return startsAtOnce;
   }
 
   /**
@@ -262,16 +269,20 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
       return;
     }
     this.#prefetched = undefined;
-    this.#running = batch;
-    batch.startedAt = performance.now();
-    for (const job of batch.jobs) job.timings.dispatchedAt = batch.startedAt;
-    this.#armTimer(batch);
+    this.#start(batch);
     this.#isReplyDue = awaitsReply;
     this.emit('started', batch.jobs);
     if (this.#isReplyDue) {
       this.#isReplyDue = false;
       this.#post({ type: 'batch', batch: undefined });
     }
+  }
+
+  #start(batch: Batch): void {
+    this.#running = batch;
+    batch.startedAt = performance.now();
+    for (const job of batch.jobs) job.timings.dispatchedAt = batch.startedAt;
+    this.#armTimer(batch);
   }
 
   #armTimer(batch: Batch): void {
