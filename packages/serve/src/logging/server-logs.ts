@@ -8,9 +8,9 @@
  * - `model_log.log`: messages about models and their workers (loads, failures, restarts).
  * - `ts_metrics.log` / `model_metrics.log` under METRICS_LOCATION (default `logs/`), created at start-up as
  *   TorchServe's log4j2 creates them; written to with metrics_mode=log (see metrics/log-metrics.ts).
- * Lines are appended through one write stream per file, once per turn of the event loop; close() flushes them.
+ * Lines are appended through one write stream per file, every 50 ms (sooner when 64 KiB gathered); close() flushes them.
  */
-import { createWriteStream, mkdirSync, openSync, type WriteStream } from 'node:fs';
+import { createWriteStream, mkdirSync, openSync, writeSync, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
@@ -43,6 +43,11 @@ export interface ServerLogs {
   /** Flushes and closes every file. Idempotent. */
   close(): Promise<void>;
 }
+
+/** How long a log line may wait in memory before it is written, ms. */
+const LOG_FLUSH_INTERVAL_MS = 50;
+/** The buffer of one file's lines not written yet: written at once when full (the bound on what waits in memory). */
+const LOG_BUFFER_BYTES = 64 * 1024;
 
 const pad = (n: number, width = 2) => String(n).padStart(width, '0');
 
@@ -83,6 +88,7 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
   const metricsLogDir = options.metricsLogDir ?? logDir;
   const now = options.now ?? (() => new Date());
   const streams = new Map<LogFileName, WriteStream>();
+  const fds = new Map<LogFileName, number>();
   let isClosed = false;
   const readyDirs = new Set<string>();
   /** Files that could not be opened: their lines are dropped without trying again on every line. */
@@ -110,6 +116,7 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
         unwritable.add(file);
         return undefined; // A read-only folder loses the lines of this file, never the server.
       }
+      fds.set(file, fd);
       stream = createWriteStream('', { fd, flags: 'a' });
       // A full disk or a read-only folder must not crash the server: the line is lost, serving goes on.
       stream.on('error', () => undefined);
@@ -117,23 +124,62 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
     }
     return stream;
   };
-  // Lines are gathered per file and written once per turn of the event loop: under load that is
-  // one write for many requests' access lines instead of one each.
-  const pending = new Map<LogFileName, string>();
-  let isFlushDue = false;
+  // Lines are encoded into one buffer per file as they come, and written every
+  // LOG_FLUSH_INTERVAL_MS, or at once when a buffer is full: under load, one write for hundreds of
+  // requests' access lines. Each write is handed to one of libuv's pool threads, and waking a
+  // sleeping thread costs the HTTP thread 15-30 µs (measured on a 2-core VM), more than a tiny
+  // model's whole request when it happened once per turn of the event loop. Encoding at once lets
+  // each line's string die young instead of outliving a garbage collection or two.
+  const pending = new Map<LogFileName, { bytes: Buffer; used: number }>();
+  let flushTimer: ReturnType<typeof setTimeout> | undefined;
+  const flushFile = (file: LogFileName) => {
+    const buffered = pending.get(file);
+    if (!buffered || buffered.used === 0) return;
+    // The stream keeps the bytes until they are written: the next lines go to a new buffer.
+    streamOf(file)?.write(buffered.bytes.subarray(0, buffered.used));
+    pending.delete(file);
+  };
   const flush = () => {
-    isFlushDue = false;
-    for (const [file, text] of pending) streamOf(file)?.write(text);
-    pending.clear();
+    clearTimeout(flushTimer);
+    flushTimer = undefined;
+    for (const file of [...pending.keys()]) flushFile(file);
   };
   const write = (file: LogFileName, text: string) => {
     if (isClosed) return;
-    pending.set(file, (pending.get(file) ?? '') + text);
-    if (!isFlushDue) {
-      isFlushDue = true;
-      setImmediate(flush);
+    // At most 3 bytes per UTF-16 unit: a line that may not fit goes after the buffer's lines.
+    const maxBytes = text.length * 3;
+    let buffered = pending.get(file);
+    if (buffered && buffered.used + maxBytes > buffered.bytes.length) {
+      flushFile(file);
+      buffered = undefined;
+    }
+    if (maxBytes > LOG_BUFFER_BYTES) {
+      streamOf(file)?.write(text);
+      return;
+    }
+    if (!buffered) {
+      buffered = { bytes: Buffer.allocUnsafeSlow(LOG_BUFFER_BYTES), used: 0 };
+      pending.set(file, buffered);
+    }
+    buffered.used += buffered.bytes.write(text, buffered.used, 'utf8');
+    if (flushTimer === undefined) {
+      flushTimer = setTimeout(flush, LOG_FLUSH_INTERVAL_MS);
+      // Never keeps the process alive; close() writes what is left.
+      flushTimer.unref();
     }
   };
+  // A process that ends without close() (an uncaught error) still writes the lines gathered.
+  const writeOnExit = () => {
+    for (const [file, buffered] of pending) {
+      const fd = fds.get(file);
+      try {
+        if (fd !== undefined) writeSync(fd, buffered.bytes, 0, buffered.used);
+      } catch {
+        // A full disk loses these lines, as it would any other.
+      }
+    }
+  };
+  process.once('exit', writeOnExit);
   for (const file of ['access_log.log', 'ts_log.log', 'model_log.log', 'ts_metrics.log', 'model_metrics.log'] as LogFileName[]) streamOf(file);
 
   return {
@@ -157,6 +203,7 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
       if (isClosed) return;
       flush();
       isClosed = true;
+      process.off('exit', writeOnExit);
       await Promise.all([...streams.values()].map((s) => new Promise<void>((resolve) => s.end(resolve))));
     },
   };
