@@ -59,17 +59,33 @@ function setup(options: { batchSize: number; maxBatchDelayMs: number; workers: n
     worker(name).running = undefined;
     aggregator.pump();
   };
-  return { aggregator, queue, sent, add, start, finish, jobs };
+  /** The current turn of the event loop ends (the fake timers run the aggregator's setImmediate). */
+  const endTurn = () => vi.advanceTimersByTime(0);
+  return { aggregator, queue, sent, add, start, finish, jobs, endTurn };
 }
 
 describe('BatchAggregator (workers pull)', () => {
   beforeEach(() => vi.useFakeTimers());
   afterEach(() => vi.useRealTimers());
 
-  it('gives an idle worker what is queued at once, even a lone job with a long maxBatchDelay', () => {
+  it('gives an idle worker what is queued at the end of the turn, even a lone job with a long maxBatchDelay', () => {
     const t = setup({ batchSize: 8, maxBatchDelayMs: 10_000, workers: 1 });
     t.add();
+    expect(t.sent).toEqual([]);
+    t.endTurn();
     expect(t.sent).toEqual([{ worker: 'w1', ids: ['r0'], reason: 'idle' }]);
+  });
+
+  it('sends the jobs that arrive in one turn to an idle worker as one batch, and a full batch at once', () => {
+    const t = setup({ batchSize: 4, maxBatchDelayMs: 10_000, workers: 2 });
+    t.add();
+    t.add();
+    t.add();
+    expect(t.sent).toEqual([]);
+    t.endTurn();
+    expect(t.sent).toEqual([{ worker: 'w1', ids: ['r0', 'r1', 'r2'], reason: 'idle' }]);
+    t.add(4);
+    expect(t.sent[1]).toEqual({ worker: 'w2', ids: ['r3', 'r4', 'r5', 'r6'], reason: 'full' });
   });
 
   it('keeps at most one prefetched batch per worker; the rest stays in the queue', () => {
@@ -89,6 +105,7 @@ describe('BatchAggregator (workers pull)', () => {
   it('collects a busy worker\'s next batch for up to maxBatchDelay, then sends what it has', () => {
     const t = setup({ batchSize: 4, maxBatchDelayMs: 100, workers: 1 });
     t.add();
+    t.endTurn();
     t.start('w1');
     t.add();
     vi.advanceTimersByTime(60);
@@ -104,6 +121,7 @@ describe('BatchAggregator (workers pull)', () => {
   it('sends the batch being collected as soon as it is full, or as soon as its worker becomes idle', () => {
     const t = setup({ batchSize: 3, maxBatchDelayMs: 1000, workers: 1 });
     t.add();
+    t.endTurn();
     t.start('w1');
     t.add(3);
     expect(t.sent[1]).toEqual({ worker: 'w1', ids: ['r1', 'r2', 'r3'], reason: 'full' });
@@ -111,25 +129,30 @@ describe('BatchAggregator (workers pull)', () => {
     t.add();
     expect(t.sent).toHaveLength(2);
     t.finish('w1');
+    t.endTurn();
     expect(t.sent[2]).toEqual({ worker: 'w1', ids: ['r4'], reason: 'idle' });
   });
 
   it('prefers an idle worker to a busy one\'s prefetch', () => {
     const t = setup({ batchSize: 4, maxBatchDelayMs: 1000, workers: 2 });
     t.add();
+    t.endTurn();
     t.start('w1');
     t.add();
+    t.endTurn();
     expect(t.sent.map((s) => s.worker)).toEqual(['w1', 'w2']);
   });
 
   it('sends a partial batch at once when maxBatchDelay is 0, and without waiting once flushing', () => {
     const t = setup({ batchSize: 4, maxBatchDelayMs: 0, workers: 1 });
     t.add();
+    t.endTurn();
     t.start('w1');
     t.add();
     expect(t.sent[1]).toEqual({ worker: 'w1', ids: ['r1'], reason: 'delay' });
     const u = setup({ batchSize: 4, maxBatchDelayMs: 1000, workers: 1 });
     u.add();
+    u.endTurn();
     u.start('w1');
     u.add();
     u.aggregator.flush();

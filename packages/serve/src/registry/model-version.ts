@@ -128,6 +128,8 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
         // worker its next batch); otherwise it waits prefetched, its deadlines still watched.
         if (worker.give(jobs, reason)) this.#countStarted(jobs);
         else this.#watchPrefetchedDeadlines(jobs);
+        // The aggregator also dispatches from its own timers (delay, end of turn): say so.
+        this.emit('progress');
       },
       expired: () => this.#expiredError(),
     });

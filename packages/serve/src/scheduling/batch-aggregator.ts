@@ -5,7 +5,7 @@ import type { JobQueue } from './job-queue.ts';
 /**
  * Why a batch left the queue:
  * - 'full': it reached batchSize;
- * - 'idle': the worker it went to was running nothing, so waiting could only add latency;
+ * - 'idle': the worker it went to was running nothing, so waiting past the current turn of the event loop could only add latency;
  * - 'delay': maxBatchDelay ran out (measured from when the batch's first job was taken);
  * - 'flush': the model version is closing.
  */
@@ -39,8 +39,10 @@ export interface BatchAggregatorOptions<W extends BatchTaker> {
  *
  * A worker pulls when it becomes idle and again when it starts running a batch (for its one
  * prefetched batch, decoded while the current one runs). An idle worker gets what is queued at
- * once: with nothing running, waiting could only add latency, so a lone request never sits out
- * the delay. A busy worker's prefetched batch is collected: it goes when full, when the delay
+ * the end of the current turn of the event loop (at once when a full batch is queued): with
+ * nothing running, waiting longer could only add latency, so a lone request never sits out the
+ * delay, and requests that arrived in the same turn (many clients' requests read together) go as
+ * one batch, one hand-off to the worker thread instead of one each. A busy worker's prefetched batch is collected: it goes when full, when the delay
  * runs out, or at once when that worker becomes idle first. One batch is collected at a time, as
  * TorchServe's per-model lock does.
  *
@@ -52,6 +54,8 @@ export class BatchAggregator<W extends BatchTaker> {
   #isCollectDue = false;
   #isFlushing = false;
   #deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  #turnEnd: ReturnType<typeof setImmediate> | undefined;
+  #isTurnOver = false;
   #deadlineAt = Infinity;
 
   constructor(options: BatchAggregatorOptions<W>) {
@@ -78,6 +82,12 @@ export class BatchAggregator<W extends BatchTaker> {
         busy ??= w;
       }
       if (idle !== undefined) {
+        // Less than a full batch waits for the end of this turn of the event loop, so requests
+        // that arrived together go as one batch (one hand-off instead of several).
+        if (queue.size < batchSize && !this.#isTurnOver && !this.#isFlushing) {
+          this.#pumpAtTurnEnd();
+          break;
+        }
         const jobs = queue.take(batchSize);
         this.#options.dispatch(idle, jobs, jobs.length >= batchSize ? 'full' : 'idle');
         continue;
@@ -112,9 +122,25 @@ export class BatchAggregator<W extends BatchTaker> {
   /** Stops the timers (the version is closing; what is queued is answered by its owner). */
   close(): void {
     this.#stopCollecting();
+    clearImmediate(this.#turnEnd);
+    this.#turnEnd = undefined;
     clearTimeout(this.#deadlineTimer);
     this.#deadlineTimer = undefined;
     this.#deadlineAt = Infinity;
+  }
+
+  /** Pumps once more at the end of this turn of the event loop (setImmediate), giving idle workers what is queued then. */
+  #pumpAtTurnEnd(): void {
+    if (this.#turnEnd !== undefined) return;
+    this.#turnEnd = setImmediate(() => {
+      this.#turnEnd = undefined;
+      this.#isTurnOver = true;
+      try {
+        this.pump();
+      } finally {
+        this.#isTurnOver = false;
+      }
+    });
   }
 
   #stopCollecting(): void {
