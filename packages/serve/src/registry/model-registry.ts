@@ -400,7 +400,8 @@ export class ModelRegistry implements ModelRegistryApi {
     } finally {
       const t = job.timings;
       const end = t.finishedAt ?? performance.now();
-      this.events.emit('request', {
+      // Listened to by the metrics, when they are on: no event object per request otherwise.
+      if (this.events.listenerCount('request') > 0) this.events.emit('request', {
         modelName: version.modelName,
         requestedVersion: options.modelVersion ?? 'default',
         modelVersion: version.modelVersion,

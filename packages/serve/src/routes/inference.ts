@@ -31,6 +31,20 @@ export function sendError(reply: FastifyReply, error: unknown): FastifyReply {
   return reply.code(e.statusCode).type('application/json').send(`${JSON.stringify(errorBody(e), null, 2)}\n`);
 }
 
+/** The request's headers as strings (lower-case names), a repeated one joined with ', ': node's own object when none is a list (nearly always). */
+function stringHeaders(headers: FastifyRequest['headers']): Record<string, string> {
+  for (const k in headers) {
+    if (typeof headers[k] === 'string') continue;
+    const copy: Record<string, string> = {};
+    for (const name in headers) {
+      const v = headers[name];
+      if (v !== undefined) copy[name] = Array.isArray(v) ? v.join(', ') : v;
+    }
+    return copy;
+  }
+  return headers as Record<string, string>;
+}
+
 /** The serializer of an answer the worker sent as text: it is sent as it is. */
 const textAsIs = (text: unknown) => text as string;
 
@@ -144,12 +158,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
       if (routeOptions.withQuery) {
         for (const [k, v] of Object.entries(request.query as Record<string, string | string[]>)) if (!(k in input)) input[k] = Array.isArray(v) ? v.join(',') : v;
       }
-      const headers: Record<string, string> = {};
-      const requestHeaders = request.headers;
-      for (const k in requestHeaders) {
-        const v = requestHeaders[k];
-        if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
-      }
+      const headers = stringHeaders(request.headers);
       const predictOptions = {
         modelName,
         modelVersion,

@@ -7,17 +7,17 @@ import type { PredictTimingsMs } from '../registry/model-registry.ts';
  * handler's whole time, measured in the worker thread), and `total` from arrival to the response. Durations in ms, 2 decimals.
  */
 export function serverTimingHeader(timings: PredictTimingsMs, totalMs: number): string {
-  const entries: Array<[string, number, string]> = [['queue', timings.queueMs, 'job queue']];
-  if (timings.stages) {
-    entries.push(
-      ['preprocess', timings.stages.preprocessWaitMs, 'decode and preprocess'],
-      ['inference', timings.stages.inferenceMs, 'model'],
-      ['postprocess', timings.stages.postprocessMs, 'postprocess'],
-    );
-  } else {
-    // Measured in the worker thread: the main thread learns of the start only when the thread reports it.
-    entries.push(['handler', timings.handlerMs ?? timings.workerMs, 'handler']);
+  const queue = `queue;dur=${ms(timings.queueMs)};desc="job queue", `;
+  const total = `total;dur=${ms(totalMs)};desc="total"`;
+  const { stages } = timings;
+  if (stages) {
+    return `${queue}preprocess;dur=${ms(stages.preprocessWaitMs)};desc="decode and preprocess", inference;dur=${ms(stages.inferenceMs)};desc="model", postprocess;dur=${ms(stages.postprocessMs)};desc="postprocess", ${total}`;
   }
-  entries.push(['total', totalMs, 'total']);
-  return entries.map(([name, ms, description]) => `${name};dur=${Math.max(0, ms).toFixed(2)};desc="${description}"`).join(', ');
+  // Measured in the worker thread: the main thread learns of the start only when the thread reports it.
+  return `${queue}handler;dur=${ms(timings.handlerMs ?? timings.workerMs)};desc="handler", ${total}`;
+}
+
+/** A duration in the header: ms with 2 decimals, never negative. */
+function ms(value: number): string {
+  return Math.max(0, value).toFixed(2);
 }

@@ -129,8 +129,19 @@ let firstSignature: ModelSignature | undefined;
  * A context per batch: the prefetched batch's preprocess runs while this one is inferred, so per-row statuses and headers cannot live in one shared object.
  */
 function createBatchContext(batch: BatchState): HandlerContext {
+  // The fields one by one rather than a spread of baseContext: one object shape for every batch.
   return {
-    ...baseContext,
+    modelName: baseContext.modelName,
+    modelVersion: baseContext.modelVersion,
+    manifest: baseContext.manifest,
+    modelDir: baseContext.modelDir,
+    serializedFilePath: baseContext.serializedFilePath,
+    batchSize: baseContext.batchSize,
+    modelYamlConfig: baseContext.modelYamlConfig,
+    systemProperties: baseContext.systemProperties,
+    intraOpNumThreads: baseContext.intraOpNumThreads,
+    maxResponseBytes: baseContext.maxResponseBytes,
+    createSession: baseContext.createSession,
     requestIds: batch.requestIds,
     getRequestHeader(index: number, name: string) {
       return batch.headers?.[index]?.[name.toLowerCase()];
