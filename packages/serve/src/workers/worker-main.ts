@@ -219,10 +219,10 @@ function isPipelined(): boolean {
 }
 
 /**
- * Runs batches one at a time, in the order they came. Starting a batch is reported to the main
- * thread (with the results finished before it, in one message), which answers with the next
- * batch. A pipelined handler waits for that answer before running, so the next batch's decoding
- * is under way on libuv's pool while run() blocks this thread.
+ * Runs batches one at a time, in the order they came. A pipelined handler reports each start to
+ * the main thread (with the results finished before it, in one message) and waits for the answer,
+ * the next batch or none, before running, so the next batch's decoding is under way on libuv's
+ * pool while run() blocks this thread. Other handlers report only results, one message per batch.
  */
 async function loop(): Promise<void> {
   isLooping = true;
@@ -230,18 +230,20 @@ async function loop(): Promise<void> {
   try {
     while (pending.length > 0) {
       const item = pending.shift()!;
-      const reply = isPipelined() ? new Promise<void>((resolve) => (onReply = resolve)) : undefined;
-      // A batch given to this worker while idle is already running for the main thread: no report
-      // (nothing can be waiting in `results` then: the last report of the loop carried them).
-      if (reply !== undefined || item.message.startsAtOnce !== true || results.length > 0) {
-        port.postMessage({ type: 'progress', results, startedBatchId: item.message.batchId, heapBytes: heapBytes(), awaitsReply: reply !== undefined } satisfies FromWorker);
-        results = [];
+      if (!isPipelined()) {
+        // No start report: the main thread starts the prefetched batch when the one before it is
+        // answered (the thread runs them in order), so each batch costs one message back.
+        port.postMessage({ type: 'progress', results: [await runBatch(item)], startedBatchId: undefined, heapBytes: heapBytes(), awaitsReply: false } satisfies FromWorker);
+        continue;
       }
-      if (reply) await reply;
+      const reply = new Promise<void>((resolve) => (onReply = resolve));
+      port.postMessage({ type: 'progress', results, startedBatchId: item.message.batchId, heapBytes: heapBytes(), awaitsReply: true } satisfies FromWorker);
+      results = [];
+      await reply;
       results.push(await runBatch(item));
     }
   } finally {
-    port.postMessage({ type: 'progress', results, startedBatchId: undefined, heapBytes: heapBytes(), awaitsReply: false } satisfies FromWorker);
+    if (results.length > 0) port.postMessage({ type: 'progress', results, startedBatchId: undefined, heapBytes: heapBytes(), awaitsReply: false } satisfies FromWorker);
     isLooping = false;
   }
 }
@@ -316,7 +318,7 @@ export async function runWorker(): Promise<void> {
       return;
     }
   }
-  post({ type: 'ready', heapBytes: heapBytes(), ...(warmup ? { warmup } : {}) });
+  post({ type: 'ready', heapBytes: heapBytes(), reportsStarts: isPipelined(), ...(warmup ? { warmup } : {}) });
   port.on('message', (message: ToWorker) => {
     if (message.batch) receive(message.batch);
     const resolve = onReply;

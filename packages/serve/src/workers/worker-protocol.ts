@@ -51,21 +51,16 @@ export interface BatchPayload {
   headers?: Array<Record<string, string> | undefined>;
   /** Per row; absent when no row needs decoding. */
   decodings?: BodyDecoding[];
-  /**
-   * The worker was idle when it was given this batch, and the main thread counts it as running
-   * from then: the thread starts it without a start report (a pipelined handler still reports, to
-   * wait for its next batch, and gets a reply as for any start report).
-   */
-  startsAtOnce?: true;
 }
 
 /**
- * The main thread sends a worker at most one batch it has not started. A start report that
- * awaits a reply (`awaitsReply`: a pipelined handler holds run() until its next batch is known)
- * is answered by exactly one `batch` message: the worker's next batch, or `batch: undefined` when
- * none is ready yet (a batch formed later comes in a message of its own). Other start reports get
- * a message only when there is a batch to give. A batch given to an idle worker (`startsAtOnce`)
- * is started without a report unless the handler is pipelined.
+ * The main thread sends a worker at most one batch it has not started. Only a pipelined handler's
+ * thread reports starts (`reportsStarts` in its ready message), each awaiting a reply
+ * (`awaitsReply`: it holds run() until its next batch is known), answered by exactly one `batch`
+ * message: the worker's next batch, or `batch: undefined` when none is ready yet (a batch formed
+ * later comes in a message of its own). Other threads report only results, and the main thread
+ * counts a batch as started when it is given to an idle worker, or when the batch before it is
+ * answered (the thread runs its batches in order).
  */
 export type ToWorker = { type: 'batch'; batch: BatchPayload | undefined };
 
@@ -83,6 +78,6 @@ export type BatchResult =
  * begun running its next batch, that batch's id: one message per batch under load.
  */
 export type FromWorker =
-  | { type: 'ready'; heapBytes: number; warmup?: WarmupReport }
+  | { type: 'ready'; heapBytes: number; warmup?: WarmupReport; reportsStarts: boolean }
   | { type: 'init-failed'; error: ErrorPayload }
   | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number; awaitsReply: boolean };

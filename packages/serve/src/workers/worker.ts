@@ -73,6 +73,8 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   #prefetched: Batch | undefined;
   /** The thread reported a start and waits for the answer (a batch or none). */
   #isReplyDue = false;
+  /** Whether the thread reports each batch's start (a pipelined handler); otherwise a prefetched batch starts when the one before it is answered. */
+  #reportsStarts = true;
   #isRetiring = false;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #nextBatchId = 1;
@@ -150,6 +152,7 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
           this.#onProgress(message);
         } else if (message.type === 'ready') {
           this.#heapBytes = message.heapBytes;
+          this.#reportsStarts = message.reportsStarts;
           if (message.warmup) {
             const w = message.warmup;
             this.#warmupMs = w.ms;
@@ -231,7 +234,6 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     const payload: BatchPayload = { batchId: batch.id, rows, requestIds };
     if (headers) payload.headers = headers;
     if (decodings) payload.decodings = decodings;
-    if (startsAtOnce) payload.startsAtOnce = true;
     this.#post({ type: 'batch', batch: payload });
     if (startsAtOnce) this.#start(batch);
     else this.#prefetched = batch;
@@ -306,6 +308,18 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     this.#timer = undefined;
     if (this.isAlive && this.#prefetched === undefined) this.#state = 'READY';
     const inferenceMs = performance.now() - batch.startedAt;
+    this.#settle(batch, result, inferenceMs);
+    // A thread that does not report starts runs its prefetched batch right after this one.
+    const next = this.#prefetched;
+    if (next && !this.#reportsStarts && this.isAlive) {
+      this.#prefetched = undefined;
+      this.#start(next);
+      this.emit('started', next.jobs);
+    }
+  }
+
+  /** Answers a finished batch's jobs. */
+  #settle(batch: Batch, result: BatchResult, inferenceMs: number): void {
     if (!result.ok) {
       const error = new MarinaError(result.error.code, result.error.message, result.error.statusCode);
       for (const job of batch.jobs) job.reject(error);
