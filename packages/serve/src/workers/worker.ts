@@ -52,8 +52,9 @@ interface Batch {
  * batches it may hold, one running and at most one prefetched (sent, not started).
  *
  * Events:
- * - 'started' (jobs): a prefetched batch began running (a batch given to an idle worker starts in `give`, which says so); the worker now wants its next batch (answer with `give`
- *   synchronously, or the thread is told there is none yet);
+ * - 'started' (jobs): a prefetched batch began running (a batch given to an idle worker starts in
+ *   `give`, which says so); the worker now wants its next batch (answer with `give` synchronously,
+ *   or a pipelined handler's thread is told there is none yet);
  * - 'finished' (outcome): a batch was answered (its jobs are settled);
  * - 'failed' (error, unstarted): the worker crashed, ran out of heap or timed out; the running batch's
  *   jobs are failed with `error`, `unstarted` is the prefetched batch that never began (its owner
@@ -205,10 +206,10 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
 
   /**
    * Sends the worker a batch taken from the queue (it must want one: see `wantsBatch`). Given to
-   * an idle worker, the batch is running from now on (the thread starts it as it arrives, and does
-   * not report the start: one message less per batch, which is most of a tiny model's hand-off);
-   * returns true then, and the caller counts it as started ('started' is not emitted). Otherwise it
-   * is the prefetched batch until the thread reports its start.
+   * an idle worker, the batch is running from now on (the thread starts it as it arrives); returns
+   * true then, and the caller counts it as started ('started' is not emitted). Otherwise it is the
+   * prefetched batch until it starts: when the batch before it is answered, or, for a pipelined
+   * handler, when the thread reports the start.
    */
   give(jobs: Job[], reason: DispatchReason): boolean {
     const batch: Batch = { id: this.#nextBatchId++, jobs, reason, startedAt: 0 };
