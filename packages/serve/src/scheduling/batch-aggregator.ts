@@ -42,9 +42,10 @@ export interface BatchAggregatorOptions<W extends BatchTaker> {
  * the end of the current turn of the event loop (at once when a full batch is queued): with
  * nothing running, waiting longer could only add latency, so a lone request never sits out the
  * delay, and requests that arrived in the same turn (many clients' requests read together) go as
- * one batch, one hand-off to the worker thread instead of one each. A busy worker's prefetched batch is collected: it goes when full, when the delay
- * runs out, or at once when that worker becomes idle first. One batch is collected at a time, as
- * TorchServe's per-model lock does.
+ * one batch, one hand-off to the worker thread instead of one each. A busy worker's prefetched
+ * batch is collected: it goes when full, when the delay runs out, or at the end of the turn in
+ * which that worker becomes idle. One batch is collected at a time, as TorchServe's per-model lock
+ * does.
  *
  * Call `pump()` whenever a job is queued or a worker asks for work.
  */

@@ -50,20 +50,12 @@ function toBuffer(v: unknown): unknown {
  */
 function decodeBody(body: unknown, decoding: BodyDecoding): unknown {
   if (decoding === undefined) return body;
-  if (typeof body === 'string') {
-    if (decoding === 'text') return body;
-    try {
-      return JSON.parse(body);
-    } catch {
-      return Buffer.from(body, 'utf8');
-    }
-  }
-  if (!Buffer.isBuffer(body)) return body;
-  if (decoding === 'text') return body.toString('utf8');
+  const text = typeof body === 'string' ? body : Buffer.isBuffer(body) ? body.toString('utf8') : undefined;
+  if (text === undefined || decoding === 'text') return text ?? body;
   try {
-    return JSON.parse(body.toString('utf8'));
+    return JSON.parse(text);
   } catch {
-    return body;
+    return Buffer.isBuffer(body) ? body : Buffer.from(text, 'utf8');
   }
 }
 
@@ -233,17 +225,17 @@ async function loop(): Promise<void> {
       if (!isPipelined()) {
         // No start report: the main thread starts the prefetched batch when the one before it is
         // answered (the thread runs them in order), so each batch costs one message back.
-        port.postMessage({ type: 'progress', results: [await runBatch(item)], startedBatchId: undefined, heapBytes: heapBytes(), awaitsReply: false } satisfies FromWorker);
+        port.postMessage({ type: 'progress', results: [await runBatch(item)], startedBatchId: undefined, heapBytes: heapBytes() } satisfies FromWorker);
         continue;
       }
       const reply = new Promise<void>((resolve) => (onReply = resolve));
-      port.postMessage({ type: 'progress', results, startedBatchId: item.message.batchId, heapBytes: heapBytes(), awaitsReply: true } satisfies FromWorker);
+      port.postMessage({ type: 'progress', results, startedBatchId: item.message.batchId, heapBytes: heapBytes() } satisfies FromWorker);
       results = [];
       await reply;
       results.push(await runBatch(item));
     }
   } finally {
-    if (results.length > 0) port.postMessage({ type: 'progress', results, startedBatchId: undefined, heapBytes: heapBytes(), awaitsReply: false } satisfies FromWorker);
+    if (results.length > 0) port.postMessage({ type: 'progress', results, startedBatchId: undefined, heapBytes: heapBytes() } satisfies FromWorker);
     isLooping = false;
   }
 }

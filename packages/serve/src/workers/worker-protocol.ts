@@ -55,8 +55,8 @@ export interface BatchPayload {
 
 /**
  * The main thread sends a worker at most one batch it has not started. Only a pipelined handler's
- * thread reports starts (`reportsStarts` in its ready message), each awaiting a reply
- * (`awaitsReply`: it holds run() until its next batch is known), answered by exactly one `batch`
+ * thread reports starts (`reportsStarts` in its ready message), each awaiting a reply (it holds
+ * run() until its next batch is known), answered by exactly one `batch`
  * message: the worker's next batch, or `batch: undefined` when none is ready yet (a batch formed
  * later comes in a message of its own). Other threads report only results, and the main thread
  * counts a batch as started when it is given to an idle worker, or when the batch before it is
@@ -80,4 +80,4 @@ export type BatchResult =
 export type FromWorker =
   | { type: 'ready'; heapBytes: number; warmup?: WarmupReport; reportsStarts: boolean }
   | { type: 'init-failed'; error: ErrorPayload }
-  | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number; awaitsReply: boolean };
+  | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number };

@@ -260,20 +260,21 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
   #onProgress(message: Extract<FromWorker, { type: 'progress' }>): void {
     this.#heapBytes = message.heapBytes;
     for (const result of message.results) this.#onResult(result);
-    if (message.startedBatchId !== undefined) this.#onStarted(message.startedBatchId, message.awaitsReply);
+    if (message.startedBatchId !== undefined) this.#onStarted(message.startedBatchId);
     this.#endIfRetired();
   }
 
-  #onStarted(batchId: number, awaitsReply: boolean): void {
+  /** A pipelined handler's thread began a batch and waits for the answer: its next batch, or none. */
+  #onStarted(batchId: number): void {
     const batch = this.#prefetched;
     if (!batch || batch.id !== batchId || !this.isAlive) {
       // Never leave the thread waiting for an answer to a start report.
-      if (awaitsReply) this.#post({ type: 'batch', batch: undefined });
+      this.#post({ type: 'batch', batch: undefined });
       return;
     }
     this.#prefetched = undefined;
     this.#start(batch);
-    this.#isReplyDue = awaitsReply;
+    this.#isReplyDue = true;
     this.emit('started', batch.jobs);
     if (this.#isReplyDue) {
       this.#isReplyDue = false;
