@@ -49,6 +49,15 @@ export interface TargetCheck {
   explanation: string;
 }
 
+/** One lone-client round: the server's p50 and the model's own time, measured one right after the other. */
+export interface LoneClientRound {
+  /** The lone client's p50 over this round's requests, ms. */
+  loneP50Ms: number;
+  /** The model's own time in a fresh process in the same round: decode + preprocess + run, and the run alone, p50 ms. */
+  ownEndToEndP50Ms: number;
+  ownInferP50Ms: number;
+}
+
 /** Reference timings measured in this run, used by the targets. */
 export interface ReferenceTimings {
   /** Main model, one image in one process at the server's thread count: decode + preprocess + run, p50 ms. */
@@ -58,6 +67,8 @@ export interface ReferenceTimings {
   /** The overhead experiment's tensor model (2x+1), per request in one process: parse JSON + run + serialise, and run alone, p50 ms. */
   tinyOwnEndToEndP50Ms: number;
   tinyOwnInferP50Ms: number;
+  /** The batched experiment's lone client and the model's own time, measured side by side in alternating rounds; empty when not run. */
+  loneClientRounds: LoneClientRound[];
 }
 
 export interface MemoryVariant {

@@ -6,8 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { experimentNames, type BenchResult, type ExperimentName, type MemoryVariant, type ReferenceTimings, type ResultRow } from './bench-result.ts';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { benchErrors } from './errors.ts';
-import { CEILING_NOISE_TOLERANCE, runCeiling, measureOwnTime } from './experiments/ceiling.ts';
-import { readLoadAverage } from './stats.ts';
+import { CEILING_NOISE_TOLERANCE, runCeiling } from './experiments/ceiling.ts';
+import { median, readLoadAverage } from './stats.ts';
 import { runDecentralized } from './experiments/decentralized.ts';
 import type { BenchProgressEvent, ExperimentContext, RunPlan } from './experiments/experiment-context.ts';
 import { runMemory } from './experiments/memory.ts';
@@ -128,7 +128,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const rows: ResultRow[] = [];
   const notes: string[] = [];
   let memory: MemoryVariant[] = [];
-  const references: ReferenceTimings = { ownEndToEndP50Ms: Number.NaN, ownInferP50Ms: Number.NaN, tinyOwnEndToEndP50Ms: Number.NaN, tinyOwnInferP50Ms: Number.NaN };
+  const references: ReferenceTimings = { ownEndToEndP50Ms: Number.NaN, ownInferP50Ms: Number.NaN, tinyOwnEndToEndP50Ms: Number.NaN, tinyOwnInferP50Ms: Number.NaN, loneClientRounds: [] };
   const serverRuns: ServerRunResult[] = [];
 
   // The machine may be shared: the load average around each experiment says how quiet it was.
@@ -150,10 +150,6 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     if (noisyBatchSizes.length > 0) {
       notes.push(`Noisy ceiling: the repeats of batch ${noisyBatchSizes.join('/')} disagreed by more than ${CEILING_NOISE_TOLERANCE * 100}% even after a retry (another process took the cores), so every ratio to the ceiling is suspect: rerun on a quiet machine.`);
     }
-  } else if (selected.has('batched')) {
-    const own = await measureOwnTime(assets.modelPath, assets.imagePath, cpuCount, 20);
-    references.ownEndToEndP50Ms = own.endToEndP50Ms;
-    references.ownInferP50Ms = own.inferP50Ms;
   }
   if (selected.has('decentralized')) rows.push(...(await withLoadAverage('decentralized', () => runDecentralized(context))));
   const addServerRuns = (runs: ServerRunResult[], extraRows: ResultRow[] = []) => {
@@ -162,8 +158,14 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   };
   if (selected.has('centralized')) addServerRuns([await withLoadAverage('centralized', () => runCentralized(context))]);
   if (selected.has('batched')) {
-    const { loaded, lone } = await withLoadAverage('batched', () => runBatched(context));
+    const { loaded, lone, loneRounds } = await withLoadAverage('batched', () => runBatched(context));
     addServerRuns([loaded], [lone]);
+    references.loneClientRounds = loneRounds;
+    if (!selected.has('ceiling')) {
+      // No ceiling run: the report's own time is the lone-client rounds' median.
+      references.ownEndToEndP50Ms = median(loneRounds.map((r) => r.ownEndToEndP50Ms));
+      references.ownInferP50Ms = median(loneRounds.map((r) => r.ownInferP50Ms));
+    }
   }
   if (selected.has('workers')) addServerRuns(await withLoadAverage('workers', () => runWorkers(context)));
   let bestServerConfig: string | undefined;

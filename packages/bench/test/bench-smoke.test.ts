@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runBench, type BenchResult } from '../src/index.ts';
+import { LONE_CLIENT_ROUNDS } from '../src/experiments/server-experiments.ts';
 
 // Runs the whole bench in --smoke mode (tiny model, real server, real onnxruntime-node and sharp)
 // and checks the reports exist and parse. The numbers themselves are never asserted: the machine is shared.
@@ -30,6 +31,18 @@ describe('marina-bench --smoke', () => {
       expect(row.images, `${row.experiment} ${row.config}`).toBeGreaterThan(0);
       expect(row.errors, `${row.experiment} ${row.config}: ${row.note}`).toBe(0);
     }
+  });
+
+  it('measures the lone client and the own time side by side, round by round', () => {
+    const rounds = result.references.loneClientRounds;
+    expect(rounds).toHaveLength(LONE_CLIENT_ROUNDS);
+    for (const round of rounds) {
+      expect(round.loneP50Ms).toBeGreaterThan(0);
+      expect(round.ownEndToEndP50Ms).toBeGreaterThan(0);
+      expect(round.ownInferP50Ms).toBeLessThanOrEqual(round.ownEndToEndP50Ms);
+    }
+    const lone = result.rows.find((r) => r.experiment === 'batched' && r.concurrency === 1)!;
+    expect(rounds.map((r) => r.loneP50Ms)).toContain(lone.p50Ms);
   });
 
   it('writes a CSV with one line per row and the same columns on every line', async () => {

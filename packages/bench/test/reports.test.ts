@@ -19,7 +19,13 @@ const rows = [
   row('sweep', '1 worker, defaults @ 1', 8, { concurrency: 1 }),
   row('sweep', '1 worker, defaults @ 4', 9.7, { concurrency: 4 }),
 ];
-const references = { ownEndToEndP50Ms: 120, ownInferP50Ms: 110, tinyOwnEndToEndP50Ms: 1, tinyOwnInferP50Ms: 0.1 };
+// Lone-client rounds, each a lone p50 and the own time measured beside it: excesses +20, +6 and +32 ms (median +20).
+const loneClientRounds = [
+  { loneP50Ms: 140, ownEndToEndP50Ms: 120, ownInferP50Ms: 110 },
+  { loneP50Ms: 126, ownEndToEndP50Ms: 120, ownInferP50Ms: 111 },
+  { loneP50Ms: 150, ownEndToEndP50Ms: 118, ownInferP50Ms: 109 },
+];
+const references = { ownEndToEndP50Ms: 120, ownInferP50Ms: 110, tinyOwnEndToEndP50Ms: 1, tinyOwnInferP50Ms: 0.1, loneClientRounds };
 
 describe('targets', () => {
   it('leaves the image-model targets out for the tiny model, and names the model they were set for otherwise', () => {
@@ -39,6 +45,27 @@ describe('targets', () => {
     expect(wait.isMet).toBe(false);
     expect(wait.explanation).toMatch(/over by 15\.0 ms/);
     expect(byName['Each extra worker costs well under the model size']!.isMet).toBeUndefined();
+  });
+
+  it('judges the lone client on the median round of side-by-side pairs, so one slow round neither fails nor passes it', () => {
+    const judge = (rounds: typeof loneClientRounds) => checkTargets({ model: 'resnet-152', rows, references: { ...references, loneClientRounds: rounds }, memory: [], modelSizeMb: 230, cpuCount: 2 })
+      .find((c) => c.name === 'Batching wastes no wait')!;
+    const oneSlowRound = judge([
+      { loneP50Ms: 150, ownEndToEndP50Ms: 120, ownInferP50Ms: 110 },
+      { loneP50Ms: 118.5, ownEndToEndP50Ms: 120, ownInferP50Ms: 110 },
+      { loneP50Ms: 124, ownEndToEndP50Ms: 120, ownInferP50Ms: 110 },
+    ]);
+    expect(oneSlowRound.isMet).toBe(true);
+    expect(oneSlowRound.measured).toContain('median round: p50 124.0 ms vs own 120.0 ms (run alone 110.0 ms): +4.0 ms');
+    expect(oneSlowRound.measured).toContain('150.0 vs 120.0 ms (+30.0); 118.5 vs 120.0 ms (−1.5); 124.0 vs 120.0 ms (+4.0)');
+    const oneFastRound = judge([
+      { loneP50Ms: 110, ownEndToEndP50Ms: 120, ownInferP50Ms: 110 },
+      { loneP50Ms: 131, ownEndToEndP50Ms: 120, ownInferP50Ms: 110 },
+      { loneP50Ms: 129, ownEndToEndP50Ms: 120, ownInferP50Ms: 110 },
+    ]);
+    expect(oneFastRound.isMet).toBe(false);
+    expect(oneFastRound.explanation).toMatch(/^over by 4\.0 ms/);
+    expect(judge([]).isMet).toBeUndefined();
   });
 
   it('judges the best server against the ceiling at batch 1 and also prints the ratio to the best batch size', () => {

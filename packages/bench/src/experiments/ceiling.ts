@@ -1,4 +1,7 @@
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { benchErrors } from '../errors.ts';
 import { emptyRow, type ResultRow } from '../bench-result.ts';
 import { runJsonChild } from '../child-process-json.ts';
 import { startProcessSampler } from '../process-sampler.ts';
@@ -122,4 +125,67 @@ export async function measureOwnTime(modelPath: string, imagePath: string, threa
   });
   const own = messages.find((m): m is OwnTimeMessage & Record<string, unknown> => m.type === 'own-time');
   return { endToEndP50Ms: own ? median(own.endToEndMs) : Number.NaN, inferP50Ms: own ? median(own.inferMs) : Number.NaN };
+}
+
+/** One own-time measurement: decode + preprocess + run, and the run alone, ms. */
+export interface OwnRun {
+  endToEndMs: number;
+  inferMs: number;
+}
+
+/** A live own-time process that measures one image each time it is asked. */
+export interface OwnTimeSteps {
+  /** The child's pid (to see when its threads are quiet). */
+  pid: number;
+  /** Measures one image in the child (decode + preprocess + run). */
+  step(): Promise<OwnRun>;
+  /** Ends the child and waits for it to exit. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the model's own-time process (as the ceiling's: one session with onnxruntime's defaults
+ * at `threads`) and keeps it ready, so its runs can alternate with a server's requests one by one.
+ *
+ * @throws MARINA_ERR_BENCH_CHILD_FAILED when the child exits before it is stopped.
+ */
+export async function startOwnTimeSteps(modelPath: string, imagePath: string, threads: number): Promise<OwnTimeSteps> {
+  const child = spawn(process.execPath, [ceilingScript, JSON.stringify({ modelPath, imagePath, threads, batchSizes: [], stepwise: true })], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => { stderr = (stderr + chunk.toString()).slice(-4000); });
+  const waiting: { resolve: (message: Record<string, unknown>) => void; reject: (error: Error) => void }[] = [];
+  let failure: Error | undefined;
+  let isStopping = false;
+  createInterface({ input: child.stdout! }).on('line', (line) => {
+    if (!line.startsWith('{')) return;
+    waiting.shift()?.resolve(JSON.parse(line) as Record<string, unknown>);
+  });
+  const exited = new Promise<void>((resolve) => child.once('close', (code, signal) => {
+    if (!isStopping || code !== 0) {
+      failure = benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(`the own-time process exited with ${signal ?? `code ${code}`}; stderr: ${stderr.trim().slice(-1500) || '(empty)'}`);
+      for (const w of waiting.splice(0)) w.reject(failure);
+    }
+    resolve();
+  }));
+  const next = () => new Promise<Record<string, unknown>>((resolve, reject) => {
+    if (failure) reject(failure);
+    else waiting.push({ resolve, reject });
+  });
+  const ready = await next();
+  if (ready.type !== 'ready') throw benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(`the own-time process printed ${JSON.stringify(ready).slice(0, 200)} before it was ready`);
+  return {
+    pid: child.pid!,
+    step: async () => {
+      const answer = next();
+      child.stdin!.write('step\n');
+      const message = await answer;
+      return { endToEndMs: Number(message.endToEndMs), inferMs: Number(message.inferMs) };
+    },
+    stop: async () => {
+      isStopping = true;
+      child.stdin!.end();
+      await exited;
+      if (failure) throw failure;
+    },
+  };
 }

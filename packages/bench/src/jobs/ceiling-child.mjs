@@ -3,9 +3,12 @@
 // decoding in the timed loop (the input tensor is preprocessed once and reused).
 // Also measures the model's own run time for one image (decode + preprocess + run), the
 // floor a server's single-client latency is compared with.
-// argv[2] is a JSON object: { modelPath, imagePath, threads, batchSizes, minImages, minDurationMs, ownTimeRuns }.
+// argv[2] is a JSON object: { modelPath, imagePath, threads, batchSizes, minImages, minDurationMs, ownTimeRuns, stepwise }.
 // Prints JSON lines: {type:'progress'} while running, then {type:'batch', ...} per batch size and {type:'own-time', ...}.
+// With stepwise: true it then prints {type:'ready'} and measures one own-time run per line read on stdin
+// ({type:'step', inferMs, endToEndMs} each), until stdin ends: the bench alternates these with a server's requests.
 import { readFile } from 'node:fs/promises';
+import { createInterface } from 'node:readline';
 import * as ort from 'onnxruntime-node';
 import { preprocessImage, inputSizeOf } from './image-preprocess.mjs';
 
@@ -52,13 +55,25 @@ if ((options.ownTimeRuns ?? 0) > 0) {
   const inferMs = [];
   const endToEndMs = [];
   for (let i = 0; i < options.ownTimeRuns; i++) {
-    const t0 = performance.now();
-    const fresh = await preprocessImage(jpeg, { size });
-    const t1 = performance.now();
-    await session.run({ [inputName]: new ort.Tensor('float32', fresh, [1, 3, size, size]) });
-    const t2 = performance.now();
-    inferMs.push(t2 - t1);
-    endToEndMs.push(t2 - t0);
+    const run = await ownRun();
+    inferMs.push(run.inferMs);
+    endToEndMs.push(run.endToEndMs);
   }
   print({ type: 'own-time', threads: options.threads, inferMs, endToEndMs });
+}
+
+/** One image's own time: decode + preprocess, then the run alone. */
+async function ownRun() {
+  const t0 = performance.now();
+  const fresh = await preprocessImage(jpeg, { size });
+  const t1 = performance.now();
+  await session.run({ [inputName]: new ort.Tensor('float32', fresh, [1, 3, size, size]) });
+  const t2 = performance.now();
+  return { inferMs: t2 - t1, endToEndMs: t2 - t0 };
+}
+
+if (options.stepwise) {
+  await ownRun(); // warm-up at batch 1
+  print({ type: 'ready' });
+  for await (const _line of createInterface({ input: process.stdin })) print({ type: 'step', ...(await ownRun()) });
 }
