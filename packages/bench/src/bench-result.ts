@@ -58,6 +58,12 @@ export interface LoneClientRound {
   ownInferP50Ms: number;
 }
 
+/** One round of the overhead experiment's many-clients runs: the bare route and the server in its best configuration, one right after the other. */
+export interface OverheadRound {
+  bareReqPerSec: number;
+  serverReqPerSec: number;
+}
+
 /** Reference timings measured in this run, used by the targets. */
 export interface ReferenceTimings {
   /** Main model, one image in one process at the server's thread count: decode + preprocess + run, p50 ms. */
@@ -69,6 +75,8 @@ export interface ReferenceTimings {
   tinyOwnInferP50Ms: number;
   /** The batched experiment's lone client and the model's own time, measured side by side in alternating rounds; empty when not run. */
   loneClientRounds: LoneClientRound[];
+  /** The overhead experiment's rounds (bare route and best server side by side, in alternating order); empty when not run. */
+  overheadRounds: OverheadRound[];
 }
 
 export interface MemoryVariant {

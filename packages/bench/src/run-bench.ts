@@ -128,7 +128,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const rows: ResultRow[] = [];
   const notes: string[] = [];
   let memory: MemoryVariant[] = [];
-  const references: ReferenceTimings = { ownEndToEndP50Ms: Number.NaN, ownInferP50Ms: Number.NaN, tinyOwnEndToEndP50Ms: Number.NaN, tinyOwnInferP50Ms: Number.NaN, loneClientRounds: [] };
+  const references: ReferenceTimings = { ownEndToEndP50Ms: Number.NaN, ownInferP50Ms: Number.NaN, tinyOwnEndToEndP50Ms: Number.NaN, tinyOwnInferP50Ms: Number.NaN, loneClientRounds: [], overheadRounds: [] };
   const serverRuns: ServerRunResult[] = [];
 
   // The machine may be shared: the load average around each experiment says how quiet it was.
@@ -179,7 +179,9 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     const own = await measureTensorOwnTime(tensorAssets);
     references.tinyOwnEndToEndP50Ms = own.endToEndP50Ms;
     references.tinyOwnInferP50Ms = own.inferP50Ms;
-    rows.push(...(await withLoadAverage('overhead', () => runOverhead(context))));
+    const overhead = await withLoadAverage('overhead', () => runOverhead(context));
+    rows.push(...overhead.rows);
+    references.overheadRounds = overhead.rounds;
   }
   if (selected.has('protocols')) {
     const measured = await withLoadAverage('protocols', () => runProtocols(context));

@@ -2,6 +2,7 @@ import type { MemoryVariant, ReferenceTimings, ResultRow, TargetCheck } from './
 import { ceilingRowAtBatch1 } from './experiments/ceiling.ts';
 import { explainInt8Time, type Int8Summary } from './experiments/int8.ts';
 import { LONE_CLIENT_ROUNDS, medianLoneExcess } from './experiments/server-experiments.ts';
+import { median } from './stats.ts';
 
 const fmt = (value: number, digits = 1): string => (Number.isFinite(value) ? value.toFixed(digits) : 'n/a');
 /** A difference with its sign: +6.8 or −1.3. */
@@ -86,15 +87,18 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
   {
     const name = 'Server overhead: ≥ half a bare fastify route';
     const target = 'tensor model (2x+1) requests/s ≥ 0.5 × a bare fastify route returning a constant (same client, same JSON body, same concurrency)';
-    if (!bareMany || !serverMany) checks.push(unmeasured(name, target));
+    const rounds = ref.overheadRounds;
+    if (!bareMany || !serverMany || rounds.length === 0) checks.push(unmeasured(name, target));
     else {
-      const ratio = serverMany.throughputPerSec / bareMany.throughputPerSec;
+      // Judged on the median of the rounds' own ratios (bare and server measured one right after the other).
+      const ratios = rounds.map((r) => r.serverReqPerSec / r.bareReqPerSec);
+      const ratio = median(ratios);
       const perRequestMs = 1000 / serverMany.throughputPerSec - 1000 / bareMany.throughputPerSec;
       checks.push({
-        name, target,
-        measured: `${fmt(serverMany.throughputPerSec, 0)} vs ${fmt(bareMany.throughputPerSec, 0)} req/s = ${pct(ratio)} at ${serverMany.concurrency} clients (${serverMany.config})`,
+        name, target: `${target}, median of ${rounds.length} rounds side by side`,
+        measured: `${pct(ratio)} (rounds: ${rounds.map((r) => `${fmt(r.serverReqPerSec, 0)} vs ${fmt(r.bareReqPerSec, 0)} = ${pct(r.serverReqPerSec / r.bareReqPerSec)}`).join('; ')}); best rounds ${fmt(serverMany.throughputPerSec, 0)} vs ${fmt(bareMany.throughputPerSec, 0)} req/s at ${serverMany.concurrency} clients (${serverMany.config})`,
         isMet: ratio >= 0.5,
-        explanation: ratio >= 0.5 ? '' : `short by ${pct(0.5 - ratio)}. The server spends ${fmt(perRequestMs, 2)} ms of machine time more per request than the bare route; the model's own parse + run + serialise is ${fmt(ref.tinyOwnEndToEndP50Ms, 3)} ms of it (run alone ${fmt(ref.tinyOwnInferP50Ms, 3)} ms), the rest is the server's HTTP handling, queueing, the worker hand-off and the response (server CPU ${fmt(serverMany.meanCpuPercent, 0)}% vs bare ${fmt(bareMany.meanCpuPercent, 0)}%).`,
+        explanation: ratio >= 0.5 ? '' : `short by ${pct(0.5 - ratio)}. The server spends ${fmt(perRequestMs, 2)} ms of machine time more per request than the bare route (best rounds); the model's own parse + run + serialise is ${fmt(ref.tinyOwnEndToEndP50Ms, 3)} ms of it (run alone ${fmt(ref.tinyOwnInferP50Ms, 3)} ms), the rest is the server's HTTP handling, queueing, the worker hand-off and the response (server CPU ${fmt(serverMany.meanCpuPercent, 0)}% vs bare ${fmt(bareMany.meanCpuPercent, 0)}%).`,
       });
     }
   }

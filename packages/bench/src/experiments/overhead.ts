@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import type { ResultRow } from '../bench-result.ts';
+import type { OverheadRound, ResultRow } from '../bench-result.ts';
 import { benchErrors } from '../errors.ts';
 import { runLoad } from '../load-generator.ts';
 import { startProcessSampler } from '../process-sampler.ts';
@@ -50,8 +50,14 @@ export const OVERHEAD_BEST_SETTINGS = { minWorkers: 1, maxWorkers: 1, batchSize:
  */
 const OVERHEAD_WARMUP_REQUESTS = 5000;
 
-/** Rounds of the many-clients comparison; bare route and servers alternate within each. */
-const OVERHEAD_ROUNDS = 2;
+/**
+ * Rounds of the many-clients comparison, each a third of the planned time per server; the bare
+ * route and the servers take turns within each, in alternating order (forward, then backward).
+ * This machine's speed drifts by up to 40% within a minute, and the bare route gains more from a
+ * fast phase than the server, so the ratio target is judged on the median of the rounds' own
+ * ratios rather than on the best rounds, which may come from different phases.
+ */
+export const OVERHEAD_ROUNDS = 6;
 
 /**
  * Overhead: a bare fastify route that returns a constant against the Marina server with the
@@ -62,13 +68,14 @@ const OVERHEAD_ROUNDS = 2;
  * compared with the model's own time per request).
  *
  * All three servers stay up and the many-clients runs alternate between them in
- * `OVERHEAD_ROUNDS` rounds of half the planned time each, so a load spike from another process
- * hits all of them alike; each row keeps its best round, and says so when the rounds differ by
- * more than 25% ("noisy").
+ * `OVERHEAD_ROUNDS` rounds of a third of the planned time each, so a load spike from another
+ * process hits all of them alike; each row keeps its best round, and says so when the rounds differ
+ * by more than 25% ("noisy"). The rounds' bare and best-server rates are returned in pairs for the
+ * ratio target.
  */
-export async function runOverhead(context: ExperimentContext): Promise<ResultRow[]> {
+export async function runOverhead(context: ExperimentContext): Promise<{ rows: ResultRow[]; rounds: OverheadRound[] }> {
   const tensor = context.tensorAssets;
-  if (!tensor) return [];
+  if (!tensor) return { rows: [], rounds: [] };
   const { body, contentType } = tensor;
   const { overheadConcurrency: concurrency, overheadDurationMs: durationMs } = context.plan;
   const path = `/predictions/${tensor.modelName}`;
@@ -79,21 +86,25 @@ export async function runOverhead(context: ExperimentContext): Promise<ResultRow
     return await withServer(context, { model: tensor, label: `tensor model 2x+1, ${settingsText}`, settings: { ...OVERHEAD_BEST_SETTINGS } }, async (best, bestPath) =>
       withServer(context, { model: tensor, label: 'tensor model 2x+1, defaults', env: { TMPDIR: await secondServerTmpDir() } }, async (defaults, defaultsPath) => {
         const targets = [
-          { name: 'bare fastify route (constant)', measure: (clients: number, ms: number) => measureBare(context, bare, path, body, contentType, clients, ms) },
-          { name: `Marina server, tensor model 2x+1, ${settingsText} (best)`, measure: (clients: number, ms: number) => measureServer(context, best, bestPath, body, contentType, clients, ms) },
-          { name: 'Marina server, tensor model 2x+1, defaults', measure: (clients: number, ms: number) => measureServer(context, defaults, defaultsPath, body, contentType, clients, ms) },
+          { name: 'bare fastify route (constant)', measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) => measureBare(context, bare, path, body, contentType, clients, ms, warmup) },
+          { name: `Marina server, tensor model 2x+1, ${settingsText} (best)`, measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) => measureServer(context, best, bestPath, body, contentType, clients, ms, warmup) },
+          { name: 'Marina server, tensor model 2x+1, defaults', measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) => measureServer(context, defaults, defaultsPath, body, contentType, clients, ms, warmup) },
         ];
         const rows: ResultRow[] = [];
         const rounds: ResultRow[][] = targets.map(() => []);
+        const order = [...targets.keys()];
         for (let round = 0; round < OVERHEAD_ROUNDS; round++) {
-          for (const [i, target] of targets.entries()) rounds[i]!.push(await target.measure(concurrency, Math.ceil(durationMs / OVERHEAD_ROUNDS)));
+          // The first round warms each server up fully; later ones only open their connections again.
+          const warmup = round === 0 ? OVERHEAD_WARMUP_REQUESTS : OVERHEAD_WARMUP_REQUESTS / 10;
+          for (const i of round % 2 === 0 ? order : [...order].reverse()) rounds[i]!.push(await targets[i]!.measure(concurrency, Math.ceil(durationMs / 3), warmup));
         }
         targets.forEach((target, i) => rows.push({ ...bestRound(rounds[i]!, 'req/s', 0), config: `${target.name}, ${concurrency} clients` }));
         for (const target of targets.slice(0, 2)) {
           const row = await target.measure(1, durationMs);
           rows.push({ ...row, config: `${target.name}, 1 client` });
         }
-        return rows;
+        const paired = rounds[0]!.map((bareRound, r) => ({ bareReqPerSec: bareRound.throughputPerSec, serverReqPerSec: rounds[1]![r]!.throughputPerSec }));
+        return { rows, rounds: paired };
       }));
   } finally {
     bare.stop();
@@ -107,17 +118,17 @@ async function secondServerTmpDir(): Promise<string> {
   return dir;
 }
 
-async function measureBare(context: ExperimentContext, bare: { pid: number; origin: string }, path: string, body: Buffer, contentType: string | undefined, clients: number, durationMs: number): Promise<ResultRow> {
+async function measureBare(context: ExperimentContext, bare: { pid: number; origin: string }, path: string, body: Buffer, contentType: string | undefined, clients: number, durationMs: number, warmupRequests: number): Promise<ResultRow> {
   context.onProgress({ type: 'phase', label: `bare fastify route (constant), ${clients} client${clients > 1 ? 's' : ''}`, total: 0 });
-  await runLoad({ origin: bare.origin, path, body, contentType, concurrency: clients, requests: 0, warmupRequests: OVERHEAD_WARMUP_REQUESTS });
+  await runLoad({ origin: bare.origin, path, body, contentType, concurrency: clients, requests: 0, warmupRequests });
   const sampler = startProcessSampler({ getPids: () => [bare.pid] });
   const load = await runLoad({ origin: bare.origin, path, body, contentType, concurrency: clients, requests: 10_000_000, durationMs });
   return rowFromLoad('overhead', 'bare', clients, load, sampler.stop());
 }
 
-function measureServer(context: ExperimentContext, server: RunningServer, path: string, body: Buffer, contentType: string | undefined, clients: number, durationMs: number): Promise<ResultRow> {
+function measureServer(context: ExperimentContext, server: RunningServer, path: string, body: Buffer, contentType: string | undefined, clients: number, durationMs: number, warmupRequests: number): Promise<ResultRow> {
   return measureServerLoad(context, server, {
     path, body, contentType, experiment: 'overhead', label: `Marina server, ${clients} client${clients > 1 ? 's' : ''}`,
-    concurrency: clients, requests: 10_000_000, durationMs, warmupRequests: OVERHEAD_WARMUP_REQUESTS,
+    concurrency: clients, requests: 10_000_000, durationMs, warmupRequests,
   });
 }
