@@ -7,6 +7,7 @@ import { getHeapStatistics } from 'node:v8';
 import { isMarinaError } from '@marina/errors';
 import { getBuiltinHandler, loadCustomHandler, sessionSignature, type Handler, type HandlerContext, type ModelSignature, type RequestRow } from '@marina/handlers';
 import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
+import { useBatchScheduling } from './batch-scheduling.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
 import type { BatchPayload, BatchResult, BodyDecoding, ErrorPayload, FromWorker, HandlerStagesMs, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
@@ -292,6 +293,8 @@ async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
 
 /** Loads the handler, warms it up when model-config.yaml asks for it, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
 export async function runWorker(): Promise<void> {
+  // First, so that onnxruntime's pool threads, started with the session, inherit the policy.
+  const scheduling = useBatchScheduling();
   try {
     const builtin = getBuiltinHandler(init.handler);
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });
@@ -310,7 +313,7 @@ export async function runWorker(): Promise<void> {
       return;
     }
   }
-  post({ type: 'ready', heapBytes: heapBytes(), reportsStarts: isPipelined(), ...(warmup ? { warmup } : {}) });
+  post({ type: 'ready', heapBytes: heapBytes(), reportsStarts: isPipelined(), ...(warmup ? { warmup } : {}), ...(scheduling.applied || scheduling.isOff ? {} : { schedulingProblem: scheduling.reason }) });
   port.on('message', (message: ToWorker) => {
     if (message.batch) receive(message.batch);
     const resolve = onReply;

@@ -4,6 +4,7 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { getBuiltinHandler } from '@marina/handlers';
+import { WORKER_SCHED_BATCH_ENV } from './batch-scheduling.ts';
 import { createServeError } from '../errors.ts';
 import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
 import { TextJobResult, type Job } from '../scheduling/job.ts';
@@ -16,6 +17,14 @@ import type { BatchPayload, BatchResult, BodyDecoding, FromWorker, HandlerStages
 export type WorkerState = 'LOADING' | 'READY' | 'BUSY' | 'UNLOADING' | 'FAILED';
 
 const bootstrapUrl = new URL('./worker-bootstrap.mjs', import.meta.url);
+
+let isSchedulingWarned = false;
+/** Says once per process that worker threads run under the default scheduling policy, and why. */
+function warnSchedulingOnce(problem: string): void {
+  if (isSchedulingWarned) return;
+  isSchedulingWarned = true;
+  process.stderr.write(`${new Date().toISOString()} WARN worker threads run under the default scheduling policy, not SCHED_BATCH: ${problem}. Serving works; under load the HTTP thread may lose its core to a woken worker. Set ${WORKER_SCHED_BATCH_ENV}=0 to silence this.\n`);
+}
 
 /** TorchServe numbers workers by port from 9000; Marina keeps the numbering for describe's `id`. */
 let nextWorkerId = 9000;
@@ -154,6 +163,7 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
         } else if (message.type === 'ready') {
           this.#heapBytes = message.heapBytes;
           this.#reportsStarts = message.reportsStarts;
+          if (message.schedulingProblem !== undefined) warnSchedulingOnce(message.schedulingProblem);
           if (message.warmup) {
             const w = message.warmup;
             this.#warmupMs = w.ms;

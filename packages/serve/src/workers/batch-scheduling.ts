@@ -1,0 +1,52 @@
+/**
+ * Linux's SCHED_BATCH for a worker thread: the kernel treats the thread as CPU-bound and never
+ * lets its wake-up preempt a running thread. A worker woken with a batch then waits for a free
+ * core, or for the end of the running thread's time slice, instead of pushing the HTTP thread off
+ * its core for the length of the batch. Its share of the CPU is unchanged (same nice value).
+ *
+ * Measured (2-core AMD EPYC, tensor model 2x+1, 32 clients, 1 worker × 1 thread, batch 8, six
+ * alternating rounds against a bare fastify route): 18,709 against 15,399 req/s median, 61
+ * against 70–87 µs of server CPU per request. Without it, each batch message cost the HTTP thread
+ * 62–92 µs of wall time under that load, against 15–23 µs on a quiet machine.
+ *
+ * Node has no call for a thread's scheduling policy, so util-linux's `chrt` (present on Debian,
+ * Ubuntu, RHEL and their container images) sets it for this thread's id. Threads the thread
+ * starts afterwards, such as onnxruntime's intra-op pool, inherit the policy.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readlinkSync } from 'node:fs';
+
+/** Server-wide switch: '0' leaves worker threads under the default policy. On by default on Linux. */
+export const WORKER_SCHED_BATCH_ENV = 'MARINA_WORKER_SCHED_BATCH';
+
+/** Absolute paths only: the server never runs a `chrt` found through PATH. */
+const CHRT_PATHS = ['/usr/bin/chrt', '/bin/chrt'];
+
+/** What `useBatchScheduling` did: applied, off by setting, or why it could not (for a warning). */
+export type BatchSchedulingOutcome = { applied: true; tid: number } | { applied: false; reason: string; isOff?: true };
+
+/**
+ * Puts the calling thread under SCHED_BATCH (call it first thing in a worker thread, before the
+ * session creates its pool). Never throws: a machine without `chrt` or without /proc serves as
+ * before, and the outcome says why.
+ */
+export function useBatchScheduling(env: Record<string, string | undefined> = process.env, platform: NodeJS.Platform = process.platform): BatchSchedulingOutcome {
+  if (env[WORKER_SCHED_BATCH_ENV] === '0') return { applied: false, reason: `${WORKER_SCHED_BATCH_ENV}=0`, isOff: true };
+  if (platform !== 'linux') return { applied: false, reason: `SCHED_BATCH is Linux's (this is ${platform})`, isOff: true };
+  const chrt = CHRT_PATHS.find((path) => existsSync(path));
+  if (chrt === undefined) return { applied: false, reason: `util-linux's chrt is not at ${CHRT_PATHS.join(' or ')}` };
+  let tid: number;
+  try {
+    // /proc/thread-self links to /proc/<pid>/task/<tid> of the thread that reads it.
+    tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+  } catch (error) {
+    return { applied: false, reason: `cannot read /proc/thread-self (${(error as Error).message})` };
+  }
+  try {
+    execFileSync(chrt, ['--batch', '--pid', '0', String(tid)], { stdio: ['ignore', 'ignore', 'pipe'], timeout: 10_000 });
+  } catch (error) {
+    const stderr = (error as { stderr?: Buffer }).stderr?.toString().trim();
+    return { applied: false, reason: `${chrt} failed: ${stderr || (error as Error).message}` };
+  }
+  return { applied: true, tid };
+}
