@@ -5,8 +5,8 @@
  * its core for the length of the batch. Its share of the CPU is unchanged (same nice value).
  *
  * Measured (2-core AMD EPYC, tensor model 2x+1, 32 clients, 1 worker × 1 thread, batch 8, six
- * alternating rounds against a bare fastify route): 18,709 against 15,399 req/s median, 61
- * against 70–87 µs of server CPU per request. Without it, each batch message cost the HTTP thread
+ * alternating rounds against a bare fastify route): 18,709 against 15,399 req/s median, 56–65
+ * against 68–87 µs of server CPU per request. Without it, each batch message cost the HTTP thread
  * 62–92 µs of wall time under that load, against 15–23 µs on a quiet machine.
  *
  * Node has no call for a thread's scheduling policy, so util-linux's `chrt` (present on Debian,
