@@ -53,7 +53,7 @@ export interface TargetCheck {
 export interface LoneClientRound {
   /** The lone client's p50 over this round's requests, ms. */
   loneP50Ms: number;
-  /** The model's own time in a fresh process in the same round: decode + preprocess + run, and the run alone, p50 ms. */
+  /** The model's own time in the same round, from the own-time process kept ready: decode + preprocess + run, and the run alone, p50 ms. */
   ownEndToEndP50Ms: number;
   ownInferP50Ms: number;
 }

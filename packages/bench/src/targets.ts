@@ -119,10 +119,10 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
   if (isImageModelTarget) {
     const name = 'Batching wastes no wait';
     const target = `batchSize 8 / maxBatchDelay 100: lone client p50 ≤ the model's own time + 5 ms (median of ${LONE_CLIENT_ROUNDS} rounds, each measured side by side)`;
-    const median = medianLoneExcess(ref.loneClientRounds);
-    if (!median) checks.push(unmeasured(name, target));
+    const middle = medianLoneExcess(ref.loneClientRounds);
+    if (!middle) checks.push(unmeasured(name, target));
     else {
-      const { excessMs: excess, round } = median;
+      const { excessMs: excess, round } = middle;
       const rounds = ref.loneClientRounds.map((r) => `${fmt(r.loneP50Ms)} vs ${fmt(r.ownEndToEndP50Ms)} ms (${signed(r.loneP50Ms - r.ownEndToEndP50Ms)})`).join('; ');
       checks.push({
         name, target,

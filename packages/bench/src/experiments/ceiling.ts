@@ -117,16 +117,6 @@ export async function runCeiling(context: ExperimentContext): Promise<CeilingRes
   return { rows, ownTime, noisyBatchSizes };
 }
 
-/** Only the model's own single-image time (no batch sweep), e.g. for the tiny model. */
-export async function measureOwnTime(modelPath: string, imagePath: string, threads: number, runs = 200): Promise<OwnTime> {
-  const { messages } = await runJsonChild({
-    scriptPath: ceilingScript,
-    args: [JSON.stringify({ modelPath, imagePath, threads, batchSizes: [], minImages: 0, minDurationMs: 0, ownTimeRuns: runs })],
-  });
-  const own = messages.find((m): m is OwnTimeMessage & Record<string, unknown> => m.type === 'own-time');
-  return { endToEndP50Ms: own ? median(own.endToEndMs) : Number.NaN, inferP50Ms: own ? median(own.inferMs) : Number.NaN };
-}
-
 /** One own-time measurement: decode + preprocess + run, and the run alone, ms. */
 export interface OwnRun {
   endToEndMs: number;

@@ -75,20 +75,20 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
     const rounds: { row: ResultRow; runs: OwnRun[] }[] = [];
     let notQuiet = 0;
     const quiet = async (pids: () => readonly number[]) => { if (!(await waitForQuiet(pids))) notQuiet += 1; };
+    const measureOwn = async () => {
+      await quiet(() => listProcessTree(server.pid));
+      const runs: OwnRun[] = [];
+      for (let i = 0; i < loneRequests; i++) runs.push(await own.step());
+      return runs;
+    };
+    const measureLone = async () => {
+      await quiet(() => [own.pid]);
+      return measureServerLoad(context, server, {
+        path, body, experiment: 'batched', label: `${spec.label}, lone client`, concurrency: 1, requests: loneRequests, warmupRequests: 2,
+      });
+    };
     try {
       for (let r = 0; r < LONE_CLIENT_ROUNDS; r++) {
-        const measureOwn = async () => {
-          await quiet(() => listProcessTree(server.pid));
-          const runs: OwnRun[] = [];
-          for (let i = 0; i < loneRequests; i++) runs.push(await own.step());
-          return runs;
-        };
-        const measureLone = async () => {
-          await quiet(() => [own.pid]);
-          return measureServerLoad(context, server, {
-            path, body, experiment: 'batched', label: `${spec.label}, lone client`, concurrency: 1, requests: loneRequests, warmupRequests: 2,
-          });
-        };
         if (r % 2 === 0) {
           const runs = await measureOwn();
           rounds.push({ runs, row: await measureLone() });

@@ -23,7 +23,7 @@ export const WORKER_SCHED_BATCH_ENV = 'MARINA_WORKER_SCHED_BATCH';
 const CHRT_PATHS = ['/usr/bin/chrt', '/bin/chrt'];
 
 /** What `useBatchScheduling` did: applied, off by setting, or why it could not (for a warning). */
-export type BatchSchedulingOutcome = { applied: true; tid: number } | { applied: false; reason: string; isOff?: true };
+export type BatchSchedulingOutcome = { applied: true } | { applied: false; reason: string; isOff?: true };
 
 /**
  * Puts the calling thread under SCHED_BATCH (call it first thing in a worker thread, before the
@@ -48,5 +48,5 @@ export function useBatchScheduling(env: Record<string, string | undefined> = pro
     const stderr = (error as { stderr?: Buffer }).stderr?.toString().trim();
     return { applied: false, reason: `${chrt} failed: ${stderr || (error as Error).message}` };
   }
-  return { applied: true, tid };
+  return { applied: true };
 }
