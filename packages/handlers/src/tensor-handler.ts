@@ -56,6 +56,23 @@ export function tensorBytesOf(request: ParsedTensorRequest, inputs: readonly Ten
 }
 
 /**
+ * Whether requests can run as one batch: every input has the same size in every dimension after
+ * the first (the one they are stacked along). A module function rather than a closure per batch.
+ */
+function canStackRequests(inputs: readonly TensorSignature[], requests: ReadonlyArray<{ parsed: ParsedTensorRequest }>): boolean {
+  const first = requests[0]!.parsed.tensors;
+  for (const input of inputs) {
+    const shape = first.get(input.name)!.shape;
+    for (let r = 1; r < requests.length; r++) {
+      const other = requests[r]!.parsed.tensors.get(input.name)!.shape;
+      if (other.length !== shape.length) return false;
+      for (let d = 1; d < shape.length; d++) if (other[d] !== shape[d]) return false;
+    }
+  }
+  return true;
+}
+
+/**
  * The generic tensor handler: tensors in, tensors out, for any ONNX model whose inputs and
  * outputs are tensors of a type the Open Inference Protocol names (bool, (u)int8…64, float16/32/64, string).
  * Requests come as JSON (see parseTensorRequest) or in the v2 binary layout (Inference-Header-Content-Length);
@@ -130,8 +147,7 @@ export function createTensorHandler(): Handler {
           results[index] = isMarinaError(error) ? error : invalid(String(error));
         }
       });
-      const key = (p: ParsedTensorRequest) => inputs.map((i) => p.tensors.get(i.name)!.shape.slice(1).join('x')).join('|');
-      const canStack = good.length > 1 && isStackable && good.every((g) => key(g.parsed) === key(good[0]!.parsed));
+      const canStack = good.length > 1 && isStackable && canStackRequests(inputs, good);
       if (canStack) {
         const answers = await run(good, context);
         good.forEach((g, i) => (results[g.index] = answers[i]!));

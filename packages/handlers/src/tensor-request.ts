@@ -254,6 +254,16 @@ export function selectedOutputNames(request: ParsedTensorRequest, outputNames: r
 }
 
 /**
+ * Whether a binary request's output is answered as binary data (its own `binary_data`, else the
+ * request's default); a JSON request's never is. A module function, not a closure per answer: a
+ * named closure costs a `name` definition each time it is made where the sources run through tsx.
+ */
+function isBinaryOutput(request: ParsedTensorRequest, name: string): boolean {
+  if (request.format === 'json') return false;
+  return request.outputs?.find((o) => o.name === name)?.isBinary ?? request.isBinaryOutputDefault;
+}
+
+/**
  * Builds one request's answer from its rows of the outputs: TorchServe's JSON object, or a
  * Buffer in the v2 binary layout (with the response headers set through `context`). An answer
  * that cannot fit `context.maxResponseBytes` is returned as a MARINA_ERR_RESPONSE_TOO_LARGE error
@@ -269,13 +279,12 @@ export function tensorAnswer(options: {
 }): unknown {
   const { request, names, outputs, rows, context, index } = options;
   const raws = names.map((name) => ortToRaw(name, outputs[name]!, rows));
-  const isBinary = (name: string) => request.format !== 'json' && (request.outputs?.find((o) => o.name === name)?.isBinary ?? request.isBinaryOutputDefault);
   // An answer that cannot fit max_response_size is refused here, before its JSON is built; the
   // error in the row's place fails this request only, never the others of its batch.
   try {
     // TorchServe JSON is pretty-printed by the server (10 bytes per value at least); JSON inside the binary layout is compact.
     const jsonBytesPerElement = request.format === 'json' ? 10 : 2;
-    assertResponseSize(answerBytesAtLeast(raws.map((t) => ({ shape: t.shape, raw: t.raw, isBinary: isBinary(t.name) })), jsonBytesPerElement), context.maxResponseBytes, true);
+    assertResponseSize(answerBytesAtLeast(raws.map((t) => ({ shape: t.shape, raw: t.raw, isBinary: isBinaryOutput(request, t.name) })), jsonBytesPerElement), context.maxResponseBytes, true);
   } catch (error) {
     return error;
   }
@@ -286,7 +295,7 @@ export function tensorAnswer(options: {
   }
   const binaries: Buffer[] = [];
   const list = raws.map((t) => {
-    if (!isBinary(t.name)) return { name: t.name, datatype: t.datatype, shape: t.shape, data: rawToJson(t.datatype, t.raw) };
+    if (!isBinaryOutput(request, t.name)) return { name: t.name, datatype: t.datatype, shape: t.shape, data: rawToJson(t.datatype, t.raw) };
     binaries.push(t.raw);
     return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: t.raw.length } };
   });

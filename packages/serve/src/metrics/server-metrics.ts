@@ -8,6 +8,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { BatchDoneEvent, ModelRegistryApi, RequestDoneEvent, WorkerLoadedEvent } from '../registry/model-registry-api.ts';
 import type { ServerLogs } from '../logging/server-logs.ts';
 import { createSystemMetricsReader } from './system-metrics.ts';
+import { RequestHistogram, type HistogramCell } from './request-histogram.ts';
 
 /** Buckets for latencies, seconds: 0.5 ms to 2 minutes (TorchServe's default response timeout). */
 export const LATENCY_BUCKETS_SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -56,43 +57,63 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
   const promRegistry = new Registry();
 
   const tsLabels = ['model_name', 'model_version', 'hostname'] as const;
+  // The per-request counters are summed in RequestCells and added at scrape time (collect).
   const tsRequests = new Counter({
     name: 'ts_inference_requests_total',
     help: 'Torchserve prometheus counter metric with unit: Count',
     labelNames: tsLabels,
     registers: [promRegistry],
+    collect: () => flushRequestCounters(),
   });
   const tsInferenceLatency = new Counter({
     name: 'ts_inference_latency_microseconds',
     help: 'Torchserve prometheus counter metric with unit: Microseconds',
     labelNames: tsLabels,
     registers: [promRegistry],
+    collect: () => flushRequestCounters(),
   });
   const tsQueueLatency = new Counter({
     name: 'ts_queue_latency_microseconds',
     help: 'Torchserve prometheus counter metric with unit: Microseconds',
     labelNames: tsLabels,
     registers: [promRegistry],
+    collect: () => flushRequestCounters(),
   });
 
   // TorchServe's frontend counters: every response of the inference and management APIs by class.
   const hostLabels = { Level: 'Host', Hostname: hostname };
   const round = (n: number) => Math.round(n * 100) / 100;
   /** TorchServe's metric log line: `Name.Unit:value|#dims|#hostname:h,timestamp:epochSeconds`. */
+  let suffixSecond = Number.NaN;
+  let suffix = '';
   const logMetric = (file: 'ts_metrics.log' | 'model_metrics.log', body: string): void => {
-    options.logs?.metric(file, `${body}|#hostname:${hostname},timestamp:${Math.floor(Date.now() / 1000)}`);
+    if (!options.logs) return;
+    // Several lines per request: the `|#hostname:h,timestamp:s` tail changes once a second.
+    const second = Math.floor(Date.now() / 1000);
+    if (second !== suffixSecond) {
+      suffixSecond = second;
+      suffix = `|#hostname:${hostname},timestamp:${second}`;
+    }
+    options.logs.metric(file, body + suffix);
   };
+  // Counted per response in plain numbers, added to the counters at scrape time.
   const responsesByClass = new Map(
     (['2XX', '4XX', '5XX'] as const).map((statusClass) => {
-      const counter = new Counter({
+      const entry = { pending: 0, counter: undefined as unknown as Counter<'Level' | 'Hostname'> };
+      entry.counter = new Counter({
         name: `Requests${statusClass}`,
         help: 'Torchserve prometheus counter metric with unit: Count',
         labelNames: ['Level', 'Hostname'] as const,
         registers: [promRegistry],
+        collect: () => {
+          if (entry.pending === 0) return;
+          entry.counter.inc(hostLabels, entry.pending);
+          entry.pending = 0;
+        },
       });
       // Present (at 0) from the first scrape, so rate() works before the first error.
-      counter.inc(hostLabels, 0);
-      return [statusClass, counter] as const;
+      entry.counter.inc(hostLabels, 0);
+      return [statusClass, entry] as const;
     }),
   );
 
@@ -102,22 +123,23 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     help: 'Inference requests answered, by model version and HTTP status code.',
     labelNames: ['model_name', 'model_version', 'status_code'] as const,
     registers: [promRegistry],
+    collect: () => flushRequestCounters(),
   });
-  const queueLatency = new Histogram({
+  const queueLatency = new RequestHistogram({
     name: 'marina_queue_latency_seconds',
     help: 'Time an inference job waited in its model version\'s job queue, seconds.',
     labelNames: modelLabels,
     buckets: LATENCY_BUCKETS_SECONDS,
     registers: [promRegistry],
   });
-  const inferenceLatency = new Histogram({
+  const inferenceLatency = new RequestHistogram({
     name: 'marina_inference_latency_seconds',
     help: 'Time a job spent in a worker (handler + model), seconds; jobs that never reached a worker are not counted.',
     labelNames: modelLabels,
     buckets: LATENCY_BUCKETS_SECONDS,
     registers: [promRegistry],
   });
-  const requestLatency = new Histogram({
+  const requestLatency = new RequestHistogram({
     name: 'marina_request_latency_seconds',
     help: 'End-to-end inference latency from request arrival to response, seconds, every status.',
     labelNames: modelLabels,
@@ -204,27 +226,95 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
 
   if (options.collectProcessMetrics ?? true) collectDefaultMetrics({ register: promRegistry });
 
-  const onRequest = (event: RequestDoneEvent): void => {
-    const tsLabelValues = { model_name: event.modelName, model_version: event.requestedVersion || 'default', hostname };
-    tsRequests.inc(tsLabelValues);
-    // TorchServe adds latency only for answered (successful) requests: keep its meaning.
-    if (event.statusCode < 400) {
-      tsInferenceLatency.inc(tsLabelValues, event.totalMs * 1000);
-      tsQueueLatency.inc(tsLabelValues, event.queueMs * 1000);
+  /**
+   * One label set's per-request metrics, found once (requestCellOf) and then updated with plain
+   * arithmetic: prom-client's labelled inc/observe cost about 0.6 µs each, several per request on
+   * the HTTP thread. The counters' shares are added at scrape time (flushRequestCounters).
+   */
+  interface RequestCell {
+    readonly tsLabels: { model_name: string; model_version: string; hostname: string };
+    readonly labels: { model_name: string; model_version: string };
+    /** Not yet added to ts_inference_requests_total, and the answered requests' share of the two ts_* latency counters. */
+    requests: number;
+    answered: number;
+    latencyUs: number;
+    queueUs: number;
+    /** Not yet added to marina_requests_total, by status code. */
+    readonly statuses: Map<number, number>;
+    readonly request: HistogramCell;
+    readonly queue: HistogramCell;
+    readonly inference: HistogramCell;
+  }
+  const requestCells = new Map<string, RequestCell>();
+  const requestCellOf = (event: RequestDoneEvent): RequestCell => {
+    const requestedVersion = event.requestedVersion || 'default';
+    const key = `${event.modelName}\u0000${requestedVersion}\u0000${event.modelVersion}`;
+    let cell = requestCells.get(key);
+    if (!cell) {
+      const labels = { model_name: event.modelName, model_version: event.modelVersion };
+      cell = {
+        tsLabels: { model_name: event.modelName, model_version: requestedVersion, hostname },
+        labels,
+        requests: 0,
+        answered: 0,
+        latencyUs: 0,
+        queueUs: 0,
+        statuses: new Map(),
+        request: requestLatency.cell(labels),
+        queue: queueLatency.cell(labels),
+        inference: inferenceLatency.cell(labels),
+      };
+      requestCells.set(key, cell);
     }
-    const labels = { model_name: event.modelName, model_version: event.modelVersion };
-    requestsByStatus.inc({ ...labels, status_code: String(event.statusCode) });
-    requestLatency.observe(labels, event.totalMs / 1000);
-    queueLatency.observe(labels, event.queueMs / 1000);
-    if (event.inferenceMs > 0) inferenceLatency.observe(labels, event.inferenceMs / 1000);
-    if (event.statusCode < 400) {
+    return cell;
+  };
+  const flushRequestCounters = (): void => {
+    for (const cell of requestCells.values()) {
+      if (cell.requests > 0) tsRequests.inc(cell.tsLabels, cell.requests);
+      if (cell.answered > 0) {
+        tsInferenceLatency.inc(cell.tsLabels, cell.latencyUs);
+        tsQueueLatency.inc(cell.tsLabels, cell.queueUs);
+      }
+      cell.requests = 0;
+      cell.answered = 0;
+      cell.latencyUs = 0;
+      cell.queueUs = 0;
+      for (const [statusCode, count] of cell.statuses) {
+        if (count > 0) requestsByStatus.inc({ ...cell.labels, status_code: String(statusCode) }, count);
+      }
+      cell.statuses.clear();
+    }
+  };
+  /** The latest answered request's frontend times (TorchServe's QueueTime and WorkerThreadTime gauges), set at scrape time. */
+  let lastFrontend: { queueMs: number; workerThreadMs: number } | undefined;
+  (frontend.queueTime as unknown as { collect: () => void }).collect = () => {
+    if (lastFrontend) frontend.queueTime.set(hostLabels, lastFrontend.queueMs);
+  };
+  (frontend.workerThreadTime as unknown as { collect: () => void }).collect = () => {
+    if (lastFrontend) frontend.workerThreadTime.set(hostLabels, lastFrontend.workerThreadMs);
+  };
+
+  const onRequest = (event: RequestDoneEvent): void => {
+    const cell = requestCellOf(event);
+    cell.requests++;
+    const isAnswered = event.statusCode < 400;
+    // TorchServe adds latency only for answered (successful) requests: keep its meaning.
+    if (isAnswered) {
+      cell.answered++;
+      cell.latencyUs += event.totalMs * 1000;
+      cell.queueUs += event.queueMs * 1000;
+    }
+    cell.statuses.set(event.statusCode, (cell.statuses.get(event.statusCode) ?? 0) + 1);
+    requestLatency.observe(cell.request, event.totalMs / 1000);
+    queueLatency.observe(cell.queue, event.queueMs / 1000);
+    if (event.inferenceMs > 0) inferenceLatency.observe(cell.inference, event.inferenceMs / 1000);
+    if (isAnswered) {
       // TorchServe's WorkerThreadTime: the frontend's share of a job outside the queue and the backend.
       const workerThreadMs = Math.max(0, event.totalMs - event.queueMs - event.inferenceMs);
-      frontend.queueTime.set(hostLabels, event.queueMs);
-      frontend.workerThreadTime.set(hostLabels, workerThreadMs);
+      lastFrontend = { queueMs: event.queueMs, workerThreadMs };
       logMetric('ts_metrics.log', `QueueTime.Milliseconds:${round(event.queueMs)}|#Level:Host`);
       logMetric('ts_metrics.log', `WorkerThreadTime.Milliseconds:${round(workerThreadMs)}|#Level:Host`);
-      logMetric('ts_metrics.log', `ts_inference_requests_total.Count:1|#model_name:${event.modelName},model_version:${tsLabelValues.model_version}`);
+      logMetric('ts_metrics.log', `ts_inference_requests_total.Count:1|#model_name:${event.modelName},model_version:${cell.tsLabels.model_version}`);
     }
   };
   const onWorkerLoaded = (event: WorkerLoadedEvent): void => {
@@ -281,7 +371,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     recordResponse(statusCode) {
       const statusClass = statusCode >= 200 && statusCode < 300 ? '2XX' : statusCode >= 400 && statusCode < 500 ? '4XX' : statusCode >= 500 && statusCode < 600 ? '5XX' : undefined;
       if (statusClass !== undefined) {
-        responsesByClass.get(statusClass)!.inc(hostLabels);
+        responsesByClass.get(statusClass)!.pending++;
         logMetric('ts_metrics.log', `Requests${statusClass}.Count:1|#Level:Host`);
       }
     },
