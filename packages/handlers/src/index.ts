@@ -48,6 +48,7 @@ export {
 export { createTensorHandler, type TensorHandlerResponse } from './tensor-handler.ts';
 export {
   parseTensorRequest,
+  isPlainFloatTensorBody,
   checkTensorAgainstSignature,
   selectedOutputNames,
   INFERENCE_HEADER_CONTENT_LENGTH,

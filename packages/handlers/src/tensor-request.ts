@@ -242,6 +242,52 @@ export function parseTensorRequest(payload: unknown, inputs: TensorSignature[], 
 }
 
 /**
+ * Whether `body` (a parsed JSON value) is the plainest TorchServe tensor request, one that
+ * parseTensorRequest accepts as it is: for a model with one FP32 or FP64 input, `{"data": X}`
+ * (no other key) or a bare X, where X is a rectangular nested array of numbers with the input's
+ * rank and its fixed dimensions, none of them 0. Admission on the HTTP thread checks the common
+ * body with this one walk and no allocation; false means "not sure", never "invalid": the caller
+ * then runs parseTensorRequest, which accepts or refuses with the exact error. Nothing this
+ * accepts is refused by parseTensorRequest (test/plain-json-tensor.test.ts compares the two).
+ */
+export function isPlainFloatTensorBody(body: unknown, inputs: readonly TensorSignature[]): boolean {
+  if (inputs.length !== 1) return false;
+  const input = inputs[0]!;
+  const datatype = v2DatatypeOf(input.type);
+  if ((datatype !== 'FP32' && datatype !== 'FP64') || input.shape.length === 0) return false;
+  let data: unknown = body;
+  if (!Array.isArray(body)) {
+    if (body === null || typeof body !== 'object') return false;
+    for (const key in body) if (key !== 'data') return false;
+    data = (body as { data?: unknown }).data;
+    if (!Array.isArray(data)) return false;
+  }
+  const lengths: number[] = [];
+  return isPlainFloatArray(data as unknown[], input.shape, 0, lengths);
+}
+
+/** One level of isPlainFloatTensorBody's walk: every array at `depth` has the same length (`lengths[depth]`, the first one seen), a fixed dimension's size, and holds arrays down to the last dimension, numbers there. */
+function isPlainFloatArray(array: unknown[], shape: ReadonlyArray<number | string>, depth: number, lengths: number[]): boolean {
+  const n = array.length;
+  if (n === 0) return false;
+  const seen = lengths[depth];
+  if (seen === undefined) {
+    const dim = shape[depth];
+    if (!isDynamicDim(dim) && dim !== n) return false;
+    lengths[depth] = n;
+  } else if (seen !== n) return false;
+  if (depth === shape.length - 1) {
+    for (let i = 0; i < n; i++) if (typeof array[i] !== 'number') return false;
+    return true;
+  }
+  for (let i = 0; i < n; i++) {
+    const item = array[i];
+    if (!Array.isArray(item) || !isPlainFloatArray(item, shape, depth + 1, lengths)) return false;
+  }
+  return true;
+}
+
+/**
  * The output names to fetch for a request (all when it names none).
  * @throws MARINA_ERR_TENSOR_OUTPUT_UNKNOWN for a name the model does not have.
  */

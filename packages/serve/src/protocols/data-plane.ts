@@ -13,6 +13,7 @@ import {
   createHandlerError,
   encodeBytesElements,
   INFERENCE_HEADER_CONTENT_LENGTH,
+  isPlainFloatTensorBody,
   isV2Datatype,
   joinBinaryBody,
   jsonToRaw,
@@ -97,6 +98,21 @@ function tensorMetadata(signature: ModelSignature['inputs']): TensorMetadata[] {
 
 /** The max_response_size check (MARINA_ERR_RESPONSE_TOO_LARGE), shared with the tensor handler, which applies it before it builds an answer. */
 export { assertResponseSize };
+
+/**
+ * The common small TorchServe JSON body, checked in one walk without building its tensor (see
+ * isPlainFloatTensorBody); false sends it through parseTensorRequest, which accepts or refuses it
+ * with the exact error. The worker parses the body again to run it.
+ */
+function isPlainJsonTensor(payload: Buffer | string, signature: ModelSignature): boolean {
+  let body: unknown;
+  try {
+    body = JSON.parse(typeof payload === 'string' ? payload : payload.toString('utf8'));
+  } catch {
+    return false;
+  }
+  return isPlainFloatTensorBody(body, signature.inputs);
+}
 
 export class DataPlane {
   readonly #registry: ModelRegistry;
@@ -249,6 +265,7 @@ export class DataPlane {
     const headerText = options.headers?.[INFERENCE_HEADER_CONTENT_LENGTH];
     const headerLength = headerText === undefined ? undefined : Number(headerText);
     if (headerLength !== undefined && !Number.isInteger(headerLength)) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`Inference-Header-Content-Length must be a non-negative integer, got '${headerText}'`);
+    if (headerLength === undefined && payload.length <= SMALL_JSON_BODY_BYTES && isPlainJsonTensor(payload, signature)) return options;
     const parsed = parseTensorRequest(payload, signature.inputs, { headerLength });
     selectedOutputNames(parsed, signature.outputs.map((o) => o.name));
     // Checked; a small JSON body then goes on as it came: the worker parses it again in
