@@ -51,13 +51,18 @@ export const OVERHEAD_BEST_SETTINGS = { minWorkers: 1, maxWorkers: 1, batchSize:
 const OVERHEAD_WARMUP_REQUESTS = 5000;
 
 /**
- * Rounds of the many-clients comparison, each a third of the planned time per server; the bare
+ * Rounds of the many-clients comparison, each a sixth of the planned time per server; the bare
  * route and the servers take turns within each, in alternating order (forward, then backward).
- * This machine's speed drifts by up to 40% within a minute, and the bare route gains more from a
- * fast phase than the server, so the ratio target is judged on the median of the rounds' own
- * ratios rather than on the best rounds, which may come from different phases.
+ * This machine's speed drifts by up to 40% within a minute, and by half within seconds, and the
+ * bare route gains more from a fast phase than the server, so the ratio target is judged on the
+ * median of the rounds' own ratios rather than on the best rounds, which may come from different
+ * phases. Twelve short rounds rather than six long ones (the same time in all): the two sides of a
+ * pair are measured closer together, and the median of twelve moves less between runs.
  */
-export const OVERHEAD_ROUNDS = 6;
+export const OVERHEAD_ROUNDS = 12;
+
+/** Each many-clients round runs this share of the planned time per server (OVERHEAD_ROUNDS × share = twice the planned time). */
+const OVERHEAD_ROUND_SHARE = 2 / OVERHEAD_ROUNDS;
 
 /**
  * Overhead: a bare fastify route that returns a constant against the Marina server with the
@@ -68,7 +73,7 @@ export const OVERHEAD_ROUNDS = 6;
  * compared with the model's own time per request).
  *
  * All three servers stay up and the many-clients runs alternate between them in
- * `OVERHEAD_ROUNDS` rounds of a third of the planned time each, so a load spike from another
+ * `OVERHEAD_ROUNDS` rounds of a sixth of the planned time each, so a load spike from another
  * process hits all of them alike; each row keeps its best round, and says so when the rounds differ
  * by more than 25% ("noisy"). The rounds' bare and best-server rates are returned in pairs for the
  * ratio target.
@@ -96,7 +101,7 @@ export async function runOverhead(context: ExperimentContext): Promise<{ rows: R
         for (let round = 0; round < OVERHEAD_ROUNDS; round++) {
           // The first round warms each server up fully; later ones only open their connections again.
           const warmup = round === 0 ? OVERHEAD_WARMUP_REQUESTS : OVERHEAD_WARMUP_REQUESTS / 10;
-          for (const i of round % 2 === 0 ? order : [...order].reverse()) rounds[i]!.push(await targets[i]!.measure(concurrency, Math.ceil(durationMs / 3), warmup));
+          for (const i of round % 2 === 0 ? order : [...order].reverse()) rounds[i]!.push(await targets[i]!.measure(concurrency, Math.ceil(durationMs * OVERHEAD_ROUND_SHARE), warmup));
         }
         targets.forEach((target, i) => rows.push({ ...bestRound(rounds[i]!, 'req/s', 0), config: `${target.name}, ${concurrency} clients` }));
         for (const target of targets.slice(0, 2)) {

@@ -61,25 +61,33 @@ function bodyDecodingOf(contentType: string | undefined): BodyDecoding {
   return undefined;
 }
 
-/** The handler's input and how the worker decodes it: the body's bytes travel as they came, JSON is parsed in the worker, not on the HTTP thread. */
-async function readInput(request: FastifyRequest): Promise<{ input: JobInput; bodyDecoding: BodyDecoding }> {
-  if (request.isMultipart()) {
-    const input: JobInput = {};
-    try {
-      for await (const part of request.parts()) {
-        if (part.type === 'file') input[part.fieldname] = await part.toBuffer();
-        else input[part.fieldname] = part.value;
-      }
-    } catch (error) {
-      const code = (error as { code?: string }).code;
-      if (isMarinaError(error) || (code !== undefined && multipartTooLargeCodes.has(code))) throw error;
-      // Everything else the parser throws (truncated body, no boundary, bad part headers, a
-      // `__proto__` field) is the client's malformed body, not a server fault.
-      throw createServeError.MARINA_ERR_BAD_REQUEST(`the multipart body cannot be parsed: ${(error as Error).message}; send a well-formed multipart/form-data body (field 'data') or a raw body`, { cause: error });
+/**
+ * The handler's input and how the worker decodes it: the body's bytes travel as they came, JSON is parsed in the worker, not on the HTTP thread.
+ * Only a multipart body is read asynchronously (its parts stream in); every other body is already read, so no promise is made for it.
+ */
+function readInput(request: FastifyRequest): { input: JobInput; bodyDecoding: BodyDecoding } | Promise<{ input: JobInput; bodyDecoding: BodyDecoding }> {
+  return request.isMultipart() ? readMultipartInput(request) : readBodyInput(request);
+}
+
+async function readMultipartInput(request: FastifyRequest): Promise<{ input: JobInput; bodyDecoding: BodyDecoding }> {
+  const input: JobInput = {};
+  try {
+    for await (const part of request.parts()) {
+      if (part.type === 'file') input[part.fieldname] = await part.toBuffer();
+      else input[part.fieldname] = part.value;
     }
-    if (Object.keys(input).length === 0) throw createServeError.MARINA_ERR_BAD_REQUEST('the multipart body has no fields; send the input in a field named data');
-    return { input, bodyDecoding: undefined };
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (isMarinaError(error) || (code !== undefined && multipartTooLargeCodes.has(code))) throw error;
+    // Everything else the parser throws (truncated body, no boundary, bad part headers, a
+    // `__proto__` field) is the client's malformed body, not a server fault.
+    throw createServeError.MARINA_ERR_BAD_REQUEST(`the multipart body cannot be parsed: ${(error as Error).message}; send a well-formed multipart/form-data body (field 'data') or a raw body`, { cause: error });
   }
+  if (Object.keys(input).length === 0) throw createServeError.MARINA_ERR_BAD_REQUEST('the multipart body has no fields; send the input in a field named data');
+  return { input, bodyDecoding: undefined };
+}
+
+function readBodyInput(request: FastifyRequest): { input: JobInput; bodyDecoding: BodyDecoding } {
   const body = request.body;
   if (body === undefined || body === null) return { input: {}, bodyDecoding: undefined };
   if (body instanceof URLSearchParams) {
@@ -154,7 +162,8 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     const arrivedAt = performance.now();
     try {
       const { modelName, modelVersion } = modelFrom(request);
-      const { input, bodyDecoding } = await readInput(request);
+      const read = readInput(request);
+      const { input, bodyDecoding } = read instanceof Promise ? await read : read;
       if (routeOptions.withQuery) {
         for (const [k, v] of Object.entries(request.query as Record<string, string | string[]>)) if (!(k in input)) input[k] = Array.isArray(v) ? v.join(',') : v;
       }
