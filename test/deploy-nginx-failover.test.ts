@@ -168,10 +168,18 @@ describe('two servers behind nginx, one killed with SIGKILL mid-load', { timeout
     await Promise.all(load);
 
     const answers = [...(await Promise.all(held)), ...loadAnswers.flat()];
-    // Which server each request went to, from nginx's access log.
-    const log = new Map(readFileSync(path.join(root, 'nginx', 'access.log'), 'utf8').trim().split('\n')
-      .map((line) => /^(\S+) (\d+) "([^"]*)" "([^"]*)"$/.exec(line)!)
+    // Which server each request went to, from nginx's access log. nginx writes a request's line
+    // after it has sent the response, so a client can hold its answer before the line is there:
+    // read until every answered request has its line.
+    const readLog = () => new Map(readFileSync(path.join(root, 'nginx', 'access.log'), 'utf8').trim().split('\n')
+      .map((line) => /^(\S+) (\d+) "([^"]*)" "([^"]*)"$/.exec(line))
+      .filter((match): match is RegExpExecArray => match !== null)
       .map(([, id, status, upstreams, upstreamStatuses]) => [id!, { status: Number(status), upstreams: upstreams!.split(', '), upstreamStatuses: upstreamStatuses!.split(', ') }]));
+    let log = readLog();
+    while (!answers.every((answer) => log.has(answer.id))) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      log = readLog();
+    }
     const victimHost = new URL(victim.inferenceUrl).host;
     const survivorHost = new URL(survivor.inferenceUrl).host;
 
