@@ -11,7 +11,8 @@
  * .ci/run installs nginx when it is missing (apt-get install -y nginx).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, watch, writeFileSync } from 'node:fs';
+import { once } from 'node:events';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startForegroundServer, writeGatedModel, type ForegroundServer } from './deploy-helpers.ts';
@@ -170,15 +171,22 @@ describe('two servers behind nginx, one killed with SIGKILL mid-load', { timeout
     const answers = [...(await Promise.all(held)), ...loadAnswers.flat()];
     // Which server each request went to, from nginx's access log. nginx writes a request's line
     // after it has sent the response, so a client can hold its answer before the line is there:
-    // read until every answered request has its line.
-    const readLog = () => new Map(readFileSync(path.join(root, 'nginx', 'access.log'), 'utf8').trim().split('\n')
+    // read it again on each change of the file until every answered request has its line (the
+    // watcher exists before the first read, so no line written after that read goes unnoticed).
+    const logPath = path.join(root, 'nginx', 'access.log');
+    const readLog = () => new Map(readFileSync(logPath, 'utf8').trim().split('\n')
       .map((line) => /^(\S+) (\d+) "([^"]*)" "([^"]*)"$/.exec(line))
       .filter((match): match is RegExpExecArray => match !== null)
       .map(([, id, status, upstreams, upstreamStatuses]) => [id!, { status: Number(status), upstreams: upstreams!.split(', '), upstreamStatuses: upstreamStatuses!.split(', ') }]));
+    const watcher = watch(logPath);
     let log = readLog();
-    while (!answers.every((answer) => log.has(answer.id))) {
-      await new Promise((resolve) => setTimeout(resolve, 10));
-      log = readLog();
+    try {
+      while (!answers.every((answer) => log.has(answer.id))) {
+        await once(watcher, 'change');
+        log = readLog();
+      }
+    } finally {
+      watcher.close();
     }
     const victimHost = new URL(victim.inferenceUrl).host;
     const survivorHost = new URL(survivor.inferenceUrl).host;
