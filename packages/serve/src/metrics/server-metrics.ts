@@ -83,9 +83,9 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
   // TorchServe's frontend counters: every response of the inference and management APIs by class.
   const hostLabels = { Level: 'Host', Hostname: hostname };
   const round = (n: number) => Math.round(n * 100) / 100;
-  /** TorchServe's metric log line: `Name.Unit:value|#dims|#hostname:h,timestamp:epochSeconds`. */
   let suffixSecond = Number.NaN;
   let suffix = '';
+  /** TorchServe's metric log line: `Name.Unit:value|#dims|#hostname:h,timestamp:epochSeconds`. */
   const logMetric = (file: 'ts_metrics.log' | 'model_metrics.log', body: string): void => {
     if (!options.logs) return;
     // Several lines per request: the `|#hostname:h,timestamp:s` tail changes once a second.
@@ -99,20 +99,20 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
   // Counted per response in plain numbers, added to the counters at scrape time.
   const responsesByClass = new Map(
     (['2XX', '4XX', '5XX'] as const).map((statusClass) => {
-      const entry = { pending: 0, counter: undefined as unknown as Counter<'Level' | 'Hostname'> };
-      entry.counter = new Counter({
+      const entry = { pending: 0 };
+      const counter = new Counter({
         name: `Requests${statusClass}`,
         help: 'Torchserve prometheus counter metric with unit: Count',
         labelNames: ['Level', 'Hostname'] as const,
         registers: [promRegistry],
-        collect: () => {
+        collect() {
           if (entry.pending === 0) return;
-          entry.counter.inc(hostLabels, entry.pending);
+          this.inc(hostLabels, entry.pending);
           entry.pending = 0;
         },
       });
       // Present (at 0) from the first scrape, so rate() works before the first error.
-      entry.counter.inc(hostLabels, 0);
+      counter.inc(hostLabels, 0);
       return [statusClass, entry] as const;
     }),
   );
