@@ -30,6 +30,7 @@ export {
   resolveImageClassifierOptions,
   readIndexToName,
   topK,
+  topIndices,
   isProbabilityRow,
   type ImageClassifierOptions,
   type ProbabilityTransform,

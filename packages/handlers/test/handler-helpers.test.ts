@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { fixedBatchWarning, getBuiltinHandler, isProbabilityRow, joinBinaryBody, parseTensorRequest, rawToJson, resolveImageClassifierOptions, topK } from '../src/index.ts';
+import { fixedBatchWarning, getBuiltinHandler, isProbabilityRow, joinBinaryBody, parseTensorRequest, rawToJson, resolveImageClassifierOptions, topIndices, topK } from '../src/index.ts';
 
 describe('image_classifier options', () => {
   it('takes the crop from the model input and scales resize by 256/224', () => {
@@ -22,6 +22,28 @@ describe('topK', () => {
     const e = [1, 3, 2, 0].map((x) => Math.exp(x));
     const sum = e.reduce((a, b) => a + b);
     expect(top.get('cat')).toBeCloseTo(e[1]! / sum, 10);
+  });
+
+  it('picks the same k indices in the same order as a stable sort of every index (ties by index), NaN ranked last', () => {
+    // A seeded generator: the same 2,000 rows on every run.
+    let seed = 7;
+    const random = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+    for (let row = 0; row < 2000; row++) {
+      const length = 1 + Math.floor(random() * 40);
+      // Few distinct values, so rows are full of ties; some rows also have infinities.
+      const values = Array.from({ length }, () => (random() < 0.05 ? [Infinity, -Infinity, Number.NaN][Math.floor(random() * 3)]! : Math.floor(random() * 6) - 3));
+      const k = 1 + Math.floor(random() * (length + 2));
+      // NaN below every number; the sort is stable, so ties (NaN with NaN too) keep index order.
+      const expected = values.map((_, i) => i).sort((a, b) => {
+        const x = values[a]!;
+        const y = values[b]!;
+        if (Number.isNaN(x) !== Number.isNaN(y)) return Number.isNaN(x) ? 1 : -1;
+        return y > x ? 1 : y < x ? -1 : 0;
+      }).slice(0, Math.min(k, length));
+      expect(topIndices(values, Math.min(k, length))).toEqual(expected);
+    }
+    expect(topIndices([Number.NaN, Number.NaN, Number.NaN], 2)).toEqual([0, 1]);
+    expect(topIndices(new Float64Array([0.1, Number.NaN, 0.7, 0.7]), 3)).toEqual([2, 3, 0]);
   });
 });
 
