@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { packArchive, parseModelConfig } from '@marina/archive';
 import { GraphBuilder, writeOnnxModel } from '@marina/model-zoo';
-import { allowSpinningDefaultFrom, createSessionOptions, optimizedModelCacheDir, readOrtModelSettings } from '../src/backend/ort-session.ts';
+import { allowSpinningDefaultFrom, createSessionOptions, forceSpinningStopDefaultFrom, optimizedModelCacheDir, readOrtModelSettings } from '../src/backend/ort-session.ts';
 import { call, createWorkspace, opsConfig, startOps, type OpsServer, type Workspace } from './ops-harness.ts';
 
 /** Packs `output = input·2 + 1` ([N,4]) with its weights in model.onnx.data, added with extraFiles. */
@@ -116,7 +116,7 @@ describe('the onnxruntime section of model-config.yaml', () => {
 
   it('lets intra-op threads spin by default (a machine that serves only Marina) unless the model opts out with allowSpinning: false', () => {
     const threading = { intraOpNumThreads: 2 };
-    expect(createSessionOptions(threading).extra).toEqual({ session: { 'intra_op.allow_spinning': '1' } });
+    expect(createSessionOptions(threading).extra).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' } });
     const settings = readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: false\n'));
     expect(settings).toEqual({ allowSpinning: false });
     expect(createSessionOptions(threading, settings).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
@@ -129,10 +129,24 @@ describe('the onnxruntime section of model-config.yaml', () => {
     expect(allowSpinningDefaultFrom({})).toBeUndefined();
     const on = { intraOpNumThreads: 2, allowSpinning: true };
     const off = { intraOpNumThreads: 2, allowSpinning: false };
-    expect(createSessionOptions(on).extra).toEqual({ session: { 'intra_op.allow_spinning': '1' } });
+    expect(createSessionOptions(on).extra).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' } });
     expect(createSessionOptions(off).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
     expect(createSessionOptions(on, readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: false\n'))).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
-    expect(createSessionOptions(off, readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: true\n'))).extra).toEqual({ session: { 'intra_op.allow_spinning': '1' } });
+    expect(createSessionOptions(off, readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: true\n'))).extra).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' } });
+  });
+
+  it('stops spinning when a run returns by default; MARINA_ORT_FORCE_SPINNING_STOP=0 or forceSpinningStop: false keeps onnxruntime\'s spin after the run', () => {
+    expect(forceSpinningStopDefaultFrom({ MARINA_ORT_FORCE_SPINNING_STOP: '0' })).toBe(false);
+    expect(forceSpinningStopDefaultFrom({ MARINA_ORT_FORCE_SPINNING_STOP: '1' })).toBe(true);
+    expect(forceSpinningStopDefaultFrom({ MARINA_ORT_FORCE_SPINNING_STOP: 'no' })).toBeUndefined();
+    const keepSpinning = { intraOpNumThreads: 2, forceSpinningStop: false };
+    expect(createSessionOptions(keepSpinning).extra).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '0' } });
+    const settings = readOrtModelSettings(parseModelConfig('onnxruntime:\n  forceSpinningStop: true\n'));
+    expect(settings).toEqual({ forceSpinningStop: true });
+    expect(createSessionOptions(keepSpinning, settings).extra).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' } });
+    // Without spinning there is nothing to stop.
+    expect(createSessionOptions({ intraOpNumThreads: 2, allowSpinning: false, forceSpinningStop: false }).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
+    expect(() => parseModelConfig('onnxruntime:\n  forceSpinningStop: sometimes\n')).toThrow(expect.objectContaining({ code: 'MARINA_ERR_MODEL_CONFIG_INVALID', message: expect.stringContaining('forceSpinningStop') }));
   });
 
   it('rejects an unknown level or key with MARINA_ERR_MODEL_CONFIG_INVALID, naming it', () => {

@@ -13,7 +13,7 @@ describe('intra-op thread defaults', () => {
   });
 
   it('lets intra-op threads spin by default, and a server-wide MARINA_ORT_ALLOW_SPINNING=0 turns it off for a shared machine', () => {
-    const spinning = { session: { 'intra_op.allow_spinning': '1' } };
+    const spinning = { session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' } };
     expect(createSessionOptions({ intraOpNumThreads: 2 })).toEqual({ graphOptimizationLevel: 'all', intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', executionProviders: ['cpu'], extra: spinning });
     expect(createSessionOptions({ intraOpNumThreads: 2, allowSpinning: false }).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
   });

@@ -1,7 +1,7 @@
 import { EventEmitter, once } from 'node:events';
 import { rm } from 'node:fs/promises';
 import { assertModelIdentity, extractToCache, normalizeManifest, readModelConfig, readQuantizationSummary, resolveInside, resolveManifestFiles } from '@marina/archive';
-import { allowSpinningDefaultFrom, cacheOptimizedModelDefaultFrom } from '../backend/ort-session.ts';
+import { allowSpinningDefaultFrom, cacheOptimizedModelDefaultFrom, forceSpinningStopDefaultFrom } from '../backend/ort-session.ts';
 import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
@@ -88,6 +88,7 @@ export class ModelRegistry implements ModelRegistryApi {
   #isClosing = false;
   readonly #cacheOptimizedModelDefault: boolean | undefined;
   readonly #allowSpinningDefault: boolean | undefined;
+  readonly #forceSpinningStopDefault: boolean | undefined;
 
   constructor(options: ModelRegistryOptions) {
     this.#config = options.config;
@@ -95,6 +96,7 @@ export class ModelRegistry implements ModelRegistryApi {
     this.#caches = options.caches;
     this.#cacheOptimizedModelDefault = cacheOptimizedModelDefaultFrom(options.env ?? process.env);
     this.#allowSpinningDefault = allowSpinningDefaultFrom(options.env ?? process.env);
+    this.#forceSpinningStopDefault = forceSpinningStopDefaultFrom(options.env ?? process.env);
   }
 
   /** Extractions of opens in progress (not yet versions): the caches must not remove them. */
@@ -273,6 +275,7 @@ export class ModelRegistry implements ModelRegistryApi {
       intraOpNumThreads,
       cacheOptimizedModelDefault: this.#cacheOptimizedModelDefault,
       allowSpinningDefault: this.#allowSpinningDefault,
+      forceSpinningStopDefault: this.#forceSpinningStopDefault,
       limitMaxImagePixels: this.#config.limitMaxImagePixels,
       maxResponseBytes: this.#config.maxResponseBytes,
       serverVersion: SERVER_VERSION,

@@ -77,7 +77,7 @@ function ownBytes(bytes: Uint8Array): Uint8Array {
 }
 
 let handler: Handler;
-const sessionSettings = { threading: { intraOpNumThreads: init.intraOpNumThreads, allowSpinning: init.allowSpinningDefault }, ort: readOrtModelSettings(init.modelYamlConfig), cacheOptimizedModelDefault: init.cacheOptimizedModelDefault };
+const sessionSettings = { threading: { intraOpNumThreads: init.intraOpNumThreads, allowSpinning: init.allowSpinningDefault, forceSpinningStop: init.forceSpinningStopDefault }, ort: readOrtModelSettings(init.modelYamlConfig), cacheOptimizedModelDefault: init.cacheOptimizedModelDefault };
 
 /** What the handler sets for each row of one batch through its context. */
 interface BatchState {

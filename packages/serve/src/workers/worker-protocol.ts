@@ -20,6 +20,8 @@ export interface WorkerInit {
   cacheOptimizedModelDefault: boolean | undefined;
   /** The server-wide default of `onnxruntime.allowSpinning` for models that do not set it (undefined: Marina's default). */
   allowSpinningDefault: boolean | undefined;
+  /** The server-wide default of `onnxruntime.forceSpinningStop` for models that do not set it (undefined: Marina's default). */
+  forceSpinningStopDefault: boolean | undefined;
   limitMaxImagePixels: boolean;
   /** max_response_size, bytes: handlers may refuse a larger answer before building it. */
   maxResponseBytes: number;
