@@ -100,18 +100,19 @@ function tensorMetadata(signature: ModelSignature['inputs']): TensorMetadata[] {
 export { assertResponseSize };
 
 /**
- * The common small TorchServe JSON body, checked in one walk without building its tensor (see
- * isPlainFloatTensorBody); false sends it through parseTensorRequest, which accepts or refuses it
- * with the exact error. The worker parses the body again to run it.
+ * A small JSON body's value, parsed once for both checks of admission: the one-walk check of the
+ * common body (isPlainFloatTensorBody) and, when that is not sure, parseTensorRequest. The payload
+ * itself when it is not JSON (parseTensorRequest then says why) or when its value is a string
+ * (parseTensorRequest would read a string as JSON text again). The worker parses the body again to run it.
  */
-function isPlainJsonTensor(payload: Buffer | string, signature: ModelSignature): boolean {
-  let body: unknown;
+function jsonValueOf(payload: Buffer | string): unknown {
+  let value: unknown;
   try {
-    body = JSON.parse(typeof payload === 'string' ? payload : payload.toString('utf8'));
+    value = JSON.parse(typeof payload === 'string' ? payload : payload.toString('utf8'));
   } catch {
-    return false;
+    return payload;
   }
-  return isPlainFloatTensorBody(body, signature.inputs);
+  return typeof value === 'string' ? payload : value;
 }
 
 export class DataPlane {
@@ -265,8 +266,9 @@ export class DataPlane {
     const headerText = options.headers?.[INFERENCE_HEADER_CONTENT_LENGTH];
     const headerLength = headerText === undefined ? undefined : Number(headerText);
     if (headerLength !== undefined && !Number.isInteger(headerLength)) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`Inference-Header-Content-Length must be a non-negative integer, got '${headerText}'`);
-    if (headerLength === undefined && payload.length <= SMALL_JSON_BODY_BYTES && isPlainJsonTensor(payload, signature)) return options;
-    const parsed = parseTensorRequest(payload, signature.inputs, { headerLength });
+    const value = headerLength === undefined && payload.length <= SMALL_JSON_BODY_BYTES ? jsonValueOf(payload) : payload;
+    if (value !== payload && isPlainFloatTensorBody(value, signature.inputs)) return options;
+    const parsed = parseTensorRequest(value, signature.inputs, { headerLength });
     selectedOutputNames(parsed, signature.outputs.map((o) => o.name));
     // Checked; a small JSON body then goes on as it came: the worker parses it again in
     // microseconds, which costs the HTTP thread (the tiny model's bottleneck) less than re-encoding
