@@ -1,6 +1,6 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { setImmediate } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as ort from 'onnxruntime-node';
 import { writeSlowModel } from '@marina/model-zoo';
@@ -25,6 +25,17 @@ function cpuNs(tids: Iterable<string>): number {
   return sum;
 }
 
+/** A thread's scheduler state (R runnable, S sleeping, …), or undefined once it has ended. */
+function threadState(tid: string): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${process.pid}/task/${tid}/stat`, 'utf8');
+    // The state follows the command name, which is in parentheses and may hold spaces.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * A real 2-thread session of the options Marina gives it, and the threads onnxruntime started for
  * it (its intra-op pool): every thread that appeared while the session was created. Threads that
@@ -36,11 +47,15 @@ async function openSession(modelPath: string, modelConfig: Record<string, unknow
   return { session, pool: [...threadIds()].filter((tid) => !before.has(tid)) };
 }
 
-/** CPU time the session's pool threads use in the 300 ms after a run returns (a wait long enough for onnxruntime's spin, about 50 ms on the project's machine). */
-async function cpuAfterRun(opened: { session: ort.InferenceSession; pool: string[] }, feeds: Record<string, ort.Tensor>): Promise<number> {
+/**
+ * CPU time the session's pool threads use from the moment a run returns until every one of them
+ * sleeps. It waits on the threads' state, read on each turn of the event loop: a spinning thread
+ * stays runnable until its spin ends, a stopped one goes to sleep at once.
+ */
+async function cpuUntilAsleep(opened: { session: ort.InferenceSession; pool: string[] }, feeds: Record<string, ort.Tensor>): Promise<number> {
   await opened.session.run(feeds);
   const start = cpuNs(opened.pool);
-  await sleep(300);
+  while (opened.pool.some((tid) => (threadState(tid) ?? 'S') !== 'S')) await setImmediate();
   return cpuNs(opened.pool) - start;
 }
 
@@ -65,13 +80,13 @@ describe.runIf(process.platform === 'linux')('intra-op spinning after a run (rea
     try {
       expect(stopping.pool.length).toBeGreaterThan(0);
       expect(spinning.pool.length).toBeGreaterThan(0);
-      // Warm-up runs (first-run allocation), each followed by the quiet wait.
-      await cpuAfterRun(stopping, feeds);
-      await cpuAfterRun(spinning, feeds);
+      // Warm-up runs (first-run allocation), each followed by the wait for sleeping threads.
+      await cpuUntilAsleep(stopping, feeds);
+      await cpuUntilAsleep(spinning, feeds);
       // A stopped thread sleeps: it runs only for the instant it takes to stop (well under 2 ms).
       // A spinning one burns its core until its spin ends, tens of ms of CPU.
-      const stoppedNs = await cpuAfterRun(stopping, feeds);
-      const spunNs = await cpuAfterRun(spinning, feeds);
+      const stoppedNs = await cpuUntilAsleep(stopping, feeds);
+      const spunNs = await cpuUntilAsleep(spinning, feeds);
       expect(stoppedNs).toBeLessThan(2e6);
       expect(spunNs).toBeGreaterThan(2e6);
     } finally {
