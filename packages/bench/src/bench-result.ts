@@ -49,13 +49,20 @@ export interface TargetCheck {
   explanation: string;
 }
 
-/** One lone-client round: the server's p50 and the model's own time, measured one right after the other. */
-export interface LoneClientRound {
-  /** The lone client's p50 over this round's requests, ms. */
-  loneP50Ms: number;
-  /** The model's own time in the same round, from the own-time process kept ready: decode + preprocess + run, and the run alone, p50 ms. */
-  ownEndToEndP50Ms: number;
-  ownInferP50Ms: number;
+/**
+ * One lone request of the batched experiment and the own-time run it is paired with: the same
+ * place in one turn's two blocks (a block of lone requests and a block of own-time runs, back to
+ * back), so the two were measured seconds apart at most.
+ */
+export interface LoneClientPair {
+  /** The lone request's latency at the client, ms. */
+  loneMs: number;
+  /** The model's run inside the server for that request (its Server-Timing `inference`), ms; NaN when the header lacked it. */
+  serverInferenceMs: number;
+  /** The own-time run (the own-time process kept ready, no server): decode + preprocess + run, ms. */
+  ownEndToEndMs: number;
+  /** The same run's `session.run` alone, ms. */
+  ownInferMs: number;
 }
 
 /** One round of the overhead experiment's many-clients runs: the bare route and the server in its best configuration, one right after the other. */
@@ -73,8 +80,8 @@ export interface ReferenceTimings {
   /** The overhead experiment's tensor model (2x+1), per request in one process: parse JSON + run + serialise, and run alone, p50 ms. */
   tinyOwnEndToEndP50Ms: number;
   tinyOwnInferP50Ms: number;
-  /** The batched experiment's lone client and the model's own time, measured side by side in alternating rounds; empty when not run. */
-  loneClientRounds: LoneClientRound[];
+  /** The batched experiment's lone requests, each paired with an own-time run measured beside it; empty when not run. */
+  loneClientPairs: LoneClientPair[];
   /** The overhead experiment's rounds (bare route and best server side by side, in alternating order); empty when not run. */
   overheadRounds: OverheadRound[];
 }

@@ -24,6 +24,8 @@ export interface LoadOptions {
   onProgress?: (done: number) => void;
   /** A response header to keep from each successful measured request (e.g. `server-timing`), in `LoadResult.headerValues`. */
   collectHeader?: string;
+  /** A pool to send through, kept open afterwards (a caller that measures in several blocks keeps one connection); default: a pool of its own per call, closed at the end. */
+  pool?: Pool;
 }
 
 export interface LoadResult {
@@ -50,7 +52,7 @@ export interface LoadResult {
  * @throws MARINA_ERR_BENCH_REQUESTS_FAILED when every measured request failed.
  */
 export async function runLoad(options: LoadOptions): Promise<LoadResult> {
-  const pool = new Pool(options.origin, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 });
+  const pool = options.pool ?? new Pool(options.origin, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 });
   const headers = { 'content-type': options.contentType ?? 'application/octet-stream', ...options.headers };
   let firstError: string | undefined;
   const headerValues: string[] = [];
@@ -106,6 +108,6 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
     }
     return { latenciesMs, wallMs, throughputPerSec: wallMs > 0 ? latenciesMs.length / (wallMs / 1000) : 0, errors, firstError, headerValues };
   } finally {
-    await pool.close();
+    if (!options.pool) await pool.close();
   }
 }

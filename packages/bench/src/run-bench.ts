@@ -128,7 +128,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const rows: ResultRow[] = [];
   const notes: string[] = [];
   let memory: MemoryVariant[] = [];
-  const references: ReferenceTimings = { ownEndToEndP50Ms: Number.NaN, ownInferP50Ms: Number.NaN, tinyOwnEndToEndP50Ms: Number.NaN, tinyOwnInferP50Ms: Number.NaN, loneClientRounds: [], overheadRounds: [] };
+  const references: ReferenceTimings = { ownEndToEndP50Ms: Number.NaN, ownInferP50Ms: Number.NaN, tinyOwnEndToEndP50Ms: Number.NaN, tinyOwnInferP50Ms: Number.NaN, loneClientPairs: [], overheadRounds: [] };
   const serverRuns: ServerRunResult[] = [];
 
   // The machine may be shared: the load average around each experiment says how quiet it was.
@@ -158,13 +158,13 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   };
   if (selected.has('centralized')) addServerRuns([await withLoadAverage('centralized', () => runCentralized(context))]);
   if (selected.has('batched')) {
-    const { loaded, lone, loneRounds } = await withLoadAverage('batched', () => runBatched(context));
+    const { loaded, lone, lonePairs } = await withLoadAverage('batched', () => runBatched(context));
     addServerRuns([loaded], [lone]);
-    references.loneClientRounds = loneRounds;
-    if (!selected.has('ceiling')) {
-      // No ceiling run: the report's own time is the lone-client rounds' median.
-      references.ownEndToEndP50Ms = median(loneRounds.map((r) => r.ownEndToEndP50Ms));
-      references.ownInferP50Ms = median(loneRounds.map((r) => r.ownInferP50Ms));
+    references.loneClientPairs = lonePairs;
+    if (!selected.has('ceiling') && lonePairs.length > 0) {
+      // No ceiling run: the report's own time is that of the own-time runs beside the lone client.
+      references.ownEndToEndP50Ms = median(lonePairs.map((p) => p.ownEndToEndMs));
+      references.ownInferP50Ms = median(lonePairs.map((p) => p.ownInferMs));
     }
   }
   if (selected.has('workers')) addServerRuns(await withLoadAverage('workers', () => runWorkers(context)));

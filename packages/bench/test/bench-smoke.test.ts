@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runBench, type BenchResult } from '../src/index.ts';
-import { LONE_CLIENT_ROUNDS } from '../src/experiments/server-experiments.ts';
+import { LONE_CLIENT_BLOCK } from '../src/experiments/server-experiments.ts';
+import { median } from '../src/stats.ts';
 
 // Runs the whole bench in --smoke mode (tiny model, real server, real onnxruntime-node and sharp)
 // and checks the reports exist and parse. The numbers themselves are never asserted: the machine is shared.
@@ -33,16 +34,20 @@ describe('marina-bench --smoke', () => {
     }
   });
 
-  it('measures the lone client and the own time side by side, round by round', () => {
-    const rounds = result.references.loneClientRounds;
-    expect(rounds).toHaveLength(LONE_CLIENT_ROUNDS);
-    for (const round of rounds) {
-      expect(round.loneP50Ms).toBeGreaterThan(0);
-      expect(round.ownEndToEndP50Ms).toBeGreaterThan(0);
-      expect(round.ownInferP50Ms).toBeLessThanOrEqual(round.ownEndToEndP50Ms);
+  it('measures the lone client and the own time side by side, each lone request paired with an own-time run', () => {
+    const pairs = result.references.loneClientPairs;
+    expect(pairs).toHaveLength(Math.round(result.images / LONE_CLIENT_BLOCK) * LONE_CLIENT_BLOCK);
+    for (const p of pairs) {
+      expect(p.ownEndToEndMs).toBeGreaterThan(0);
+      expect(p.ownInferMs).toBeLessThanOrEqual(p.ownEndToEndMs);
+      // The server's run, from its Server-Timing header, lies inside the request's latency.
+      expect(p.serverInferenceMs).toBeGreaterThan(0);
+      expect(p.serverInferenceMs).toBeLessThan(p.loneMs);
     }
     const lone = result.rows.find((r) => r.experiment === 'batched' && r.concurrency === 1)!;
-    expect(rounds.map((r) => r.loneP50Ms)).toContain(lone.p50Ms);
+    expect(lone.images).toBe(pairs.length);
+    expect(lone.errors).toBe(0);
+    expect(lone.p50Ms).toBe(median(pairs.map((p) => p.loneMs)));
   });
 
   it('writes a CSV with one line per row and the same columns on every line', async () => {

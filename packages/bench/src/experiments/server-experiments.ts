@@ -1,9 +1,11 @@
-import type { LoneClientRound, ResultRow } from '../bench-result.ts';
+import { Pool } from 'undici';
+import { emptyRow, type LoneClientPair, type ResultRow } from '../bench-result.ts';
+import { runLoad } from '../load-generator.ts';
 import type { ServerModelSettings } from '../server-process.ts';
 import { startOwnTimeSteps, type OwnRun } from './ceiling.ts';
-import { listProcessTree, waitForQuiet } from '../process-sampler.ts';
-import { median } from '../stats.ts';
-import { measureServerLoad, readImage, withServer, type ExperimentContext } from './experiment-context.ts';
+import { listProcessTree, readCpuNs, readRssBytes, waitForQuiet, type ResourceUsage } from '../process-sampler.ts';
+import { median, summarizeLatencies } from '../stats.ts';
+import { measuredColumns, measureServerLoad, readImage, withServer, type ExperimentContext } from './experiment-context.ts';
 
 /** A server configuration the bench can start again (the sweep reruns the best one). */
 export interface ServerSpec {
@@ -40,15 +42,56 @@ export function runCentralized(context: ExperimentContext): Promise<ServerRunRes
   return runServerAtConcurrency(context, 'centralized', { label: '1 worker, defaults' });
 }
 
-/** Lone-client rounds of the batched experiment; its latency target is judged on the median round's excess over the own time. */
-export const LONE_CLIENT_ROUNDS = 3;
+/** Lone requests (and own-time runs) in each block of a lone-client turn: back to back, as a lone client sends them. */
+export const LONE_CLIENT_BLOCK = 5;
 
-/** The median of the rounds' excess (lone p50 − own time), and the round it came from. */
-export function medianLoneExcess(rounds: readonly LoneClientRound[]): { excessMs: number; round: LoneClientRound } | undefined {
-  if (rounds.length === 0) return undefined;
-  const sorted = [...rounds].sort((a, b) => (a.loneP50Ms - a.ownEndToEndP50Ms) - (b.loneP50Ms - b.ownEndToEndP50Ms));
-  const round = sorted[Math.floor((sorted.length - 1) / 2)]!;
-  return { excessMs: round.loneP50Ms - round.ownEndToEndP50Ms, round };
+/** What the lone-client pairs say: the target's p50s, the paired differences, and where the difference lies. */
+export interface LoneClientSummary {
+  pairs: number;
+  loneP50Ms: number;
+  ownEndToEndP50Ms: number;
+  ownInferP50Ms: number;
+  /** The target's number: lone p50 − own p50, over every pair's two sides. */
+  excessMs: number;
+  /** The median of the pairs' differences (lone − own), and its 95% confidence interval (order statistics of the differences). */
+  pairedMedianMs: number;
+  pairedLowMs: number;
+  pairedHighMs: number;
+  /** The paired median of what lies outside the model's run: (lone − server inference) − (own end to end − own run); NaN without Server-Timing. */
+  outsideRunMs: number;
+  /** The paired median of the run itself: server inference − own run; NaN without Server-Timing. */
+  runMs: number;
+}
+
+/** Summarises the batched experiment's lone-client pairs; undefined when there are none. */
+export function summarizeLoneClient(pairs: readonly LoneClientPair[]): LoneClientSummary | undefined {
+  const n = pairs.length;
+  if (n === 0) return undefined;
+  const differences = pairs.map((p) => p.loneMs - p.ownEndToEndMs).sort((a, b) => a - b);
+  // Distribution-free interval for a median: the sorted differences at ranks n/2 − 1.96·√n/2
+  // (rounded down) and 1 + n/2 + 1.96·√n/2 (rounded up), 1-based.
+  const half = 1.96 * Math.sqrt(n) / 2;
+  const timed = pairs.filter((p) => Number.isFinite(p.serverInferenceMs));
+  const loneP50Ms = median(pairs.map((p) => p.loneMs));
+  const ownEndToEndP50Ms = median(pairs.map((p) => p.ownEndToEndMs));
+  return {
+    pairs: n,
+    loneP50Ms,
+    ownEndToEndP50Ms,
+    ownInferP50Ms: median(pairs.map((p) => p.ownInferMs)),
+    excessMs: loneP50Ms - ownEndToEndP50Ms,
+    pairedMedianMs: median(differences),
+    pairedLowMs: differences[Math.max(1, Math.floor(n / 2 - half)) - 1]!,
+    pairedHighMs: differences[Math.min(n, Math.ceil(1 + n / 2 + half)) - 1]!,
+    outsideRunMs: timed.length === 0 ? Number.NaN : median(timed.map((p) => (p.loneMs - p.serverInferenceMs) - (p.ownEndToEndMs - p.ownInferMs))),
+    runMs: timed.length === 0 ? Number.NaN : median(timed.map((p) => p.serverInferenceMs - p.ownInferMs)),
+  };
+}
+
+/** The `inference` duration of a Server-Timing header, ms; NaN when it has none. */
+function inferenceOf(serverTiming: string | undefined): number {
+  const match = serverTiming === undefined ? null : /(?:^|,\s*)inference;dur=([\d.]+)/.exec(serverTiming);
+  return match ? Number(match[1]) : Number.NaN;
 }
 
 /**
@@ -56,58 +99,103 @@ export function medianLoneExcess(rounds: readonly LoneClientRound[]): { excessMs
  * server, whose latency shows whether the batcher waits when nothing else is coming.
  *
  * The lone client is compared with the model's own time (one process of its own, no server), and
- * this machine's speed drifts by more than the 5 ms being judged from one minute to the next. So
- * the two are measured side by side: `LONE_CLIENT_ROUNDS` rounds, each a block of lone requests
- * and a block of own-time runs (both back to back, as a lone client sends them), in alternating
- * order. Each block starts once the other side's threads are quiet: onnxruntime's pool spins for
- * about 50 ms after a run, which would slow the other side's first run. The row kept is the round
- * with the median excess; every round is returned for the target and the report.
+ * this machine's speed drifts by more than the 5 ms being judged, at times within seconds (a
+ * p50 of 20 taken a few seconds after the other moved by up to 90 ms here). So the two are
+ * measured side by side, in turns: each turn a block of `LONE_CLIENT_BLOCK` lone requests and a
+ * block of as many own-time runs, back to back, the side that goes first alternating, about
+ * `plan.images` of each in all. Request i of a block is paired with run i of the other. Each block
+ * starts once the other side's threads are quiet: onnxruntime's pool spins for about 50 ms after
+ * a run in the own-time process, which would slow the server's first run. Nothing samples the
+ * server while a block runs (a sampler's wake-ups would take a core from the model's threads);
+ * its CPU and memory are read between blocks.
  */
-export async function runBatched(context: ExperimentContext): Promise<{ loaded: ServerRunResult; lone: ResultRow; loneRounds: LoneClientRound[] }> {
+export async function runBatched(context: ExperimentContext): Promise<{ loaded: ServerRunResult; lone: ResultRow; lonePairs: LoneClientPair[] }> {
   const spec: ServerSpec = { label: 'batch 8, delay 100 ms', settings: { batchSize: 8, maxBatchDelay: 100 } };
   const body = await readImage(context.assets);
-  const loneRequests = Math.max(10, Math.min(20, Math.round(context.plan.images / 5)));
+  const turns = Math.max(2, Math.round(context.plan.images / LONE_CLIENT_BLOCK));
   return withServer(context, { assets: context.assets, settings: spec.settings, label: spec.label }, async (server, path) => {
     const loaded = await measureServerLoad(context, server, {
       path, body, experiment: 'batched', label: spec.label, concurrency: context.plan.concurrency, requests: context.plan.images, warmupRequests: warmupFor(spec),
     });
     const own = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
-    const rounds: { row: ResultRow; runs: OwnRun[] }[] = [];
+    // One connection for every block, as a lone client keeps it; the warm-up opens it.
+    const pool = new Pool(server.origin, { connections: 1, pipelining: 1, keepAliveTimeout: 60_000 });
+    const label = `${spec.label}, lone client`;
+    const pairs: LoneClientPair[] = [];
+    const latenciesMs: number[] = [];
+    let loneWallMs = 0;
+    let loneCpuNs = 0;
+    let peakCpuPercent = 0;
+    let peakRssBytes = 0;
+    let lastRssBytes = 0;
+    let errors = 0;
+    let firstError: string | undefined;
     let notQuiet = 0;
     const quiet = async (pids: () => readonly number[]) => { if (!(await waitForQuiet(pids))) notQuiet += 1; };
-    const measureOwn = async () => {
+    const serverCpuNs = (tree: readonly number[]) => tree.reduce((sum, pid) => sum + readCpuNs(pid), 0);
+    const measureOwn = async (): Promise<OwnRun[]> => {
       await quiet(() => listProcessTree(server.pid));
       const runs: OwnRun[] = [];
-      for (let i = 0; i < loneRequests; i++) runs.push(await own.step());
+      for (let i = 0; i < LONE_CLIENT_BLOCK; i++) runs.push(await own.step());
       return runs;
     };
-    const measureLone = async () => {
+    const measureLone = async (): Promise<{ latenciesMs: number[]; inferenceMs: number[] }> => {
       await quiet(() => [own.pid]);
-      return measureServerLoad(context, server, {
-        path, body, experiment: 'batched', label: `${spec.label}, lone client`, concurrency: 1, requests: loneRequests, warmupRequests: 2,
-      });
+      const tree = listProcessTree(server.pid);
+      const cpuBefore = serverCpuNs(tree);
+      const load = await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: LONE_CLIENT_BLOCK, collectHeader: 'server-timing', pool });
+      const cpuNs = serverCpuNs(tree) - cpuBefore;
+      loneWallMs += load.wallMs;
+      loneCpuNs += cpuNs;
+      if (load.wallMs > 0) peakCpuPercent = Math.max(peakCpuPercent, cpuNs / 1e6 / load.wallMs * 100);
+      lastRssBytes = tree.reduce((sum, pid) => sum + readRssBytes(pid), 0);
+      peakRssBytes = Math.max(peakRssBytes, lastRssBytes);
+      errors += load.errors;
+      firstError ??= load.firstError;
+      latenciesMs.push(...load.latenciesMs);
+      context.onProgress({ type: 'tick', done: latenciesMs.length });
+      // A failed request has no latency and no header: such a block pairs only when every request succeeded.
+      return load.errors === 0 ? { latenciesMs: load.latenciesMs, inferenceMs: load.headerValues.map(inferenceOf) } : { latenciesMs: [], inferenceMs: [] };
     };
     try {
-      for (let r = 0; r < LONE_CLIENT_ROUNDS; r++) {
-        if (r % 2 === 0) {
-          const runs = await measureOwn();
-          rounds.push({ runs, row: await measureLone() });
+      await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: 0, warmupRequests: 2, pool });
+      for (let i = 0; i < 2; i++) await own.step();
+      context.onProgress({ type: 'phase', label, total: turns * LONE_CLIENT_BLOCK });
+      for (let t = 0; t < turns; t++) {
+        let lone: { latenciesMs: number[]; inferenceMs: number[] };
+        let runs: OwnRun[];
+        if (t % 2 === 0) {
+          runs = await measureOwn();
+          lone = await measureLone();
         } else {
-          const row = await measureLone();
-          rounds.push({ row, runs: await measureOwn() });
+          lone = await measureLone();
+          runs = await measureOwn();
         }
+        lone.latenciesMs.forEach((loneMs, i) => pairs.push({ loneMs, serverInferenceMs: lone.inferenceMs[i] ?? Number.NaN, ownEndToEndMs: runs[i]!.endToEndMs, ownInferMs: runs[i]!.inferMs }));
       }
     } finally {
+      await pool.close();
       await own.stop();
     }
-    const loneRounds = rounds.map(({ row, runs }) => ({
-      loneP50Ms: row.p50Ms, ownEndToEndP50Ms: median(runs.map((x) => x.endToEndMs)), ownInferP50Ms: median(runs.map((x) => x.inferMs)),
-    }));
-    const middle = medianLoneExcess(loneRounds)!;
-    const lone = rounds[loneRounds.indexOf(middle.round)]!.row;
-    const pairs = loneRounds.map((x) => `${x.loneP50Ms.toFixed(1)} vs ${x.ownEndToEndP50Ms.toFixed(1)} ms`).join(', ');
-    lone.note = `blocks of ${loneRequests} lone requests and ${loneRequests} own-time runs in alternating order, each started once the other side was quiet${notQuiet > 0 ? ` (${notQuiet} times not quiet within 2 s)` : ''}; the median of ${loneRounds.length} rounds (lone p50 vs own p50): ${pairs}`;
-    return { loaded: { row: loaded, spec }, lone, loneRounds };
+    const latency = summarizeLatencies(latenciesMs);
+    const usage: ResourceUsage = {
+      peakCpuPercent, meanCpuPercent: loneWallMs > 0 ? loneCpuNs / 1e6 / loneWallMs * 100 : 0, peakRssBytes, peakPssBytes: 0, lastRssBytes, lastPssBytes: 0, samples: turns,
+    };
+    const summary = summarizeLoneClient(pairs);
+    const lone: ResultRow = {
+      ...emptyRow('batched', label),
+      images: latency.count,
+      concurrency: 1,
+      throughputPerSec: loneWallMs > 0 ? latenciesMs.length / (loneWallMs / 1000) : 0,
+      ...measuredColumns(latency, usage),
+      errors,
+      note: [
+        `${turns} turns, each ${LONE_CLIENT_BLOCK} lone requests and ${LONE_CLIENT_BLOCK} own-time runs back to back, the side that goes first alternating, each block started once the other side was quiet${notQuiet > 0 ? ` (${notQuiet} times not quiet within 2 s)` : ''}`,
+        summary ? `own p50 ${summary.ownEndToEndP50Ms.toFixed(1)} ms over the same turns; paired median ${summary.pairedMedianMs >= 0 ? '+' : ''}${summary.pairedMedianMs.toFixed(1)} ms` : '',
+        firstError ? `first error: ${firstError.slice(0, 120)}` : '',
+      ].filter(Boolean).join('; '),
+    };
+    return { loaded: { row: loaded, spec }, lone, lonePairs: pairs };
   });
 }
 
