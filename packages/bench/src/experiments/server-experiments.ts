@@ -123,13 +123,8 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
     const label = `${spec.label}, lone client`;
     const pairs: LoneClientPair[] = [];
     const latenciesMs: number[] = [];
-    let loneWallMs = 0;
-    let loneCpuNs = 0;
-    let peakCpuPercent = 0;
-    let peakRssBytes = 0;
-    let lastRssBytes = 0;
-    let errors = 0;
-    let firstError: string | undefined;
+    // The lone blocks' totals: their wall and the server's CPU in them, its memory after each, failures.
+    const totals = { wallMs: 0, cpuNs: 0, peakCpuPercent: 0, peakRssBytes: 0, lastRssBytes: 0, errors: 0, firstError: undefined as string | undefined };
     let notQuiet = 0;
     const quiet = async (pids: () => readonly number[]) => { if (!(await waitForQuiet(pids))) notQuiet += 1; };
     const serverCpuNs = (tree: readonly number[]) => tree.reduce((sum, pid) => sum + readCpuNs(pid), 0);
@@ -145,13 +140,13 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
       const cpuBefore = serverCpuNs(tree);
       const load = await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: LONE_CLIENT_BLOCK, collectHeader: 'server-timing', pool });
       const cpuNs = serverCpuNs(tree) - cpuBefore;
-      loneWallMs += load.wallMs;
-      loneCpuNs += cpuNs;
-      if (load.wallMs > 0) peakCpuPercent = Math.max(peakCpuPercent, cpuNs / 1e6 / load.wallMs * 100);
-      lastRssBytes = tree.reduce((sum, pid) => sum + readRssBytes(pid), 0);
-      peakRssBytes = Math.max(peakRssBytes, lastRssBytes);
-      errors += load.errors;
-      firstError ??= load.firstError;
+      totals.wallMs += load.wallMs;
+      totals.cpuNs += cpuNs;
+      if (load.wallMs > 0) totals.peakCpuPercent = Math.max(totals.peakCpuPercent, cpuNs / 1e6 / load.wallMs * 100);
+      totals.lastRssBytes = tree.reduce((sum, pid) => sum + readRssBytes(pid), 0);
+      totals.peakRssBytes = Math.max(totals.peakRssBytes, totals.lastRssBytes);
+      totals.errors += load.errors;
+      totals.firstError ??= load.firstError;
       latenciesMs.push(...load.latenciesMs);
       context.onProgress({ type: 'tick', done: latenciesMs.length });
       // A failed request has no latency and no header: such a block pairs only when every request succeeded.
@@ -179,20 +174,21 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
     }
     const latency = summarizeLatencies(latenciesMs);
     const usage: ResourceUsage = {
-      peakCpuPercent, meanCpuPercent: loneWallMs > 0 ? loneCpuNs / 1e6 / loneWallMs * 100 : 0, peakRssBytes, peakPssBytes: 0, lastRssBytes, lastPssBytes: 0, samples: turns,
+      peakCpuPercent: totals.peakCpuPercent, meanCpuPercent: totals.wallMs > 0 ? totals.cpuNs / 1e6 / totals.wallMs * 100 : 0,
+      peakRssBytes: totals.peakRssBytes, peakPssBytes: 0, lastRssBytes: totals.lastRssBytes, lastPssBytes: 0, samples: turns,
     };
     const summary = summarizeLoneClient(pairs);
     const lone: ResultRow = {
       ...emptyRow('batched', label),
       images: latency.count,
       concurrency: 1,
-      throughputPerSec: loneWallMs > 0 ? latenciesMs.length / (loneWallMs / 1000) : 0,
+      throughputPerSec: totals.wallMs > 0 ? latenciesMs.length / (totals.wallMs / 1000) : 0,
       ...measuredColumns(latency, usage),
-      errors,
+      errors: totals.errors,
       note: [
         `${turns} turns, each ${LONE_CLIENT_BLOCK} lone requests and ${LONE_CLIENT_BLOCK} own-time runs back to back, the side that goes first alternating, each block started once the other side was quiet${notQuiet > 0 ? ` (${notQuiet} times not quiet within 2 s)` : ''}`,
         summary ? `own p50 ${summary.ownEndToEndP50Ms.toFixed(1)} ms over the same turns; paired median ${summary.pairedMedianMs >= 0 ? '+' : ''}${summary.pairedMedianMs.toFixed(1)} ms` : '',
-        firstError ? `first error: ${firstError.slice(0, 120)}` : '',
+        totals.firstError ? `first error: ${totals.firstError.slice(0, 120)}` : '',
       ].filter(Boolean).join('; '),
     };
     return { loaded: { row: loaded, spec }, lone, lonePairs: pairs };
