@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Pool } from 'undici';
 import { runLoad } from '../src/load-generator.ts';
 import { isMarinaError } from '@marina/errors';
 import { startProcessSampler } from '../src/process-sampler.ts';
@@ -42,6 +43,25 @@ describe('closed-loop load generator', () => {
     expect(bodiesSeen).toBe(48);
     expect(maxInFlight).toBeLessThanOrEqual(4);
     expect(maxInFlight).toBeGreaterThan(1);
+  });
+
+  it('sends through a given pool and leaves it open, so blocks measured one after another share one connection', async () => {
+    let connections = 0;
+    const onConnection = () => { connections += 1; };
+    server.on('connection', onConnection);
+    const pool = new Pool(origin, { connections: 1, pipelining: 1, keepAliveTimeout: 60_000 });
+    try {
+      for (let block = 0; block < 3; block++) {
+        const result = await runLoad({ origin, path: '/ok', body: Buffer.from('hello'), concurrency: 1, requests: 5, collectHeader: 'content-length', pool });
+        expect(result.latenciesMs).toHaveLength(5);
+        expect(result.headerValues).toEqual(['2', '2', '2', '2', '2']);
+      }
+      expect(pool.closed).toBe(false);
+      expect(connections).toBe(1);
+    } finally {
+      server.off('connection', onConnection);
+      await pool.close();
+    }
   });
 
   it('throws a typed error naming the status when every request fails', async () => {
