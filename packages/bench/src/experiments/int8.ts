@@ -5,6 +5,7 @@ import type { Int8Assets } from '../int8-assets.ts';
 import { runLoad, type LoadResult } from '../load-generator.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
 import type { RunningServer } from '../server-process.ts';
+import { serverTimingDurations } from '../server-timing.ts';
 import { ceilingRowAtBatch1, runCeiling, type OwnTime } from './ceiling.ts';
 import { readImage, rowFromLoad, withServer, type ExperimentContext } from './experiment-context.ts';
 
@@ -63,13 +64,11 @@ export const INT8_ROUNDS: Record<'full' | 'quick' | 'smoke', number> = { full: 3
 export function meanServerTimings(values: readonly string[]): StageMeansMs {
   const sums = new Map<string, { total: number; count: number }>();
   for (const value of values) {
-    for (const entry of value.split(',')) {
-      const match = /^\s*([\w-]+)\s*;(?:.*;)?\s*dur=([\d.]+)/.exec(entry);
-      if (!match) continue;
-      const sum = sums.get(match[1]!) ?? { total: 0, count: 0 };
-      sum.total += Number(match[2]);
+    for (const [name, ms] of Object.entries(serverTimingDurations(value))) {
+      const sum = sums.get(name) ?? { total: 0, count: 0 };
+      sum.total += ms;
       sum.count += 1;
-      sums.set(match[1]!, sum);
+      sums.set(name, sum);
     }
   }
   return Object.fromEntries([...sums.entries()].map(([name, s]) => [name, s.total / s.count]));

@@ -2,6 +2,7 @@ import { Pool } from 'undici';
 import { emptyRow, type LoneClientPair, type ResultRow } from '../bench-result.ts';
 import { runLoad } from '../load-generator.ts';
 import type { ServerModelSettings } from '../server-process.ts';
+import { serverTimingDurations } from '../server-timing.ts';
 import { startOwnTimeSteps, type OwnRun } from './ceiling.ts';
 import { listProcessTree, readCpuNs, readRssBytes, waitForQuiet, type ResourceUsage } from '../process-sampler.ts';
 import { median, summarizeLatencies } from '../stats.ts';
@@ -88,12 +89,6 @@ export function summarizeLoneClient(pairs: readonly LoneClientPair[]): LoneClien
   };
 }
 
-/** The `inference` duration of a Server-Timing header, ms; NaN when it has none. */
-function inferenceOf(serverTiming: string | undefined): number {
-  const match = serverTiming === undefined ? null : /(?:^|,\s*)inference;dur=([\d.]+)/.exec(serverTiming);
-  return match ? Number(match[1]) : Number.NaN;
-}
-
 /**
  * Batched: batchSize 8, maxBatchDelay 100 ms at `plan.concurrency`; then a lone client on the same
  * server, whose latency shows whether the batcher waits when nothing else is coming.
@@ -150,7 +145,7 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
       latenciesMs.push(...load.latenciesMs);
       context.onProgress({ type: 'tick', done: latenciesMs.length });
       // A failed request has no latency and no header: such a block pairs only when every request succeeded.
-      return load.errors === 0 ? { latenciesMs: load.latenciesMs, inferenceMs: load.headerValues.map(inferenceOf) } : { latenciesMs: [], inferenceMs: [] };
+      return load.errors === 0 ? { latenciesMs: load.latenciesMs, inferenceMs: load.headerValues.map((value) => serverTimingDurations(value)['inference'] ?? Number.NaN) } : { latenciesMs: [], inferenceMs: [] };
     };
     try {
       await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: 0, warmupRequests: 2, pool });
