@@ -73,10 +73,14 @@ export const ALLOW_SPINNING_ENV = 'MARINA_ORT_ALLOW_SPINNING';
 /** Spinning when neither the model nor the server's environment says: on, for a machine that serves only Marina (see createSessionOptions). */
 export const ALLOW_SPINNING_DEFAULT = true;
 
+/** A server-wide on/off switch from the environment: '1' on, '0' off, anything else (or unset) undefined. */
+function onOffFrom(value: string | undefined): boolean | undefined {
+  return value === '1' ? true : value === '0' ? false : undefined;
+}
+
 /** The server-wide `allowSpinning` default from an environment (ALLOW_SPINNING_ENV); undefined when unset. */
 export function allowSpinningDefaultFrom(env: Record<string, string | undefined>): boolean | undefined {
-  const value = env[ALLOW_SPINNING_ENV];
-  return value === '1' ? true : value === '0' ? false : undefined;
+  return onOffFrom(env[ALLOW_SPINNING_ENV]);
 }
 
 /** Server-wide default of `forceSpinningStop` for models that do not set it: '1' on, '0' off (else FORCE_SPINNING_STOP_DEFAULT). */
@@ -87,8 +91,7 @@ export const FORCE_SPINNING_STOP_DEFAULT = true;
 
 /** The server-wide `forceSpinningStop` default from an environment (FORCE_SPINNING_STOP_ENV); undefined when unset. */
 export function forceSpinningStopDefaultFrom(env: Record<string, string | undefined>): boolean | undefined {
-  const value = env[FORCE_SPINNING_STOP_ENV];
-  return value === '1' ? true : value === '0' ? false : undefined;
+  return onOffFrom(env[FORCE_SPINNING_STOP_ENV]);
 }
 
 /** Server-wide default of `cacheOptimizedModel` for models that do not set it: '1' on, '0' off (else by size). */
@@ -96,8 +99,7 @@ export const CACHE_OPTIMIZED_MODEL_ENV = 'MARINA_ORT_CACHE_OPTIMIZED_MODEL';
 
 /** The server-wide `cacheOptimizedModel` default from an environment (CACHE_OPTIMIZED_MODEL_ENV); undefined when unset. */
 export function cacheOptimizedModelDefaultFrom(env: Record<string, string | undefined>): boolean | undefined {
-  const value = env[CACHE_OPTIMIZED_MODEL_ENV];
-  return value === '1' ? true : value === '0' ? false : undefined;
+  return onOffFrom(env[CACHE_OPTIMIZED_MODEL_ENV]);
 }
 
 /**
