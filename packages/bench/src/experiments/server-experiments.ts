@@ -124,7 +124,9 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
     const quiet = async (pids: () => readonly number[]) => { if (!(await waitForQuiet(pids))) notQuiet += 1; };
     const serverCpuNs = (tree: readonly number[]) => tree.reduce((sum, pid) => sum + readCpuNs(pid), 0);
     const measureOwn = async (): Promise<OwnRun[]> => {
-      await quiet(() => listProcessTree(server.pid));
+      // Listed once per block: the waits below read the tree's CPU every 10 ms.
+      const tree = listProcessTree(server.pid);
+      await quiet(() => tree);
       const runs: OwnRun[] = [];
       for (let i = 0; i < LONE_CLIENT_BLOCK; i++) runs.push(await own.step());
       return runs;
