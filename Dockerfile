@@ -22,7 +22,7 @@ FROM node:20-bookworm-slim AS runtime
 # MALLOC_MMAP_THRESHOLD_ set here means the server does not re-execute itself to set it: the
 # process that handles SIGTERM is PID 1 itself.
 ENV NODE_ENV=production \
-    MALLOC_MMAP_THRESHOLD_=131072 \
+    MALLOC_MMAP_THRESHOLD_=1048576 \
     ONNXRUNTIME_NODE_INSTALL=skip \
     LOG_LOCATION=/home/marina/logs
 COPY --from=build /packed /tmp/packed

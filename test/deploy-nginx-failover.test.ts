@@ -45,7 +45,7 @@ beforeAll(async () => {
     mkdirSync(store, { recursive: true });
     writeGatedModel(store);
     // MALLOC_MMAP_THRESHOLD_ set: one process per server (no re-exec), so SIGKILL hits the server itself.
-    servers.push(await startForegroundServer(cwd, { store, extraConfig: [`token_key_file=${path.join(root, 'secret', 'key_file.json')}`], env: { MALLOC_MMAP_THRESHOLD_: '131072' } }));
+    servers.push(await startForegroundServer(cwd, { store, extraConfig: [`token_key_file=${path.join(root, 'secret', 'key_file.json')}`], env: { MALLOC_MMAP_THRESHOLD_: '1048576' } }));
   }
 
   const port = await freePort();

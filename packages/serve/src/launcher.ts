@@ -67,7 +67,8 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
     detached: true,
     stdio: ['ignore', logFd, logFd, 'ipc'],
     // glibc then returns onnxruntime's load-time memory to the OS: about half the RSS per session (measured).
-    env: { ...process.env, MALLOC_MMAP_THRESHOLD_: process.env.MALLOC_MMAP_THRESHOLD_ ?? '131072' },
+    // The same value as bin/serve.js's re-exec (see the reasons there).
+    env: { ...process.env, MALLOC_MMAP_THRESHOLD_: process.env.MALLOC_MMAP_THRESHOLD_ ?? '1048576' },
   });
   closeSync(logFd);
   if (child.pid === undefined) throw configError.MARINA_ERR_SERVER_START_FAILED(`could not start ${process.execPath} ${binPath}`);

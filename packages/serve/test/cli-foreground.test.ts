@@ -120,11 +120,11 @@ describe('serve --foreground', { timeout: 60_000 }, () => {
   });
 
   describe.runIf(process.platform === 'linux')('glibc MALLOC_MMAP_THRESHOLD_', () => {
-    it('serves from a re-executed process that has MALLOC_MMAP_THRESHOLD_=131072, names it in the pid file, and serve --stop stops both', async () => {
+    it('serves from a re-executed process that has MALLOC_MMAP_THRESHOLD_=1048576, names it in the pid file, and serve --stop stops both', async () => {
       const server = await startForeground();
       const servingPid = recordedPid(server.cwd);
       expect(servingPid).not.toBe(server.child.pid);
-      expect(environOf(servingPid)).toContain('MALLOC_MMAP_THRESHOLD_=131072');
+      expect(environOf(servingPid)).toContain('MALLOC_MMAP_THRESHOLD_=1048576');
       expect((await fetch(`${server.url}/ping`)).status).toBe(200);
       expect(await stopWithCli(server)).toBe(0);
       expect(await server.exited).toBe(0);

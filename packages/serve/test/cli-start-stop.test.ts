@@ -75,7 +75,7 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     const pid = pidOf(cwd);
     expect(isRunning(pid)).toBe(true);
     if (existsSync(`/proc/${pid}/environ`)) {
-      expect(readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')).toContain('MALLOC_MMAP_THRESHOLD_=131072');
+      expect(readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')).toContain('MALLOC_MMAP_THRESHOLD_=1048576');
     }
 
     const url = `${inferenceUrl(start.stdout)}/predictions/affine`;

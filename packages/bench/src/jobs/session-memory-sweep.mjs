@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Runs session-memory.mjs for each onnxruntime option variant, interleaved, `repeats` times, each in
-// a fresh process with MALLOC_MMAP_THRESHOLD_=131072 (unless --no-threshold), and prints a Markdown
+// a fresh process with MALLOC_MMAP_THRESHOLD_=1048576 (unless --no-threshold), and prints a Markdown
 // table: PSS with 1 and 2 workers, the extra worker's PSS, and batch-1 latency (median of medians,
 // with the spread of the per-repeat medians), plus the latency ratio to the first variant.
 //
@@ -39,7 +39,7 @@ const variants = [
 
 const env = { ...process.env };
 if (flags.has('--no-threshold')) delete env.MALLOC_MMAP_THRESHOLD_;
-else env.MALLOC_MMAP_THRESHOLD_ = '131072';
+else env.MALLOC_MMAP_THRESHOLD_ = '1048576';
 
 const median = (values) => {
   const sorted = [...values].sort((a, b) => a - b);

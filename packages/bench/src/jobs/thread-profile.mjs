@@ -29,7 +29,7 @@ writeFileSync(join(dir, 'config.properties'), [
   `models={"${model}":{"1.0":{"minWorkers":${workers},"maxWorkers":${workers},"intraOpNumThreads":${threads},"batchSize":8,"maxBatchDelay":100}}}`,
 ].join('\n'));
 const child = spawn(process.execPath, [serveBin, '--foreground', '--ts-config', 'config.properties', '--ncs'], {
-  cwd: dir, env: { ...process.env, MARINA_NO_REEXEC: '1', MALLOC_MMAP_THRESHOLD_: '131072', TMPDIR: dir }, stdio: ['ignore', 'ignore', 'inherit'],
+  cwd: dir, env: { ...process.env, MARINA_NO_REEXEC: '1', MALLOC_MMAP_THRESHOLD_: '1048576', TMPDIR: dir }, stdio: ['ignore', 'ignore', 'inherit'],
 });
 const url = `http://127.0.0.1:${port}/predictions/${model}`;
 for (let i = 0; i < 600; i++) {
