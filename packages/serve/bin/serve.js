@@ -1,16 +1,14 @@
 #!/usr/bin/env node
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { MALLOC_MMAP_THRESHOLD_BYTES } from './malloc-threshold.js';
 
 // glibc reads MALLOC_MMAP_THRESHOLD_ only when the process starts; with it, memory onnxruntime frees
 // after loading a model goes back to the OS (ResNet-152: 814 -> 460 MB PSS for one worker, measured).
-// 1 MiB, not 128 KiB: the same PSS with the shared optimised copy (about 25 MB more per worker without it),
-// and a model's run slowed far less by a busy neighbour process (README, "Benchmark", 2026-11-27).
 // So `serve --foreground` without it (systemd, docker, the bench) runs itself once more with it set.
 // The parent stays plain JavaScript (no tsx, no server code) so it costs little while it waits. Not on other OSes,
 // not under an IPC channel (the background launcher sets the variable itself), not with
 // MARINA_NO_REEXEC=1.
-const MALLOC_MMAP_THRESHOLD_BYTES = '1048576';
 const FORWARDED_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'];
 const PARENT_PID_ENV = 'MARINA_REEXEC_PARENT_PID';
 

@@ -3,6 +3,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, rmSync, statSync } from '
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { MALLOC_MMAP_THRESHOLD_BYTES } from '../bin/malloc-threshold.js';
 import type { ServerConfig } from './config/server-config.ts';
 import type { ServeCliOptions } from './config/load-config.ts';
 import { configError } from './config/config-errors.ts';
@@ -67,8 +68,7 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
     detached: true,
     stdio: ['ignore', logFd, logFd, 'ipc'],
     // glibc then returns onnxruntime's load-time memory to the OS: about half the RSS per session (measured).
-    // The same value as bin/serve.js's re-exec (see the reasons there).
-    env: { ...process.env, MALLOC_MMAP_THRESHOLD_: process.env.MALLOC_MMAP_THRESHOLD_ ?? '1048576' },
+    env: { ...process.env, MALLOC_MMAP_THRESHOLD_: process.env.MALLOC_MMAP_THRESHOLD_ ?? MALLOC_MMAP_THRESHOLD_BYTES },
   });
   closeSync(logFd);
   if (child.pid === undefined) throw configError.MARINA_ERR_SERVER_START_FAILED(`could not start ${process.execPath} ${binPath}`);
