@@ -40,6 +40,12 @@ export interface BenchOptions {
   cacheDir?: string;
   /** The serve CLI. Default: @marina/serve's bin/serve.js in this workspace. */
   serveBin?: string;
+  /**
+   * Where the servers' TMPDIRs go (`marina-bench`, `marina-bench-int8`, ...: their pid files and their
+   * extraction and optimised-model caches, reused by later runs). Default os.tmpdir(). Two bench runs
+   * at once need different roots: a server's pid file would otherwise stop the other run's server.
+   */
+  serverTmpRoot?: string;
   onProgress?: (event: BenchProgressEvent) => void;
 }
 
@@ -123,7 +129,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID('the int8 experiment needs a ResNet (--model resnet-18|resnet-50|resnet-152, or --quick); the tiny model is too small to quantise meaningfully');
   }
   const int8Assets = selected.has('int8') ? await prepareInt8Assets(assets, { onStatus: (message) => onProgress({ type: 'log', message }) }) : undefined;
-  const context: ExperimentContext = { assets, tensorAssets, plan, serveBin, workDir: join(outDir, 'servers'), cpuCount, onProgress };
+  const context: ExperimentContext = { assets, tensorAssets, plan, serveBin, workDir: join(outDir, 'servers'), serverTmpRoot: resolve(options.serverTmpRoot ?? os.tmpdir()), cpuCount, onProgress };
 
   const rows: ResultRow[] = [];
   const notes: string[] = [];

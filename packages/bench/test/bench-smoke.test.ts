@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,13 +16,13 @@ describe('marina-bench --smoke', () => {
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'marina-bench-smoke-'));
     outDir = join(dir, 'results', 'run');
-    ({ result } = await runBench({ mode: 'smoke', outDir, cacheDir: join(dir, 'cache') }));
+    ({ result } = await runBench({ mode: 'smoke', outDir, cacheDir: join(dir, 'cache'), serverTmpRoot: join(dir, 'servers-tmp') }));
   }, 240_000);
 
   afterAll(async () => {
+    // The servers' TMPDIRs (pid files, extraction and optimised-model caches) are inside `dir`, this file's own:
+    // another bench test running beside it has its own, so neither server finds the other's pid file.
     if (dir) await rm(dir, { recursive: true, force: true });
-    // The servers' TMPDIRs (pid files, caches reused by later bench runs), here inside the test run's own TMPDIR.
-    for (const name of ['marina-bench', 'marina-bench-overhead-2']) await rm(join(tmpdir(), name), { recursive: true, force: true });
   });
 
   it('measures every smoke experiment with successful requests', () => {
@@ -32,6 +32,11 @@ describe('marina-bench --smoke', () => {
       expect(row.images, `${row.experiment} ${row.config}`).toBeGreaterThan(0);
       expect(row.errors, `${row.experiment} ${row.config}: ${row.note}`).toBe(0);
     }
+  });
+
+  it('gives its servers TMPDIRs under serverTmpRoot, never the shared $TMPDIR/marina-bench another bench run may be using', async () => {
+    // The main server folder, and the second one the overhead experiment runs beside it.
+    expect((await readdir(join(dir, 'servers-tmp'))).sort()).toEqual(['marina-bench', 'marina-bench-overhead-2']);
   });
 
   it('measures the lone client and the own time side by side, each lone request paired with an own-time run', () => {

@@ -28,13 +28,13 @@ describe('marina-bench --quick --experiments int8', () => {
     dir = await mkdtemp(join(tmpdir(), 'marina-bench-int8-'));
     cacheDir = join(dir, 'cache');
     outDir = join(dir, 'results', 'run');
-    ({ result } = await runBench({ mode: 'quick', experiments: ['int8'], images: 12, concurrency: 6, outDir, cacheDir }));
+    ({ result } = await runBench({ mode: 'quick', experiments: ['int8'], images: 12, concurrency: 6, outDir, cacheDir, serverTmpRoot: join(dir, 'servers-tmp') }));
   }, 240_000);
 
   afterAll(async () => {
+    // The servers' TMPDIRs (pid files, extraction and optimised-model caches) are inside `dir`, this file's own:
+    // another bench test running beside it has its own, so neither server finds the other's pid file.
     if (dir) await rm(dir, { recursive: true, force: true });
-    // The two servers' TMPDIRs (pid files, extraction and optimised-model caches), inside the test run's own TMPDIR.
-    for (const name of ['marina-bench', 'marina-bench-int8', 'marina-bench-int8-workers']) await rm(join(tmpdir(), name), { recursive: true, force: true });
   });
 
   it('serves the fp32 and the int8 archive (the int8 one also with a single-threaded worker per core), every request answered, and runs the int8 ceiling', () => {

@@ -44,6 +44,8 @@ export interface ExperimentContext {
   serveBin: string;
   /** Folder for server logs and configs of this run. */
   workDir: string;
+  /** Where the servers' TMPDIRs go (BenchOptions.serverTmpRoot): see `serverTmpDir`. */
+  serverTmpRoot: string;
   cpuCount: number;
   onProgress: (event: BenchProgressEvent) => void;
 }
@@ -80,6 +82,14 @@ export function rowFromLoad(experiment: ExperimentName, config: string, concurre
 
 let serverCounter = 0;
 
+/**
+ * A server's TMPDIR under the run's `serverTmpRoot`: its pid file, and the extraction and
+ * optimised-model caches later runs reuse. Servers that run at the same time need different names.
+ */
+export function serverTmpDir(context: Pick<ExperimentContext, 'serverTmpRoot'>, name = 'marina-bench'): string {
+  return join(context.serverTmpRoot, name);
+}
+
 /** Starts a server for `archiveFileName` with `settings`, runs `body`, always stops it. */
 export async function withServer<T>(
   context: ExperimentContext,
@@ -101,7 +111,7 @@ export async function withServer<T>(
     // Default queue (100) unless the clients alone would overflow it.
     jobQueueSize: context.plan.concurrency > 90 ? context.plan.concurrency + 50 : undefined,
     env: options.env,
-    tmpDir: options.tmpDir,
+    tmpDir: options.tmpDir ?? serverTmpDir(context),
     workDir: join(context.workDir, `server-${String(serverCounter).padStart(2, '0')}-${options.label.replace(/[^a-z0-9]+/gi, '-').toLowerCase()}`),
   });
   try {

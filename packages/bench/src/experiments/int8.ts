@@ -1,5 +1,3 @@
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { ResultRow } from '../bench-result.ts';
 import type { Int8Assets } from '../int8-assets.ts';
 import { runLoad, type LoadResult } from '../load-generator.ts';
@@ -7,7 +5,7 @@ import { listProcessTree, startProcessSampler, type ResourceUsage } from '../pro
 import type { RunningServer } from '../server-process.ts';
 import { serverTimingDurations } from '../server-timing.ts';
 import { ceilingRowAtBatch1, runCeiling, type OwnTime } from './ceiling.ts';
-import { readImage, rowFromLoad, withServer, type ExperimentContext } from './experiment-context.ts';
+import { readImage, rowFromLoad, serverTmpDir, withServer, type ExperimentContext } from './experiment-context.ts';
 
 /** Mean ms per request of each Server-Timing entry (queue, preprocess, inference, postprocess, total). */
 export type StageMeansMs = Record<string, number>;
@@ -152,9 +150,9 @@ export async function runInt8(context: ExperimentContext, int8: Int8Assets, opti
   const workersConfig = `${workerCount} workers × 1 thread`;
   const workersSettings = { minWorkers: workerCount, maxWorkers: workerCount, intraOpNumThreads: 1 };
   const workersLabel = `int8 server (${int8.archiveFileName}), ${workersConfig}`;
-  const { fp32, int8: int8Rounds, workers: workersRounds } = await withServer(context, { assets, archiveFileName: int8.fp32ArchiveFileName, label: 'int8 experiment fp32', tmpDir: join(tmpdir(), 'marina-bench') }, (fp32Server, fp32Path) =>
-    withServer(context, { assets, archiveFileName: int8.archiveFileName, label: 'int8 experiment int8', tmpDir: join(tmpdir(), 'marina-bench-int8') }, (int8Server, int8Path) =>
-      withServer(context, { assets, archiveFileName: int8.archiveFileName, label: 'int8 experiment int8 workers', settings: workersSettings, tmpDir: join(tmpdir(), 'marina-bench-int8-workers') }, async (workersServer, workersPath) => {
+  const { fp32, int8: int8Rounds, workers: workersRounds } = await withServer(context, { assets, archiveFileName: int8.fp32ArchiveFileName, label: 'int8 experiment fp32', tmpDir: serverTmpDir(context) }, (fp32Server, fp32Path) =>
+    withServer(context, { assets, archiveFileName: int8.archiveFileName, label: 'int8 experiment int8', tmpDir: serverTmpDir(context, 'marina-bench-int8') }, (int8Server, int8Path) =>
+      withServer(context, { assets, archiveFileName: int8.archiveFileName, label: 'int8 experiment int8 workers', settings: workersSettings, tmpDir: serverTmpDir(context, 'marina-bench-int8-workers') }, async (workersServer, workersPath) => {
         const rounds = { fp32: [] as Round[], int8: [] as Round[], workers: [] as Round[] };
         for (let i = 0; i < options.rounds; i++) {
           const warmupRequests = i === 0 ? 8 : 4;

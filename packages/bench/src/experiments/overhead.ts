@@ -1,7 +1,4 @@
 import { spawn } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { OverheadRound, ResultRow } from '../bench-result.ts';
@@ -12,7 +9,7 @@ import { runJsonChild } from '../child-process-json.ts';
 import type { TensorAssets } from '../model-assets.ts';
 import { median } from '../stats.ts';
 import type { RunningServer } from '../server-process.ts';
-import { bestRound, measureServerLoad, rowFromLoad, withServer, type ExperimentContext } from './experiment-context.ts';
+import { bestRound, measureServerLoad, rowFromLoad, serverTmpDir, withServer, type ExperimentContext } from './experiment-context.ts';
 
 const bareServerScript = fileURLToPath(new URL('../jobs/bare-server.mjs', import.meta.url));
 const tensorOwnTimeScript = fileURLToPath(new URL('../jobs/tensor-own-time.mjs', import.meta.url));
@@ -89,7 +86,7 @@ export async function runOverhead(context: ExperimentContext): Promise<{ rows: R
   const bare = await startBareServer();
   try {
     return await withServer(context, { model: tensor, label: `tensor model 2x+1, ${settingsText}`, settings: { ...OVERHEAD_BEST_SETTINGS } }, async (best, bestPath) =>
-      withServer(context, { model: tensor, label: 'tensor model 2x+1, defaults', env: { TMPDIR: await secondServerTmpDir() } }, async (defaults, defaultsPath) => {
+      withServer(context, { model: tensor, label: 'tensor model 2x+1, defaults', tmpDir: serverTmpDir(context, 'marina-bench-overhead-2') }, async (defaults, defaultsPath) => {
         const targets = [
           { name: 'bare fastify route (constant)', measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) => measureBare(context, bare, path, body, contentType, clients, ms, warmup) },
           { name: `Marina server, tensor model 2x+1, ${settingsText} (best)`, measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) => measureServer(context, best, bestPath, body, contentType, clients, ms, warmup) },
@@ -114,13 +111,6 @@ export async function runOverhead(context: ExperimentContext): Promise<{ rows: R
   } finally {
     bare.stop();
   }
-}
-
-/** A second server running at the same time needs its own TMPDIR: the pid file lives there. */
-async function secondServerTmpDir(): Promise<string> {
-  const dir = join(tmpdir(), 'marina-bench-overhead-2');
-  await mkdir(dir, { recursive: true });
-  return dir;
 }
 
 async function measureBare(context: ExperimentContext, bare: { pid: number; origin: string }, path: string, body: Buffer, contentType: string | undefined, clients: number, durationMs: number, warmupRequests: number): Promise<ResultRow> {
