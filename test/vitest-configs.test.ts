@@ -2,6 +2,8 @@
  * Every workspace package whose `test` script runs vitest has a vitest.config.ts with the shared
  * settings: the temp-folder guard, and a 120 s hang guard for tests and hooks (vitest's 5 s / 10 s
  * defaults fail tests that do real work on a loaded 2-core CI machine).
+ * And the one type check `pnpm test` runs (tsconfig.check.json, every package in one program)
+ * covers every folder each package's own tsconfig.json includes.
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -42,5 +44,33 @@ describe('vitest configuration of every package', () => {
     expect(config.test?.hookTimeout).toBe(120_000);
     const setups = (config.test?.globalSetup ?? []).map((entry) => path.resolve(repoRoot, folder, entry));
     expect(setups).toContain(path.join(repoRoot, 'scripts', 'vitest-temp-guard.ts'));
+  });
+});
+
+/** `pattern` (a tsconfig include: `*` is one path segment) as a regular expression over '/'-joined paths. */
+function includePattern(pattern: string): RegExp {
+  const escaped = pattern.replace(/\/+$/, '').split('*').map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('[^/]*');
+  return new RegExp(`^${escaped}(/.*)?$`);
+}
+
+describe('the type check pnpm test runs', () => {
+  const check = JSON.parse(readFileSync(path.join(repoRoot, 'tsconfig.check.json'), 'utf8')) as { extends: string; include: string[] };
+  const patterns = check.include.map(includePattern);
+  const folders = workspaceFolders().filter((folder) => existsSync(path.join(repoRoot, folder, 'tsconfig.json')));
+
+  it('runs first in the root test script, with the root compiler options', () => {
+    const manifest = JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    expect(manifest.scripts['test']).toMatch(/^tsc -p tsconfig\.check\.json && /);
+    expect(check.extends).toBe('./tsconfig.json');
+    expect(folders).toEqual(expect.arrayContaining(['packages/serve', 'packages/bench', 'test']));
+  });
+
+  it.each(folders)('%s: every folder and file its tsconfig.json includes is in tsconfig.check.json', (folder) => {
+    const own = JSON.parse(readFileSync(path.join(repoRoot, folder, 'tsconfig.json'), 'utf8')) as { include?: string[] };
+    expect(own.include?.length, `${folder}/tsconfig.json has no include list`).toBeGreaterThan(0);
+    for (const entry of own.include!) {
+      const included = path.posix.normalize(`${folder}/${entry}`).replace(/\/$/, '');
+      expect(patterns.some((p) => p.test(included)), `${included} (from ${folder}/tsconfig.json) is not in tsconfig.check.json's include`).toBe(true);
+    }
   });
 });

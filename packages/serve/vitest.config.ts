@@ -12,5 +12,10 @@ export default defineConfig({
     // Two test files at once even on 2 cores (vitest's default is one fewer than the cores): most of a
     // file's time is spent waiting on servers, child processes and module loading, not computing.
     maxWorkers: Math.max(2, availableParallelism() - 1),
+    // Each of the two test processes keeps the modules it has loaded from file to file instead of
+    // loading serve (fastify, grpc-js, prom-client, ...) afresh for each of the 79 files: 5 min 26 s ->
+    // 4 min 4 s, and 157 s less CPU, on 2 cores. The price: a file must leave no state behind. Tests
+    // build their own app, close it, and restore any environment variable they set.
+    isolate: false,
   },
 });
