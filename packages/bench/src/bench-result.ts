@@ -63,6 +63,13 @@ export interface LoneClientPair {
   ownEndToEndMs: number;
   /** The same run's `session.run` alone, ms. */
   ownInferMs: number;
+  /**
+   * The control: a second own-time process, the same as the first, measured in the same turn (run i of its
+   * block): decode + preprocess + run, and the run alone, ms. How far it lies from the first is how far two
+   * identical processes differ on this machine in this run. NaN where no control ran.
+   */
+  controlEndToEndMs: number;
+  controlInferMs: number;
 }
 
 /** One round of the overhead experiment's many-clients runs: the bare route and the server in its best configuration, one right after the other. */

@@ -124,9 +124,10 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
     else {
       const excess = s.excessMs;
       const split = Number.isFinite(s.outsideRunMs) ? `; of the difference, outside the model's run ${signed(s.outsideRunMs)} ms and in the run itself ${signed(s.runMs)} ms (Server-Timing inference vs the own run, paired medians)` : '';
+      const control = Number.isFinite(s.controlExcessMs) ? `. Control, a second own-time process in the same turns: p50 ${signed(s.controlExcessMs)} ms from the first, its run ${signed(s.controlRunMs)} ms (paired median): how far two identical processes lie apart here` : '';
       checks.push({
         name, target,
-        measured: `p50 ${fmt(s.loneP50Ms)} ms vs own ${fmt(s.ownEndToEndP50Ms)} ms (run alone ${fmt(s.ownInferP50Ms)} ms) over ${s.pairs} of each: ${signed(excess)} ms, ratio ${fmt(s.loneP50Ms / s.ownEndToEndP50Ms, 3)}. Paired median ${signed(s.pairedMedianMs)} ms (95% interval ${signed(s.pairedLowMs)} to ${signed(s.pairedHighMs)})${split}`,
+        measured: `p50 ${fmt(s.loneP50Ms)} ms vs own ${fmt(s.ownEndToEndP50Ms)} ms (run alone ${fmt(s.ownInferP50Ms)} ms) over ${s.pairs} of each: ${signed(excess)} ms, ratio ${fmt(s.loneP50Ms / s.ownEndToEndP50Ms, 3)}. Paired median ${signed(s.pairedMedianMs)} ms (95% interval ${signed(s.pairedLowMs)} to ${signed(s.pairedHighMs)})${split}${control}`,
         isMet: excess <= 5,
         explanation: excess <= 5 ? '' : excess > 50 ? `over by ${fmt(excess - 5)} ms: close to maxBatchDelay, so the batcher waited for a full batch that never came.` : `over by ${fmt(excess - 5)} ms, well under maxBatchDelay: not a batching wait; HTTP, hand-off and scheduling noise on a shared machine.`,
       });

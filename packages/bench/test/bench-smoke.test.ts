@@ -39,12 +39,14 @@ describe('marina-bench --smoke', () => {
     expect((await readdir(join(dir, 'servers-tmp'))).sort()).toEqual(['marina-bench', 'marina-bench-overhead-2']);
   });
 
-  it('measures the lone client and the own time side by side, each lone request paired with an own-time run', () => {
+  it('measures the lone client and the own time side by side, each lone request paired with an own-time run and a run of the control', () => {
     const pairs = result.references.loneClientPairs;
     expect(pairs).toHaveLength(Math.round(result.images / LONE_CLIENT_BLOCK) * LONE_CLIENT_BLOCK);
     for (const p of pairs) {
       expect(p.ownEndToEndMs).toBeGreaterThan(0);
       expect(p.ownInferMs).toBeLessThanOrEqual(p.ownEndToEndMs);
+      expect(p.controlEndToEndMs).toBeGreaterThan(0);
+      expect(p.controlInferMs).toBeLessThanOrEqual(p.controlEndToEndMs);
       // The server's run, from its Server-Timing header, lies inside the request's latency.
       expect(p.serverInferenceMs).toBeGreaterThan(0);
       expect(p.serverInferenceMs).toBeLessThan(p.loneMs);

@@ -20,8 +20,10 @@ const rows = [
   row('sweep', '1 worker, defaults @ 4', 9.7, { concurrency: 4 }),
 ];
 // Lone-client pairs: a lone request and the own-time run beside it (own 120 ms, its run alone 110 ms,
-// the server's run 111 ms). Lone p50 140 ms: +20 ms, a miss.
-const pair = (loneMs: number, serverInferenceMs = 111) => ({ loneMs, serverInferenceMs, ownEndToEndMs: 120, ownInferMs: 110 });
+// the server's run 111 ms), and the control's run (122 ms, its run alone 111.5 ms). Lone p50 140 ms: +20 ms, a miss.
+const pair = (loneMs: number, serverInferenceMs = 111, control = { endToEndMs: 122, inferMs: 111.5 }) => ({
+  loneMs, serverInferenceMs, ownEndToEndMs: 120, ownInferMs: 110, controlEndToEndMs: control.endToEndMs, controlInferMs: control.inferMs,
+});
 const loneClientPairs = [140, 126, 150, 138, 141, 139, 142, 137, 143].map((ms) => pair(ms));
 const references = { ownEndToEndP50Ms: 120, ownInferP50Ms: 110, tinyOwnEndToEndP50Ms: 1, tinyOwnInferP50Ms: 0.1, loneClientPairs, overheadRounds: [] };
 
@@ -75,15 +77,16 @@ describe('targets', () => {
     expect(met.isMet).toBe(true);
     expect(met.measured).toBe(
       'p50 123.0 ms vs own 120.0 ms (run alone 110.0 ms) over 9 of each: +3.0 ms, ratio 1.025. Paired median +3.0 ms (95% interval −1.5 to +80.0); '
-      + "of the difference, outside the model's run +2.0 ms and in the run itself +1.0 ms (Server-Timing inference vs the own run, paired medians)",
+      + "of the difference, outside the model's run +2.0 ms and in the run itself +1.0 ms (Server-Timing inference vs the own run, paired medians). "
+      + 'Control, a second own-time process in the same turns: p50 +2.0 ms from the first, its run +1.5 ms (paired median): how far two identical processes lie apart here',
     );
     const missed = judge([130, 126, 127, 110, 131, 128, 129, 140, 125].map((ms) => pair(ms)));
     expect(missed.isMet).toBe(false);
     expect(missed.explanation).toMatch(/^over by 3\.0 ms, well under maxBatchDelay/);
     const waited = judge([220, 221, 219, 222, 218].map((ms) => pair(ms)));
     expect(waited.explanation).toMatch(/^over by 95\.0 ms: close to maxBatchDelay/);
-    // Without Server-Timing's inference the split is left out, not made up.
-    const untimed = judge([124, 123, 122].map((ms) => pair(ms, Number.NaN)));
+    // Without Server-Timing's inference the split is left out, not made up; so is the control where none ran.
+    const untimed = judge([124, 123, 122].map((ms) => pair(ms, Number.NaN, { endToEndMs: Number.NaN, inferMs: Number.NaN })));
     expect(untimed.measured).toMatch(/\(95% interval \+2\.0 to \+4\.0\)$/);
     expect(judge([]).isMet).toBeUndefined();
   });

@@ -62,6 +62,12 @@ export interface LoneClientSummary {
   outsideRunMs: number;
   /** The paired median of the run itself: server inference − own run; NaN without Server-Timing. */
   runMs: number;
+  /**
+   * The control (a second, identical own-time process in the same turns): its p50 − the own p50, and the
+   * paired median of its run − the own run. The target's resolution here; NaN where no control ran.
+   */
+  controlExcessMs: number;
+  controlRunMs: number;
 }
 
 /** Summarises the batched experiment's lone-client pairs; undefined when there are none. */
@@ -73,6 +79,7 @@ export function summarizeLoneClient(pairs: readonly LoneClientPair[]): LoneClien
   // (rounded down) and 1 + n/2 + 1.96·√n/2 (rounded up), 1-based.
   const half = 1.96 * Math.sqrt(n) / 2;
   const timed = pairs.filter((p) => Number.isFinite(p.serverInferenceMs));
+  const controlled = pairs.filter((p) => Number.isFinite(p.controlEndToEndMs) && Number.isFinite(p.controlInferMs));
   const loneP50Ms = median(pairs.map((p) => p.loneMs));
   const ownEndToEndP50Ms = median(pairs.map((p) => p.ownEndToEndMs));
   return {
@@ -86,6 +93,8 @@ export function summarizeLoneClient(pairs: readonly LoneClientPair[]): LoneClien
     pairedHighMs: differences[Math.min(n, Math.ceil(1 + n / 2 + half)) - 1]!,
     outsideRunMs: timed.length === 0 ? Number.NaN : median(timed.map((p) => (p.loneMs - p.serverInferenceMs) - (p.ownEndToEndMs - p.ownInferMs))),
     runMs: timed.length === 0 ? Number.NaN : median(timed.map((p) => p.serverInferenceMs - p.ownInferMs)),
+    controlExcessMs: controlled.length === 0 ? Number.NaN : median(controlled.map((p) => p.controlEndToEndMs)) - median(controlled.map((p) => p.ownEndToEndMs)),
+    controlRunMs: controlled.length === 0 ? Number.NaN : median(controlled.map((p) => p.controlInferMs - p.ownInferMs)),
   };
 }
 
@@ -97,12 +106,15 @@ export function summarizeLoneClient(pairs: readonly LoneClientPair[]): LoneClien
  * this machine's speed drifts by more than the 5 ms being judged, at times within seconds (a
  * p50 of 20 taken a few seconds after the other moved by up to 90 ms here). So the two are
  * measured side by side, in turns: each turn a block of `LONE_CLIENT_BLOCK` lone requests and a
- * block of as many own-time runs, back to back, the side that goes first alternating, about
- * `plan.images` of each in all. Request i of a block is paired with run i of the other. Each block
- * starts once the other side's threads are quiet: onnxruntime's pool spins for about 50 ms after
- * a run in the own-time process, which would slow the server's first run. Nothing samples the
- * server while a block runs (a sampler's wake-ups would take a core from the model's threads);
- * its CPU and memory are read between blocks.
+ * block of as many own-time runs, back to back, about `plan.images` of each in all. Request i of a
+ * block is paired with run i of the other. A third block in each turn comes from the control, a
+ * second own-time process like the first: what separates two identical processes here (each
+ * process's memory lands differently; on this machine such pairs have differed by up to 10 ms for
+ * minutes) is what the target can resolve. The three go first in turn. Each block starts once the
+ * other sides' threads are quiet: onnxruntime's pool spins for about 50 ms after a run in an
+ * own-time process, which would slow the server's first run. Nothing samples the server while a
+ * block runs (a sampler's wake-ups would take a core from the model's threads); its CPU and memory
+ * are read between blocks.
  */
 export async function runBatched(context: ExperimentContext): Promise<{ loaded: ServerRunResult; lone: ResultRow; lonePairs: LoneClientPair[] }> {
   const spec: ServerSpec = { label: 'batch 8, delay 100 ms', settings: { batchSize: 8, maxBatchDelay: 100 } };
@@ -113,6 +125,13 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
       path, body, experiment: 'batched', label: spec.label, concurrency: context.plan.concurrency, requests: context.plan.images, warmupRequests: warmupFor(spec),
     });
     const own = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
+    let control: Awaited<ReturnType<typeof startOwnTimeSteps>>;
+    try {
+      control = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
+    } catch (error) {
+      await own.stop();
+      throw error;
+    }
     // One connection for every block, as a lone client keeps it; the warm-up opens it.
     const pool = new Pool(server.origin, { connections: 1, pipelining: 1, keepAliveTimeout: 60_000 });
     const label = `${spec.label}, lone client`;
@@ -123,16 +142,16 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
     let notQuiet = 0;
     const quiet = async (pids: () => readonly number[]) => { if (!(await waitForQuiet(pids))) notQuiet += 1; };
     const serverCpuNs = (tree: readonly number[]) => tree.reduce((sum, pid) => sum + readCpuNs(pid), 0);
-    const measureOwn = async (): Promise<OwnRun[]> => {
+    const measureOwn = async (process: typeof own, other: typeof own): Promise<OwnRun[]> => {
       // Listed once per block: the waits below read the tree's CPU every 10 ms.
-      const tree = listProcessTree(server.pid);
-      await quiet(() => tree);
+      const pids = [...listProcessTree(server.pid), other.pid];
+      await quiet(() => pids);
       const runs: OwnRun[] = [];
-      for (let i = 0; i < LONE_CLIENT_BLOCK; i++) runs.push(await own.step());
+      for (let i = 0; i < LONE_CLIENT_BLOCK; i++) runs.push(await process.step());
       return runs;
     };
     const measureLone = async (): Promise<{ latenciesMs: number[]; inferenceMs: number[] }> => {
-      await quiet(() => [own.pid]);
+      await quiet(() => [own.pid, control.pid]);
       const tree = listProcessTree(server.pid);
       const cpuBefore = serverCpuNs(tree);
       const load = await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: LONE_CLIENT_BLOCK, collectHeader: 'server-timing', pool });
@@ -152,22 +171,27 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
     try {
       await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: 0, warmupRequests: 2, pool });
       for (let i = 0; i < 2; i++) await own.step();
+      for (let i = 0; i < 2; i++) await control.step();
       context.onProgress({ type: 'phase', label, total: turns * LONE_CLIENT_BLOCK });
       for (let t = 0; t < turns; t++) {
-        let lone: { latenciesMs: number[]; inferenceMs: number[] };
-        let runs: OwnRun[];
-        if (t % 2 === 0) {
-          runs = await measureOwn();
-          lone = await measureLone();
-        } else {
-          lone = await measureLone();
-          runs = await measureOwn();
-        }
-        lone.latenciesMs.forEach((loneMs, i) => pairs.push({ loneMs, serverInferenceMs: lone.inferenceMs[i] ?? Number.NaN, ownEndToEndMs: runs[i]!.endToEndMs, ownInferMs: runs[i]!.inferMs }));
+        let lone = { latenciesMs: [] as number[], inferenceMs: [] as number[] };
+        let runs: OwnRun[] = [];
+        let controlRuns: OwnRun[] = [];
+        const sides = [
+          async () => { runs = await measureOwn(own, control); },
+          async () => { lone = await measureLone(); },
+          async () => { controlRuns = await measureOwn(control, own); },
+        ];
+        // Every six turns, each of the six orders of the three sides once.
+        for (let k = 0; k < sides.length; k++) await sides[(t + (t % 2 === 0 ? k : sides.length - k)) % sides.length]!();
+        lone.latenciesMs.forEach((loneMs, i) => pairs.push({
+          loneMs, serverInferenceMs: lone.inferenceMs[i] ?? Number.NaN, ownEndToEndMs: runs[i]!.endToEndMs, ownInferMs: runs[i]!.inferMs,
+          controlEndToEndMs: controlRuns[i]!.endToEndMs, controlInferMs: controlRuns[i]!.inferMs,
+        }));
       }
     } finally {
       await pool.close();
-      await own.stop();
+      await Promise.all([own.stop(), control.stop()]);
     }
     const latency = summarizeLatencies(latenciesMs);
     const usage: ResourceUsage = {
@@ -183,7 +207,7 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
       ...measuredColumns(latency, usage),
       errors: totals.errors,
       note: [
-        `${turns} turns, each ${LONE_CLIENT_BLOCK} lone requests and ${LONE_CLIENT_BLOCK} own-time runs back to back, the side that goes first alternating, each block started once the other side was quiet${notQuiet > 0 ? ` (${notQuiet} times not quiet within 2 s)` : ''}`,
+        `${turns} turns, each ${LONE_CLIENT_BLOCK} lone requests, ${LONE_CLIENT_BLOCK} own-time runs and ${LONE_CLIENT_BLOCK} runs of a second own-time process (the control) back to back, in every order in turn, each block started once the other sides were quiet${notQuiet > 0 ? ` (${notQuiet} times not quiet within 2 s)` : ''}`,
         summary ? `own p50 ${summary.ownEndToEndP50Ms.toFixed(1)} ms over the same turns; paired median ${summary.pairedMedianMs >= 0 ? '+' : ''}${summary.pairedMedianMs.toFixed(1)} ms` : '',
         totals.firstError ? `first error: ${totals.firstError.slice(0, 120)}` : '',
       ].filter(Boolean).join('; '),
