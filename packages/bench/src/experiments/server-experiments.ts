@@ -108,9 +108,9 @@ export function summarizeLoneClient(pairs: readonly LoneClientPair[]): LoneClien
  * measured side by side, in turns: each turn a block of `LONE_CLIENT_BLOCK` lone requests and a
  * block of as many own-time runs, back to back, about `plan.images` of each in all. Request i of a
  * block is paired with run i of the other. A third block in each turn comes from the control, a
- * second own-time process like the first: what separates two identical processes here (each
- * process's memory lands differently; on this machine such pairs have differed by up to 10 ms for
- * minutes) is what the target can resolve. The three go first in turn. Each block starts once the
+ * second own-time process like the first: what separates two identical processes here is what
+ * the target can resolve (eight own-time processes taking turns for 80 s lay up to 10 ms apart in
+ * one trial on this machine, and within 1.5 ms in the next). The three go first in turn. Each block starts once the
  * other sides' threads are quiet: onnxruntime's pool spins for about 50 ms after a run in an
  * own-time process, which would slow the server's first run. Nothing samples the server while a
  * block runs (a sampler's wake-ups would take a core from the model's threads); its CPU and memory
