@@ -38,8 +38,8 @@ export interface StartServerOptions {
   grpcInferencePort?: number;
   /**
    * The server's TMPDIR: its pid file and its extraction and optimised-model caches. Default
-   * `$TMPDIR/marina-bench`, shared by the bench's servers, which run one at a time; a caller whose
-   * servers may run beside the bench's (tune) passes its own.
+   * `$TMPDIR/marina-bench`. runBench passes one under its `serverTmpRoot` (experiment-context.ts's
+   * serverTmpDir); a caller whose servers may run beside the bench's (tune) passes its own.
    */
   tmpDir?: string;
   /** How long to wait for /ping, ms. Default 180000 (ResNet-152 with several workers loads slowly on 2 cores). */
