@@ -3,7 +3,7 @@ import { emptyRow, type LoneClientPair, type ResultRow } from '../bench-result.t
 import { runLoad } from '../load-generator.ts';
 import type { ServerModelSettings } from '../server-process.ts';
 import { serverTimingDurations } from '../server-timing.ts';
-import { startOwnTimeSteps, type OwnRun } from './ceiling.ts';
+import { startOwnTimeSteps, type OwnRun, type OwnTimeSteps } from './ceiling.ts';
 import { listProcessTree, readCpuNs, readRssBytes, waitForQuiet, type ResourceUsage } from '../process-sampler.ts';
 import { median, summarizeLatencies } from '../stats.ts';
 import { measuredColumns, measureServerLoad, readImage, withServer, type ExperimentContext } from './experiment-context.ts';
@@ -110,11 +110,11 @@ export function summarizeLoneClient(pairs: readonly LoneClientPair[]): LoneClien
  * block is paired with run i of the other. A third block in each turn comes from the control, a
  * second own-time process like the first: what separates two identical processes here is what
  * the target can resolve (eight own-time processes taking turns for 80 s lay up to 10 ms apart in
- * one trial on this machine, and within 1.5 ms in the next). The three go first in turn. Each block starts once the
- * other sides' threads are quiet: onnxruntime's pool spins for about 50 ms after a run in an
- * own-time process, which would slow the server's first run. Nothing samples the server while a
- * block runs (a sampler's wake-ups would take a core from the model's threads); its CPU and memory
- * are read between blocks.
+ * one trial on this machine, and within 1.5 ms in the next). Every six turns run the three blocks
+ * in each of their six orders once. Each block starts once the other sides' threads are quiet:
+ * onnxruntime's pool spins for about 50 ms after a run in an own-time process, which would slow
+ * the server's first run. Nothing samples the server while a block runs (a sampler's wake-ups
+ * would take a core from the model's threads); its CPU and memory are read between blocks.
  */
 export async function runBatched(context: ExperimentContext): Promise<{ loaded: ServerRunResult; lone: ResultRow; lonePairs: LoneClientPair[] }> {
   const spec: ServerSpec = { label: 'batch 8, delay 100 ms', settings: { batchSize: 8, maxBatchDelay: 100 } };
@@ -125,7 +125,7 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
       path, body, experiment: 'batched', label: spec.label, concurrency: context.plan.concurrency, requests: context.plan.images, warmupRequests: warmupFor(spec),
     });
     const own = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
-    let control: Awaited<ReturnType<typeof startOwnTimeSteps>>;
+    let control: OwnTimeSteps;
     try {
       control = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
     } catch (error) {
@@ -142,12 +142,12 @@ export async function runBatched(context: ExperimentContext): Promise<{ loaded: 
     let notQuiet = 0;
     const quiet = async (pids: () => readonly number[]) => { if (!(await waitForQuiet(pids))) notQuiet += 1; };
     const serverCpuNs = (tree: readonly number[]) => tree.reduce((sum, pid) => sum + readCpuNs(pid), 0);
-    const measureOwn = async (process: typeof own, other: typeof own): Promise<OwnRun[]> => {
+    const measureOwn = async (steps: OwnTimeSteps, other: OwnTimeSteps): Promise<OwnRun[]> => {
       // Listed once per block: the waits below read the tree's CPU every 10 ms.
       const pids = [...listProcessTree(server.pid), other.pid];
       await quiet(() => pids);
       const runs: OwnRun[] = [];
-      for (let i = 0; i < LONE_CLIENT_BLOCK; i++) runs.push(await process.step());
+      for (let i = 0; i < LONE_CLIENT_BLOCK; i++) runs.push(await steps.step());
       return runs;
     };
     const measureLone = async (): Promise<{ latenciesMs: number[]; inferenceMs: number[] }> => {
