@@ -225,11 +225,12 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   if (errorRows.length > 0) notes.push(`Requests or jobs failed in: ${errorRows.map((r) => `${r.experiment} ${r.config} (${r.errors})`).join('; ')}.`);
   notes.push(`Server runs: one process tree started from ${serveBin} with a generated config.properties (logs under ${context.workDir}).`);
   const modelSizeMb = modelBytes / 1_000_000; // decimal MB, like every size Marina prints
+  const machine = getMachineInfo();
   const result: BenchResult = {
-    machine: getMachineInfo(), model, modelSizeMb, images: plan.images, concurrency: plan.concurrency, mode,
+    machine, model, modelSizeMb, images: plan.images, concurrency: plan.concurrency, mode,
     startedAt: startedAt.toISOString(), durationSec: (Date.now() - startedAt.getTime()) / 1000,
     rows, references, memory, bestServerConfig, notes, ...(int8 ? { int8 } : {}),
-    targets: checkTargets({ model, rows, references, memory, modelSizeMb, cpuCount, int8 }),
+    targets: checkTargets({ model, rows, references, memory, modelSizeMb, cpuCount, int8, cpuFlags: machine.cpuFlags }),
   };
   const files = await writeReports(result, outDir);
   return { result, files };

@@ -174,6 +174,11 @@ describe('reports', () => {
     expect(createProgram().helpInformation()).not.toMatch(/issue/i);
   });
 
+  it('names the CPU\'s vector flags in report.md where the run recorded them, and only the model where it did not (older results)', () => {
+    expect(formatMarkdownReport({ ...result, machine: { ...result.machine, cpuFlags: ['avx2', 'fma'] } })).toContain('- CPU: Test CPU, 2 cores (avx2, fma; no VNNI); memory');
+    expect(formatMarkdownReport(result)).toContain('- CPU: Test CPU, 2 cores; memory');
+  });
+
   it('says in report.md which targets were missed and why', () => {
     const md = formatMarkdownReport(result);
     expect(md).toContain('| Batching wastes no wait |');

@@ -1,6 +1,7 @@
 import { cp, mkdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { BenchResult } from '../bench-result.ts';
+import { describeCpuFlags } from '../machine-info.ts';
 import { formatCsv } from './format-csv.ts';
 import { formatMarkdownTable } from './format-table.ts';
 import { renderChartSvg } from './render-chart-svg.ts';
@@ -25,7 +26,8 @@ export function formatMarkdownReport(result: BenchResult): string {
   lines.push(`# Marina bench: ${result.model} (${result.mode} run)`, '');
   lines.push(`![chart](chart.svg)`, '');
   lines.push('## Machine', '');
-  lines.push(`- CPU: ${m.cpuModel}, ${m.cores} cores; memory ${m.memoryGb} GB; ${m.kernel}; host ${m.hostname}`);
+  const flags = describeCpuFlags(m.cpuFlags);
+  lines.push(`- CPU: ${m.cpuModel}, ${m.cores} cores${flags ? ` (${flags})` : ''}; memory ${m.memoryGb} GB; ${m.kernel}; host ${m.hostname}`);
   lines.push(`- Node ${m.nodeVersion}, onnxruntime-node ${m.onnxruntimeVersion}, sharp ${m.sharpVersion}`);
   lines.push(`- Started ${result.startedAt}, took ${fmt(result.durationSec, 0)} s; model ${result.model} (${fmt(result.modelSizeMb, 0)} MB on disk); ${result.images} requests per server experiment at ${result.concurrency} clients`);
   lines.push(`- The machine may be shared: figures vary by up to about 30% between runs, so compare ratios measured in one run.`, '');
