@@ -1,8 +1,10 @@
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runBench, type BenchResult } from '../src/index.ts';
+import { startOwnTimeSteps } from '../src/experiments/ceiling.ts';
 import { LONE_CLIENT_BLOCK } from '../src/experiments/server-experiments.ts';
 import { median } from '../src/stats.ts';
 
@@ -55,6 +57,24 @@ describe('marina-bench --smoke', () => {
     expect(lone.images).toBe(pairs.length);
     expect(lone.errors).toBe(0);
     expect(lone.p50Ms).toBe(median(pairs.map((p) => p.loneMs)));
+  });
+
+  it('starts the own-time process in a session of its own, as the server, so the kernel groups neither side with the bench', async () => {
+    const cache = join(dir, 'cache');
+    const assetsFile = (await readdir(cache)).map((entry) => join(cache, entry, 'assets.json')).find((path) => existsSync(path))!;
+    const assets = JSON.parse(await readFile(assetsFile, 'utf8')) as { modelPath: string; imagePath: string };
+    // /proc/<pid>/stat: after "(comm) " come state, ppid, pgrp and session.
+    const session = (pid: number) => Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[3]);
+    const steps = await startOwnTimeSteps(assets.modelPath, assets.imagePath, 1);
+    try {
+      expect(session(steps.pid)).toBe(steps.pid);
+      expect(session(steps.pid)).not.toBe(session(process.pid));
+      const run = await steps.step();
+      expect(run.inferMs).toBeGreaterThan(0);
+      expect(run.inferMs).toBeLessThanOrEqual(run.endToEndMs);
+    } finally {
+      await steps.stop();
+    }
   });
 
   it('writes a CSV with one line per row and the same columns on every line', async () => {

@@ -136,11 +136,16 @@ export interface OwnTimeSteps {
 /**
  * Starts the model's own-time process (as the ceiling's: one session with onnxruntime's defaults
  * at `threads`) and keeps it ready, so its runs can alternate with a server's requests one by one.
+ * It runs in a session of its own, as the server does (startServer): with Linux's autogroups each
+ * session is one scheduling group, and a process sharing the bench's group with a busy neighbour
+ * was favoured over the server by the kernel (server's run +30.9 ms against the own run under a
+ * neighbour burning half a core in the bench's session, +2.6 ms with the own process in a session
+ * of its own). It ends when its stdin does, so it never outlives the bench.
  *
  * @throws MARINA_ERR_BENCH_CHILD_FAILED when the child exits before it is stopped.
  */
 export async function startOwnTimeSteps(modelPath: string, imagePath: string, threads: number): Promise<OwnTimeSteps> {
-  const child = spawn(process.execPath, [ceilingScript, JSON.stringify({ modelPath, imagePath, threads, batchSizes: [], stepwise: true })], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [ceilingScript, JSON.stringify({ modelPath, imagePath, threads, batchSizes: [], stepwise: true })], { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
   let stderr = '';
   child.stderr!.on('data', (chunk: Buffer) => { stderr = (stderr + chunk.toString()).slice(-4000); });
   const waiting: { resolve: (message: Record<string, unknown>) => void; reject: (error: Error) => void }[] = [];
