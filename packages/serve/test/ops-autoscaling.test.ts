@@ -48,8 +48,9 @@ describe('autoscaling between minWorkers and maxWorkers', { timeout: 120_000 }, 
     const responses = await settled;
     expect(responses.map((r) => r.status)).toEqual(responses.map(() => 200));
     expect(maxWorkers).toBe(2);
-    const grown = await describeSlow();
-    expect(grown.autoscaling).toMatchObject({ lastScaledFrom: 1, lastScaledTo: 2, lastReason: 'behind' });
+    // The autoscaler records a move once the new worker has loaded, which on a busy machine can be after the burst is
+    // answered, and describe's last move may by then be the scale-down: its log line is the lasting record.
+    await waitFor('the scale-up in the log', () => ops.messages.some((m) => m === 'autoscaler: model slow version 1.0 1 -> 2 workers (behind)'), 60_000, 25);
 
     // One client at a time keeps a worker busy while the other idles: the idle one goes, no request is lost.
     const statuses: number[] = [];

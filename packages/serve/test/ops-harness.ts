@@ -106,6 +106,8 @@ export function opsConfig(workspace: Workspace, properties: Record<string, strin
 
 export interface OpsServer {
   server: RunningServer;
+  /** The server's own log messages (what ts_log.log gets), in order. */
+  messages: string[];
   /** Base URL of the inference (and management, same listener) API. */
   api: string;
   metrics: string;
@@ -113,9 +115,10 @@ export interface OpsServer {
 }
 
 export async function startOps(config: ServerConfig): Promise<OpsServer> {
-  const server = await startServer(config);
+  const messages: string[] = [];
+  const server = await startServer(config, { log: (_level, message) => messages.push(message) });
   const url = (api: string) => server.listening.find((l) => l.api === api)?.url ?? '';
-  return { server, api: url('inference'), metrics: url('metrics'), close: () => server.close() };
+  return { server, messages, api: url('inference'), metrics: url('metrics'), close: () => server.close() };
 }
 
 export interface CallResult {
