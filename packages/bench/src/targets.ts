@@ -160,13 +160,19 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
   return checks;
 }
 
+/** What the int8 speed target's line adds from the rest of the run: the fp32 ceiling at batch 1 and the CPU's flags. */
+interface Int8Machine {
+  fp32CeilingBatch1PerSec?: number | undefined;
+  cpuFlags?: readonly string[] | undefined;
+}
+
 /**
  * The int8 experiment's targets (issue 18): int8 server ≥ 2.8 × the fp32 server's images/s, ≥ 0.8 × the int8 ceiling,
  * and less PSS than the fp32 server. Set for ResNet-152; `onModel` labels other models. `machine` adds, to the speed
  * target's line, onnxruntime's own int8 ÷ fp32 ratio at batch 1 where the run measured the fp32 ceiling, and whether this
  * CPU has VNNI: the server cannot gain more from int8 than the kernels do.
  */
-export function checkInt8Targets(s: Int8Summary | undefined, onModel = '', machine: { fp32CeilingBatch1PerSec?: number | undefined; cpuFlags?: readonly string[] | undefined } = {}): TargetCheck[] {
+export function checkInt8Targets(s: Int8Summary | undefined, onModel = '', machine: Int8Machine = {}): TargetCheck[] {
   const speedName = 'int8 server ≥ 2.8× the fp32 server';
   const speedTarget = `int8 archive's images/s ≥ 2.8 × its fp32 archive's, same server configuration, interleaved rounds, 640×480 JPEG bodies${onModel}`;
   const ceilingName = 'int8 server ≥ 80% of the int8 ceiling';
@@ -209,7 +215,7 @@ export function checkInt8Targets(s: Int8Summary | undefined, onModel = '', machi
  * What onnxruntime alone gains from int8 on this CPU (both ceilings at batch 1, measured in this run), beside the
  * server's ratio, and whether the CPU has VNNI; '' when neither is known.
  */
-function describeKernelsRatio(s: Int8Summary, serverRatio: number, machine: { fp32CeilingBatch1PerSec?: number | undefined; cpuFlags?: readonly string[] | undefined }): string {
+function describeKernelsRatio(s: Int8Summary, serverRatio: number, machine: Int8Machine): string {
   const parts: string[] = [];
   const fp32 = machine.fp32CeilingBatch1PerSec;
   if (fp32 !== undefined && Number.isFinite(fp32) && fp32 > 0 && Number.isFinite(s.int8CeilingBatch1PerSec)) {
