@@ -23,11 +23,27 @@ function step(title, command, args, options = {}) {
 
 const stopServer = () => spawnSync(bin('serve'), ['--stop'], { stdio: 'inherit', cwd: example });
 
-step('generate the example model (seeded weights, no download)', bin('marina-models'), ['generate', '--out', 'generated', '--models', model]);
+step('generate the example model (seeded weights, no download)', bin('marina-models'), [
+  'generate',
+  '--out',
+  'generated',
+  '--models',
+  model,
+]);
 step('archive it', bin('model-archiver'), [
-  '--model-name', model, '--version', '1.0', '--serialized-file', `generated/${model}.onnx`,
-  '--handler', 'image_classifier', '--extra-files', 'generated/index_to_name.json',
-  '--export-path', 'model_store', '--force',
+  '--model-name',
+  model,
+  '--version',
+  '1.0',
+  '--serialized-file',
+  `generated/${model}.onnx`,
+  '--handler',
+  'image_classifier',
+  '--extra-files',
+  'generated/index_to_name.json',
+  '--export-path',
+  'model_store',
+  '--force',
 ]);
 step('validate it', bin('model-archiver'), ['validate', `model_store/${model}.mar`]);
 step('serve it (background; token authorization on)', bin('serve'), ['--start', '--ts-config', 'config.properties']);
@@ -37,7 +53,9 @@ try {
   const headers = { 'content-type': 'application/octet-stream' };
   if (existsSync(keyFile)) headers.authorization = `Bearer ${JSON.parse(readFileSync(keyFile, 'utf8')).inference.key}`;
   const image = readFileSync(join(example, 'generated', 'kitten.jpg'));
-  console.log(`\n$ curl -H "Authorization: Bearer <inference key from key_file.json>" -T generated/kitten.jpg http://127.0.0.1:8080/predictions/${model}`);
+  console.log(
+    `\n$ curl -H "Authorization: Bearer <inference key from key_file.json>" -T generated/kitten.jpg http://127.0.0.1:8080/predictions/${model}`,
+  );
   const response = await fetch(`http://127.0.0.1:8080/predictions/${model}`, { method: 'POST', headers, body: image });
   const text = await response.text();
   console.log(`HTTP ${response.status}\n${text}`);

@@ -3,6 +3,7 @@
 // package's src/ instead of its compiled dist/. Only @marina/* packages get the condition, so
 // third-party packages load exactly as they do in production. Registered by scripts/run-sources.mjs.
 export async function resolve(specifier, context, nextResolve) {
-  if (!specifier.startsWith('@marina/') || context.conditions.includes('development')) return nextResolve(specifier, context);
+  if (!specifier.startsWith('@marina/') || context.conditions.includes('development'))
+    return nextResolve(specifier, context);
   return nextResolve(specifier, { ...context, conditions: [...context.conditions, 'development'] });
 }

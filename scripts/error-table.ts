@@ -34,7 +34,9 @@ for (const [where, defs] of groups) {
   for (const [code, def] of Object.entries(defs)) {
     if (seen.has(code)) continue;
     seen.add(code);
-    lines.push(`| \`${code}\` | ${def.statusCode} | ${where} | ${def.description.replaceAll('|', '\\|').replaceAll('\n', ' ')} |`);
+    lines.push(
+      `| \`${code}\` | ${def.statusCode} | ${where} | ${def.description.replaceAll('|', '\\|').replaceAll('\n', ' ')} |`,
+    );
   }
 }
 process.stdout.write(lines.join('\n') + '\n');

@@ -36,7 +36,9 @@ try {
   run(pnpm[0], [...pnpm.slice(1), '-r', ...filters, 'pack', '--pack-destination', staging]);
 
   const unpack = (name) => {
-    const [tarball] = readdirSync(staging).filter((file) => file.startsWith(`marina-${name}-`) && file.endsWith('.tgz'));
+    const [tarball] = readdirSync(staging).filter(
+      (file) => file.startsWith(`marina-${name}-`) && file.endsWith('.tgz'),
+    );
     if (!tarball) throw new Error(`pnpm pack made no tarball for @marina/${name}`);
     const dir = join(staging, name);
     mkdirSync(dir);
@@ -53,7 +55,9 @@ try {
     for (const [dependency, range] of Object.entries(manifest.dependencies ?? {})) {
       if (dependency.startsWith('@marina/')) continue;
       if (dependencies[dependency] !== undefined && dependencies[dependency] !== range) {
-        throw new Error(`${dependency} is wanted as ${dependencies[dependency]} and as ${range} (@marina/${name}): make the ranges the same (pnpm-workspace.yaml's catalog)`);
+        throw new Error(
+          `${dependency} is wanted as ${dependencies[dependency]} and as ${range} (@marina/${name}): make the ranges the same (pnpm-workspace.yaml's catalog)`,
+        );
       }
       dependencies[dependency] = range;
     }
@@ -64,13 +68,27 @@ try {
     writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
     cpSync(dir, join(cliDir, 'node_modules', '@marina', name), { recursive: true });
   }
-  cli.dependencies = { ...Object.fromEntries(BUNDLED.map((name) => [`@marina/${name}`, cli.version])), ...dependencies };
+  cli.dependencies = {
+    ...Object.fromEntries(BUNDLED.map((name) => [`@marina/${name}`, cli.version])),
+    ...dependencies,
+  };
   cli.bundleDependencies = BUNDLED.map((name) => `@marina/${name}`);
   writeFileSync(join(cliDir, 'package.json'), `${JSON.stringify(cli, null, 2)}\n`);
-  const packed = execFileSync('npm', ['pack', '--silent', '--pack-destination', staging], { cwd: cliDir, encoding: 'utf8' }).trim().split('\n').pop();
+  const packed = execFileSync('npm', ['pack', '--silent', '--pack-destination', staging], {
+    cwd: cliDir,
+    encoding: 'utf8',
+  })
+    .trim()
+    .split('\n')
+    .pop();
 
   mkdirSync(destination, { recursive: true });
-  const outputs = [packed, ...['torchserve-compat', 'client'].map((name) => readdirSync(staging).find((file) => file.startsWith(`marina-${name}-`)))];
+  const outputs = [
+    packed,
+    ...['torchserve-compat', 'client'].map((name) =>
+      readdirSync(staging).find((file) => file.startsWith(`marina-${name}-`)),
+    ),
+  ];
   for (const file of outputs) renameSync(join(staging, file), join(destination, file));
   process.stdout.write(`${outputs.map((file) => join(destination, file)).join('\n')}\n`);
 } finally {

@@ -33,7 +33,9 @@ export default function setup(): () => void {
     if (leftovers.length > 0) {
       // Vitest prints an error thrown here but still exits 0, so the exit code is set as well.
       process.exitCode = 1;
-      throw new Error(`the tests left ${leftovers.length} file(s) or folder(s) in their temporary folder; remove them in afterAll/afterEach:\n${report.join('\n')}`);
+      throw new Error(
+        `the tests left ${leftovers.length} file(s) or folder(s) in their temporary folder; remove them in afterAll/afterEach:\n${report.join('\n')}`,
+      );
     }
   };
 }

@@ -10,14 +10,37 @@ import { startForegroundServer, writeGatedModel, type ForegroundServer } from '.
 import { makeTempDir, repoRoot } from './helpers.ts';
 
 /** PromQL words that are not metric names: functions, aggregations, keywords. */
-const PROMQL_WORDS = new Set(['sum', 'avg', 'min', 'max', 'count', 'by', 'without', 'rate', 'irate', 'increase', 'histogram_quantile', 'on', 'ignoring', 'group_left', 'group_right', 'and', 'or', 'unless', 'offset', 'bool', 'label_values']);
+const PROMQL_WORDS = new Set([
+  'sum',
+  'avg',
+  'min',
+  'max',
+  'count',
+  'by',
+  'without',
+  'rate',
+  'irate',
+  'increase',
+  'histogram_quantile',
+  'on',
+  'ignoring',
+  'group_left',
+  'group_right',
+  'and',
+  'or',
+  'unless',
+  'offset',
+  'bool',
+  'label_values',
+]);
 
 /** The metric names of a PromQL expression, and the label names each selector and each `by (...)` uses. */
 function parseQuery(expr: string): { metrics: Map<string, Set<string>>; groupingLabels: Set<string> } {
   const metrics = new Map<string, Set<string>>();
   const groupingLabels = new Set<string>();
   let rest = expr.replace(/\[[^\]]*\]/g, ' ');
-  for (const match of rest.matchAll(/\b(?:by|without)\s*\(([^)]*)\)/g)) for (const label of match[1]!.split(',')) groupingLabels.add(label.trim());
+  for (const match of rest.matchAll(/\b(?:by|without)\s*\(([^)]*)\)/g))
+    for (const label of match[1]!.split(',')) groupingLabels.add(label.trim());
   rest = rest.replace(/\b(?:by|without)\s*\([^)]*\)/g, ' ');
   for (const match of rest.matchAll(/([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}/g)) {
     const labels = metrics.get(match[1]!) ?? new Set<string>();
@@ -59,7 +82,11 @@ beforeAll(async () => {
   server = await startForegroundServer(cwd, { store });
   // Histograms and per-status counters have samples once something was answered.
   for (let i = 0; i < 3; i++) {
-    const response = await fetch(`${server.inferenceUrl}/predictions/gated`, { method: 'POST', headers: { authorization: `Bearer ${server.keys.inference}`, 'content-type': 'application/json' }, body: `{"value":${i}}` });
+    const response = await fetch(`${server.inferenceUrl}/predictions/gated`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${server.keys.inference}`, 'content-type': 'application/json' },
+      body: `{"value":${i}}`,
+    });
     expect(response.status).toBe(200);
   }
   samples = exported(await (await fetch(`${server.metricsUrl}/metrics`)).text());
@@ -81,9 +108,12 @@ function checkQuery(where: string, expr: string): void {
     const live = samples.get(name);
     expect(live, `${where}: ${name} is not exported by a running server`).toBeDefined();
     for (const label of live!) labelsOfQuery.add(label);
-    for (const label of labels) if (!SCRAPE_LABELS.has(label)) expect(live!.has(label), `${where}: ${name} has no label ${label}`).toBe(true);
+    for (const label of labels)
+      if (!SCRAPE_LABELS.has(label)) expect(live!.has(label), `${where}: ${name} has no label ${label}`).toBe(true);
   }
-  for (const label of groupingLabels) if (!SCRAPE_LABELS.has(label)) expect(labelsOfQuery.has(label), `${where}: no metric of ${expr} has the label ${label}`).toBe(true);
+  for (const label of groupingLabels)
+    if (!SCRAPE_LABELS.has(label))
+      expect(labelsOfQuery.has(label), `${where}: no metric of ${expr} has the label ${label}`).toBe(true);
 }
 
 describe('deploy/grafana/marina-dashboard.json against a live server', { timeout: 30_000 }, () => {
@@ -94,17 +124,29 @@ describe('deploy/grafana/marina-dashboard.json against a live server', { timeout
 
   it('covers throughput, latency quantiles, queue depth, batch size, workers and memory', () => {
     const exprs = dashboard.panels.flatMap((panel) => panel.targets.map((target) => target.expr)).join('\n');
-    for (const metric of ['marina_requests_total', 'marina_request_latency_seconds_bucket', 'marina_queue_depth', 'marina_batch_size_sum', 'marina_workers', 'process_resident_memory_bytes']) expect(exprs).toContain(metric);
+    for (const metric of [
+      'marina_requests_total',
+      'marina_request_latency_seconds_bucket',
+      'marina_queue_depth',
+      'marina_batch_size_sum',
+      'marina_workers',
+      'process_resident_memory_bytes',
+    ])
+      expect(exprs).toContain(metric);
     expect(exprs).toMatch(/histogram_quantile\(0\.99,/);
   });
 
   it('uses only metrics and labels that the server exports', () => {
-    for (const panel of dashboard.panels) for (const target of panel.targets) checkQuery(`panel '${panel.title}'`, target.expr);
+    for (const panel of dashboard.panels)
+      for (const target of panel.targets) checkQuery(`panel '${panel.title}'`, target.expr);
     for (const variable of dashboard.templating.list) {
       if (typeof variable.query !== 'string' || !variable.query.startsWith('label_values(')) continue;
       const [, metric, label] = /^label_values\((\w+),\s*(\w+)\)$/.exec(variable.query)!;
       expect(samples.has(metric!), `variable ${variable.name}: ${metric}`).toBe(true);
-      if (!SCRAPE_LABELS.has(label!)) expect(samples.get(metric!)!.has(label!), `variable ${variable.name}: ${metric} has no label ${label}`).toBe(true);
+      if (!SCRAPE_LABELS.has(label!))
+        expect(samples.get(metric!)!.has(label!), `variable ${variable.name}: ${metric} has no label ${label}`).toBe(
+          true,
+        );
     }
   });
 
@@ -116,7 +158,11 @@ describe('deploy/grafana/marina-dashboard.json against a live server', { timeout
   });
 
   it('catches a metric the server does not export', () => {
-    expect(() => checkQuery('negative control', 'sum(rate(marina_no_such_metric{model_name="x"}[1m]))')).toThrow(/not exported/);
-    expect(() => checkQuery('negative control', 'sum by (no_such_label) (marina_queue_depth)')).toThrow(/no_such_label/);
+    expect(() => checkQuery('negative control', 'sum(rate(marina_no_such_metric{model_name="x"}[1m]))')).toThrow(
+      /not exported/,
+    );
+    expect(() => checkQuery('negative control', 'sum by (no_such_label) (marina_queue_depth)')).toThrow(
+      /no_such_label/,
+    );
   });
 });

@@ -26,10 +26,13 @@ export function handle(data, context) {
 export function writeGatedModel(store: string, modelConfigYaml = 'minWorkers: 1\nmaxWorkers: 1\n'): void {
   const dir = path.join(store, 'gated');
   mkdirSync(path.join(dir, 'MAR-INF'), { recursive: true });
-  writeFileSync(path.join(dir, 'MAR-INF', 'MANIFEST.json'), JSON.stringify({
-    runtime: 'python',
-    model: { modelName: 'gated', modelVersion: '1.0', handler: 'gated_handler.mjs', configFile: 'model-config.yaml' },
-  }));
+  writeFileSync(
+    path.join(dir, 'MAR-INF', 'MANIFEST.json'),
+    JSON.stringify({
+      runtime: 'python',
+      model: { modelName: 'gated', modelVersion: '1.0', handler: 'gated_handler.mjs', configFile: 'model-config.yaml' },
+    }),
+  );
   writeFileSync(path.join(dir, 'gated_handler.mjs'), gatedHandlerSource);
   writeFileSync(path.join(dir, 'model-config.yaml'), modelConfigYaml);
 }
@@ -53,21 +56,32 @@ export interface ForegroundServer {
  * default), every API on a free loopback port, serving the model store `store`. Resolves once it
  * prints that it is ready.
  */
-export async function startForegroundServer(cwd: string, options: { store: string; extraConfig?: string[]; env?: Record<string, string> }): Promise<ForegroundServer> {
+export async function startForegroundServer(
+  cwd: string,
+  options: { store: string; extraConfig?: string[]; env?: Record<string, string> },
+): Promise<ForegroundServer> {
   mkdirSync(path.join(cwd, 'tmp'), { recursive: true });
   const config = path.join(cwd, 'config.properties');
-  writeFileSync(config, [
-    `inference_address=http://127.0.0.1:${await freePort()}`,
-    `management_address=http://127.0.0.1:${await freePort()}`,
-    `metrics_address=http://127.0.0.1:${await freePort()}`,
-    'grpc_inference_port=0',
-    'grpc_management_port=0',
-    `model_store=${options.store}`,
-    'load_models=all',
-    ...(options.extraConfig ?? []),
-    '',
-  ].join('\n'));
-  const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: path.join(cwd, 'tmp'), LOG_LOCATION: path.join(cwd, 'logs'), ...options.env };
+  writeFileSync(
+    config,
+    [
+      `inference_address=http://127.0.0.1:${await freePort()}`,
+      `management_address=http://127.0.0.1:${await freePort()}`,
+      `metrics_address=http://127.0.0.1:${await freePort()}`,
+      'grpc_inference_port=0',
+      'grpc_management_port=0',
+      `model_store=${options.store}`,
+      'load_models=all',
+      ...(options.extraConfig ?? []),
+      '',
+    ].join('\n'),
+  );
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    TMPDIR: path.join(cwd, 'tmp'),
+    LOG_LOCATION: path.join(cwd, 'logs'),
+    ...options.env,
+  };
   delete env.TS_CONFIG_FILE;
   const child = spawn(process.execPath, [bins.serve, '--foreground', '--ncs', '--ts-config', config], { cwd, env });
   let output = '';
@@ -78,24 +92,38 @@ export async function startForegroundServer(cwd: string, options: { store: strin
   };
   child.stdout.on('data', onData);
   child.stderr.on('data', onData);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
-  const waitForOutput = (text: string) => new Promise<void>((resolve, reject) => {
-    const check = () => {
-      if (!output.includes(text)) return;
-      waiters.splice(waiters.indexOf(check), 1);
-      resolve();
-    };
-    waiters.push(check);
-    check();
-    void exited.then(({ code, signal }) => reject(new Error(`serve exited (${code ?? signal}) before printing '${text}':\n${output}`)));
-  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => resolve({ code, signal })),
+  );
+  const waitForOutput = (text: string) =>
+    new Promise<void>((resolve, reject) => {
+      const check = () => {
+        if (!output.includes(text)) return;
+        waiters.splice(waiters.indexOf(check), 1);
+        resolve();
+      };
+      waiters.push(check);
+      check();
+      void exited.then(({ code, signal }) =>
+        reject(new Error(`serve exited (${code ?? signal}) before printing '${text}':\n${output}`)),
+      );
+    });
   await waitForOutput('Marina is ready.');
   const bound = (api: string) => new RegExp(`^${api} API bound to (\\S+)`, 'm').exec(output)![1]!;
   const keyFilePath = /keys in (\S+)\.$/m.exec(output)![1]!;
-  const keyFile = JSON.parse(readFileSync(keyFilePath, 'utf8')) as { inference: { key: string }; management: { key: string } };
+  const keyFile = JSON.parse(readFileSync(keyFilePath, 'utf8')) as {
+    inference: { key: string };
+    management: { key: string };
+  };
   return {
-    child, cwd, output: () => output, exited, waitForOutput,
-    inferenceUrl: bound('Inference'), managementUrl: bound('Management'), metricsUrl: bound('Metrics'),
+    child,
+    cwd,
+    output: () => output,
+    exited,
+    waitForOutput,
+    inferenceUrl: bound('Inference'),
+    managementUrl: bound('Management'),
+    metricsUrl: bound('Metrics'),
     keys: { inference: keyFile.inference.key, management: keyFile.management.key },
   };
 }

@@ -24,7 +24,13 @@ import { describe, expect, it } from 'vitest';
 import { configFromProperties } from '@marina/serve';
 import { repoRoot } from './helpers.ts';
 
-type Manifest = { apiVersion: string; kind: string; metadata: { name: string }; spec?: Record<string, unknown>; data?: Record<string, string> };
+type Manifest = {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string };
+  spec?: Record<string, unknown>;
+  data?: Record<string, string>;
+};
 
 function render(): Manifest[] {
   const text = execFileSync('kubectl', ['kustomize', path.join(repoRoot, 'deploy/kubernetes')], { encoding: 'utf8' });
@@ -40,7 +46,14 @@ describe('deploy/kubernetes (kubectl kustomize)', () => {
   };
 
   it('renders a ConfigMap, Service, PersistentVolumeClaim, Deployment, ServiceMonitor and ScaledObject that validate', () => {
-    expect(manifests.map((manifest) => manifest.kind).sort()).toEqual(['ConfigMap', 'Deployment', 'PersistentVolumeClaim', 'ScaledObject', 'Service', 'ServiceMonitor']);
+    expect(manifests.map((manifest) => manifest.kind).sort()).toEqual([
+      'ConfigMap',
+      'Deployment',
+      'PersistentVolumeClaim',
+      'ScaledObject',
+      'Service',
+      'ServiceMonitor',
+    ]);
     const models: Record<string, (value: never) => { validate(): void }> = {
       ConfigMap: (value) => new ConfigMap(value),
       Service: (value) => new Service(value),
@@ -49,9 +62,12 @@ describe('deploy/kubernetes (kubectl kustomize)', () => {
       ServiceMonitor: (value) => new ServiceMonitor(value),
       ScaledObject: (value) => new ScaledObject(value),
     };
-    for (const manifest of manifests) expect(() => models[manifest.kind]!(manifest as never).validate(), manifest.kind).not.toThrow();
+    for (const manifest of manifests)
+      expect(() => models[manifest.kind]!(manifest as never).validate(), manifest.kind).not.toThrow();
     // The validators are not vacuous.
-    const broken = structuredClone(byKind('Deployment')) as unknown as { spec: { template: { spec: { containers: Array<{ image: unknown }> } } } };
+    const broken = structuredClone(byKind('Deployment')) as unknown as {
+      spec: { template: { spec: { containers: Array<{ image: unknown }> } } };
+    };
     broken.spec.template.spec.containers[0]!.image = 5;
     expect(() => new Deployment(broken as never).validate()).toThrow(/image must be string/);
   });
@@ -61,24 +77,46 @@ describe('deploy/kubernetes (kubectl kustomize)', () => {
     const pod = deployment.spec.template.spec;
     expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 10001 });
     const [container] = pod.containers as Array<Record<string, any>>;
-    expect(container!.securityContext).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
-    expect(container!.ports.map((port: { name: string; containerPort: number }) => [port.name, port.containerPort])).toEqual([['inference', 8080], ['management', 8081], ['metrics', 8082], ['grpc-inference', 7070]]);
-    for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe']) expect(container![probe].httpGet, probe).toEqual({ path: '/ping', port: 'inference' });
+    expect(container!.securityContext).toMatchObject({
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'] },
+    });
+    expect(
+      container!.ports.map((port: { name: string; containerPort: number }) => [port.name, port.containerPort]),
+    ).toEqual([
+      ['inference', 8080],
+      ['management', 8081],
+      ['metrics', 8082],
+      ['grpc-inference', 7070],
+    ]);
+    for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe'])
+      expect(container![probe].httpGet, probe).toEqual({ path: '/ping', port: 'inference' });
     expect(container!.resources.requests).toMatchObject({ cpu: expect.any(String), memory: expect.any(String) });
     expect(container!.resources.limits).toMatchObject({ cpu: expect.any(String), memory: expect.any(String) });
     expect(pod.terminationGracePeriodSeconds).toBeGreaterThan(120);
 
     const configMap = byKind('ConfigMap');
-    const volumes = Object.fromEntries((pod.volumes as Array<{ name: string }>).map((volume) => [volume.name, volume])) as Record<string, any>;
+    const volumes = Object.fromEntries(
+      (pod.volumes as Array<{ name: string }>).map((volume) => [volume.name, volume]),
+    ) as Record<string, any>;
     expect(volumes.config.configMap.name).toBe(configMap.metadata.name);
     expect(volumes.keys.secret.secretName).toBe('marina-keys');
     expect(volumes['model-store'].persistentVolumeClaim.claimName).toBe(byKind('PersistentVolumeClaim').metadata.name);
-    const mounts = Object.fromEntries((container!.volumeMounts as Array<{ name: string; mountPath: string }>).map((mount) => [mount.name, mount.mountPath]));
+    const mounts = Object.fromEntries(
+      (container!.volumeMounts as Array<{ name: string; mountPath: string }>).map((mount) => [
+        mount.name,
+        mount.mountPath,
+      ]),
+    );
     expect(container!.args).toEqual(['--ts-config', mounts.config]);
 
     // The config the pod reads: Marina's loader accepts every key, and it points at the mounts.
     const properties = configMap.data!['config.properties']!;
-    const entries = properties.split('\n').filter((line) => line.trim() !== '' && !line.startsWith('#')).map((line) => line.split(/=(.*)/s).slice(0, 2) as [string, string]);
+    const entries = properties
+      .split('\n')
+      .filter((line) => line.trim() !== '' && !line.startsWith('#'))
+      .map((line) => line.split(/=(.*)/s).slice(0, 2) as [string, string]);
     const values = Object.fromEntries(entries);
     expect(values.model_store).toBe(mounts['model-store']);
     // The loader checks that the model store exists: one that does here stands in for the volume.
@@ -87,20 +125,33 @@ describe('deploy/kubernetes (kubectl kustomize)', () => {
     expect(config.keyFilePath).toBe(`${mounts.keys}/key_file.json`);
     expect(config.isKeyFileProvided).toBe(true);
     expect(config.disableTokenAuthorization).toBe(false);
-    expect([config.inferenceAddress.port, config.managementAddress.port, config.metricsAddress.port]).toEqual([8080, 8081, 8082]);
+    expect([config.inferenceAddress.port, config.managementAddress.port, config.metricsAddress.port]).toEqual([
+      8080, 8081, 8082,
+    ]);
     // gRPC inference listens on the pod's address, on the port the Deployment and Service name.
     expect(config.grpc?.inference).toMatchObject({ host: '0.0.0.0', port: 7070 });
     expect(config.grpc?.management).toMatchObject({ host: '127.0.0.1', port: 7071 });
-    const service = byKind('Service') as unknown as { spec: { ports: Array<{ name: string; port: number; targetPort: string; appProtocol?: string }> } };
-    expect(service.spec.ports.find((port) => port.name === 'grpc-inference')).toEqual({ name: 'grpc-inference', port: 7070, targetPort: 'grpc-inference', appProtocol: 'kubernetes.io/h2c' });
+    const service = byKind('Service') as unknown as {
+      spec: { ports: Array<{ name: string; port: number; targetPort: string; appProtocol?: string }> };
+    };
+    expect(service.spec.ports.find((port) => port.name === 'grpc-inference')).toEqual({
+      name: 'grpc-inference',
+      port: 7070,
+      targetPort: 'grpc-inference',
+      appProtocol: 'kubernetes.io/h2c',
+    });
     expect(service.spec.ports.map((port) => port.name)).not.toContain('management');
   });
 
   it('scrapes /metrics and scales on the queue-depth metric Marina exports', () => {
     const service = byKind('Service') as unknown as { spec: { ports: Array<{ name: string }> } };
     expect(service.spec.ports.map((port) => port.name)).toContain('metrics');
-    expect((byKind('ServiceMonitor') as unknown as { spec: { endpoints: unknown[] } }).spec.endpoints).toEqual([{ port: 'metrics', path: '/metrics', interval: '15s' }]);
-    const scaled = byKind('ScaledObject') as unknown as { spec: { scaleTargetRef: { name: string }; triggers: Array<{ type: string; metadata: { query: string } }> } };
+    expect((byKind('ServiceMonitor') as unknown as { spec: { endpoints: unknown[] } }).spec.endpoints).toEqual([
+      { port: 'metrics', path: '/metrics', interval: '15s' },
+    ]);
+    const scaled = byKind('ScaledObject') as unknown as {
+      spec: { scaleTargetRef: { name: string }; triggers: Array<{ type: string; metadata: { query: string } }> };
+    };
     expect(scaled.spec.scaleTargetRef.name).toBe(byKind('Deployment').metadata.name);
     expect(scaled.spec.triggers[0]!.type).toBe('prometheus');
     // That the metric exists on a live server is checked in deploy-grafana-metrics.test.ts.
@@ -120,19 +171,25 @@ function toJsonSchema(node: unknown): unknown {
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(source)) {
     if (key.startsWith('x-kubernetes-') || key === 'format' || key === 'nullable') continue;
-    out[key] = key === 'properties' ? Object.fromEntries(Object.entries(value as object).map(([name, child]) => [name, toJsonSchema(child)])) : toJsonSchema(value);
+    out[key] =
+      key === 'properties'
+        ? Object.fromEntries(Object.entries(value as object).map(([name, child]) => [name, toJsonSchema(child)]))
+        : toJsonSchema(value);
   }
   if (source['x-kubernetes-int-or-string']) {
     delete out.type;
     out.anyOf = [{ type: 'integer' }, { type: 'string' }];
   }
   if (source.nullable && typeof out.type === 'string') out.type = [out.type, 'null'];
-  if (out.properties && out.additionalProperties === undefined && !source['x-kubernetes-preserve-unknown-fields']) out.additionalProperties = false;
+  if (out.properties && out.additionalProperties === undefined && !source['x-kubernetes-preserve-unknown-fields'])
+    out.additionalProperties = false;
   return out;
 }
 
 function crdValidator(file: string, version: string) {
-  const crd = parse(readFileSync(path.join(repoRoot, 'deploy/kserve/crds', file), 'utf8')) as { spec: { names: { kind: string }; versions: Array<{ name: string; schema: { openAPIV3Schema: object } }> } };
+  const crd = parse(readFileSync(path.join(repoRoot, 'deploy/kserve/crds', file), 'utf8')) as {
+    spec: { names: { kind: string }; versions: Array<{ name: string; schema: { openAPIV3Schema: object } }> };
+  };
   const schema = crd.spec.versions.find((candidate) => candidate.name === version)!.schema.openAPIV3Schema;
   const ajv = new Ajv({ strict: false, allErrors: true });
   const validate = ajv.compile(toJsonSchema(schema) as object);
@@ -140,14 +197,29 @@ function crdValidator(file: string, version: string) {
 }
 
 describe('deploy/kserve against KServe CRD schemas', { timeout: 120_000 }, () => {
-  const runtime = parse(readFileSync(path.join(repoRoot, 'deploy/kserve/cluster-serving-runtime.yaml'), 'utf8')) as Record<string, any>;
-  const service = parse(readFileSync(path.join(repoRoot, 'deploy/kserve/inference-service.yaml'), 'utf8')) as Record<string, any>;
-  const grpcService = parse(readFileSync(path.join(repoRoot, 'deploy/kserve/inference-service-grpc.yaml'), 'utf8')) as Record<string, any>;
+  const runtime = parse(
+    readFileSync(path.join(repoRoot, 'deploy/kserve/cluster-serving-runtime.yaml'), 'utf8'),
+  ) as Record<string, any>;
+  const service = parse(readFileSync(path.join(repoRoot, 'deploy/kserve/inference-service.yaml'), 'utf8')) as Record<
+    string,
+    any
+  >;
+  const grpcService = parse(
+    readFileSync(path.join(repoRoot, 'deploy/kserve/inference-service-grpc.yaml'), 'utf8'),
+  ) as Record<string, any>;
   /** The config.properties the storageUri carries, as Marina's loader reads it (the model store stands in for /mnt/models). */
   const kserveConfig = () => {
     const properties = readFileSync(path.join(repoRoot, 'deploy/kserve/config.properties'), 'utf8');
-    const values = Object.fromEntries(properties.split('\n').filter((line) => line.trim() !== '' && !line.startsWith('#')).map((line) => line.split(/=(.*)/s).slice(0, 2) as [string, string]));
-    return { values, config: configFromProperties({ ...values, model_store: repoRoot }, { cwd: '/home/marina', env: {} }) };
+    const values = Object.fromEntries(
+      properties
+        .split('\n')
+        .filter((line) => line.trim() !== '' && !line.startsWith('#'))
+        .map((line) => line.split(/=(.*)/s).slice(0, 2) as [string, string]),
+    );
+    return {
+      values,
+      config: configFromProperties({ ...values, model_store: repoRoot }, { cwd: '/home/marina', env: {} }),
+    };
   };
 
   it('validates the ClusterServingRuntime: the Open Inference Protocol over REST and gRPC, the onnx format, the serve image', () => {
@@ -169,7 +241,10 @@ describe('deploy/kserve against KServe CRD schemas', { timeout: 120_000 }, () =>
     for (const manifest of [service, grpcService]) {
       expect(manifest.kind).toBe(kind);
       expect(validate(manifest), JSON.stringify(validate.errors)).toBe(true);
-      expect(manifest.spec.predictor.model).toMatchObject({ runtime: runtime.metadata.name, modelFormat: { name: 'onnx' } });
+      expect(manifest.spec.predictor.model).toMatchObject({
+        runtime: runtime.metadata.name,
+        modelFormat: { name: 'onnx' },
+      });
       expect(runtime.spec.protocolVersions).toContain(manifest.spec.predictor.model.protocolVersion);
     }
     expect(service.spec.predictor.model.protocolVersion).toBe('v2');
@@ -190,16 +265,22 @@ describe('deploy/kserve against KServe CRD schemas', { timeout: 120_000 }, () =>
     expect(config.inferenceAddress.port).toBe(8080);
     expect(values.inference_address).toBe('http://0.0.0.0:8080');
     // gRPC (grpc-v2): the h2c port is grpc_inference_port, on the pod's address.
-    expect(grpcService.spec.predictor.model.ports).toEqual([{ name: 'h2c', containerPort: config.grpc!.inference.port, protocol: 'TCP' }]);
+    expect(grpcService.spec.predictor.model.ports).toEqual([
+      { name: 'h2c', containerPort: config.grpc!.inference.port, protocol: 'TCP' },
+    ]);
     expect(config.grpc!.inference).toMatchObject({ host: '0.0.0.0', port: 7070 });
     // Metrics where the Prometheus annotation says.
     expect(Number(runtime.spec.annotations['prometheus.kserve.io/port'])).toBe(config.metricsAddress.port);
     // Token authorization on, with the keys of the Secret the runtime mounts.
     expect(config.disableTokenAuthorization).toBe(false);
     expect(config.isKeyFileProvided).toBe(true);
-    const mount = (container!.volumeMounts as Array<{ name: string; mountPath: string }>).find((candidate) => `${candidate.mountPath}/key_file.json` === config.keyFilePath);
+    const mount = (container!.volumeMounts as Array<{ name: string; mountPath: string }>).find(
+      (candidate) => `${candidate.mountPath}/key_file.json` === config.keyFilePath,
+    );
     expect(mount, config.keyFilePath).toBeDefined();
-    const volume = (runtime.spec.volumes as Array<{ name: string; secret?: { secretName: string } }>).find((candidate) => candidate.name === mount!.name);
+    const volume = (runtime.spec.volumes as Array<{ name: string; secret?: { secretName: string } }>).find(
+      (candidate) => candidate.name === mount!.name,
+    );
     expect(volume?.secret?.secretName).toBe('marina-keys');
   });
 });

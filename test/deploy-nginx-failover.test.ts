@@ -18,7 +18,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startForegroundServer, writeGatedModel, type ForegroundServer } from './deploy-helpers.ts';
 import { freePort, makeTempDir } from './helpers.ts';
 
-const KEYS = { management: { key: 'shared-management-key' }, inference: { key: 'shared-inference-key' }, API: { key: 'shared-api-key' } };
+const KEYS = {
+  management: { key: 'shared-management-key' },
+  inference: { key: 'shared-inference-key' },
+  API: { key: 'shared-api-key' },
+};
 
 function findNginx(): string {
   for (const dir of [...(process.env.PATH ?? '').split(':'), '/usr/sbin', '/usr/local/sbin']) {
@@ -45,14 +49,22 @@ beforeAll(async () => {
     mkdirSync(store, { recursive: true });
     writeGatedModel(store);
     // MALLOC_MMAP_THRESHOLD_ set: one process per server (no re-exec), so SIGKILL hits the server itself.
-    servers.push(await startForegroundServer(cwd, { store, extraConfig: [`token_key_file=${path.join(root, 'secret', 'key_file.json')}`], env: { MALLOC_MMAP_THRESHOLD_: '1048576' } }));
+    servers.push(
+      await startForegroundServer(cwd, {
+        store,
+        extraConfig: [`token_key_file=${path.join(root, 'secret', 'key_file.json')}`],
+        env: { MALLOC_MMAP_THRESHOLD_: '1048576' },
+      }),
+    );
   }
 
   const port = await freePort();
   proxyUrl = `http://127.0.0.1:${port}`;
   const dir = path.join(root, 'nginx');
   mkdirSync(dir);
-  writeFileSync(path.join(dir, 'nginx.conf'), `
+  writeFileSync(
+    path.join(dir, 'nginx.conf'),
+    `
 worker_processes 1;
 pid ${dir}/nginx.pid;
 error_log ${dir}/error.log warn;
@@ -80,14 +92,20 @@ ${servers.map((server) => `    server ${new URL(server.inferenceUrl).host};`).jo
     }
   }
 }
-`);
+`,
+  );
   const check = spawnSync(nginxBin, ['-t', '-p', dir, '-c', path.join(dir, 'nginx.conf')], { encoding: 'utf8' });
   expect(check.status, check.stderr).toBe(0);
-  nginx = spawn(nginxBin, ['-p', dir, '-c', path.join(dir, 'nginx.conf'), '-g', 'daemon off;'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  nginx = spawn(nginxBin, ['-p', dir, '-c', path.join(dir, 'nginx.conf'), '-g', 'daemon off;'], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   nginxExited = new Promise((resolve) => nginx!.on('exit', () => resolve()));
   // Ready once it answers /ping through the proxy.
   for (;;) {
-    const answer = await fetch(`${proxyUrl}/ping`).then((r) => r.status, () => 0);
+    const answer = await fetch(`${proxyUrl}/ping`).then(
+      (r) => r.status,
+      () => 0,
+    );
     if (answer === 200) break;
     if (nginx.exitCode !== null) throw new Error(`nginx exited: ${readFileSync(path.join(dir, 'error.log'), 'utf8')}`);
     await new Promise((resolve) => setImmediate(resolve));
@@ -155,7 +173,8 @@ describe('two servers behind nginx, one killed with SIGKILL mid-load', { timeout
     // Two requests held in flight until the gate opens: with nothing else in flight nginx's round
     // robin sends one to each server.
     const held = [predict({ gate, value: 'held' }, false), predict({ gate, value: 'held' }, false)];
-    while ((await busyWorkers(victim)) < 1 || (await busyWorkers(survivor)) < 1) await new Promise((resolve) => setImmediate(resolve));
+    while ((await busyWorkers(victim)) < 1 || (await busyWorkers(survivor)) < 1)
+      await new Promise((resolve) => setImmediate(resolve));
     // The load resumes and queues behind them on both servers.
     isPaused = false;
     const sentBefore = nextId;
@@ -174,10 +193,22 @@ describe('two servers behind nginx, one killed with SIGKILL mid-load', { timeout
     // read it again on each change of the file until every answered request has its line (the
     // watcher exists before the first read, so no line written after that read goes unnoticed).
     const logPath = path.join(root, 'nginx', 'access.log');
-    const readLog = () => new Map(readFileSync(logPath, 'utf8').trim().split('\n')
-      .map((line) => /^(\S+) (\d+) "([^"]*)" "([^"]*)"$/.exec(line))
-      .filter((match): match is RegExpExecArray => match !== null)
-      .map(([, id, status, upstreams, upstreamStatuses]) => [id!, { status: Number(status), upstreams: upstreams!.split(', '), upstreamStatuses: upstreamStatuses!.split(', ') }]));
+    const readLog = () =>
+      new Map(
+        readFileSync(logPath, 'utf8')
+          .trim()
+          .split('\n')
+          .map((line) => /^(\S+) (\d+) "([^"]*)" "([^"]*)"$/.exec(line))
+          .filter((match): match is RegExpExecArray => match !== null)
+          .map(([, id, status, upstreams, upstreamStatuses]) => [
+            id!,
+            {
+              status: Number(status),
+              upstreams: upstreams!.split(', '),
+              upstreamStatuses: upstreamStatuses!.split(', '),
+            },
+          ]),
+      );
     const watcher = watch(logPath);
     let log = readLog();
     try {
@@ -213,6 +244,8 @@ describe('two servers behind nginx, one killed with SIGKILL mid-load', { timeout
       expect(log.get(answer.id)!.upstreams.at(-1)).toBe(survivorHost);
     }
     // The held requests on the survivor finished once the gate opened.
-    expect(answers.filter((answer) => answer.status === 200 && log.get(answer.id)!.upstreams.at(-1) === survivorHost).length).toBeGreaterThan(0);
+    expect(
+      answers.filter((answer) => answer.status === 200 && log.get(answer.id)!.upstreams.at(-1) === survivorHost).length,
+    ).toBeGreaterThan(0);
   });
 });

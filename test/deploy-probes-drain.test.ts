@@ -45,13 +45,26 @@ describe('probes with token authorization on', { timeout: 60_000 }, () => {
     expect(ping.status).toBe(200);
     expect(await ping.json()).toEqual({ status: 'Healthy' });
     expect((await fetch(`${server.metricsUrl}/metrics`)).status).toBe(200);
-    const predict = (headers: Record<string, string>) => fetch(`${server.inferenceUrl}/predictions/gated`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: '{"value":1}' });
+    const predict = (headers: Record<string, string>) =>
+      fetch(`${server.inferenceUrl}/predictions/gated`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: '{"value":1}',
+      });
     expect((await predict({})).status).toBe(401);
     expect((await predict({ authorization: `Bearer ${server.keys.inference}` })).status).toBe(200);
     expect((await fetch(`${server.managementUrl}/models`)).status).toBe(401);
-    expect((await fetch(`${server.managementUrl}/models`, { headers: { authorization: `Bearer ${server.keys.management}` } })).status).toBe(200);
+    expect(
+      (
+        await fetch(`${server.managementUrl}/models`, {
+          headers: { authorization: `Bearer ${server.keys.management}` },
+        })
+      ).status,
+    ).toBe(200);
     // A probe that sends a header anyway is not refused.
-    expect((await fetch(`${server.inferenceUrl}/ping`, { headers: { authorization: 'Bearer wrong' } })).status).toBe(200);
+    expect((await fetch(`${server.inferenceUrl}/ping`, { headers: { authorization: 'Bearer wrong' } })).status).toBe(
+      200,
+    );
     // The Open Inference Protocol's health routes (KServe's v2 probes) are open too; the rest of v2 is not.
     const live = await fetch(`${server.inferenceUrl}/v2/health/live`);
     expect(live.status).toBe(200);
@@ -61,13 +74,23 @@ describe('probes with token authorization on', { timeout: 60_000 }, () => {
     expect(await ready.json()).toEqual({ ready: true });
     expect((await fetch(`${server.inferenceUrl}/v2`)).status).toBe(401);
     expect((await fetch(`${server.inferenceUrl}/v2/models/gated/ready`)).status).toBe(401);
-    expect((await fetch(`${server.inferenceUrl}/v2/models/gated/ready`, { headers: { authorization: `Bearer ${server.keys.inference}` } })).status).toBe(200);
+    expect(
+      (
+        await fetch(`${server.inferenceUrl}/v2/models/gated/ready`, {
+          headers: { authorization: `Bearer ${server.keys.inference}` },
+        })
+      ).status,
+    ).toBe(200);
   });
 });
 
 describe('token_key_file (keys from a Kubernetes Secret)', { timeout: 60_000 }, () => {
   it('takes the keys from the file, writes no key_file.json, and refuses to rotate them', async () => {
-    const keys = { management: { key: 'management-key-from-secret' }, inference: { key: 'inference-key-from-secret' }, API: { key: 'api-key-from-secret' } };
+    const keys = {
+      management: { key: 'management-key-from-secret' },
+      inference: { key: 'inference-key-from-secret' },
+      API: { key: 'api-key-from-secret' },
+    };
     const server = await start(undefined, (cwd) => {
       mkdirSync(path.join(cwd, 'secret'));
       writeFileSync(path.join(cwd, 'secret', 'key_file.json'), JSON.stringify(keys));
@@ -75,10 +98,17 @@ describe('token_key_file (keys from a Kubernetes Secret)', { timeout: 60_000 }, 
     });
     expect(server.output()).toContain(`keys in ${path.join(server.cwd, 'secret', 'key_file.json')}.`);
     expect(existsSync(path.join(server.cwd, 'key_file.json'))).toBe(false);
-    const predict = (key: string) => fetch(`${server.inferenceUrl}/predictions/gated`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: '{"value":1}' });
+    const predict = (key: string) =>
+      fetch(`${server.inferenceUrl}/predictions/gated`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: '{"value":1}',
+      });
     expect((await predict('inference-key-from-secret')).status).toBe(200);
     expect((await predict('management-key-from-secret')).status).toBe(401);
-    const rotate = await fetch(`${server.managementUrl}/token?type=inference`, { headers: { authorization: 'Bearer api-key-from-secret' } });
+    const rotate = await fetch(`${server.managementUrl}/token?type=inference`, {
+      headers: { authorization: 'Bearer api-key-from-secret' },
+    });
     expect(rotate.status).toBe(409);
     expect(await rotate.json()).toMatchObject({ code: 409, marinaCode: 'MARINA_ERR_KEY_FILE_PROVIDED' });
     expect((await predict('inference-key-from-secret')).status).toBe(200);
@@ -96,7 +126,11 @@ describe('SIGTERM', { timeout: 90_000 }, () => {
     const auth = { authorization: `Bearer ${server.keys.inference}`, 'content-type': 'application/json' };
     // Two requests in flight, one in each worker.
     const inFlight = [1, 2].map((value) =>
-      fetch(`${server.inferenceUrl}/predictions/gated`, { method: 'POST', headers: auth, body: JSON.stringify({ gate, value }) }).then(async (r) => ({ status: r.status, body: await r.text() })),
+      fetch(`${server.inferenceUrl}/predictions/gated`, {
+        method: 'POST',
+        headers: auth,
+        body: JSON.stringify({ gate, value }),
+      }).then(async (r) => ({ status: r.status, body: await r.text() })),
     );
     for (;;) {
       const metrics = await (await fetch(`${server.metricsUrl}/metrics?name[]=marina_busy_workers`)).text();
@@ -108,7 +142,7 @@ describe('SIGTERM', { timeout: 90_000 }, () => {
     // Readiness turns false: a probe on a new connection fails (500 Unhealthy, fastify's 503, or a
     // reset) while the listener closes, then the connection is refused. Nothing new is accepted from then on.
     const probes = new Set<number | string>();
-    for (let probe: number | string = 200; probe !== 'ECONNREFUSED';) {
+    for (let probe: number | string = 200; probe !== 'ECONNREFUSED'; ) {
       probe = await getOnNewConnection(`${server.inferenceUrl}/ping`);
       probes.add(probe);
     }

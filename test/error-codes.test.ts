@@ -35,7 +35,9 @@ const registries: Record<string, Record<string, ErrorDefinition>> = {
   quantize: quantizeErrors.definitions,
 };
 
-const allCodes = Object.entries(registries).flatMap(([owner, defs]) => Object.entries(defs).map(([code, def]) => ({ owner, code, def })));
+const allCodes = Object.entries(registries).flatMap(([owner, defs]) =>
+  Object.entries(defs).map(([code, def]) => ({ owner, code, def })),
+);
 
 describe('error codes', () => {
   it('are defined by exactly one package, or by several with the same HTTP status', () => {

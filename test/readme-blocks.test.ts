@@ -41,14 +41,21 @@ const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
 const blocks = shellBlocks(readme);
 const workDir = makeTempDir('readme');
 /** PATH without the node_modules/.bin folders of pnpm's script runner. */
-const bareEnvPath = (process.env.PATH ?? '').split(path.delimiter).filter((dir) => !dir.includes(`node_modules${path.sep}.bin`)).join(path.delimiter);
+const bareEnvPath = (process.env.PATH ?? '')
+  .split(path.delimiter)
+  .filter((dir) => !dir.includes(`node_modules${path.sep}.bin`))
+  .join(path.delimiter);
 const env: NodeJS.ProcessEnv = { ...process.env, PATH: bareEnvPath, TMPDIR: workDir };
 // As on a user's machine: Marina itself must turn onnxruntime's telemetry (and its temp files) off.
 delete env.ORT_DISABLE_TELEMETRY;
 
 afterAll(() => {
   // A failed run may leave its background server: stop it (its pid file is under this TMPDIR).
-  spawnSync(process.execPath, [path.join(repoRoot, 'packages/serve/bin/serve.js'), '--stop'], { cwd: workDir, env, stdio: 'ignore' });
+  spawnSync(process.execPath, [path.join(repoRoot, 'packages/serve/bin/serve.js'), '--stop'], {
+    cwd: workDir,
+    env,
+    stdio: 'ignore',
+  });
   rmSync(workDir, { recursive: true, force: true });
 });
 
@@ -92,7 +99,9 @@ describe('README shell blocks', () => {
   it('runs the runnable blocks verbatim, in order, in a temporary folder', async () => {
     const runnable = blocks.filter((block) => block.marker === 'run');
     expect(runnable.length).toBeGreaterThanOrEqual(6);
-    const script = ['set -euo pipefail', ...runnable.map((block) => `# README.md:${block.line}\n${block.text}`)].join('\n');
+    const script = ['set -euo pipefail', ...runnable.map((block) => `# README.md:${block.line}\n${block.text}`)].join(
+      '\n',
+    );
     const result = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
       const child = spawn('bash', ['-c', script], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'] });
       let output = '';
@@ -114,7 +123,9 @@ describe('README shell blocks', () => {
     expect(result.output).toMatch(/"modelName": "resnet-18"/);
     expect(result.output.match(/Marina has stopped\./g)).toHaveLength(2);
     // The prediction is a line of the access log, with the request id.
-    expect(result.output).toMatch(/\[INFO \] [0-9a-f-]{36} ACCESS_LOG - \/127\.0\.0\.1:\d+ "POST \/predictions\/resnet-18 HTTP\/1\.1" 200 \d+\n/);
+    expect(result.output).toMatch(
+      /\[INFO \] [0-9a-f-]{36} ACCESS_LOG - \/127\.0\.0\.1:\d+ "POST \/predictions\/resnet-18 HTTP\/1\.1" 200 \d+\n/,
+    );
     // Nothing of onnxruntime's telemetry (mat-debug-<pid>.log, .ses) in the temp folder.
     expect(readdirSync(workDir).filter((name) => /^mat-debug-|^\.ses$/.test(name))).toEqual([]);
   }, 600_000);

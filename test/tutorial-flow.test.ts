@@ -25,10 +25,24 @@ beforeAll(async () => {
   await writeIndexToName(path.join(workDir, 'index_to_name.json'), names);
   await writeSampleJpeg({ outputPath: path.join(workDir, 'kitten.jpg') });
   image = readFileSync(path.join(workDir, 'kitten.jpg'));
-  const archived = await runCli(bins.modelArchiver, [
-    '--model-name', MODEL, '--serialized-file', `${MODEL}.onnx`, '--handler', 'image_classifier',
-    '--extra-files', 'index_to_name.json', '--version', '1.0', '--export-path', 'model_store',
-  ], { cwd: workDir });
+  const archived = await runCli(
+    bins.modelArchiver,
+    [
+      '--model-name',
+      MODEL,
+      '--serialized-file',
+      `${MODEL}.onnx`,
+      '--handler',
+      'image_classifier',
+      '--extra-files',
+      'index_to_name.json',
+      '--version',
+      '1.0',
+      '--export-path',
+      'model_store',
+    ],
+    { cwd: workDir },
+  );
   expect(archived.stderr + archived.stdout).not.toMatch(/MARINA_ERR/);
   expect(archived.code).toBe(0);
 }, 120_000);
@@ -60,13 +74,21 @@ describe.each([
   it('answers 100 concurrent clients, each with its own top-5', async () => {
     const { configPath, inferencePort } = await writeVariant(file);
     const serveEnv = { ...process.env, ...env, TMPDIR: workDir };
-    const started = await runCli(bins.serve, ['--start', '--disable-token-auth', '--enable-model-api', '--ts-config', configPath], { cwd: workDir, env: serveEnv });
+    const started = await runCli(
+      bins.serve,
+      ['--start', '--disable-token-auth', '--enable-model-api', '--ts-config', configPath],
+      { cwd: workDir, env: serveEnv },
+    );
     expect(started.code, started.stderr + started.stdout).toBe(0);
     try {
       const url = `http://127.0.0.1:${inferencePort}/predictions/${MODEL}`;
       const responses = await Promise.all(
         Array.from({ length: 100 }, async () => {
-          const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: new Uint8Array(image) });
+          const response = await fetch(url, {
+            method: 'POST',
+            headers: { 'content-type': 'application/octet-stream' },
+            body: new Uint8Array(image),
+          });
           return { status: response.status, body: await response.text() };
         }),
       );

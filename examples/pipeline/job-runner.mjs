@@ -20,7 +20,9 @@ const outcomes = await client.predictMany(model, images(), { concurrency: Number
 const seconds = (performance.now() - started) / 1000;
 const failed = outcomes.flatMap((o, i) => (o.ok ? [] : [`${files[i]}: ${o.error.code} ${o.error.message}`]));
 const first = outcomes.find((o) => o.ok);
-console.log(`${files.length} images, ${files.length - failed.length} classified, ${failed.length} failed, ${retries} retries, in ${seconds.toFixed(1)} s (${(files.length / seconds).toFixed(1)} images/s)`);
+console.log(
+  `${files.length} images, ${files.length - failed.length} classified, ${failed.length} failed, ${retries} retries, in ${seconds.toFixed(1)} s (${(files.length / seconds).toFixed(1)} images/s)`,
+);
 if (first) console.log(`${files[outcomes.indexOf(first)]}: ${JSON.stringify(first.value)}`);
 for (const line of failed.slice(0, 5)) console.log(line);
 process.exitCode = failed.length > 0 ? 1 : 0;

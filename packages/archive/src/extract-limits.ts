@@ -41,9 +41,15 @@ export function resolveExtractLimits(limits: ExtractLimits = {}): Required<Extra
   for (const key of LIMIT_KEYS) {
     const value = limits[key];
     if (value === undefined) continue;
-    const isAllowed = typeof value === 'number' && !Number.isNaN(value) && (key === 'compressionRatioMinBytes' ? value >= 0 : value > 0);
+    const isAllowed =
+      typeof value === 'number' &&
+      !Number.isNaN(value) &&
+      (key === 'compressionRatioMinBytes' ? value >= 0 : value > 0);
     if (!isAllowed) {
-      throw archiveErrors.create.MARINA_ERR_ARCHIVE_OPTION_INVALID(`extraction limit ${key} must be a positive number (or Infinity to switch it off), got ${String(value)}`, { details: { option: key, value } });
+      throw archiveErrors.create.MARINA_ERR_ARCHIVE_OPTION_INVALID(
+        `extraction limit ${key} must be a positive number (or Infinity to switch it off), got ${String(value)}`,
+        { details: { option: key, value } },
+      );
     }
     resolved[key] = value;
   }
@@ -65,14 +71,24 @@ export function formatBytes(bytes: number): string {
 
 const ADVICE = 'refusing it as a possible zip bomb; if the archive is genuine, raise the limit';
 
-export function tooManyEntries(archivePath: string, count: number, limits: Required<ExtractLimits>, isAtLeast = false): Error {
+export function tooManyEntries(
+  archivePath: string,
+  count: number,
+  limits: Required<ExtractLimits>,
+  isAtLeast = false,
+): Error {
   return archiveErrors.create.MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES(
     `archive '${archivePath}' has ${isAtLeast ? 'more than ' : ''}${count} entries, over the limit of ${limits.maxEntries} (maxEntries); ${ADVICE} (maxEntries) or pack fewer, larger files`,
     { details: { limit: limits.maxEntries, value: count, option: 'maxEntries' } },
   );
 }
 
-export function tooLarge(archivePath: string, bytes: number, limits: Required<ExtractLimits>, how: 'declared' | 'written'): Error {
+export function tooLarge(
+  archivePath: string,
+  bytes: number,
+  limits: Required<ExtractLimits>,
+  how: 'declared' | 'written',
+): Error {
   const said = how === 'declared' ? 'its entries declare' : 'extraction had inflated';
   return archiveErrors.create.MARINA_ERR_ARCHIVE_TOO_LARGE(
     `archive '${archivePath}' inflates to more than the limit of ${formatBytes(limits.maxExtractedBytes)} (maxExtractedBytes): ${said} ${formatBytes(bytes)}${how === 'written' ? ' when it was stopped' : ''}; ${ADVICE} (maxExtractedBytes) and check the disk has room`,
@@ -80,11 +96,27 @@ export function tooLarge(archivePath: string, bytes: number, limits: Required<Ex
   );
 }
 
-export function compressionRatio(archivePath: string, where: string, inflatedBytes: number, compressedBytes: number, limits: Required<ExtractLimits>, how: 'declared' | 'written'): Error {
+export function compressionRatio(
+  archivePath: string,
+  where: string,
+  inflatedBytes: number,
+  compressedBytes: number,
+  limits: Required<ExtractLimits>,
+  how: 'declared' | 'written',
+): Error {
   const ratio = inflatedBytes / Math.max(1, compressedBytes);
   return archiveErrors.create.MARINA_ERR_ARCHIVE_COMPRESSION_RATIO(
     `archive '${archivePath}': ${where} ${how === 'declared' ? 'declares' : 'inflated to'} ${formatBytes(inflatedBytes)} from ${formatBytes(compressedBytes)}, a ratio of ${ratio.toFixed(1)}:1, over the limit of ${limits.maxCompressionRatio}:1 (maxCompressionRatio); ${ADVICE} (maxCompressionRatio). Model weights barely compress, so such a ratio means padding or a bomb`,
-    { details: { limit: limits.maxCompressionRatio, value: ratio, option: 'maxCompressionRatio', inflatedBytes, compressedBytes, how } },
+    {
+      details: {
+        limit: limits.maxCompressionRatio,
+        value: ratio,
+        option: 'maxCompressionRatio',
+        inflatedBytes,
+        compressedBytes,
+        how,
+      },
+    },
   );
 }
 
@@ -124,15 +156,20 @@ export class ExtractionBudget {
    */
   addWritten(chunkBytes: number, entry?: { name: string; entryBytes: number; compressedBytes: number }): void {
     this.totalBytes += chunkBytes;
-    if (this.totalBytes > this.limits.maxExtractedBytes) throw tooLarge(this.archivePath, this.totalBytes, this.limits, 'written');
+    if (this.totalBytes > this.limits.maxExtractedBytes)
+      throw tooLarge(this.archivePath, this.totalBytes, this.limits, 'written');
     if (entry) this.checkRatio(`entry '${entry.name}'`, entry.entryBytes, entry.compressedBytes, 'written');
-    if (this.archiveBytes !== undefined) this.checkRatio('the archive as a whole', this.totalBytes, this.archiveBytes, 'written');
+    if (this.archiveBytes !== undefined)
+      this.checkRatio('the archive as a whole', this.totalBytes, this.archiveBytes, 'written');
   }
 
   /** @throws MARINA_ERR_ARCHIVE_COMPRESSION_RATIO when `inflatedBytes` passed the minimum and the ratio limit. */
   checkRatio(where: string, inflatedBytes: number, compressedBytes: number, how: 'declared' | 'written'): void {
     const { maxCompressionRatio, compressionRatioMinBytes } = this.limits;
-    if (inflatedBytes > compressionRatioMinBytes && inflatedBytes > maxCompressionRatio * Math.max(1, compressedBytes)) {
+    if (
+      inflatedBytes > compressionRatioMinBytes &&
+      inflatedBytes > maxCompressionRatio * Math.max(1, compressedBytes)
+    ) {
       throw compressionRatio(this.archivePath, where, inflatedBytes, compressedBytes, this.limits, how);
     }
   }

@@ -42,9 +42,17 @@ export async function probeHandler(options: ProbeHandlerOptions): Promise<Handle
       void worker.terminate();
       resolvePromise(result);
     };
-    const timer = setTimeout(() => settle({ status: 'import-failed', message: `importing it did not finish within ${timeoutMs} ms` }), timeoutMs);
+    const timer = setTimeout(
+      () => settle({ status: 'import-failed', message: `importing it did not finish within ${timeoutMs} ms` }),
+      timeoutMs,
+    );
     worker.once('message', (message: HandlerProbeResult) => settle(message));
     worker.once('error', (error) => settle({ status: 'import-failed', message: `${error.name}: ${error.message}` }));
-    worker.once('exit', (code) => settle({ status: 'import-failed', message: `the module ended its thread (exit code ${code}) while being imported` }));
+    worker.once('exit', (code) =>
+      settle({
+        status: 'import-failed',
+        message: `the module ended its thread (exit code ${code}) while being imported`,
+      }),
+    );
   });
 }

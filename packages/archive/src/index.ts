@@ -36,10 +36,31 @@ export {
   type ExtractToCacheOptions,
   type ExtractToCacheResult,
 } from './open-archive.ts';
-export { ARCHIVE_FORMATS, archiveOutputPath, packArchive, type ArchiveFormatOption, type PackOptions, type PackProgress, type PackResult } from './pack-archive.ts';
+export {
+  ARCHIVE_FORMATS,
+  archiveOutputPath,
+  packArchive,
+  type ArchiveFormatOption,
+  type PackOptions,
+  type PackProgress,
+  type PackResult,
+} from './pack-archive.ts';
 export { probeHandler, type HandlerProbeResult, type ProbeHandlerOptions } from './handler-probe.ts';
-export { validateArchive, type ValidateArchiveOptions, type ValidationProblem, type ValidationReport } from './validate-archive.ts';
+export {
+  validateArchive,
+  type ValidateArchiveOptions,
+  type ValidationProblem,
+  type ValidationReport,
+} from './validate-archive.ts';
 export { ARCHIVER_VERSION } from './version.ts';
-export { isInside, MANIFEST_FILE_FIELDS, resolveInside, resolveManifestFiles, resolveManifestPath, unsafeEntryReason, type ManifestFileField } from './safe-path.ts';
+export {
+  isInside,
+  MANIFEST_FILE_FIELDS,
+  resolveInside,
+  resolveManifestFiles,
+  resolveManifestPath,
+  unsafeEntryReason,
+  type ManifestFileField,
+} from './safe-path.ts';
 export { defaultOrtTelemetryOff, ORT_TELEMETRY_ENV } from './ort-telemetry.ts';
 export { QUANTIZATION_FILE, readQuantizationSummary, type QuantizationSummary } from './quantization-record.ts';

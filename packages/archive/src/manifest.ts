@@ -23,7 +23,8 @@ export const MODEL_VERSION_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_\-.+]*$/;
  */
 export function modelIdentityProblem(value: string, what: 'name' | 'version'): string | undefined {
   const pattern = what === 'name' ? MODEL_NAME_PATTERN : MODEL_VERSION_PATTERN;
-  if (value.length > MODEL_NAME_MAX_LENGTH) return `is ${value.length} characters long, over the limit of ${MODEL_NAME_MAX_LENGTH}`;
+  if (value.length > MODEL_NAME_MAX_LENGTH)
+    return `is ${value.length} characters long, over the limit of ${MODEL_NAME_MAX_LENGTH}`;
   if (!pattern.test(value)) return `has characters outside the rule ${pattern.source}`;
   if (value.includes('..')) return "contains '..'";
   return undefined;
@@ -36,7 +37,10 @@ export function modelIdentityProblem(value: string, what: 'name' | 'version'): s
  * @throws MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID (400) naming the offending value.
  */
 export function assertModelIdentity(modelName: string, modelVersion: string): void {
-  for (const [what, value] of [['name', modelName], ['version', modelVersion]] as const) {
+  for (const [what, value] of [
+    ['name', modelName],
+    ['version', modelVersion],
+  ] as const) {
     const problem = modelIdentityProblem(value, what);
     if (problem !== undefined) {
       throw archiveErrors.create.MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID(
@@ -141,11 +145,17 @@ export function parseManifest(text: string, source = MANIFEST_PATH): Manifest {
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_MANIFEST_INVALID(`${source} is not valid JSON (${(error as Error).message}); re-create the archive with model-archiver`, { cause: error });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_MANIFEST_INVALID(
+      `${source} is not valid JSON (${(error as Error).message}); re-create the archive with model-archiver`,
+      { cause: error },
+    );
   }
   if (!validateManifestSchema(value)) {
     const errors = describeSchemaErrors(validateManifestSchema.errors, 'manifest');
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_MANIFEST_INVALID(`${source} does not match the manifest schema: ${errors.join('; ')}`, { details: { errors } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_MANIFEST_INVALID(
+      `${source} does not match the manifest schema: ${errors.join('; ')}`,
+      { details: { errors } },
+    );
   }
   return value as Manifest;
 }
@@ -190,9 +200,16 @@ export interface NormalizeManifestOptions {
  * file name; version "1.0"; handler from the caller, else the manifest. Works on a
  * missing manifest (a folder without MAR-INF). Never throws; returns a new object.
  */
-export function normalizeManifest(manifest: Partial<Manifest> | undefined, options: NormalizeManifestOptions): Manifest {
+export function normalizeManifest(
+  manifest: Partial<Manifest> | undefined,
+  options: NormalizeManifestOptions,
+): Manifest {
   const model: Partial<ManifestModel> = { ...(manifest?.model ?? {}) };
-  const modelName = options.modelName ?? (typeof model.modelName === 'string' && model.modelName !== '' ? model.modelName : modelNameFromArchivePath(options.archivePath));
+  const modelName =
+    options.modelName ??
+    (typeof model.modelName === 'string' && model.modelName !== ''
+      ? model.modelName
+      : modelNameFromArchivePath(options.archivePath));
   const modelVersion = typeof model.modelVersion === 'string' && model.modelVersion !== '' ? model.modelVersion : '1.0';
   const handler = options.handler ?? model.handler;
   return {

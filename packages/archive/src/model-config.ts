@@ -15,7 +15,10 @@ export function parseModelConfig(text: string, source = 'model-config.yaml'): Re
   try {
     value = parseYaml(text);
   } catch (error) {
-    throw archiveErrors.create.MARINA_ERR_MODEL_CONFIG_INVALID(`${source} is not valid YAML: ${(error as Error).message.split('\n')[0]}`, { cause: error, details: { errors: [(error as Error).message] } });
+    throw archiveErrors.create.MARINA_ERR_MODEL_CONFIG_INVALID(
+      `${source} is not valid YAML: ${(error as Error).message.split('\n')[0]}`,
+      { cause: error, details: { errors: [(error as Error).message] } },
+    );
   }
   if (value === null || value === undefined) return {};
   if (typeof value !== 'object' || Array.isArray(value)) {
@@ -24,7 +27,10 @@ export function parseModelConfig(text: string, source = 'model-config.yaml'): Re
   }
   if (!validateModelConfigSchema(value)) {
     const errors = describeSchemaErrors(validateModelConfigSchema.errors, source);
-    throw archiveErrors.create.MARINA_ERR_MODEL_CONFIG_INVALID(`${source} does not match the model-config schema: ${errors.join('; ')}`, { details: { errors } });
+    throw archiveErrors.create.MARINA_ERR_MODEL_CONFIG_INVALID(
+      `${source} does not match the model-config schema: ${errors.join('; ')}`,
+      { details: { errors } },
+    );
   }
   return value as Record<string, unknown>;
 }
@@ -47,7 +53,10 @@ export async function readModelConfig(modelDir: string, manifest: Manifest): Pro
     text = await readFile(path, 'utf8');
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') {
-      throw archiveErrors.create.MARINA_ERR_ARCHIVE_FILE_MISSING(`the manifest names configFile '${configFile}' but the archive has no such file; add it or remove configFile from the manifest`, { details: { file: configFile } });
+      throw archiveErrors.create.MARINA_ERR_ARCHIVE_FILE_MISSING(
+        `the manifest names configFile '${configFile}' but the archive has no such file; add it or remove configFile from the manifest`,
+        { details: { file: configFile } },
+      );
     }
     throw error;
   }

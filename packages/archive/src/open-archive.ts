@@ -10,7 +10,14 @@ import * as tar from 'tar';
 import unzipper from 'unzipper';
 import { isMarinaError } from '@marina/errors';
 import { archiveErrors } from './errors.ts';
-import { ExtractionBudget, readZipDeclaredEntryCount, resolveExtractLimits, tooLarge, tooManyEntries, type ExtractLimits } from './extract-limits.ts';
+import {
+  ExtractionBudget,
+  readZipDeclaredEntryCount,
+  resolveExtractLimits,
+  tooLarge,
+  tooManyEntries,
+  type ExtractLimits,
+} from './extract-limits.ts';
 import { MANIFEST_PATH, normalizeManifest, readManifest, type Manifest } from './manifest.ts';
 import { isInside, unsafeEntryReason } from './safe-path.ts';
 
@@ -46,8 +53,15 @@ export async function detectArchiveFormat(archivePath: string): Promise<ArchiveF
   try {
     stats = await stat(archivePath);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') throw archiveErrors.create.MARINA_ERR_ARCHIVE_NOT_FOUND(`archive '${archivePath}' does not exist; check the path`, { cause: error });
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_UNREADABLE(`cannot read '${archivePath}': ${(error as Error).message}`, { cause: error });
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT')
+      throw archiveErrors.create.MARINA_ERR_ARCHIVE_NOT_FOUND(
+        `archive '${archivePath}' does not exist; check the path`,
+        { cause: error },
+      );
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_UNREADABLE(
+      `cannot read '${archivePath}': ${(error as Error).message}`,
+      { cause: error },
+    );
   }
   if (stats.isDirectory()) return 'folder';
   const handle = await open(archivePath, 'r');
@@ -57,14 +71,20 @@ export async function detectArchiveFormat(archivePath: string): Promise<ArchiveF
   } finally {
     await handle.close();
   }
-  if (head[0] === 0x50 && head[1] === 0x4b && ((head[2] === 3 && head[3] === 4) || (head[2] === 5 && head[3] === 6))) return 'zip';
+  if (head[0] === 0x50 && head[1] === 0x4b && ((head[2] === 3 && head[3] === 4) || (head[2] === 5 && head[3] === 6)))
+    return 'zip';
   if (head[0] === 0x1f && head[1] === 0x8b) return 'tgz';
-  throw archiveErrors.create.MARINA_ERR_ARCHIVE_UNREADABLE(`'${archivePath}' is neither a zip (.mar) nor a tar.gz nor a folder (first bytes ${head.toString('hex')}); re-create it with model-archiver`);
+  throw archiveErrors.create.MARINA_ERR_ARCHIVE_UNREADABLE(
+    `'${archivePath}' is neither a zip (.mar) nor a tar.gz nor a folder (first bytes ${head.toString('hex')}); re-create it with model-archiver`,
+  );
 }
 
 function unreadable(archivePath: string, format: ArchiveFormat, error: unknown): Error {
   if (isMarinaError(error)) return error;
-  return archiveErrors.create.MARINA_ERR_ARCHIVE_UNREADABLE(`cannot read ${format} archive '${archivePath}': ${(error as Error).message}; it is truncated or corrupt, re-create it with model-archiver`, { cause: error });
+  return archiveErrors.create.MARINA_ERR_ARCHIVE_UNREADABLE(
+    `cannot read ${format} archive '${archivePath}': ${(error as Error).message}; it is truncated or corrupt, re-create it with model-archiver`,
+    { cause: error },
+  );
 }
 
 async function openZip(archivePath: string) {
@@ -107,11 +127,23 @@ function assertNoOverlappingEntries(archivePath: string, records: readonly ZipRe
   }
 }
 
-function zipEntry(file: { path: string; type: string; uncompressedSize: number; compressedSize: number; externalFileAttributes: number }): ArchiveEntry {
+function zipEntry(file: {
+  path: string;
+  type: string;
+  uncompressedSize: number;
+  compressedSize: number;
+  externalFileAttributes: number;
+}): ArchiveEntry {
   const isSymlink = ((file.externalFileAttributes >>> 16) & S_IFMT) === S_IFLNK;
   const type = isSymlink ? 'symlink' : file.type === 'Directory' ? 'directory' : 'file';
   const reason = isSymlink ? 'is a symbolic link' : unsafeEntryReason(file.path);
-  return { name: file.path, type, sizeBytes: type === 'file' ? file.uncompressedSize : 0, compressedSizeBytes: file.compressedSize, ...(reason ? { unsafeReason: reason } : {}) };
+  return {
+    name: file.path,
+    type,
+    sizeBytes: type === 'file' ? file.uncompressedSize : 0,
+    compressedSizeBytes: file.compressedSize,
+    ...(reason ? { unsafeReason: reason } : {}),
+  };
 }
 
 /**
@@ -120,7 +152,11 @@ function zipEntry(file: { path: string; type: string; uncompressedSize: number; 
  * letting tar do it, so the stream's inflated:compressed ratio is measured on real
  * bytes and a bomb stops after one chunk past the limit.
  */
-async function walkTgz(archivePath: string, budget: ExtractionBudget, onEntry: (entry: tar.ReadEntry) => void | Promise<void>): Promise<void> {
+async function walkTgz(
+  archivePath: string,
+  budget: ExtractionBudget,
+  onEntry: (entry: tar.ReadEntry) => void | Promise<void>,
+): Promise<void> {
   // The input is plain tar (we gunzip), so tar's own ratio limit would compare the wrong counts.
   const parser = new tar.Parser({ strict: true, maxDecompressionRatio: Infinity });
   let failure: unknown;
@@ -135,10 +171,12 @@ async function walkTgz(archivePath: string, budget: ExtractionBudget, onEntry: (
     try {
       const written = onEntry(entry);
       if (written) {
-        pending.push(written.catch((error: unknown) => {
-          fail(error);
-          entry.resume();
-        }));
+        pending.push(
+          written.catch((error: unknown) => {
+            fail(error);
+            entry.resume();
+          }),
+        );
       }
     } catch (error) {
       fail(error);
@@ -186,7 +224,12 @@ async function walkTgz(archivePath: string, budget: ExtractionBudget, onEntry: (
 }
 
 /** Streams one entry to `path`, counting the bytes really written against the budget. */
-async function writeEntry(source: Readable, path: string, budget: ExtractionBudget, zipEntryInfo?: { name: string; compressedBytes: number }): Promise<void> {
+async function writeEntry(
+  source: Readable,
+  path: string,
+  budget: ExtractionBudget,
+  zipEntryInfo?: { name: string; compressedBytes: number },
+): Promise<void> {
   let entryBytes = 0;
   const counter = new Transform({
     transform(chunk: Buffer, _encoding, callback) {
@@ -203,9 +246,26 @@ async function writeEntry(source: Readable, path: string, budget: ExtractionBudg
 }
 
 function tarEntry(entry: { path: string; type: string; size: number }): ArchiveEntry {
-  const type = entry.type === 'File' || entry.type === 'OldFile' || entry.type === 'ContiguousFile' ? 'file' : entry.type === 'Directory' ? 'directory' : entry.type === 'SymbolicLink' || entry.type === 'Link' ? 'symlink' : 'other';
-  const reason = type === 'symlink' ? `is a ${entry.type === 'Link' ? 'hard' : 'symbolic'} link` : type === 'other' ? `is a ${entry.type} entry` : unsafeEntryReason(entry.path);
-  return { name: entry.path, type, sizeBytes: type === 'file' ? entry.size : 0, ...(reason ? { unsafeReason: reason } : {}) };
+  const type =
+    entry.type === 'File' || entry.type === 'OldFile' || entry.type === 'ContiguousFile'
+      ? 'file'
+      : entry.type === 'Directory'
+        ? 'directory'
+        : entry.type === 'SymbolicLink' || entry.type === 'Link'
+          ? 'symlink'
+          : 'other';
+  const reason =
+    type === 'symlink'
+      ? `is a ${entry.type === 'Link' ? 'hard' : 'symbolic'} link`
+      : type === 'other'
+        ? `is a ${entry.type} entry`
+        : unsafeEntryReason(entry.path);
+  return {
+    name: entry.path,
+    type,
+    sizeBytes: type === 'file' ? entry.size : 0,
+    ...(reason ? { unsafeReason: reason } : {}),
+  };
 }
 
 async function listFolder(root: string): Promise<ArchiveEntry[]> {
@@ -223,7 +283,10 @@ async function listFolder(root: string): Promise<ArchiveEntry[]> {
           target = undefined;
         }
         // One message for dangling and outside links, naming no target: errors must not tell what exists outside.
-        const reason = target !== undefined && isInside(realRoot, target) ? undefined : 'is a symbolic link that does not resolve inside the folder';
+        const reason =
+          target !== undefined && isInside(realRoot, target)
+            ? undefined
+            : 'is a symbolic link that does not resolve inside the folder';
         entries.push({ name, type: 'symlink', sizeBytes: 0, ...(reason ? { unsafeReason: reason } : {}) });
       } else if (dirent.isDirectory()) {
         entries.push({ name, type: 'directory', sizeBytes: 0 });
@@ -247,7 +310,10 @@ async function listFolder(root: string): Promise<ArchiveEntry[]> {
  * @throws MARINA_ERR_ARCHIVE_NOT_FOUND, MARINA_ERR_ARCHIVE_UNREADABLE,
  *   MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES, MARINA_ERR_ARCHIVE_TOO_LARGE, MARINA_ERR_ARCHIVE_COMPRESSION_RATIO.
  */
-export async function listArchive(archivePath: string, limits: ExtractLimits = {}): Promise<{ format: ArchiveFormat; entries: ArchiveEntry[] }> {
+export async function listArchive(
+  archivePath: string,
+  limits: ExtractLimits = {},
+): Promise<{ format: ArchiveFormat; entries: ArchiveEntry[] }> {
   const resolved = resolveExtractLimits(limits);
   const format = await detectArchiveFormat(archivePath);
   if (format === 'folder') return { format, entries: await listFolder(archivePath) };
@@ -259,13 +325,15 @@ export async function listArchive(archivePath: string, limits: ExtractLimits = {
     if (entries.length > resolved.maxEntries) throw tooManyEntries(archivePath, entries.length, resolved, true);
     declaredBytes += entry.sizeBytes;
     if (declaredBytes > resolved.maxExtractedBytes) throw tooLarge(archivePath, declaredBytes, resolved, 'declared');
-    if (entry.compressedSizeBytes !== undefined) budget.checkRatio(`entry '${entry.name}'`, entry.sizeBytes, entry.compressedSizeBytes, 'declared');
+    if (entry.compressedSizeBytes !== undefined)
+      budget.checkRatio(`entry '${entry.name}'`, entry.sizeBytes, entry.compressedSizeBytes, 'declared');
   };
   try {
     if (format === 'zip') {
       // The zip reader allocates one record per declared entry: refuse a forged count before it runs.
       const declaredCount = await readZipDeclaredEntryCount(archivePath);
-      if (declaredCount !== undefined && declaredCount > resolved.maxEntries) throw tooManyEntries(archivePath, declaredCount, resolved);
+      if (declaredCount !== undefined && declaredCount > resolved.maxEntries)
+        throw tooManyEntries(archivePath, declaredCount, resolved);
       const directory = await openZip(archivePath);
       assertNoOverlappingEntries(archivePath, directory.files);
       for (const file of directory.files) add(zipEntry(file));
@@ -335,7 +403,10 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
   const { format, entries } = await listArchive(archivePath, limits);
   const unsafe = entries.filter((e) => e.unsafeReason !== undefined);
   if (unsafe.length > 0 && (options.onUnsafeEntry ?? 'throw') === 'throw') {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_PATH_ESCAPE(`archive '${archivePath}' has entries that would escape its folder: ${unsafe.map((e) => `'${e.name}' ${e.unsafeReason}`).join('; ')}; refusing to extract it`, { details: { entries: unsafe.map((e) => e.name) } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_PATH_ESCAPE(
+      `archive '${archivePath}' has entries that would escape its folder: ${unsafe.map((e) => `'${e.name}' ${e.unsafeReason}`).join('; ')}; refusing to extract it`,
+      { details: { entries: unsafe.map((e) => e.name) } },
+    );
   }
   if (format === 'folder') return { format, modelDir: resolve(archivePath), skippedEntries: unsafe, entries };
 
@@ -377,7 +448,10 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
         entryCount += 1;
         if (entryCount > limits.maxEntries) throw tooManyEntries(archivePath, entryCount, limits, true);
         const entry = tarEntry(readEntry);
-        const path = entry.unsafeReason === undefined && (entry.type === 'file' || entry.type === 'directory') && isWanted(entry) ? target(readEntry.path) : undefined;
+        const path =
+          entry.unsafeReason === undefined && (entry.type === 'file' || entry.type === 'directory') && isWanted(entry)
+            ? target(readEntry.path)
+            : undefined;
         if (path === undefined || entry.type === 'directory') {
           readEntry.resume();
           return path === undefined ? undefined : mkdir(path, { recursive: true }).then(() => undefined);
@@ -396,13 +470,21 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
 }
 
 /** Undoes a failed extraction: the folders mkdir created, or the names that were not in `destDir` before. */
-async function removeCreated(destDir: string, createdRoot: string | undefined, existingNames: Set<string>): Promise<void> {
+async function removeCreated(
+  destDir: string,
+  createdRoot: string | undefined,
+  existingNames: Set<string>,
+): Promise<void> {
   if (createdRoot !== undefined) {
     await rm(createdRoot, { recursive: true, force: true });
     return;
   }
   const names = await readdir(destDir).catch(() => [] as string[]);
-  await Promise.all(names.filter((name) => !existingNames.has(name)).map((name) => rm(join(destDir, name), { recursive: true, force: true })));
+  await Promise.all(
+    names
+      .filter((name) => !existingNames.has(name))
+      .map((name) => rm(join(destDir, name), { recursive: true, force: true })),
+  );
 }
 
 /** sha256 of a file's bytes, hex, streaming. */
@@ -446,7 +528,9 @@ export async function extractToCache(options: ExtractToCacheOptions): Promise<Ex
   if (format === 'folder') {
     await extractArchive({ archivePath, destDir: archivePath });
     modelDir = resolve(archivePath);
-    digest = createHash('sha256').update(`folder:${await realpath(archivePath)}`).digest('hex');
+    digest = createHash('sha256')
+      .update(`folder:${await realpath(archivePath)}`)
+      .digest('hex');
   } else {
     digest = await sha256File(archivePath);
     const cacheDir = resolve(options.cacheDir);

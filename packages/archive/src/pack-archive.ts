@@ -11,7 +11,16 @@ import { isMarinaError } from '@marina/errors';
 import { closestName } from '@marina/errors';
 import { builtinHandlerNames, getBuiltinHandler } from '@marina/handlers';
 import { archiveErrors } from './errors.ts';
-import { createManifest, MANIFEST_PATH, MODEL_NAME_PATTERN, modelIdentityProblem, RUNTIMES, serializeManifest, type Manifest, type Runtime } from './manifest.ts';
+import {
+  createManifest,
+  MANIFEST_PATH,
+  MODEL_NAME_PATTERN,
+  modelIdentityProblem,
+  RUNTIMES,
+  serializeManifest,
+  type Manifest,
+  type Runtime,
+} from './manifest.ts';
 
 /** torch-model-archiver's `--archive-format` values. */
 export const ARCHIVE_FORMATS = ['default', 'zip-store', 'tgz', 'no-archive'] as const;
@@ -83,9 +92,18 @@ const PYTHON_BUILTINS = ['text_classifier', 'dali_image_classifier', 'vllm_handl
 const HANDLER_EXTENSIONS = ['.mjs', '.js', '.cjs'];
 
 /** The output path `packArchive` writes for these options (does not touch the disk). */
-export function archiveOutputPath(options: { modelName: string; exportPath: string; archiveFormat?: ArchiveFormatOption }): string {
+export function archiveOutputPath(options: {
+  modelName: string;
+  exportPath: string;
+  archiveFormat?: ArchiveFormatOption;
+}): string {
   const format = options.archiveFormat ?? 'default';
-  const fileName = format === 'tgz' ? `${options.modelName}.tar.gz` : format === 'no-archive' ? options.modelName : `${options.modelName}.mar`;
+  const fileName =
+    format === 'tgz'
+      ? `${options.modelName}.tar.gz`
+      : format === 'no-archive'
+        ? options.modelName
+        : `${options.modelName}.mar`;
   return join(options.exportPath, fileName);
 }
 
@@ -93,7 +111,8 @@ async function statOrUndefined(path: string): Promise<Stats | undefined> {
   try {
     return await stat(path);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT' || (error as NodeJS.ErrnoException).code === 'ENOTDIR') return undefined;
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT' || (error as NodeJS.ErrnoException).code === 'ENOTDIR')
+      return undefined;
     throw error;
   }
 }
@@ -101,8 +120,16 @@ async function statOrUndefined(path: string): Promise<Stats | undefined> {
 async function requireFile(flag: string, path: string, cwd: string): Promise<PlannedEntry> {
   const source = resolve(cwd, path);
   const stats = await statOrUndefined(source);
-  if (stats === undefined) throw archiveErrors.create.MARINA_ERR_ARCHIVE_INPUT_MISSING(`${flag}: File does not exist: ${source}; check the path`, { details: { file: source } });
-  if (!stats.isFile()) throw archiveErrors.create.MARINA_ERR_ARCHIVE_INPUT_MISSING(`${flag}: ${source} is not a file; give the path of a file`, { details: { file: source } });
+  if (stats === undefined)
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_INPUT_MISSING(
+      `${flag}: File does not exist: ${source}; check the path`,
+      { details: { file: source } },
+    );
+  if (!stats.isFile())
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_INPUT_MISSING(
+      `${flag}: ${source} is not a file; give the path of a file`,
+      { details: { file: source } },
+    );
   return { name: basename(source), source, stats };
 }
 
@@ -127,7 +154,15 @@ async function extraFileEntries(items: readonly string[], cwd: string, warnings:
   for (const item of items.map((i) => i.trim()).filter((i) => i !== '')) {
     let sources: string[];
     if (GLOB_MAGIC.test(item)) {
-      const matches = await glob(item, { cwd, absolute: true, onlyFiles: false, expandDirectories: false, braceExpansion: false, extglob: false, dot: false });
+      const matches = await glob(item, {
+        cwd,
+        absolute: true,
+        onlyFiles: false,
+        expandDirectories: false,
+        braceExpansion: false,
+        extglob: false,
+        dot: false,
+      });
       if (matches.length === 0) warnings.push(`--extra-files: the pattern '${item}' matched no files`);
       sources = matches.map((m) => resolve(m)).sort();
     } else {
@@ -135,7 +170,11 @@ async function extraFileEntries(items: readonly string[], cwd: string, warnings:
     }
     for (const source of sources) {
       const stats = await statOrUndefined(source);
-      if (stats === undefined) throw archiveErrors.create.MARINA_ERR_ARCHIVE_INPUT_MISSING(`--extra-files: File does not exist: ${source}; check the path`, { details: { file: source } });
+      if (stats === undefined)
+        throw archiveErrors.create.MARINA_ERR_ARCHIVE_INPUT_MISSING(
+          `--extra-files: File does not exist: ${source}; check the path`,
+          { details: { file: source } },
+        );
       if (stats.isDirectory()) entries.push(...(await folderEntries(source)));
       else entries.push({ name: basename(source), source, stats });
     }
@@ -144,7 +183,10 @@ async function extraFileEntries(items: readonly string[], cwd: string, warnings:
 }
 
 function handlerNotFound(handler: string, why: string): Error {
-  return archiveErrors.create.MARINA_ERR_HANDLER_NOT_FOUND(`--handler '${handler}' ${why}; use a built-in handler (${builtinHandlerNames.join(', ')}) or the path of a JavaScript module (.mjs, .js or .cjs), optionally followed by :functionName`, { details: { handler } });
+  return archiveErrors.create.MARINA_ERR_HANDLER_NOT_FOUND(
+    `--handler '${handler}' ${why}; use a built-in handler (${builtinHandlerNames.join(', ')}) or the path of a JavaScript module (.mjs, .js or .cjs), optionally followed by :functionName`,
+    { details: { handler } },
+  );
 }
 
 /**
@@ -152,26 +194,40 @@ function handlerNotFound(handler: string, why: string): Error {
  * .mjs/.js/.cjs when it has no extension) and copied; the manifest gets its file name
  * plus any `:fn` suffix.
  */
-async function resolveHandler(handler: string, cwd: string): Promise<{ manifestHandler: string; entry?: PlannedEntry }> {
+async function resolveHandler(
+  handler: string,
+  cwd: string,
+): Promise<{ manifestHandler: string; entry?: PlannedEntry }> {
   if (getBuiltinHandler(handler)) return { manifestHandler: handler };
   const suffix = /^(.+?):([A-Za-z_$][\w$]*)$/.exec(handler);
   // 'C:\\handler' is a Windows drive, not a function suffix.
   const isFunctionSuffix = suffix !== null && !/^[A-Za-z]$/.test(suffix[1]!);
   const modulePath = isFunctionSuffix ? suffix[1]! : handler;
   const functionName = isFunctionSuffix ? suffix[2] : undefined;
-  if (PYTHON_BUILTINS.includes(handler)) throw handlerNotFound(handler, "is one of TorchServe's Python handlers, which Marina does not run");
-  if (extname(modulePath) === '.py') throw handlerNotFound(handler, 'is a Python module; Marina runs JavaScript handlers');
+  if (PYTHON_BUILTINS.includes(handler))
+    throw handlerNotFound(handler, "is one of TorchServe's Python handlers, which Marina does not run");
+  if (extname(modulePath) === '.py')
+    throw handlerNotFound(handler, 'is a Python module; Marina runs JavaScript handlers');
   const base = resolve(cwd, modulePath);
-  const candidates = HANDLER_EXTENSIONS.includes(extname(base)) ? [base] : [base, ...HANDLER_EXTENSIONS.map((ext) => `${base}${ext}`)];
+  const candidates = HANDLER_EXTENSIONS.includes(extname(base))
+    ? [base]
+    : [base, ...HANDLER_EXTENSIONS.map((ext) => `${base}${ext}`)];
   for (const candidate of candidates) {
     const stats = await statOrUndefined(candidate);
     if (stats?.isFile() && HANDLER_EXTENSIONS.includes(extname(candidate))) {
       const name = basename(candidate);
-      return { manifestHandler: functionName === undefined ? name : `${name}:${functionName}`, entry: { name, source: candidate, stats } };
+      return {
+        manifestHandler: functionName === undefined ? name : `${name}:${functionName}`,
+        entry: { name, source: candidate, stats },
+      };
     }
   }
   const closest = isFunctionSuffix || /[\\/.]/.test(handler) ? undefined : closestName(handler, builtinHandlerNames);
-  if (closest) throw handlerNotFound(handler, `is not a built-in handler (did you mean '${closest}'?) and no module was found at ${candidates.join(' or ')}`);
+  if (closest)
+    throw handlerNotFound(
+      handler,
+      `is not a built-in handler (did you mean '${closest}'?) and no module was found at ${candidates.join(' or ')}`,
+    );
   throw handlerNotFound(handler, `is not a built-in handler and no module was found at ${candidates.join(' or ')}`);
 }
 
@@ -179,11 +235,17 @@ function checkConflicts(entries: PlannedEntry[]): PlannedEntry[] {
   const byName = new Map<string, PlannedEntry>();
   for (const entry of entries) {
     if (entry.name === 'MAR-INF' || entry.name.startsWith('MAR-INF/')) {
-      throw archiveErrors.create.MARINA_ERR_ARCHIVE_ENTRY_CONFLICT(`'${entry.source}' would be stored as '${entry.name}', inside the reserved MAR-INF folder; rename it`, { details: { file: entry.source } });
+      throw archiveErrors.create.MARINA_ERR_ARCHIVE_ENTRY_CONFLICT(
+        `'${entry.source}' would be stored as '${entry.name}', inside the reserved MAR-INF folder; rename it`,
+        { details: { file: entry.source } },
+      );
     }
     const seen = byName.get(entry.name);
     if (seen && seen.source !== entry.source) {
-      throw archiveErrors.create.MARINA_ERR_ARCHIVE_ENTRY_CONFLICT(`'${seen.source}' and '${entry.source}' would both be stored as '${entry.name}' (the archive is flat); rename one of them`, { details: { file: entry.name } });
+      throw archiveErrors.create.MARINA_ERR_ARCHIVE_ENTRY_CONFLICT(
+        `'${seen.source}' and '${entry.source}' would both be stored as '${entry.name}' (the archive is flat); rename one of them`,
+        { details: { file: entry.name } },
+      );
     }
     if (!seen) byName.set(entry.name, entry);
   }
@@ -215,10 +277,18 @@ function lazyCountingStream(path: string, onBytes: (bytes: number) => void): Rea
   return stream;
 }
 
-async function writeContainer(options: { format: Exclude<ArchiveFormatOption, 'no-archive'>; tempPath: string; rootPrefix: string; entries: PlannedEntry[]; manifestText: string; onBytes: (bytes: number) => void }): Promise<void> {
-  const archive = options.format === 'tgz'
-    ? archiver('tar', { gzip: true, gzipOptions: { level: 6 } })
-    : archiver('zip', options.format === 'zip-store' ? { store: true } : { zlib: { level: 6 } });
+async function writeContainer(options: {
+  format: Exclude<ArchiveFormatOption, 'no-archive'>;
+  tempPath: string;
+  rootPrefix: string;
+  entries: PlannedEntry[];
+  manifestText: string;
+  onBytes: (bytes: number) => void;
+}): Promise<void> {
+  const archive =
+    options.format === 'tgz'
+      ? archiver('tar', { gzip: true, gzipOptions: { level: 6 } })
+      : archiver('zip', options.format === 'zip-store' ? { store: true } : { zlib: { level: 6 } });
   const output = createWriteStream(options.tempPath, { flags: 'wx' });
   let fail: (error: unknown) => void = () => {};
   const failure = new Promise<never>((_, reject) => {
@@ -253,13 +323,21 @@ async function writeContainer(options: { format: Exclude<ArchiveFormatOption, 'n
   }
 }
 
-async function writeFolder(options: { tempPath: string; entries: PlannedEntry[]; manifestText: string; onBytes: (bytes: number) => void }): Promise<void> {
+async function writeFolder(options: {
+  tempPath: string;
+  entries: PlannedEntry[];
+  manifestText: string;
+  onBytes: (bytes: number) => void;
+}): Promise<void> {
   await mkdir(join(options.tempPath, dirname(MANIFEST_PATH)), { recursive: true });
   await writeFile(join(options.tempPath, MANIFEST_PATH), options.manifestText);
   for (const entry of options.entries) {
     const target = join(options.tempPath, ...entry.name.split('/'));
     await mkdir(dirname(target), { recursive: true });
-    await pipeline(lazyCountingStream(entry.source, options.onBytes), createWriteStream(target, { flags: 'wx', mode: entry.stats.mode & 0o777 }));
+    await pipeline(
+      lazyCountingStream(entry.source, options.onBytes),
+      createWriteStream(target, { flags: 'wx', mode: entry.stats.mode & 0o777 }),
+    );
   }
 }
 
@@ -276,42 +354,69 @@ async function writeFolder(options: { tempPath: string; entries: PlannedEntry[];
  *   MARINA_ERR_ARCHIVE_ENTRY_CONFLICT, MARINA_ERR_ARCHIVE_EXPORT_PATH_NOT_DIR,
  *   MARINA_ERR_ARCHIVE_OUTPUT_EXISTS, MARINA_ERR_ARCHIVE_WRITE_FAILED.
  */
-export async function packArchive(options: PackOptions & { onProgress?: (progress: PackProgress) => void }): Promise<PackResult> {
+export async function packArchive(
+  options: PackOptions & { onProgress?: (progress: PackProgress) => void },
+): Promise<PackResult> {
   const cwd = resolve(options.cwd ?? process.cwd());
   const format = options.archiveFormat ?? 'default';
   const runtime = options.runtime ?? 'python';
   const nameProblem = modelIdentityProblem(options.modelName, 'name');
   if (nameProblem !== undefined) {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID(`Model name '${options.modelName}' ${nameProblem === `has characters outside the rule ${MODEL_NAME_PATTERN.source}` ? 'contains special characters. The allowed regular expression filter for model name is: ^[A-Za-z0-9][A-Za-z0-9_\\-.]*$' : nameProblem} (e.g. 'resnet-152')`, { details: { modelName: options.modelName } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID(
+      `Model name '${options.modelName}' ${nameProblem === `has characters outside the rule ${MODEL_NAME_PATTERN.source}` ? 'contains special characters. The allowed regular expression filter for model name is: ^[A-Za-z0-9][A-Za-z0-9_\\-.]*$' : nameProblem} (e.g. 'resnet-152')`,
+      { details: { modelName: options.modelName } },
+    );
   }
   if (!ARCHIVE_FORMATS.includes(format)) {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_OPTION_INVALID(`--archive-format '${String(format)}' is not one of ${ARCHIVE_FORMATS.join(', ')}`, { details: { archiveFormat: format } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_OPTION_INVALID(
+      `--archive-format '${String(format)}' is not one of ${ARCHIVE_FORMATS.join(', ')}`,
+      { details: { archiveFormat: format } },
+    );
   }
   if (!RUNTIMES.includes(runtime)) {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_OPTION_INVALID(`--runtime '${String(runtime)}' is not one of ${RUNTIMES.join(', ')}`, { details: { runtime } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_OPTION_INVALID(
+      `--runtime '${String(runtime)}' is not one of ${RUNTIMES.join(', ')}`,
+      { details: { runtime } },
+    );
   }
   if (options.modelVersion.trim() === '') {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_OPTION_INVALID('-v/--version is empty; give a model version such as 1.0');
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_OPTION_INVALID(
+      '-v/--version is empty; give a model version such as 1.0',
+    );
   }
 
   const exportPath = resolve(cwd, options.exportPath ?? '.');
   const exportStats = await statOrUndefined(exportPath);
   if (exportStats && !exportStats.isDirectory()) {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_EXPORT_PATH_NOT_DIR(`Given export-path ${exportPath} is not a directory. Point to a valid export-path directory.`, { details: { exportPath } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_EXPORT_PATH_NOT_DIR(
+      `Given export-path ${exportPath} is not a directory. Point to a valid export-path directory.`,
+      { details: { exportPath } },
+    );
   }
   const outputPath = archiveOutputPath({ modelName: options.modelName, exportPath, archiveFormat: format });
   const existing = await lstat(outputPath).catch(() => undefined);
   if (existing && !options.isForced) {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_OUTPUT_EXISTS(`${outputPath} already exists.\nPlease specify --force/-f option to overwrite the model archive output file.\nSee -h/--help for more details.`, { details: { outputPath } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_OUTPUT_EXISTS(
+      `${outputPath} already exists.\nPlease specify --force/-f option to overwrite the model archive output file.\nSee -h/--help for more details.`,
+      { details: { outputPath } },
+    );
   }
 
   const handler = await resolveHandler(options.handler, cwd);
   const planned: PlannedEntry[] = [];
   if (handler.entry) planned.push(handler.entry);
-  const serialized = options.serializedFile === undefined ? undefined : await requireFile('--serialized-file', options.serializedFile, cwd);
-  const modelFile = options.modelFile === undefined ? undefined : await requireFile('--model-file', options.modelFile, cwd);
-  const requirements = options.requirementsFile === undefined ? undefined : await requireFile('--requirements-file', options.requirementsFile, cwd);
-  const config = options.configFile === undefined ? undefined : await requireFile('--config-file', options.configFile, cwd);
+  const serialized =
+    options.serializedFile === undefined
+      ? undefined
+      : await requireFile('--serialized-file', options.serializedFile, cwd);
+  const modelFile =
+    options.modelFile === undefined ? undefined : await requireFile('--model-file', options.modelFile, cwd);
+  const requirements =
+    options.requirementsFile === undefined
+      ? undefined
+      : await requireFile('--requirements-file', options.requirementsFile, cwd);
+  const config =
+    options.configFile === undefined ? undefined : await requireFile('--config-file', options.configFile, cwd);
   for (const entry of [serialized, modelFile, requirements, config]) if (entry) planned.push(entry);
   const warnings: string[] = [];
   planned.push(...(await extraFileEntries(options.extraFiles ?? [], cwd, warnings)));
@@ -341,11 +446,22 @@ export async function packArchive(options: PackOptions & { onProgress?: (progres
   const tempPath = join(exportPath, `.${basename(outputPath)}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`);
   try {
     if (format === 'no-archive') await writeFolder({ tempPath, entries, manifestText, onBytes });
-    else await writeContainer({ format, tempPath, rootPrefix: format === 'tgz' ? `${options.modelName}/` : '', entries, manifestText, onBytes });
+    else
+      await writeContainer({
+        format,
+        tempPath,
+        rootPrefix: format === 'tgz' ? `${options.modelName}/` : '',
+        entries,
+        manifestText,
+        onBytes,
+      });
   } catch (error) {
     await rm(tempPath, { recursive: true, force: true });
     if (isMarinaError(error)) throw error;
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_WRITE_FAILED(`writing ${outputPath} failed: ${(error as Error).message}; nothing was written`, { cause: error, details: { outputPath } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_WRITE_FAILED(
+      `writing ${outputPath} failed: ${(error as Error).message}; nothing was written`,
+      { cause: error, details: { outputPath } },
+    );
   }
   try {
     await options.verify?.(tempPath);
@@ -358,7 +474,10 @@ export async function packArchive(options: PackOptions & { onProgress?: (progres
   } catch (error) {
     await rm(tempPath, { recursive: true, force: true });
     if (isMarinaError(error)) throw error;
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_WRITE_FAILED(`writing ${outputPath} failed: ${(error as Error).message}; nothing was written`, { cause: error, details: { outputPath } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_WRITE_FAILED(
+      `writing ${outputPath} failed: ${(error as Error).message}; nothing was written`,
+      { cause: error, details: { outputPath } },
+    );
   }
   const bytes = format === 'no-archive' ? bytesTotal + Buffer.byteLength(manifestText) : (await stat(outputPath)).size;
   return { outputPath, bytes, manifest, warnings };

@@ -36,7 +36,8 @@ export async function readQuantizationSummary(modelDir: string): Promise<Quantiz
   }
   if (!isRecord(raw) || typeof raw.precision !== 'string') return undefined;
   const agreement = isRecord(raw.agreement) ? raw.agreement : {};
-  const names = (value: unknown): string[] => (Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : []);
+  const names = (value: unknown): string[] =>
+    Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
   const num = (value: unknown): number | undefined => (typeof value === 'number' ? value : undefined);
   const summary: QuantizationSummary = { precision: raw.precision };
   if (typeof raw.method === 'string') summary.method = raw.method;

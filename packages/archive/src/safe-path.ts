@@ -28,7 +28,10 @@ export function resolveInside(root: string, name: string, field: string): string
   const reason = unsafeEntryReason(name);
   const path = resolve(root, posix.normalize(name.replaceAll('\\', '/')));
   if (reason !== undefined || !isInside(resolve(root), path)) {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_PATH_ESCAPE(`${field} '${name}' ${reason ?? 'resolves outside the archive'}; archives may only name files inside themselves`, { details: { file: name } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_PATH_ESCAPE(
+      `${field} '${name}' ${reason ?? 'resolves outside the archive'}; archives may only name files inside themselves`,
+      { details: { file: name } },
+    );
   }
   return path;
 }
@@ -43,9 +46,15 @@ export function resolveInside(root: string, name: string, field: string): string
  */
 export async function resolveManifestPath(root: string, name: string, field: string): Promise<string> {
   const path = resolveInside(root, name, field);
-  const [realRoot, real] = await Promise.all([realpath(root).catch(() => resolve(root)), realpath(path).catch(() => undefined)]);
+  const [realRoot, real] = await Promise.all([
+    realpath(root).catch(() => resolve(root)),
+    realpath(path).catch(() => undefined),
+  ]);
   if (real !== undefined && !isInside(realRoot, real)) {
-    throw archiveErrors.create.MARINA_ERR_ARCHIVE_PATH_ESCAPE(`${field} '${name}' is a link that resolves outside the archive; archives may only name files inside themselves`, { details: { file: name } });
+    throw archiveErrors.create.MARINA_ERR_ARCHIVE_PATH_ESCAPE(
+      `${field} '${name}' is a link that resolves outside the archive; archives may only name files inside themselves`,
+      { details: { file: name } },
+    );
   }
   return path;
 }
@@ -58,11 +67,15 @@ export type ManifestFileField = (typeof MANIFEST_FILE_FIELDS)[number];
  * Every file the manifest's `model` names, each through resolveManifestPath.
  * @throws MARINA_ERR_ARCHIVE_PATH_ESCAPE for the first field that leaves `modelDir`.
  */
-export async function resolveManifestFiles(modelDir: string, model: Partial<Record<ManifestFileField, unknown>>): Promise<Partial<Record<ManifestFileField, string>>> {
+export async function resolveManifestFiles(
+  modelDir: string,
+  model: Partial<Record<ManifestFileField, unknown>>,
+): Promise<Partial<Record<ManifestFileField, string>>> {
   const files: Partial<Record<ManifestFileField, string>> = {};
   for (const field of MANIFEST_FILE_FIELDS) {
     const name = model[field];
-    if (typeof name === 'string' && name !== '') files[field] = await resolveManifestPath(modelDir, name, `model.${field}`);
+    if (typeof name === 'string' && name !== '')
+      files[field] = await resolveManifestPath(modelDir, name, `model.${field}`);
   }
   return files;
 }

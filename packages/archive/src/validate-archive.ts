@@ -9,7 +9,13 @@ import { probeHandler } from './handler-probe.ts';
 import { MANIFEST_PATH, modelIdentityProblem, type Manifest } from './manifest.ts';
 import { parseModelConfig } from './model-config.ts';
 import { resolveExtractLimits, type ExtractLimits } from './extract-limits.ts';
-import { detectArchiveFormat, extractArchive, listArchive, type ArchiveEntry, type ArchiveFormat } from './open-archive.ts';
+import {
+  detectArchiveFormat,
+  extractArchive,
+  listArchive,
+  type ArchiveEntry,
+  type ArchiveFormat,
+} from './open-archive.ts';
 import { MANIFEST_FILE_FIELDS, resolveManifestPath } from './safe-path.ts';
 import { defaultOrtTelemetryOff } from './ort-telemetry.ts';
 import { describeSchemaErrors, validateManifestSchema } from './schemas.ts';
@@ -88,7 +94,8 @@ function countClassNames(text: string): number | string {
   } catch (error) {
     return `is not valid JSON (${(error as Error).message})`;
   }
-  if (!isRecord(value)) return `must be a JSON object such as {"0": "tench", "1": "goldfish"}, got ${Array.isArray(value) ? 'a list' : typeof value}`;
+  if (!isRecord(value))
+    return `must be a JSON object such as {"0": "tench", "1": "goldfish"}, got ${Array.isArray(value) ? 'a list' : typeof value}`;
   const keys = Object.keys(value);
   if (keys.length === 0) return 'is empty; it needs one name per output class';
   const badKey = keys.find((k) => !/^(0|[1-9]\d*)$/.test(k));
@@ -97,19 +104,29 @@ function countClassNames(text: string): number | string {
     const v = value[k];
     return !(typeof v === 'string' || (Array.isArray(v) && v.length > 0 && typeof v[v.length - 1] === 'string'));
   });
-  if (badValue !== undefined) return `maps '${badValue}' to ${JSON.stringify(value[badValue])}; each value must be a name or a list whose last element is the name`;
+  if (badValue !== undefined)
+    return `maps '${badValue}' to ${JSON.stringify(value[badValue])}; each value must be a name or a list whose last element is the name`;
   return keys.length;
 }
 
-function toSignature(metadata: readonly { name: string; isTensor: boolean; type?: string; shape?: ReadonlyArray<number | string> }[]): TensorSignature[] {
-  return metadata.map((m) => (m.isTensor ? { name: m.name, type: m.type ?? 'unknown', shape: [...(m.shape ?? [])] } : { name: m.name, type: 'non-tensor', shape: [] }));
+function toSignature(
+  metadata: readonly { name: string; isTensor: boolean; type?: string; shape?: ReadonlyArray<number | string> }[],
+): TensorSignature[] {
+  return metadata.map((m) =>
+    m.isTensor
+      ? { name: m.name, type: m.type ?? 'unknown', shape: [...(m.shape ?? [])] }
+      : { name: m.name, type: 'non-tensor', shape: [] },
+  );
 }
 
 async function loadSignature(modelPath: string): Promise<ModelSignature> {
   // Imported here so the cheap checks (run after every archiving) never load the native runtime.
   defaultOrtTelemetryOff();
   const { InferenceSession } = await import('onnxruntime-node');
-  const session = await InferenceSession.create(modelPath, { intraOpNumThreads: 1, graphOptimizationLevel: 'disabled' });
+  const session = await InferenceSession.create(modelPath, {
+    intraOpNumThreads: 1,
+    graphOptimizationLevel: 'disabled',
+  });
   try {
     return { inputs: toSignature(session.inputMetadata), outputs: toSignature(session.outputMetadata) };
   } finally {
@@ -133,11 +150,25 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
   const archivePath = resolve(path);
   const problems: ValidationProblem[] = [];
   const report: ValidationReport = { isValid: false, archivePath, format: 'unknown', problems };
-  const add = (code: ArchiveErrorCode, message: string, extra: { file?: string; severity?: 'error' | 'warning' } = {}): void => {
-    problems.push({ code, severity: extra.severity ?? 'error', message, ...(extra.file === undefined ? {} : { file: extra.file }) });
+  const add = (
+    code: ArchiveErrorCode,
+    message: string,
+    extra: { file?: string; severity?: 'error' | 'warning' } = {},
+  ): void => {
+    problems.push({
+      code,
+      severity: extra.severity ?? 'error',
+      message,
+      ...(extra.file === undefined ? {} : { file: extra.file }),
+    });
   };
   const addThrown = (error: unknown): void => {
-    if (isMarinaError(error)) add(error.code as ArchiveErrorCode, error.message, typeof error.details?.file === 'string' ? { file: error.details.file } : {});
+    if (isMarinaError(error))
+      add(
+        error.code as ArchiveErrorCode,
+        error.message,
+        typeof error.details?.file === 'string' ? { file: error.details.file } : {},
+      );
     else add('MARINA_ERR_ARCHIVE_UNREADABLE', `cannot read '${archivePath}': ${(error as Error).message}`);
   };
 
@@ -155,20 +186,38 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
         modelDir = archivePath;
       } else {
         tempDir = await mkdtemp(join(tmpdir(), 'marina-validate-'));
-        const extracted = await extractArchive({ archivePath, destDir: tempDir, onUnsafeEntry: 'skip', ...resolveExtractLimits(options), ...(isModelLoadChecked ? {} : { filter: isNeededWithoutModelLoad }) });
+        const extracted = await extractArchive({
+          archivePath,
+          destDir: tempDir,
+          onUnsafeEntry: 'skip',
+          ...resolveExtractLimits(options),
+          ...(isModelLoadChecked ? {} : { filter: isNeededWithoutModelLoad }),
+        });
         unsafe = extracted.skippedEntries;
         modelDir = extracted.modelDir;
         const prefix = relative(tempDir, modelDir).split(sep).join('/');
-        archiveFiles = new Set(extracted.entries.filter((e) => e.type === 'file' && e.unsafeReason === undefined).map((e) => posix.normalize(e.name)).map((name) => (prefix === '' ? name : name.startsWith(`${prefix}/`) ? name.slice(prefix.length + 1) : `../${name}`)));
+        archiveFiles = new Set(
+          extracted.entries
+            .filter((e) => e.type === 'file' && e.unsafeReason === undefined)
+            .map((e) => posix.normalize(e.name))
+            .map((name) =>
+              prefix === '' ? name : name.startsWith(`${prefix}/`) ? name.slice(prefix.length + 1) : `../${name}`,
+            ),
+        );
       }
     } catch (error) {
       addThrown(error);
       return finish(report);
     }
     for (const entry of unsafe) {
-      add('MARINA_ERR_ARCHIVE_PATH_ESCAPE', `entry '${entry.name}' ${entry.unsafeReason}; it would land outside the archive folder, so it is refused (re-create the archive with model-archiver)`, { file: entry.name });
+      add(
+        'MARINA_ERR_ARCHIVE_PATH_ESCAPE',
+        `entry '${entry.name}' ${entry.unsafeReason}; it would land outside the archive folder, so it is refused (re-create the archive with model-archiver)`,
+        { file: entry.name },
+      );
     }
-    const hasFile = async (path: string): Promise<boolean> => (archiveFiles ? archiveFiles.has(relative(modelDir, path).split(sep).join('/')) : isFile(path));
+    const hasFile = async (path: string): Promise<boolean> =>
+      archiveFiles ? archiveFiles.has(relative(modelDir, path).split(sep).join('/')) : isFile(path);
     /** A manifest-named file's path, or undefined (with a problem added) when it escapes. */
     const inside = async (name: string, field: string): Promise<string | undefined> => {
       try {
@@ -183,19 +232,29 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
     try {
       manifestText = await readFile(join(modelDir, MANIFEST_PATH), 'utf8');
     } catch {
-      add('MARINA_ERR_ARCHIVE_MANIFEST_MISSING', `the archive has no ${MANIFEST_PATH}; re-create it with model-archiver, which writes one`, { file: MANIFEST_PATH });
+      add(
+        'MARINA_ERR_ARCHIVE_MANIFEST_MISSING',
+        `the archive has no ${MANIFEST_PATH}; re-create it with model-archiver, which writes one`,
+        { file: MANIFEST_PATH },
+      );
       return finish(report);
     }
     let raw: unknown;
     try {
       raw = JSON.parse(manifestText);
     } catch (error) {
-      add('MARINA_ERR_ARCHIVE_MANIFEST_INVALID', `${MANIFEST_PATH} is not valid JSON (${(error as Error).message}); re-create the archive with model-archiver`, { file: MANIFEST_PATH });
+      add(
+        'MARINA_ERR_ARCHIVE_MANIFEST_INVALID',
+        `${MANIFEST_PATH} is not valid JSON (${(error as Error).message}); re-create the archive with model-archiver`,
+        { file: MANIFEST_PATH },
+      );
       return finish(report);
     }
     if (!validateManifestSchema(raw)) {
       for (const sentence of describeSchemaErrors(validateManifestSchema.errors, 'manifest')) {
-        add('MARINA_ERR_ARCHIVE_MANIFEST_INVALID', `${MANIFEST_PATH} does not match the manifest schema: ${sentence}`, { file: MANIFEST_PATH });
+        add('MARINA_ERR_ARCHIVE_MANIFEST_INVALID', `${MANIFEST_PATH} does not match the manifest schema: ${sentence}`, {
+          file: MANIFEST_PATH,
+        });
       }
     }
     if (!isRecord(raw) || !isRecord(raw.model)) return finish(report);
@@ -203,14 +262,26 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
     const quantization = await readQuantizationSummary(modelDir);
     if (quantization) report.quantization = quantization;
     const model = raw.model;
-    for (const [what, field] of [['name', 'modelName'], ['version', 'modelVersion']] as const) {
+    for (const [what, field] of [
+      ['name', 'modelName'],
+      ['version', 'modelVersion'],
+    ] as const) {
       const value = model[field];
       const problem = typeof value === 'string' && value !== '' ? modelIdentityProblem(value, what) : undefined;
-      if (problem !== undefined) add('MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID', `${MANIFEST_PATH} model.${field} ${JSON.stringify(value)} ${problem}; the server refuses to register it`, { file: MANIFEST_PATH });
+      if (problem !== undefined)
+        add(
+          'MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID',
+          `${MANIFEST_PATH} model.${field} ${JSON.stringify(value)} ${problem}; the server refuses to register it`,
+          { file: MANIFEST_PATH },
+        );
     }
     const missingMeta = (['archiverVersion', 'createdOn'] as const).filter((k) => raw[k] === undefined);
     if (missingMeta.length > 0) {
-      add('MARINA_ERR_ARCHIVE_MANIFEST_INCOMPLETE', `${MANIFEST_PATH} has no ${missingMeta.join(' and ')}; it will serve, but re-archiving with model-archiver records them`, { file: MANIFEST_PATH, severity: 'warning' });
+      add(
+        'MARINA_ERR_ARCHIVE_MANIFEST_INCOMPLETE',
+        `${MANIFEST_PATH} has no ${missingMeta.join(' and ')}; it will serve, but re-archiving with model-archiver records them`,
+        { file: MANIFEST_PATH, severity: 'warning' },
+      );
     }
 
     const present = new Map<string, string>();
@@ -220,13 +291,21 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
       const path = await inside(name, `model.${field}`);
       if (path === undefined) continue;
       if (await hasFile(path)) present.set(field, path);
-      else add('MARINA_ERR_ARCHIVE_FILE_MISSING', `the manifest names ${field} '${name}' but the archive has no such file; add it or fix the manifest`, { file: name });
+      else
+        add(
+          'MARINA_ERR_ARCHIVE_FILE_MISSING',
+          `the manifest names ${field} '${name}' but the archive has no such file; add it or fix the manifest`,
+          { file: name },
+        );
     }
 
     const handlerName = typeof model.handler === 'string' ? model.handler : undefined;
     const builtin = handlerName === undefined ? undefined : getBuiltinHandler(handlerName);
     if (handlerName === undefined) {
-      add('MARINA_ERR_HANDLER_NOT_FOUND', `the manifest names no handler (model.handler); re-archive with --handler ${builtinHandlerNames.join(', ')} or a .js module`);
+      add(
+        'MARINA_ERR_HANDLER_NOT_FOUND',
+        `the manifest names no handler (model.handler); re-archive with --handler ${builtinHandlerNames.join(', ')} or a .js module`,
+      );
     } else if (!builtin) {
       await checkCustomHandler(handlerName, { modelDir, inside, add, timeoutMs: options.handlerImportTimeoutMs });
     }
@@ -237,8 +316,14 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
       try {
         config = parseModelConfig(await readFile(configPath, 'utf8'), String(model.configFile));
       } catch (error) {
-        const sentences = isMarinaError(error) && Array.isArray(error.details?.errors) ? (error.details.errors as string[]) : [(error as Error).message];
-        for (const sentence of sentences) add('MARINA_ERR_MODEL_CONFIG_INVALID', `${String(model.configFile)}: ${sentence}`, { file: String(model.configFile) });
+        const sentences =
+          isMarinaError(error) && Array.isArray(error.details?.errors)
+            ? (error.details.errors as string[])
+            : [(error as Error).message];
+        for (const sentence of sentences)
+          add('MARINA_ERR_MODEL_CONFIG_INVALID', `${String(model.configFile)}: ${sentence}`, {
+            file: String(model.configFile),
+          });
       }
     }
     const configBatch = typeof config.batchSize === 'number' && config.batchSize > 0 ? config.batchSize : undefined;
@@ -253,10 +338,17 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
     }
 
     if (builtin && LABELLED_HANDLERS.includes(builtin.name) && !(await isFile(indexPath))) {
-      add('MARINA_ERR_INDEX_TO_NAME_MISSING', `handler ${builtin.name} answers with class indices ("0", "1", ...) because the archive has no ${INDEX_TO_NAME}; add one with --extra-files ${INDEX_TO_NAME} (a JSON object {"0": "tench", ...}) to answer with names`, { file: INDEX_TO_NAME, severity: 'warning' });
+      add(
+        'MARINA_ERR_INDEX_TO_NAME_MISSING',
+        `handler ${builtin.name} answers with class indices ("0", "1", ...) because the archive has no ${INDEX_TO_NAME}; add one with --extra-files ${INDEX_TO_NAME} (a JSON object {"0": "tench", ...}) to answer with names`,
+        { file: INDEX_TO_NAME, severity: 'warning' },
+      );
     }
     if (builtin && model.serializedFile === undefined) {
-      add('MARINA_ERR_ARCHIVE_NO_MODEL', `handler '${builtin.name}' runs an ONNX model but the manifest has no serializedFile; archive with --serialized-file model.onnx`);
+      add(
+        'MARINA_ERR_ARCHIVE_NO_MODEL',
+        `handler '${builtin.name}' runs an ONNX model but the manifest has no serializedFile; archive with --serialized-file model.onnx`,
+      );
     }
     const modelPath = present.get('serializedFile');
     if (isModelLoadChecked && modelPath !== undefined) {
@@ -264,12 +356,25 @@ export async function validateArchive(path: string, options: ValidateArchiveOpti
       try {
         report.model = await loadSignature(modelPath);
       } catch (error) {
-        add('MARINA_ERR_MODEL_LOAD_FAILED', `onnxruntime-node cannot load '${modelName}': ${(error as Error).message.split('\n')[0]!.replaceAll(modelPath, modelName)}; ${extname(modelName) === '.onnx' ? 're-export the model to ONNX' : 'Marina serves ONNX models: export the model to .onnx'}`, { file: modelName });
+        add(
+          'MARINA_ERR_MODEL_LOAD_FAILED',
+          `onnxruntime-node cannot load '${modelName}': ${(error as Error).message.split('\n')[0]!.replaceAll(modelPath, modelName)}; ${extname(modelName) === '.onnx' ? 're-export the model to ONNX' : 'Marina serves ONNX models: export the model to .onnx'}`,
+          { file: modelName },
+        );
       }
       if (report.model && builtin) {
         // One rule with serve: a fixed batch dimension below batchSize is a warning (fixedBatchWarning), never a refusal.
-        for (const problem of builtin.checkSignature(report.model, { batchSize, modelYamlConfig: config, ...(classCount === undefined ? {} : { classCount }) })) {
-          const file = problem.code === 'MARINA_ERR_INDEX_TO_NAME_MISMATCH' ? INDEX_TO_NAME : problem.code === 'MARINA_ERR_MODEL_CONFIG_INVALID' ? String(model.configFile ?? 'model-config.yaml') : modelName;
+        for (const problem of builtin.checkSignature(report.model, {
+          batchSize,
+          modelYamlConfig: config,
+          ...(classCount === undefined ? {} : { classCount }),
+        })) {
+          const file =
+            problem.code === 'MARINA_ERR_INDEX_TO_NAME_MISMATCH'
+              ? INDEX_TO_NAME
+              : problem.code === 'MARINA_ERR_MODEL_CONFIG_INVALID'
+                ? String(model.configFile ?? 'model-config.yaml')
+                : modelName;
           add(problem.code as ArchiveErrorCode, problem.message, { file, severity: problem.severity ?? 'error' });
         }
       }
@@ -293,12 +398,18 @@ async function checkCustomHandler(
   const moduleName = suffix ? suffix[1]! : handlerName;
   const functionName = suffix ? suffix[2] : undefined;
   if (extname(moduleName) === '.py') {
-    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is a Python module; Marina runs JavaScript handlers: re-archive with a built-in handler (${builtinHandlerNames.join(', ')}) or a .js/.mjs module`, { file: moduleName });
+    context.add(
+      'MARINA_ERR_HANDLER_NOT_FOUND',
+      `handler '${handlerName}' is a Python module; Marina runs JavaScript handlers: re-archive with a built-in handler (${builtinHandlerNames.join(', ')}) or a .js/.mjs module`,
+      { file: moduleName },
+    );
     return;
   }
   const base = await context.inside(moduleName, 'model.handler');
   if (base === undefined) return;
-  const candidates = HANDLER_EXTENSIONS.includes(extname(base)) ? [base] : [base, ...HANDLER_EXTENSIONS.map((ext) => `${base}${ext}`)];
+  const candidates = HANDLER_EXTENSIONS.includes(extname(base))
+    ? [base]
+    : [base, ...HANDLER_EXTENSIONS.map((ext) => `${base}${ext}`)];
   let modulePath: string | undefined;
   for (const candidate of candidates) {
     if (HANDLER_EXTENSIONS.includes(extname(candidate)) && (await isFile(candidate))) {
@@ -308,16 +419,34 @@ async function checkCustomHandler(
   }
   if (modulePath === undefined) {
     const closest = /[\\/.:]/.test(handlerName) ? undefined : closestName(handlerName, builtinHandlerNames);
-    context.add('MARINA_ERR_HANDLER_NOT_FOUND', `handler '${handlerName}' is not a built-in handler (${closest ? `did you mean '${closest}'? The built-in handlers are ` : ''}${builtinHandlerNames.join(', ')}) and the archive has no module ${moduleName}${extname(moduleName) === '' ? '(.mjs|.js|.cjs)' : ''}; add the module or re-archive with a built-in handler`, { file: moduleName });
+    context.add(
+      'MARINA_ERR_HANDLER_NOT_FOUND',
+      `handler '${handlerName}' is not a built-in handler (${closest ? `did you mean '${closest}'? The built-in handlers are ` : ''}${builtinHandlerNames.join(', ')}) and the archive has no module ${moduleName}${extname(moduleName) === '' ? '(.mjs|.js|.cjs)' : ''}; add the module or re-archive with a built-in handler`,
+      { file: moduleName },
+    );
     return;
   }
-  const result = await probeHandler({ modulePath, ...(functionName === undefined ? {} : { functionName }), ...(context.timeoutMs === undefined ? {} : { timeoutMs: context.timeoutMs }) });
+  const result = await probeHandler({
+    modulePath,
+    ...(functionName === undefined ? {} : { functionName }),
+    ...(context.timeoutMs === undefined ? {} : { timeoutMs: context.timeoutMs }),
+  });
   const file = modulePath.slice(context.modelDir.length + 1);
   if (result.status === 'import-failed') {
-    const hint = /Cannot find (package|module)/.test(result.message) ? `; a handler can import Node's built-ins, files in the archive, ${BARE_IMPORTS_AVAILABLE}, and packages the archive ships in its own node_modules folder` : '';
-    context.add('MARINA_ERR_HANDLER_IMPORT_FAILED', `handler module '${file}' cannot be imported: ${result.message}${hint}; run it with node to see the full error`, { file });
+    const hint = /Cannot find (package|module)/.test(result.message)
+      ? `; a handler can import Node's built-ins, files in the archive, ${BARE_IMPORTS_AVAILABLE}, and packages the archive ships in its own node_modules folder`
+      : '';
+    context.add(
+      'MARINA_ERR_HANDLER_IMPORT_FAILED',
+      `handler module '${file}' cannot be imported: ${result.message}${hint}; run it with node to see the full error`,
+      { file },
+    );
   } else if (result.status === 'contract') {
-    context.add('MARINA_ERR_HANDLER_CONTRACT', `handler module '${file}' does not export the handler contract: ${result.message}. Export handle(data, context), or inference() with optional initialize/preprocess/postprocess, as named exports, a default object, a default class or a default zero-argument factory`, { file });
+    context.add(
+      'MARINA_ERR_HANDLER_CONTRACT',
+      `handler module '${file}' does not export the handler contract: ${result.message}. Export handle(data, context), or inference() with optional initialize/preprocess/postprocess, as named exports, a default object, a default class or a default zero-argument factory`,
+      { file },
+    );
   }
 }
 

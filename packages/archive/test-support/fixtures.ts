@@ -8,7 +8,9 @@ import { dirname, join, relative, sep } from 'node:path';
 import { crc32, deflateRawSync } from 'node:zlib';
 
 /** A fresh folder under the OS temp dir; call the returned `cleanup` in afterEach. */
-export async function makeTempDir(prefix = 'marina-archive-test-'): Promise<{ dir: string; cleanup: () => Promise<void> }> {
+export async function makeTempDir(
+  prefix = 'marina-archive-test-',
+): Promise<{ dir: string; cleanup: () => Promise<void> }> {
   const dir = await mkdtemp(join(tmpdir(), prefix));
   return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
@@ -110,13 +112,23 @@ export async function writeFiles(dir: string, files: Record<string, string | Buf
 
 /** A TorchServe-style manifest text; `model` keys override the defaults (image_classifier, model.onnx). */
 export function manifestText(model: Record<string, unknown> = {}, top: Record<string, unknown> = {}): string {
-  return JSON.stringify({
-    createdOn: '17/03/2025 11:20:57',
-    runtime: 'python',
-    model: { modelName: 'tiny', serializedFile: 'model.onnx', handler: 'image_classifier', modelVersion: '1.0', ...model },
-    archiverVersion: '0.12.0',
-    ...top,
-  }, null, 2);
+  return JSON.stringify(
+    {
+      createdOn: '17/03/2025 11:20:57',
+      runtime: 'python',
+      model: {
+        modelName: 'tiny',
+        serializedFile: 'model.onnx',
+        handler: 'image_classifier',
+        modelVersion: '1.0',
+        ...model,
+      },
+      archiverVersion: '0.12.0',
+      ...top,
+    },
+    null,
+    2,
+  );
 }
 
 /** Cuts a file to its first `keepBytes` bytes (a truncated download). */

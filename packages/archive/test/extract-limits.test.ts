@@ -36,8 +36,16 @@ describe('zip bombs are refused with their own code and leave nothing behind', (
     const bomb = join(dir, 'bomb.mar');
     await writeRawZip(bomb, [manifestEntry, { name: 'model.onnx', data: zeros, compression: 'deflate' }]);
     const cacheDir = join(dir, 'cache');
-    const failure = extractToCache({ archivePath: bomb, cacheDir, maxExtractedBytes: 10 * MiB, maxCompressionRatio: Infinity });
-    await expect(failure).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_TOO_LARGE', details: { limit: 10 * MiB, option: 'maxExtractedBytes', how: 'declared' } });
+    const failure = extractToCache({
+      archivePath: bomb,
+      cacheDir,
+      maxExtractedBytes: 10 * MiB,
+      maxCompressionRatio: Infinity,
+    });
+    await expect(failure).rejects.toMatchObject({
+      code: 'MARINA_ERR_ARCHIVE_TOO_LARGE',
+      details: { limit: 10 * MiB, option: 'maxExtractedBytes', how: 'declared' },
+    });
     await expect(failure).rejects.toThrow(/maxExtractedBytes/);
     expect(await cacheLeftovers(cacheDir)).toEqual([]);
   });
@@ -57,10 +65,18 @@ describe('zip bombs are refused with their own code and leave nothing behind', (
 
   it('counts the bytes really inflated when a zip header lies about the uncompressed size, and stops at the limit', async () => {
     const liar = join(dir, 'liar.mar');
-    await writeRawZip(liar, [manifestEntry, { name: 'model.onnx', data: zeros, compression: 'deflate', declaredUncompressedBytes: 1000 }]);
+    await writeRawZip(liar, [
+      manifestEntry,
+      { name: 'model.onnx', data: zeros, compression: 'deflate', declaredUncompressedBytes: 1000 },
+    ]);
     expect((await listArchive(liar)).entries.find((e) => e.name === 'model.onnx')?.sizeBytes).toBe(1000);
     const cacheDir = join(dir, 'cache');
-    const error = await extractToCache({ archivePath: liar, cacheDir, maxExtractedBytes: 10 * MiB, maxCompressionRatio: Infinity }).catch((e: unknown) => e);
+    const error = await extractToCache({
+      archivePath: liar,
+      cacheDir,
+      maxExtractedBytes: 10 * MiB,
+      maxCompressionRatio: Infinity,
+    }).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'MARINA_ERR_ARCHIVE_TOO_LARGE', details: { limit: 10 * MiB, how: 'written' } });
     // Stopped within a chunk of the limit, not after inflating the whole 50 MiB.
     expect((error as { details: { value: number } }).details.value).toBeLessThan(11 * MiB);
@@ -69,17 +85,31 @@ describe('zip bombs are refused with their own code and leave nothing behind', (
 
   it('catches the lying header by its real compression ratio with the default limits', async () => {
     const liar = join(dir, 'liar.mar');
-    await writeRawZip(liar, [manifestEntry, { name: 'model.onnx', data: zeros, compression: 'deflate', declaredUncompressedBytes: 1000 }]);
+    await writeRawZip(liar, [
+      manifestEntry,
+      { name: 'model.onnx', data: zeros, compression: 'deflate', declaredUncompressedBytes: 1000 },
+    ]);
     const cacheDir = join(dir, 'cache');
-    await expect(extractToCache({ archivePath: liar, cacheDir })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_COMPRESSION_RATIO', details: { how: 'written' } });
+    await expect(extractToCache({ archivePath: liar, cacheDir })).rejects.toMatchObject({
+      code: 'MARINA_ERR_ARCHIVE_COMPRESSION_RATIO',
+      details: { how: 'written' },
+    });
     expect(await cacheLeftovers(cacheDir)).toEqual([]);
   });
 
   it('refuses a tar.gz bomb by the stream ratio, and by its size when the ratio limit is off', async () => {
-    const bomb = await writeTgz('bomb.tar.gz', { 'MAR-INF/MANIFEST.json': manifestText({ handler: 'tensor' }), 'model.onnx': zeros.subarray(0, 24 * MiB) });
+    const bomb = await writeTgz('bomb.tar.gz', {
+      'MAR-INF/MANIFEST.json': manifestText({ handler: 'tensor' }),
+      'model.onnx': zeros.subarray(0, 24 * MiB),
+    });
     const cacheDir = join(dir, 'cache');
-    await expect(extractToCache({ archivePath: bomb, cacheDir })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_COMPRESSION_RATIO', message: expect.stringContaining('the gzip stream') });
-    await expect(extractToCache({ archivePath: bomb, cacheDir, maxExtractedBytes: 8 * MiB, maxCompressionRatio: Infinity })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_TOO_LARGE', details: { limit: 8 * MiB } });
+    await expect(extractToCache({ archivePath: bomb, cacheDir })).rejects.toMatchObject({
+      code: 'MARINA_ERR_ARCHIVE_COMPRESSION_RATIO',
+      message: expect.stringContaining('the gzip stream'),
+    });
+    await expect(
+      extractToCache({ archivePath: bomb, cacheDir, maxExtractedBytes: 8 * MiB, maxCompressionRatio: Infinity }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_TOO_LARGE', details: { limit: 8 * MiB } });
     expect(await cacheLeftovers(cacheDir)).toEqual([]);
   });
 
@@ -87,13 +117,24 @@ describe('zip bombs are refused with their own code and leave nothing behind', (
     const files: Record<string, string> = { 'MAR-INF/MANIFEST.json': manifestText({ handler: 'tensor' }) };
     for (let i = 0; i < 30; i += 1) files[`data/part-${i}.txt`] = `part ${i}`;
     const zip = join(dir, 'many.mar');
-    await writeRawZip(zip, Object.entries(files).map(([name, data]) => ({ name, data })));
+    await writeRawZip(
+      zip,
+      Object.entries(files).map(([name, data]) => ({ name, data })),
+    );
     const tgz = await writeTgz('many.tar.gz', files);
     const cacheDir = join(dir, 'cache');
-    await expect(extractToCache({ archivePath: zip, cacheDir, maxEntries: 20 })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES', details: { limit: 20, value: 31 } });
-    await expect(extractToCache({ archivePath: tgz, cacheDir, maxEntries: 20 })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES', details: { limit: 20 } });
+    await expect(extractToCache({ archivePath: zip, cacheDir, maxEntries: 20 })).rejects.toMatchObject({
+      code: 'MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES',
+      details: { limit: 20, value: 31 },
+    });
+    await expect(extractToCache({ archivePath: tgz, cacheDir, maxEntries: 20 })).rejects.toMatchObject({
+      code: 'MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES',
+      details: { limit: 20 },
+    });
     expect(await cacheLeftovers(cacheDir)).toEqual([]);
-    expect((await extractToCache({ archivePath: zip, cacheDir, maxEntries: 31 })).manifest.model.handler).toBe('tensor');
+    expect((await extractToCache({ archivePath: zip, cacheDir, maxEntries: 31 })).manifest.model.handler).toBe(
+      'tensor',
+    );
   });
 
   it('refuses a zip whose end record declares more entries than allowed before reading its directory', async () => {
@@ -106,22 +147,33 @@ describe('zip bombs are refused with their own code and leave nothing behind', (
     count.writeUInt16LE(0xfffe, 2);
     await handle.write(count, 0, 4, size - 22 + 8);
     await handle.close();
-    await expect(extractArchive({ archivePath: zip, destDir: join(dir, 'out'), maxEntries: 1000 })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES', details: { value: 0xfffe } });
+    await expect(
+      extractArchive({ archivePath: zip, destDir: join(dir, 'out'), maxEntries: 1000 }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES', details: { value: 0xfffe } });
     expect(existsSync(join(dir, 'out'))).toBe(false);
   });
 
   it('removes only what it wrote when extracting into a folder that already has files', async () => {
     const liar = join(dir, 'liar.mar');
-    await writeRawZip(liar, [manifestEntry, { name: 'model.onnx', data: zeros, compression: 'deflate', declaredUncompressedBytes: 1000 }]);
+    await writeRawZip(liar, [
+      manifestEntry,
+      { name: 'model.onnx', data: zeros, compression: 'deflate', declaredUncompressedBytes: 1000 },
+    ]);
     await writeFiles(join(dir, 'out'), { 'keep.txt': 'mine' });
-    await expect(extractArchive({ archivePath: liar, destDir: join(dir, 'out'), maxExtractedBytes: 4 * MiB })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_TOO_LARGE' });
+    await expect(
+      extractArchive({ archivePath: liar, destDir: join(dir, 'out'), maxExtractedBytes: 4 * MiB }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_TOO_LARGE' });
     expect(await readdir(join(dir, 'out'))).toEqual(['keep.txt']);
   });
 
   it('rejects a limit that is not a positive number', async () => {
     await writeRawZip(join(dir, 'ok.mar'), [manifestEntry]);
-    await expect(extractArchive({ archivePath: join(dir, 'ok.mar'), destDir: join(dir, 'out'), maxEntries: 0 })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_OPTION_INVALID', details: { option: 'maxEntries' } });
-    await expect(extractToCache({ archivePath: join(dir, 'ok.mar'), cacheDir: join(dir, 'cache'), maxExtractedBytes: Number.NaN })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_OPTION_INVALID' });
+    await expect(
+      extractArchive({ archivePath: join(dir, 'ok.mar'), destDir: join(dir, 'out'), maxEntries: 0 }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_OPTION_INVALID', details: { option: 'maxEntries' } });
+    await expect(
+      extractToCache({ archivePath: join(dir, 'ok.mar'), cacheDir: join(dir, 'cache'), maxExtractedBytes: Number.NaN }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_OPTION_INVALID' });
   });
 });
 
@@ -130,8 +182,17 @@ describe('normal archives still extract under the default limits', () => {
     const weights = randomBytes(6 * MiB);
     const vocabulary = Array.from({ length: 50_000 }, (_, i) => `token-${i}`).join('\n');
     const zip = join(dir, 'model.mar');
-    await writeRawZip(zip, [manifestEntry, { name: 'model.onnx', data: weights, compression: 'deflate' }, { name: 'vocab.txt', data: vocabulary, compression: 'deflate' }, { name: 'raw.bin', data: weights.subarray(0, MiB) }]);
-    const tgz = await writeTgz('model.tar.gz', { 'MAR-INF/MANIFEST.json': manifestText({ handler: 'tensor' }), 'model.onnx': weights, 'vocab.txt': vocabulary });
+    await writeRawZip(zip, [
+      manifestEntry,
+      { name: 'model.onnx', data: weights, compression: 'deflate' },
+      { name: 'vocab.txt', data: vocabulary, compression: 'deflate' },
+      { name: 'raw.bin', data: weights.subarray(0, MiB) },
+    ]);
+    const tgz = await writeTgz('model.tar.gz', {
+      'MAR-INF/MANIFEST.json': manifestText({ handler: 'tensor' }),
+      'model.onnx': weights,
+      'vocab.txt': vocabulary,
+    });
     const cacheDir = join(dir, 'cache');
     for (const archivePath of [zip, tgz]) {
       const { modelDir } = await extractToCache({ archivePath, cacheDir });
@@ -147,14 +208,23 @@ describe('validateArchive reports the limits as problems', () => {
     const bomb = join(dir, 'bomb.mar');
     await writeRawZip(bomb, [manifestEntry, { name: 'model.onnx', data: zeros, compression: 'deflate' }]);
     const liar = join(dir, 'liar.mar');
-    await writeRawZip(liar, [manifestEntry, { name: 'model.onnx', data: zeros, compression: 'deflate', declaredUncompressedBytes: 1000 }]);
+    await writeRawZip(liar, [
+      manifestEntry,
+      { name: 'model.onnx', data: zeros, compression: 'deflate', declaredUncompressedBytes: 1000 },
+    ]);
     const many = join(dir, 'many.mar');
-    await writeRawZip(many, [manifestEntry, ...Array.from({ length: 10 }, (_, i) => ({ name: `f${i}.txt`, data: 'x' }))]);
+    await writeRawZip(many, [
+      manifestEntry,
+      ...Array.from({ length: 10 }, (_, i) => ({ name: `f${i}.txt`, data: 'x' })),
+    ]);
 
-    const codes = async (path: string, options: Parameters<typeof validateArchive>[1]) => (await validateArchive(path, { isModelLoadChecked: false, ...options })).problems.map((p) => p.code);
+    const codes = async (path: string, options: Parameters<typeof validateArchive>[1]) =>
+      (await validateArchive(path, { isModelLoadChecked: false, ...options })).problems.map((p) => p.code);
     expect(await codes(bomb, {})).toEqual(['MARINA_ERR_ARCHIVE_COMPRESSION_RATIO']);
     expect(await codes(bomb, { maxExtractedBytes: 10 * MiB })).toEqual(['MARINA_ERR_ARCHIVE_TOO_LARGE']);
-    expect(await codes(liar, { maxExtractedBytes: 10 * MiB, maxCompressionRatio: Infinity })).toEqual(['MARINA_ERR_ARCHIVE_TOO_LARGE']);
+    expect(await codes(liar, { maxExtractedBytes: 10 * MiB, maxCompressionRatio: Infinity })).toEqual([
+      'MARINA_ERR_ARCHIVE_TOO_LARGE',
+    ]);
     expect(await codes(many, { maxEntries: 5 })).toEqual(['MARINA_ERR_ARCHIVE_TOO_MANY_ENTRIES']);
     const report = await validateArchive(bomb, { isModelLoadChecked: false });
     expect(report.isValid).toBe(false);
@@ -169,6 +239,8 @@ it('keeps a refused archive out of a cache that already holds good models', asyn
   const { digest } = await extractToCache({ archivePath: good, cacheDir });
   const bomb = join(dir, 'bomb.mar');
   await writeRawZip(bomb, [manifestEntry, { name: 'model.onnx', data: zeros, compression: 'deflate' }]);
-  await expect(extractToCache({ archivePath: bomb, cacheDir })).rejects.toMatchObject({ code: 'MARINA_ERR_ARCHIVE_COMPRESSION_RATIO' });
+  await expect(extractToCache({ archivePath: bomb, cacheDir })).rejects.toMatchObject({
+    code: 'MARINA_ERR_ARCHIVE_COMPRESSION_RATIO',
+  });
   expect(await readdir(cacheDir)).toEqual([digest]);
 });

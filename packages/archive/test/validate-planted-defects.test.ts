@@ -34,7 +34,14 @@ describe('validateArchive on a good archive', () => {
   it('passes a zip, a folder and a TorchServe-layout tgz with the model loaded', async () => {
     const zip = await validateArchive(await zipped());
     expect(zip.problems).toEqual([]);
-    expect(zip).toMatchObject({ isValid: true, format: 'zip', model: { inputs: [{ name: 'input', type: 'float32', shape: ['batch_size', 3, 32, 32] }], outputs: [{ name: 'output', shape: ['batch_size', 3] }] } });
+    expect(zip).toMatchObject({
+      isValid: true,
+      format: 'zip',
+      model: {
+        inputs: [{ name: 'input', type: 'float32', shape: ['batch_size', 3, 32, 32] }],
+        outputs: [{ name: 'output', shape: ['batch_size', 3] }],
+      },
+    });
     expect((await validateArchive(src)).isValid).toBe(true);
     await tar.c({ gzip: true, file: join(dir, 'tiny.tar.gz'), cwd: dir }, ['src']);
     const tgz = await validateArchive(join(dir, 'tiny.tar.gz'));
@@ -47,11 +54,19 @@ describe('validateArchive on a good archive', () => {
     expect((await validateArchive(await zipped(), { isModelLoadChecked: false })).problems).toEqual([]);
     expect(codes(await validateArchive(await zipped()))).toEqual(['MARINA_ERR_MODEL_LOAD_FAILED']);
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ serializedFile: 'other.onnx' }));
-    expect(codes(await validateArchive(await zipped(), { isModelLoadChecked: false }))).toEqual(['MARINA_ERR_ARCHIVE_FILE_MISSING']);
+    expect(codes(await validateArchive(await zipped(), { isModelLoadChecked: false }))).toEqual([
+      'MARINA_ERR_ARCHIVE_FILE_MISSING',
+    ]);
   });
 
   it('reads a hand-built TorchServe manifest with modelServerVersion and specificationVersion', async () => {
-    await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ description: 'from TorchServe' }, { modelServerVersion: '1.0', specificationVersion: '1.0', implementationVersion: '1.0', description: 'x' }));
+    await writeFile(
+      join(src, 'MAR-INF/MANIFEST.json'),
+      manifestText(
+        { description: 'from TorchServe' },
+        { modelServerVersion: '1.0', specificationVersion: '1.0', implementationVersion: '1.0', description: 'x' },
+      ),
+    );
     const report = await validateArchive(await zipped());
     expect(report.problems).toEqual([]);
     expect(report.manifest?.modelServerVersion).toBe('1.0');
@@ -63,7 +78,14 @@ describe('validateArchive reports each planted defect with its own code', () => 
     const path = join(dir, 'escape.mar');
     await zipFolder(src, path, [{ name: '../escape.txt', data: 'x' }]);
     const report = await validateArchive(path);
-    expect(report.problems).toEqual([{ code: 'MARINA_ERR_ARCHIVE_PATH_ESCAPE', severity: 'error', message: expect.stringContaining("'..'"), file: '../escape.txt' }]);
+    expect(report.problems).toEqual([
+      {
+        code: 'MARINA_ERR_ARCHIVE_PATH_ESCAPE',
+        severity: 'error',
+        message: expect.stringContaining("'..'"),
+        file: '../escape.txt',
+      },
+    ]);
     expect(report.model).toBeDefined();
   });
 
@@ -83,23 +105,45 @@ describe('validateArchive reports each planted defect with its own code', () => 
   });
 
   it('MARINA_ERR_ARCHIVE_MANIFEST_MISSING when MAR-INF/MANIFEST.json is absent', async () => {
-    await writeRawZip(join(dir, 'nomanifest.mar'), [{ name: 'model.onnx', data: await readFile(join(src, 'model.onnx')) }]);
+    await writeRawZip(join(dir, 'nomanifest.mar'), [
+      { name: 'model.onnx', data: await readFile(join(src, 'model.onnx')) },
+    ]);
     expect(codes(await validateArchive(join(dir, 'nomanifest.mar')))).toEqual(['MARINA_ERR_ARCHIVE_MANIFEST_MISSING']);
   });
 
   it('MARINA_ERR_ARCHIVE_MANIFEST_INVALID for broken JSON and for each schema error', async () => {
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), '{ "model": ');
     expect(codes(await validateArchive(await zipped()))).toEqual(['MARINA_ERR_ARCHIVE_MANIFEST_INVALID']);
-    await writeFile(join(src, 'MAR-INF/MANIFEST.json'), JSON.stringify({ runtime: 'jvm', model: { modelName: 'tiny', serializedFile: 'model.onnx', handler: 'image_classifier' } }));
+    await writeFile(
+      join(src, 'MAR-INF/MANIFEST.json'),
+      JSON.stringify({
+        runtime: 'jvm',
+        model: { modelName: 'tiny', serializedFile: 'model.onnx', handler: 'image_classifier' },
+      }),
+    );
     const report = await validateArchive(await zipped());
-    expect(report.problems.filter((p) => p.code === 'MARINA_ERR_ARCHIVE_MANIFEST_INVALID').map((p) => p.message).join('\n')).toMatch(/runtime[\s\S]*modelVersion|modelVersion[\s\S]*runtime/);
-    expect(report.problems.filter((p) => p.severity === 'warning').map((p) => p.code)).toEqual(['MARINA_ERR_ARCHIVE_MANIFEST_INCOMPLETE']);
+    expect(
+      report.problems
+        .filter((p) => p.code === 'MARINA_ERR_ARCHIVE_MANIFEST_INVALID')
+        .map((p) => p.message)
+        .join('\n'),
+    ).toMatch(/runtime[\s\S]*modelVersion|modelVersion[\s\S]*runtime/);
+    expect(report.problems.filter((p) => p.severity === 'warning').map((p) => p.code)).toEqual([
+      'MARINA_ERR_ARCHIVE_MANIFEST_INCOMPLETE',
+    ]);
   });
 
   it('MARINA_ERR_ARCHIVE_FILE_MISSING for a serialized file the manifest names but the archive lacks', async () => {
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ serializedFile: 'missing.onnx' }));
     const report = await validateArchive(await zipped());
-    expect(report.problems).toEqual([{ code: 'MARINA_ERR_ARCHIVE_FILE_MISSING', severity: 'error', message: expect.stringContaining("'missing.onnx'"), file: 'missing.onnx' }]);
+    expect(report.problems).toEqual([
+      {
+        code: 'MARINA_ERR_ARCHIVE_FILE_MISSING',
+        severity: 'error',
+        message: expect.stringContaining("'missing.onnx'"),
+        file: 'missing.onnx',
+      },
+    ]);
   });
 
   it('MARINA_ERR_ARCHIVE_PATH_ESCAPE for a manifest that names a file outside the archive', async () => {
@@ -118,17 +162,31 @@ describe('validateArchive reports each planted defect with its own code', () => 
     await writeFiles(src, { 'handler.mjs': 'export function predict() {}\nexport default { name: "x" };\n' });
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ handler: 'handler.mjs' }));
     const report = await validateArchive(await zipped());
-    expect(report.problems).toEqual([{ code: 'MARINA_ERR_HANDLER_CONTRACT', severity: 'error', message: expect.stringContaining('no handle or inference'), file: 'handler.mjs' }]);
+    expect(report.problems).toEqual([
+      {
+        code: 'MARINA_ERR_HANDLER_CONTRACT',
+        severity: 'error',
+        message: expect.stringContaining('no handle or inference'),
+        file: 'handler.mjs',
+      },
+    ]);
   });
 
   it('MARINA_ERR_HANDLER_IMPORT_FAILED for a custom handler that throws or hangs on import, without harming the validator', async () => {
     await writeFiles(src, { 'throws.mjs': 'throw new Error("boom at import");\n', 'hangs.mjs': 'while (true) {}\n' });
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ handler: 'throws.mjs' }));
     const thrown = await validateArchive(await zipped());
-    expect(thrown.problems).toEqual([expect.objectContaining({ code: 'MARINA_ERR_HANDLER_IMPORT_FAILED', message: expect.stringContaining('boom at import') })]);
+    expect(thrown.problems).toEqual([
+      expect.objectContaining({
+        code: 'MARINA_ERR_HANDLER_IMPORT_FAILED',
+        message: expect.stringContaining('boom at import'),
+      }),
+    ]);
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ handler: 'hangs.mjs' }));
     const hung = await validateArchive(await zipped(), { handlerImportTimeoutMs: 500 });
-    expect(hung.problems).toEqual([expect.objectContaining({ code: 'MARINA_ERR_HANDLER_IMPORT_FAILED', message: expect.stringContaining('500 ms') })]);
+    expect(hung.problems).toEqual([
+      expect.objectContaining({ code: 'MARINA_ERR_HANDLER_IMPORT_FAILED', message: expect.stringContaining('500 ms') }),
+    ]);
   });
 
   it('accepts each shape of the custom handler contract', async () => {
@@ -142,7 +200,10 @@ describe('validateArchive reports each planted defect with its own code', () => 
     };
     await writeFiles(src, shapes);
     for (const name of Object.keys(shapes)) {
-      await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ handler: name === 'fn.mjs' ? 'fn.mjs:run' : name }));
+      await writeFile(
+        join(src, 'MAR-INF/MANIFEST.json'),
+        manifestText({ handler: name === 'fn.mjs' ? 'fn.mjs:run' : name }),
+      );
       expect((await validateArchive(src, { isModelLoadChecked: false })).problems, name).toEqual([]);
     }
   });
@@ -152,7 +213,11 @@ describe('validateArchive reports each planted defect with its own code', () => 
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ configFile: 'model-config.yaml' }));
     expect(codes(await validateArchive(await zipped()))).toEqual(['MARINA_ERR_MODEL_CONFIG_INVALID']);
     await writeFiles(src, { 'model-config.yaml': 'minWorkers: -1\ndeviceType: tpu\nhandler:\n  topk: 0\n' });
-    expect(codes(await validateArchive(await zipped()))).toEqual(['MARINA_ERR_MODEL_CONFIG_INVALID', 'MARINA_ERR_MODEL_CONFIG_INVALID', 'MARINA_ERR_MODEL_CONFIG_INVALID']);
+    expect(codes(await validateArchive(await zipped()))).toEqual([
+      'MARINA_ERR_MODEL_CONFIG_INVALID',
+      'MARINA_ERR_MODEL_CONFIG_INVALID',
+      'MARINA_ERR_MODEL_CONFIG_INVALID',
+    ]);
   });
 
   it('names the unknown key when model-config.yaml misspells an onnxruntime setting', async () => {
@@ -166,7 +231,14 @@ describe('validateArchive reports each planted defect with its own code', () => 
   it('MARINA_ERR_MODEL_LOAD_FAILED for a garbage .onnx', async () => {
     await writeFile(join(src, 'model.onnx'), 'this is not a protobuf');
     const report = await validateArchive(await zipped());
-    expect(report.problems).toEqual([{ code: 'MARINA_ERR_MODEL_LOAD_FAILED', severity: 'error', message: expect.stringContaining("cannot load 'model.onnx'"), file: 'model.onnx' }]);
+    expect(report.problems).toEqual([
+      {
+        code: 'MARINA_ERR_MODEL_LOAD_FAILED',
+        severity: 'error',
+        message: expect.stringContaining("cannot load 'model.onnx'"),
+        file: 'model.onnx',
+      },
+    ]);
     expect(report.problems[0]?.message).not.toContain(dir);
     expect((await validateArchive(await zipped(), { isModelLoadChecked: false })).problems).toEqual([]);
   });
@@ -175,15 +247,30 @@ describe('validateArchive reports each planted defect with its own code', () => 
     await writeTinyTensorModel({ outputPath: join(src, 'model.onnx') });
     await rm(join(src, 'index_to_name.json'));
     const report = await validateArchive(await zipped());
-    expect(new Set(codes(report))).toEqual(new Set(['MARINA_ERR_HANDLER_SIGNATURE_MISMATCH', 'MARINA_ERR_INDEX_TO_NAME_MISSING']));
-    expect(report.problems.find((p) => p.code === 'MARINA_ERR_INDEX_TO_NAME_MISSING')).toMatchObject({ severity: 'warning', file: 'index_to_name.json' });
+    expect(new Set(codes(report))).toEqual(
+      new Set(['MARINA_ERR_HANDLER_SIGNATURE_MISMATCH', 'MARINA_ERR_INDEX_TO_NAME_MISSING']),
+    );
+    expect(report.problems.find((p) => p.code === 'MARINA_ERR_INDEX_TO_NAME_MISSING')).toMatchObject({
+      severity: 'warning',
+      file: 'index_to_name.json',
+    });
     expect(report.problems.find((p) => p.code === 'MARINA_ERR_HANDLER_SIGNATURE_MISMATCH')?.message).toContain('4-D');
   });
 
   it('MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC is a warning (the archive serves) for a fixed-batch classifier with batchSize 8, from model-config.yaml or the option', async () => {
     await writeTinyClassifier({ outputPath: join(src, 'model.onnx'), numClasses: 3, fixedBatch: 1 });
     expect((await validateArchive(await zipped())).problems).toEqual([]);
-    const warned = { isValid: true, problems: [{ code: 'MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC', severity: 'warning', file: 'model.onnx', message: expect.stringMatching(/batchSize is 8 .*fixed batch dimension of 1: Marina serves it/) }] };
+    const warned = {
+      isValid: true,
+      problems: [
+        {
+          code: 'MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC',
+          severity: 'warning',
+          file: 'model.onnx',
+          message: expect.stringMatching(/batchSize is 8 .*fixed batch dimension of 1: Marina serves it/),
+        },
+      ],
+    };
     expect(await validateArchive(await zipped(), { batchSize: 8 })).toMatchObject(warned);
     await writeFiles(src, { 'model-config.yaml': 'batchSize: 8\nmaxBatchDelay: 50\n' });
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ configFile: 'model-config.yaml' }));
@@ -194,21 +281,40 @@ describe('validateArchive reports each planted defect with its own code', () => 
     await writeFiles(src, { 'model-config.yaml': 'handler:\n  size: [20, 20]\n' });
     await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ configFile: 'model-config.yaml' }));
     const report = await validateArchive(await zipped());
-    expect(report.problems).toEqual([{ code: 'MARINA_ERR_MODEL_CONFIG_INVALID', severity: 'error', file: 'model-config.yaml', message: expect.stringContaining("handler.size is 20x20 but the model's input takes 32x32") }]);
+    expect(report.problems).toEqual([
+      {
+        code: 'MARINA_ERR_MODEL_CONFIG_INVALID',
+        severity: 'error',
+        file: 'model-config.yaml',
+        message: expect.stringContaining("handler.size is 20x20 but the model's input takes 32x32"),
+      },
+    ]);
   });
 
   it('MARINA_ERR_INDEX_TO_NAME_MISMATCH for index_to_name.json with the wrong count', async () => {
     await writeIndexToName(join(src, 'index_to_name.json'), ['cat', 'dog']);
     const report = await validateArchive(await zipped());
-    expect(report.problems).toEqual([{ code: 'MARINA_ERR_INDEX_TO_NAME_MISMATCH', severity: 'error', message: expect.stringContaining('2 names'), file: 'index_to_name.json' }]);
+    expect(report.problems).toEqual([
+      {
+        code: 'MARINA_ERR_INDEX_TO_NAME_MISMATCH',
+        severity: 'error',
+        message: expect.stringContaining('2 names'),
+        file: 'index_to_name.json',
+      },
+    ]);
   });
 
   it('MARINA_ERR_INDEX_TO_NAME_INVALID for index_to_name.json that is not a map of indices to names', async () => {
     for (const text of ['[1, 2, 3]', '{"a": "cat"}', '{"0": 5}', 'nope']) {
       await writeFile(join(src, 'index_to_name.json'), text);
-      expect(codes(await validateArchive(await zipped(), { isModelLoadChecked: false })), text).toEqual(['MARINA_ERR_INDEX_TO_NAME_INVALID']);
+      expect(codes(await validateArchive(await zipped(), { isModelLoadChecked: false })), text).toEqual([
+        'MARINA_ERR_INDEX_TO_NAME_INVALID',
+      ]);
     }
-    await writeFile(join(src, 'index_to_name.json'), JSON.stringify({ 0: ['n01', 'cat'], 1: ['n02', 'dog'], 2: ['n03', 'bird'] }));
+    await writeFile(
+      join(src, 'index_to_name.json'),
+      JSON.stringify({ 0: ['n01', 'cat'], 1: ['n02', 'dog'], 2: ['n03', 'bird'] }),
+    );
     expect((await validateArchive(await zipped())).problems).toEqual([]);
   });
 
@@ -219,10 +325,18 @@ describe('validateArchive reports each planted defect with its own code', () => 
 
   it('collects several defects in one report instead of stopping at the first', async () => {
     await writeFiles(src, { 'model-config.yaml': 'batchSize: nope\n' });
-    await writeFile(join(src, 'MAR-INF/MANIFEST.json'), manifestText({ configFile: 'model-config.yaml', modelFile: 'model.py' }));
+    await writeFile(
+      join(src, 'MAR-INF/MANIFEST.json'),
+      manifestText({ configFile: 'model-config.yaml', modelFile: 'model.py' }),
+    );
     await writeIndexToName(join(src, 'index_to_name.json'), ['only-one']);
     const path = join(dir, 'many.mar');
     await zipFolder(src, path, [{ name: '../escape.txt', data: 'x' }]);
-    expect(codes(await validateArchive(path)).sort()).toEqual(['MARINA_ERR_ARCHIVE_FILE_MISSING', 'MARINA_ERR_ARCHIVE_PATH_ESCAPE', 'MARINA_ERR_INDEX_TO_NAME_MISMATCH', 'MARINA_ERR_MODEL_CONFIG_INVALID']);
+    expect(codes(await validateArchive(path)).sort()).toEqual([
+      'MARINA_ERR_ARCHIVE_FILE_MISSING',
+      'MARINA_ERR_ARCHIVE_PATH_ESCAPE',
+      'MARINA_ERR_INDEX_TO_NAME_MISMATCH',
+      'MARINA_ERR_MODEL_CONFIG_INVALID',
+    ]);
   });
 });

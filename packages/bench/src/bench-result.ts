@@ -2,7 +2,18 @@ import type { MachineInfo } from './machine-info.ts';
 import type { Int8Summary } from './experiments/int8.ts';
 
 /** The experiments of the bench, in the order they run. */
-export const experimentNames = ['ceiling', 'decentralized', 'centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols', 'int8'] as const;
+export const experimentNames = [
+  'ceiling',
+  'decentralized',
+  'centralized',
+  'batched',
+  'workers',
+  'sweep',
+  'overhead',
+  'memory',
+  'protocols',
+  'int8',
+] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 
 /** One measured configuration: a line of the table and of results.csv. NaN marks "not measured". */
@@ -128,8 +139,22 @@ export interface BenchResult {
 /** A row with every number unset; experiments fill in what they measure. */
 export function emptyRow(experiment: ExperimentName, config: string): ResultRow {
   return {
-    experiment, config, images: 0, concurrency: 0, throughputPerSec: Number.NaN, p50Ms: Number.NaN, p90Ms: Number.NaN, p99Ms: Number.NaN,
-    peakCpuPercent: Number.NaN, meanCpuPercent: Number.NaN, peakRssMb: Number.NaN, pssMb: Number.NaN, errors: 0,
-    ratioToCeiling: Number.NaN, ratioToBestDecentralized: Number.NaN, loadShare: Number.NaN, note: '',
+    experiment,
+    config,
+    images: 0,
+    concurrency: 0,
+    throughputPerSec: Number.NaN,
+    p50Ms: Number.NaN,
+    p90Ms: Number.NaN,
+    p99Ms: Number.NaN,
+    peakCpuPercent: Number.NaN,
+    meanCpuPercent: Number.NaN,
+    peakRssMb: Number.NaN,
+    pssMb: Number.NaN,
+    errors: 0,
+    ratioToCeiling: Number.NaN,
+    ratioToBestDecentralized: Number.NaN,
+    loadShare: Number.NaN,
+    note: '',
   };
 }

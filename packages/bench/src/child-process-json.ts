@@ -50,9 +50,12 @@ export function runJsonChild(options: JsonChildOptions): Promise<JsonChildResult
     child.on('error', reject);
     child.on('close', (code, signal) => {
       if (code === 0) resolve({ messages, wallMs: performance.now() - startMs });
-      else reject(benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(
-        `${options.scriptPath} ${options.args.join(' ').slice(0, 200)} exited with ${signal ?? `code ${code}`}; stderr: ${stderr.trim().slice(-1500) || '(empty)'}`,
-      ));
+      else
+        reject(
+          benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(
+            `${options.scriptPath} ${options.args.join(' ').slice(0, 200)} exited with ${signal ?? `code ${code}`}; stderr: ${stderr.trim().slice(-1500) || '(empty)'}`,
+          ),
+        );
     });
   });
 }

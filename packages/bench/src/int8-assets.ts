@@ -44,46 +44,93 @@ function defaultModelArchiverBin(): string {
  * @throws MARINA_ERR_BENCH_CHILD_FAILED when model-archiver fails (its stderr is in the message);
  *   MARINA_ERR_BENCH_DEPENDENCY_MISSING when the archive it wrote has no model.
  */
-export async function prepareInt8Assets(assets: BenchAssets, options: { modelArchiverBin?: string; onStatus?: (message: string) => void } = {}): Promise<Int8Assets> {
+export async function prepareInt8Assets(
+  assets: BenchAssets,
+  options: { modelArchiverBin?: string; onStatus?: (message: string) => void } = {},
+): Promise<Int8Assets> {
   const assetsDir = dirname(assets.imagePath);
   const dir = join(assetsDir, `int8-v${CACHE_VERSION}`);
   const markerPath = join(dir, 'int8-assets.json');
-  const cached = await readFile(markerPath, 'utf8').then((text) => JSON.parse(text) as Int8Assets, () => undefined);
-  if (cached && (await stat(join(assets.modelStoreDir, cached.archiveFileName)).then(() => true, () => false))) return cached;
+  const cached = await readFile(markerPath, 'utf8').then(
+    (text) => JSON.parse(text) as Int8Assets,
+    () => undefined,
+  );
+  if (
+    cached &&
+    (await stat(join(assets.modelStoreDir, cached.archiveFileName)).then(
+      () => true,
+      () => false,
+    ))
+  )
+    return cached;
 
   await rm(dir, { recursive: true, force: true });
   const calibrationDir = join(dir, 'calibration');
   await mkdir(calibrationDir, { recursive: true });
   for (let i = 0; i < INT8_CALIBRATION_IMAGES; i++) {
-    await writeSampleJpeg({ outputPath: join(calibrationDir, `request-${String(i).padStart(2, '0')}.jpg`), width: 640, height: 480, seed: 101 + i });
+    await writeSampleJpeg({
+      outputPath: join(calibrationDir, `request-${String(i).padStart(2, '0')}.jpg`),
+      width: 640,
+      height: 480,
+      seed: 101 + i,
+    });
   }
   const fp32ModelPath = assets.externalModelPath ?? assets.modelPath;
   const fp32ArchiveFileName = assets.externalModelPath ? assets.externalArchiveFileName! : assets.archiveFileName;
   const modelName = `${assets.modelName}-int8`;
   const indexToName = join(assetsDir, 'index_to_name.json');
-  const hasIndex = await stat(indexToName).then(() => true, () => false);
+  const hasIndex = await stat(indexToName).then(
+    () => true,
+    () => false,
+  );
   const args = [
-    '--model-name', modelName, '--version', assets.modelVersion, '--serialized-file', fp32ModelPath, '--handler', 'image_classifier',
+    '--model-name',
+    modelName,
+    '--version',
+    assets.modelVersion,
+    '--serialized-file',
+    fp32ModelPath,
+    '--handler',
+    'image_classifier',
     ...(hasIndex ? ['--extra-files', indexToName] : []),
-    '--quantize', 'int8', '--calibration', calibrationDir, '--export-path', assets.modelStoreDir,
+    '--quantize',
+    'int8',
+    '--calibration',
+    calibrationDir,
+    '--export-path',
+    assets.modelStoreDir,
   ];
   const bin = options.modelArchiverBin ?? defaultModelArchiverBin();
-  options.onStatus?.(`quantising ${assets.model}: model-archiver --quantize int8 --calibration ${calibrationDir} (${INT8_CALIBRATION_IMAGES} generated 640×480 JPEGs; once, cached)`);
+  options.onStatus?.(
+    `quantising ${assets.model}: model-archiver --quantize int8 --calibration ${calibrationDir} (${INT8_CALIBRATION_IMAGES} generated 640×480 JPEGs; once, cached)`,
+  );
   const archiveFileName = `${modelName}.mar`;
   // No --force: an archive below model-archiver's accuracy target is refused, and so is the run. An archive left by an
   // interrupted earlier run is removed first instead.
   await rm(join(assets.modelStoreDir, archiveFileName), { force: true });
   await runJsonChild({ scriptPath: bin, args });
 
-  const { modelDir } = await extractArchive({ archivePath: join(assets.modelStoreDir, archiveFileName), destDir: join(dir, 'extracted') });
+  const { modelDir } = await extractArchive({
+    archivePath: join(assets.modelStoreDir, archiveFileName),
+    destDir: join(dir, 'extracted'),
+  });
   const manifest = await readManifest(modelDir);
   const serialized = manifest?.model.serializedFile;
-  if (!serialized) throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(`model-archiver wrote ${archiveFileName} without a serializedFile in its manifest; rerun with a fresh --cache-dir`);
+  if (!serialized)
+    throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(
+      `model-archiver wrote ${archiveFileName} without a serializedFile in its manifest; rerun with a fresh --cache-dir`,
+    );
   const modelPath = await resolveManifestPath(modelDir, serialized, 'model.serializedFile');
   const entries = await readdir(modelDir);
-  const quantization = entries.includes('quantization.json') ? JSON.parse(await readFile(join(modelDir, 'quantization.json'), 'utf8')) as Record<string, unknown> : {};
+  const quantization = entries.includes('quantization.json')
+    ? (JSON.parse(await readFile(join(modelDir, 'quantization.json'), 'utf8')) as Record<string, unknown>)
+    : {};
   const int8: Int8Assets = {
-    archiveFileName, modelPath, modelBytes: (await stat(modelPath)).size, fp32ArchiveFileName, quantization,
+    archiveFileName,
+    modelPath,
+    modelBytes: (await stat(modelPath)).size,
+    fp32ArchiveFileName,
+    quantization,
     command: `model-archiver ${args.map((a) => (a.startsWith(dir) || a.startsWith(assetsDir) ? a.replace(assetsDir, '<cache>') : a)).join(' ')}`,
     calibrationImages: INT8_CALIBRATION_IMAGES,
   };

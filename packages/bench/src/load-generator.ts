@@ -52,7 +52,9 @@ export interface LoadResult {
  * @throws MARINA_ERR_BENCH_REQUESTS_FAILED when every measured request failed.
  */
 export async function runLoad(options: LoadOptions): Promise<LoadResult> {
-  const pool = options.pool ?? new Pool(options.origin, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 });
+  const pool =
+    options.pool ??
+    new Pool(options.origin, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 });
   const headers = { 'content-type': options.contentType ?? 'application/octet-stream', ...options.headers };
   let firstError: string | undefined;
   const headerValues: string[] = [];
@@ -65,7 +67,8 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
       // UTF-8 text costs the client about 10 ms here, which is the client's time, not the server's.
       const bytes = await response.body.arrayBuffer();
       if (response.statusCode >= 200 && response.statusCode < 300) {
-        const value = options.collectHeader && isRecording ? response.headers[options.collectHeader.toLowerCase()] : undefined;
+        const value =
+          options.collectHeader && isRecording ? response.headers[options.collectHeader.toLowerCase()] : undefined;
         if (typeof value === 'string') headerValues.push(value);
         return true;
       }
@@ -106,7 +109,14 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
         `all ${errors} requests to ${options.origin}${options.path} failed (first: ${firstError ?? 'no response'}); check the server log in the run's output folder`,
       );
     }
-    return { latenciesMs, wallMs, throughputPerSec: wallMs > 0 ? latenciesMs.length / (wallMs / 1000) : 0, errors, firstError, headerValues };
+    return {
+      latenciesMs,
+      wallMs,
+      throughputPerSec: wallMs > 0 ? latenciesMs.length / (wallMs / 1000) : 0,
+      errors,
+      firstError,
+      headerValues,
+    };
   } finally {
     if (!options.pool) await pool.close();
   }

@@ -2,7 +2,14 @@ import { mkdir, readFile, stat, writeFile, rm } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join, basename } from 'node:path';
 import { packArchive } from '@marina/archive';
-import { loadImagenetClassNames, writeIndexToName, writeResnet, writeSampleJpeg, writeTinyClassifier, writeTinyTensorModel } from '@marina/model-zoo';
+import {
+  loadImagenetClassNames,
+  writeIndexToName,
+  writeResnet,
+  writeSampleJpeg,
+  writeTinyClassifier,
+  writeTinyTensorModel,
+} from '@marina/model-zoo';
 
 /** Models the bench knows; ResNets come from @marina/model-zoo with seeded random weights. */
 export const benchModelNames = ['resnet-152', 'resnet-50', 'resnet-18', 'tiny'] as const;
@@ -39,10 +46,20 @@ export function defaultCacheDir(): string {
 const CACHE_LAYOUT_VERSION = 1;
 
 async function exists(path: string): Promise<boolean> {
-  return stat(path).then(() => true, () => false);
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
 }
 
-async function packModel(options: { modelName: string; version: string; modelPath: string; dataPath?: string; extraFiles: string[]; exportPath: string }): Promise<string> {
+async function packModel(options: {
+  modelName: string;
+  version: string;
+  modelPath: string;
+  dataPath?: string;
+  extraFiles: string[];
+  exportPath: string;
+}): Promise<string> {
   await packArchive({
     modelName: options.modelName,
     modelVersion: options.version,
@@ -62,7 +79,11 @@ async function packModel(options: { modelName: string; version: string; modelPat
  *
  * @throws the model zoo's and archive's own typed errors when generating or packing fails.
  */
-export async function prepareAssets(options: { model: BenchModelName; cacheDir?: string; onStatus?: (message: string) => void }): Promise<BenchAssets> {
+export async function prepareAssets(options: {
+  model: BenchModelName;
+  cacheDir?: string;
+  onStatus?: (message: string) => void;
+}): Promise<BenchAssets> {
   const dir = join(options.cacheDir ?? defaultCacheDir(), `${options.model}-v${CACHE_LAYOUT_VERSION}`);
   const markerPath = join(dir, 'assets.json');
   if (await exists(markerPath)) {
@@ -95,10 +116,20 @@ export async function prepareAssets(options: { model: BenchModelName; cacheDir?:
   let externalArchiveFileName: string | undefined;
   let archiveFileName: string;
   if (isTiny) {
-    const written = await writeTinyClassifier({ outputPath: join(inlineDir, 'model.onnx'), inputSize: 32, numClasses: 10 });
+    const written = await writeTinyClassifier({
+      outputPath: join(inlineDir, 'model.onnx'),
+      inputSize: 32,
+      numClasses: 10,
+    });
     modelPath = written.modelPath;
     modelBytes = written.bytes;
-    archiveFileName = await packModel({ modelName, version: modelVersion, modelPath, extraFiles, exportPath: storeDir });
+    archiveFileName = await packModel({
+      modelName,
+      version: modelVersion,
+      modelPath,
+      extraFiles,
+      exportPath: storeDir,
+    });
   } else {
     const depth = Number(options.model.split('-')[1]) as 18 | 50 | 152;
     const inline = await writeResnet({ depth, outputPath: join(inlineDir, 'model.onnx') });
@@ -106,15 +137,34 @@ export async function prepareAssets(options: { model: BenchModelName; cacheDir?:
     modelPath = inline.modelPath;
     modelBytes = inline.bytes;
     externalModelPath = external.modelPath;
-    archiveFileName = await packModel({ modelName, version: modelVersion, modelPath, extraFiles, exportPath: storeDir });
+    archiveFileName = await packModel({
+      modelName,
+      version: modelVersion,
+      modelPath,
+      extraFiles,
+      exportPath: storeDir,
+    });
     const externalName = `${modelName}-external`;
     externalArchiveFileName = await packModel({
-      modelName: externalName, version: modelVersion, modelPath: external.modelPath, dataPath: external.dataPath, extraFiles, exportPath: storeDir,
+      modelName: externalName,
+      version: modelVersion,
+      modelPath: external.modelPath,
+      dataPath: external.dataPath,
+      extraFiles,
+      exportPath: storeDir,
     });
   }
   const assets: BenchAssets = {
-    model: options.model, modelName, modelVersion, modelPath, externalModelPath, modelBytes, imagePath,
-    modelStoreDir: storeDir, archiveFileName, externalArchiveFileName,
+    model: options.model,
+    modelName,
+    modelVersion,
+    modelPath,
+    externalModelPath,
+    modelBytes,
+    imagePath,
+    modelStoreDir: storeDir,
+    archiveFileName,
+    externalArchiveFileName,
   };
   await writeFile(markerPath, JSON.stringify(assets, null, 2));
   return assets;
@@ -147,15 +197,26 @@ export async function prepareTensorAssets(options: { cacheDir?: string } = {}): 
   const storeDir = join(dir, 'model-store');
   const modelPath = join(dir, 'model.onnx');
   const assets: TensorAssets = {
-    modelName: 'tiny-tensor', modelVersion: '1.0', modelPath, modelStoreDir: storeDir, archiveFileName: 'tiny-tensor.mar',
-    body: Buffer.from(JSON.stringify({ data: [[1, 2, 3, 4]] })), contentType: 'application/json',
+    modelName: 'tiny-tensor',
+    modelVersion: '1.0',
+    modelPath,
+    modelStoreDir: storeDir,
+    archiveFileName: 'tiny-tensor.mar',
+    body: Buffer.from(JSON.stringify({ data: [[1, 2, 3, 4]] })),
+    contentType: 'application/json',
   };
   if (await exists(join(storeDir, assets.archiveFileName))) return assets;
   await mkdir(storeDir, { recursive: true });
   await writeTinyTensorModel({ outputPath: modelPath });
   await packArchive({
-    modelName: assets.modelName, modelVersion: assets.modelVersion, handler: 'tensor', serializedFile: modelPath,
-    extraFiles: [], exportPath: storeDir, archiveFormat: 'default', isForced: true,
+    modelName: assets.modelName,
+    modelVersion: assets.modelVersion,
+    handler: 'tensor',
+    serializedFile: modelPath,
+    extraFiles: [],
+    exportPath: storeDir,
+    archiveFormat: 'default',
+    isForced: true,
   });
   return assets;
 }

@@ -152,7 +152,15 @@ export function startProcessSampler(options: ProcessSamplerOptions): ProcessSamp
   const startedAtMs = performance.now();
   let lastAtMs = startedAtMs;
   let totalTicks = 0;
-  const usage: ResourceUsage = { peakCpuPercent: 0, meanCpuPercent: 0, peakRssBytes: 0, peakPssBytes: 0, lastRssBytes: 0, lastPssBytes: 0, samples: 0 };
+  const usage: ResourceUsage = {
+    peakCpuPercent: 0,
+    meanCpuPercent: 0,
+    peakRssBytes: 0,
+    peakPssBytes: 0,
+    lastRssBytes: 0,
+    lastPssBytes: 0,
+    samples: 0,
+  };
 
   const sample = (): void => {
     const nowMs = performance.now();
@@ -169,7 +177,10 @@ export function startProcessSampler(options: ProcessSamplerOptions): ProcessSamp
     }
     const elapsedMs = nowMs - lastAtMs;
     if (usage.samples > 0 && elapsedMs > intervalMs / 2) {
-      usage.peakCpuPercent = Math.max(usage.peakCpuPercent, (deltaTicks / CLOCK_TICKS_PER_SEC) / (elapsedMs / 1000) * 100);
+      usage.peakCpuPercent = Math.max(
+        usage.peakCpuPercent,
+        (deltaTicks / CLOCK_TICKS_PER_SEC / (elapsedMs / 1000)) * 100,
+      );
     }
     totalTicks += deltaTicks;
     lastAtMs = nowMs;
@@ -188,7 +199,7 @@ export function startProcessSampler(options: ProcessSamplerOptions): ProcessSamp
       clearInterval(timer);
       sample();
       const windowMs = lastAtMs - startedAtMs;
-      usage.meanCpuPercent = windowMs > 0 ? (totalTicks / CLOCK_TICKS_PER_SEC) / (windowMs / 1000) * 100 : 0;
+      usage.meanCpuPercent = windowMs > 0 ? (totalTicks / CLOCK_TICKS_PER_SEC / (windowMs / 1000)) * 100 : 0;
       return { ...usage };
     },
   };

@@ -3,7 +3,14 @@ import { stat } from 'node:fs/promises';
 import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { experimentNames, type BenchResult, type ExperimentName, type MemoryVariant, type ReferenceTimings, type ResultRow } from './bench-result.ts';
+import {
+  experimentNames,
+  type BenchResult,
+  type ExperimentName,
+  type MemoryVariant,
+  type ReferenceTimings,
+  type ResultRow,
+} from './bench-result.ts';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { benchErrors } from './errors.ts';
 import { CEILING_NOISE_TOLERANCE, runCeiling } from './experiments/ceiling.ts';
@@ -12,7 +19,13 @@ import { runDecentralized } from './experiments/decentralized.ts';
 import type { BenchProgressEvent, ExperimentContext, RunPlan } from './experiments/experiment-context.ts';
 import { runMemory } from './experiments/memory.ts';
 import { measureTensorOwnTime, runOverhead } from './experiments/overhead.ts';
-import { runBatched, runCentralized, runSweep, runWorkers, type ServerRunResult } from './experiments/server-experiments.ts';
+import {
+  runBatched,
+  runCentralized,
+  runSweep,
+  runWorkers,
+  type ServerRunResult,
+} from './experiments/server-experiments.ts';
 import { runProtocols } from './experiments/protocols.ts';
 import { explainInt8Time, INT8_ROUNDS, runInt8, type Int8Summary } from './experiments/int8.ts';
 import { prepareInt8Assets } from './int8-assets.ts';
@@ -53,22 +66,49 @@ const plans: Record<BenchMode, { model: BenchModelName; plan: RunPlan }> = {
   full: {
     model: 'resnet-152',
     plan: {
-      images: 200, concurrency: 100, decentralizedJobs: 24, decentralizedCaps: [1, 2, 4, 8], ceilingBatchSizes: [1, 2, 4, 8], ceilingMinDurationMs: 8_000,
-      sweepConcurrencies: [1, 2, 4, 8, 16, 32, 64], sweepMinRequests: 48, maxRunMs: 90_000, overheadDurationMs: 5_000, overheadConcurrency: 32,
+      images: 200,
+      concurrency: 100,
+      decentralizedJobs: 24,
+      decentralizedCaps: [1, 2, 4, 8],
+      ceilingBatchSizes: [1, 2, 4, 8],
+      ceilingMinDurationMs: 8_000,
+      sweepConcurrencies: [1, 2, 4, 8, 16, 32, 64],
+      sweepMinRequests: 48,
+      maxRunMs: 90_000,
+      overheadDurationMs: 5_000,
+      overheadConcurrency: 32,
     },
   },
   quick: {
     model: 'resnet-18',
     plan: {
-      images: 150, concurrency: 100, decentralizedJobs: 8, decentralizedCaps: [1, 2, 4], ceilingBatchSizes: [1, 2, 4, 8], ceilingMinDurationMs: 1_500,
-      sweepConcurrencies: [1, 4, 16, 64], sweepMinRequests: 40, maxRunMs: 15_000, overheadDurationMs: 2_000, overheadConcurrency: 32,
+      images: 150,
+      concurrency: 100,
+      decentralizedJobs: 8,
+      decentralizedCaps: [1, 2, 4],
+      ceilingBatchSizes: [1, 2, 4, 8],
+      ceilingMinDurationMs: 1_500,
+      sweepConcurrencies: [1, 4, 16, 64],
+      sweepMinRequests: 40,
+      maxRunMs: 15_000,
+      overheadDurationMs: 2_000,
+      overheadConcurrency: 32,
     },
   },
   smoke: {
     model: 'tiny',
     plan: {
-      images: 40, concurrency: 8, decentralizedJobs: 3, decentralizedCaps: [1, 2], ceilingBatchSizes: [1, 8], ceilingMinDurationMs: 200,
-      sweepConcurrencies: [1, 4], sweepMinRequests: 20, maxRunMs: 5_000, overheadDurationMs: 500, overheadConcurrency: 8,
+      images: 40,
+      concurrency: 8,
+      decentralizedJobs: 3,
+      decentralizedCaps: [1, 2],
+      ceilingBatchSizes: [1, 8],
+      ceilingMinDurationMs: 200,
+      sweepConcurrencies: [1, 4],
+      sweepMinRequests: 20,
+      maxRunMs: 5_000,
+      overheadDurationMs: 500,
+      overheadConcurrency: 8,
     },
   },
 };
@@ -87,7 +127,9 @@ function defaultOutDir(startedAt: Date): string {
 
 function checkPositiveInteger(name: string, value: number | undefined): void {
   if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
-    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`${name} must be a whole number of 1 or more, got ${value}`);
+    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(
+      `${name} must be a whole number of 1 or more, got ${value}`,
+    );
   }
 }
 
@@ -103,38 +145,84 @@ function checkPositiveInteger(name: string, value: number | undefined): void {
 export async function runBench(options: BenchOptions = {}): Promise<{ result: BenchResult; files: ReportFiles }> {
   defaultOrtTelemetryOff(); // its job processes inherit it
   const mode = options.mode ?? 'full';
-  if (!(mode in plans)) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`mode must be one of ${Object.keys(plans).join(', ')}, got '${mode}'`);
+  if (!(mode in plans))
+    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(
+      `mode must be one of ${Object.keys(plans).join(', ')}, got '${mode}'`,
+    );
   const model = options.model ?? plans[mode].model;
-  if (!benchModelNames.includes(model)) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`model must be one of ${benchModelNames.join(', ')}, got '${model}'`);
+  if (!benchModelNames.includes(model))
+    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(
+      `model must be one of ${benchModelNames.join(', ')}, got '${model}'`,
+    );
   checkPositiveInteger('images', options.images);
   checkPositiveInteger('concurrency', options.concurrency);
   const unknown = (options.experiments ?? []).filter((e) => !experimentNames.includes(e));
-  if (unknown.length > 0) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`unknown experiment(s) ${unknown.join(', ')}; choose from ${experimentNames.join(', ')}`);
-  const selected = new Set(options.experiments ?? experimentNames.filter((e) => !(mode === 'smoke' && (e === 'memory' || e === 'int8'))));
-  const plan: RunPlan = { ...plans[mode].plan, ...(options.images ? { images: options.images } : {}), ...(options.concurrency ? { concurrency: options.concurrency } : {}) };
-  const needsServer = ['centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols', 'int8'].some((e) => selected.has(e as ExperimentName));
+  if (unknown.length > 0)
+    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(
+      `unknown experiment(s) ${unknown.join(', ')}; choose from ${experimentNames.join(', ')}`,
+    );
+  const selected = new Set(
+    options.experiments ?? experimentNames.filter((e) => !(mode === 'smoke' && (e === 'memory' || e === 'int8'))),
+  );
+  const plan: RunPlan = {
+    ...plans[mode].plan,
+    ...(options.images ? { images: options.images } : {}),
+    ...(options.concurrency ? { concurrency: options.concurrency } : {}),
+  };
+  const needsServer = ['centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols', 'int8'].some(
+    (e) => selected.has(e as ExperimentName),
+  );
   const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
   if (needsServer && !existsSync(serveBin)) {
-    throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(`the serve CLI is not at ${serveBin}; run \`pnpm install\` at the repository root, pass --serve-bin, or leave the server experiments out with --experiments ceiling,decentralized`);
+    throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(
+      `the serve CLI is not at ${serveBin}; run \`pnpm install\` at the repository root, pass --serve-bin, or leave the server experiments out with --experiments ceiling,decentralized`,
+    );
   }
 
   const onProgress = options.onProgress ?? (() => undefined);
   const startedAt = new Date();
   const outDir = resolve(options.outDir ?? defaultOutDir(startedAt));
   const cpuCount = os.availableParallelism();
-  const assets = await prepareAssets({ model, cacheDir: options.cacheDir, onStatus: (message) => onProgress({ type: 'log', message }) });
-  const tensorAssets = selected.has('overhead') || selected.has('protocols') ? await prepareTensorAssets({ cacheDir: options.cacheDir }) : undefined;
+  const assets = await prepareAssets({
+    model,
+    cacheDir: options.cacheDir,
+    onStatus: (message) => onProgress({ type: 'log', message }),
+  });
+  const tensorAssets =
+    selected.has('overhead') || selected.has('protocols')
+      ? await prepareTensorAssets({ cacheDir: options.cacheDir })
+      : undefined;
   const modelBytes = (await stat(assets.modelPath)).size;
   if (selected.has('int8') && model === 'tiny') {
-    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID('the int8 experiment needs a ResNet (--model resnet-18|resnet-50|resnet-152, or --quick); the tiny model is too small to quantise meaningfully');
+    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(
+      'the int8 experiment needs a ResNet (--model resnet-18|resnet-50|resnet-152, or --quick); the tiny model is too small to quantise meaningfully',
+    );
   }
-  const int8Assets = selected.has('int8') ? await prepareInt8Assets(assets, { onStatus: (message) => onProgress({ type: 'log', message }) }) : undefined;
-  const context: ExperimentContext = { assets, tensorAssets, plan, serveBin, workDir: join(outDir, 'servers'), serverTmpRoot: resolve(options.serverTmpRoot ?? os.tmpdir()), cpuCount, onProgress };
+  const int8Assets = selected.has('int8')
+    ? await prepareInt8Assets(assets, { onStatus: (message) => onProgress({ type: 'log', message }) })
+    : undefined;
+  const context: ExperimentContext = {
+    assets,
+    tensorAssets,
+    plan,
+    serveBin,
+    workDir: join(outDir, 'servers'),
+    serverTmpRoot: resolve(options.serverTmpRoot ?? os.tmpdir()),
+    cpuCount,
+    onProgress,
+  };
 
   const rows: ResultRow[] = [];
   const notes: string[] = [];
   let memory: MemoryVariant[] = [];
-  const references: ReferenceTimings = { ownEndToEndP50Ms: Number.NaN, ownInferP50Ms: Number.NaN, tinyOwnEndToEndP50Ms: Number.NaN, tinyOwnInferP50Ms: Number.NaN, loneClientPairs: [], overheadRounds: [] };
+  const references: ReferenceTimings = {
+    ownEndToEndP50Ms: Number.NaN,
+    ownInferP50Ms: Number.NaN,
+    tinyOwnEndToEndP50Ms: Number.NaN,
+    tinyOwnInferP50Ms: Number.NaN,
+    loneClientPairs: [],
+    overheadRounds: [],
+  };
   const serverRuns: ServerRunResult[] = [];
 
   // The machine may be shared: the load average around each experiment says how quiet it was.
@@ -154,10 +242,13 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     references.ownEndToEndP50Ms = ownTime.endToEndP50Ms;
     references.ownInferP50Ms = ownTime.inferP50Ms;
     if (noisyBatchSizes.length > 0) {
-      notes.push(`Noisy ceiling: the repeats of batch ${noisyBatchSizes.join('/')} disagreed by more than ${CEILING_NOISE_TOLERANCE * 100}% even after a retry (another process took the cores), so every ratio to the ceiling is suspect: rerun on a quiet machine.`);
+      notes.push(
+        `Noisy ceiling: the repeats of batch ${noisyBatchSizes.join('/')} disagreed by more than ${CEILING_NOISE_TOLERANCE * 100}% even after a retry (another process took the cores), so every ratio to the ceiling is suspect: rerun on a quiet machine.`,
+      );
     }
   }
-  if (selected.has('decentralized')) rows.push(...(await withLoadAverage('decentralized', () => runDecentralized(context))));
+  if (selected.has('decentralized'))
+    rows.push(...(await withLoadAverage('decentralized', () => runDecentralized(context))));
   const addServerRuns = (runs: ServerRunResult[], extraRows: ResultRow[] = []) => {
     serverRuns.push(...runs);
     rows.push(...runs.map((r) => r.row), ...extraRows);
@@ -205,7 +296,9 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     const measured = await withLoadAverage('int8', () => runInt8(context, int8Assets, { rounds: INT8_ROUNDS[mode] }));
     rows.push(...measured.rows);
     int8 = measured.summary;
-    notes.push(`int8: ${int8.rounds} rounds each of ${int8.imagesPerRound} requests at ${plan.concurrency} clients, fp32, int8 and int8 with ${int8.int8WorkersConfig} alternating, all three servers running throughout (${int8.serverConfig} for the first two); int8 archive made by \`${int8.quantizeCommand}\`; its accuracy check: ${int8.agreement}. ${explainInt8Time(int8)}`);
+    notes.push(
+      `int8: ${int8.rounds} rounds each of ${int8.imagesPerRound} requests at ${plan.concurrency} clients, fp32, int8 and int8 with ${int8.int8WorkersConfig} alternating, all three servers running throughout (${int8.serverConfig} for the first two); int8 archive made by \`${int8.quantizeCommand}\`; its accuracy check: ${int8.agreement}. ${explainInt8Time(int8)}`,
+    );
   }
 
   const ceiling = bestOf(rows, 'ceiling');
@@ -214,22 +307,42 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     if (row.experiment === 'overhead' || row.experiment === 'memory' || row.config.startsWith('1 MB')) continue;
     // The int8 rows' ratio is to the int8 ceiling (set by the experiment); the fp32 server's to the fp32 ceiling, when measured.
     if (row.experiment === 'int8') {
-      if (ceiling && row.config.startsWith('fp32')) row.ratioToCeiling = row.throughputPerSec / ceiling.throughputPerSec;
+      if (ceiling && row.config.startsWith('fp32'))
+        row.ratioToCeiling = row.throughputPerSec / ceiling.throughputPerSec;
       continue;
     }
     if (ceiling) row.ratioToCeiling = row.throughputPerSec / ceiling.throughputPerSec;
     if (decentralized) row.ratioToBestDecentralized = row.throughputPerSec / decentralized.throughputPerSec;
   }
-  if (loadAverages.length > 0) notes.push(`Load average (1 min) before → after each experiment, on ${cpuCount} cores: ${loadAverages.join('; ')}.`);
+  if (loadAverages.length > 0)
+    notes.push(
+      `Load average (1 min) before → after each experiment, on ${cpuCount} cores: ${loadAverages.join('; ')}.`,
+    );
   const errorRows = rows.filter((r) => r.errors > 0);
-  if (errorRows.length > 0) notes.push(`Requests or jobs failed in: ${errorRows.map((r) => `${r.experiment} ${r.config} (${r.errors})`).join('; ')}.`);
-  notes.push(`Server runs: one process tree started from ${serveBin} with a generated config.properties (logs under ${context.workDir}).`);
+  if (errorRows.length > 0)
+    notes.push(
+      `Requests or jobs failed in: ${errorRows.map((r) => `${r.experiment} ${r.config} (${r.errors})`).join('; ')}.`,
+    );
+  notes.push(
+    `Server runs: one process tree started from ${serveBin} with a generated config.properties (logs under ${context.workDir}).`,
+  );
   const modelSizeMb = modelBytes / 1_000_000; // decimal MB, like every size Marina prints
   const machine = getMachineInfo();
   const result: BenchResult = {
-    machine, model, modelSizeMb, images: plan.images, concurrency: plan.concurrency, mode,
-    startedAt: startedAt.toISOString(), durationSec: (Date.now() - startedAt.getTime()) / 1000,
-    rows, references, memory, bestServerConfig, notes, ...(int8 ? { int8 } : {}),
+    machine,
+    model,
+    modelSizeMb,
+    images: plan.images,
+    concurrency: plan.concurrency,
+    mode,
+    startedAt: startedAt.toISOString(),
+    durationSec: (Date.now() - startedAt.getTime()) / 1000,
+    rows,
+    references,
+    memory,
+    bestServerConfig,
+    notes,
+    ...(int8 ? { int8 } : {}),
     targets: checkTargets({ model, rows, references, memory, modelSizeMb, cpuCount, int8, cpuFlags: machine.cpuFlags }),
   };
   const files = await writeReports(result, outDir);

@@ -58,7 +58,9 @@ export interface RunningServer {
 }
 
 /** Writes config.properties for one model the way a user would (TorchServe keys, section 2 of the reference). */
-export async function writeServerConfig(options: StartServerOptions & { ports: [number, number, number] }): Promise<string> {
+export async function writeServerConfig(
+  options: StartServerOptions & { ports: [number, number, number] },
+): Promise<string> {
   const [inferencePort, managementPort, metricsPort] = options.ports;
   const lines = [
     `inference_address=http://127.0.0.1:${inferencePort}`,
@@ -107,23 +109,35 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   const configPath = await writeServerConfig({ ...options, ports, grpcInferencePort });
   const logPath = join(options.workDir, 'server.log');
   const log = createWriteStream(logPath);
-  const child = spawn(process.execPath, [options.serveBin, '--start', '--foreground', '--ts-config', configPath, '--disable-token-auth', '--ncs'], {
-    cwd: options.workDir,
-    // Its own TMPDIR: the server's pid file lives there, so a bench never clashes with (or stops)
-    // a server the user runs; the extraction and optimised-model caches there are reused across runs.
-    env: { ...process.env, TMPDIR: benchTmpDir, ...options.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    detached: true,
-  });
+  const child = spawn(
+    process.execPath,
+    [options.serveBin, '--start', '--foreground', '--ts-config', configPath, '--disable-token-auth', '--ncs'],
+    {
+      cwd: options.workDir,
+      // Its own TMPDIR: the server's pid file lives there, so a bench never clashes with (or stops)
+      // a server the user runs; the extraction and optimised-model caches there are reused across runs.
+      env: { ...process.env, TMPDIR: benchTmpDir, ...options.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    },
+  );
   child.stdout!.pipe(log, { end: false });
   child.stderr!.pipe(log, { end: false });
   const origin = `http://127.0.0.1:${ports[0]}`;
 
   const stop = async (): Promise<void> => {
     if (child.exitCode === null && child.signalCode === null) {
-      try { process.kill(-child.pid!, 'SIGTERM'); } catch { /* already gone */ }
+      try {
+        process.kill(-child.pid!, 'SIGTERM');
+      } catch {
+        /* already gone */
+      }
       if (!(await waitForExit(child, 10_000))) {
-        try { process.kill(-child.pid!, 'SIGKILL'); } catch { /* already gone */ }
+        try {
+          process.kill(-child.pid!, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
         await waitForExit(child, 5_000);
       }
     }
@@ -136,7 +150,8 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     try {
       const response = await fetch(`${origin}/ping`, { signal: AbortSignal.timeout(2_000) });
       await response.arrayBuffer();
-      if (response.status === 200) return { pid: child.pid!, origin, grpcTarget: `127.0.0.1:${grpcInferencePort}`, logPath, stop };
+      if (response.status === 200)
+        return { pid: child.pid!, origin, grpcTarget: `127.0.0.1:${grpcInferencePort}`, logPath, stop };
     } catch {
       // not listening yet
     }

@@ -36,7 +36,10 @@ export function summarizeLatencies(latenciesMs: readonly number[]): LatencySumma
 
 /** Median of a list (NaN when empty); used for repeated single-run timings. */
 export function median(values: readonly number[]): number {
-  return percentile([...values].sort((a, b) => a - b), 50);
+  return percentile(
+    [...values].sort((a, b) => a - b),
+    50,
+  );
 }
 
 /** Repeats of one measurement judged together (see `bestOfRepeats`). */
@@ -58,7 +61,9 @@ export interface RepeatVerdict {
 export function bestOfRepeats(values: readonly number[], tolerance = 0.25): RepeatVerdict {
   if (values.length === 0) return { bestIndex: -1, best: Number.NaN, spread: 0, isNoisy: false };
   let bestIndex = 0;
-  values.forEach((v, i) => { if (v > values[bestIndex]!) bestIndex = i; });
+  values.forEach((v, i) => {
+    if (v > values[bestIndex]!) bestIndex = i;
+  });
   const best = values[bestIndex]!;
   if (values.length === 1) return { bestIndex, best, spread: 0, isNoisy: false };
   const second = Math.max(...values.filter((_, i) => i !== bestIndex));

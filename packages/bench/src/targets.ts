@@ -7,23 +7,41 @@ import { isVnniIn } from './machine-info.ts';
 
 const fmt = (value: number, digits = 1): string => (Number.isFinite(value) ? value.toFixed(digits) : 'n/a');
 /** A difference with its sign: +6.8 or −1.3. */
-const signed = (value: number, digits = 1): string => (value < 0 ? `−${fmt(-value, digits)}` : `+${fmt(value, digits)}`);
+const signed = (value: number, digits = 1): string =>
+  value < 0 ? `−${fmt(-value, digits)}` : `+${fmt(value, digits)}`;
 const pct = (value: number): string => (Number.isFinite(value) ? `${(value * 100).toFixed(0)}%` : 'n/a');
 
 function best(rows: readonly ResultRow[]): ResultRow | undefined {
-  return rows.filter((r) => Number.isFinite(r.throughputPerSec)).reduce<ResultRow | undefined>((acc, r) => (acc === undefined || r.throughputPerSec > acc.throughputPerSec ? r : acc), undefined);
+  return rows
+    .filter((r) => Number.isFinite(r.throughputPerSec))
+    .reduce<ResultRow | undefined>(
+      (acc, r) => (acc === undefined || r.throughputPerSec > acc.throughputPerSec ? r : acc),
+      undefined,
+    );
 }
 
 /** The best-throughput row among the server experiments at the load concurrency (centralized, batched under load, workers). */
 export function bestServerRow(rows: readonly ResultRow[]): ResultRow | undefined {
-  return best(rows.filter((r) => (r.experiment === 'centralized' || r.experiment === 'workers' || r.experiment === 'batched') && r.concurrency > 1));
+  return best(
+    rows.filter(
+      (r) =>
+        (r.experiment === 'centralized' || r.experiment === 'workers' || r.experiment === 'batched') &&
+        r.concurrency > 1,
+    ),
+  );
 }
 
 export function bestOf(rows: readonly ResultRow[], experiment: ResultRow['experiment']): ResultRow | undefined {
   return best(rows.filter((r) => r.experiment === experiment));
 }
 
-const unmeasured = (name: string, target: string): TargetCheck => ({ name, target, measured: 'not measured in this run', isMet: undefined, explanation: '' });
+const unmeasured = (name: string, target: string): TargetCheck => ({
+  name,
+  target,
+  measured: 'not measured in this run',
+  isMet: undefined,
+  explanation: '',
+});
 
 /**
  * Checks Marina's performance targets against one run; where a target is missed the explanation
@@ -32,7 +50,16 @@ const unmeasured = (name: string, target: string): TargetCheck => ({ name, targe
  * for the other ResNets; they are left out for the tiny model, whose run time is microseconds (the
  * smoke run). The server-overhead targets use the tensor model and apply to every run.
  */
-export function checkTargets(input: { model: string; rows: readonly ResultRow[]; references: ReferenceTimings; memory: readonly MemoryVariant[]; modelSizeMb: number; cpuCount: number; int8?: Int8Summary | undefined; cpuFlags?: readonly string[] | undefined }): TargetCheck[] {
+export function checkTargets(input: {
+  model: string;
+  rows: readonly ResultRow[];
+  references: ReferenceTimings;
+  memory: readonly MemoryVariant[];
+  modelSizeMb: number;
+  cpuCount: number;
+  int8?: Int8Summary | undefined;
+  cpuFlags?: readonly string[] | undefined;
+}): TargetCheck[] {
   const { rows, references: ref } = input;
   const checks: TargetCheck[] = [];
   const ceiling = bestOf(rows, 'ceiling');
@@ -40,7 +67,10 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
   // batch size is the stricter yardstick, and both ratios are printed.
   const ceilingBatch1 = ceilingRowAtBatch1(rows.filter((r) => r.experiment === 'ceiling'));
   const decentralized = bestOf(rows, 'decentralized');
-  const server = best([...rows.filter((r) => r.experiment === 'sweep'), ...(bestServerRow(rows) ? [bestServerRow(rows)!] : [])]);
+  const server = best([
+    ...rows.filter((r) => r.experiment === 'sweep'),
+    ...(bestServerRow(rows) ? [bestServerRow(rows)!] : []),
+  ]);
   const onModel = input.model === 'resnet-152' ? '' : ` (set for ResNet-152; this run: ${input.model})`;
   const isImageModelTarget = input.model !== 'tiny';
 
@@ -52,17 +82,26 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
     else {
       const ratio = server.throughputPerSec / yardstick.throughputPerSec;
       const decodeShare = (ref.ownEndToEndP50Ms - ref.ownInferP50Ms) / ref.ownEndToEndP50Ms;
-      const bestBatchText = yardstick === ceiling ? '' : `; against the ceiling's best batch size (${ceiling.config.replace(/^.*, /, '')}, ${fmt(ceiling.throughputPerSec)} img/s): ${pct(server.throughputPerSec / ceiling.throughputPerSec)}`;
+      const bestBatchText =
+        yardstick === ceiling
+          ? ''
+          : `; against the ceiling's best batch size (${ceiling.config.replace(/^.*, /, '')}, ${fmt(ceiling.throughputPerSec)} img/s): ${pct(server.throughputPerSec / ceiling.throughputPerSec)}`;
       checks.push({
-        name, target,
+        name,
+        target,
         measured: `${fmt(server.throughputPerSec)} vs ${fmt(yardstick.throughputPerSec)} img/s = ${pct(ratio)} (${server.config}, ${server.concurrency} clients${bestBatchText})`,
         isMet: ratio >= 0.95,
-        explanation: ratio >= 0.95 ? '' : [
-          `short by ${pct(0.95 - ratio)} of the ceiling (${fmt(0.95 * yardstick.throughputPerSec - server.throughputPerSec)} img/s).`,
-          `Measured components: one image's decode + preprocess takes ${fmt(ref.ownEndToEndP50Ms - ref.ownInferP50Ms)} ms of its ${fmt(ref.ownEndToEndP50Ms)} ms in one process (${pct(decodeShare)}), work the ceiling leaves out by definition;`,
-          `the server used ${fmt(server.meanCpuPercent, 0)}% CPU on average (ceiling ${fmt(ceiling.meanCpuPercent, 0)}%, machine ${input.cpuCount * 100}%).`,
-          server.meanCpuPercent < ceiling.meanCpuPercent * 0.9 ? 'The server left cores idle: the model was not kept busy (queueing or hand-off gaps).' : 'The server kept the cores as busy as the ceiling: the gap is CPU spent outside the model (decoding, HTTP, copies) competing with inference threads.',
-        ].join(' '),
+        explanation:
+          ratio >= 0.95
+            ? ''
+            : [
+                `short by ${pct(0.95 - ratio)} of the ceiling (${fmt(0.95 * yardstick.throughputPerSec - server.throughputPerSec)} img/s).`,
+                `Measured components: one image's decode + preprocess takes ${fmt(ref.ownEndToEndP50Ms - ref.ownInferP50Ms)} ms of its ${fmt(ref.ownEndToEndP50Ms)} ms in one process (${pct(decodeShare)}), work the ceiling leaves out by definition;`,
+                `the server used ${fmt(server.meanCpuPercent, 0)}% CPU on average (ceiling ${fmt(ceiling.meanCpuPercent, 0)}%, machine ${input.cpuCount * 100}%).`,
+                server.meanCpuPercent < ceiling.meanCpuPercent * 0.9
+                  ? 'The server left cores idle: the model was not kept busy (queueing or hand-off gaps).'
+                  : 'The server kept the cores as busy as the ceiling: the gap is CPU spent outside the model (decoding, HTTP, copies) competing with inference threads.',
+              ].join(' '),
       });
     }
   }
@@ -73,21 +112,32 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
     else {
       const ratio = server.throughputPerSec / decentralized.throughputPerSec;
       checks.push({
-        name, target,
+        name,
+        target,
         measured: `${fmt(server.throughputPerSec)} vs ${fmt(decentralized.throughputPerSec)} img/s = ${fmt(ratio, 2)}× (decentralized ${decentralized.config}, ${pct(decentralized.loadShare)} of each job loading the model)`,
         isMet: ratio >= 4,
-        explanation: ratio >= 4 ? '' : `short by ${fmt(4 - ratio, 2)}×. A job spends ${pct(decentralized.loadShare)} of its time loading the model; the 4× target assumes loading dominates, which holds less for smaller models (the reference measured 61–65% for ResNet-152, 38–43% for ResNet-18).`,
+        explanation:
+          ratio >= 4
+            ? ''
+            : `short by ${fmt(4 - ratio, 2)}×. A job spends ${pct(decentralized.loadShare)} of its time loading the model; the 4× target assumes loading dominates, which holds less for smaller models (the reference measured 61–65% for ResNet-152, 38–43% for ResNet-18).`,
       });
     }
   }
   const bareMany = rows.find((r) => r.experiment === 'overhead' && r.config.startsWith('bare') && r.concurrency > 1);
   // The target is about the server's own overhead: judge its best configuration for the model (the row's config says which).
-  const serverMany = rows.filter((r) => r.experiment === 'overhead' && r.config.startsWith('Marina') && r.concurrency > 1)
-    .reduce<ResultRow | undefined>((best, r) => (best === undefined || r.throughputPerSec > best.throughputPerSec ? r : best), undefined);
-  const serverOne = rows.find((r) => r.experiment === 'overhead' && r.config.startsWith('Marina') && r.concurrency === 1);
+  const serverMany = rows
+    .filter((r) => r.experiment === 'overhead' && r.config.startsWith('Marina') && r.concurrency > 1)
+    .reduce<ResultRow | undefined>(
+      (best, r) => (best === undefined || r.throughputPerSec > best.throughputPerSec ? r : best),
+      undefined,
+    );
+  const serverOne = rows.find(
+    (r) => r.experiment === 'overhead' && r.config.startsWith('Marina') && r.concurrency === 1,
+  );
   {
     const name = 'Server overhead: ≥ half a bare fastify route';
-    const target = 'tensor model (2x+1) requests/s ≥ 0.5 × a bare fastify route returning a constant (same client, same JSON body, same concurrency)';
+    const target =
+      'tensor model (2x+1) requests/s ≥ 0.5 × a bare fastify route returning a constant (same client, same JSON body, same concurrency)';
     const rounds = ref.overheadRounds;
     if (!bareMany || !serverMany || rounds.length === 0) checks.push(unmeasured(name, target));
     else {
@@ -96,10 +146,14 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
       const ratio = median(ratios);
       const perRequestMs = 1000 / serverMany.throughputPerSec - 1000 / bareMany.throughputPerSec;
       checks.push({
-        name, target: `${target}, median of ${rounds.length} rounds side by side`,
+        name,
+        target: `${target}, median of ${rounds.length} rounds side by side`,
         measured: `${pct(ratio)} (rounds: ${rounds.map((r) => `${fmt(r.serverReqPerSec, 0)} vs ${fmt(r.bareReqPerSec, 0)} = ${pct(r.serverReqPerSec / r.bareReqPerSec)}`).join('; ')}); best rounds ${fmt(serverMany.throughputPerSec, 0)} vs ${fmt(bareMany.throughputPerSec, 0)} req/s at ${serverMany.concurrency} clients (${serverMany.config})`,
         isMet: ratio >= 0.5,
-        explanation: ratio >= 0.5 ? '' : `short by ${pct(0.5 - ratio)}. The server spends ${fmt(perRequestMs, 2)} ms of machine time more per request than the bare route (best rounds); the model's own parse + run + serialise is ${fmt(ref.tinyOwnEndToEndP50Ms, 3)} ms of it (run alone ${fmt(ref.tinyOwnInferP50Ms, 3)} ms), the rest is the server's HTTP handling, queueing, the worker hand-off and the response (server CPU ${fmt(serverMany.meanCpuPercent, 0)}% vs bare ${fmt(bareMany.meanCpuPercent, 0)}%).`,
+        explanation:
+          ratio >= 0.5
+            ? ''
+            : `short by ${pct(0.5 - ratio)}. The server spends ${fmt(perRequestMs, 2)} ms of machine time more per request than the bare route (best rounds); the model's own parse + run + serialise is ${fmt(ref.tinyOwnEndToEndP50Ms, 3)} ms of it (run alone ${fmt(ref.tinyOwnInferP50Ms, 3)} ms), the rest is the server's HTTP handling, queueing, the worker hand-off and the response (server CPU ${fmt(serverMany.meanCpuPercent, 0)}% vs bare ${fmt(bareMany.meanCpuPercent, 0)}%).`,
       });
     }
   }
@@ -110,7 +164,8 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
     else {
       const excess = serverOne.p50Ms - ref.tinyOwnEndToEndP50Ms;
       checks.push({
-        name, target,
+        name,
+        target,
         measured: `p50 ${fmt(serverOne.p50Ms, 2)} ms vs own ${fmt(ref.tinyOwnEndToEndP50Ms, 2)} ms: +${fmt(excess, 2)} ms`,
         isMet: excess <= 2,
         explanation: excess <= 2 ? '' : `over by ${fmt(excess - 2, 2)} ms.`,
@@ -124,13 +179,23 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
     if (!s) checks.push(unmeasured(name, target));
     else {
       const excess = s.excessMs;
-      const split = Number.isFinite(s.outsideRunMs) ? `; of the difference, outside the model's run ${signed(s.outsideRunMs)} ms and in the run itself ${signed(s.runMs)} ms (Server-Timing inference vs the own run, paired medians)` : '';
-      const control = Number.isFinite(s.controlExcessMs) ? `. Control, a second own-time process in the same turns: p50 ${signed(s.controlExcessMs)} ms from the first, its run ${signed(s.controlRunMs)} ms (paired median): how far two identical processes lie apart here` : '';
+      const split = Number.isFinite(s.outsideRunMs)
+        ? `; of the difference, outside the model's run ${signed(s.outsideRunMs)} ms and in the run itself ${signed(s.runMs)} ms (Server-Timing inference vs the own run, paired medians)`
+        : '';
+      const control = Number.isFinite(s.controlExcessMs)
+        ? `. Control, a second own-time process in the same turns: p50 ${signed(s.controlExcessMs)} ms from the first, its run ${signed(s.controlRunMs)} ms (paired median): how far two identical processes lie apart here`
+        : '';
       checks.push({
-        name, target,
+        name,
+        target,
         measured: `p50 ${fmt(s.loneP50Ms)} ms vs own ${fmt(s.ownEndToEndP50Ms)} ms (run alone ${fmt(s.ownInferP50Ms)} ms) over ${s.pairs} of each: ${signed(excess)} ms, ratio ${fmt(s.loneP50Ms / s.ownEndToEndP50Ms, 3)}. Paired median ${signed(s.pairedMedianMs)} ms (95% interval ${signed(s.pairedLowMs)} to ${signed(s.pairedHighMs)})${split}${control}`,
         isMet: excess <= 5,
-        explanation: excess <= 5 ? '' : excess > 50 ? `over by ${fmt(excess - 5)} ms: close to maxBatchDelay, so the batcher waited for a full batch that never came.` : `over by ${fmt(excess - 5)} ms, well under maxBatchDelay: not a batching wait; HTTP, hand-off and scheduling noise on a shared machine.`,
+        explanation:
+          excess <= 5
+            ? ''
+            : excess > 50
+              ? `over by ${fmt(excess - 5)} ms: close to maxBatchDelay, so the batcher waited for a full batch that never came.`
+              : `over by ${fmt(excess - 5)} ms, well under maxBatchDelay: not a batching wait; HTTP, hand-off and scheduling noise on a shared machine.`,
       });
     }
   }
@@ -141,22 +206,39 @@ export function checkTargets(input: { model: string; rows: readonly ResultRow[];
     for (const v of input.memory) {
       const key = `${v.weights}|${v.isMallocThresholdSet}`;
       const entry = pairs.get(key) ?? {};
-      if (v.workers === 1) entry.one = v; else entry.two = v;
+      if (v.workers === 1) entry.one = v;
+      else entry.two = v;
       pairs.set(key, entry);
     }
-    const costs = [...pairs.entries()].filter(([, p]) => p.one && p.two).map(([key, p]) => ({ key, label: p.two!.label.replace(/^2 workers, /, ''), costMb: (Number.isFinite(p.two!.pssMb) ? p.two!.pssMb - p.one!.pssMb : p.two!.rssMb - p.one!.rssMb) }));
+    const costs = [...pairs.entries()]
+      .filter(([, p]) => p.one && p.two)
+      .map(([key, p]) => ({
+        key,
+        label: p.two!.label.replace(/^2 workers, /, ''),
+        costMb: Number.isFinite(p.two!.pssMb) ? p.two!.pssMb - p.one!.pssMb : p.two!.rssMb - p.one!.rssMb,
+      }));
     if (costs.length === 0) checks.push(unmeasured(name, target));
     else {
       const cheapest = costs.reduce((a, b) => (b.costMb < a.costMb ? b : a));
       checks.push({
-        name, target,
+        name,
+        target,
         measured: costs.map((c) => `${c.label}: +${fmt(c.costMb, 0)} MB`).join('; '),
         isMet: cheapest.costMb <= 0.5 * input.modelSizeMb,
-        explanation: cheapest.costMb <= 0.5 * input.modelSizeMb ? `cheapest: ${cheapest.label}` : `cheapest (${cheapest.label}) is over by ${fmt(cheapest.costMb - 0.5 * input.modelSizeMb, 0)} MB: each session keeps private copies of the weights (graph optimisation 'all' reorders convolution weights into its own buffers).`,
+        explanation:
+          cheapest.costMb <= 0.5 * input.modelSizeMb
+            ? `cheapest: ${cheapest.label}`
+            : `cheapest (${cheapest.label}) is over by ${fmt(cheapest.costMb - 0.5 * input.modelSizeMb, 0)} MB: each session keeps private copies of the weights (graph optimisation 'all' reorders convolution weights into its own buffers).`,
       });
     }
   }
-  if (input.int8 !== undefined || input.model !== 'tiny') checks.push(...checkInt8Targets(input.int8, onModel, { fp32CeilingBatch1PerSec: ceilingBatch1?.throughputPerSec, cpuFlags: input.cpuFlags }));
+  if (input.int8 !== undefined || input.model !== 'tiny')
+    checks.push(
+      ...checkInt8Targets(input.int8, onModel, {
+        fp32CeilingBatch1PerSec: ceilingBatch1?.throughputPerSec,
+        cpuFlags: input.cpuFlags,
+      }),
+    );
   return checks;
 }
 
@@ -179,7 +261,12 @@ export function checkInt8Targets(s: Int8Summary | undefined, onModel = '', machi
   const ceilingTarget = `the better int8 server configuration's images/s ≥ 0.8 × onnxruntime alone on the int8 model (its own defaults at batch 1, as the fp32 ceiling), JPEG decoding included${onModel}`;
   const memoryName = 'int8 server uses less memory than fp32';
   const memoryTarget = `PSS of the int8 server's process tree < the fp32 server's, both serving${onModel}`;
-  if (!s) return [unmeasured(speedName, speedTarget), unmeasured(ceilingName, ceilingTarget), unmeasured(memoryName, memoryTarget)];
+  if (!s)
+    return [
+      unmeasured(speedName, speedTarget),
+      unmeasured(ceilingName, ceilingTarget),
+      unmeasured(memoryName, memoryTarget),
+    ];
   const where = explainInt8Time(s);
   const speedRatio = s.int8PerSec / s.fp32PerSec;
   const isWorkersBest = s.int8WorkersPerSec > s.int8PerSec;
@@ -191,22 +278,31 @@ export function checkInt8Targets(s: Int8Summary | undefined, onModel = '', machi
   const kernelsText = describeKernelsRatio(s, speedRatio, machine);
   return [
     {
-      name: speedName, target: speedTarget,
+      name: speedName,
+      target: speedTarget,
       measured: `${fmt(s.int8PerSec, 2)} vs ${fmt(s.fp32PerSec, 2)} img/s = ${fmt(speedRatio, 2)}× (rounds int8 ${rounds(s.int8RoundsPerSec)}, fp32 ${rounds(s.fp32RoundsPerSec)}; ${s.serverConfig}; agreement ${s.agreement})`,
       isMet: speedRatio >= 2.8,
-      explanation: speedRatio >= 2.8 ? kernelsText : `short by ${fmt(2.8 - speedRatio, 2)}×. ${kernelsText}${kernelsText ? ' ' : ''}${where}`,
+      explanation:
+        speedRatio >= 2.8
+          ? kernelsText
+          : `short by ${fmt(2.8 - speedRatio, 2)}×. ${kernelsText}${kernelsText ? ' ' : ''}${where}`,
     },
     {
-      name: ceilingName, target: ceilingTarget,
+      name: ceilingName,
+      target: ceilingTarget,
       measured: `${fmt(bestPerSec, 2)} vs ${fmt(s.int8CeilingBatch1PerSec, 2)} img/s = ${pct(ceilingRatio)}; against the int8 ceiling's best batch size (${fmt(s.int8CeilingPerSec, 2)} img/s): ${pct(bestBatchRatio)} (the better int8 server: ${bestConfig}; ${s.serverConfig} ${fmt(s.int8PerSec, 2)}, rounds ${rounds(s.int8RoundsPerSec)}; ${s.int8WorkersConfig} ${fmt(s.int8WorkersPerSec, 2)}, rounds ${rounds(s.int8WorkersRoundsPerSec)})`,
       isMet: ceilingRatio >= 0.8,
       explanation: ceilingRatio >= 0.8 ? '' : `short by ${pct(0.8 - ceilingRatio)} of the int8 ceiling. ${where}`,
     },
     {
-      name: memoryName, target: memoryTarget,
+      name: memoryName,
+      target: memoryTarget,
       measured: `PSS int8 ${fmt(s.int8PssMb, 0)} MB vs fp32 ${fmt(s.fp32PssMb, 0)} MB (RSS ${fmt(s.int8RssMb, 0)} vs ${fmt(s.fp32RssMb, 0)} MB; model ${fmt(s.int8ModelMb, 1)} vs ${fmt(s.fp32ModelMb, 1)} MB)`,
       isMet: Number.isFinite(s.int8PssMb) && Number.isFinite(s.fp32PssMb) ? s.int8PssMb < s.fp32PssMb : undefined,
-      explanation: s.int8PssMb < s.fp32PssMb ? '' : 'the int8 server held as much memory as the fp32 one: onnxruntime may keep dequantised copies of the weights (check the optimised model) or the allocator arenas dominate.',
+      explanation:
+        s.int8PssMb < s.fp32PssMb
+          ? ''
+          : 'the int8 server held as much memory as the fp32 one: onnxruntime may keep dequantised copies of the weights (check the optimised model) or the allocator arenas dominate.',
     },
   ];
 }
@@ -220,13 +316,17 @@ function describeKernelsRatio(s: Int8Summary, serverRatio: number, machine: Int8
   const fp32 = machine.fp32CeilingBatch1PerSec;
   if (fp32 !== undefined && Number.isFinite(fp32) && fp32 > 0 && Number.isFinite(s.int8CeilingBatch1PerSec)) {
     const kernels = s.int8CeilingBatch1PerSec / fp32;
-    parts.push(`onnxruntime alone on this CPU, batch 1: int8 ${fmt(s.int8CeilingBatch1PerSec, 2)} vs fp32 ${fmt(fp32, 2)} img/s = ${fmt(kernels, 2)}× (the server's ${fmt(serverRatio, 2)}× is ${pct(serverRatio / kernels)} of it)`);
+    parts.push(
+      `onnxruntime alone on this CPU, batch 1: int8 ${fmt(s.int8CeilingBatch1PerSec, 2)} vs fp32 ${fmt(fp32, 2)} img/s = ${fmt(kernels, 2)}× (the server's ${fmt(serverRatio, 2)}× is ${pct(serverRatio / kernels)} of it)`,
+    );
   }
   const vnni = isVnniIn(machine.cpuFlags);
   if (vnni !== undefined) {
-    parts.push(vnni
-      ? `this CPU has VNNI (${machine.cpuFlags!.join(', ')})`
-      : `this CPU has no VNNI (${machine.cpuFlags!.join(', ')}): onnxruntime's int8 kernels gain less on AVX2 alone than with VNNI, and the archiver makes 7-bit weights on such a CPU`);
+    parts.push(
+      vnni
+        ? `this CPU has VNNI (${machine.cpuFlags!.join(', ')})`
+        : `this CPU has no VNNI (${machine.cpuFlags!.join(', ')}): onnxruntime's int8 kernels gain less on AVX2 alone than with VNNI, and the archiver makes 7-bit weights on such a CPU`,
+    );
   }
   return parts.length === 0 ? '' : `${parts.join('; ')}.`;
 }

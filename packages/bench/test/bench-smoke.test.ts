@@ -18,7 +18,12 @@ describe('marina-bench --smoke', () => {
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'marina-bench-smoke-'));
     outDir = join(dir, 'results', 'run');
-    ({ result } = await runBench({ mode: 'smoke', outDir, cacheDir: join(dir, 'cache'), serverTmpRoot: join(dir, 'servers-tmp') }));
+    ({ result } = await runBench({
+      mode: 'smoke',
+      outDir,
+      cacheDir: join(dir, 'cache'),
+      serverTmpRoot: join(dir, 'servers-tmp'),
+    }));
   }, 240_000);
 
   afterAll(async () => {
@@ -29,7 +34,16 @@ describe('marina-bench --smoke', () => {
 
   it('measures every smoke experiment with successful requests', () => {
     const experiments = new Set(result.rows.map((r) => r.experiment));
-    expect([...experiments].sort()).toEqual(['batched', 'ceiling', 'centralized', 'decentralized', 'overhead', 'protocols', 'sweep', 'workers']);
+    expect([...experiments].sort()).toEqual([
+      'batched',
+      'ceiling',
+      'centralized',
+      'decentralized',
+      'overhead',
+      'protocols',
+      'sweep',
+      'workers',
+    ]);
     for (const row of result.rows) {
       expect(row.images, `${row.experiment} ${row.config}`).toBeGreaterThan(0);
       expect(row.errors, `${row.experiment} ${row.config}: ${row.note}`).toBe(0);
@@ -61,7 +75,9 @@ describe('marina-bench --smoke', () => {
 
   it('starts the own-time process in a session of its own, as the server, so the kernel groups neither side with the bench', async () => {
     const cache = join(dir, 'cache');
-    const assetsFile = (await readdir(cache)).map((entry) => join(cache, entry, 'assets.json')).find((path) => existsSync(path))!;
+    const assetsFile = (await readdir(cache))
+      .map((entry) => join(cache, entry, 'assets.json'))
+      .find((path) => existsSync(path))!;
     const assets = JSON.parse(await readFile(assetsFile, 'utf8')) as { modelPath: string; imagePath: string };
     // /proc/<pid>/stat: after "(comm) " come state, ppid, pgrp and session.
     const session = (pid: number) => Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[3]);

@@ -28,7 +28,15 @@ describe('marina-bench --quick --experiments int8', () => {
     dir = await mkdtemp(join(tmpdir(), 'marina-bench-int8-'));
     cacheDir = join(dir, 'cache');
     outDir = join(dir, 'results', 'run');
-    ({ result } = await runBench({ mode: 'quick', experiments: ['int8'], images: 12, concurrency: 6, outDir, cacheDir, serverTmpRoot: join(dir, 'servers-tmp') }));
+    ({ result } = await runBench({
+      mode: 'quick',
+      experiments: ['int8'],
+      images: 12,
+      concurrency: 6,
+      outDir,
+      cacheDir,
+      serverTmpRoot: join(dir, 'servers-tmp'),
+    }));
   }, 240_000);
 
   afterAll(async () => {
@@ -45,7 +53,10 @@ describe('marina-bench --quick --experiments int8', () => {
       'fp32 server (resnet-18-external.mar), 1 worker, defaults',
       'int8 server (resnet-18-int8.mar), 1 worker, defaults',
       `int8 server (resnet-18-int8.mar), ${workers}`,
-      'int8 ceiling, batch 1', 'int8 ceiling, batch 2', 'int8 ceiling, batch 4', 'int8 ceiling, batch 8',
+      'int8 ceiling, batch 1',
+      'int8 ceiling, batch 2',
+      'int8 ceiling, batch 4',
+      'int8 ceiling, batch 8',
     ]);
     for (const row of rows) {
       expect(row.images, row.config).toBeGreaterThan(0);
@@ -59,14 +70,22 @@ describe('marina-bench --quick --experiments int8', () => {
     expect(result.rows.every((r) => r.experiment === 'int8')).toBe(true);
   });
 
-  it('summarises both servers: rounds, PSS, Server-Timing stages and the archive\'s own agreement', () => {
+  it("summarises both servers: rounds, PSS, Server-Timing stages and the archive's own agreement", () => {
     const s = result.int8!;
     expect(s).toBeDefined();
     expect(s.rounds).toBe(2);
     expect(s.fp32RoundsPerSec).toHaveLength(2);
     expect(s.int8RoundsPerSec).toHaveLength(2);
     expect(s.int8WorkersRoundsPerSec).toHaveLength(2);
-    for (const value of [s.fp32PssMb, s.int8PssMb, s.fp32RssMb, s.int8RssMb, s.int8CeilingPerSec, s.int8Own.endToEndP50Ms, s.int8Own.inferP50Ms]) {
+    for (const value of [
+      s.fp32PssMb,
+      s.int8PssMb,
+      s.fp32RssMb,
+      s.int8RssMb,
+      s.int8CeilingPerSec,
+      s.int8Own.endToEndP50Ms,
+      s.int8Own.inferP50Ms,
+    ]) {
       expect(value).toBeGreaterThan(0);
     }
     for (const stages of [s.fp32Stages, s.int8Stages]) {
@@ -75,12 +94,18 @@ describe('marina-bench --quick --experiments int8', () => {
     }
     // The int8 model is the quantised file model-archiver wrote (a quarter of the fp32 weights' bytes or so).
     expect(s.int8ModelMb).toBeLessThan(s.fp32ModelMb);
-    expect(s.agreement).toMatch(/^top1 \d\.\d{3}, lowest cosine 0\.\d{5} on 2 held-out images \(minmax calibration on 6; \d+ nodes kept in fp32\)$/);
+    expect(s.agreement).toMatch(
+      /^top1 \d\.\d{3}, lowest cosine 0\.\d{5} on 2 held-out images \(minmax calibration on 6; \d+ nodes kept in fp32\)$/,
+    );
     expect(s.quantizeCommand).toContain('--quantize int8 --calibration');
   });
 
   it('checks the three int8 targets with measured values, and says where the time goes', async () => {
-    const names = ['int8 server ≥ 2.8× the fp32 server', 'int8 server ≥ 80% of the int8 ceiling', 'int8 server uses less memory than fp32'];
+    const names = [
+      'int8 server ≥ 2.8× the fp32 server',
+      'int8 server ≥ 80% of the int8 ceiling',
+      'int8 server uses less memory than fp32',
+    ];
     for (const name of names) {
       const check = result.targets.find((t) => t.name === name);
       expect(check, name).toBeDefined();

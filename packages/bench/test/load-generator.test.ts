@@ -18,7 +18,9 @@ describe('closed-loop load generator', () => {
       inFlight += 1;
       maxInFlight = Math.max(maxInFlight, inFlight);
       let bytes = 0;
-      request.on('data', (chunk: Buffer) => { bytes += chunk.length; });
+      request.on('data', (chunk: Buffer) => {
+        bytes += chunk.length;
+      });
       request.on('end', () => {
         if (bytes === 5) bodiesSeen += 1;
         setTimeout(() => {
@@ -37,7 +39,14 @@ describe('closed-loop load generator', () => {
   it('sends exactly the measured requests after the warm-up, never more than `concurrency` at once', async () => {
     bodiesSeen = 0;
     maxInFlight = 0;
-    const result = await runLoad({ origin, path: '/ok', body: Buffer.from('hello'), concurrency: 4, requests: 40, warmupRequests: 8 });
+    const result = await runLoad({
+      origin,
+      path: '/ok',
+      body: Buffer.from('hello'),
+      concurrency: 4,
+      requests: 40,
+      warmupRequests: 8,
+    });
     expect(result.latenciesMs).toHaveLength(40);
     expect(result.errors).toBe(0);
     expect(bodiesSeen).toBe(48);
@@ -47,12 +56,22 @@ describe('closed-loop load generator', () => {
 
   it('sends through a given pool and leaves it open, so blocks measured one after another share one connection', async () => {
     let connections = 0;
-    const onConnection = () => { connections += 1; };
+    const onConnection = () => {
+      connections += 1;
+    };
     server.on('connection', onConnection);
     const pool = new Pool(origin, { connections: 1, pipelining: 1, keepAliveTimeout: 60_000 });
     try {
       for (let block = 0; block < 3; block++) {
-        const result = await runLoad({ origin, path: '/ok', body: Buffer.from('hello'), concurrency: 1, requests: 5, collectHeader: 'content-length', pool });
+        const result = await runLoad({
+          origin,
+          path: '/ok',
+          body: Buffer.from('hello'),
+          concurrency: 1,
+          requests: 5,
+          collectHeader: 'content-length',
+          pool,
+        });
         expect(result.latenciesMs).toHaveLength(5);
         expect(result.headerValues).toEqual(['2', '2', '2', '2', '2']);
       }
@@ -65,7 +84,13 @@ describe('closed-loop load generator', () => {
   });
 
   it('throws a typed error naming the status when every request fails', async () => {
-    const error = await runLoad({ origin, path: '/fail', body: Buffer.from('hello'), concurrency: 2, requests: 4 }).catch((e: unknown) => e);
+    const error = await runLoad({
+      origin,
+      path: '/fail',
+      body: Buffer.from('hello'),
+      concurrency: 2,
+      requests: 4,
+    }).catch((e: unknown) => e);
     expect(isMarinaError(error) && error.code).toBe('MARINA_ERR_BENCH_REQUESTS_FAILED');
     expect((error as Error).message).toContain('HTTP 503');
   });

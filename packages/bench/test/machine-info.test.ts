@@ -4,7 +4,8 @@ import { describeCpuFlags, getMachineInfo, isVnniIn, readCpuFlags } from '../src
 import { checkInt8Targets } from '../src/targets.ts';
 
 // Two processors' worth of /proc/cpuinfo, trimmed: flags are read from the first.
-const cpuinfo = (flags: string) => `processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse sse2 ${flags} rdrand\n\nprocessor\t: 1\nflags\t\t: fpu\n`;
+const cpuinfo = (flags: string) =>
+  `processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse sse2 ${flags} rdrand\n\nprocessor\t: 1\nflags\t\t: fpu\n`;
 
 describe('machine info', () => {
   it('reports the vector flags onnxruntime dispatches on, in a fixed order, and says whether the CPU has VNNI', () => {
@@ -22,7 +23,7 @@ describe('machine info', () => {
     expect(describeCpuFlags(undefined)).toBe('');
   });
 
-  it('reads this machine, sharp\'s version included (its package exports leave out package.json)', () => {
+  it("reads this machine, sharp's version included (its package exports leave out package.json)", () => {
     const machine = getMachineInfo();
     expect(machine.sharpVersion).toMatch(/^\d+\.\d+\.\d+/);
     expect(machine.onnxruntimeVersion).toMatch(/^\d+\.\d+\.\d+/);
@@ -32,21 +33,44 @@ describe('machine info', () => {
 
 describe('int8 speed target', () => {
   const summary: Int8Summary = {
-    serverConfig: '1 worker, defaults', fp32ArchiveFileName: 'm.mar', int8ArchiveFileName: 'm-int8.mar', imagesPerRound: 100, rounds: 3,
-    fp32PerSec: 4, int8PerSec: 8, fp32RoundsPerSec: [4, 4, 4], int8RoundsPerSec: [8, 8, 8],
-    int8WorkersConfig: '2 workers × 1 thread', int8WorkersPerSec: 10, int8WorkersRoundsPerSec: [10, 10, 10],
-    int8CeilingPerSec: 12, int8CeilingBatch1P50Ms: 95, int8CeilingBatch1PerSec: 10.5, int8Own: { endToEndP50Ms: 110, inferP50Ms: 99 },
-    fp32PssMb: 430, int8PssMb: 300, fp32RssMb: 530, int8RssMb: 420, fp32MeanCpuPercent: 180, int8MeanCpuPercent: 177,
-    fp32Stages: { inference: 240, preprocess: 0.2, postprocess: 0.1 }, int8Stages: { inference: 120, preprocess: 0.2, postprocess: 0.1 },
-    fp32ModelMb: 240.5, int8ModelMb: 61.6, agreement: 'top1 1.000', quantizeCommand: 'model-archiver --quantize int8',
+    serverConfig: '1 worker, defaults',
+    fp32ArchiveFileName: 'm.mar',
+    int8ArchiveFileName: 'm-int8.mar',
+    imagesPerRound: 100,
+    rounds: 3,
+    fp32PerSec: 4,
+    int8PerSec: 8,
+    fp32RoundsPerSec: [4, 4, 4],
+    int8RoundsPerSec: [8, 8, 8],
+    int8WorkersConfig: '2 workers × 1 thread',
+    int8WorkersPerSec: 10,
+    int8WorkersRoundsPerSec: [10, 10, 10],
+    int8CeilingPerSec: 12,
+    int8CeilingBatch1P50Ms: 95,
+    int8CeilingBatch1PerSec: 10.5,
+    int8Own: { endToEndP50Ms: 110, inferP50Ms: 99 },
+    fp32PssMb: 430,
+    int8PssMb: 300,
+    fp32RssMb: 530,
+    int8RssMb: 420,
+    fp32MeanCpuPercent: 180,
+    int8MeanCpuPercent: 177,
+    fp32Stages: { inference: 240, preprocess: 0.2, postprocess: 0.1 },
+    int8Stages: { inference: 120, preprocess: 0.2, postprocess: 0.1 },
+    fp32ModelMb: 240.5,
+    int8ModelMb: 61.6,
+    agreement: 'top1 1.000',
+    quantizeCommand: 'model-archiver --quantize int8',
   };
 
-  it('puts onnxruntime\'s own int8 ÷ fp32 ratio and the CPU\'s VNNI beside a miss, without changing the verdict', () => {
+  it("puts onnxruntime's own int8 ÷ fp32 ratio and the CPU's VNNI beside a miss, without changing the verdict", () => {
     const [speed] = checkInt8Targets(summary, '', { fp32CeilingBatch1PerSec: 5.25, cpuFlags: ['avx2', 'fma'] });
     expect(speed!.isMet).toBe(false);
     expect(speed!.measured).toContain('= 2.00×');
     expect(speed!.explanation).toContain('short by 0.80×');
-    expect(speed!.explanation).toContain('onnxruntime alone on this CPU, batch 1: int8 10.50 vs fp32 5.25 img/s = 2.00× (the server\'s 2.00× is 100% of it)');
+    expect(speed!.explanation).toContain(
+      "onnxruntime alone on this CPU, batch 1: int8 10.50 vs fp32 5.25 img/s = 2.00× (the server's 2.00× is 100% of it)",
+    );
     expect(speed!.explanation).toContain('this CPU has no VNNI (avx2, fma)');
   });
 

@@ -18,7 +18,9 @@ describe('waitForQuiet', () => {
 
   it('reads the CPU time of every thread of a process, which grows while it spins and is 0 once it has gone', async () => {
     // Spins in slices, checking stdin between them, so it stops as soon as it is told to.
-    const busy = await start("let stop = false; process.stdin.on('data', () => { stop = true; }); process.stdout.write('up'); const spin = () => { const end = Date.now() + 20; while (Date.now() < end); if (!stop) setImmediate(spin); }; spin();");
+    const busy = await start(
+      "let stop = false; process.stdin.on('data', () => { stop = true; }); process.stdout.write('up'); const spin = () => { const end = Date.now() + 20; while (Date.now() < end); if (!stop) setImmediate(spin); }; spin();",
+    );
     const first = readCpuNs(busy.pid!);
     // Wait on the state, not the clock: until it has used another 50 ms of CPU.
     while (readCpuNs(busy.pid!) - first < 50e6) await new Promise((resolve) => setImmediate(resolve));

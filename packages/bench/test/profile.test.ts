@@ -22,24 +22,43 @@ function expectWellFormed(result: ProfileResult, runs: number): void {
   expect(nodeShares).toBeCloseTo(1, 6);
   expect(typeShares).toBeCloseTo(1, 6);
   expect(result.byOpType.reduce((sum, t) => sum + t.nodes, 0)).toBe(result.byNode.length);
-  for (let i = 1; i < result.byNode.length; i++) expect(result.byNode[i]!.ms).toBeLessThanOrEqual(result.byNode[i - 1]!.ms);
-  for (let i = 1; i < result.byOpType.length; i++) expect(result.byOpType[i]!.ms).toBeLessThanOrEqual(result.byOpType[i - 1]!.ms);
+  for (let i = 1; i < result.byNode.length; i++)
+    expect(result.byNode[i]!.ms).toBeLessThanOrEqual(result.byNode[i - 1]!.ms);
+  for (let i = 1; i < result.byOpType.length; i++)
+    expect(result.byOpType[i]!.ms).toBeLessThanOrEqual(result.byOpType[i - 1]!.ms);
 }
 
 describe('summarizeOrtProfile', () => {
   it('leaves out warm-up runs, sums per node and per operator type, and gives shares of the node time', () => {
-    const node = (name: string, op: string, ts: number, dur: number): OrtTraceEvent => ({ cat: 'Node', name: `${name}_kernel_time`, ts, dur, args: { op_name: op, provider: 'CPUExecutionProvider', output_type_shape: [{ float: [1, 8] }] } });
+    const node = (name: string, op: string, ts: number, dur: number): OrtTraceEvent => ({
+      cat: 'Node',
+      name: `${name}_kernel_time`,
+      ts,
+      dur,
+      args: { op_name: op, provider: 'CPUExecutionProvider', output_type_shape: [{ float: [1, 8] }] },
+    });
     const run = (ts: number, dur: number): OrtTraceEvent => ({ cat: 'Session', name: 'model_run', ts, dur });
     const events: OrtTraceEvent[] = [
-      run(0, 1000), node('a', 'Conv', 10, 900), // warm-up, left out
-      run(2000, 100), node('a', 'Conv', 2010, 60), node('b', 'Relu', 2070, 20), node('c', 'Conv', 2090, 10),
-      run(3000, 100), node('a', 'Conv', 3010, 40), node('b', 'Relu', 3060, 20), node('c', 'Conv', 3080, 10),
+      run(0, 1000),
+      node('a', 'Conv', 10, 900), // warm-up, left out
+      run(2000, 100),
+      node('a', 'Conv', 2010, 60),
+      node('b', 'Relu', 2070, 20),
+      node('c', 'Conv', 2090, 10),
+      run(3000, 100),
+      node('a', 'Conv', 3010, 40),
+      node('b', 'Relu', 3060, 20),
+      node('c', 'Conv', 3080, 10),
     ];
     const summary = summarizeOrtProfile(events, { skipRuns: 1 });
     expect(summary.runs).toBe(2);
     expect(summary.runMs).toBeCloseTo(0.1);
     expect(summary.nodeMs).toBeCloseTo(0.08);
-    expect(summary.byNode.map((n) => [n.node, n.opType, n.provider, n.outputShapes])).toEqual([['a', 'Conv', 'CPU', '[1,8]'], ['b', 'Relu', 'CPU', '[1,8]'], ['c', 'Conv', 'CPU', '[1,8]']]);
+    expect(summary.byNode.map((n) => [n.node, n.opType, n.provider, n.outputShapes])).toEqual([
+      ['a', 'Conv', 'CPU', '[1,8]'],
+      ['b', 'Relu', 'CPU', '[1,8]'],
+      ['c', 'Conv', 'CPU', '[1,8]'],
+    ]);
     expect(summary.byNode[0]!.ms).toBeCloseTo(0.05);
     expect(summary.byNode[0]!.share).toBeCloseTo(100 / 160);
     expect(summary.byOpType).toEqual([
@@ -61,7 +80,11 @@ describe('marina-bench profile', { timeout: 180_000 }, () => {
   });
 
   it('profiles a bare ONNX file at a batch size, with inputs from its signature', async () => {
-    const { modelPath } = await writeTinyClassifier({ outputPath: join(dir, 'tiny.onnx'), inputSize: 32, numClasses: 10 });
+    const { modelPath } = await writeTinyClassifier({
+      outputPath: join(dir, 'tiny.onnx'),
+      inputSize: 32,
+      numClasses: 10,
+    });
     const result = await profileModel({ path: modelPath, batchSize: 3, runs: 4, warmupRuns: 1, intraOpNumThreads: 1 });
     expectWellFormed(result, 4);
     expect(result.inputs).toEqual([{ name: 'input', type: 'float32', shape: [3, 3, 32, 32] }]);
@@ -87,16 +110,46 @@ describe('marina-bench profile', { timeout: 180_000 }, () => {
   it('profiles a ResNet-18 archive through the CLI, with the image_classifier preprocessing of a sample, and writes chart, JSON and trace', async () => {
     const resnet = await writeResnet({ depth: 18, outputPath: join(dir, 'resnet-18.onnx') });
     const store = join(dir, 'store');
-    await packArchive({ modelName: 'resnet-18', modelVersion: '1.0', handler: 'image_classifier', serializedFile: resnet.modelPath, extraFiles: [], exportPath: store, archiveFormat: 'default', isForced: true });
+    await packArchive({
+      modelName: 'resnet-18',
+      modelVersion: '1.0',
+      handler: 'image_classifier',
+      serializedFile: resnet.modelPath,
+      extraFiles: [],
+      exportPath: store,
+      archiveFormat: 'default',
+      isForced: true,
+    });
     const out = join(dir, 'out');
-    const child = spawn(process.execPath, [BENCH_BIN, 'profile', join(store, 'resnet-18.mar'), '--batch-size', '2', '--runs', '2', '--warmup-runs', '1', '--top', '5', '--json', '--out', out], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [
+        BENCH_BIN,
+        'profile',
+        join(store, 'resnet-18.mar'),
+        '--batch-size',
+        '2',
+        '--runs',
+        '2',
+        '--warmup-runs',
+        '1',
+        '--top',
+        '5',
+        '--json',
+        '--out',
+        out,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
     expect(code, stderr).toBe(0);
-    const result = JSON.parse(stdout) as ProfileResult & { files: { chartPath: string; jsonPath: string; tracePath: string } };
+    const result = JSON.parse(stdout) as ProfileResult & {
+      files: { chartPath: string; jsonPath: string; tracePath: string };
+    };
     expectWellFormed(result, 2);
     expect(result.modelName).toBe('resnet-18');
     expect(result.handler).toBe('image_classifier');
@@ -106,13 +159,20 @@ describe('marina-bench profile', { timeout: 180_000 }, () => {
     expect(result.files.chartPath).toBe(join(out, 'chart.svg'));
     const svg = await readFile(result.files.chartPath, 'utf8');
     expect(svg).toContain('Where the time goes: resnet-18, batch 2');
-    expect(JSON.parse(await readFile(result.files.jsonPath, 'utf8'))).toMatchObject({ modelName: 'resnet-18', runs: 2 });
+    expect(JSON.parse(await readFile(result.files.jsonPath, 'utf8'))).toMatchObject({
+      modelName: 'resnet-18',
+      runs: 2,
+    });
     expect(Array.isArray(JSON.parse(await readFile(result.files.tracePath, 'utf8')))).toBe(true);
   });
 
   it('refuses a file that is not there, with MARINA_ERR_BENCH_OPTION_INVALID', async () => {
-    await expect(profileModel({ path: join(dir, 'missing.onnx') })).rejects.toMatchObject({ code: 'MARINA_ERR_BENCH_OPTION_INVALID' });
-    await expect(profileModel({ path: join(dir, 'tiny.onnx'), batchSize: 0 })).rejects.toMatchObject({ code: 'MARINA_ERR_BENCH_OPTION_INVALID' });
+    await expect(profileModel({ path: join(dir, 'missing.onnx') })).rejects.toMatchObject({
+      code: 'MARINA_ERR_BENCH_OPTION_INVALID',
+    });
+    await expect(profileModel({ path: join(dir, 'tiny.onnx'), batchSize: 0 })).rejects.toMatchObject({
+      code: 'MARINA_ERR_BENCH_OPTION_INVALID',
+    });
   });
 
   it('reports a file onnxruntime cannot load with MARINA_ERR_BENCH_PROFILE_FAILED', async () => {

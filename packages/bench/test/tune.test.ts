@@ -27,7 +27,15 @@ function expectWellFormed(result: TuneResult, modelName: string): void {
   expect(best).toEqual(result.measured[0]);
   expect(configLines[0]).toBe(`load_models=${modelName}=${modelName}.mar`);
   expect(JSON.parse(configLines[1]!.slice('models='.length))).toEqual({
-    [modelName]: { '1.0': { minWorkers: best.workers, maxWorkers: best.workers, batchSize: best.batchSize, ...(best.batchSize > 1 ? { maxBatchDelay: best.maxBatchDelay } : {}), intraOpNumThreads: best.threads } },
+    [modelName]: {
+      '1.0': {
+        minWorkers: best.workers,
+        maxWorkers: best.workers,
+        batchSize: best.batchSize,
+        ...(best.batchSize > 1 ? { maxBatchDelay: best.maxBatchDelay } : {}),
+        intraOpNumThreads: best.threads,
+      },
+    },
   });
   for (const s of result.skipped) expect(s.reason.length).toBeGreaterThan(0);
   // The curve was measured, or its absence is explained.
@@ -39,22 +47,30 @@ function expectWellFormed(result: TuneResult, modelName: string): void {
  * Starts `serve --foreground` with a config.properties made of the recommended lines as printed,
  * plus addresses and the model store, and checks the model answers and runs with that configuration.
  */
-async function expectRecommendationServes(result: TuneResult, options: { dir: string; store: string; body: Buffer; contentType: string }): Promise<void> {
+async function expectRecommendationServes(
+  result: TuneResult,
+  options: { dir: string; store: string; body: Buffer; contentType: string },
+): Promise<void> {
   const cwd = join(options.dir, `serve-${result.modelName}`);
   await mkdir(join(cwd, 'tmp'), { recursive: true });
   const config = join(cwd, 'config.properties');
-  await writeFile(config, [
-    'inference_address=http://127.0.0.1:0',
-    'management_address=http://127.0.0.1:0',
-    'grpc_inference_port=0',
-    'grpc_management_port=0',
-    'enable_metrics_api=false',
-    'disable_token_authorization=true',
-    `model_store=${options.store}`,
-    ...result.recommendation.configLines,
-  ].join('\n') + '\n');
+  await writeFile(
+    config,
+    [
+      'inference_address=http://127.0.0.1:0',
+      'management_address=http://127.0.0.1:0',
+      'grpc_inference_port=0',
+      'grpc_management_port=0',
+      'enable_metrics_api=false',
+      'disable_token_authorization=true',
+      `model_store=${options.store}`,
+      ...result.recommendation.configLines,
+    ].join('\n') + '\n',
+  );
   const child = spawn(process.execPath, [SERVE_BIN, '--foreground', '--ncs', '--ts-config', config], {
-    cwd, env: { ...process.env, TMPDIR: join(cwd, 'tmp'), MARINA_NO_REEXEC: '1' }, stdio: ['ignore', 'pipe', 'pipe'],
+    cwd,
+    env: { ...process.env, TMPDIR: join(cwd, 'tmp'), MARINA_NO_REEXEC: '1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
   child.stdout.on('data', (d: Buffer) => (output += d.toString()));
@@ -68,9 +84,22 @@ async function expectRecommendationServes(result: TuneResult, options: { dir: st
     expect(output).toContain(`Model loaded: ${result.modelName} (version 1.0)`);
     const url = /Inference API bound to (\S+)/.exec(output)![1]!;
     const managementUrl = /Management API bound to (\S+)/.exec(output)![1]!;
-    const answers = await Promise.all(Array.from({ length: 4 }, () => fetch(`${url}/predictions/${result.modelName}`, { method: 'POST', body: new Uint8Array(options.body), headers: { 'content-type': options.contentType } })));
+    const answers = await Promise.all(
+      Array.from({ length: 4 }, () =>
+        fetch(`${url}/predictions/${result.modelName}`, {
+          method: 'POST',
+          body: new Uint8Array(options.body),
+          headers: { 'content-type': options.contentType },
+        }),
+      ),
+    );
     for (const answer of answers) expect(answer.status, await answer.clone().text()).toBe(200);
-    const [description] = (await (await fetch(`${managementUrl}/models/${result.modelName}`)).json()) as Array<{ minWorkers: number; batchSize: number; maxBatchDelay: number; workers: Array<{ intraOpNumThreads: number }> }>;
+    const [description] = (await (await fetch(`${managementUrl}/models/${result.modelName}`)).json()) as Array<{
+      minWorkers: number;
+      batchSize: number;
+      maxBatchDelay: number;
+      workers: Array<{ intraOpNumThreads: number }>;
+    }>;
     const r = result.recommendation;
     expect(description).toMatchObject({ minWorkers: r.workers, batchSize: r.batchSize });
     if (r.batchSize > 1) expect(description!.maxBatchDelay).toBe(r.maxBatchDelay);
@@ -84,9 +113,18 @@ async function expectRecommendationServes(result: TuneResult, options: { dir: st
 
 describe('workerThreadPairs', () => {
   it('never plans more threads than cores', () => {
-    expect(workerThreadPairs(2)).toEqual([{ workers: 1, threads: 2 }, { workers: 2, threads: 1 }]);
-    expect(workerThreadPairs(6)).toEqual([{ workers: 1, threads: 6 }, { workers: 2, threads: 3 }, { workers: 4, threads: 1 }, { workers: 6, threads: 1 }]);
-    for (const cores of [1, 3, 8, 16]) for (const p of workerThreadPairs(cores)) expect(p.workers * p.threads).toBeLessThanOrEqual(cores);
+    expect(workerThreadPairs(2)).toEqual([
+      { workers: 1, threads: 2 },
+      { workers: 2, threads: 1 },
+    ]);
+    expect(workerThreadPairs(6)).toEqual([
+      { workers: 1, threads: 6 },
+      { workers: 2, threads: 3 },
+      { workers: 4, threads: 1 },
+      { workers: 6, threads: 1 },
+    ]);
+    for (const cores of [1, 3, 8, 16])
+      for (const p of workerThreadPairs(cores)) expect(p.workers * p.threads).toBeLessThanOrEqual(cores);
   });
 });
 
@@ -104,10 +142,28 @@ describe('marina-bench tune', { timeout: 300_000 }, () => {
   });
 
   it('tunes the tiny image classifier within a CI budget, and the recommendation serves as printed', async () => {
-    const { modelPath } = await writeTinyClassifier({ outputPath: join(dir, 'tiny.onnx'), inputSize: 32, numClasses: 10 });
-    await packArchive({ modelName: 'tiny', modelVersion: '1.0', handler: 'image_classifier', serializedFile: modelPath, extraFiles: [], exportPath: store, archiveFormat: 'default', isForced: true });
+    const { modelPath } = await writeTinyClassifier({
+      outputPath: join(dir, 'tiny.onnx'),
+      inputSize: 32,
+      numClasses: 10,
+    });
+    await packArchive({
+      modelName: 'tiny',
+      modelVersion: '1.0',
+      handler: 'image_classifier',
+      serializedFile: modelPath,
+      extraFiles: [],
+      exportPath: store,
+      archiveFormat: 'default',
+      isForced: true,
+    });
     const messages: string[] = [];
-    const result = await tuneArchive({ archivePath: join(store, 'tiny.mar'), budgetS: 25, maxBatchSize: 4, onProgress: (m) => messages.push(m) });
+    const result = await tuneArchive({
+      archivePath: join(store, 'tiny.mar'),
+      budgetS: 25,
+      maxBatchSize: 4,
+      onProgress: (m) => messages.push(m),
+    });
     expectWellFormed(result, 'tiny');
     expect(result.input.from).toBe('synthetic from the signature (image_classifier)');
     expect(messages.some((m) => m.startsWith('measuring '))).toBe(true);
@@ -118,10 +174,34 @@ describe('marina-bench tune', { timeout: 300_000 }, () => {
 
   it('tunes a ResNet-18 archive through the CLI (--json) with a sample image, and the recommendation serves as printed', async () => {
     const resnet = await writeResnet({ depth: 18, outputPath: join(dir, 'resnet-18.onnx') });
-    await packArchive({ modelName: 'resnet-18', modelVersion: '1.0', handler: 'image_classifier', serializedFile: resnet.modelPath, extraFiles: [], exportPath: store, archiveFormat: 'default', isForced: true });
+    await packArchive({
+      modelName: 'resnet-18',
+      modelVersion: '1.0',
+      handler: 'image_classifier',
+      serializedFile: resnet.modelPath,
+      extraFiles: [],
+      exportPath: store,
+      archiveFormat: 'default',
+      isForced: true,
+    });
     const image = join(dir, 'kitten.jpg');
     await writeSampleJpeg({ outputPath: image, width: 320, height: 240 });
-    const child = spawn(process.execPath, [BENCH_BIN, 'tune', join(store, 'resnet-18.mar'), '--budget-s', '40', '--max-batch-size', '4', '--input', image, '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [
+        BENCH_BIN,
+        'tune',
+        join(store, 'resnet-18.mar'),
+        '--budget-s',
+        '40',
+        '--max-batch-size',
+        '4',
+        '--input',
+        image,
+        '--json',
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -135,12 +215,20 @@ describe('marina-bench tune', { timeout: 300_000 }, () => {
   });
 
   it('refuses a bare ONNX file and a custom handler without --input', async () => {
-    await expect(tuneArchive({ archivePath: join(dir, 'tiny.onnx'), budgetS: 5 })).rejects.toMatchObject({ code: 'MARINA_ERR_BENCH_OPTION_INVALID' });
+    await expect(tuneArchive({ archivePath: join(dir, 'tiny.onnx'), budgetS: 5 })).rejects.toMatchObject({
+      code: 'MARINA_ERR_BENCH_OPTION_INVALID',
+    });
     const custom = join(store, 'custom');
     await mkdir(join(custom, 'MAR-INF'), { recursive: true });
     await writeFile(join(custom, 'handler.mjs'), 'export function handle(data) { return data.map(() => 1); }\n');
     await copyFile(join(dir, 'tiny.onnx'), join(custom, 'model.onnx'));
-    await writeFile(join(custom, 'MAR-INF', 'MANIFEST.json'), JSON.stringify({ runtime: 'python', model: { modelName: 'custom', modelVersion: '1.0', handler: 'handler.mjs', serializedFile: 'model.onnx' } }));
+    await writeFile(
+      join(custom, 'MAR-INF', 'MANIFEST.json'),
+      JSON.stringify({
+        runtime: 'python',
+        model: { modelName: 'custom', modelVersion: '1.0', handler: 'handler.mjs', serializedFile: 'model.onnx' },
+      }),
+    );
     const error = await tuneArchive({ archivePath: custom, budgetS: 5 }).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'MARINA_ERR_BENCH_OPTION_INVALID' });
     expect((error as Error).message).toContain('--input');

@@ -1,2 +1,11 @@
-export { createMarinaClient, type MarinaClient, type MarinaClientOptions, type PredictInput, type PredictOptions, type PredictManyOptions, type PredictOutcome, type RetryEvent } from './marina-client.ts';
+export {
+  createMarinaClient,
+  type MarinaClient,
+  type MarinaClientOptions,
+  type PredictInput,
+  type PredictOptions,
+  type PredictManyOptions,
+  type PredictOutcome,
+  type RetryEvent,
+} from './marina-client.ts';
 export { MarinaClientError, isMarinaClientError, clientErrorDefinitions, type ClientErrorCode } from './errors.ts';

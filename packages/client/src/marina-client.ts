@@ -67,8 +67,16 @@ export interface MarinaClient {
    * Many predictions with at most `concurrency` in flight; results in the order of `inputs`.
    * `inputs` is read lazily, so a generator of file reads holds only `concurrency` inputs in memory.
    */
-  predictMany(model: string, inputs: Iterable<PredictInput> | AsyncIterable<PredictInput>, options?: PredictManyOptions & { settle: true }): Promise<PredictOutcome[]>;
-  predictMany(model: string, inputs: Iterable<PredictInput> | AsyncIterable<PredictInput>, options?: PredictManyOptions): Promise<unknown[]>;
+  predictMany(
+    model: string,
+    inputs: Iterable<PredictInput> | AsyncIterable<PredictInput>,
+    options?: PredictManyOptions & { settle: true },
+  ): Promise<PredictOutcome[]>;
+  predictMany(
+    model: string,
+    inputs: Iterable<PredictInput> | AsyncIterable<PredictInput>,
+    options?: PredictManyOptions,
+  ): Promise<unknown[]>;
   /** GET /ping: true when the server answers `{"status":"Healthy"}`. Never retries. */
   ping(options?: { signal?: AbortSignal }): Promise<boolean>;
 }
@@ -85,11 +93,19 @@ function readInferenceKey(path: string): string {
   try {
     parsed = JSON.parse(readFileSync(path, 'utf8'));
   } catch (error) {
-    throw new MarinaClientError('MARINA_ERR_CLIENT_KEY_FILE_INVALID', `cannot read the key file ${path}: ${(error as Error).message}; pass the server's key_file.json (it is written in the directory serve was started from)`, { statusCode: 0, cause: error });
+    throw new MarinaClientError(
+      'MARINA_ERR_CLIENT_KEY_FILE_INVALID',
+      `cannot read the key file ${path}: ${(error as Error).message}; pass the server's key_file.json (it is written in the directory serve was started from)`,
+      { statusCode: 0, cause: error },
+    );
   }
   const key = (parsed as { inference?: { key?: unknown } } | null)?.inference?.key;
   if (typeof key !== 'string' || key.length === 0) {
-    throw new MarinaClientError('MARINA_ERR_CLIENT_KEY_FILE_INVALID', `the key file ${path} has no inference.key; pass the server's key_file.json`, { statusCode: 0 });
+    throw new MarinaClientError(
+      'MARINA_ERR_CLIENT_KEY_FILE_INVALID',
+      `the key file ${path} has no inference.key; pass the server's key_file.json`,
+      { statusCode: 0 },
+    );
   }
   return key;
 }
@@ -104,8 +120,10 @@ function parseRetryAfter(value: string | null): number | undefined {
 }
 
 function encode(input: PredictInput, contentType: string | undefined): { body: BodyInit; contentType: string } {
-  if (input instanceof Uint8Array) return { body: input as Uint8Array<ArrayBuffer>, contentType: contentType ?? 'application/octet-stream' };
-  if (input instanceof ArrayBuffer) return { body: new Uint8Array(input), contentType: contentType ?? 'application/octet-stream' };
+  if (input instanceof Uint8Array)
+    return { body: input as Uint8Array<ArrayBuffer>, contentType: contentType ?? 'application/octet-stream' };
+  if (input instanceof ArrayBuffer)
+    return { body: new Uint8Array(input), contentType: contentType ?? 'application/octet-stream' };
   if (typeof input === 'string') return { body: input, contentType: contentType ?? 'text/plain; charset=utf-8' };
   return { body: JSON.stringify(input), contentType: contentType ?? 'application/json' };
 }
@@ -153,29 +171,44 @@ function abortableDelay(ms: number, signal: AbortSignal | undefined): Promise<vo
  */
 export function createMarinaClient(options: MarinaClientOptions = {}): MarinaClient {
   const url = (options.url ?? process.env['MARINA_URL'] ?? 'http://127.0.0.1:8080').replace(/\/+$/, '');
-  if (!/^https?:\/\/[^/]+$/.test(url)) throw optionError(`url must be an http(s) origin such as http://127.0.0.1:8080, got '${url}'`);
+  if (!/^https?:\/\/[^/]+$/.test(url))
+    throw optionError(`url must be an http(s) origin such as http://127.0.0.1:8080, got '${url}'`);
   const timeoutMs = options.timeoutMs ?? TORCHSERVE_DEFAULT_RESPONSE_TIMEOUT_MS;
   const maxRetries = options.maxRetries ?? 10;
   const maxRetryDelayMs = options.maxRetryDelayMs ?? 30_000;
   if (!(timeoutMs > 0)) throw optionError(`timeoutMs must be more than 0, got ${timeoutMs}`);
-  if (!Number.isInteger(maxRetries) || maxRetries < 0) throw optionError(`maxRetries must be a whole number of 0 or more, got ${maxRetries}`);
+  if (!Number.isInteger(maxRetries) || maxRetries < 0)
+    throw optionError(`maxRetries must be a whole number of 0 or more, got ${maxRetries}`);
   if (!(maxRetryDelayMs >= 0)) throw optionError(`maxRetryDelayMs must be 0 or more, got ${maxRetryDelayMs}`);
   const keyFile = options.keyFile ?? process.env['MARINA_KEY_FILE'];
   const token = options.token ?? process.env['MARINA_TOKEN'] ?? (keyFile ? readInferenceKey(keyFile) : undefined);
   const authorization: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {};
 
   /** One HTTP attempt; network failures and the per-attempt timeout become typed errors. */
-  async function attempt(path: string, init: RequestInit, signal: AbortSignal | undefined, attempts: number): Promise<Response> {
+  async function attempt(
+    path: string,
+    init: RequestInit,
+    signal: AbortSignal | undefined,
+    attempts: number,
+  ): Promise<Response> {
     const timeout = AbortSignal.timeout(timeoutMs);
     try {
       return await fetch(`${url}${path}`, { ...init, signal: signal ? AbortSignal.any([signal, timeout]) : timeout });
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
       if (timeout.aborted) {
-        throw new MarinaClientError('MARINA_ERR_CLIENT_RESPONSE_TIMEOUT', `${init.method} ${path}: no answer from ${url} within ${timeoutMs} ms (attempt ${attempts}); the server may still be running it`, { statusCode: 0, attempts, cause: error });
+        throw new MarinaClientError(
+          'MARINA_ERR_CLIENT_RESPONSE_TIMEOUT',
+          `${init.method} ${path}: no answer from ${url} within ${timeoutMs} ms (attempt ${attempts}); the server may still be running it`,
+          { statusCode: 0, attempts, cause: error },
+        );
       }
       const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-      throw new MarinaClientError('MARINA_ERR_CLIENT_CONNECTION_FAILED', `${init.method} ${path}: cannot reach ${url} (${cause?.code ?? cause?.message ?? (error as Error).message}); is serve running there?`, { statusCode: 0, attempts, cause: error });
+      throw new MarinaClientError(
+        'MARINA_ERR_CLIENT_CONNECTION_FAILED',
+        `${init.method} ${path}: cannot reach ${url} (${cause?.code ?? cause?.message ?? (error as Error).message}); is serve running there?`,
+        { statusCode: 0, attempts, cause: error },
+      );
     }
   }
 
@@ -184,7 +217,12 @@ export function createMarinaClient(options: MarinaClientOptions = {}): MarinaCli
     const path = `/predictions/${encodeURIComponent(model)}${predictOptions.version ? `/${encodeURIComponent(predictOptions.version)}` : ''}`;
     const { body, contentType } = encode(input, predictOptions.contentType);
     for (let attempts = 1; ; attempts++) {
-      const response = await attempt(path, { method: 'POST', body, headers: { 'content-type': contentType, ...authorization } }, predictOptions.signal, attempts);
+      const response = await attempt(
+        path,
+        { method: 'POST', body, headers: { 'content-type': contentType, ...authorization } },
+        predictOptions.signal,
+        attempts,
+      );
       if (response.ok) {
         const type = response.headers.get('content-type') ?? '';
         const bytes = Buffer.from(await response.arrayBuffer());
@@ -203,10 +241,18 @@ export function createMarinaClient(options: MarinaClientOptions = {}): MarinaCli
     }
   }
 
-  async function predictMany(model: string, inputs: Iterable<PredictInput> | AsyncIterable<PredictInput>, manyOptions: PredictManyOptions = {}): Promise<unknown[]> {
+  async function predictMany(
+    model: string,
+    inputs: Iterable<PredictInput> | AsyncIterable<PredictInput>,
+    manyOptions: PredictManyOptions = {},
+  ): Promise<unknown[]> {
     const concurrency = manyOptions.concurrency ?? 4;
-    if (!Number.isInteger(concurrency) || concurrency < 1) throw optionError(`concurrency must be a whole number of 1 or more, got ${concurrency}`);
-    const iterator = Symbol.asyncIterator in inputs ? inputs[Symbol.asyncIterator]() : (inputs as Iterable<PredictInput>)[Symbol.iterator]();
+    if (!Number.isInteger(concurrency) || concurrency < 1)
+      throw optionError(`concurrency must be a whole number of 1 or more, got ${concurrency}`);
+    const iterator =
+      Symbol.asyncIterator in inputs
+        ? inputs[Symbol.asyncIterator]()
+        : (inputs as Iterable<PredictInput>)[Symbol.iterator]();
     const results: unknown[] = [];
     let next = 0;
     let firstError: MarinaClientError | undefined;

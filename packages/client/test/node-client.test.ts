@@ -43,9 +43,16 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
       process.env['MARINA_TOKEN'] = key;
       expect(await createMarinaClient({ url: server.url }).predict('sleepy', { value: 1 })).toEqual({ echo: 1 });
       process.env['MARINA_TOKEN'] = 'not-the-key';
-      const error = await createMarinaClient({ url: server.url }).predict('sleepy', { value: 1 }).catch((e: unknown) => e);
+      const error = await createMarinaClient({ url: server.url })
+        .predict('sleepy', { value: 1 })
+        .catch((e: unknown) => e);
       expect(error).toBeInstanceOf(MarinaClientError);
-      expect(error).toMatchObject({ statusCode: 401, code: 'MARINA_ERR_TOKEN_INVALID', type: 'InvalidKeyException', attempts: 1 });
+      expect(error).toMatchObject({
+        statusCode: 401,
+        code: 'MARINA_ERR_TOKEN_INVALID',
+        type: 'InvalidKeyException',
+        attempts: 1,
+      });
     } finally {
       if (previous === undefined) delete process.env['MARINA_TOKEN'];
       else process.env['MARINA_TOKEN'] = previous;
@@ -54,9 +61,18 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
 
   it("gives the server's code for an unknown model, without retrying", async () => {
     const retries: RetryEvent[] = [];
-    const client = createMarinaClient({ url: server.url, keyFile: server.keyFile, onRetry: (event) => retries.push(event) });
+    const client = createMarinaClient({
+      url: server.url,
+      keyFile: server.keyFile,
+      onRetry: (event) => retries.push(event),
+    });
     const error = await client.predict('no-such-model', { value: 1 }).catch((e: unknown) => e);
-    expect(error).toMatchObject({ name: 'MarinaClientError', statusCode: 404, code: 'MARINA_ERR_MODEL_NOT_FOUND', attempts: 1 });
+    expect(error).toMatchObject({
+      name: 'MarinaClientError',
+      statusCode: 404,
+      code: 'MARINA_ERR_MODEL_NOT_FOUND',
+      attempts: 1,
+    });
     expect(retries).toEqual([]);
   });
 
@@ -72,7 +88,13 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
     expect(served.length).toBeGreaterThanOrEqual(server.jobQueueSize);
     for (const outcome of rejected) {
       if (outcome.ok) continue;
-      expect(outcome.error).toMatchObject({ statusCode: 503, code: 'MARINA_ERR_QUEUE_FULL', type: 'ServiceUnavailableException', retryAfterS: 1, attempts: 1 });
+      expect(outcome.error).toMatchObject({
+        statusCode: 503,
+        code: 'MARINA_ERR_QUEUE_FULL',
+        type: 'ServiceUnavailableException',
+        retryAfterS: 1,
+        attempts: 1,
+      });
     }
     outcomes.forEach((o, i) => {
       if (o.ok) expect(o.value).toEqual({ echo: i });
@@ -83,10 +105,18 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
   it('predictMany retries the 503s of a full queue after Retry-After and returns every answer in order', async () => {
     const blocker = await blockWorker(2_000);
     const retries: RetryEvent[] = [];
-    const client = createMarinaClient({ url: server.url, keyFile: server.keyFile, maxRetries: 20, onRetry: (event) => retries.push(event) });
+    const client = createMarinaClient({
+      url: server.url,
+      keyFile: server.keyFile,
+      maxRetries: 20,
+      onRetry: (event) => retries.push(event),
+    });
     const inputs = Array.from({ length: 12 }, (_, i) => ({ value: i }));
     const finished: number[] = [];
-    const results = await client.predictMany('sleepy', inputs, { concurrency: inputs.length, onResult: (index) => finished.push(index) });
+    const results = await client.predictMany('sleepy', inputs, {
+      concurrency: inputs.length,
+      onResult: (index) => finished.push(index),
+    });
     expect(results).toEqual(inputs.map((_, i) => ({ echo: i })));
     expect(finished.sort((a, b) => a - b)).toEqual(inputs.map((_, i) => i));
     expect(retries.length).toBeGreaterThan(0);
@@ -139,9 +169,18 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
 
   it('reports a refused connection and bad options with their codes', async () => {
     const closed = createMarinaClient({ url: 'http://127.0.0.1:9', maxRetries: 3 });
-    await expect(closed.predict('sleepy', { value: 1 })).rejects.toMatchObject({ code: 'MARINA_ERR_CLIENT_CONNECTION_FAILED', attempts: 1 });
-    expect(() => createMarinaClient({ url: 'ftp://x' })).toThrow(expect.objectContaining({ code: 'MARINA_ERR_CLIENT_OPTION_INVALID' }));
-    expect(() => createMarinaClient({ url: server.url, keyFile: '/nonexistent/key_file.json' })).toThrow(expect.objectContaining({ code: 'MARINA_ERR_CLIENT_KEY_FILE_INVALID' }));
-    await expect(createMarinaClient({ url: server.url }).predictMany('sleepy', [], { concurrency: 0 })).rejects.toMatchObject({ code: 'MARINA_ERR_CLIENT_OPTION_INVALID' });
+    await expect(closed.predict('sleepy', { value: 1 })).rejects.toMatchObject({
+      code: 'MARINA_ERR_CLIENT_CONNECTION_FAILED',
+      attempts: 1,
+    });
+    expect(() => createMarinaClient({ url: 'ftp://x' })).toThrow(
+      expect.objectContaining({ code: 'MARINA_ERR_CLIENT_OPTION_INVALID' }),
+    );
+    expect(() => createMarinaClient({ url: server.url, keyFile: '/nonexistent/key_file.json' })).toThrow(
+      expect.objectContaining({ code: 'MARINA_ERR_CLIENT_KEY_FILE_INVALID' }),
+    );
+    await expect(
+      createMarinaClient({ url: server.url }).predictMany('sleepy', [], { concurrency: 0 }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_CLIENT_OPTION_INVALID' });
   });
 });

@@ -30,7 +30,11 @@ describe('clients/python/marina_client.py against a real server', { timeout: 180
     };
     delete env['MARINA_TOKEN'];
     delete env['MARINA_KEY_FILE'];
-    const child = spawn('python3', ['-m', 'unittest', '-v', 'test_marina_client'], { cwd: PYTHON_DIR, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('python3', ['-m', 'unittest', '-v', 'test_marina_client'], {
+      cwd: PYTHON_DIR,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));

@@ -20,10 +20,22 @@ export function handle(data) {
 }
 `;
 
-async function writeModelFolder(dir: string, model: Record<string, string>, files: Record<string, string>): Promise<void> {
+async function writeModelFolder(
+  dir: string,
+  model: Record<string, string>,
+  files: Record<string, string>,
+): Promise<void> {
   await mkdir(join(dir, 'MAR-INF'), { recursive: true });
   for (const [name, content] of Object.entries(files)) await writeFile(join(dir, name), content);
-  await writeFile(join(dir, 'MAR-INF', 'MANIFEST.json'), JSON.stringify({ createdOn: '01/01/2025 00:00:00', runtime: 'python', model: { modelVersion: '1.0', ...model }, archiverVersion: '0.12.0' }));
+  await writeFile(
+    join(dir, 'MAR-INF', 'MANIFEST.json'),
+    JSON.stringify({
+      createdOn: '01/01/2025 00:00:00',
+      runtime: 'python',
+      model: { modelVersion: '1.0', ...model },
+      archiverVersion: '0.12.0',
+    }),
+  );
 }
 
 export interface RealServer {
@@ -50,20 +62,41 @@ export async function startRealServer(): Promise<RealServer> {
   const cwd = await mkdtemp(join(tmpdir(), 'marina-client-'));
   const store = join(cwd, 'store');
   const jobQueueSize = 2;
-  await writeModelFolder(join(store, 'sleepy'), { modelName: 'sleepy', handler: 'sleepy_handler.mjs', configFile: 'model-config.yaml' }, {
-    'sleepy_handler.mjs': sleepyHandlerSource,
-    'model-config.yaml': `minWorkers: 1\nmaxWorkers: 1\nbatchSize: 1\njobQueueSize: ${jobQueueSize}\n`,
-  });
+  await writeModelFolder(
+    join(store, 'sleepy'),
+    { modelName: 'sleepy', handler: 'sleepy_handler.mjs', configFile: 'model-config.yaml' },
+    {
+      'sleepy_handler.mjs': sleepyHandlerSource,
+      'model-config.yaml': `minWorkers: 1\nmaxWorkers: 1\nbatchSize: 1\njobQueueSize: ${jobQueueSize}\n`,
+    },
+  );
   await mkdir(join(store, 'tiny'), { recursive: true });
   await writeTinyClassifier({ outputPath: join(store, 'tiny', 'model.onnx'), inputSize: 32, numClasses: 10 });
-  await writeModelFolder(join(store, 'tiny'), { modelName: 'tiny', handler: 'image_classifier', serializedFile: 'model.onnx' }, {});
+  await writeModelFolder(
+    join(store, 'tiny'),
+    { modelName: 'tiny', handler: 'image_classifier', serializedFile: 'model.onnx' },
+    {},
+  );
   const imagePath = join(cwd, 'sample.jpg');
   await writeSampleJpeg({ outputPath: imagePath, width: 64, height: 48 });
   await mkdir(join(cwd, 'tmp'));
   const config = join(cwd, 'config.properties');
-  await writeFile(config, 'inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\nenable_metrics_api=false\n');
-  const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: join(cwd, 'tmp'), TS_CONFIG_FILE: config, LOG_LOCATION: join(cwd, 'logs'), MARINA_NO_REEXEC: '1' };
-  const child: ChildProcessWithoutNullStreams = spawn(process.execPath, [SERVE_BIN, '--foreground', '--ncs', '--model-store', 'store', '--models', 'all'], { cwd, env });
+  await writeFile(
+    config,
+    'inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\nenable_metrics_api=false\n',
+  );
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    TMPDIR: join(cwd, 'tmp'),
+    TS_CONFIG_FILE: config,
+    LOG_LOCATION: join(cwd, 'logs'),
+    MARINA_NO_REEXEC: '1',
+  };
+  const child: ChildProcessWithoutNullStreams = spawn(
+    process.execPath,
+    [SERVE_BIN, '--foreground', '--ncs', '--model-store', 'store', '--models', 'all'],
+    { cwd, env },
+  );
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -81,7 +114,8 @@ export async function startRealServer(): Promise<RealServer> {
   const url = /Inference API bound to (\S+)/.exec(output)![1]!;
   const managementUrl = /Management API bound to (\S+)/.exec(output)![1]!;
   const keyFile = join(cwd, 'key_file.json');
-  const managementKey = async () => (JSON.parse(await readFile(keyFile, 'utf8')) as { management: { key: string } }).management.key;
+  const managementKey = async () =>
+    (JSON.parse(await readFile(keyFile, 'utf8')) as { management: { key: string } }).management.key;
   return {
     url,
     managementUrl,
@@ -92,7 +126,9 @@ export async function startRealServer(): Promise<RealServer> {
     async waitUntilBusy(model: string) {
       const headers = { authorization: `Bearer ${await managementKey()}` };
       for (;;) {
-        const [description] = (await (await fetch(`${managementUrl}/models/${model}`, { headers })).json()) as Array<{ workers: Array<{ status: string }> }>;
+        const [description] = (await (await fetch(`${managementUrl}/models/${model}`, { headers })).json()) as Array<{
+          workers: Array<{ status: string }>;
+        }>;
         if (description?.workers.some((w) => w.status === 'BUSY')) return;
         await new Promise((resolve) => setTimeout(resolve, 20));
       }

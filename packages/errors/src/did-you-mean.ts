@@ -9,7 +9,8 @@ export function closestName(value: string, candidates: Iterable<string>): string
   for (const candidate of candidates) {
     if (candidate === value) return undefined;
     const distance = editDistance(lower, candidate.toLowerCase());
-    if (distance <= Math.max(2, Math.floor(candidate.length / 6)) && (!best || distance < best.distance)) best = { name: candidate, distance };
+    if (distance <= Math.max(2, Math.floor(candidate.length / 6)) && (!best || distance < best.distance))
+      best = { name: candidate, distance };
   }
   return best?.name;
 }

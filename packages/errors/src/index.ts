@@ -56,6 +56,12 @@ export function defineErrors<const T extends Record<string, ErrorDefinition>>(
 }
 
 export function isMarinaError(value: unknown): value is MarinaError {
-  return value instanceof MarinaError || (typeof value === 'object' && value !== null && (value as { name?: unknown }).name === 'MarinaError' && typeof (value as { code?: unknown }).code === 'string');
+  return (
+    value instanceof MarinaError ||
+    (typeof value === 'object' &&
+      value !== null &&
+      (value as { name?: unknown }).name === 'MarinaError' &&
+      typeof (value as { code?: unknown }).code === 'string')
+  );
 }
 export { closestName, didYouMean, editDistance } from './did-you-mean.ts';

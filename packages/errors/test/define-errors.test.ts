@@ -8,11 +8,23 @@ describe('defineErrors', () => {
 
   it('creates errors that carry the code, the status, the cause and the details', () => {
     const cause = new Error('disk');
-    const error = errors.create.MARINA_ERR_EXAMPLE_FULL("queue 'x' is full (2 waiting)", { cause, details: { size: 2 } });
+    const error = errors.create.MARINA_ERR_EXAMPLE_FULL("queue 'x' is full (2 waiting)", {
+      cause,
+      details: { size: 2 },
+    });
     expect(error).toBeInstanceOf(MarinaError);
-    expect(error).toMatchObject({ code: 'MARINA_ERR_EXAMPLE_FULL', statusCode: 503, message: "queue 'x' is full (2 waiting)", details: { size: 2 } });
+    expect(error).toMatchObject({
+      code: 'MARINA_ERR_EXAMPLE_FULL',
+      statusCode: 503,
+      message: "queue 'x' is full (2 waiting)",
+      details: { size: 2 },
+    });
     expect(error.cause).toBe(cause);
-    expect(error.toJSON()).toEqual({ code: 'MARINA_ERR_EXAMPLE_FULL', message: "queue 'x' is full (2 waiting)", details: { size: 2 } });
+    expect(error.toJSON()).toEqual({
+      code: 'MARINA_ERR_EXAMPLE_FULL',
+      message: "queue 'x' is full (2 waiting)",
+      details: { size: 2 },
+    });
   });
 
   it('refuses a code that does not follow MARINA_ERR_*', () => {

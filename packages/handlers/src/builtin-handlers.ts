@@ -1,5 +1,10 @@
 import type { BuiltinHandler } from './types.ts';
-import { checkImageClassifierSignature, checkImageSegmenterSignature, checkObjectDetectorSignature, checkTensorSignature } from './signature-checks.ts';
+import {
+  checkImageClassifierSignature,
+  checkImageSegmenterSignature,
+  checkObjectDetectorSignature,
+  checkTensorSignature,
+} from './signature-checks.ts';
 import { createImageClassifier, resolveImageClassifierOptions } from './image-classifier.ts';
 import { createImageSegmenter, resolveImageSegmenterOptions } from './image-segmenter.ts';
 import { createObjectDetector, resolveObjectDetectorOptions } from './object-detector.ts';
@@ -9,30 +14,51 @@ import { INFERENCE_HEADER_CONTENT_LENGTH } from './tensor-request.ts';
 const builtins: BuiltinHandler[] = [
   {
     name: 'image_classifier',
-    description: 'decodes an image (sharp), resizes (centre crop, letterbox or stretch), normalises, runs the model, returns the top-5 {label: probability}',
+    description:
+      'decodes an image (sharp), resizes (centre crop, letterbox or stretch), normalises, runs the model, returns the top-5 {label: probability}',
     create: () => createImageClassifier(),
     // Its raw-tensor path reads a body in the v2 binary layout.
     requestHeaders: [INFERENCE_HEADER_CONTENT_LENGTH],
-    checkSignature: (signature, options) => checkImageClassifierSignature(signature, { ...options, resolveOptions: (shape) => resolveImageClassifierOptions(options.modelYamlConfig, shape) }),
+    checkSignature: (signature, options) =>
+      checkImageClassifierSignature(signature, {
+        ...options,
+        resolveOptions: (shape) => resolveImageClassifierOptions(options.modelYamlConfig, shape),
+      }),
   },
   {
     name: 'image_segmenter',
-    description: 'decodes an image, runs a segmentation model ([N,C,H,W] or [N,1,H,W] output), returns per-pixel [class, probability] rows, a class map or a PNG mask',
+    description:
+      'decodes an image, runs a segmentation model ([N,C,H,W] or [N,1,H,W] output), returns per-pixel [class, probability] rows, a class map or a PNG mask',
     create: () => createImageSegmenter(),
     // `Accept: image/png` asks for a PNG mask.
     requestHeaders: ['accept'],
-    checkSignature: (signature, options) => checkImageSegmenterSignature(signature, { ...options, resolveOptions: (shape) => resolveImageSegmenterOptions(options.modelYamlConfig, shape) }),
+    checkSignature: (signature, options) =>
+      checkImageSegmenterSignature(signature, {
+        ...options,
+        resolveOptions: (shape) => resolveImageSegmenterOptions(options.modelYamlConfig, shape),
+      }),
   },
   {
     name: 'object_detector',
-    description: 'decodes an image, runs a detector (boxes/scores/labels outputs or one [N,K,4+1+C] output), applies the score threshold and NMS, returns [{label: [x1,y1,x2,y2], score}]',
+    description:
+      'decodes an image, runs a detector (boxes/scores/labels outputs or one [N,K,4+1+C] output), applies the score threshold and NMS, returns [{label: [x1,y1,x2,y2], score}]',
     create: () => createObjectDetector(),
     requestHeaders: [],
-    checkSignature: (signature, options) => checkObjectDetectorSignature(signature, { ...options, resolveOptions: (shape) => resolveObjectDetectorOptions(options.modelYamlConfig, shape, signature.outputs.map((o) => o.name)) }),
+    checkSignature: (signature, options) =>
+      checkObjectDetectorSignature(signature, {
+        ...options,
+        resolveOptions: (shape) =>
+          resolveObjectDetectorOptions(
+            options.modelYamlConfig,
+            shape,
+            signature.outputs.map((o) => o.name),
+          ),
+      }),
   },
   {
     name: 'tensor',
-    description: 'takes and returns JSON tensors: {"inputs": {name: {shape, data}}} or a bare nested array for a single input',
+    description:
+      'takes and returns JSON tensors: {"inputs": {name: {shape, data}}} or a bare nested array for a single input',
     create: () => createTensorHandler(),
     requestHeaders: [INFERENCE_HEADER_CONTENT_LENGTH],
     checkSignature: (signature, options) => checkTensorSignature(signature, options),

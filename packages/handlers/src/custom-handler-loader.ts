@@ -9,7 +9,11 @@ import type { Handler } from './types.ts';
 const handlerMethods = ['handle', 'initialize', 'preprocess', 'inference', 'postprocess'] as const;
 
 function isHandlerLike(value: unknown): value is Handler {
-  return !!value && typeof value === 'object' && handlerMethods.some((m) => typeof (value as Record<string, unknown>)[m] === 'function');
+  return (
+    !!value &&
+    typeof value === 'object' &&
+    handlerMethods.some((m) => typeof (value as Record<string, unknown>)[m] === 'function')
+  );
 }
 
 function isClass(value: unknown): value is new () => Handler {
@@ -51,7 +55,10 @@ export async function loadCustomHandler(options: { handler: string; modelDir: st
   const mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
   if (fnName) {
     const fn = mod[fnName] ?? (mod['default'] as Record<string, unknown> | undefined)?.[fnName];
-    if (typeof fn !== 'function') throw createHandlerError.MARINA_ERR_HANDLER_INVALID(`handler '${options.handler}': ${file} has no exported function '${fnName}'`);
+    if (typeof fn !== 'function')
+      throw createHandlerError.MARINA_ERR_HANDLER_INVALID(
+        `handler '${options.handler}': ${file} has no exported function '${fnName}'`,
+      );
     const init = mod['initialize'];
     return {
       handle: fn as Handler['handle'],
@@ -64,7 +71,9 @@ export async function loadCustomHandler(options: { handler: string; modelDir: st
   if (typeof def === 'function' && !isHandlerLike(mod)) {
     const made = await (def as () => unknown)();
     if (isHandlerLike(made)) return made;
-    throw createHandlerError.MARINA_ERR_HANDLER_INVALID(`handler '${options.handler}': the default export of ${file} is a function, but calling it did not return a handler object with handle() or inference()`);
+    throw createHandlerError.MARINA_ERR_HANDLER_INVALID(
+      `handler '${options.handler}': the default export of ${file} is a function, but calling it did not return a handler object with handle() or inference()`,
+    );
   }
   if (isHandlerLike(mod)) {
     const named: Handler = {};

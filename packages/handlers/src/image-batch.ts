@@ -44,7 +44,9 @@ export class ImageModelRunner {
   constructor(session: ort.InferenceSession, handlerName: string) {
     const input = session.inputMetadata[0];
     if (!input || !input.isTensor || session.inputMetadata.length !== 1) {
-      throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`${handlerName} needs a model with one tensor input [N,C,H,W]; this one has ${session.inputMetadata.length} inputs (${session.inputNames.join(', ')}); use the tensor handler`);
+      throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(
+        `${handlerName} needs a model with one tensor input [N,C,H,W]; this one has ${session.inputMetadata.length} inputs (${session.inputNames.join(', ')}); use the tensor handler`,
+      );
     }
     this.session = session;
     this.inputName = input.name;
@@ -62,16 +64,29 @@ export class ImageModelRunner {
     const pixels = new Float32Array(perImage * rows.length);
     const geometry: Array<ImageGeometry | undefined> = new Array(rows.length).fill(undefined);
     // Decode concurrently: sharp works on libuv's pool, several images in flight is faster than one.
-    const outcomes = await Promise.allSettled(rows.map(async (row, i) => {
-      const bytes = payloadBytes(rowPayload(row));
-      if (!bytes) throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(`${handlerName} needs image bytes, but the body was parsed as JSON; send the image with Content-Type application/octet-stream or image/*`);
-      geometry[i] = await preprocessImage(bytes, { ...this.options, limitInputPixels: this.limitInputPixels, isGeometryNeeded: this.isGeometryNeeded }, pixels, i * perImage);
-    }));
+    const outcomes = await Promise.allSettled(
+      rows.map(async (row, i) => {
+        const bytes = payloadBytes(rowPayload(row));
+        if (!bytes)
+          throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(
+            `${handlerName} needs image bytes, but the body was parsed as JSON; send the image with Content-Type application/octet-stream or image/*`,
+          );
+        geometry[i] = await preprocessImage(
+          bytes,
+          { ...this.options, limitInputPixels: this.limitInputPixels, isGeometryNeeded: this.isGeometryNeeded },
+          pixels,
+          i * perImage,
+        );
+      }),
+    );
     const good: number[] = [];
     const errors: Array<MarinaError | undefined> = new Array(rows.length).fill(undefined);
     outcomes.forEach((o, i) => {
       if (o.status === 'fulfilled') good.push(i);
-      else errors[i] = isMarinaError(o.reason) ? o.reason : createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(String(o.reason));
+      else
+        errors[i] = isMarinaError(o.reason)
+          ? o.reason
+          : createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(String(o.reason));
     });
     return { pixels, good, geometry, errors };
   }
@@ -88,7 +103,8 @@ export class ImageModelRunner {
     if (good.length === 0) return results;
     // Compact the good images to the front only when some rows failed (no copy otherwise).
     const packed = good.length === pixels.length / perImage ? pixels : new Float32Array(perImage * good.length);
-    if (packed !== pixels) good.forEach((src, dst) => packed.set(pixels.subarray(src * perImage, (src + 1) * perImage), dst * perImage));
+    if (packed !== pixels)
+      good.forEach((src, dst) => packed.set(pixels.subarray(src * perImage, (src + 1) * perImage), dst * perImage));
     const group = this.fixedBatch ?? good.length;
     const { channels, height, width } = this.options;
     for (let start = 0; start < good.length; start += group) {
@@ -99,18 +115,28 @@ export class ImageModelRunner {
         padded.set(chunk);
         chunk = padded;
       }
-      const out = await this.session.run({ [this.inputName]: new ort.Tensor('float32', chunk, [group, channels, height, width]) }, [...outputNames]);
+      const out = await this.session.run(
+        { [this.inputName]: new ort.Tensor('float32', chunk, [group, channels, height, width]) },
+        [...outputNames],
+      );
       for (const name of outputNames) {
         const tensor = out[name]!;
         const list = results.get(name)!;
         if (tensor.dims[0] === group && tensor.dims.length > 0) {
           const dims = tensor.dims.slice(1);
           const per = dims.reduce((a, b) => a * b, 1);
-          for (let n = 0; n < count; n++) list.push({ data: (tensor.data as Float32Array).subarray(n * per, (n + 1) * per), dims, type: tensor.type });
+          for (let n = 0; n < count; n++)
+            list.push({
+              data: (tensor.data as Float32Array).subarray(n * per, (n + 1) * per),
+              dims,
+              type: tensor.type,
+            });
         } else if (group === 1) {
           list.push({ data: tensor.data, dims: [...tensor.dims], type: tensor.type });
         } else {
-          throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`output '${name}' has shape [${tensor.dims.join(', ')}] for a batch of ${group} images; its first dimension must be the batch`);
+          throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(
+            `output '${name}' has shape [${tensor.dims.join(', ')}] for a batch of ${group} images; its first dimension must be the batch`,
+          );
         }
       }
     }

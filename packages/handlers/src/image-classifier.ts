@@ -3,11 +3,30 @@ import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { isMarinaError, type MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
-import { createImageModelRunner, numberAt, type DecodedImages, type ImageModelRunner, type ImageOutput } from './image-batch.ts';
-import { handlerSection, IMAGENET_MEAN, IMAGENET_STD, positiveInt, resolveImagePreprocessOptions, type ImagePreprocessOptions } from './image-preprocess.ts';
+import {
+  createImageModelRunner,
+  numberAt,
+  type DecodedImages,
+  type ImageModelRunner,
+  type ImageOutput,
+} from './image-batch.ts';
+import {
+  handlerSection,
+  IMAGENET_MEAN,
+  IMAGENET_STD,
+  positiveInt,
+  resolveImagePreprocessOptions,
+  type ImagePreprocessOptions,
+} from './image-preprocess.ts';
 import { readFinalActivation } from './onnx-graph.ts';
 import { rowPayload } from './row-input.ts';
-import { binaryHeaderLength, parseTensorRequest, selectedOutputNames, tensorAnswer, type ParsedTensorRequest } from './tensor-request.ts';
+import {
+  binaryHeaderLength,
+  parseTensorRequest,
+  selectedOutputNames,
+  tensorAnswer,
+  type ParsedTensorRequest,
+} from './tensor-request.ts';
 import type { Handler, HandlerContext, RequestRow } from './types.ts';
 import { rawToOrt } from './v2-tensors.ts';
 
@@ -35,14 +54,21 @@ export interface ImageClassifierOptions extends ImagePreprocessOptions {
  * from the model's input shape (`[N,C,H,W]`); see `resolveImagePreprocessOptions`.
  * @throws MARINA_ERR_HANDLER_CONFIG_INVALID naming the bad key.
  */
-export function resolveImageClassifierOptions(modelYamlConfig: Record<string, unknown>, inputShape: ReadonlyArray<number | string>): ImageClassifierOptions {
+export function resolveImageClassifierOptions(
+  modelYamlConfig: Record<string, unknown>,
+  inputShape: ReadonlyArray<number | string>,
+): ImageClassifierOptions {
   const h = handlerSection(modelYamlConfig);
   const softmax = h['softmax'] ?? 'auto';
   if (softmax !== true && softmax !== false && softmax !== 'auto') {
-    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.softmax must be true (the model returns logits), false (it returns probabilities) or auto (decide from the model), got ${JSON.stringify(softmax)}`);
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+      `model-config.yaml handler.softmax must be true (the model returns logits), false (it returns probabilities) or auto (decide from the model), got ${JSON.stringify(softmax)}`,
+    );
   }
   if (h['output'] !== undefined && typeof h['output'] !== 'string') {
-    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.output must be the name of a model output, got ${JSON.stringify(h['output'])}`);
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+      `model-config.yaml handler.output must be the name of a model output, got ${JSON.stringify(h['output'])}`,
+    );
   }
   return {
     ...resolveImagePreprocessOptions(modelYamlConfig, inputShape),
@@ -87,7 +113,12 @@ export function isProbabilityRow(values: ArrayLike<number>): boolean {
  * The k best classes as an ordered Map label → probability (a Map keeps the order for numeric
  * labels). `transform` says how the row becomes probabilities (default: softmax of logits).
  */
-export function topK(values: ArrayLike<number>, k: number, labels: Map<number, string> | undefined, transform: ProbabilityTransform = 'softmax'): Map<string, number> {
+export function topK(
+  values: ArrayLike<number>,
+  k: number,
+  labels: Map<number, string> | undefined,
+  transform: ProbabilityTransform = 'softmax',
+): Map<string, number> {
   const probs = new Float64Array(values.length);
   if (transform === 'none') {
     for (let i = 0; i < values.length; i++) probs[i] = values[i]!;
@@ -135,7 +166,10 @@ function beats(v: number, w: number): boolean {
 }
 
 /** What the model's graph says about the classifier output (the 'auto' decision's first half). */
-async function graphTransform(modelPath: string | undefined, outputName: string): Promise<ProbabilityTransform | undefined> {
+async function graphTransform(
+  modelPath: string | undefined,
+  outputName: string,
+): Promise<ProbabilityTransform | undefined> {
   const activation = await readFinalActivation(modelPath, outputName);
   return activation === 'softmax' ? 'none' : activation === 'log-softmax' ? 'exp' : undefined;
 }
@@ -184,19 +218,30 @@ export function createImageClassifier(): Handler {
       runner.isGeometryNeeded = false;
       const outputs = runner.session.outputNames;
       if (options.output !== undefined && !outputs.includes(options.output)) {
-        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`);
+        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+          `model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`,
+        );
       }
       if (options.output === undefined && outputs.length !== 1) {
-        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`image_classifier reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the class scores with handler.output in model-config.yaml`);
+        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+          `image_classifier reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the class scores with handler.output in model-config.yaml`,
+        );
       }
       outputName = options.output ?? outputs[0]!;
-      transform = options.softmax === true ? 'softmax' : options.softmax === false ? 'none' : await graphTransform(context.serializedFilePath, outputName);
+      transform =
+        options.softmax === true
+          ? 'softmax'
+          : options.softmax === false
+            ? 'none'
+            : await graphTransform(context.serializedFilePath, outputName);
       labels = await readIndexToName(context.modelDir);
     },
 
     async preprocess(rows: RequestRow[], context: HandlerContext): Promise<Preprocessed> {
       const { channels, height, width } = options;
-      const signature = [{ name: runner.inputName, type: 'float32', shape: [runner.fixedBatch ?? 'batch', channels, height, width] }];
+      const signature = [
+        { name: runner.inputName, type: 'float32', shape: [runner.fixedBatch ?? 'batch', channels, height, width] },
+      ];
       const tensorRows = rows.map((row, i) => {
         try {
           const headerLength = binaryHeaderLength(context, i);
@@ -209,7 +254,10 @@ export function createImageClassifier(): Handler {
         }
       });
       const imageRows = rows.flatMap((_, i) => (tensorRows[i] === undefined ? [i] : []));
-      const decoded = await runner.decode(imageRows.length === rows.length ? rows : imageRows.map((i) => rows[i]!), 'image_classifier');
+      const decoded = await runner.decode(
+        imageRows.length === rows.length ? rows : imageRows.map((i) => rows[i]!),
+        'image_classifier',
+      );
       return { decoded, imageRows, tensorRows };
     },
 
@@ -242,14 +290,23 @@ export function createImageClassifier(): Handler {
         if (e) results[imageRows[n]!] = e;
       });
       for (const [row, { tensor, rows }] of tensorOutputs) {
-        results[row] = tensorAnswer({ request: tensorRows[row] as ParsedTensorRequest, names: [outputName], outputs: { [outputName]: tensor }, rows, context, index: row });
+        results[row] = tensorAnswer({
+          request: tensorRows[row] as ParsedTensorRequest,
+          names: [outputName],
+          outputs: { [outputName]: tensor },
+          rows,
+          context,
+          index: row,
+        });
       }
       decoded.good.forEach((n, i) => {
         const row = imageRows[n]!;
         const out = outputs[i]!;
         const classes = out.dims.reduce((a, b) => a * b, 1);
         if (out.dims.filter((d) => d !== 1).length > 1) {
-          results[row] = createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`image_classifier expected output '${outputName}' of shape [N, classes], got [N, ${out.dims.join(', ')}]`);
+          results[row] = createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(
+            `image_classifier expected output '${outputName}' of shape [N, classes], got [N, ${out.dims.join(', ')}]`,
+          );
           return;
         }
         const values = new Float64Array(classes);

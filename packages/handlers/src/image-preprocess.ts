@@ -64,14 +64,21 @@ function invalid(message: string): Error {
 }
 
 export function positiveInt(value: unknown, key: string): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0) throw invalid(`model-config.yaml handler.${key} must be a positive integer, got ${JSON.stringify(value)}`);
+  if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0)
+    throw invalid(`model-config.yaml handler.${key} must be a positive integer, got ${JSON.stringify(value)}`);
   return value;
 }
 
 function triple(value: unknown, key: string, check: (v: number) => boolean, what: string): [number, number, number] {
   if (typeof value === 'number' && check(value)) return [value, value, value];
-  if (!Array.isArray(value) || value.length !== 3 || !value.every((v) => typeof v === 'number' && Number.isFinite(v) && check(v))) {
-    throw invalid(`model-config.yaml handler.${key} must be a list of 3 ${what} (one per RGB channel), got ${JSON.stringify(value)}`);
+  if (
+    !Array.isArray(value) ||
+    value.length !== 3 ||
+    !value.every((v) => typeof v === 'number' && Number.isFinite(v) && check(v))
+  ) {
+    throw invalid(
+      `model-config.yaml handler.${key} must be a list of 3 ${what} (one per RGB channel), got ${JSON.stringify(value)}`,
+    );
   }
   return value as [number, number, number];
 }
@@ -79,12 +86,17 @@ function triple(value: unknown, key: string, check: (v: number) => boolean, what
 function oneOf<T extends string>(value: unknown, key: string, choices: readonly T[], fallback: T): T {
   if (value === undefined) return fallback;
   const match = choices.find((c) => typeof value === 'string' && c.toLowerCase() === value.toLowerCase());
-  if (match === undefined) throw invalid(`model-config.yaml handler.${key} must be one of ${choices.join(', ')}, got ${JSON.stringify(value)}`);
+  if (match === undefined)
+    throw invalid(
+      `model-config.yaml handler.${key} must be one of ${choices.join(', ')}, got ${JSON.stringify(value)}`,
+    );
   return match;
 }
 
 function size(value: unknown, key: string): [number, number] {
-  return Array.isArray(value) ? [positiveInt(value[0], `${key}[0]`), positiveInt(value[1], `${key}[1]`)] : [positiveInt(value, key), positiveInt(value, key)];
+  return Array.isArray(value)
+    ? [positiveInt(value[0], `${key}[0]`), positiveInt(value[1], `${key}[1]`)]
+    : [positiveInt(value, key), positiveInt(value, key)];
 }
 
 /** model-config.yaml's `handler:` section, or `{}`. */
@@ -115,7 +127,9 @@ export function resolveImagePreprocessOptions(
   if (sizeKey !== undefined) {
     [height, width] = size(h[sizeKey], sizeKey);
     if ((modelH !== undefined && modelH !== height) || (modelW !== undefined && modelW !== width)) {
-      throw invalid(`model-config.yaml handler.${sizeKey} is ${height}x${width} but the model's input takes ${modelH ?? 'any'}x${modelW ?? 'any'} images (height x width); remove handler.${sizeKey} or make it match`);
+      throw invalid(
+        `model-config.yaml handler.${sizeKey} is ${height}x${width} but the model's input takes ${modelH ?? 'any'}x${modelW ?? 'any'} images (height x width); remove handler.${sizeKey} or make it match`,
+      );
     }
   } else if (modelH !== undefined && modelW !== undefined) {
     [height, width] = [modelH, modelW];
@@ -123,29 +137,45 @@ export function resolveImagePreprocessOptions(
     // TorchServe's 224 crop; a fixed side of the model wins.
     [height, width] = [modelH ?? modelW ?? 224, modelW ?? modelH ?? 224];
   } else {
-    throw invalid(`the model's input [${inputShape.join(',')}] has a dynamic height or width; set handler.size: [height, width] in model-config.yaml to the size to ${resizeMode} images to`);
+    throw invalid(
+      `the model's input [${inputShape.join(',')}] has a dynamic height or width; set handler.size: [height, width] in model-config.yaml to the size to ${resizeMode} images to`,
+    );
   }
-  const resize = h['resize'] !== undefined ? positiveInt(h['resize'], 'resize') : Math.round((Math.max(height, width) * 256) / 224);
+  const resize =
+    h['resize'] !== undefined ? positiveInt(h['resize'], 'resize') : Math.round((Math.max(height, width) * 256) / 224);
   if (resizeMode === 'crop' && resize < Math.min(height, width)) {
-    throw invalid(`model-config.yaml handler.resize (${resize}) is smaller than the crop (${height}x${width}); the shorter side must be at least the crop`);
+    throw invalid(
+      `model-config.yaml handler.resize (${resize}) is smaller than the crop (${height}x${width}); the shorter side must be at least the crop`,
+    );
   }
   const modelChannels = inputShape.length === 4 && !isDynamicDim(inputShape[1]) ? Number(inputShape[1]) : undefined;
   const color = oneOf(h['color'], 'color', ['rgb', 'grayscale'] as const, modelChannels === 1 ? 'grayscale' : 'rgb');
   const channels = color === 'grayscale' ? 1 : 3;
   if (modelChannels !== undefined && modelChannels !== channels) {
-    throw invalid(`model-config.yaml handler.color is ${color} but the model's input has ${modelChannels} channel(s); ${modelChannels === 1 ? "use color: grayscale" : 'use color: rgb'} or remove the key`);
+    throw invalid(
+      `model-config.yaml handler.color is ${color} but the model's input has ${modelChannels} channel(s); ${modelChannels === 1 ? 'use color: grayscale' : 'use color: rgb'} or remove the key`,
+    );
   }
   return {
     resizeMode,
     height,
     width,
     resize,
-    padValue: h['pad_value'] !== undefined ? triple(h['pad_value'], 'pad_value', (v) => v >= 0 && v <= 255, 'numbers from 0 to 255') : [0, 0, 0],
+    padValue:
+      h['pad_value'] !== undefined
+        ? triple(h['pad_value'], 'pad_value', (v) => v >= 0 && v <= 255, 'numbers from 0 to 255')
+        : [0, 0, 0],
     padPosition: oneOf(h['pad_position'], 'pad_position', ['center', 'top-left'] as const, 'center'),
     channelOrder: oneOf(h['channel_order'], 'channel_order', ['RGB', 'BGR'] as const, 'RGB'),
     channels,
-    mean: h['mean'] !== undefined ? triple(h['mean'], 'mean', Number.isFinite, 'numbers') : ((defaults.mean ? [...defaults.mean] : [...IMAGENET_MEAN]) as [number, number, number]),
-    std: h['std'] !== undefined ? triple(h['std'], 'std', (v) => v > 0, 'positive numbers') : ((defaults.std ? [...defaults.std] : [...IMAGENET_STD]) as [number, number, number]),
+    mean:
+      h['mean'] !== undefined
+        ? triple(h['mean'], 'mean', Number.isFinite, 'numbers')
+        : ((defaults.mean ? [...defaults.mean] : [...IMAGENET_MEAN]) as [number, number, number]),
+    std:
+      h['std'] !== undefined
+        ? triple(h['std'], 'std', (v) => v > 0, 'positive numbers')
+        : ((defaults.std ? [...defaults.std] : [...IMAGENET_STD]) as [number, number, number]),
   };
 }
 
@@ -162,7 +192,12 @@ export function resolveImagePreprocessOptions(
  * @throws MARINA_ERR_IMAGE_DECODE_FAILED (not an image), MARINA_ERR_IMAGE_TOO_SMALL (too small
  *   for the centre crop; says the image's size and the model's), MARINA_ERR_IMAGE_TOO_LARGE.
  */
-export async function preprocessImage(bytes: Buffer, options: ImagePreprocessOptions & { limitInputPixels: boolean; isGeometryNeeded?: boolean }, out: Float32Array, offset: number): Promise<ImageGeometry> {
+export async function preprocessImage(
+  bytes: Buffer,
+  options: ImagePreprocessOptions & { limitInputPixels: boolean; isGeometryNeeded?: boolean },
+  out: Float32Array,
+  offset: number,
+): Promise<ImageGeometry> {
   const limitInputPixels = options.limitInputPixels ? DEFAULT_PIXEL_LIMIT : false;
   const { height: H, width: W } = options;
   let originalWidth = 0;
@@ -185,10 +220,16 @@ export async function preprocessImage(bytes: Buffer, options: ImagePreprocessOpt
       await readSize();
       if (!(originalWidth > 0 && originalHeight > 0)) throw new Error('the image has no width or height');
       const scale = Math.min(W / originalWidth, H / originalHeight);
-      pipeline.resize({ width: Math.min(W, Math.max(1, Math.round(originalWidth * scale))), height: Math.min(H, Math.max(1, Math.round(originalHeight * scale))), fit: 'fill', kernel });
+      pipeline.resize({
+        width: Math.min(W, Math.max(1, Math.round(originalWidth * scale))),
+        height: Math.min(H, Math.max(1, Math.round(originalHeight * scale))),
+        fit: 'fill',
+        kernel,
+      });
     } else {
       if (options.isGeometryNeeded ?? true) await readSize();
-      if (options.resizeMode === 'crop') pipeline.resize({ width: options.resize, height: options.resize, fit: 'outside', kernel });
+      if (options.resizeMode === 'crop')
+        pipeline.resize({ width: options.resize, height: options.resize, fit: 'outside', kernel });
       else pipeline.resize({ width: W, height: H, fit: 'fill', kernel });
     }
     const result = await pipeline.raw().toBuffer({ resolveWithObject: true });
@@ -199,9 +240,15 @@ export async function preprocessImage(bytes: Buffer, options: ImagePreprocessOpt
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     if (/pixel limit/i.test(message)) {
-      throw createHandlerError.MARINA_ERR_IMAGE_TOO_LARGE(`the image is larger than the pixel limit (${DEFAULT_PIXEL_LIMIT} pixels); send a smaller image or set limit_max_image_pixels=false`, { cause: error });
+      throw createHandlerError.MARINA_ERR_IMAGE_TOO_LARGE(
+        `the image is larger than the pixel limit (${DEFAULT_PIXEL_LIMIT} pixels); send a smaller image or set limit_max_image_pixels=false`,
+        { cause: error },
+      );
     }
-    throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(`the request body (${bytes.length} bytes) is not a decodable image: ${message}`, { cause: error });
+    throw createHandlerError.MARINA_ERR_IMAGE_DECODE_FAILED(
+      `the request body (${bytes.length} bytes) is not a decodable image: ${message}`,
+      { cause: error },
+    );
   }
   let offsetX = 0;
   let offsetY = 0;
@@ -220,7 +267,16 @@ export async function preprocessImage(bytes: Buffer, options: ImagePreprocessOpt
     offsetY = Math.floor((H - targetH) / 2);
   }
   writePlanes(raw, channels, { targetW, targetH, offsetX, offsetY }, options, out, offset);
-  return { originalWidth, originalHeight, scaleX: targetW / originalWidth, scaleY: targetH / originalHeight, offsetX, offsetY, resizedWidth: targetW, resizedHeight: targetH };
+  return {
+    originalWidth,
+    originalHeight,
+    scaleX: targetW / originalWidth,
+    scaleY: targetH / originalHeight,
+    offsetX,
+    offsetY,
+    resizedWidth: targetW,
+    resizedHeight: targetH,
+  };
 }
 
 function roundHalfEven(value: number): number {
@@ -233,7 +289,14 @@ function roundHalfEven(value: number): number {
 /** Luma weights sharp and PIL use for RGB → grayscale (ITU-R BT.601). */
 const LUMA = [0.299, 0.587, 0.114] as const;
 
-function writePlanes(raw: Buffer, channels: number, place: { targetW: number; targetH: number; offsetX: number; offsetY: number }, o: ImagePreprocessOptions, out: Float32Array, offset: number): void {
+function writePlanes(
+  raw: Buffer,
+  channels: number,
+  place: { targetW: number; targetH: number; offsetX: number; offsetY: number },
+  o: ImagePreprocessOptions,
+  out: Float32Array,
+  offset: number,
+): void {
   const { height: H, width: W } = o;
   const plane = H * W;
   for (let c = 0; c < o.channels; c++) {
@@ -241,7 +304,8 @@ function writePlanes(raw: Buffer, channels: number, place: { targetW: number; ta
     const src = o.channels === 1 ? 0 : o.channelOrder === 'BGR' ? 2 - c : c;
     const scale = 1 / (255 * o.std[src]!);
     const shift = o.mean[src]! / o.std[src]!;
-    const pad = o.channels === 1 ? LUMA[0] * o.padValue[0] + LUMA[1] * o.padValue[1] + LUMA[2] * o.padValue[2] : o.padValue[src]!;
+    const pad =
+      o.channels === 1 ? LUMA[0] * o.padValue[0] + LUMA[1] * o.padValue[1] + LUMA[2] * o.padValue[2] : o.padValue[src]!;
     const base = offset + c * plane;
     out.fill(pad * scale - shift, base, base + plane);
     const y0 = Math.max(0, place.offsetY);
@@ -252,7 +316,8 @@ function writePlanes(raw: Buffer, channels: number, place: { targetW: number; ta
       let dst = base + y * W + x0;
       let p = ((y - place.offsetY) * place.targetW + (x0 - place.offsetX)) * channels;
       if (o.channels === 1 && channels >= 3) {
-        for (let x = x0; x < x1; x++, p += channels) out[dst++] = (LUMA[0] * raw[p]! + LUMA[1] * raw[p + 1]! + LUMA[2] * raw[p + 2]!) * scale - shift;
+        for (let x = x0; x < x1; x++, p += channels)
+          out[dst++] = (LUMA[0] * raw[p]! + LUMA[1] * raw[p + 1]! + LUMA[2] * raw[p + 2]!) * scale - shift;
       } else {
         const from = channels === 1 ? 0 : src;
         for (let x = x0; x < x1; x++, p += channels) out[dst++] = raw[p + from]! * scale - shift;

@@ -1,8 +1,19 @@
 import sharp from 'sharp';
 import type { MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
-import { createImageModelRunner, numberAt, type DecodedImages, type ImageModelRunner, type ImageOutput } from './image-batch.ts';
-import { handlerSection, resolveImagePreprocessOptions, type ImageGeometry, type ImagePreprocessOptions } from './image-preprocess.ts';
+import {
+  createImageModelRunner,
+  numberAt,
+  type DecodedImages,
+  type ImageModelRunner,
+  type ImageOutput,
+} from './image-batch.ts';
+import {
+  handlerSection,
+  resolveImagePreprocessOptions,
+  type ImageGeometry,
+  type ImagePreprocessOptions,
+} from './image-preprocess.ts';
 import { readFinalActivation } from './onnx-graph.ts';
 import type { Handler, HandlerContext, RequestRow } from './types.ts';
 
@@ -33,16 +44,31 @@ export interface ImageSegmenterOptions extends ImagePreprocessOptions {
  * centre crop 224, ImageNet normalisation) unless the config or the model says otherwise.
  * @throws MARINA_ERR_HANDLER_CONFIG_INVALID naming the bad key.
  */
-export function resolveImageSegmenterOptions(modelYamlConfig: Record<string, unknown>, inputShape: ReadonlyArray<number | string>): ImageSegmenterOptions {
+export function resolveImageSegmenterOptions(
+  modelYamlConfig: Record<string, unknown>,
+  inputShape: ReadonlyArray<number | string>,
+): ImageSegmenterOptions {
   const h = handlerSection(modelYamlConfig);
   const invalid = (message: string) => createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(message);
   const response = h['response'] ?? 'torchserve';
-  if (!RESPONSES.includes(response as SegmenterResponse)) throw invalid(`model-config.yaml handler.response must be one of ${RESPONSES.join(', ')}, got ${JSON.stringify(response)}`);
+  if (!RESPONSES.includes(response as SegmenterResponse))
+    throw invalid(
+      `model-config.yaml handler.response must be one of ${RESPONSES.join(', ')}, got ${JSON.stringify(response)}`,
+    );
   const threshold = h['threshold'] ?? 0.5;
-  if (typeof threshold !== 'number' || !(threshold >= 0 && threshold <= 1)) throw invalid(`model-config.yaml handler.threshold must be a probability from 0 to 1, got ${JSON.stringify(threshold)}`);
-  if (h['output'] !== undefined && typeof h['output'] !== 'string') throw invalid(`model-config.yaml handler.output must be the name of a model output, got ${JSON.stringify(h['output'])}`);
+  if (typeof threshold !== 'number' || !(threshold >= 0 && threshold <= 1))
+    throw invalid(
+      `model-config.yaml handler.threshold must be a probability from 0 to 1, got ${JSON.stringify(threshold)}`,
+    );
+  if (h['output'] !== undefined && typeof h['output'] !== 'string')
+    throw invalid(
+      `model-config.yaml handler.output must be the name of a model output, got ${JSON.stringify(h['output'])}`,
+    );
   const activation = h['activation'] ?? 'auto';
-  if (activation !== true && activation !== false && activation !== 'auto') throw invalid(`model-config.yaml handler.activation must be true (the output is scores), false (probabilities) or auto, got ${JSON.stringify(activation)}`);
+  if (activation !== true && activation !== false && activation !== 'auto')
+    throw invalid(
+      `model-config.yaml handler.activation must be true (the output is scores), false (probabilities) or auto, got ${JSON.stringify(activation)}`,
+    );
   return {
     ...resolveImagePreprocessOptions(modelYamlConfig, inputShape),
     response: response as SegmenterResponse,
@@ -63,7 +89,10 @@ interface Inferred {
 }
 
 /** Per pixel of one image: the best class and its probability, from a [C,H,W] (or [1,H,W]) output. */
-export function segmentPixels(out: ImageOutput, options: { threshold: number; transform: 'none' | 'activate' | 'auto' }): { classes: Uint8Array | Uint16Array; probabilities: Float32Array; height: number; width: number; channels: number } {
+export function segmentPixels(
+  out: ImageOutput,
+  options: { threshold: number; transform: 'none' | 'activate' | 'auto' },
+): { classes: Uint8Array | Uint16Array; probabilities: Float32Array; height: number; width: number; channels: number } {
   const dims = out.dims.length === 2 ? [1, ...out.dims] : out.dims;
   const [channels, height, width] = dims as [number, number, number];
   const plane = height * width;
@@ -111,8 +140,15 @@ export function segmentPixels(out: ImageOutput, options: { threshold: number; tr
 }
 
 /** The mask as a PNG; for letterbox and stretch, the padding is cut off and the mask scaled (nearest) to the original image. */
-async function maskPng(mask: Uint8Array, size: { height: number; width: number }, geometry: ImageGeometry, options: ImagePreprocessOptions): Promise<Buffer> {
-  let image = sharp(Buffer.from(mask.buffer, mask.byteOffset, mask.byteLength), { raw: { width: size.width, height: size.height, channels: 1 } });
+async function maskPng(
+  mask: Uint8Array,
+  size: { height: number; width: number },
+  geometry: ImageGeometry,
+  options: ImagePreprocessOptions,
+): Promise<Buffer> {
+  let image = sharp(Buffer.from(mask.buffer, mask.byteOffset, mask.byteLength), {
+    raw: { width: size.width, height: size.height, channels: 1 },
+  });
   if (options.resizeMode !== 'crop') {
     const sx = size.width / options.width;
     const sy = size.height / options.height;
@@ -120,8 +156,14 @@ async function maskPng(mask: Uint8Array, size: { height: number; width: number }
     const top = Math.max(0, Math.round(geometry.offsetY * sy));
     const width = Math.max(1, Math.min(size.width - left, Math.round(geometry.resizedWidth * sx)));
     const height = Math.max(1, Math.min(size.height - top, Math.round(geometry.resizedHeight * sy)));
-    if (left !== 0 || top !== 0 || width !== size.width || height !== size.height) image = image.extract({ left, top, width, height });
-    image = image.resize({ width: geometry.originalWidth, height: geometry.originalHeight, fit: 'fill', kernel: 'nearest' });
+    if (left !== 0 || top !== 0 || width !== size.width || height !== size.height)
+      image = image.extract({ left, top, width, height });
+    image = image.resize({
+      width: geometry.originalWidth,
+      height: geometry.originalHeight,
+      fit: 'fill',
+      kernel: 'nearest',
+    });
   }
   return image.toColourspace('b-w').png().toBuffer();
 }
@@ -146,10 +188,14 @@ export function createImageSegmenter(): Handler {
       runner.options = options;
       const outputs = runner.session.outputNames;
       if (options.output !== undefined && !outputs.includes(options.output)) {
-        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`);
+        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+          `model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`,
+        );
       }
       if (options.output === undefined && outputs.length !== 1) {
-        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`image_segmenter reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the mask with handler.output in model-config.yaml`);
+        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+          `image_segmenter reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the mask with handler.output in model-config.yaml`,
+        );
       }
       outputName = options.output ?? outputs[0]!;
       if (options.activation === true) transform = 'activate';
@@ -173,31 +219,40 @@ export function createImageSegmenter(): Handler {
     async postprocess(output: unknown, context: HandlerContext): Promise<unknown[]> {
       const { decoded, outputs } = output as Inferred;
       const results: unknown[] = decoded.errors.map((e) => e as MarinaError);
-      await Promise.all(decoded.good.map(async (row, n) => {
-        const out = outputs[n]!;
-        if (out.dims.length !== 3 && out.dims.length !== 2) {
-          results[row] = createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`image_segmenter expected output '${outputName}' of shape [N,classes,H,W], got [N, ${out.dims.join(', ')}]`);
-          return;
-        }
-        const seg = segmentPixels(out, { threshold: options.threshold, transform });
-        const response = decoded.wantsPng[row] ? 'png' : options.response;
-        if (response === 'png') {
-          const mask = seg.channels === 1 ? seg.classes.map((c) => (c === 1 ? 255 : 0)) : seg.classes;
-          results[row] = await maskPng(mask instanceof Uint8Array ? mask : Uint8Array.from(mask, (c) => Math.min(c, 255)), seg, decoded.geometry[row]!, options);
-          context.setResponseContentType(row, 'image/png');
-          return;
-        }
-        const rowsOut: unknown[] = [];
-        for (let y = 0; y < seg.height; y++) {
-          const line: unknown[] = [];
-          for (let x = 0; x < seg.width; x++) {
-            const p = y * seg.width + x;
-            line.push(response === 'classes' ? seg.classes[p] : [seg.classes[p], seg.probabilities[p]]);
+      await Promise.all(
+        decoded.good.map(async (row, n) => {
+          const out = outputs[n]!;
+          if (out.dims.length !== 3 && out.dims.length !== 2) {
+            results[row] = createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(
+              `image_segmenter expected output '${outputName}' of shape [N,classes,H,W], got [N, ${out.dims.join(', ')}]`,
+            );
+            return;
           }
-          rowsOut.push(line);
-        }
-        results[row] = rowsOut;
-      }));
+          const seg = segmentPixels(out, { threshold: options.threshold, transform });
+          const response = decoded.wantsPng[row] ? 'png' : options.response;
+          if (response === 'png') {
+            const mask = seg.channels === 1 ? seg.classes.map((c) => (c === 1 ? 255 : 0)) : seg.classes;
+            results[row] = await maskPng(
+              mask instanceof Uint8Array ? mask : Uint8Array.from(mask, (c) => Math.min(c, 255)),
+              seg,
+              decoded.geometry[row]!,
+              options,
+            );
+            context.setResponseContentType(row, 'image/png');
+            return;
+          }
+          const rowsOut: unknown[] = [];
+          for (let y = 0; y < seg.height; y++) {
+            const line: unknown[] = [];
+            for (let x = 0; x < seg.width; x++) {
+              const p = y * seg.width + x;
+              line.push(response === 'classes' ? seg.classes[p] : [seg.classes[p], seg.probabilities[p]]);
+            }
+            rowsOut.push(line);
+          }
+          results[row] = rowsOut;
+        }),
+      );
       return results;
     },
   };

@@ -35,7 +35,13 @@ export {
   type ImageClassifierOptions,
   type ProbabilityTransform,
 } from './image-classifier.ts';
-export { createImageSegmenter, resolveImageSegmenterOptions, segmentPixels, type ImageSegmenterOptions, type SegmenterResponse } from './image-segmenter.ts';
+export {
+  createImageSegmenter,
+  resolveImageSegmenterOptions,
+  segmentPixels,
+  type ImageSegmenterOptions,
+  type SegmenterResponse,
+} from './image-segmenter.ts';
 export {
   createObjectDetector,
   resolveObjectDetectorOptions,

@@ -1,8 +1,21 @@
 import type { MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
-import { createImageModelRunner, numberAt, type DecodedImages, type ImageModelRunner, type ImageOutput } from './image-batch.ts';
+import {
+  createImageModelRunner,
+  numberAt,
+  type DecodedImages,
+  type ImageModelRunner,
+  type ImageOutput,
+} from './image-batch.ts';
 import { readIndexToName } from './image-classifier.ts';
-import { handlerSection, positiveInt, resolveImagePreprocessOptions, toOriginal, type ImageGeometry, type ImagePreprocessOptions } from './image-preprocess.ts';
+import {
+  handlerSection,
+  positiveInt,
+  resolveImagePreprocessOptions,
+  toOriginal,
+  type ImageGeometry,
+  type ImagePreprocessOptions,
+} from './image-preprocess.ts';
 import type { Handler, HandlerContext, RequestRow } from './types.ts';
 
 export type BoxFormat = 'xyxy' | 'xywh' | 'cxcywh';
@@ -37,19 +50,28 @@ export interface ObjectDetectorOptions extends ImagePreprocessOptions {
 
 function fraction(value: unknown, key: string, fallback: number): number {
   if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !(value >= 0 && value <= 1)) throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.${key} must be a number from 0 to 1, got ${JSON.stringify(value)}`);
+  if (typeof value !== 'number' || !(value >= 0 && value <= 1))
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+      `model-config.yaml handler.${key} must be a number from 0 to 1, got ${JSON.stringify(value)}`,
+    );
   return value;
 }
 
 function flag(value: unknown, key: string, fallback: boolean): boolean {
   if (value === undefined) return fallback;
-  if (typeof value !== 'boolean') throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.${key} must be true or false, got ${JSON.stringify(value)}`);
+  if (typeof value !== 'boolean')
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+      `model-config.yaml handler.${key} must be true or false, got ${JSON.stringify(value)}`,
+    );
   return value;
 }
 
 function name(value: unknown, key: string, fallback: string | undefined): string | undefined {
   if (value === undefined) return fallback;
-  if (typeof value !== 'string' || value === '') throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.${key} must be the name of a model output, got ${JSON.stringify(value)}`);
+  if (typeof value !== 'string' || value === '')
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+      `model-config.yaml handler.${key} must be the name of a model output, got ${JSON.stringify(value)}`,
+    );
   return value;
 }
 
@@ -58,15 +80,29 @@ function name(value: unknown, key: string, fallback: string | undefined): string
  * pixels scaled to 0..1 without mean/std (TorchServe's detector uses ToTensor only).
  * @throws MARINA_ERR_HANDLER_CONFIG_INVALID naming the bad key.
  */
-export function resolveObjectDetectorOptions(modelYamlConfig: Record<string, unknown>, inputShape: ReadonlyArray<number | string>, outputNames: readonly string[]): ObjectDetectorOptions {
+export function resolveObjectDetectorOptions(
+  modelYamlConfig: Record<string, unknown>,
+  inputShape: ReadonlyArray<number | string>,
+  outputNames: readonly string[],
+): ObjectDetectorOptions {
   const h = handlerSection(modelYamlConfig);
   const layout = h['layout'] ?? (outputNames.length === 1 ? 'combined' : 'separate');
-  if (layout !== 'separate' && layout !== 'combined') throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.layout must be separate (boxes, scores, labels outputs) or combined (one [N,K,4+1+classes] output), got ${JSON.stringify(layout)}`);
+  if (layout !== 'separate' && layout !== 'combined')
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+      `model-config.yaml handler.layout must be separate (boxes, scores, labels outputs) or combined (one [N,K,4+1+classes] output), got ${JSON.stringify(layout)}`,
+    );
   const boxFormat = h['box_format'] ?? (layout === 'combined' ? 'cxcywh' : 'xyxy');
-  if (boxFormat !== 'xyxy' && boxFormat !== 'xywh' && boxFormat !== 'cxcywh') throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.box_format must be xyxy, xywh or cxcywh, got ${JSON.stringify(boxFormat)}`);
+  if (boxFormat !== 'xyxy' && boxFormat !== 'xywh' && boxFormat !== 'cxcywh')
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+      `model-config.yaml handler.box_format must be xyxy, xywh or cxcywh, got ${JSON.stringify(boxFormat)}`,
+    );
   const labelsDefault = outputNames.includes('labels') ? 'labels' : undefined;
   const options: ObjectDetectorOptions = {
-    ...resolveImagePreprocessOptions(modelYamlConfig, inputShape, { resizeMode: 'letterbox', mean: [0, 0, 0], std: [1, 1, 1] }),
+    ...resolveImagePreprocessOptions(modelYamlConfig, inputShape, {
+      resizeMode: 'letterbox',
+      mean: [0, 0, 0],
+      std: [1, 1, 1],
+    }),
     layout,
     boxesOutput: name(h['boxes'], 'boxes', 'boxes')!,
     scoresOutput: name(h['scores'], 'scores', 'scores')!,
@@ -75,18 +111,30 @@ export function resolveObjectDetectorOptions(modelYamlConfig: Record<string, unk
     boxFormat,
     isNormalized: flag(h['boxes_normalized'], 'boxes_normalized', false),
     hasObjectness: flag(h['objectness'], 'objectness', true),
-    scoreThreshold: fraction(h['score_threshold'] ?? h['threshold'], h['score_threshold'] !== undefined ? 'score_threshold' : 'threshold', 0.5),
+    scoreThreshold: fraction(
+      h['score_threshold'] ?? h['threshold'],
+      h['score_threshold'] !== undefined ? 'score_threshold' : 'threshold',
+      0.5,
+    ),
     isNmsApplied: flag(h['nms'], 'nms', layout === 'combined'),
     iouThreshold: fraction(h['iou_threshold'], 'iou_threshold', 0.45),
     isClassAgnostic: flag(h['nms_class_agnostic'], 'nms_class_agnostic', false),
     maxDetections: h['max_detections'] !== undefined ? positiveInt(h['max_detections'], 'max_detections') : 100,
   };
-  const needed = layout === 'separate' ? [options.boxesOutput, options.scoresOutput, ...(options.labelsOutput ? [options.labelsOutput] : [])] : [options.output];
+  const needed =
+    layout === 'separate'
+      ? [options.boxesOutput, options.scoresOutput, ...(options.labelsOutput ? [options.labelsOutput] : [])]
+      : [options.output];
   for (const [i, wanted] of needed.entries()) {
-    if (wanted === undefined) throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`object_detector with layout combined reads one output but the model has ${outputNames.length} (${outputNames.join(', ')}); name it with handler.output, or set handler.layout: separate with handler.boxes and handler.scores`);
+    if (wanted === undefined)
+      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+        `object_detector with layout combined reads one output but the model has ${outputNames.length} (${outputNames.join(', ')}); name it with handler.output, or set handler.layout: separate with handler.boxes and handler.scores`,
+      );
     if (!outputNames.includes(wanted)) {
       const key = layout === 'combined' ? 'output' : ['boxes', 'scores', 'labels'][i]!;
-      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`object_detector reads output '${wanted}' (handler.${key}) but the model's outputs are ${outputNames.join(', ')}; set handler.${key} in model-config.yaml`);
+      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+        `object_detector reads output '${wanted}' (handler.${key}) but the model's outputs are ${outputNames.join(', ')}; set handler.${key} in model-config.yaml`,
+      );
     }
   }
   return options;
@@ -115,18 +163,23 @@ function iou(a: Detection['box'], b: Detection['box']): number {
 }
 
 /** Greedy non-maximum suppression: best first, dropping boxes that overlap a kept one (of the same class unless class-agnostic) above `iouThreshold`. */
-export function nonMaxSuppression(detections: Detection[], options: { iouThreshold: number; isClassAgnostic: boolean }): Detection[] {
+export function nonMaxSuppression(
+  detections: Detection[],
+  options: { iouThreshold: number; isClassAgnostic: boolean },
+): Detection[] {
   const sorted = [...detections].sort((a, b) => b.score - a.score);
   const kept: Detection[] = [];
   for (const d of sorted) {
-    if (!kept.some((k) => (options.isClassAgnostic || k.label === d.label) && iou(k.box, d.box) > options.iouThreshold)) kept.push(d);
+    if (!kept.some((k) => (options.isClassAgnostic || k.label === d.label) && iou(k.box, d.box) > options.iouThreshold))
+      kept.push(d);
   }
   return kept;
 }
 
 /** Reads one image's detections from the model's outputs (input pixels, before threshold and NMS). */
 export function readDetections(outputs: Map<string, ImageOutput>, o: ObjectDetectorOptions): Detection[] {
-  const scale = (box: [number, number, number, number]): Detection['box'] => (o.isNormalized ? [box[0] * o.width, box[1] * o.height, box[2] * o.width, box[3] * o.height] : box);
+  const scale = (box: [number, number, number, number]): Detection['box'] =>
+    o.isNormalized ? [box[0] * o.width, box[1] * o.height, box[2] * o.width, box[3] * o.height] : box;
   const detections: Detection[] = [];
   if (o.layout === 'combined') {
     const out = outputs.get(o.output!)!;
@@ -154,7 +207,9 @@ export function readDetections(outputs: Map<string, ImageOutput>, o: ObjectDetec
   const count = boxes.data.length / 4;
   const perBox = count > 0 ? scores.data.length / count : 0;
   if (!Number.isInteger(count) || !Number.isInteger(perBox) || perBox < 1) {
-    throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`object_detector read ${boxes.data.length / 4} boxes from '${o.boxesOutput}' [${boxes.dims.join(', ')}] and ${scores.data.length} scores from '${o.scoresOutput}' [${scores.dims.join(', ')}]; boxes must be [N,K,4] and scores [N,K] or [N,K,classes]`);
+    throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(
+      `object_detector read ${boxes.data.length / 4} boxes from '${o.boxesOutput}' [${boxes.dims.join(', ')}] and ${scores.data.length} scores from '${o.scoresOutput}' [${scores.dims.join(', ')}]; boxes must be [N,K,4] and scores [N,K] or [N,K,classes]`,
+    );
   }
   for (let k = 0; k < count; k++) {
     let score = -Infinity;
@@ -174,14 +229,26 @@ export function readDetections(outputs: Map<string, ImageOutput>, o: ObjectDetec
 }
 
 /** Threshold, NMS, the best `maxDetections`, and boxes mapped back to the original image (clipped to it). */
-export function finishDetections(detections: Detection[], geometry: ImageGeometry, o: ObjectDetectorOptions): Detection[] {
+export function finishDetections(
+  detections: Detection[],
+  geometry: ImageGeometry,
+  o: ObjectDetectorOptions,
+): Detection[] {
   let kept = detections.filter((d) => d.score >= o.scoreThreshold);
   kept = o.isNmsApplied ? nonMaxSuppression(kept, o) : kept.sort((a, b) => b.score - a.score);
   const clip = (v: number, max: number) => Math.min(Math.max(v, 0), max);
   return kept.slice(0, o.maxDetections).map((d) => {
     const [x1, y1] = toOriginal(geometry, d.box[0], d.box[1]);
     const [x2, y2] = toOriginal(geometry, d.box[2], d.box[3]);
-    return { ...d, box: [clip(x1, geometry.originalWidth), clip(y1, geometry.originalHeight), clip(x2, geometry.originalWidth), clip(y2, geometry.originalHeight)] };
+    return {
+      ...d,
+      box: [
+        clip(x1, geometry.originalWidth),
+        clip(y1, geometry.originalHeight),
+        clip(x2, geometry.originalWidth),
+        clip(y2, geometry.originalHeight),
+      ],
+    };
   });
 }
 
@@ -208,7 +275,10 @@ export function createObjectDetector(): Handler {
       runner = await createImageModelRunner(context, 'object_detector');
       options = resolveObjectDetectorOptions(context.modelYamlConfig, runner.inputShape, runner.session.outputNames);
       runner.options = options;
-      outputNames = options.layout === 'combined' ? [options.output!] : [options.boxesOutput, options.scoresOutput, ...(options.labelsOutput ? [options.labelsOutput] : [])];
+      outputNames =
+        options.layout === 'combined'
+          ? [options.output!]
+          : [options.boxesOutput, options.scoresOutput, ...(options.labelsOutput ? [options.labelsOutput] : [])];
       labels = await readIndexToName(context.modelDir);
     },
 

@@ -15,7 +15,20 @@ export interface OnnxGraph extends ModelSignature {
 
 // TensorProto.DataType → onnxruntime-node's type names.
 const ELEM_TYPES: Record<number, string> = {
-  1: 'float32', 2: 'uint8', 3: 'int8', 4: 'uint16', 5: 'int16', 6: 'int32', 7: 'int64', 8: 'string', 9: 'bool', 10: 'float16', 11: 'float64', 12: 'uint32', 13: 'uint64', 16: 'bfloat16',
+  1: 'float32',
+  2: 'uint8',
+  3: 'int8',
+  4: 'uint16',
+  5: 'int16',
+  6: 'int32',
+  7: 'int64',
+  8: 'string',
+  9: 'bool',
+  10: 'float16',
+  11: 'float64',
+  12: 'uint32',
+  13: 'uint64',
+  16: 'bfloat16',
 };
 const BLOCK_BYTES = 64 * 1024;
 
@@ -25,7 +38,10 @@ class FileReader {
   private block = Buffer.alloc(0);
   private blockAt = 0;
 
-  constructor(private readonly file: FileHandle, readonly size: number) {}
+  constructor(
+    private readonly file: FileHandle,
+    readonly size: number,
+  ) {}
 
   private async byte(): Promise<number> {
     if (this.pos < this.blockAt || this.pos >= this.blockAt + this.block.length) {
@@ -70,8 +86,7 @@ class FileReader {
       // Read the length before touching pos: `pos += await ...` would add to the old pos.
       const length = await this.varint();
       this.pos += length;
-    }
-    else if (wireType === 5) this.pos += 4;
+    } else if (wireType === 5) this.pos += 4;
     else throw new RangeError(`unsupported protobuf wire type ${wireType}`);
   }
 
@@ -131,7 +146,8 @@ async function readValueInfo(reader: FileReader, end: number): Promise<TensorSig
           let dim: number | string = -1;
           await reader.fields(dimEnd, async (dimField, dimWire) => {
             if (dimField === 1 && dimWire === 0) dim = await reader.varint();
-            else if (dimField === 2 && dimWire === 2) dim = (await reader.bytes(await reader.varint())).toString('utf8');
+            else if (dimField === 2 && dimWire === 2)
+              dim = (await reader.bytes(await reader.varint())).toString('utf8');
             else return false;
             return true;
           });
@@ -195,14 +211,26 @@ export async function readOnnxGraph(modelPath: string): Promise<OnnxGraph> {
 }
 
 /** Ops that pass values through unchanged (or only reshape them): a Softmax before one still makes the output a distribution. */
-const PASS_THROUGH = new Set(['Identity', 'Reshape', 'Flatten', 'Squeeze', 'Unsqueeze', 'Transpose', 'Cast', 'Dropout']);
+const PASS_THROUGH = new Set([
+  'Identity',
+  'Reshape',
+  'Flatten',
+  'Squeeze',
+  'Unsqueeze',
+  'Transpose',
+  'Cast',
+  'Dropout',
+]);
 
 /**
  * What the graph computes last for `outputName`, looking through reshapes: 'softmax' for
  * Softmax, 'log-softmax' for LogSoftmax, 'sigmoid' for Sigmoid, otherwise undefined (the
  * output is not known to be probabilities from the graph alone).
  */
-export function finalActivation(graph: OnnxGraph, outputName: string): 'softmax' | 'log-softmax' | 'sigmoid' | undefined {
+export function finalActivation(
+  graph: OnnxGraph,
+  outputName: string,
+): 'softmax' | 'log-softmax' | 'sigmoid' | undefined {
   const producers = new Map<string, OnnxNode>();
   for (const node of graph.nodes) for (const output of node.outputs) producers.set(output, node);
   let name = outputName;
@@ -219,7 +247,10 @@ export function finalActivation(graph: OnnxGraph, outputName: string): 'softmax'
 }
 
 /** `finalActivation` of a model file; undefined when the file cannot be read as plain ONNX. */
-export async function readFinalActivation(modelPath: string | undefined, outputName: string): Promise<ReturnType<typeof finalActivation>> {
+export async function readFinalActivation(
+  modelPath: string | undefined,
+  outputName: string,
+): Promise<ReturnType<typeof finalActivation>> {
   if (modelPath === undefined) return undefined;
   try {
     return finalActivation(await readOnnxGraph(modelPath), outputName);

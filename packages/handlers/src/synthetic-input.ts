@@ -16,7 +16,7 @@ export function concreteShape(input: TensorSignature, options: SyntheticShapeOpt
   return input.shape.map((d, i) => {
     if (!isDynamicDim(d)) return Number(d);
     if (typeof d === 'string' && options.dims?.[d] !== undefined) return options.dims[d]!;
-    return i === 0 ? options.batchSize ?? 1 : 1;
+    return i === 0 ? (options.batchSize ?? 1) : 1;
   });
 }
 
@@ -39,21 +39,36 @@ function createRandom(seed: number): () => number {
  */
 function syntheticData(input: TensorSignature, count: number, random: () => number): ort.Tensor['data'] {
   switch (input.type) {
-    case 'float32': return Float32Array.from({ length: count }, () => random() * 2 - 1);
-    case 'float64': return Float64Array.from({ length: count }, () => random() * 2 - 1);
-    case 'float16': return new Uint16Array(count);
-    case 'int8': return new Int8Array(count);
-    case 'uint8': return new Uint8Array(count);
-    case 'int16': return new Int16Array(count);
-    case 'uint16': return new Uint16Array(count);
-    case 'int32': return new Int32Array(count);
-    case 'uint32': return new Uint32Array(count);
-    case 'int64': return new BigInt64Array(count);
-    case 'uint64': return new BigUint64Array(count);
-    case 'bool': return new Uint8Array(count);
-    case 'string': return new Array<string>(count).fill('');
+    case 'float32':
+      return Float32Array.from({ length: count }, () => random() * 2 - 1);
+    case 'float64':
+      return Float64Array.from({ length: count }, () => random() * 2 - 1);
+    case 'float16':
+      return new Uint16Array(count);
+    case 'int8':
+      return new Int8Array(count);
+    case 'uint8':
+      return new Uint8Array(count);
+    case 'int16':
+      return new Int16Array(count);
+    case 'uint16':
+      return new Uint16Array(count);
+    case 'int32':
+      return new Int32Array(count);
+    case 'uint32':
+      return new Uint32Array(count);
+    case 'int64':
+      return new BigInt64Array(count);
+    case 'uint64':
+      return new BigUint64Array(count);
+    case 'bool':
+      return new Uint8Array(count);
+    case 'string':
+      return new Array<string>(count).fill('');
     default:
-      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`input '${input.name}' has type '${input.type}', for which no synthetic value can be made; give a sample input instead`);
+      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+        `input '${input.name}' has type '${input.type}', for which no synthetic value can be made; give a sample input instead`,
+      );
   }
 }
 
@@ -62,13 +77,20 @@ function syntheticData(input: TensorSignature, count: number, random: () => numb
  * `concreteShape`, with seeded values. What `marina-bench profile` and warm-up use when there is
  * no sample input.
  */
-export function syntheticFeeds(signature: ModelSignature, options: SyntheticShapeOptions & { seed?: number } = {}): Record<string, ort.Tensor> {
+export function syntheticFeeds(
+  signature: ModelSignature,
+  options: SyntheticShapeOptions & { seed?: number } = {},
+): Record<string, ort.Tensor> {
   const random = createRandom(options.seed ?? 42);
   const feeds: Record<string, ort.Tensor> = {};
   for (const input of signature.inputs) {
     const dims = concreteShape(input, options);
     const count = dims.reduce((a, b) => a * b, 1);
-    feeds[input.name] = new ort.Tensor(input.type as 'float32', syntheticData(input, count, random) as Float32Array, dims);
+    feeds[input.name] = new ort.Tensor(
+      input.type as 'float32',
+      syntheticData(input, count, random) as Float32Array,
+      dims,
+    );
   }
   return feeds;
 }
@@ -79,7 +101,11 @@ export function syntheticFeeds(signature: ModelSignature, options: SyntheticShap
  * cropping all run); for `tensor` the JSON form `{"inputs": {name: {shape, data}}}` with one row.
  * Returns undefined for a custom handler, whose input format only its author knows.
  */
-export async function syntheticRequestBody(handler: string, signature: ModelSignature, options: SyntheticShapeOptions = {}): Promise<{ body: Buffer; contentType: string } | undefined> {
+export async function syntheticRequestBody(
+  handler: string,
+  signature: ModelSignature,
+  options: SyntheticShapeOptions = {},
+): Promise<{ body: Buffer; contentType: string } | undefined> {
   if (handler === 'image_classifier' || handler === 'image_segmenter' || handler === 'object_detector') {
     const shape = signature.inputs[0]?.shape ?? [];
     const h = shape.length === 4 && !isDynamicDim(shape[2]) ? Number(shape[2]) : 224;
@@ -88,14 +114,18 @@ export async function syntheticRequestBody(handler: string, signature: ModelSign
     const height = Math.round((h * 480) / 224);
     const random = createRandom(7);
     const pixels = Buffer.from(Uint8Array.from({ length: width * height * 3 }, () => Math.floor(random() * 256)));
-    const body = await sharp(pixels, { raw: { width, height, channels: 3 } }).jpeg({ quality: 85 }).toBuffer();
+    const body = await sharp(pixels, { raw: { width, height, channels: 3 } })
+      .jpeg({ quality: 85 })
+      .toBuffer();
     return { body, contentType: 'image/jpeg' };
   }
   if (handler === 'tensor' || handler === 'base_handler') {
     const feeds = syntheticFeeds(signature, { ...options, batchSize: 1 });
     const inputs: Record<string, { shape: readonly number[]; data: unknown[] }> = {};
     for (const [name, tensor] of Object.entries(feeds)) {
-      const data = Array.from(tensor.data as ArrayLike<number | bigint | string>, (v) => (typeof v === 'bigint' ? Number(v) : v));
+      const data = Array.from(tensor.data as ArrayLike<number | bigint | string>, (v) =>
+        typeof v === 'bigint' ? Number(v) : v,
+      );
       inputs[name] = { shape: tensor.dims, data };
     }
     return { body: Buffer.from(JSON.stringify({ inputs })), contentType: 'application/json' };

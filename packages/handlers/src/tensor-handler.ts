@@ -3,7 +3,13 @@ import { isMarinaError, type MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
 import { isDynamicDim } from './signature-checks.ts';
 import { rowPayload } from './row-input.ts';
-import { binaryHeaderLength, parseTensorRequest, selectedOutputNames, tensorAnswer, type ParsedTensorRequest } from './tensor-request.ts';
+import {
+  binaryHeaderLength,
+  parseTensorRequest,
+  selectedOutputNames,
+  tensorAnswer,
+  type ParsedTensorRequest,
+} from './tensor-request.ts';
 import type { Handler, HandlerContext, RequestRow, TensorSignature } from './types.ts';
 import { rawToOrt, V2_DATATYPES, v2DatatypeOf } from './v2-tensors.ts';
 
@@ -25,7 +31,11 @@ export const DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST = 256 * 1024 * 1024;
  * dimension N). An output with a dimension only the data decides (e.g. a detector's box count)
  * cannot be computed before run(); it is left out, and `isExact` is false.
  */
-export function tensorBytesOf(request: ParsedTensorRequest, inputs: readonly TensorSignature[], outputs: readonly TensorSignature[]): { bytes: number; isExact: boolean } {
+export function tensorBytesOf(
+  request: ParsedTensorRequest,
+  inputs: readonly TensorSignature[],
+  outputs: readonly TensorSignature[],
+): { bytes: number; isExact: boolean } {
   const bound = new Map<string, number>();
   let bytes = 0;
   for (const input of inputs) {
@@ -59,7 +69,10 @@ export function tensorBytesOf(request: ParsedTensorRequest, inputs: readonly Ten
  * Whether requests can run as one batch: every input has the same size in every dimension after
  * the first (the one they are stacked along). A module function rather than a closure per batch.
  */
-function canStackRequests(inputs: readonly TensorSignature[], requests: ReadonlyArray<{ parsed: ParsedTensorRequest }>): boolean {
+function canStackRequests(
+  inputs: readonly TensorSignature[],
+  requests: ReadonlyArray<{ parsed: ParsedTensorRequest }>,
+): boolean {
   const first = requests[0]!.parsed.tensors;
   for (const input of inputs) {
     const shape = first.get(input.name)!.shape;
@@ -89,7 +102,11 @@ export function createTensorHandler(): Handler {
 
   /** Refuses, before run(), a request whose tensors would take more than maxTensorBytesPerRequest. */
   const checkTensorBytes = (parsed: ParsedTensorRequest, names: string[]): void => {
-    const { bytes, isExact } = tensorBytesOf(parsed, inputs, outputs.filter((o) => names.includes(o.name)));
+    const { bytes, isExact } = tensorBytesOf(
+      parsed,
+      inputs,
+      outputs.filter((o) => names.includes(o.name)),
+    );
     if (bytes <= maxTensorBytes) return;
     throw createHandlerError.MARINA_ERR_TENSOR_TOO_LARGE(
       `this request's tensors need ${bytes} bytes${isExact ? '' : ' or more'} (inputs and the outputs their shapes determine), over the model's limit of ${maxTensorBytes} bytes (model-config.yaml handler.maxTensorBytesPerRequest); send fewer rows or smaller dimensions`,
@@ -97,7 +114,10 @@ export function createTensorHandler(): Handler {
     );
   };
 
-  const run = async (requests: Array<{ index: number; parsed: ParsedTensorRequest; names: string[] }>, context: HandlerContext): Promise<unknown[]> => {
+  const run = async (
+    requests: Array<{ index: number; parsed: ParsedTensorRequest; names: string[] }>,
+    context: HandlerContext,
+  ): Promise<unknown[]> => {
     const first = inputs[0]!.name;
     const rowsPer = requests.map((r) => r.parsed.tensors.get(first)!.shape[0] ?? 1);
     const feeds: Record<string, ort.Tensor> = {};
@@ -107,7 +127,10 @@ export function createTensorHandler(): Handler {
     const total = rowsPer.reduce((a, b) => a + b, 0);
     if (requests.length > 1) {
       for (const name of fetch) {
-        if (result[name]!.dims[0] !== total) throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`output '${name}' has ${result[name]!.dims[0]} rows for ${total} input rows; the tensor handler needs outputs batched along dimension 0`);
+        if (result[name]!.dims[0] !== total)
+          throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(
+            `output '${name}' has ${result[name]!.dims[0]} rows for ${total} input rows; the tensor handler needs outputs batched along dimension 0`,
+          );
       }
     }
     let start = 0;
@@ -121,13 +144,20 @@ export function createTensorHandler(): Handler {
   return {
     async initialize(context: HandlerContext) {
       session = await context.createSession();
-      const signatureOf = (m: ort.InferenceSession.ValueMetadata): TensorSignature => (m.isTensor ? { name: m.name, type: m.type, shape: [...m.shape] } : { name: m.name, type: 'non-tensor', shape: [] });
+      const signatureOf = (m: ort.InferenceSession.ValueMetadata): TensorSignature =>
+        m.isTensor
+          ? { name: m.name, type: m.type, shape: [...m.shape] }
+          : { name: m.name, type: 'non-tensor', shape: [] };
       inputs = session.inputMetadata.map(signatureOf);
       outputs = session.outputMetadata.map(signatureOf);
-      const configured = (context.modelYamlConfig?.['handler'] as Record<string, unknown> | undefined)?.['maxTensorBytesPerRequest'];
+      const configured = (context.modelYamlConfig?.['handler'] as Record<string, unknown> | undefined)?.[
+        'maxTensorBytesPerRequest'
+      ];
       if (configured !== undefined) {
         if (typeof configured !== 'number' || !Number.isInteger(configured) || configured <= 0) {
-          throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(`model-config.yaml handler.maxTensorBytesPerRequest must be a positive integer (bytes), got ${JSON.stringify(configured)}`);
+          throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+            `model-config.yaml handler.maxTensorBytesPerRequest must be a positive integer (bytes), got ${JSON.stringify(configured)}`,
+          );
         }
         maxTensorBytes = configured;
       }
@@ -139,7 +169,9 @@ export function createTensorHandler(): Handler {
       const good: Array<{ index: number; parsed: ParsedTensorRequest; names: string[] }> = [];
       rows.forEach((row, index) => {
         try {
-          const parsed = parseTensorRequest(rowPayload(row), inputs, { headerLength: binaryHeaderLength(context, index) });
+          const parsed = parseTensorRequest(rowPayload(row), inputs, {
+            headerLength: binaryHeaderLength(context, index),
+          });
           const names = selectedOutputNames(parsed, session.outputNames);
           checkTensorBytes(parsed, names);
           good.push({ index, parsed, names });
@@ -157,7 +189,9 @@ export function createTensorHandler(): Handler {
             results[g.index] = (await run([g], context))[0]!;
           } catch (error) {
             // A shape the model rejects is the caller's mistake, and only this request's.
-            results[g.index] = isMarinaError(error) ? error : invalid(`the model rejected the input: ${(error as Error).message}`);
+            results[g.index] = isMarinaError(error)
+              ? error
+              : invalid(`the model rejected the input: ${(error as Error).message}`);
           }
         }
       }

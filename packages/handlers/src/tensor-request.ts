@@ -54,20 +54,29 @@ function shapeText(shape: ReadonlyArray<number | string>): string {
  * The one strict check every protocol applies (the server calls it before a job is queued).
  * @throws MARINA_ERR_TENSOR_INPUT_INVALID naming the input, what came and what the model expects.
  */
-export function checkTensorAgainstSignature(tensor: { name: string; datatype: string; shape: readonly number[] }, input: TensorSignature): void {
+export function checkTensorAgainstSignature(
+  tensor: { name: string; datatype: string; shape: readonly number[] },
+  input: TensorSignature,
+): void {
   const expected = v2DatatypeOf(input.type);
   if (!expected) throw invalid(`input '${input.name}' has type ${input.type}, which tensor requests cannot carry`);
   if (tensor.datatype !== expected) {
-    throw invalid(`input '${tensor.name}' has datatype ${tensor.datatype}, but the model expects ${expected} with shape ${shapeText(input.shape)}`);
+    throw invalid(
+      `input '${tensor.name}' has datatype ${tensor.datatype}, but the model expects ${expected} with shape ${shapeText(input.shape)}`,
+    );
   }
-  const ok = tensor.shape.length === input.shape.length && input.shape.every((d, i) => isDynamicDim(d) || d === tensor.shape[i]);
+  const ok =
+    tensor.shape.length === input.shape.length && input.shape.every((d, i) => isDynamicDim(d) || d === tensor.shape[i]);
   if (!ok) {
-    throw invalid(`input '${tensor.name}' has shape [${tensor.shape.join(', ')}], but the model expects ${expected} with shape ${shapeText(input.shape)} (-1 = any size)`);
+    throw invalid(
+      `input '${tensor.name}' has shape [${tensor.shape.join(', ')}], but the model expects ${expected} with shape ${shapeText(input.shape)} (-1 = any size)`,
+    );
   }
 }
 
 function readShape(value: unknown, where: string): number[] {
-  if (!Array.isArray(value) || !value.every((d) => Number.isInteger(d) && d >= 0)) throw invalid(`${where}: 'shape' must be a list of non-negative integers, got ${JSON.stringify(value)}`);
+  if (!Array.isArray(value) || !value.every((d) => Number.isInteger(d) && d >= 0))
+    throw invalid(`${where}: 'shape' must be a list of non-negative integers, got ${JSON.stringify(value)}`);
   return value as number[];
 }
 
@@ -80,7 +89,9 @@ function nestedShape(value: unknown, where: string): number[] {
     probe = probe[0];
   }
   if (Array.isArray(value) && !isRectangular(value, shape, 0)) {
-    throw invalid(`${where}: the nested array is not rectangular (shape looks like [${shape.join(', ')}] but some rows differ in length or depth)`);
+    throw invalid(
+      `${where}: the nested array is not rectangular (shape looks like [${shape.join(', ')}] but some rows differ in length or depth)`,
+    );
   }
   return shape;
 }
@@ -103,7 +114,8 @@ function boolValues(data: unknown): unknown {
 
 function readOutputs(value: unknown, where: string): RequestedOutput[] | undefined {
   if (value === undefined) return undefined;
-  if (!Array.isArray(value)) throw invalid(`${where}: 'outputs' must be a list of output names or {"name": ...} objects`);
+  if (!Array.isArray(value))
+    throw invalid(`${where}: 'outputs' must be a list of output names or {"name": ...} objects`);
   return value.map((o, i) => {
     if (typeof o === 'string') return { name: o };
     const name = (o as { name?: unknown } | null)?.name;
@@ -139,7 +151,10 @@ function addJsonTensor(index: JsonTensorIndex, name: string, value: unknown, dat
   if (!input) throw invalid(`unknown input '${name}'; the model's inputs are: ${names.join(', ')}`);
   const modelType = v2DatatypeOf(input.type);
   if (!modelType) throw invalid(`${where} has type ${input.type}, which JSON tensors cannot carry`);
-  if (datatype !== undefined && !isV2Datatype(datatype)) throw invalid(`${where}: 'datatype' must be one of BOOL, UINT8…UINT64, INT8…INT64, FP16, FP32, FP64, BYTES; got ${JSON.stringify(datatype)}`);
+  if (datatype !== undefined && !isV2Datatype(datatype))
+    throw invalid(
+      `${where}: 'datatype' must be one of BOOL, UINT8…UINT64, INT8…INT64, FP16, FP32, FP64, BYTES; got ${JSON.stringify(datatype)}`,
+    );
   const type: V2Datatype = (datatype as V2Datatype | undefined) ?? modelType;
   let shape: number[];
   let data: unknown;
@@ -152,7 +167,8 @@ function addJsonTensor(index: JsonTensorIndex, name: string, value: unknown, dat
   } else if (value && typeof value === 'object' && 'data' in value) {
     const t = value as { shape?: unknown; data: unknown };
     data = t.data;
-    shape = t.shape === undefined ? (Array.isArray(t.data) ? nestedShape(t.data, where) : []) : readShape(t.shape, where);
+    shape =
+      t.shape === undefined ? (Array.isArray(t.data) ? nestedShape(t.data, where) : []) : readShape(t.shape, where);
   } else throw invalid(`${where}: expected a nested array, a number, or {"shape": [...], "data": [...]}`);
   const tensor: RawTensor = { name, datatype: type, shape, raw: Buffer.alloc(0) };
   checkTensorAgainstSignature(tensor, input);
@@ -163,7 +179,10 @@ function addJsonTensor(index: JsonTensorIndex, name: string, value: unknown, dat
 /** A body with one unnamed tensor (`{"data": ...}` or a bare nested array): the model must have one input. */
 function addSingle(index: JsonTensorIndex, value: unknown): void {
   const { names } = index;
-  if (names.length !== 1) throw invalid(`the model has ${names.length} inputs (${names.join(', ')}); name them: {"inputs": {"${names[0]}": {"shape": [...], "data": [...]}}}`);
+  if (names.length !== 1)
+    throw invalid(
+      `the model has ${names.length} inputs (${names.join(', ')}); name them: {"inputs": {"${names[0]}": {"shape": [...], "data": [...]}}}`,
+    );
   addJsonTensor(index, names[0]!, value);
 }
 
@@ -177,15 +196,26 @@ function addSingle(index: JsonTensorIndex, value: unknown): void {
  * Any JSON form may name the outputs to return: `"outputs": ["name", ...]` or `[{"name": ...}]`.
  * @throws MARINA_ERR_TENSOR_INPUT_INVALID
  */
-export function parseTensorRequest(payload: unknown, inputs: TensorSignature[], options: { headerLength?: number } = {}): ParsedTensorRequest {
+export function parseTensorRequest(
+  payload: unknown,
+  inputs: TensorSignature[],
+  options: { headerLength?: number } = {},
+): ParsedTensorRequest {
   const { names, byName } = inputIndexOf(inputs);
   const tensors = new Map<string, RawTensor>();
   let body = payload;
   if (options.headerLength !== undefined) {
-    const bytes = Buffer.isBuffer(body) ? body : body instanceof Uint8Array ? Buffer.from(body.buffer, body.byteOffset, body.byteLength) : typeof body === 'string' ? Buffer.from(body) : Buffer.from(JSON.stringify(body));
+    const bytes = Buffer.isBuffer(body)
+      ? body
+      : body instanceof Uint8Array
+        ? Buffer.from(body.buffer, body.byteOffset, body.byteLength)
+        : typeof body === 'string'
+          ? Buffer.from(body)
+          : Buffer.from(JSON.stringify(body));
     const { header, binaries } = splitBinaryBody(bytes, options.headerLength, 'inputs');
     const list = header['inputs'];
-    if (!Array.isArray(list)) throw invalid(`the JSON header needs an 'inputs' list; the model's inputs are: ${names.join(', ')}`);
+    if (!Array.isArray(list))
+      throw invalid(`the JSON header needs an 'inputs' list; the model's inputs are: ${names.join(', ')}`);
     list.forEach((entry, i) => {
       const e = entry as { name?: unknown; datatype?: unknown; shape?: unknown; data?: unknown };
       const name = typeof e?.name === 'string' ? e.name : undefined;
@@ -193,25 +223,42 @@ export function parseTensorRequest(payload: unknown, inputs: TensorSignature[], 
       const where = `input '${name}'`;
       const input = byName.get(name);
       if (!input) throw invalid(`unknown input '${name}'; the model's inputs are: ${names.join(', ')}`);
-      if (!isV2Datatype(e.datatype)) throw invalid(`${where}: 'datatype' must be one of BOOL, UINT8…UINT64, INT8…INT64, FP16, FP32, FP64, BYTES; got ${JSON.stringify(e.datatype)}`);
+      if (!isV2Datatype(e.datatype))
+        throw invalid(
+          `${where}: 'datatype' must be one of BOOL, UINT8…UINT64, INT8…INT64, FP16, FP32, FP64, BYTES; got ${JSON.stringify(e.datatype)}`,
+        );
       const shape = readShape(e.shape, where);
       const binary = binaries.get(i);
       const tensor: RawTensor = binary
         ? { name, datatype: e.datatype, shape, raw: binary }
-        : { name, datatype: e.datatype, shape, raw: jsonToRaw(e.datatype, e.datatype === 'BOOL' ? boolValues(e.data) : e.data, shape, where) };
+        : {
+            name,
+            datatype: e.datatype,
+            shape,
+            raw: jsonToRaw(e.datatype, e.datatype === 'BOOL' ? boolValues(e.data) : e.data, shape, where),
+          };
       checkTensorAgainstSignature(tensor, input);
       if (binary) checkRawSize(tensor, where);
       tensors.set(name, tensor);
     });
-    for (const name of names) if (!tensors.has(name)) throw invalid(`input '${name}' is missing; the model's inputs are: ${names.join(', ')}`);
-    const parameters = header['parameters'] as { binary_data_output?: unknown; marina_response_format?: unknown } | undefined;
+    for (const name of names)
+      if (!tensors.has(name)) throw invalid(`input '${name}' is missing; the model's inputs are: ${names.join(', ')}`);
+    const parameters = header['parameters'] as
+      | { binary_data_output?: unknown; marina_response_format?: unknown }
+      | undefined;
     // The server re-encodes TorchServe-route JSON it has already checked in this layout; the answer stays JSON.
     const format = parameters?.marina_response_format === 'torchserve_json' ? 'json' : 'v2-binary';
-    return { tensors, outputs: readOutputs(header['outputs'], 'the JSON header'), format, isBinaryOutputDefault: parameters?.binary_data_output !== false };
+    return {
+      tensors,
+      outputs: readOutputs(header['outputs'], 'the JSON header'),
+      format,
+      isBinaryOutputDefault: parameters?.binary_data_output !== false,
+    };
   }
 
   if (Buffer.isBuffer(body)) body = body.toString('utf8');
-  else if (body instanceof Uint8Array) body = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
+  else if (body instanceof Uint8Array)
+    body = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
   if (typeof body === 'string') {
     try {
       body = JSON.parse(body);
@@ -230,14 +277,16 @@ export function parseTensorRequest(payload: unknown, inputs: TensorSignature[], 
         const name = typeof e?.name === 'string' ? e.name : names.length === 1 ? names[0]! : `#${n}`;
         addJsonTensor(index, name, i, e?.datatype);
       });
-    } else if (list && typeof list === 'object') for (const name in list) addJsonTensor(index, name, (list as Record<string, unknown>)[name]);
+    } else if (list && typeof list === 'object')
+      for (const name in list) addJsonTensor(index, name, (list as Record<string, unknown>)[name]);
     else throw invalid("'inputs' must be an object of named tensors or a list of {name, shape, datatype, data}");
     outputs = readOutputs((body as { outputs?: unknown }).outputs, 'the body');
   } else if (body && typeof body === 'object' && 'data' in body) {
     addSingle(index, (body as { data: unknown }).data);
     outputs = readOutputs((body as { outputs?: unknown }).outputs, 'the body');
   } else throw invalid('expected {"inputs": {...}}, {"inputs": [...]}, {"data": [...]} or a nested array');
-  for (const name of names) if (!tensors.has(name)) throw invalid(`input '${name}' is missing; the model's inputs are: ${names.join(', ')}`);
+  for (const name of names)
+    if (!tensors.has(name)) throw invalid(`input '${name}' is missing; the model's inputs are: ${names.join(', ')}`);
   return { tensors, outputs, format: 'json', isBinaryOutputDefault: false };
 }
 
@@ -267,7 +316,12 @@ export function isPlainFloatTensorBody(body: unknown, inputs: readonly TensorSig
 }
 
 /** One level of isPlainFloatTensorBody's walk: every array at `depth` has the same length (`lengths[depth]`, the first one seen), a fixed dimension's size, and holds arrays down to the last dimension, numbers there. */
-function isPlainFloatArray(array: unknown[], shape: ReadonlyArray<number | string>, depth: number, lengths: number[]): boolean {
+function isPlainFloatArray(
+  array: unknown[],
+  shape: ReadonlyArray<number | string>,
+  depth: number,
+  lengths: number[],
+): boolean {
   const n = array.length;
   if (n === 0) return false;
   const seen = lengths[depth];
@@ -294,7 +348,10 @@ function isPlainFloatArray(array: unknown[], shape: ReadonlyArray<number | strin
 export function selectedOutputNames(request: ParsedTensorRequest, outputNames: readonly string[]): string[] {
   if (!request.outputs) return [...outputNames];
   for (const o of request.outputs) {
-    if (!outputNames.includes(o.name)) throw createHandlerError.MARINA_ERR_TENSOR_OUTPUT_UNKNOWN(`unknown output '${o.name}'; the model's outputs are: ${outputNames.join(', ')}`);
+    if (!outputNames.includes(o.name))
+      throw createHandlerError.MARINA_ERR_TENSOR_OUTPUT_UNKNOWN(
+        `unknown output '${o.name}'; the model's outputs are: ${outputNames.join(', ')}`,
+      );
   }
   return request.outputs.map((o) => o.name);
 }
@@ -330,7 +387,14 @@ export function tensorAnswer(options: {
   try {
     // TorchServe JSON is pretty-printed by the server (10 bytes per value at least); JSON inside the binary layout is compact.
     const jsonBytesPerElement = request.format === 'json' ? 10 : 2;
-    assertResponseSize(answerBytesAtLeast(raws.map((t) => ({ shape: t.shape, raw: t.raw, isBinary: isBinaryOutput(request, t.name) })), jsonBytesPerElement), context.maxResponseBytes, true);
+    assertResponseSize(
+      answerBytesAtLeast(
+        raws.map((t) => ({ shape: t.shape, raw: t.raw, isBinary: isBinaryOutput(request, t.name) })),
+        jsonBytesPerElement,
+      ),
+      context.maxResponseBytes,
+      true,
+    );
   } catch (error) {
     return error;
   }
@@ -341,7 +405,8 @@ export function tensorAnswer(options: {
   }
   const binaries: Buffer[] = [];
   const list = raws.map((t) => {
-    if (!isBinaryOutput(request, t.name)) return { name: t.name, datatype: t.datatype, shape: t.shape, data: rawToJson(t.datatype, t.raw) };
+    if (!isBinaryOutput(request, t.name))
+      return { name: t.name, datatype: t.datatype, shape: t.shape, data: rawToJson(t.datatype, t.raw) };
     binaries.push(t.raw);
     return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: t.raw.length } };
   });
@@ -356,6 +421,7 @@ export function binaryHeaderLength(context: HandlerContext, index: number): numb
   const value = context.getRequestHeader(index, INFERENCE_HEADER_CONTENT_LENGTH);
   if (value === undefined) return undefined;
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw invalid(`Inference-Header-Content-Length must be a non-negative integer, got '${value}'`);
+  if (!Number.isInteger(n) || n < 0)
+    throw invalid(`Inference-Header-Content-Length must be a non-negative integer, got '${value}'`);
   return n;
 }

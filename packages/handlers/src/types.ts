@@ -106,5 +106,8 @@ export interface BuiltinHandler {
    * warning (see `fixedBatchWarning`). `classCount` is the number of names in
    * index_to_name.json when the archive has one. Returns [] when it fits.
    */
-  checkSignature(signature: ModelSignature, options: { batchSize: number; modelYamlConfig: Record<string, unknown>; classCount?: number }): SignatureProblem[];
+  checkSignature(
+    signature: ModelSignature,
+    options: { batchSize: number; modelYamlConfig: Record<string, unknown>; classCount?: number },
+  ): SignatureProblem[];
 }

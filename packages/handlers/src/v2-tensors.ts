@@ -9,7 +9,20 @@
 import * as ort from 'onnxruntime-node';
 import { createHandlerError } from './errors.ts';
 
-export type V2Datatype = 'BOOL' | 'UINT8' | 'UINT16' | 'UINT32' | 'UINT64' | 'INT8' | 'INT16' | 'INT32' | 'INT64' | 'FP16' | 'FP32' | 'FP64' | 'BYTES';
+export type V2Datatype =
+  | 'BOOL'
+  | 'UINT8'
+  | 'UINT16'
+  | 'UINT32'
+  | 'UINT64'
+  | 'INT8'
+  | 'INT16'
+  | 'INT32'
+  | 'INT64'
+  | 'FP16'
+  | 'FP32'
+  | 'FP64'
+  | 'BYTES';
 
 interface DatatypeInfo {
   ort: string;
@@ -34,7 +47,9 @@ export const V2_DATATYPES: Readonly<Record<V2Datatype, DatatypeInfo>> = {
   BYTES: { ort: 'string', bytes: 0 },
 };
 
-const ortToV2: Record<string, V2Datatype> = Object.fromEntries(Object.entries(V2_DATATYPES).map(([k, v]) => [v.ort, k as V2Datatype]));
+const ortToV2: Record<string, V2Datatype> = Object.fromEntries(
+  Object.entries(V2_DATATYPES).map(([k, v]) => [v.ort, k as V2Datatype]),
+);
 
 export function isV2Datatype(value: unknown): value is V2Datatype {
   return typeof value === 'string' && Object.hasOwn(V2_DATATYPES, value);
@@ -82,12 +97,12 @@ export function float32ToFloat16Bits(value: number): number {
     let half = mant >>> shift;
     const rem = mant & ((1 << shift) - 1);
     const mid = 1 << (shift - 1);
-    if (rem > mid || (rem === mid && (half & 1))) half++;
+    if (rem > mid || (rem === mid && half & 1)) half++;
     return sign | half;
   }
   let half = (e << 10) | (mant >>> 13);
   const rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem === 0x1000 && (half & 1))) half++;
+  if (rem > 0x1000 || (rem === 0x1000 && half & 1)) half++;
   return sign | half;
 }
 
@@ -129,7 +144,8 @@ function notOfDatatype(where: string, datatype: V2Datatype, v: unknown, what: st
 export function jsonToRaw(datatype: V2Datatype, data: unknown, shape: readonly number[], where: string): Buffer {
   const values = flatten(data);
   const count = elementCount(shape);
-  if (values.length !== count) throw invalid(`${where}: shape [${shape.join(', ')}] needs ${count} values, 'data' has ${values.length}`);
+  if (values.length !== count)
+    throw invalid(`${where}: shape [${shape.join(', ')}] needs ${count} values, 'data' has ${values.length}`);
   if (datatype === 'BYTES') {
     const parts = values.map((v) => {
       if (typeof v !== 'string') throw invalid(`${where}: BYTES data must be strings, got ${JSON.stringify(v)}`);
@@ -148,21 +164,43 @@ export function jsonToRaw(datatype: V2Datatype, data: unknown, shape: readonly n
     }
     if (typeof v !== 'number') throw notOfDatatype(where, datatype, v, 'a number');
     switch (datatype) {
-      case 'FP32': out.writeFloatLE(v, i * 4); break;
-      case 'FP64': out.writeDoubleLE(v, i * 8); break;
-      case 'FP16': out.writeUInt16LE(float32ToFloat16Bits(v), i * 2); break;
+      case 'FP32':
+        out.writeFloatLE(v, i * 4);
+        break;
+      case 'FP64':
+        out.writeDoubleLE(v, i * 8);
+        break;
+      case 'FP16':
+        out.writeUInt16LE(float32ToFloat16Bits(v), i * 2);
+        break;
       default: {
         if (!Number.isInteger(v)) throw notOfDatatype(where, datatype, v, 'an integer');
         try {
           switch (datatype) {
-            case 'UINT8': out.writeUInt8(v, i); break;
-            case 'UINT16': out.writeUInt16LE(v, i * 2); break;
-            case 'UINT32': out.writeUInt32LE(v, i * 4); break;
-            case 'INT8': out.writeInt8(v, i); break;
-            case 'INT16': out.writeInt16LE(v, i * 2); break;
-            case 'INT32': out.writeInt32LE(v, i * 4); break;
-            case 'INT64': out.writeBigInt64LE(BigInt(v), i * 8); break;
-            case 'UINT64': out.writeBigUInt64LE(BigInt(v), i * 8); break;
+            case 'UINT8':
+              out.writeUInt8(v, i);
+              break;
+            case 'UINT16':
+              out.writeUInt16LE(v, i * 2);
+              break;
+            case 'UINT32':
+              out.writeUInt32LE(v, i * 4);
+              break;
+            case 'INT8':
+              out.writeInt8(v, i);
+              break;
+            case 'INT16':
+              out.writeInt16LE(v, i * 2);
+              break;
+            case 'INT32':
+              out.writeInt32LE(v, i * 4);
+              break;
+            case 'INT64':
+              out.writeBigInt64LE(BigInt(v), i * 8);
+              break;
+            case 'UINT64':
+              out.writeBigUInt64LE(BigInt(v), i * 8);
+              break;
           }
         } catch {
           throw notOfDatatype(where, datatype, v, `in the range of ${datatype}`);
@@ -181,18 +219,42 @@ export function rawToJson(datatype: V2Datatype, raw: Buffer): number[] | boolean
   const out = new Array(n);
   for (let i = 0; i < n; i++) {
     switch (datatype) {
-      case 'BOOL': out[i] = raw[i] !== 0; break;
-      case 'UINT8': out[i] = raw[i]; break;
-      case 'INT8': out[i] = raw.readInt8(i); break;
-      case 'UINT16': out[i] = raw.readUInt16LE(i * 2); break;
-      case 'INT16': out[i] = raw.readInt16LE(i * 2); break;
-      case 'UINT32': out[i] = raw.readUInt32LE(i * 4); break;
-      case 'INT32': out[i] = raw.readInt32LE(i * 4); break;
-      case 'UINT64': out[i] = Number(raw.readBigUInt64LE(i * 8)); break;
-      case 'INT64': out[i] = Number(raw.readBigInt64LE(i * 8)); break;
-      case 'FP16': out[i] = float16BitsToFloat32(raw.readUInt16LE(i * 2)); break;
-      case 'FP32': out[i] = raw.readFloatLE(i * 4); break;
-      case 'FP64': out[i] = raw.readDoubleLE(i * 8); break;
+      case 'BOOL':
+        out[i] = raw[i] !== 0;
+        break;
+      case 'UINT8':
+        out[i] = raw[i];
+        break;
+      case 'INT8':
+        out[i] = raw.readInt8(i);
+        break;
+      case 'UINT16':
+        out[i] = raw.readUInt16LE(i * 2);
+        break;
+      case 'INT16':
+        out[i] = raw.readInt16LE(i * 2);
+        break;
+      case 'UINT32':
+        out[i] = raw.readUInt32LE(i * 4);
+        break;
+      case 'INT32':
+        out[i] = raw.readInt32LE(i * 4);
+        break;
+      case 'UINT64':
+        out[i] = Number(raw.readBigUInt64LE(i * 8));
+        break;
+      case 'INT64':
+        out[i] = Number(raw.readBigInt64LE(i * 8));
+        break;
+      case 'FP16':
+        out[i] = float16BitsToFloat32(raw.readUInt16LE(i * 2));
+        break;
+      case 'FP32':
+        out[i] = raw.readFloatLE(i * 4);
+        break;
+      case 'FP64':
+        out[i] = raw.readDoubleLE(i * 8);
+        break;
     }
   }
   return out;
@@ -215,7 +277,8 @@ export function decodeBytesElements(raw: Buffer, where = 'BYTES tensor'): Buffer
   while (at < raw.length) {
     if (at + 4 > raw.length) throw invalid(`${where}: truncated element length at byte ${at}`);
     const n = raw.readUInt32LE(at);
-    if (at + 4 + n > raw.length) throw invalid(`${where}: element of ${n} bytes at byte ${at} runs past the end (${raw.length} bytes)`);
+    if (at + 4 + n > raw.length)
+      throw invalid(`${where}: element of ${n} bytes at byte ${at} runs past the end (${raw.length} bytes)`);
     parts.push(raw.subarray(at + 4, at + 4 + n));
     at += 4 + n;
   }
@@ -236,14 +299,28 @@ export function checkRawSize(t: RawTensor, where: string): void {
   }
   if (expected === undefined) {
     const n = decodeBytesElements(t.raw, where).length;
-    if (n !== elementCount(t.shape)) throw invalid(`${where}: BYTES shape [${t.shape.join(', ')}] needs ${elementCount(t.shape)} elements, got ${n}`);
+    if (n !== elementCount(t.shape))
+      throw invalid(`${where}: BYTES shape [${t.shape.join(', ')}] needs ${elementCount(t.shape)} elements, got ${n}`);
   }
 }
 
-type TypedArrayCtor = { new (buffer: ArrayBufferLike, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
+type TypedArrayCtor = {
+  new (buffer: ArrayBufferLike, byteOffset: number, length: number): ArrayBufferView;
+  BYTES_PER_ELEMENT: number;
+};
 const arrayOf: Record<string, TypedArrayCtor> = {
-  bool: Uint8Array, uint8: Uint8Array, int8: Int8Array, uint16: Uint16Array, int16: Int16Array, float16: Uint16Array,
-  uint32: Uint32Array, int32: Int32Array, float32: Float32Array, float64: Float64Array, int64: BigInt64Array, uint64: BigUint64Array,
+  bool: Uint8Array,
+  uint8: Uint8Array,
+  int8: Int8Array,
+  uint16: Uint16Array,
+  int16: Int16Array,
+  float16: Uint16Array,
+  uint32: Uint32Array,
+  int32: Int32Array,
+  float32: Float32Array,
+  float64: Float64Array,
+  int64: BigInt64Array,
+  uint64: BigUint64Array,
 };
 
 /** A typed array over the bytes (copied once when they are not aligned for the element size). */
@@ -258,7 +335,8 @@ function typedView(ortType: string, raw: Buffer): ArrayBufferView {
 export function rawToOrt(parts: RawTensor[]): ort.Tensor {
   const first = parts[0]!;
   const type = V2_DATATYPES[first.datatype].ort;
-  const shape = parts.length === 1 ? first.shape : [parts.reduce((n, p) => n + p.shape[0]!, 0), ...first.shape.slice(1)];
+  const shape =
+    parts.length === 1 ? first.shape : [parts.reduce((n, p) => n + p.shape[0]!, 0), ...first.shape.slice(1)];
   if (first.datatype === 'BYTES') {
     const strings = parts.flatMap((p) => decodeBytesElements(p.raw).map((b) => b.toString('utf8')));
     return new ort.Tensor('string', strings, shape);
@@ -270,7 +348,10 @@ export function rawToOrt(parts: RawTensor[]): ort.Tensor {
 /** Rows [start, end) of an ORT output (all of it for a rank-0 tensor) as a raw tensor. */
 export function ortToRaw(name: string, tensor: ort.Tensor, rows?: { start: number; end: number }): RawTensor {
   const datatype = v2DatatypeOf(tensor.type);
-  if (!datatype) throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(`output '${name}' has type ${tensor.type}, which the Open Inference Protocol cannot carry`);
+  if (!datatype)
+    throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(
+      `output '${name}' has type ${tensor.type}, which the Open Inference Protocol cannot carry`,
+    );
   const dims = [...tensor.dims];
   const per = dims.slice(1).reduce((a, b) => a * b, 1);
   const start = rows && dims.length > 0 ? rows.start : 0;
@@ -297,17 +378,26 @@ export interface V2BinaryHeader {
  * entries that carry `parameters.binary_data_size`. Returns the header and each entry's bytes.
  * @throws MARINA_ERR_TENSOR_INPUT_INVALID for a bad header length, JSON, or sizes that do not add up.
  */
-export function splitBinaryBody(body: Buffer, headerLength: number, listKey: 'inputs' | 'outputs'): { header: V2BinaryHeader; binaries: Map<number, Buffer> } {
+export function splitBinaryBody(
+  body: Buffer,
+  headerLength: number,
+  listKey: 'inputs' | 'outputs',
+): { header: V2BinaryHeader; binaries: Map<number, Buffer> } {
   if (!Number.isInteger(headerLength) || headerLength < 0 || headerLength > body.length) {
-    throw invalid(`Inference-Header-Content-Length is ${headerLength}, but the body has ${body.length} bytes; it must be the byte length of the JSON header at the start of the body`);
+    throw invalid(
+      `Inference-Header-Content-Length is ${headerLength}, but the body has ${body.length} bytes; it must be the byte length of the JSON header at the start of the body`,
+    );
   }
   let header: V2BinaryHeader;
   try {
     header = JSON.parse(body.subarray(0, headerLength).toString('utf8')) as V2BinaryHeader;
   } catch (error) {
-    throw invalid(`the JSON header (the first ${headerLength} bytes, Inference-Header-Content-Length) is not valid JSON: ${(error as Error).message}`);
+    throw invalid(
+      `the JSON header (the first ${headerLength} bytes, Inference-Header-Content-Length) is not valid JSON: ${(error as Error).message}`,
+    );
   }
-  if (!header || typeof header !== 'object' || Array.isArray(header)) throw invalid('the JSON header must be an object');
+  if (!header || typeof header !== 'object' || Array.isArray(header))
+    throw invalid('the JSON header must be an object');
   const list = header[listKey];
   const binaries = new Map<number, Buffer>();
   let at = headerLength;
@@ -315,13 +405,22 @@ export function splitBinaryBody(body: Buffer, headerLength: number, listKey: 'in
     list.forEach((entry, i) => {
       const size = (entry as { parameters?: { binary_data_size?: unknown } } | null)?.parameters?.binary_data_size;
       if (size === undefined) return;
-      if (!Number.isInteger(size) || (size as number) < 0) throw invalid(`${listKey}[${i}].parameters.binary_data_size must be a non-negative integer, got ${JSON.stringify(size)}`);
-      if (at + (size as number) > body.length) throw invalid(`${listKey}[${i}] declares binary_data_size ${String(size)} but only ${body.length - at} bytes are left in the body`);
+      if (!Number.isInteger(size) || (size as number) < 0)
+        throw invalid(
+          `${listKey}[${i}].parameters.binary_data_size must be a non-negative integer, got ${JSON.stringify(size)}`,
+        );
+      if (at + (size as number) > body.length)
+        throw invalid(
+          `${listKey}[${i}] declares binary_data_size ${String(size)} but only ${body.length - at} bytes are left in the body`,
+        );
       binaries.set(i, body.subarray(at, at + (size as number)));
       at += size as number;
     });
   }
-  if (at !== body.length) throw invalid(`the body has ${body.length - at} bytes after the last tensor; binary_data_size values must add up to the body length minus Inference-Header-Content-Length`);
+  if (at !== body.length)
+    throw invalid(
+      `the body has ${body.length - at} bytes after the last tensor; binary_data_size values must add up to the body length minus Inference-Header-Content-Length`,
+    );
   return { header, binaries };
 }
 
@@ -338,7 +437,10 @@ export function joinBinaryBody(header: unknown, binaries: Buffer[]): { body: Buf
  * value of `{"outputs": {name: {"data": [...]}}}` on its own line indented by 8 spaces, so at least
  * 10). Used to refuse, before any JSON is built, an answer that cannot fit max_response_size.
  */
-export function answerBytesAtLeast(outputs: ReadonlyArray<{ shape: readonly number[]; raw: Buffer; isBinary: boolean }>, jsonBytesPerElement = 2): number {
+export function answerBytesAtLeast(
+  outputs: ReadonlyArray<{ shape: readonly number[]; raw: Buffer; isBinary: boolean }>,
+  jsonBytesPerElement = 2,
+): number {
   let bytes = 0;
   for (const t of outputs) {
     if (t.isBinary) bytes += t.raw.length;

@@ -19,7 +19,13 @@ export interface BatchRecord {
  * A HandlerContext as the serve worker builds it, around a real onnxruntime-node session of
  * `modelPath` (one thread). `headers[i]` are the request headers of row i.
  */
-export function createContext(options: { modelPath: string; modelDir: string; modelYamlConfig?: Record<string, unknown>; batchSize?: number; headers?: Array<Record<string, string>> }): HandlerContext & BatchRecord {
+export function createContext(options: {
+  modelPath: string;
+  modelDir: string;
+  modelYamlConfig?: Record<string, unknown>;
+  batchSize?: number;
+  headers?: Array<Record<string, string>>;
+}): HandlerContext & BatchRecord {
   const contentTypes = new Map<number, string>();
   return {
     modelName: 'm',
@@ -29,7 +35,14 @@ export function createContext(options: { modelPath: string; modelDir: string; mo
     serializedFilePath: options.modelPath,
     batchSize: options.batchSize ?? 1,
     modelYamlConfig: options.modelYamlConfig ?? {},
-    systemProperties: { model_dir: options.modelDir, gpu_id: null, batch_size: options.batchSize ?? 1, server_name: 'MMS', server_version: 'test', limit_max_image_pixels: true },
+    systemProperties: {
+      model_dir: options.modelDir,
+      gpu_id: null,
+      batch_size: options.batchSize ?? 1,
+      server_name: 'MMS',
+      server_version: 'test',
+      limit_max_image_pixels: true,
+    },
     intraOpNumThreads: 1,
     createSession: (path?: string) => ort.InferenceSession.create(path ?? options.modelPath, { intraOpNumThreads: 1 }),
     requestIds: [],
@@ -49,7 +62,10 @@ export async function runHandler(handler: Handler, rows: RequestRow[], context: 
 }
 
 /** A handler initialised on a model with a model-config.yaml `handler:` section. */
-export async function initialised(create: () => Handler, options: Parameters<typeof createContext>[0]): Promise<{ handler: Handler; context: HandlerContext & BatchRecord }> {
+export async function initialised(
+  create: () => Handler,
+  options: Parameters<typeof createContext>[0],
+): Promise<{ handler: Handler; context: HandlerContext & BatchRecord }> {
   const context = createContext(options);
   const handler = create();
   await handler.initialize!(context);
@@ -71,6 +87,7 @@ export async function patternPng(width: number, height: number): Promise<Buffer>
       pixels[p + 2] = ((x >> 3) + (y >> 3)) % 2 === 0 ? 230 : 20;
     }
   }
-  return sharp(pixels, { raw: { width, height, channels: 3 } }).png().toBuffer();
+  return sharp(pixels, { raw: { width, height, channels: 3 } })
+    .png()
+    .toBuffer();
 }
-

@@ -20,10 +20,18 @@ async function reference(png: Buffer, o: ImagePreprocessOptions): Promise<Float3
   let image: Sharp;
   if (o.resizeMode === 'crop') {
     // The shorter side to `resize` (sharp's fit: outside), then torchvision's CenterCrop offsets.
-    const resized = await sharp(png).resize({ width: o.resize, height: o.resize, fit: 'outside', kernel: 'linear' }).raw().toBuffer({ resolveWithObject: true });
+    const resized = await sharp(png)
+      .resize({ width: o.resize, height: o.resize, fit: 'outside', kernel: 'linear' })
+      .raw()
+      .toBuffer({ resolveWithObject: true });
     const { width: rw, height: rh } = resized.info;
     expect(Math.min(rw, rh)).toBe(o.resize);
-    image = sharp(resized.data, { raw: { width: rw, height: rh, channels: 3 } }).extract({ left: pythonRound((rw - o.width) / 2), top: pythonRound((rh - o.height) / 2), width: o.width, height: o.height });
+    image = sharp(resized.data, { raw: { width: rw, height: rh, channels: 3 } }).extract({
+      left: pythonRound((rw - o.width) / 2),
+      top: pythonRound((rh - o.height) / 2),
+      width: o.width,
+      height: o.height,
+    });
   } else if (o.resizeMode === 'letterbox') {
     const r = Math.min(o.width / w, o.height / h);
     const [nw, nh] = [Math.round(w * r), Math.round(h * r)];
@@ -31,7 +39,13 @@ async function reference(png: Buffer, o: ImagePreprocessOptions): Promise<Float3
     const [left, top] = [Math.round(dw - 0.1), Math.round(dh - 0.1)];
     const [r0, g0, b0] = o.padValue;
     const resized = await sharp(png).resize({ width: nw, height: nh, fit: 'fill', kernel: 'linear' }).raw().toBuffer();
-    image = sharp(resized, { raw: { width: nw, height: nh, channels: 3 } }).extend({ left, top, right: o.width - nw - left, bottom: o.height - nh - top, background: { r: r0, g: g0, b: b0 } });
+    image = sharp(resized, { raw: { width: nw, height: nh, channels: 3 } }).extend({
+      left,
+      top,
+      right: o.width - nw - left,
+      bottom: o.height - nh - top,
+      background: { r: r0, g: g0, b: b0 },
+    });
   } else {
     image = sharp(png).resize({ width: o.width, height: o.height, fit: 'fill', kernel: 'linear' });
   }
@@ -57,13 +71,50 @@ function maxPixelError(actual: Float32Array, expected: Float32Array, o: ImagePre
   return worst;
 }
 
-const cases: Array<{ name: string; image: [number, number]; shape: Array<number | string>; handler: Record<string, unknown> }> = [
+const cases: Array<{
+  name: string;
+  image: [number, number];
+  shape: Array<number | string>;
+  handler: Record<string, unknown>;
+}> = [
   { name: 'crop (TorchServe default), landscape', image: [97, 61], shape: [1, 3, 32, 32], handler: {} },
-  { name: 'crop, portrait, custom resize, mean and std', image: [45, 90], shape: ['n', 3, 24, 24], handler: { resize: 30, mean: [0.5, 0.4, 0.3], std: [0.2, 0.3, 0.4] } },
-  { name: 'letterbox centred, wide image, pad 114', image: [120, 40], shape: [1, 3, 48, 48], handler: { resize_mode: 'letterbox', pad_value: 114 } },
-  { name: 'letterbox top-left (text line), dynamic width from size', image: [50, 20], shape: ['n', 3, 32, 'w'], handler: { resize_mode: 'letterbox', pad_position: 'top-left', size: [32, 128], pad_value: [0, 0, 0], mean: [0.5, 0.5, 0.5], std: [0.5, 0.5, 0.5] } },
-  { name: 'letterbox centred, tall image, enlarged', image: [10, 30], shape: [1, 3, 40, 40], handler: { resize_mode: 'letterbox', pad_value: [10, 200, 30] } },
-  { name: 'stretch, BGR', image: [70, 33], shape: [1, 3, 20, 36], handler: { resize_mode: 'stretch', channel_order: 'BGR' } },
+  {
+    name: 'crop, portrait, custom resize, mean and std',
+    image: [45, 90],
+    shape: ['n', 3, 24, 24],
+    handler: { resize: 30, mean: [0.5, 0.4, 0.3], std: [0.2, 0.3, 0.4] },
+  },
+  {
+    name: 'letterbox centred, wide image, pad 114',
+    image: [120, 40],
+    shape: [1, 3, 48, 48],
+    handler: { resize_mode: 'letterbox', pad_value: 114 },
+  },
+  {
+    name: 'letterbox top-left (text line), dynamic width from size',
+    image: [50, 20],
+    shape: ['n', 3, 32, 'w'],
+    handler: {
+      resize_mode: 'letterbox',
+      pad_position: 'top-left',
+      size: [32, 128],
+      pad_value: [0, 0, 0],
+      mean: [0.5, 0.5, 0.5],
+      std: [0.5, 0.5, 0.5],
+    },
+  },
+  {
+    name: 'letterbox centred, tall image, enlarged',
+    image: [10, 30],
+    shape: [1, 3, 40, 40],
+    handler: { resize_mode: 'letterbox', pad_value: [10, 200, 30] },
+  },
+  {
+    name: 'stretch, BGR',
+    image: [70, 33],
+    shape: [1, 3, 20, 36],
+    handler: { resize_mode: 'stretch', channel_order: 'BGR' },
+  },
 ];
 
 describe('image preprocessing matches an independent sharp computation within 1/255', () => {
@@ -82,7 +133,10 @@ describe('image preprocessing matches an independent sharp computation within 1/
 
   it('grayscale models get one plane of BT.601 luma, normalised with the first mean/std', async () => {
     const png = await patternPng(40, 40);
-    const options = resolveImagePreprocessOptions({ handler: { resize_mode: 'stretch', mean: [0.5, 0, 0], std: [0.25, 1, 1] } }, [1, 1, 40, 40]);
+    const options = resolveImagePreprocessOptions(
+      { handler: { resize_mode: 'stretch', mean: [0.5, 0, 0], std: [0.25, 1, 1] } },
+      [1, 1, 40, 40],
+    );
     expect(options.channels).toBe(1);
     const actual = new Float32Array(40 * 40);
     await preprocessImage(png, { ...options, limitInputPixels: true }, actual, 0);
@@ -100,16 +154,31 @@ describe('image preprocessing errors say what the image was and what the model w
   it('a text line too narrow for the centre crop is refused with advice to letterbox, not to raise resize', async () => {
     const png = await patternPng(64, 32);
     const options = resolveImagePreprocessOptions({ handler: { resize: 32 } }, [1, 3, 32, 128]);
-    const error = await preprocessImage(png, { ...options, limitInputPixels: true }, new Float32Array(3 * 32 * 128), 0).catch((e: unknown) => e);
+    const error = await preprocessImage(
+      png,
+      { ...options, limitInputPixels: true },
+      new Float32Array(3 * 32 * 128),
+      0,
+    ).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'MARINA_ERR_IMAGE_TOO_SMALL', statusCode: 400 });
-    expect((error as Error).message).toMatch(/the image is 64x32 .* smaller than the model's 128x32 input.*resize_mode: letterbox/);
+    expect((error as Error).message).toMatch(
+      /the image is 64x32 .* smaller than the model's 128x32 input.*resize_mode: letterbox/,
+    );
     expect((error as Error).message).not.toMatch(/raise handler.resize/);
   });
 
   it('letterbox and stretch need a size when the model input is dynamic; a size that contradicts the model is refused', () => {
-    expect(() => resolveImagePreprocessOptions({ handler: { resize_mode: 'letterbox' } }, ['n', 3, 'h', 'w'])).toThrow(/dynamic height or width; set handler.size/);
-    expect(() => resolveImagePreprocessOptions({ handler: { size: [32, 100] } }, ['n', 3, 32, 128])).toThrow(/handler.size is 32x100 but the model's input takes 32x128/);
-    expect(() => resolveImagePreprocessOptions({ handler: { resize_mode: 'zoom' } }, ['n', 3, 32, 32])).toThrow(/resize_mode must be one of crop, letterbox, stretch/);
-    expect(() => resolveImagePreprocessOptions({ handler: { color: 'grayscale' } }, ['n', 3, 32, 32])).toThrow(/model's input has 3 channel/);
+    expect(() => resolveImagePreprocessOptions({ handler: { resize_mode: 'letterbox' } }, ['n', 3, 'h', 'w'])).toThrow(
+      /dynamic height or width; set handler.size/,
+    );
+    expect(() => resolveImagePreprocessOptions({ handler: { size: [32, 100] } }, ['n', 3, 32, 128])).toThrow(
+      /handler.size is 32x100 but the model's input takes 32x128/,
+    );
+    expect(() => resolveImagePreprocessOptions({ handler: { resize_mode: 'zoom' } }, ['n', 3, 32, 32])).toThrow(
+      /resize_mode must be one of crop, letterbox, stretch/,
+    );
+    expect(() => resolveImagePreprocessOptions({ handler: { color: 'grayscale' } }, ['n', 3, 32, 32])).toThrow(
+      /model's input has 3 channel/,
+    );
   });
 });

@@ -4,7 +4,13 @@ import * as ort from 'onnxruntime-node';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TINY_DETECTOR_BOXES, writeTinyDetector, writeTinySegmenter } from '@marina/model-zoo';
-import { createImageSegmenter, createObjectDetector, preprocessImage, resolveImageSegmenterOptions, resolveObjectDetectorOptions } from '../src/index.ts';
+import {
+  createImageSegmenter,
+  createObjectDetector,
+  preprocessImage,
+  resolveImageSegmenterOptions,
+  resolveObjectDetectorOptions,
+} from '../src/index.ts';
 import { createWorkDir, initialised, runHandler, writeJson } from './handler-harness.ts';
 
 let work: Awaited<ReturnType<typeof createWorkDir>>;
@@ -14,17 +20,29 @@ beforeAll(async () => {
 afterAll(() => work.remove());
 
 /** A PNG whose left half is `left` and right half `right` (RGB). */
-async function halves(width: number, height: number, left: [number, number, number], right: [number, number, number]): Promise<Buffer> {
+async function halves(
+  width: number,
+  height: number,
+  left: [number, number, number],
+  right: [number, number, number],
+): Promise<Buffer> {
   const pixels = Buffer.alloc(width * height * 3);
-  for (let y = 0; y < height; y++) for (let x = 0; x < width; x++) pixels.set(x < width / 2 ? left : right, (y * width + x) * 3);
-  return sharp(pixels, { raw: { width, height, channels: 3 } }).png().toBuffer();
+  for (let y = 0; y < height; y++)
+    for (let x = 0; x < width; x++) pixels.set(x < width / 2 ? left : right, (y * width + x) * 3);
+  return sharp(pixels, { raw: { width, height, channels: 3 } })
+    .png()
+    .toBuffer();
 }
 const RED: [number, number, number] = [255, 0, 0];
 const GREEN: [number, number, number] = [0, 255, 0];
 const BLUE: [number, number, number] = [0, 0, 255];
 
 /** Every output of a direct onnxruntime-node run on `pixels` (one image). */
-async function direct(modelPath: string, pixels: Float32Array, dims: number[]): Promise<ort.InferenceSession.OnnxValueMapType> {
+async function direct(
+  modelPath: string,
+  pixels: Float32Array,
+  dims: number[],
+): Promise<ort.InferenceSession.OnnxValueMapType> {
   const session = await ort.InferenceSession.create(modelPath, { intraOpNumThreads: 1 });
   const out = await session.run({ input: new ort.Tensor('float32', pixels, dims) });
   await session.release();
@@ -37,7 +55,11 @@ describe('image_segmenter', () => {
     await writeTinySegmenter({ outputPath: modelPath, classes: 3 });
     const config = { handler: { resize_mode: 'stretch', size: [8, 12] } };
     const image = await halves(24, 16, RED, GREEN);
-    const { handler, context } = await initialised(createImageSegmenter, { modelPath, modelDir: work.dir, modelYamlConfig: config });
+    const { handler, context } = await initialised(createImageSegmenter, {
+      modelPath,
+      modelDir: work.dir,
+      modelYamlConfig: config,
+    });
     const [answer] = (await runHandler(handler, [{ body: image }], context)) as Array<Array<Array<[number, number]>>>;
     const options = resolveImageSegmenterOptions(config, ['n', 3, 'h', 'w']);
     const pixels = new Float32Array(3 * 8 * 12);
@@ -61,13 +83,21 @@ describe('image_segmenter', () => {
   it('response: classes gives the class map; Accept: image/png gives a PNG of class indices', async () => {
     const modelPath = join(work.dir, 'seg3-classes.onnx');
     await writeTinySegmenter({ outputPath: modelPath, classes: 3, inputSize: 10 });
-    const { handler, context } = await initialised(createImageSegmenter, { modelPath, modelDir: work.dir, modelYamlConfig: { handler: { resize_mode: 'stretch', response: 'classes' } }, headers: [{}, { accept: 'image/png' }] });
+    const { handler, context } = await initialised(createImageSegmenter, {
+      modelPath,
+      modelDir: work.dir,
+      modelYamlConfig: { handler: { resize_mode: 'stretch', response: 'classes' } },
+      headers: [{}, { accept: 'image/png' }],
+    });
     const image = await halves(20, 20, GREEN, BLUE);
     const [classes, png] = await runHandler(handler, [{ body: image }, { body: image }], context);
     expect((classes as number[][])[5]).toEqual([1, 1, 1, 1, 1, 2, 2, 2, 2, 2]);
     expect(context.contentTypes.get(1)).toBe('image/png');
     expect((await sharp(png as Buffer).metadata()).channels).toBe(1);
-    const decoded = await sharp(png as Buffer).extractChannel(0).raw().toBuffer({ resolveWithObject: true });
+    const decoded = await sharp(png as Buffer)
+      .extractChannel(0)
+      .raw()
+      .toBuffer({ resolveWithObject: true });
     // stretch is undone: the mask comes back at the image's 20×20, each class pixel doubled (nearest).
     expect(decoded.info).toMatchObject({ width: 20, height: 20, channels: 1 });
     expect([...decoded.data.subarray(200, 220)]).toEqual((classes as number[][])[5]!.flatMap((c) => [c, c]));
@@ -78,10 +108,17 @@ describe('image_segmenter', () => {
     await writeTinySegmenter({ outputPath: modelPath, classes: 1, head: 'sigmoid' });
     const config = { handler: { resize_mode: 'letterbox', size: [16, 16], response: 'png', threshold: 0.6 } };
     const image = await halves(32, 16, RED, BLUE);
-    const { handler, context } = await initialised(createImageSegmenter, { modelPath, modelDir: work.dir, modelYamlConfig: config });
+    const { handler, context } = await initialised(createImageSegmenter, {
+      modelPath,
+      modelDir: work.dir,
+      modelYamlConfig: config,
+    });
     const [png] = await runHandler(handler, [{ body: image }], context);
     expect((await sharp(png as Buffer).metadata()).channels).toBe(1);
-    const { data, info } = await sharp(png as Buffer).extractChannel(0).raw().toBuffer({ resolveWithObject: true });
+    const { data, info } = await sharp(png as Buffer)
+      .extractChannel(0)
+      .raw()
+      .toBuffer({ resolveWithObject: true });
     expect(info).toMatchObject({ width: 32, height: 16, channels: 1 });
     // The same mask from a direct run: sigmoid output ≥ 0.6 in the unpadded rows 4..11 of the 16×16 input.
     const options = resolveImageSegmenterOptions(config, ['n', 3, 'h', 'w']);
@@ -138,11 +175,23 @@ describe('object_detector', () => {
   it('nms: true keeps the better of two overlapping boxes; score_threshold drops low scores', async () => {
     const modelPath = join(work.dir, 'detector-nms.onnx');
     await writeTinyDetector({ outputPath: modelPath, layout: 'separate' });
-    const nms = await initialised(createObjectDetector, { modelPath, modelDir: work.dir, modelYamlConfig: { handler: { nms: true, iou_threshold: 0.5 } } });
+    const nms = await initialised(createObjectDetector, {
+      modelPath,
+      modelDir: work.dir,
+      modelYamlConfig: { handler: { nms: true, iou_threshold: 0.5 } },
+    });
     const scores = await directScores(modelPath, {});
-    expect(await runHandler(nms.handler, [{ body: await image }], nms.context)).toEqual([[{ 1: expectedBox(0), score: scores[0] }]]);
-    const low = await initialised(createObjectDetector, { modelPath, modelDir: work.dir, modelYamlConfig: { handler: { score_threshold: 0.2 } } });
-    const [all] = (await runHandler(low.handler, [{ body: await image }], low.context)) as Array<Array<Record<string, unknown>>>;
+    expect(await runHandler(nms.handler, [{ body: await image }], nms.context)).toEqual([
+      [{ 1: expectedBox(0), score: scores[0] }],
+    ]);
+    const low = await initialised(createObjectDetector, {
+      modelPath,
+      modelDir: work.dir,
+      modelYamlConfig: { handler: { score_threshold: 0.2 } },
+    });
+    const [all] = (await runHandler(low.handler, [{ body: await image }], low.context)) as Array<
+      Array<Record<string, unknown>>
+    >;
     expect(all!.map((d) => Object.keys(d)[0])).toEqual(['1', '1', '2', '3']);
   });
 
@@ -151,7 +200,11 @@ describe('object_detector', () => {
     await writeTinyDetector({ outputPath: modelPath, layout: 'combined' });
     const { handler, context } = await initialised(createObjectDetector, { modelPath, modelDir: work.dir });
     const scores = await directScores(modelPath, {});
-    const [answer] = (await runHandler(handler, [{ body: await image }, { body: Buffer.from('junk') }], context)) as unknown[];
+    const [answer] = (await runHandler(
+      handler,
+      [{ body: await image }, { body: Buffer.from('junk') }],
+      context,
+    )) as unknown[];
     expect(answer).toHaveLength(1);
     const [detection] = answer as Array<Record<string, number[] | number>>;
     expect(detection!['score']).toBeCloseTo(scores[0]!, 6);
@@ -161,9 +214,17 @@ describe('object_detector', () => {
   it('names outputs that are not there in the error', async () => {
     const modelPath = join(work.dir, 'detector-names.onnx');
     await writeTinyDetector({ outputPath: modelPath, layout: 'separate' });
-    await expect(initialised(createObjectDetector, { modelPath, modelDir: work.dir, modelYamlConfig: { handler: { boxes: 'detection_boxes' } } })).rejects.toMatchObject({
+    await expect(
+      initialised(createObjectDetector, {
+        modelPath,
+        modelDir: work.dir,
+        modelYamlConfig: { handler: { boxes: 'detection_boxes' } },
+      }),
+    ).rejects.toMatchObject({
       code: 'MARINA_ERR_HANDLER_CONFIG_INVALID',
-      message: expect.stringMatching(/reads output 'detection_boxes' \(handler.boxes\) but the model's outputs are boxes, scores, labels/),
+      message: expect.stringMatching(
+        /reads output 'detection_boxes' \(handler.boxes\) but the model's outputs are boxes, scores, labels/,
+      ),
     });
   });
 });

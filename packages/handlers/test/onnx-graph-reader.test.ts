@@ -2,7 +2,13 @@ import { join } from 'node:path';
 import { writeFile } from 'node:fs/promises';
 import * as ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { writeHeadClassifier, writeMultiOutputModel, writeSlowModel, writeTinyDetector, writeTinySegmenter } from '@marina/model-zoo';
+import {
+  writeHeadClassifier,
+  writeMultiOutputModel,
+  writeSlowModel,
+  writeTinyDetector,
+  writeTinySegmenter,
+} from '@marina/model-zoo';
 import { finalActivation, readOnnxGraph, sessionSignature } from '../src/index.ts';
 import { createWorkDir } from './handler-harness.ts';
 
@@ -14,7 +20,10 @@ afterAll(() => work.remove());
 
 describe('readOnnxGraph', () => {
   const models: Array<[string, (outputPath: string) => Promise<unknown>]> = [
-    ['softmax classifier, dynamic H/W', (p) => writeHeadClassifier({ outputPath: p, head: 'softmax', isSizeDynamic: true })],
+    [
+      'softmax classifier, dynamic H/W',
+      (p) => writeHeadClassifier({ outputPath: p, head: 'softmax', isSizeDynamic: true }),
+    ],
     ['fixed-batch grayscale classifier', (p) => writeHeadClassifier({ outputPath: p, channels: 1, fixedBatch: 1 })],
     ['multi-output', (p) => writeMultiOutputModel({ outputPath: p })],
     ['detector with an int64 output', (p) => writeTinyDetector({ outputPath: p })],
@@ -35,7 +44,11 @@ describe('readOnnxGraph', () => {
   }
 
   it('finds the final Softmax, LogSoftmax or Sigmoid, and nothing for a Gemm', async () => {
-    const cases = [['softmax', 'softmax'], ['log-softmax', 'log-softmax'], ['logits', undefined]] as const;
+    const cases = [
+      ['softmax', 'softmax'],
+      ['log-softmax', 'log-softmax'],
+      ['logits', undefined],
+    ] as const;
     for (const [head, activation] of cases) {
       const path = join(work.dir, `head-${head}.onnx`);
       await writeHeadClassifier({ outputPath: path, head });

@@ -14,7 +14,10 @@ const signatures: Record<string, TensorSignature[]> = {
   'float32 [-1]': [{ name: 'v', type: 'float32', shape: [-1] }],
   'int64 [N,4]': [{ name: 'ids', type: 'int64', shape: ['N', 4] }],
   'float16 [N,4]': [{ name: 'h', type: 'float16', shape: ['N', 4] }],
-  'two inputs': [{ name: 'a', type: 'float32', shape: ['N', 4] }, { name: 'b', type: 'float32', shape: ['N', 4] }],
+  'two inputs': [
+    { name: 'a', type: 'float32', shape: ['N', 4] },
+    { name: 'b', type: 'float32', shape: ['N', 4] },
+  ],
   'float32 scalar': [{ name: 's', type: 'float32', shape: [] }],
 };
 
@@ -40,7 +43,10 @@ function expectNeverLooser(text: string, inputs: TensorSignature[]): boolean {
   const isPlain = isPlainFloatTensorBody(body, inputs);
   if (isPlain) {
     const full = fullCheck(text, inputs);
-    expect(full, `${text} against ${JSON.stringify(inputs)}`).toEqual({ ok: true, shape: nestedShapeOf(Array.isArray(body) ? body : (body as { data: unknown }).data) });
+    expect(full, `${text} against ${JSON.stringify(inputs)}`).toEqual({
+      ok: true,
+      shape: nestedShapeOf(Array.isArray(body) ? body : (body as { data: unknown }).data),
+    });
   }
   return isPlain;
 }
@@ -56,7 +62,8 @@ describe('isPlainFloatTensorBody', () => {
       ['float32 [batch,3,2]', '{"data": [[[1, 2], [3, 4], [5, 6]]]}'],
       ['float32 [-1]', '{"data": [1, 2, 3]}'],
     ];
-    for (const [signature, text] of accepted) expect(expectNeverLooser(text, signatures[signature]!), `${signature}: ${text}`).toBe(true);
+    for (const [signature, text] of accepted)
+      expect(expectNeverLooser(text, signatures[signature]!), `${signature}: ${text}`).toBe(true);
   });
 
   it('leaves everything else to the full check: other forms, other types, ragged, empty or wrongly sized arrays', () => {
@@ -85,18 +92,22 @@ describe('isPlainFloatTensorBody', () => {
       ['float32 scalar', '{"data": 1}'],
       ['float64 [2,3]', '{"data": [[1, 2, 3]]}'],
     ];
-    for (const [signature, text] of notSure) expect(expectNeverLooser(text, signatures[signature]!), `${signature}: ${text}`).toBe(false);
+    for (const [signature, text] of notSure)
+      expect(expectNeverLooser(text, signatures[signature]!), `${signature}: ${text}`).toBe(false);
   });
 
   it('is never looser than the full check on random and mutated bodies', () => {
     let seed = 42;
-    const random = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+    const random = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
     const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
-    const leaf = (): unknown => (random() < 0.9 ? Math.round((random() - 0.5) * 1e4) / 100 : pick(['1', null, true, [], {}, [1]]));
+    const leaf = (): unknown =>
+      random() < 0.9 ? Math.round((random() - 0.5) * 1e4) / 100 : pick(['1', null, true, [], {}, [1]]);
     const nested = (depth: number): unknown => {
       if (depth === 0) return leaf();
       const n = random() < 0.1 ? 0 : 1 + Math.floor(random() * 4);
-      return Array.from({ length: n }, () => nested(random() < 0.1 ? Math.max(0, depth - 1 - Math.floor(random() * 2)) : depth - 1));
+      return Array.from({ length: n }, () =>
+        nested(random() < 0.1 ? Math.max(0, depth - 1 - Math.floor(random() * 2)) : depth - 1),
+      );
     };
     let accepted = 0;
     for (let i = 0; i < 3000; i++) {

@@ -7,7 +7,13 @@ import { join } from 'node:path';
 import { writeTinyTensorModel } from '@marina/model-zoo';
 import { isMarinaError } from '@marina/errors';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTensorHandler, joinBinaryBody, splitBinaryBody, type Handler, type HandlerContext } from '../src/index.ts';
+import {
+  createTensorHandler,
+  joinBinaryBody,
+  splitBinaryBody,
+  type Handler,
+  type HandlerContext,
+} from '../src/index.ts';
 import { createContext, createWorkDir } from './handler-harness.ts';
 
 let work: Awaited<ReturnType<typeof createWorkDir>>;
@@ -33,7 +39,13 @@ const rowsOf = (n: number) => Array.from({ length: n }, (_, r) => [r, r + 1, r +
 /** The v2 binary layout of an [n,4] FP32 input, asking for binary outputs. */
 function binaryRequest(n: number): { body: Buffer; headerLength: number } {
   const raw = Buffer.from(new Float32Array(rowsOf(n).flat()).buffer);
-  return joinBinaryBody({ inputs: [{ name: 'input', datatype: 'FP32', shape: [n, 4], parameters: { binary_data_size: raw.length } }], parameters: { binary_data_output: true } }, [raw]);
+  return joinBinaryBody(
+    {
+      inputs: [{ name: 'input', datatype: 'FP32', shape: [n, 4], parameters: { binary_data_size: raw.length } }],
+      parameters: { binary_data_output: true },
+    },
+    [raw],
+  );
 }
 
 describe('the tensor handler and max_response_size', () => {
@@ -44,10 +56,15 @@ describe('the tensor handler and max_response_size', () => {
     const batchContext = {
       ...context,
       getRequestHeader: (index: number, name: string) => (headers[index] as Record<string, string>)[name],
-      setResponseHeader: (index: number, name: string, value: string) => void responseHeaders.set(`${index}:${name}`, value),
+      setResponseHeader: (index: number, name: string, value: string) =>
+        void responseHeaders.set(`${index}:${name}`, value),
     };
     const results = await handler.handle!(
-      [{ body: { inputs: { input: { shape: [1, 4], data: rowsOf(1) } } } }, { body: { inputs: { input: { shape: [30, 4], data: rowsOf(30) } } } }, { body: binary.body }],
+      [
+        { body: { inputs: { input: { shape: [1, 4], data: rowsOf(1) } } } },
+        { body: { inputs: { input: { shape: [30, 4], data: rowsOf(30) } } } },
+        { body: binary.body },
+      ],
       batchContext,
     );
 
@@ -59,22 +76,49 @@ describe('the tensor handler and max_response_size', () => {
     const refused = results[1];
     expect(isMarinaError(refused)).toBe(true);
     expect(refused).toMatchObject({ code: 'MARINA_ERR_RESPONSE_TOO_LARGE', statusCode: 500 });
-    expect((refused as Error).message).toMatch(/would take at least 1199 bytes, larger than max_response_size \(1000 bytes\); ask for fewer outputs/);
+    expect((refused as Error).message).toMatch(
+      /would take at least 1199 bytes, larger than max_response_size \(1000 bytes\); ask for fewer outputs/,
+    );
     // The refusal is right: the answer the server would have sent (pretty-printed, as it sends JSON) is larger still.
-    const wouldHaveSent = JSON.stringify({ outputs: { output: { shape: [30, 4], data: rowsOf(30).flat().map((v) => 2 * v + 1) } } }, null, 2);
+    const wouldHaveSent = JSON.stringify(
+      {
+        outputs: {
+          output: {
+            shape: [30, 4],
+            data: rowsOf(30)
+              .flat()
+              .map((v) => 2 * v + 1),
+          },
+        },
+      },
+      null,
+      2,
+    );
     expect(wouldHaveSent.length).toBeGreaterThan(MAX_RESPONSE_BYTES);
 
     // The same 30 rows in binary: 480 bytes of outputs fit, and are what onnxruntime computed.
     const answer = results[2] as Buffer;
     expect(Buffer.isBuffer(answer)).toBe(true);
-    const { binaries } = splitBinaryBody(answer, Number(responseHeaders.get('2:inference-header-content-length')), 'outputs');
+    const { binaries } = splitBinaryBody(
+      answer,
+      Number(responseHeaders.get('2:inference-header-content-length')),
+      'outputs',
+    );
     const values = new Float32Array(new Uint8Array(binaries.get(0)!).buffer);
-    expect(Array.from(values)).toEqual(rowsOf(30).flat().map((v) => 2 * v + 1));
+    expect(Array.from(values)).toEqual(
+      rowsOf(30)
+        .flat()
+        .map((v) => 2 * v + 1),
+    );
   });
 
   it('refuses a binary answer whose bytes exceed max_response_size', async () => {
     const binary = binaryRequest(70); // 70 × 4 × 4 = 1120 bytes of output
-    const batchContext = { ...context, getRequestHeader: (_index: number, name: string) => (name === 'inference-header-content-length' ? String(binary.headerLength) : undefined) };
+    const batchContext = {
+      ...context,
+      getRequestHeader: (_index: number, name: string) =>
+        name === 'inference-header-content-length' ? String(binary.headerLength) : undefined,
+    };
     const [result] = await handler.handle!([{ body: binary.body }], batchContext);
     expect(result).toMatchObject({ code: 'MARINA_ERR_RESPONSE_TOO_LARGE' });
     expect((result as Error).message).toMatch(/would take at least 1120 bytes/);

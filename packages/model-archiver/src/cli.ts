@@ -4,8 +4,28 @@ import { join, resolve } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import cliProgress from 'cli-progress';
 import { isMarinaError } from '@marina/errors';
-import { CALIBRATION_METHODS, DEFAULT_CALIBRATION_METHOD, formatQuantizationSummary, quantizeErrors, quantizeForArchive, type CalibrationMethod, type QuantizeForArchiveResult } from '@marina/quantize';
-import { ARCHIVE_FORMATS, ARCHIVER_VERSION, archiveOutputPath, packArchive, parseModelConfig, RUNTIMES, validateArchive, type ArchiveFormatOption, type PackProgress, type Runtime, type ValidationReport } from '@marina/archive';
+import {
+  CALIBRATION_METHODS,
+  DEFAULT_CALIBRATION_METHOD,
+  formatQuantizationSummary,
+  quantizeErrors,
+  quantizeForArchive,
+  type CalibrationMethod,
+  type QuantizeForArchiveResult,
+} from '@marina/quantize';
+import {
+  ARCHIVE_FORMATS,
+  ARCHIVER_VERSION,
+  archiveOutputPath,
+  packArchive,
+  parseModelConfig,
+  RUNTIMES,
+  validateArchive,
+  type ArchiveFormatOption,
+  type PackProgress,
+  type Runtime,
+  type ValidationReport,
+} from '@marina/archive';
 
 /** Exit codes: 0 done; 1 the command could not do its work (bad flags, missing files, existing output, ...); 2 an archive was read (or written) but fails validation. */
 export const EXIT_CODES = { ok: 0, userError: 1, validationFailed: 2 } as const;
@@ -54,12 +74,16 @@ function agreementTarget(value: string): number {
 
 function percentileValue(value: string): number {
   const parsed = Number(value);
-  if (!(parsed > 50 && parsed <= 100)) throw new InvalidArgumentError(`'${value}' is not a percentile above 50 and at most 100.`);
+  if (!(parsed > 50 && parsed <= 100))
+    throw new InvalidArgumentError(`'${value}' is not a percentile above 50 and at most 100.`);
   return parsed;
 }
 
 function list(value: string | undefined): string[] {
-  return (value ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  return (value ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 /** Thrown from packArchive's verify hook when the archive would not serve; carries the report. */
@@ -79,7 +103,8 @@ function formatSize(bytes: number): string {
 
 function positiveInteger(value: string): number {
   const parsed = Number(value);
-  if (!Number.isInteger(parsed) || parsed < 1) throw new InvalidArgumentError(`'${value}' is not a whole number of 1 or more.`);
+  if (!Number.isInteger(parsed) || parsed < 1)
+    throw new InvalidArgumentError(`'${value}' is not a whole number of 1 or more.`);
   return parsed;
 }
 
@@ -87,17 +112,35 @@ function positiveInteger(value: string): number {
 export function formatReport(report: ValidationReport): string {
   const errors = report.problems.filter((p) => p.severity === 'error').length;
   const warnings = report.problems.length - errors;
-  const counts = [errors > 0 ? `${errors} error${errors === 1 ? '' : 's'}` : '', warnings > 0 ? `${warnings} warning${warnings === 1 ? '' : 's'}` : ''].filter(Boolean).join(', ');
-  const lines = [`${report.archivePath} (${report.format}): ${report.isValid ? 'will serve' : 'will NOT serve'}${counts ? ` (${counts})` : ''}`];
-  if (report.manifest) lines.push(`  model ${report.manifest.model.modelName} version ${report.manifest.model.modelVersion}, handler ${String(report.manifest.model.handler)}`);
+  const counts = [
+    errors > 0 ? `${errors} error${errors === 1 ? '' : 's'}` : '',
+    warnings > 0 ? `${warnings} warning${warnings === 1 ? '' : 's'}` : '',
+  ]
+    .filter(Boolean)
+    .join(', ');
+  const lines = [
+    `${report.archivePath} (${report.format}): ${report.isValid ? 'will serve' : 'will NOT serve'}${counts ? ` (${counts})` : ''}`,
+  ];
+  if (report.manifest)
+    lines.push(
+      `  model ${report.manifest.model.modelName} version ${report.manifest.model.modelVersion}, handler ${String(report.manifest.model.handler)}`,
+    );
   if (report.model) {
-    const describe = (t: { name: string; type: string; shape: ReadonlyArray<number | string> }): string => `${t.name} ${t.type}[${t.shape.join(',')}]`;
-    lines.push(`  inputs: ${report.model.inputs.map(describe).join(', ')}; outputs: ${report.model.outputs.map(describe).join(', ')}`);
+    const describe = (t: { name: string; type: string; shape: ReadonlyArray<number | string> }): string =>
+      `${t.name} ${t.type}[${t.shape.join(',')}]`;
+    lines.push(
+      `  inputs: ${report.model.inputs.map(describe).join(', ')}; outputs: ${report.model.outputs.map(describe).join(', ')}`,
+    );
   }
   const q = report.quantization;
   if (q) {
-    const agreement = q.agreement === undefined ? '' : `; ${q.metric ?? 'agreement'} agreement ${q.agreement.toFixed(4)} against fp32 (target ${q.minAgreement ?? '?'}, ${q.isTargetMet ? 'met' : 'NOT met'}) on ${q.evalSamples ?? '?'} samples`;
-    lines.push(`  precision ${q.precision} (${q.method ?? '?'} calibration on ${q.calibrationSamples ?? '?'} samples${agreement}; kept in fp32: ${q.keptFp32?.length ? q.keptFp32.join(', ') : 'none'})`);
+    const agreement =
+      q.agreement === undefined
+        ? ''
+        : `; ${q.metric ?? 'agreement'} agreement ${q.agreement.toFixed(4)} against fp32 (target ${q.minAgreement ?? '?'}, ${q.isTargetMet ? 'met' : 'NOT met'}) on ${q.evalSamples ?? '?'} samples`;
+    lines.push(
+      `  precision ${q.precision} (${q.method ?? '?'} calibration on ${q.calibrationSamples ?? '?'} samples${agreement}; kept in fp32: ${q.keptFp32?.length ? q.keptFp32.join(', ') : 'none'})`,
+    );
   }
   for (const problem of report.problems) {
     lines.push(`  ${problem.severity === 'error' ? 'error  ' : 'warning'} ${problem.code}: ${problem.message}`);
@@ -122,7 +165,8 @@ export function createProgram(io: CliIo = {}): Command {
   program.exitOverride();
 
   const fail = (command: Command, error: unknown): never => {
-    if (isMarinaError(error)) command.error(`error: ${error.message}`, { exitCode: EXIT_CODES.userError, code: error.code });
+    if (isMarinaError(error))
+      command.error(`error: ${error.message}`, { exitCode: EXIT_CODES.userError, code: error.code });
     throw error;
   };
 
@@ -130,9 +174,15 @@ export function createProgram(io: CliIo = {}): Command {
     .description('Package an ONNX model into a TorchServe-style model archive (.mar), or validate one.')
     .version(ARCHIVER_VERSION, '-V, --archiver-version', "print model-archiver's own version")
     .configureOutput({ writeOut: (text) => stdout.write(text), writeErr: (text) => stderr.write(text) })
-    .option('--model-name <name>', "name of the model; the archive is <name>.mar (letters, digits, '_', '-', '.'; starts with a letter or digit)")
+    .option(
+      '--model-name <name>',
+      "name of the model; the archive is <name>.mar (letters, digits, '_', '-', '.'; starts with a letter or digit)",
+    )
     .option('-v, --version <version>', '(required) model version, written to the manifest (e.g. 1.0)')
-    .option('--handler <handler>', '(required) built-in handler (image_classifier, image_segmenter, object_detector, tensor) or path to a JavaScript handler module (.mjs/.js/.cjs, optionally :functionName), copied into the archive')
+    .option(
+      '--handler <handler>',
+      '(required) built-in handler (image_classifier, image_segmenter, object_detector, tensor) or path to a JavaScript handler module (.mjs/.js/.cjs, optionally :functionName), copied into the archive',
+    )
     .option('--serialized-file <path>', 'the ONNX model file')
     .option('--model-file <path>', 'model definition file (stored for TorchServe compatibility)')
     .option('--extra-files <list>', 'comma-separated files, folders (their contents) and globs to add')
@@ -140,19 +190,57 @@ export function createProgram(io: CliIo = {}): Command {
     .option('-c, --config-file <path>', 'model-config.yaml to store in the archive')
     .addOption(new Option('--runtime <runtime>', 'runtime written to the manifest').choices(RUNTIMES).default('python'))
     .option('--export-path <dir>', 'folder to write the archive to (created when missing)', '.')
-    .addOption(new Option('--archive-format <format>', 'default: zip (.mar); zip-store: zip without compression; tgz: <name>.tar.gz; no-archive: a <name>/ folder').choices(ARCHIVE_FORMATS).default('default'))
-    .option('-f, --force', 'overwrite an existing archive; with --quantize, also write an archive whose accuracy is below --min-agreement')
-    .addOption(new Option('--quantize <precision>', 'quantise the model before archiving (QDQ format; needs --calibration)').choices(['int8']))
-    .option('--calibration <dir>', 'folder of request bodies, as users POST them to the predictions route (images for the image handlers, JSON for tensor), run through the handler to calibrate; a quarter are held back to measure accuracy unless --eval is given')
-    .option('--eval <dir>', 'folder of request bodies to measure int8 against fp32 on (default: a quarter of --calibration)')
-    .addOption(new Option('--calibration-method <method>', 'how activation ranges are chosen').choices(CALIBRATION_METHODS).default(DEFAULT_CALIBRATION_METHOD))
-    .option('--percentile <p>', 'percentile of |x| kept by --calibration-method percentile (default 99.999)', percentileValue)
-    .option('--min-agreement <x>', 'accuracy target, 0..1: top-1 agreement for classifiers (default 0.9), mask IoU for segmenter outputs (0.9), lowest cosine otherwise (0.99); below it nothing is written unless --force', agreementTarget)
+    .addOption(
+      new Option(
+        '--archive-format <format>',
+        'default: zip (.mar); zip-store: zip without compression; tgz: <name>.tar.gz; no-archive: a <name>/ folder',
+      )
+        .choices(ARCHIVE_FORMATS)
+        .default('default'),
+    )
+    .option(
+      '-f, --force',
+      'overwrite an existing archive; with --quantize, also write an archive whose accuracy is below --min-agreement',
+    )
+    .addOption(
+      new Option(
+        '--quantize <precision>',
+        'quantise the model before archiving (QDQ format; needs --calibration)',
+      ).choices(['int8']),
+    )
+    .option(
+      '--calibration <dir>',
+      'folder of request bodies, as users POST them to the predictions route (images for the image handlers, JSON for tensor), run through the handler to calibrate; a quarter are held back to measure accuracy unless --eval is given',
+    )
+    .option(
+      '--eval <dir>',
+      'folder of request bodies to measure int8 against fp32 on (default: a quarter of --calibration)',
+    )
+    .addOption(
+      new Option('--calibration-method <method>', 'how activation ranges are chosen')
+        .choices(CALIBRATION_METHODS)
+        .default(DEFAULT_CALIBRATION_METHOD),
+    )
+    .option(
+      '--percentile <p>',
+      'percentile of |x| kept by --calibration-method percentile (default 99.999)',
+      percentileValue,
+    )
+    .option(
+      '--min-agreement <x>',
+      'accuracy target, 0..1: top-1 agreement for classifiers (default 0.9), mask IoU for segmenter outputs (0.9), lowest cosine otherwise (0.99); below it nothing is written unless --force',
+      agreementTarget,
+    )
     .option('--exclude-nodes <list>', 'comma-separated node names to keep in fp32')
     .option('--exclude-op-types <list>', 'comma-separated operator types to keep in fp32 (e.g. Add,Resize)')
     .option('--no-auto-fallback', 'do not keep sensitive nodes in fp32 automatically when agreement is below target')
-    .option('--skip-checks', 'write the archive without loading the model or checking it against the handler (by default an archive that would not serve is refused and nothing is written)')
-    .addHelpText('after', `
+    .option(
+      '--skip-checks',
+      'write the archive without loading the model or checking it against the handler (by default an archive that would not serve is refused and nothing is written)',
+    )
+    .addHelpText(
+      'after',
+      `
 Examples:
   model-archiver --model-name resnet-152 --version 1.0 --serialized-file resnet-152.onnx \\
     --handler image_classifier --extra-files index_to_name.json --export-path model_store
@@ -164,17 +252,34 @@ Before writing, the archive is checked as 'model-archiver validate' checks it (t
 loaded and, for a built-in handler, its inputs and outputs checked against the handler and
 model-config.yaml); one that would not serve is refused and nothing is written.
 
-Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would not serve (nothing written).`)
+Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would not serve (nothing written).`,
+    )
     .action(async (flags: ArchiveFlags, command: Command) => {
       // Checked here, not with requiredOption, which commander would also enforce for `validate`.
-      for (const [key, flag] of [['modelName', '--model-name <name>'], ['version', '-v, --version <version>'], ['handler', '--handler <handler>']] as const) {
-        if (flags[key] === undefined) command.error(`error: required option '${flag}' not specified (run model-archiver --help for usage)`, { exitCode: EXIT_CODES.userError, code: 'commander.missingMandatoryOptionValue' });
+      for (const [key, flag] of [
+        ['modelName', '--model-name <name>'],
+        ['version', '-v, --version <version>'],
+        ['handler', '--handler <handler>'],
+      ] as const) {
+        if (flags[key] === undefined)
+          command.error(`error: required option '${flag}' not specified (run model-archiver --help for usage)`, {
+            exitCode: EXIT_CODES.userError,
+            code: 'commander.missingMandatoryOptionValue',
+          });
       }
       let bar: cliProgress.SingleBar | undefined;
       const onProgress = isProgressShown
         ? ({ bytesDone, bytesTotal }: PackProgress) => {
             if (!bar) {
-              bar = new cliProgress.SingleBar({ stream: stderr, format: `Archiving ${flags.modelName} [{bar}] {percentage}% | {doneMb}/{totalMb} MB`, hideCursor: true, clearOnComplete: true }, cliProgress.Presets.shades_classic);
+              bar = new cliProgress.SingleBar(
+                {
+                  stream: stderr,
+                  format: `Archiving ${flags.modelName} [{bar}] {percentage}% | {doneMb}/{totalMb} MB`,
+                  hideCursor: true,
+                  clearOnComplete: true,
+                },
+                cliProgress.Presets.shades_classic,
+              );
               bar.start(bytesTotal, 0, { doneMb: '0.0', totalMb: formatMegabytes(bytesTotal) });
             }
             bar.update(bytesDone, { doneMb: formatMegabytes(bytesDone), totalMb: formatMegabytes(bytesTotal) });
@@ -182,23 +287,35 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
         : undefined;
       let result;
       const exportPath = resolveFrom(cwd, flags.exportPath);
-      const outputPath = archiveOutputPath({ modelName: flags.modelName, exportPath, archiveFormat: flags.archiveFormat });
+      const outputPath = archiveOutputPath({
+        modelName: flags.modelName,
+        exportPath,
+        archiveFormat: flags.archiveFormat,
+      });
       let checked: ValidationReport | undefined;
       let quantized: QuantizeForArchiveResult | undefined;
       let quantizeDir: string | undefined;
       // The full validation runs on the finished archive under its temporary name: a refused archive is never written.
       const verify = async (tempOutputPath: string): Promise<void> => {
-        const report = { ...(await validateArchive(tempOutputPath, { isModelLoadChecked: true })), archivePath: outputPath };
+        const report = {
+          ...(await validateArchive(tempOutputPath, { isModelLoadChecked: true })),
+          archivePath: outputPath,
+        };
         if (!report.isValid) throw new ChecksFailed(report);
         checked = report;
       };
       try {
         if (flags.quantize !== undefined || flags.calibration !== undefined) {
           if (flags.quantize === undefined || flags.calibration === undefined || flags.serializedFile === undefined) {
-            throw quantizeErrors.create.MARINA_ERR_QUANTIZE_OPTION_INVALID('--quantize int8 needs --calibration <dir> (a folder of request bodies) and --serialized-file (the fp32 ONNX model); give all three');
+            throw quantizeErrors.create.MARINA_ERR_QUANTIZE_OPTION_INVALID(
+              '--quantize int8 needs --calibration <dir> (a folder of request bodies) and --serialized-file (the fp32 ONNX model); give all three',
+            );
           }
           quantizeDir = await mkdtemp(join(tmpdir(), 'marina-quantize-'));
-          const modelYamlConfig = flags.configFile === undefined ? {} : parseModelConfig(await readFile(resolveFrom(cwd, flags.configFile), 'utf8'), flags.configFile);
+          const modelYamlConfig =
+            flags.configFile === undefined
+              ? {}
+              : parseModelConfig(await readFile(resolveFrom(cwd, flags.configFile), 'utf8'), flags.configFile);
           quantized = await quantizeForArchive({
             handler: getHandlerSpec(flags.handler, cwd),
             modelPath: resolveFrom(cwd, flags.serializedFile),
@@ -227,9 +344,20 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
           modelName: flags.modelName,
           modelVersion: flags.version,
           handler: flags.handler,
-          ...(quantized ? { serializedFile: quantized.modelPath } : flags.serializedFile === undefined ? {} : { serializedFile: flags.serializedFile }),
+          ...(quantized
+            ? { serializedFile: quantized.modelPath }
+            : flags.serializedFile === undefined
+              ? {}
+              : { serializedFile: flags.serializedFile }),
           ...(flags.modelFile === undefined ? {} : { modelFile: flags.modelFile }),
-          ...(flags.extraFiles === undefined && !quantized ? {} : { extraFiles: [...(flags.extraFiles === undefined ? [] : flags.extraFiles.split(',')), ...(quantized ? [quantized.reportPath] : [])] }),
+          ...(flags.extraFiles === undefined && !quantized
+            ? {}
+            : {
+                extraFiles: [
+                  ...(flags.extraFiles === undefined ? [] : flags.extraFiles.split(',')),
+                  ...(quantized ? [quantized.reportPath] : []),
+                ],
+              }),
           ...(flags.requirementsFile === undefined ? {} : { requirementsFile: flags.requirementsFile }),
           ...(flags.configFile === undefined ? {} : { configFile: flags.configFile }),
           runtime: flags.runtime,
@@ -244,7 +372,10 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
         bar?.stop();
         if (error instanceof ChecksFailed) {
           stderr.write(formatReport(error.report));
-          command.error(`error: ${flags.modelName} would not serve, so nothing was written; fix the errors above and archive again (or pass --skip-checks to write it anyway)`, { exitCode: EXIT_CODES.validationFailed, code: 'marina.validationFailed' });
+          command.error(
+            `error: ${flags.modelName} would not serve, so nothing was written; fix the errors above and archive again (or pass --skip-checks to write it anyway)`,
+            { exitCode: EXIT_CODES.validationFailed, code: 'marina.validationFailed' },
+          );
         }
         if (isMarinaError(error) && error.code === 'MARINA_ERR_QUANTIZE_ACCURACY_BELOW_TARGET') {
           command.error(`error: ${error.code}: ${error.message}`, { exitCode: EXIT_CODES.userError, code: error.code });
@@ -265,24 +396,39 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
     .description('check that an archive (.mar, .tar.gz or folder) will serve, listing every problem with a code')
     .argument('<path>', 'archive or folder to check')
     .option('--json', 'print the report as JSON')
-    .option('--batch-size <n>', 'batch size to check the model against (default: model-config.yaml batchSize, else 1)', positiveInteger)
+    .option(
+      '--batch-size <n>',
+      'batch size to check the model against (default: model-config.yaml batchSize, else 1)',
+      positiveInteger,
+    )
     .option('--no-model-load', 'skip loading the ONNX model (only the cheap checks)')
-    .action(async (path: string, flags: { json?: boolean; batchSize?: number; modelLoad: boolean }, command: Command) => {
-      let report: ValidationReport;
-      try {
-        report = await validateArchive(resolveFrom(cwd, path), { isModelLoadChecked: flags.modelLoad, ...(flags.batchSize === undefined ? {} : { batchSize: flags.batchSize }) });
-      } catch (error) {
-        fail(command, error);
-        return;
-      }
-      stdout.write(flags.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
-      if (report.problems.some((p) => p.code === 'MARINA_ERR_ARCHIVE_NOT_FOUND')) {
-        command.error(`error: ${path} does not exist; check the path`, { exitCode: EXIT_CODES.userError, code: 'MARINA_ERR_ARCHIVE_NOT_FOUND' });
-      }
-      if (!report.isValid) {
-        command.error(`error: ${path} will not serve (see the problems ${flags.json ? 'in the report' : 'above'})`, { exitCode: EXIT_CODES.validationFailed, code: 'marina.validationFailed' });
-      }
-    });
+    .action(
+      async (path: string, flags: { json?: boolean; batchSize?: number; modelLoad: boolean }, command: Command) => {
+        let report: ValidationReport;
+        try {
+          report = await validateArchive(resolveFrom(cwd, path), {
+            isModelLoadChecked: flags.modelLoad,
+            ...(flags.batchSize === undefined ? {} : { batchSize: flags.batchSize }),
+          });
+        } catch (error) {
+          fail(command, error);
+          return;
+        }
+        stdout.write(flags.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
+        if (report.problems.some((p) => p.code === 'MARINA_ERR_ARCHIVE_NOT_FOUND')) {
+          command.error(`error: ${path} does not exist; check the path`, {
+            exitCode: EXIT_CODES.userError,
+            code: 'MARINA_ERR_ARCHIVE_NOT_FOUND',
+          });
+        }
+        if (!report.isValid) {
+          command.error(`error: ${path} will not serve (see the problems ${flags.json ? 'in the report' : 'above'})`, {
+            exitCode: EXIT_CODES.validationFailed,
+            code: 'marina.validationFailed',
+          });
+        }
+      },
+    );
 
   return program;
 }
@@ -307,7 +453,9 @@ export async function runCli(argv: readonly string[], io: CliIo = {}): Promise<n
     return EXIT_CODES.ok;
   } catch (error) {
     if (error instanceof CommanderError) return error.exitCode;
-    (io.stderr ?? process.stderr).write(`error: unexpected failure: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    (io.stderr ?? process.stderr).write(
+      `error: unexpected failure: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     return EXIT_CODES.userError;
   }
 }

@@ -16,7 +16,18 @@ beforeEach(async () => {
 });
 afterEach(() => cleanup());
 
-const tutorial = ['--model-name', 'resnet-152', '--serialized-file', 'resnet-152.onnx', '--handler', 'image_classifier', '--version', '1.0', '--export-path', 'model_store'];
+const tutorial = [
+  '--model-name',
+  'resnet-152',
+  '--serialized-file',
+  'resnet-152.onnx',
+  '--handler',
+  'image_classifier',
+  '--version',
+  '1.0',
+  '--export-path',
+  'model_store',
+];
 
 describe('model-archiver archiving', () => {
   it("runs TorchServe's tutorial command and writes a valid model_store/resnet-152.mar", async () => {
@@ -25,27 +36,104 @@ describe('model-archiver archiving', () => {
     expect(run.stdout).toContain(join(dir, 'model_store', 'resnet-152.mar'));
     const report = await validateArchive(join(dir, 'model_store/resnet-152.mar'));
     expect(report.problems).toEqual([]);
-    expect(report.manifest).toMatchObject({ runtime: 'python', model: { modelName: 'resnet-152', serializedFile: 'resnet-152.onnx', handler: 'image_classifier', modelVersion: '1.0' } });
+    expect(report.manifest).toMatchObject({
+      runtime: 'python',
+      model: {
+        modelName: 'resnet-152',
+        serializedFile: 'resnet-152.onnx',
+        handler: 'image_classifier',
+        modelVersion: '1.0',
+      },
+    });
     expect(Object.keys(report.manifest!)).toEqual(['createdOn', 'runtime', 'model', 'archiverVersion']);
   });
 
   it('takes every TorchServe flag, short forms included', async () => {
-    await writeFiles(dir, { 'model.py': 'x', 'requirements.txt': 'numpy', 'model-config.yaml': 'batchSize: 2\nhandler:\n  topk: 3\n', 'assets/vocab.txt': 'v', 'labels/one.json': '1' });
-    const run = await runCli(['--model-name', 'full', '-v', '3.1', '--handler', 'image_classifier', '--serialized-file', 'resnet-152.onnx', '--model-file', 'model.py', '--extra-files', 'index_to_name.json,assets,labels/*.json', '-r', 'requirements.txt', '-c', 'model-config.yaml', '--runtime', 'python3', '--export-path', 'out', '--archive-format', 'no-archive'], { cwd: dir });
+    await writeFiles(dir, {
+      'model.py': 'x',
+      'requirements.txt': 'numpy',
+      'model-config.yaml': 'batchSize: 2\nhandler:\n  topk: 3\n',
+      'assets/vocab.txt': 'v',
+      'labels/one.json': '1',
+    });
+    const run = await runCli(
+      [
+        '--model-name',
+        'full',
+        '-v',
+        '3.1',
+        '--handler',
+        'image_classifier',
+        '--serialized-file',
+        'resnet-152.onnx',
+        '--model-file',
+        'model.py',
+        '--extra-files',
+        'index_to_name.json,assets,labels/*.json',
+        '-r',
+        'requirements.txt',
+        '-c',
+        'model-config.yaml',
+        '--runtime',
+        'python3',
+        '--export-path',
+        'out',
+        '--archive-format',
+        'no-archive',
+      ],
+      { cwd: dir },
+    );
     expect(run.exitCode).toBe(0);
-    expect((await readdir(join(dir, 'out/full'))).sort()).toEqual(['MAR-INF', 'index_to_name.json', 'model-config.yaml', 'model.py', 'one.json', 'requirements.txt', 'resnet-152.onnx', 'vocab.txt']);
+    expect((await readdir(join(dir, 'out/full'))).sort()).toEqual([
+      'MAR-INF',
+      'index_to_name.json',
+      'model-config.yaml',
+      'model.py',
+      'one.json',
+      'requirements.txt',
+      'resnet-152.onnx',
+      'vocab.txt',
+    ]);
     const report = await validateArchive(join(dir, 'out/full'));
     expect(report.problems).toEqual([]);
-    expect(report.manifest).toMatchObject({ runtime: 'python3', model: { modelVersion: '3.1', modelFile: 'model.py', requirementsFile: 'requirements.txt', configFile: 'model-config.yaml' } });
+    expect(report.manifest).toMatchObject({
+      runtime: 'python3',
+      model: {
+        modelVersion: '3.1',
+        modelFile: 'model.py',
+        requirementsFile: 'requirements.txt',
+        configFile: 'model-config.yaml',
+      },
+    });
   });
 
   it('writes each --archive-format and overwrites only with -f', async () => {
-    for (const [format, name] of [['default', 'm.mar'], ['zip-store', 'm.mar'], ['tgz', 'm.tar.gz'], ['no-archive', 'm']] as const) {
-      const args = ['--model-name', 'm', '-v', '1', '--handler', 'image_classifier', '--serialized-file', 'resnet-152.onnx', '--export-path', format, '--archive-format', format];
+    for (const [format, name] of [
+      ['default', 'm.mar'],
+      ['zip-store', 'm.mar'],
+      ['tgz', 'm.tar.gz'],
+      ['no-archive', 'm'],
+    ] as const) {
+      const args = [
+        '--model-name',
+        'm',
+        '-v',
+        '1',
+        '--handler',
+        'image_classifier',
+        '--serialized-file',
+        'resnet-152.onnx',
+        '--export-path',
+        format,
+        '--archive-format',
+        format,
+      ];
       expect((await runCli(args, { cwd: dir })).exitCode, format).toBe(0);
       const again = await runCli(args, { cwd: dir });
       expect(again.exitCode).toBe(1);
-      expect(again.stderr).toContain(`${join(dir, format, name)} already exists.\nPlease specify --force/-f option to overwrite the model archive output file.`);
+      expect(again.stderr).toContain(
+        `${join(dir, format, name)} already exists.\nPlease specify --force/-f option to overwrite the model archive output file.`,
+      );
       expect((await runCli([...args, '-f'], { cwd: dir })).exitCode).toBe(0);
       const extracted = await extractArchive({ archivePath: join(dir, format, name), destDir: join(dir, 'x', format) });
       expect((await readdir(extracted.modelDir)).sort()).toEqual(['MAR-INF', 'resnet-152.onnx']);
@@ -54,9 +142,15 @@ describe('model-archiver archiving', () => {
 
   it('copies a JavaScript --handler module into the archive', async () => {
     await writeFiles(dir, { 'handlers/echo.mjs': 'export function handle(data) { return data; }' });
-    const run = await runCli(['--model-name', 'echo', '-v', '1', '--handler', 'handlers/echo.mjs', '--export-path', 'out'], { cwd: dir });
+    const run = await runCli(
+      ['--model-name', 'echo', '-v', '1', '--handler', 'handlers/echo.mjs', '--export-path', 'out'],
+      { cwd: dir },
+    );
     expect(run).toMatchObject({ exitCode: 0, stderr: '' });
-    expect((await listArchive(join(dir, 'out/echo.mar'))).entries.map((e) => e.name).sort()).toEqual(['MAR-INF/MANIFEST.json', 'echo.mjs']);
+    expect((await listArchive(join(dir, 'out/echo.mar'))).entries.map((e) => e.name).sort()).toEqual([
+      'MAR-INF/MANIFEST.json',
+      'echo.mjs',
+    ]);
   });
 
   it("prints the archiver's own version with -V; -v is the model version", async () => {
@@ -80,8 +174,16 @@ describe('model-archiver errors: exit 1, a message saying what to do, nothing wr
     ['a bad model name', ['--model-name', 'resnet 152'], /contains special characters[\s\S]*\^\[A-Za-z0-9\]/],
     ['a missing serialized file', ['--serialized-file', 'nope.onnx'], /File does not exist: .*nope\.onnx/],
     ['a missing extra file', ['--extra-files', 'index_to_name.json,gone.txt'], /File does not exist: .*gone\.txt/],
-    ['a handler that cannot be found', ['--handler', 'resnet_handler'], /'resnet_handler'[\s\S]*image_classifier, image_segmenter, object_detector, tensor/],
-    ['an unknown archive format', ['--archive-format', 'rar'], /Allowed choices are default, zip-store, tgz, no-archive/],
+    [
+      'a handler that cannot be found',
+      ['--handler', 'resnet_handler'],
+      /'resnet_handler'[\s\S]*image_classifier, image_segmenter, object_detector, tensor/,
+    ],
+    [
+      'an unknown archive format',
+      ['--archive-format', 'rar'],
+      /Allowed choices are default, zip-store, tgz, no-archive/,
+    ],
   ];
   for (const [label, override, message] of cases) {
     it(`rejects ${label}`, async () => {
@@ -115,7 +217,10 @@ describe('model-archiver errors: exit 1, a message saying what to do, nothing wr
   it('exits 2 and writes nothing when the archive would fail validation, printing each problem', async () => {
     await mkdir(join(dir, 'h'));
     await writeFiles(dir, { 'h/bad.mjs': 'export const nothing = 1;', 'model-config.yaml': 'batchSize: lots\n' });
-    const run = await runCli(['--model-name', 'bad', '-v', '1', '--handler', 'h/bad.mjs', '-c', 'model-config.yaml', '--export-path', 'out'], { cwd: dir });
+    const run = await runCli(
+      ['--model-name', 'bad', '-v', '1', '--handler', 'h/bad.mjs', '-c', 'model-config.yaml', '--export-path', 'out'],
+      { cwd: dir },
+    );
     expect(run.exitCode).toBe(2);
     expect(run.stderr).toContain('MARINA_ERR_HANDLER_CONTRACT');
     expect(run.stderr).toContain('MARINA_ERR_MODEL_CONFIG_INVALID');
@@ -136,16 +241,38 @@ describe('model-archiver checks what it packs', () => {
   }
 
   it('refuses a serialized file that is not ONNX, whatever the handler', async () => {
-    await writeFiles(dir, { 'model.pt': 'PK not really a torch file', 'h/echo.mjs': 'export function handle(data) { return data; }' });
+    await writeFiles(dir, {
+      'model.pt': 'PK not really a torch file',
+      'h/echo.mjs': 'export function handle(data) { return data; }',
+    });
     await refused(['--serialized-file', 'model.pt', '--handler', 'h/echo.mjs'], 'MARINA_ERR_MODEL_LOAD_FAILED');
     await refused(['--serialized-file', 'model.pt', '--handler', 'tensor'], 'MARINA_ERR_MODEL_LOAD_FAILED');
   });
 
   it('refuses a model whose outputs do not fit the built-in handler (a segmenter under image_classifier)', async () => {
     await writeTinySegmenter({ outputPath: join(dir, 'seg.onnx'), classes: 3, inputSize: 32 });
-    const stderr = await refused(['--serialized-file', 'seg.onnx', '--handler', 'image_classifier', '--extra-files', 'index_to_name.json'], 'MARINA_ERR_HANDLER_SIGNATURE_MISMATCH');
-    expect(stderr).toMatch(/image_classifier needs a 2-D output \[N,classes\], got 'output' float32\[batch_size,3,32,32\]; for per-pixel classes use image_segmenter/);
-    const ok = await runCli(['--model-name', 'seg', '-v', '1', '--export-path', 'out', '--serialized-file', 'seg.onnx', '--handler', 'image_segmenter'], { cwd: dir });
+    const stderr = await refused(
+      ['--serialized-file', 'seg.onnx', '--handler', 'image_classifier', '--extra-files', 'index_to_name.json'],
+      'MARINA_ERR_HANDLER_SIGNATURE_MISMATCH',
+    );
+    expect(stderr).toMatch(
+      /image_classifier needs a 2-D output \[N,classes\], got 'output' float32\[batch_size,3,32,32\]; for per-pixel classes use image_segmenter/,
+    );
+    const ok = await runCli(
+      [
+        '--model-name',
+        'seg',
+        '-v',
+        '1',
+        '--export-path',
+        'out',
+        '--serialized-file',
+        'seg.onnx',
+        '--handler',
+        'image_segmenter',
+      ],
+      { cwd: dir },
+    );
     expect(ok).toMatchObject({ exitCode: 0, stderr: '' });
   });
 
@@ -165,7 +292,22 @@ describe('model-archiver checks what it packs', () => {
 
   it('--skip-checks writes what it is given', async () => {
     await writeFiles(dir, { 'model.pt': 'junk' });
-    const run = await runCli(['--model-name', 'junk', '-v', '1', '--export-path', 'out', '--serialized-file', 'model.pt', '--handler', 'image_classifier', '--skip-checks'], { cwd: dir });
+    const run = await runCli(
+      [
+        '--model-name',
+        'junk',
+        '-v',
+        '1',
+        '--export-path',
+        'out',
+        '--serialized-file',
+        'model.pt',
+        '--handler',
+        'image_classifier',
+        '--skip-checks',
+      ],
+      { cwd: dir },
+    );
     expect(run).toMatchObject({ exitCode: 0, stderr: '' });
     expect(existsSync(join(dir, 'out/junk.mar'))).toBe(true);
   });
@@ -173,10 +315,30 @@ describe('model-archiver checks what it packs', () => {
   it('warns when image_classifier has no index_to_name.json, and when batchSize exceeds a fixed batch dimension, but writes the archive', async () => {
     await writeTinyClassifier({ outputPath: join(dir, 'fixed.onnx'), numClasses: 4, fixedBatch: 1 });
     await writeFiles(dir, { 'model-config.yaml': 'batchSize: 4\n' });
-    const run = await runCli(['--model-name', 'fixed', '-v', '1', '--export-path', 'out', '--serialized-file', 'fixed.onnx', '--handler', 'image_classifier', '-c', 'model-config.yaml'], { cwd: dir });
+    const run = await runCli(
+      [
+        '--model-name',
+        'fixed',
+        '-v',
+        '1',
+        '--export-path',
+        'out',
+        '--serialized-file',
+        'fixed.onnx',
+        '--handler',
+        'image_classifier',
+        '-c',
+        'model-config.yaml',
+      ],
+      { cwd: dir },
+    );
     expect(run.exitCode).toBe(0);
-    expect(run.stderr).toMatch(/warning: MARINA_ERR_INDEX_TO_NAME_MISSING: handler image_classifier answers with class indices/);
-    expect(run.stderr).toMatch(/warning: MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC: batchSize is 4 but input 'input' float32\[1,3,32,32\] has a fixed batch dimension of 1/);
+    expect(run.stderr).toMatch(
+      /warning: MARINA_ERR_INDEX_TO_NAME_MISSING: handler image_classifier answers with class indices/,
+    );
+    expect(run.stderr).toMatch(
+      /warning: MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC: batchSize is 4 but input 'input' float32\[1,3,32,32\] has a fixed batch dimension of 1/,
+    );
     expect(existsSync(join(dir, 'out/fixed.mar'))).toBe(true);
   });
 });

@@ -16,7 +16,11 @@ export async function runCli(argv: string[], options: { cwd: string; isTTY?: boo
   err.on('data', (chunk: Buffer) => {
     stderr += chunk.toString();
   });
-  const program = createProgram({ stdout: { write: (text: string) => (stdout += text) }, stderr: err, cwd: options.cwd }).exitOverride();
+  const program = createProgram({
+    stdout: { write: (text: string) => (stdout += text) },
+    stderr: err,
+    cwd: options.cwd,
+  }).exitOverride();
   let exitCode = 0;
   try {
     await program.parseAsync(argv, { from: 'user' });

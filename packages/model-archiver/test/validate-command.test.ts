@@ -28,12 +28,19 @@ describe('model-archiver validate', () => {
     const run = await runCli(['validate', 'tiny.mar', '--json', '--batch-size', '8'], { cwd: dir });
     expect(run.exitCode).toBe(0);
     const report = JSON.parse(run.stdout);
-    expect(report).toMatchObject({ isValid: true, format: 'zip', problems: [{ code: 'MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC', severity: 'warning' }] });
+    expect(report).toMatchObject({
+      isValid: true,
+      format: 'zip',
+      problems: [{ code: 'MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC', severity: 'warning' }],
+    });
     await writeFile(join(dir, 'src/index_to_name.json'), '{}');
     await zipFolder(join(dir, 'src'), join(dir, 'bad-names.mar'));
     const bad = await runCli(['validate', 'bad-names.mar', '--json'], { cwd: dir });
     expect(bad.exitCode).toBe(2);
-    expect(JSON.parse(bad.stdout)).toMatchObject({ isValid: false, problems: [{ code: 'MARINA_ERR_INDEX_TO_NAME_INVALID', severity: 'error' }] });
+    expect(JSON.parse(bad.stdout)).toMatchObject({
+      isValid: false,
+      problems: [{ code: 'MARINA_ERR_INDEX_TO_NAME_INVALID', severity: 'error' }],
+    });
   });
 
   it('lists every problem with its code in the text report', async () => {
@@ -42,7 +49,12 @@ describe('model-archiver validate', () => {
     await zipFolder(join(dir, 'src'), join(dir, 'bad.mar'), [{ name: '../escape.txt', data: 'x' }]);
     const run = await runCli(['validate', 'bad.mar'], { cwd: dir });
     expect(run.exitCode).toBe(2);
-    for (const code of ['MARINA_ERR_ARCHIVE_PATH_ESCAPE', 'MARINA_ERR_INDEX_TO_NAME_INVALID', 'MARINA_ERR_MODEL_LOAD_FAILED']) expect(run.stdout).toContain(code);
+    for (const code of [
+      'MARINA_ERR_ARCHIVE_PATH_ESCAPE',
+      'MARINA_ERR_INDEX_TO_NAME_INVALID',
+      'MARINA_ERR_MODEL_LOAD_FAILED',
+    ])
+      expect(run.stdout).toContain(code);
     expect(run.stdout).toContain('will NOT serve (3 errors)');
     const cheap = await runCli(['validate', 'bad.mar', '--no-model-load'], { cwd: dir });
     expect(cheap.stdout).not.toContain('MARINA_ERR_MODEL_LOAD_FAILED');

@@ -31,7 +31,10 @@ function describe(file: GeneratedFile): string {
   const verb = file.status === 'written' ? 'wrote  ' : 'skipped';
   const data = file.dataPath ? ` (+ ${file.dataPath})` : '';
   const params = file.parameterCount !== undefined ? `, ${file.parameterCount.toLocaleString('en-US')} parameters` : '';
-  const reason = file.status === 'skipped' ? ' (already up to date; --force rewrites it)' : ` in ${(file.durationMs / 1000).toFixed(2)} s`;
+  const reason =
+    file.status === 'skipped'
+      ? ' (already up to date; --force rewrites it)'
+      : ` in ${(file.durationMs / 1000).toFixed(2)} s`;
   return `${verb} ${file.path}${data}: ${formatBytes(file.bytes)}${params}${reason}\n`;
 }
 
@@ -52,14 +55,19 @@ export function createProgram(output: CliOutput = processOutput): Command {
       const started = performance.now();
       const files = await generateModels({
         outDir: opts.out,
-        models: opts.models.split(',').map((m) => m.trim()).filter(Boolean),
+        models: opts.models
+          .split(',')
+          .map((m) => m.trim())
+          .filter(Boolean),
         seed: opts.seed,
         isExternalData: opts.externalData,
         isForced: opts.force,
         onProgress: (file) => output.out(describe(file)),
       });
       const written = files.filter((f) => f.status === 'written').length;
-      output.out(`done: ${written} written, ${files.length - written} skipped in ${((performance.now() - started) / 1000).toFixed(2)} s\n`);
+      output.out(
+        `done: ${written} written, ${files.length - written} skipped in ${((performance.now() - started) / 1000).toFixed(2)} s\n`,
+      );
     });
   return program;
 }

@@ -10,7 +10,17 @@ import { writeHeadClassifier, writeTinyDetector, writeTinySegmenter } from './ha
 import { pathOption, seedOption } from './validate-options.ts';
 
 /** Models `generateModels` (and `marina-models generate`) can write, each to `<outDir>/<name>.onnx`. */
-export const GENERATABLE_MODELS = ['resnet-18', 'resnet-50', 'resnet-152', 'tiny', 'tiny-tensor', 'mixed-types', 'softmax-classifier', 'tiny-segmenter', 'tiny-detector'] as const;
+export const GENERATABLE_MODELS = [
+  'resnet-18',
+  'resnet-50',
+  'resnet-152',
+  'tiny',
+  'tiny-tensor',
+  'mixed-types',
+  'softmax-classifier',
+  'tiny-segmenter',
+  'tiny-detector',
+] as const;
 export type GeneratableModel = (typeof GENERATABLE_MODELS)[number];
 /** What `generateModels` writes when no list is given. */
 export const DEFAULT_MODELS: readonly GeneratableModel[] = ['resnet-18', 'resnet-50', 'resnet-152', 'tiny'];
@@ -67,7 +77,12 @@ function parseModels(models: readonly string[] | undefined): GeneratableModel[] 
   return [...new Set(names)] as GeneratableModel[];
 }
 
-function writeModel(name: GeneratableModel, outputPath: string, seed: number, isExternalData: boolean): Promise<WriteModelResult> {
+function writeModel(
+  name: GeneratableModel,
+  outputPath: string,
+  seed: number,
+  isExternalData: boolean,
+): Promise<WriteModelResult> {
   switch (name) {
     case 'resnet-18':
       return writeResnet({ depth: 18, outputPath, seed, isExternalData });
@@ -98,7 +113,12 @@ function writeModel(name: GeneratableModel, outputPath: string, seed: number, is
  * same model, seed and data layout (and its data file must exist). A file without marina
  * metadata is someone else's and is only overwritten with `isForced`.
  */
-async function isUpToDate(name: GeneratableModel, modelPath: string, seed: number, isExternalData: boolean): Promise<boolean> {
+async function isUpToDate(
+  name: GeneratableModel,
+  modelPath: string,
+  seed: number,
+  isExternalData: boolean,
+): Promise<boolean> {
   const metadata = await readModelMetadata(modelPath);
   const model = metadata['marina.model'];
   if (model === undefined) {
@@ -107,9 +127,13 @@ async function isUpToDate(name: GeneratableModel, modelPath: string, seed: numbe
       { details: { path: modelPath } },
     );
   }
-  const expectedModel = { tiny: 'tiny-classifier', 'tiny-segmenter': 'tiny-segmenter-3', 'tiny-detector': 'tiny-detector-separate' }[name as string] ?? name;
+  const expectedModel =
+    { tiny: 'tiny-classifier', 'tiny-segmenter': 'tiny-segmenter-3', 'tiny-detector': 'tiny-detector-separate' }[
+      name as string
+    ] ?? name;
   if (model !== expectedModel) return false;
-  if (name === 'tiny-tensor' || name === 'mixed-types' || name === 'tiny-segmenter' || name === 'tiny-detector') return true;
+  if (name === 'tiny-tensor' || name === 'mixed-types' || name === 'tiny-segmenter' || name === 'tiny-detector')
+    return true;
   if (metadata['marina.seed'] !== String(seed)) return false;
   if (name.startsWith('resnet-')) {
     if (metadata['marina.external_data'] !== String(isExternalData)) return false;
@@ -136,9 +160,12 @@ export async function generateModels(options: GenerateModelsOptions): Promise<Ge
   try {
     await mkdir(outDir, { recursive: true });
   } catch (error) {
-    throw createError.MARINA_ERR_MODEL_ZOO_WRITE_FAILED(`could not create output directory '${outDir}': ${(error as Error).message}`, {
-      cause: error,
-    });
+    throw createError.MARINA_ERR_MODEL_ZOO_WRITE_FAILED(
+      `could not create output directory '${outDir}': ${(error as Error).message}`,
+      {
+        cause: error,
+      },
+    );
   }
   const results: GeneratedFile[] = [];
   const report = (file: GeneratedFile): void => {

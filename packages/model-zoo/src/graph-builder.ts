@@ -44,7 +44,11 @@ export class GraphBuilder {
   }
 
   /** Adds a node with one output (named `output` or generated) and returns the output's name. */
-  node(opType: string, inputs: readonly string[], options: { output?: string; attributes?: Record<string, AttributeValue> } = {}): string {
+  node(
+    opType: string,
+    inputs: readonly string[],
+    options: { output?: string; attributes?: Record<string, AttributeValue> } = {},
+  ): string {
     this.nodeCount += 1;
     const output = options.output ?? `${opType.toLowerCase()}_${this.nodeCount}`;
     this.nodes.push({

@@ -14,7 +14,10 @@ function batchDim(fixedBatch: number | undefined): number | string {
 function choice<T extends string>(name: string, value: unknown, choices: readonly T[], fallback: T): T {
   if (value === undefined) return fallback;
   if (!choices.includes(value as T)) {
-    throw createError.MARINA_ERR_MODEL_ZOO_INVALID_OPTION(`option '${name}' is ${JSON.stringify(value)}; it must be one of ${choices.join(', ')}`, { details: { option: name, value } });
+    throw createError.MARINA_ERR_MODEL_ZOO_INVALID_OPTION(
+      `option '${name}' is ${JSON.stringify(value)}; it must be one of ${choices.join(', ')}`,
+      { details: { option: name, value } },
+    );
   }
   return value as T;
 }
@@ -46,25 +49,53 @@ export async function writeHeadClassifier(options: {
   const inputSize = integerOption('inputSize', options.inputSize, 32, 3, 4096);
   const numClasses = integerOption('numClasses', options.numClasses, 10, 2, 100_000);
   const channels = integerOption('channels', options.channels, 3, 1, 3);
-  if (channels === 2) throw createError.MARINA_ERR_MODEL_ZOO_INVALID_OPTION("option 'channels' is 2; it must be 1 or 3", { details: { option: 'channels', value: 2 } });
+  if (channels === 2)
+    throw createError.MARINA_ERR_MODEL_ZOO_INVALID_OPTION("option 'channels' is 2; it must be 1 or 3", {
+      details: { option: 'channels', value: 2 },
+    });
   const seed = seedOption(options.seed, 1);
   const batch = batchDim(options.fixedBatch);
   const prng = createPrng(seed);
   const width = 8;
   const g = new GraphBuilder(`marina_${head.replace('-', '_')}_classifier`);
-  const convWeight = g.uniform('conv.weight', [width, channels, 3, 3], prng, Math.sqrt(3) * Math.sqrt(2 / (9 * channels)));
+  const convWeight = g.uniform(
+    'conv.weight',
+    [width, channels, 3, 3],
+    prng,
+    Math.sqrt(3) * Math.sqrt(2 / (9 * channels)),
+  );
   const convBias = g.uniform('conv.bias', [width], prng, 0.1);
   const fcWeight = g.uniform('fc.weight', [numClasses, width], prng, Math.sqrt(3) * 2);
   const fcBias = g.uniform('fc.bias', [numClasses], prng, 0.1);
-  const conv = g.node('Conv', ['input', convWeight, convBias], { attributes: { kernel_shape: [3, 3], strides: [2, 2], pads: [1, 1, 1, 1] } });
-  const flat = g.node('Flatten', [g.node('GlobalAveragePool', [g.node('Relu', [conv])])], { ...(options.hasFeaturesOutput ? { output: 'features' } : {}), attributes: { axis: 1 } });
+  const conv = g.node('Conv', ['input', convWeight, convBias], {
+    attributes: { kernel_shape: [3, 3], strides: [2, 2], pads: [1, 1, 1, 1] },
+  });
+  const flat = g.node('Flatten', [g.node('GlobalAveragePool', [g.node('Relu', [conv])])], {
+    ...(options.hasFeaturesOutput ? { output: 'features' } : {}),
+    attributes: { axis: 1 },
+  });
   if (head === 'logits') g.node('Gemm', [flat, fcWeight, fcBias], { output: 'output', attributes: { transB: 1 } });
-  else g.node(head === 'softmax' ? 'Softmax' : 'LogSoftmax', [g.node('Gemm', [flat, fcWeight, fcBias], { attributes: { transB: 1 } })], { output: 'output', attributes: { axis: 1 } });
+  else
+    g.node(
+      head === 'softmax' ? 'Softmax' : 'LogSoftmax',
+      [g.node('Gemm', [flat, fcWeight, fcBias], { attributes: { transB: 1 } })],
+      { output: 'output', attributes: { axis: 1 } },
+    );
   const side = options.isSizeDynamic ? ['height', 'width'] : [inputSize, inputSize];
   return writeOnnxModel({
     outputPath,
-    graph: g.build([{ name: 'input', dims: [batch, channels, ...side] }], [...(options.hasFeaturesOutput ? [{ name: 'features', dims: [batch, width] }] : []), { name: 'output', dims: [batch, numClasses] }]),
-    metadata: { 'marina.model': `${head}-classifier`, 'marina.seed': String(seed), 'marina.num_classes': String(numClasses) },
+    graph: g.build(
+      [{ name: 'input', dims: [batch, channels, ...side] }],
+      [
+        ...(options.hasFeaturesOutput ? [{ name: 'features', dims: [batch, width] }] : []),
+        { name: 'output', dims: [batch, numClasses] },
+      ],
+    ),
+    metadata: {
+      'marina.model': `${head}-classifier`,
+      'marina.seed': String(seed),
+      'marina.num_classes': String(numClasses),
+    },
   });
 }
 
@@ -74,7 +105,10 @@ export async function writeHeadClassifier(options: {
  *
  * @throws MARINA_ERR_MODEL_ZOO_INVALID_OPTION for a bad option; MARINA_ERR_MODEL_ZOO_WRITE_FAILED when writing fails.
  */
-export async function writeMultiOutputModel(options: { outputPath: string; fixedBatch?: number }): Promise<WriteModelResult> {
+export async function writeMultiOutputModel(options: {
+  outputPath: string;
+  fixedBatch?: number;
+}): Promise<WriteModelResult> {
   const outputPath = pathOption('outputPath', options.outputPath);
   const batch = batchDim(options.fixedBatch);
   const g = new GraphBuilder('marina_multi_output');
@@ -82,7 +116,13 @@ export async function writeMultiOutputModel(options: { outputPath: string; fixed
   g.node('ReduceMean', ['input'], { output: 'mean', attributes: { axes: [1], keepdims: 1 } });
   return writeOnnxModel({
     outputPath,
-    graph: g.build([{ name: 'input', dims: [batch, 4] }], [{ name: 'doubled', dims: [batch, 4] }, { name: 'mean', dims: [batch, 1] }]),
+    graph: g.build(
+      [{ name: 'input', dims: [batch, 4] }],
+      [
+        { name: 'doubled', dims: [batch, 4] },
+        { name: 'mean', dims: [batch, 1] },
+      ],
+    ),
     metadata: { 'marina.model': 'multi-output' },
   });
 }
@@ -96,24 +136,42 @@ export async function writeMultiOutputModel(options: { outputPath: string; fixed
  *
  * @throws MARINA_ERR_MODEL_ZOO_INVALID_OPTION for a bad option; MARINA_ERR_MODEL_ZOO_WRITE_FAILED when writing fails.
  */
-export async function writeTinySegmenter(options: { outputPath: string; classes?: 1 | 3; head?: 'logits' | 'sigmoid'; inputSize?: number; fixedBatch?: number }): Promise<WriteModelResult> {
+export async function writeTinySegmenter(options: {
+  outputPath: string;
+  classes?: 1 | 3;
+  head?: 'logits' | 'sigmoid';
+  inputSize?: number;
+  fixedBatch?: number;
+}): Promise<WriteModelResult> {
   const outputPath = pathOption('outputPath', options.outputPath);
   const classes = integerOption('classes', options.classes, 3, 1, 3);
-  if (classes === 2) throw createError.MARINA_ERR_MODEL_ZOO_INVALID_OPTION("option 'classes' is 2; it must be 1 or 3", { details: { option: 'classes', value: 2 } });
+  if (classes === 2)
+    throw createError.MARINA_ERR_MODEL_ZOO_INVALID_OPTION("option 'classes' is 2; it must be 1 or 3", {
+      details: { option: 'classes', value: 2 },
+    });
   const head = choice('head', options.head, ['logits', 'sigmoid'] as const, 'logits');
   const batch = batchDim(options.fixedBatch);
-  const side: Array<number | string> = options.inputSize === undefined ? ['height', 'width'] : [integerOption('inputSize', options.inputSize, 32, 1, 4096), options.inputSize];
+  const side: Array<number | string> =
+    options.inputSize === undefined
+      ? ['height', 'width']
+      : [integerOption('inputSize', options.inputSize, 32, 1, 4096), options.inputSize];
   const g = new GraphBuilder('marina_tiny_segmenter');
   const weight = g.initializer('seg.weight', [classes, 3, 1, 1], (out) => {
     out.fill(0);
     if (classes === 3) [0, 4, 8].forEach((i) => (out[i] = 1));
     else out.set([4, -4, 0]);
   });
-  const conv = g.node('Conv', ['input', weight], { ...(head === 'logits' ? { output: 'output' } : {}), attributes: { kernel_shape: [1, 1] } });
+  const conv = g.node('Conv', ['input', weight], {
+    ...(head === 'logits' ? { output: 'output' } : {}),
+    attributes: { kernel_shape: [1, 1] },
+  });
   if (head === 'sigmoid') g.node('Sigmoid', [conv], { output: 'output' });
   return writeOnnxModel({
     outputPath,
-    graph: g.build([{ name: 'input', dims: [batch, 3, ...side] }], [{ name: 'output', dims: [batch, classes, ...side] }]),
+    graph: g.build(
+      [{ name: 'input', dims: [batch, 3, ...side] }],
+      [{ name: 'output', dims: [batch, classes, ...side] }],
+    ),
     metadata: { 'marina.model': `tiny-segmenter-${classes}` },
   });
 }
@@ -141,13 +199,19 @@ const SCORE_BIAS = [0, -0.5, -1, -1];
  *
  * @throws MARINA_ERR_MODEL_ZOO_INVALID_OPTION for a bad option; MARINA_ERR_MODEL_ZOO_WRITE_FAILED when writing fails.
  */
-export async function writeTinyDetector(options: { outputPath: string; layout?: 'separate' | 'combined'; fixedBatch?: number }): Promise<WriteModelResult> {
+export async function writeTinyDetector(options: {
+  outputPath: string;
+  layout?: 'separate' | 'combined';
+  fixedBatch?: number;
+}): Promise<WriteModelResult> {
   const outputPath = pathOption('outputPath', options.outputPath);
   const layout = choice('layout', options.layout, ['separate', 'combined'] as const, 'separate');
   const batch = batchDim(options.fixedBatch);
   const k = TINY_DETECTOR_BOXES.length;
   const g = new GraphBuilder(`marina_tiny_detector_${layout}`);
-  const perChannel = g.node('ReduceMean', [g.node('GlobalAveragePool', ['input'])], { attributes: { axes: [3], keepdims: 0 } }); // [N,3,1]
+  const perChannel = g.node('ReduceMean', [g.node('GlobalAveragePool', ['input'])], {
+    attributes: { axes: [3], keepdims: 0 },
+  }); // [N,3,1]
   const rowVector = g.node('Transpose', [perChannel], { attributes: { perm: [0, 2, 1] } }); // [N,1,3]
   const weight = g.initializer('score.weight', [3, k], (out) => {
     out.fill(0);
@@ -157,27 +221,57 @@ export async function writeTinyDetector(options: { outputPath: string; layout?: 
   const logits = g.node('Add', [g.node('MatMul', [rowVector, weight]), bias]); // [N,1,K]
   const objectness = g.node('Sigmoid', [g.node('Transpose', [logits], { attributes: { perm: [0, 2, 1] } })]); // [N,K,1]
   // A zero of shape [N,1,1], so constants broadcast to the batch.
-  const zero = g.node('Mul', [g.node('ReduceMean', [perChannel], { attributes: { axes: [1], keepdims: 1 } }), g.constant('zero', [1], 0)]);
+  const zero = g.node('Mul', [
+    g.node('ReduceMean', [perChannel], { attributes: { axes: [1], keepdims: 1 } }),
+    g.constant('zero', [1], 0),
+  ]);
   if (layout === 'separate') {
-    g.node('Add', [g.initializer('boxes.const', [1, k, 4], (out) => TINY_DETECTOR_BOXES.forEach((b, i) => out.set(b.box, i * 4))), zero], { output: 'boxes' });
+    g.node(
+      'Add',
+      [
+        g.initializer('boxes.const', [1, k, 4], (out) => TINY_DETECTOR_BOXES.forEach((b, i) => out.set(b.box, i * 4))),
+        zero,
+      ],
+      { output: 'boxes' },
+    );
     g.node('Flatten', [objectness], { output: 'scores', attributes: { axis: 1 } });
-    const labelsFloat = g.node('Add', [g.initializer('labels.const', [1, k], (out) => out.set(TINY_DETECTOR_BOXES.map((b) => b.label))), g.node('Flatten', [zero], { attributes: { axis: 1 } })]);
+    const labelsFloat = g.node('Add', [
+      g.initializer('labels.const', [1, k], (out) => out.set(TINY_DETECTOR_BOXES.map((b) => b.label))),
+      g.node('Flatten', [zero], { attributes: { axis: 1 } }),
+    ]);
     g.node('Cast', [labelsFloat], { output: 'labels', attributes: { to: INT64 } });
     return writeOnnxModel({
       outputPath,
-      graph: g.build([{ name: 'input', dims: [batch, 3, 64, 64] }], [{ name: 'boxes', dims: [batch, k, 4] }, { name: 'scores', dims: [batch, k] }, { name: 'labels', dims: [batch, k], elemType: INT64 }]),
+      graph: g.build(
+        [{ name: 'input', dims: [batch, 3, 64, 64] }],
+        [
+          { name: 'boxes', dims: [batch, k, 4] },
+          { name: 'scores', dims: [batch, k] },
+          { name: 'labels', dims: [batch, k], elemType: INT64 },
+        ],
+      ),
       metadata: { 'marina.model': 'tiny-detector-separate' },
     });
   }
-  const cxcywh = g.initializer('boxes.cxcywh', [1, k, 4], (out) => TINY_DETECTOR_BOXES.forEach(({ box: [x1, y1, x2, y2] }, i) => out.set([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], i * 4)));
+  const cxcywh = g.initializer('boxes.cxcywh', [1, k, 4], (out) =>
+    TINY_DETECTOR_BOXES.forEach(({ box: [x1, y1, x2, y2] }, i) =>
+      out.set([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], i * 4),
+    ),
+  );
   const oneHot = g.initializer('classes.onehot', [1, k, TINY_DETECTOR_CLASSES], (out) => {
     out.fill(0);
     TINY_DETECTOR_BOXES.forEach((b, i) => (out[i * TINY_DETECTOR_CLASSES + b.label] = 1));
   });
-  g.node('Concat', [g.node('Add', [cxcywh, zero]), objectness, g.node('Add', [oneHot, zero])], { output: 'output', attributes: { axis: 2 } });
+  g.node('Concat', [g.node('Add', [cxcywh, zero]), objectness, g.node('Add', [oneHot, zero])], {
+    output: 'output',
+    attributes: { axis: 2 },
+  });
   return writeOnnxModel({
     outputPath,
-    graph: g.build([{ name: 'input', dims: [batch, 3, 64, 64] }], [{ name: 'output', dims: [batch, k, 5 + TINY_DETECTOR_CLASSES] }]),
+    graph: g.build(
+      [{ name: 'input', dims: [batch, 3, 64, 64] }],
+      [{ name: 'output', dims: [batch, k, 5 + TINY_DETECTOR_CLASSES] }],
+    ),
     metadata: { 'marina.model': 'tiny-detector-combined' },
   });
 }

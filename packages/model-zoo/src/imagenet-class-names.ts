@@ -61,10 +61,15 @@ export async function loadImagenetClassNames(): Promise<string[]> {
   try {
     const require = createRequire(import.meta.url);
     // The package has no "exports" map for its data file, so resolve its root and join.
-    filePath = join(dirname(require.resolve('@tensorflow-models/mobilenet/package.json')), 'dist', 'imagenet_classes.js');
+    filePath = join(
+      dirname(require.resolve('@tensorflow-models/mobilenet/package.json')),
+      'dist',
+      'imagenet_classes.js',
+    );
     const names = parseImagenetClassesSource(await readFile(filePath, 'utf8'));
     const missing = names.length !== IMAGENET_CLASS_COUNT || names.some((n) => typeof n !== 'string' || n.length === 0);
-    if (missing) throw new Error(`expected ${IMAGENET_CLASS_COUNT} non-empty class names, found ${names.filter(Boolean).length}`);
+    if (missing)
+      throw new Error(`expected ${IMAGENET_CLASS_COUNT} non-empty class names, found ${names.filter(Boolean).length}`);
     return [...names];
   } catch (error) {
     throw createError.MARINA_ERR_MODEL_ZOO_CLASS_NAMES_UNAVAILABLE(

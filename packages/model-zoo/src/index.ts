@@ -14,7 +14,14 @@ export {
 } from './onnx-model-writer.ts';
 export { GraphBuilder, type AttributeValue } from './graph-builder.ts';
 export { writeTinyClassifier, writeTinyTensorModel, writeSlowModel, writeMixedTypesModel } from './tiny-models.ts';
-export { writeHeadClassifier, writeMultiOutputModel, writeTinySegmenter, writeTinyDetector, TINY_DETECTOR_BOXES, TINY_DETECTOR_CLASSES } from './handler-models.ts';
+export {
+  writeHeadClassifier,
+  writeMultiOutputModel,
+  writeTinySegmenter,
+  writeTinyDetector,
+  TINY_DETECTOR_BOXES,
+  TINY_DETECTOR_CLASSES,
+} from './handler-models.ts';
 export {
   writeResnet,
   countResnetParameters,

@@ -162,7 +162,9 @@ async function withTempFile(finalPath: string, body: (writer: ChunkedFileWriter)
  */
 export async function writeOnnxModel(options: WriteOnnxModelOptions): Promise<WriteModelResult> {
   if (endianness() !== 'LE') {
-    throw createError.MARINA_ERR_MODEL_ZOO_UNSUPPORTED_PLATFORM('this machine is big-endian; ONNX raw_data must be little-endian');
+    throw createError.MARINA_ERR_MODEL_ZOO_UNSUPPORTED_PLATFORM(
+      'this machine is big-endian; ONNX raw_data must be little-endian',
+    );
   }
   const { outputPath, graph } = options;
   const isExternalData = options.isExternalData ?? false;

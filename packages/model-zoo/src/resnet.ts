@@ -63,7 +63,16 @@ function planResnet(depth: ResnetDepth, imageSize: number): ResnetPlan {
   const { block, layers } = ARCHITECTURES[depth];
   const expansion = block === 'basic' ? 1 : 4;
   let size = convOutputSize(imageSize, 7, 2, 3);
-  const stem: ConvLayer = { name: 'conv1', inChannels: 3, outChannels: 64, kernel: 7, stride: 2, pad: 3, outputSize: size, isBranchEnd: false };
+  const stem: ConvLayer = {
+    name: 'conv1',
+    inChannels: 3,
+    outChannels: 64,
+    kernel: 7,
+    stride: 2,
+    pad: 3,
+    outputSize: size,
+    isBranchEnd: false,
+  };
   size = convOutputSize(size, 3, 2, 1);
   let inplanes = 64;
   const blocks: ResnetBlock[] = [];
@@ -74,7 +83,14 @@ function planResnet(depth: ResnetDepth, imageSize: number): ResnetPlan {
       const prefix = `layer${layerIndex + 1}.${b}`;
       const inputSize = size;
       const strided = convOutputSize(inputSize, 3, stride, 1);
-      const conv = (name: string, inChannels: number, outChannels: number, kernel: number, s: number, isBranchEnd = false): ConvLayer => ({
+      const conv = (
+        name: string,
+        inChannels: number,
+        outChannels: number,
+        kernel: number,
+        s: number,
+        isBranchEnd = false,
+      ): ConvLayer => ({
         name: `${prefix}.${name}`,
         inChannels,
         outChannels,
@@ -86,7 +102,10 @@ function planResnet(depth: ResnetDepth, imageSize: number): ResnetPlan {
       });
       const convs =
         block === 'basic'
-          ? [conv('conv1', inplanes, planes, 3, stride), { ...conv('conv2', planes, planes, 3, 1, true), outputSize: strided }]
+          ? [
+              conv('conv1', inplanes, planes, 3, stride),
+              { ...conv('conv2', planes, planes, 3, 1, true), outputSize: strided },
+            ]
           : [
               conv('conv1', inplanes, planes, 1, 1),
               conv('conv2', planes, planes, 3, stride),
@@ -123,7 +142,10 @@ function checkNumClasses(numClasses: unknown): number {
 export function countResnetParameters(depth: ResnetDepth, numClasses?: number): number {
   const plan = planResnet(checkDepth(depth), 224);
   const classes = checkNumClasses(numClasses);
-  const convs = allConvs(plan).reduce((n, c) => n + c.outChannels * c.inChannels * c.kernel ** 2 + 2 * c.outChannels, 0);
+  const convs = allConvs(plan).reduce(
+    (n, c) => n + c.outChannels * c.inChannels * c.kernel ** 2 + 2 * c.outChannels,
+    0,
+  );
   return convs + plan.featureChannels * classes + classes;
 }
 
@@ -149,7 +171,10 @@ export function countResnetFoldedParameters(depth: ResnetDepth, numClasses?: num
 export function countResnetMacs(depth: ResnetDepth, imageSize?: number): number {
   const size = integerOption('imageSize', imageSize, 224, 32, 8192);
   const plan = planResnet(checkDepth(depth), size);
-  const convs = allConvs(plan).reduce((n, c) => n + c.outChannels * c.inChannels * c.kernel ** 2 * c.outputSize ** 2, 0);
+  const convs = allConvs(plan).reduce(
+    (n, c) => n + c.outChannels * c.inChannels * c.kernel ** 2 * c.outputSize ** 2,
+    0,
+  );
   return convs + plan.featureChannels * 1000;
 }
 
@@ -165,7 +190,12 @@ const FC_BIAS_BOUND = 0.1;
 function addConv(g: GraphBuilder, prng: Prng, conv: ConvLayer, input: string, branchScale: number): string {
   const fanIn = conv.inChannels * conv.kernel ** 2;
   const bound = Math.sqrt(3) * Math.sqrt(2 / fanIn) * (conv.isBranchEnd ? branchScale : 1);
-  const weight = g.uniform(`${conv.name}.weight`, [conv.outChannels, conv.inChannels, conv.kernel, conv.kernel], prng, bound);
+  const weight = g.uniform(
+    `${conv.name}.weight`,
+    [conv.outChannels, conv.inChannels, conv.kernel, conv.kernel],
+    prng,
+    bound,
+  );
   const bias = g.uniform(`${conv.name}.bias`, [conv.outChannels], prng, CONV_BIAS_BOUND);
   return g.node('Conv', [input, weight, bias], {
     attributes: {
@@ -219,9 +249,17 @@ export async function writeResnet(options: {
     x = g.node('Relu', [g.node('Add', [branch, identity])]);
   }
   const features = g.node('Flatten', [g.node('GlobalAveragePool', [x])], { attributes: { axis: 1 } });
-  const fcWeight = g.uniform('fc.weight', [numClasses, plan.featureChannels], prng, Math.sqrt(3 / plan.featureChannels) * FC_GAIN);
+  const fcWeight = g.uniform(
+    'fc.weight',
+    [numClasses, plan.featureChannels],
+    prng,
+    Math.sqrt(3 / plan.featureChannels) * FC_GAIN,
+  );
   const fcBias = g.uniform('fc.bias', [numClasses], prng, FC_BIAS_BOUND);
-  g.node('Gemm', [features, fcWeight, fcBias], { output: 'output', attributes: { alpha: { float: 1 }, beta: { float: 1 }, transB: 1 } });
+  g.node('Gemm', [features, fcWeight, fcBias], {
+    output: 'output',
+    attributes: { alpha: { float: 1 }, beta: { float: 1 }, transB: 1 },
+  });
 
   return writeOnnxModel({
     outputPath,

@@ -22,7 +22,12 @@ async function writeOrFail(outputPath: string, write: () => Promise<unknown>): P
  *
  * @throws MARINA_ERR_MODEL_ZOO_INVALID_OPTION for a bad size; MARINA_ERR_MODEL_ZOO_WRITE_FAILED when writing fails.
  */
-export async function writeSampleJpeg(options: { outputPath: string; width?: number; height?: number; seed?: number }): Promise<void> {
+export async function writeSampleJpeg(options: {
+  outputPath: string;
+  width?: number;
+  height?: number;
+  seed?: number;
+}): Promise<void> {
   const outputPath = pathOption('outputPath', options.outputPath);
   const width = integerOption('width', options.width, 640, 1, 16_384);
   const height = integerOption('height', options.height, 480, 1, 16_384);
@@ -66,7 +71,9 @@ export async function writeSampleJpeg(options: { outputPath: string; width?: num
     bytes[i] = Math.max(0, Math.min(255, Math.round(noisy)));
   }
   await writeOrFail(outputPath, () =>
-    sharp(bytes, { raw: { width, height, channels: 3 } }).jpeg({ quality: 90 }).toFile(outputPath),
+    sharp(bytes, { raw: { width, height, channels: 3 } })
+      .jpeg({ quality: 90 })
+      .toFile(outputPath),
   );
 }
 
@@ -79,7 +86,8 @@ export async function writeSampleJpeg(options: { outputPath: string; width?: num
 export async function writeCorruptJpeg(outputPath: string): Promise<void> {
   pathOption('outputPath', outputPath);
   const header = Buffer.from([
-    0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, 0x4a, 0x46, 0x49, 0x46, 0x00, 0x01, 0x01, 0x00, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00,
+    0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, 0x4a, 0x46, 0x49, 0x46, 0x00, 0x01, 0x01, 0x00, 0x00, 0x01, 0x00, 0x01, 0x00,
+    0x00,
   ]);
   const garbage = Buffer.alloc(2048);
   const prng = createPrng(0xbad);

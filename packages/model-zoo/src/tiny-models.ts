@@ -43,8 +43,15 @@ export async function writeTinyClassifier(options: {
   g.node('Gemm', [flat, fcWeight, fcBias], { output: 'output', attributes: { transB: 1 } });
   return writeOnnxModel({
     outputPath,
-    graph: g.build([{ name: 'input', dims: [batch, 3, inputSize, inputSize] }], [{ name: 'output', dims: [batch, numClasses] }]),
-    metadata: { 'marina.model': 'tiny-classifier', 'marina.seed': String(seed), 'marina.num_classes': String(numClasses) },
+    graph: g.build(
+      [{ name: 'input', dims: [batch, 3, inputSize, inputSize] }],
+      [{ name: 'output', dims: [batch, numClasses] }],
+    ),
+    metadata: {
+      'marina.model': 'tiny-classifier',
+      'marina.seed': String(seed),
+      'marina.num_classes': String(numClasses),
+    },
   });
 }
 
@@ -54,7 +61,10 @@ export async function writeTinyClassifier(options: {
  *
  * @throws MARINA_ERR_MODEL_ZOO_INVALID_OPTION for a bad option; MARINA_ERR_MODEL_ZOO_WRITE_FAILED when writing fails.
  */
-export async function writeTinyTensorModel(options: { outputPath: string; fixedBatch?: number }): Promise<WriteModelResult> {
+export async function writeTinyTensorModel(options: {
+  outputPath: string;
+  fixedBatch?: number;
+}): Promise<WriteModelResult> {
   const outputPath = pathOption('outputPath', options.outputPath);
   const batch = batchDim(options.fixedBatch);
   const g = new GraphBuilder('marina_tiny_tensor');
@@ -101,7 +111,12 @@ function typed(name: string, elemType: number, dims: readonly (number | string)[
  *
  * @throws MARINA_ERR_MODEL_ZOO_INVALID_OPTION for a bad option; MARINA_ERR_MODEL_ZOO_WRITE_FAILED when writing fails.
  */
-export async function writeSlowModel(options: { outputPath: string; layers: number; width?: number; seed?: number }): Promise<WriteModelResult> {
+export async function writeSlowModel(options: {
+  outputPath: string;
+  layers: number;
+  width?: number;
+  seed?: number;
+}): Promise<WriteModelResult> {
   const outputPath = pathOption('outputPath', options.outputPath);
   const layers = requiredIntegerOption('layers', options.layers, 1, 100_000_000);
   const width = integerOption('width', options.width, 1024, 1, 16_384);
@@ -121,7 +136,12 @@ export async function writeSlowModel(options: { outputPath: string; layers: numb
     input: [typed('iteration', INT64, []), typed('cond_in', BOOL, []), typed('x_in', FLOAT, ['batch_size', width])],
     output: [typed('cond_out', BOOL, []), typed('x_out', FLOAT, ['batch_size', width])],
   };
-  g.rawNode({ opType: 'Loop', input: [tripCount, '', 'input'], output: ['output'], attribute: [{ name: 'body', type: ATTRIBUTE_GRAPH, g: body }] });
+  g.rawNode({
+    opType: 'Loop',
+    input: [tripCount, '', 'input'],
+    output: ['output'],
+    attribute: [{ name: 'body', type: ATTRIBUTE_GRAPH, g: body }],
+  });
   return writeOnnxModel({
     outputPath,
     graph: g.build([{ name: 'input', dims: ['batch_size', width] }], [{ name: 'output', dims: ['batch_size', width] }]),

@@ -1,7 +1,13 @@
 import { createError } from './errors.ts';
 
 /** Checks an optional integer option and returns it or its default. */
-export function integerOption(name: string, value: unknown, defaultValue: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+export function integerOption(
+  name: string,
+  value: unknown,
+  defaultValue: number,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
   if (value === undefined) return defaultValue;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     throw createError.MARINA_ERR_MODEL_ZOO_INVALID_OPTION(
@@ -29,6 +35,11 @@ export function seedOption(value: unknown, defaultValue: number): number {
 }
 
 /** Checks a required integer option. */
-export function requiredIntegerOption(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
+export function requiredIntegerOption(
+  name: string,
+  value: unknown,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
   return integerOption(name, value === undefined ? 'missing' : value, min, min, max);
 }

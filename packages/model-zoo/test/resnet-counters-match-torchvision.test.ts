@@ -28,6 +28,8 @@ describe('ResNet counters', () => {
   });
 
   it('rejects an unsupported depth with a coded error', () => {
-    expect(() => countResnetParameters(34 as 18)).toThrow(expect.objectContaining({ code: 'MARINA_ERR_MODEL_ZOO_INVALID_OPTION' }));
+    expect(() => countResnetParameters(34 as 18)).toThrow(
+      expect.objectContaining({ code: 'MARINA_ERR_MODEL_ZOO_INVALID_OPTION' }),
+    );
   });
 });

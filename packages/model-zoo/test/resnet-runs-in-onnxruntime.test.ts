@@ -4,7 +4,13 @@ import ort from 'onnxruntime-node';
 import onnxProto from 'onnx-proto';
 import sharp from 'sharp';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { EXTERNAL_DATA_ALIGNMENT_BYTES, countResnetFoldedParameters, writeResnet, writeSampleJpeg, type WriteModelResult } from '../src/index.ts';
+import {
+  EXTERNAL_DATA_ALIGNMENT_BYTES,
+  countResnetFoldedParameters,
+  writeResnet,
+  writeSampleJpeg,
+  type WriteModelResult,
+} from '../src/index.ts';
 import { softmax, useTempDir } from './helpers.ts';
 
 const IMAGE_ELEMENTS = 3 * 224 * 224;
@@ -39,7 +45,10 @@ describe('ResNet-18 written by writeResnet', () => {
   });
 
   async function run(modelPath: string): Promise<Float32Array> {
-    const session = await ort.InferenceSession.create(modelPath, { intraOpNumThreads: 1, graphOptimizationLevel: 'all' });
+    const session = await ort.InferenceSession.create(modelPath, {
+      intraOpNumThreads: 1,
+      graphOptimizationLevel: 'all',
+    });
     try {
       expect(session.inputNames).toEqual(['input']);
       expect(session.outputNames).toEqual(['output']);

@@ -6,7 +6,9 @@ import { useTempDir } from './helpers.ts';
 
 describe('seeded weights', () => {
   // Writes three 47 MB models: the limit only stops a hang, it measures nothing (2 shared cores can take over 5 s).
-  it('writes byte-identical ResNet-18 files for the same seed and different ones for another seed', { timeout: 120_000 }, async () => {
+  it('writes byte-identical ResNet-18 files for the same seed and different ones for another seed', {
+    timeout: 120_000,
+  }, async () => {
     const dir = await useTempDir('seed');
     const paths = ['a', 'b', 'c'].map((n) => join(dir, `${n}.onnx`));
     await writeResnet({ depth: 18, outputPath: paths[0]!, seed: 7 });
@@ -22,7 +24,10 @@ describe('seeded weights', () => {
     const dir = await useTempDir('metadata');
     const outputPath = join(dir, 'tiny.onnx');
     await writeTinyClassifier({ outputPath, seed: 1234 });
-    expect(await readModelMetadata(outputPath)).toMatchObject({ 'marina.model': 'tiny-classifier', 'marina.seed': '1234' });
+    expect(await readModelMetadata(outputPath)).toMatchObject({
+      'marina.model': 'tiny-classifier',
+      'marina.seed': '1234',
+    });
     expect(await readModelMetadata(join(dir, 'missing.onnx'))).toEqual({});
   });
 });

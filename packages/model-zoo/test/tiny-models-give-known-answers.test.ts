@@ -40,7 +40,11 @@ describe('tiny models', () => {
   });
 
   it('classifier maps [N,3,S,S] to [N,numClasses] logits with a non-degenerate softmax', async () => {
-    const { modelPath, parameterCount } = await writeTinyClassifier({ outputPath: join(dir, 'classifier.onnx'), inputSize: 64, numClasses: 5 });
+    const { modelPath, parameterCount } = await writeTinyClassifier({
+      outputPath: join(dir, 'classifier.onnx'),
+      inputSize: 64,
+      numClasses: 5,
+    });
     expect(parameterCount).toBe(8 * 3 * 9 + 8 + 5 * 8 + 5);
     const session = await open(modelPath);
     const input = Float32Array.from({ length: 2 * 3 * 64 * 64 }, (_, i) => Math.sin(i / 7));
@@ -55,7 +59,13 @@ describe('tiny models', () => {
     const result = await writeSlowModel({ outputPath: join(dir, 'slow.onnx'), layers: 50, width: 64 });
     expect(result.parameterCount).toBe(64 * 64);
     const session = await open(result.modelPath);
-    const { output } = await session.run({ input: new ort.Tensor('float32', Float32Array.from({ length: 128 }, (_, i) => i / 128), [2, 64]) });
+    const { output } = await session.run({
+      input: new ort.Tensor(
+        'float32',
+        Float32Array.from({ length: 128 }, (_, i) => i / 128),
+        [2, 64],
+      ),
+    });
     expect(output!.dims).toEqual([2, 64]);
     const values = Array.from(output!.data as Float32Array);
     expect(values.every((v) => Math.abs(v) < 1)).toBe(true);

@@ -41,7 +41,10 @@ export class MinMaxCollector {
 export class HistogramCollector {
   readonly histograms = new Map<string, { counts: Float64Array; absMax: number }>();
 
-  constructor(private readonly ranges: Map<string, TensorRange>, private readonly bins = HISTOGRAM_BINS) {}
+  constructor(
+    private readonly ranges: Map<string, TensorRange>,
+    private readonly bins = HISTOGRAM_BINS,
+  ) {}
 
   add(name: string, values: ArrayLike<number>): void {
     const range = this.ranges.get(name);
@@ -135,10 +138,16 @@ export function entropyThreshold(counts: Float64Array, absMax: number, levels: n
  * entropy clip both ends at a threshold on |x| (entropy uses 255 levels for tensors that are
  * never negative, 128 for signed ones, as uint8 gives them).
  */
-export function chooseRange(method: CalibrationMethod, range: TensorRange, histogram: { counts: Float64Array; absMax: number } | undefined, options: { percentile?: number } = {}): TensorRange {
+export function chooseRange(
+  method: CalibrationMethod,
+  range: TensorRange,
+  histogram: { counts: Float64Array; absMax: number } | undefined,
+  options: { percentile?: number } = {},
+): TensorRange {
   if (method === 'minmax' || !histogram) return { min: range.min, max: range.max };
-  const threshold = method === 'percentile'
-    ? percentileThreshold(histogram.counts, histogram.absMax, options.percentile ?? DEFAULT_PERCENTILE)
-    : entropyThreshold(histogram.counts, histogram.absMax, range.min >= 0 ? 255 : 128);
+  const threshold =
+    method === 'percentile'
+      ? percentileThreshold(histogram.counts, histogram.absMax, options.percentile ?? DEFAULT_PERCENTILE)
+      : entropyThreshold(histogram.counts, histogram.absMax, range.min >= 0 ? 255 : 128);
   return { min: Math.max(range.min, -threshold), max: Math.min(range.max, threshold) };
 }

@@ -74,7 +74,8 @@ function pixelLabels(out: OutputValues, threshold: number): Uint16Array {
         continue;
       }
       let best = 0;
-      for (let ch = 1; ch < c; ch++) if (out.data[(s * c + ch) * plane + p]! > out.data[(s * c + best) * plane + p]!) best = ch;
+      for (let ch = 1; ch < c; ch++)
+        if (out.data[(s * c + ch) * plane + p]! > out.data[(s * c + best) * plane + p]!) best = ch;
       labels[s * plane + p] = best;
     }
   }
@@ -106,7 +107,10 @@ export function labelIou(a: Uint16Array, b: Uint16Array, isBinary: boolean): num
  * The headline value is the first output's top-1 agreement (classifiers), IoU (segmenters)
  * or lowest cosine (anything else).
  */
-export function compareOutputs(fp32: ReadonlyArray<Record<string, OutputValues>>, int8: ReadonlyArray<Record<string, OutputValues>>): Agreement {
+export function compareOutputs(
+  fp32: ReadonlyArray<Record<string, OutputValues>>,
+  int8: ReadonlyArray<Record<string, OutputValues>>,
+): Agreement {
   const names = Object.keys(fp32[0] ?? {});
   const outputs = names.map((name): OutputAgreement => {
     const kind = outputKind(fp32[0]![name]!.dims);
@@ -144,7 +148,13 @@ export function compareOutputs(fp32: ReadonlyArray<Record<string, OutputValues>>
         qLabels.push(pixelLabels(b, threshold));
       }
     }
-    const result: OutputAgreement = { name, kind, minCosine, meanCosine: sumCosine / Math.max(1, fp32.length), maxAbsDifference: maxAbs };
+    const result: OutputAgreement = {
+      name,
+      kind,
+      minCosine,
+      meanCosine: sumCosine / Math.max(1, fp32.length),
+      maxAbsDifference: maxAbs,
+    };
     if (kind === 'classifier') {
       result.top1Agreement = top1 / rows;
       result.top5Agreement = top5 / rows;
@@ -164,7 +174,14 @@ export function compareOutputs(fp32: ReadonlyArray<Record<string, OutputValues>>
     return result;
   });
   const first = outputs[0];
-  const metric: Agreement['metric'] = first?.kind === 'classifier' ? 'top1' : first?.kind === 'segmenter' ? 'iou' : 'cosine';
-  const value = !first ? 1 : metric === 'top1' ? first.top1Agreement! : metric === 'iou' ? first.iou! : Math.min(...outputs.map((o) => o.minCosine));
+  const metric: Agreement['metric'] =
+    first?.kind === 'classifier' ? 'top1' : first?.kind === 'segmenter' ? 'iou' : 'cosine';
+  const value = !first
+    ? 1
+    : metric === 'top1'
+      ? first.top1Agreement!
+      : metric === 'iou'
+        ? first.iou!
+        : Math.min(...outputs.map((o) => o.minCosine));
   return { metric, value, samples: fp32.length, outputs };
 }

@@ -26,7 +26,10 @@ export async function readSamples(dir: string): Promise<Sample[]> {
   try {
     names = (await readdir(dir)).filter((n) => !n.startsWith('.')).sort();
   } catch (error) {
-    throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY(`could not read the sample folder '${dir}': ${(error as Error).message}; give a folder of request bodies (images, or JSON for the tensor handler)`, { cause: error });
+    throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY(
+      `could not read the sample folder '${dir}': ${(error as Error).message}; give a folder of request bodies (images, or JSON for the tensor handler)`,
+      { cause: error },
+    );
   }
   const samples: Sample[] = [];
   for (const name of names.slice(0, MAX_SAMPLES)) {
@@ -36,7 +39,10 @@ export async function readSamples(dir: string): Promise<Sample[]> {
     if (!info.isFile() || info.size > MAX_SAMPLE_BYTES) continue;
     samples.push({ name, body: await readFile(path) });
   }
-  if (samples.length === 0) throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY(`the sample folder '${dir}' has no files; put request bodies in it (images for the image handlers, JSON for the tensor handler)`);
+  if (samples.length === 0)
+    throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY(
+      `the sample folder '${dir}' has no files; put request bodies in it (images for the image handlers, JSON for the tensor handler)`,
+    );
   return samples;
 }
 
@@ -69,7 +75,10 @@ async function createHandler(spec: string, modelDir: string): Promise<{ handler:
   if (builtin) return { handler: builtin.create(), modelDir };
   const match = /^(.+?)(:[A-Za-z_$][\w$]*)?$/.exec(spec)!;
   const path = match[1]!;
-  return { handler: await loadCustomHandler({ handler: `${basename(path)}${match[2] ?? ''}`, modelDir: dirname(path) }), modelDir: dirname(path) };
+  return {
+    handler: await loadCustomHandler({ handler: `${basename(path)}${match[2] ?? ''}`, modelDir: dirname(path) }),
+    modelDir: dirname(path),
+  };
 }
 
 /**
@@ -104,10 +113,20 @@ export async function recordHandlerFeeds(options: HandlerFeedsOptions): Promise<
     serializedFilePath: options.modelPath,
     batchSize: 1,
     modelYamlConfig: options.modelYamlConfig ?? {},
-    systemProperties: { model_dir: handlerDir, gpu_id: null, batch_size: 1, server_name: 'MMS', server_version: 'model-archiver', limit_max_image_pixels: true },
+    systemProperties: {
+      model_dir: handlerDir,
+      gpu_id: null,
+      batch_size: 1,
+      server_name: 'MMS',
+      server_version: 'model-archiver',
+      limit_max_image_pixels: true,
+    },
     intraOpNumThreads: 1,
     createSession: async (path?: string) => {
-      const session = await ort.InferenceSession.create(path ?? options.modelPath, { intraOpNumThreads: 1, graphOptimizationLevel: 'all' });
+      const session = await ort.InferenceSession.create(path ?? options.modelPath, {
+        intraOpNumThreads: 1,
+        graphOptimizationLevel: 'all',
+      });
       sessions.push(session);
       return wrap(session);
     },
@@ -126,10 +145,15 @@ export async function recordHandlerFeeds(options: HandlerFeedsOptions): Promise<
       try {
         const results = handler.handle
           ? await handler.handle(rows, context)
-          : await handler.postprocess!(await handler.inference!(await handler.preprocess!(rows, context), context), context);
+          : await handler.postprocess!(
+              await handler.inference!(await handler.preprocess!(rows, context), context),
+              context,
+            );
         const result = results[0];
-        if (isMarinaError(result) || result instanceof Error) runs.push({ name: sample.name, error: (result as Error).message });
-        else if (!recorded) runs.push({ name: sample.name, error: 'the handler did not run the model for this request' });
+        if (isMarinaError(result) || result instanceof Error)
+          runs.push({ name: sample.name, error: (result as Error).message });
+        else if (!recorded)
+          runs.push({ name: sample.name, error: 'the handler did not run the model for this request' });
         else runs.push({ name: sample.name, feeds: recorded });
       } catch (error) {
         runs.push({ name: sample.name, error: (error as Error).message });

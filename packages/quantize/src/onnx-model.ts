@@ -42,13 +42,20 @@ export async function loadModel(modelPath: string): Promise<LoadedModel> {
   try {
     model = onnx.ModelProto.decode(await readFile(modelPath));
   } catch (error) {
-    throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(`could not read '${modelPath}' as an ONNX model: ${(error as Error).message}`, { cause: error });
+    throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(
+      `could not read '${modelPath}' as an ONNX model: ${(error as Error).message}`,
+      { cause: error },
+    );
   }
   const graph = model.graph;
   if (!graph) throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(`'${modelPath}' has no graph`);
-  const opset = Number((model.opsetImport ?? []).find((o) => (o.domain ?? '') === '' || o.domain === 'ai.onnx')?.version ?? 0);
+  const opset = Number(
+    (model.opsetImport ?? []).find((o) => (o.domain ?? '') === '' || o.domain === 'ai.onnx')?.version ?? 0,
+  );
   if (opset < 10) {
-    throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(`'${modelPath}' imports opset ${opset}; int8 QDQ needs opset 10 or later (QuantizeLinear/DequantizeLinear); convert the model to a newer opset first`);
+    throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(
+      `'${modelPath}' imports opset ${opset}; int8 QDQ needs opset 10 or later (QuantizeLinear/DequantizeLinear); convert the model to a newer opset first`,
+    );
   }
   const files = new Map<string, Buffer>();
   for (const tensor of graph.initializer ?? []) {
@@ -56,14 +63,19 @@ export async function loadModel(modelPath: string): Promise<LoadedModel> {
     const entries = new Map((tensor.externalData ?? []).map((e) => [e.key ?? '', e.value ?? '']));
     const location = entries.get('location');
     if (!location || location.includes('..') || location.startsWith('/')) {
-      throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(`initializer '${tensor.name}' of '${modelPath}' has external data at '${location}', which is not a file beside the model`);
+      throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(
+        `initializer '${tensor.name}' of '${modelPath}' has external data at '${location}', which is not a file beside the model`,
+      );
     }
     let file = files.get(location);
     if (!file) {
       try {
         file = await readFile(`${dirname(modelPath)}/${location}`);
       } catch (error) {
-        throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(`initializer '${tensor.name}' of '${modelPath}' keeps its weights in '${location}', which could not be read: ${(error as Error).message}; keep the data file beside the model`, { cause: error });
+        throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(
+          `initializer '${tensor.name}' of '${modelPath}' keeps its weights in '${location}', which could not be read: ${(error as Error).message}; keep the data file beside the model`,
+          { cause: error },
+        );
       }
       files.set(location, file);
     }
@@ -74,10 +86,21 @@ export async function loadModel(modelPath: string): Promise<LoadedModel> {
     tensor.externalData = [];
   }
   // Weights held in Constant nodes (as Paddle2ONNX and some exporters write them) become initializers, so they can be quantised.
-  const constants = (graph.node ?? []).filter((n) => n.opType === 'Constant' && (n.domain ?? '') === '' && n.output?.length === 1 && (n.attribute ?? []).length === 1 && n.attribute![0]!.name === 'value' && n.attribute![0]!.t);
+  const constants = (graph.node ?? []).filter(
+    (n) =>
+      n.opType === 'Constant' &&
+      (n.domain ?? '') === '' &&
+      n.output?.length === 1 &&
+      (n.attribute ?? []).length === 1 &&
+      n.attribute![0]!.name === 'value' &&
+      n.attribute![0]!.t,
+  );
   if (constants.length > 0) {
     const moved = new Set(constants);
-    graph.initializer = [...(graph.initializer ?? []), ...constants.map((n) => ({ ...n.attribute![0]!.t!, name: n.output![0]! }))];
+    graph.initializer = [
+      ...(graph.initializer ?? []),
+      ...constants.map((n) => ({ ...n.attribute![0]!.t!, name: n.output![0]! })),
+    ];
     graph.node = (graph.node ?? []).filter((n) => !moved.has(n));
   }
   (graph.node ?? []).forEach((node, i) => {
@@ -102,17 +125,32 @@ export async function saveModel(model: ModelProto, outputPath: string): Promise<
   const location = dataPath.split('/').pop()!;
   const chunks: Uint8Array[] = [];
   let offset = 0;
-  const copy: ModelProto = { ...model, graph: { ...model.graph, initializer: initializers.map((t) => {
-    const raw = rawBytes(t);
-    if (!raw || raw.length < 1024) return t;
-    const padding = (4096 - (offset % 4096)) % 4096;
-    if (padding) chunks.push(new Uint8Array(padding));
-    offset += padding;
-    chunks.push(raw);
-    const entry = { ...t, rawData: new Uint8Array(0), dataLocation: onnx.TensorProto.DataLocation.EXTERNAL, externalData: [{ key: 'location', value: location }, { key: 'offset', value: String(offset) }, { key: 'length', value: String(raw.length) }] };
-    offset += raw.length;
-    return entry;
-  }) } };
+  const copy: ModelProto = {
+    ...model,
+    graph: {
+      ...model.graph,
+      initializer: initializers.map((t) => {
+        const raw = rawBytes(t);
+        if (!raw || raw.length < 1024) return t;
+        const padding = (4096 - (offset % 4096)) % 4096;
+        if (padding) chunks.push(new Uint8Array(padding));
+        offset += padding;
+        chunks.push(raw);
+        const entry = {
+          ...t,
+          rawData: new Uint8Array(0),
+          dataLocation: onnx.TensorProto.DataLocation.EXTERNAL,
+          externalData: [
+            { key: 'location', value: location },
+            { key: 'offset', value: String(offset) },
+            { key: 'length', value: String(raw.length) },
+          ],
+        };
+        offset += raw.length;
+        return entry;
+      }),
+    },
+  };
   await writeFile(dataPath, chunks);
   const bytes = onnx.ModelProto.encode(copy).finish();
   await writeFile(outputPath, bytes);
@@ -151,10 +189,25 @@ export function attributeFloat(node: NodeProto, name: string, fallback: number):
 
 /** A float32 initializer from values. */
 export function floatTensor(name: string, dims: readonly number[], values: Float32Array): TensorProto {
-  return { name, dims: [...dims], dataType: DataType.FLOAT, rawData: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) };
+  return {
+    name,
+    dims: [...dims],
+    dataType: DataType.FLOAT,
+    rawData: new Uint8Array(values.buffer, values.byteOffset, values.byteLength),
+  };
 }
 
 /** An int8/uint8/int32 initializer from values. */
-export function integerTensor(name: string, dims: readonly number[], dataType: typeof DataType.INT8 | typeof DataType.UINT8 | typeof DataType.INT32, values: Int8Array | Uint8Array | Int32Array): TensorProto {
-  return { name, dims: [...dims], dataType, rawData: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) };
+export function integerTensor(
+  name: string,
+  dims: readonly number[],
+  dataType: typeof DataType.INT8 | typeof DataType.UINT8 | typeof DataType.INT32,
+  values: Int8Array | Uint8Array | Int32Array,
+): TensorProto {
+  return {
+    name,
+    dims: [...dims],
+    dataType,
+    rawData: new Uint8Array(values.buffer, values.byteOffset, values.byteLength),
+  };
 }

@@ -1,9 +1,34 @@
 import type { TensorRange } from './calibration.ts';
-import { attributeFloat, attributeInt, DataType, floatTensor, floatValues, integerTensor, type ModelProto, type NodeProto, type TensorProto } from './onnx-model.ts';
+import {
+  attributeFloat,
+  attributeInt,
+  DataType,
+  floatTensor,
+  floatValues,
+  integerTensor,
+  type ModelProto,
+  type NodeProto,
+  type TensorProto,
+} from './onnx-model.ts';
 import { inferTensorTypes } from './tensor-types.ts';
 
 /** Operators the quantiser turns into integer kernels (QDQ around them); everything else stays fp32. */
-export const QUANTIZABLE_OP_TYPES: readonly string[] = ['Conv', 'ConvTranspose', 'Gemm', 'MatMul', 'Add', 'Mul', 'Concat', 'MaxPool', 'AveragePool', 'GlobalAveragePool', 'GlobalMaxPool', 'Resize', 'Relu', 'Clip'];
+export const QUANTIZABLE_OP_TYPES: readonly string[] = [
+  'Conv',
+  'ConvTranspose',
+  'Gemm',
+  'MatMul',
+  'Add',
+  'Mul',
+  'Concat',
+  'MaxPool',
+  'AveragePool',
+  'GlobalAveragePool',
+  'GlobalMaxPool',
+  'Resize',
+  'Relu',
+  'Clip',
+];
 /** Operators whose output keeps its input's scale and zero point (onnxruntime then runs them on uint8 directly). */
 const SHARED_PARAM_OPS = new Set(['MaxPool', 'GlobalMaxPool', 'Resize']);
 /** Producers into which a following Relu/Clip is folded (the uint8 range starting at 0 does the clipping). */
@@ -56,7 +81,12 @@ export function activationParams(range: TensorRange): QuantParams {
 }
 
 /** Symmetric int8 weights, per channel along `axis` (or per tensor when `axis` is undefined). */
-export function quantizeWeights(values: Float32Array, dims: readonly number[], axis: number | undefined, isReducedRange: boolean): { q: Int8Array; scales: Float32Array } {
+export function quantizeWeights(
+  values: Float32Array,
+  dims: readonly number[],
+  axis: number | undefined,
+  isReducedRange: boolean,
+): { q: Int8Array; scales: Float32Array } {
   const qmax = isReducedRange ? 63 : 127;
   const channels = axis === undefined ? 1 : dims[axis]!;
   const inner = axis === undefined ? values.length : dims.slice(axis + 1).reduce((n, d) => n * d, 1);
@@ -99,13 +129,19 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
   const initializers = new Map((graph.initializer ?? []).map((t) => [t.name ?? '', t]));
   const graphOutputs = new Set((graph.output ?? []).map((o) => o.name ?? ''));
   const consumers = new Map<string, NodeProto[]>();
-  for (const node of nodes) for (const input of node.input ?? []) if (input) consumers.set(input, [...(consumers.get(input) ?? []), node]);
+  for (const node of nodes)
+    for (const input of node.input ?? []) if (input) consumers.set(input, [...(consumers.get(input) ?? []), node]);
   const isFloat = (name: string): boolean => types.get(name) === DataType.FLOAT;
-  const isFloatInitializer = (name: string): boolean => initializers.has(name) && (initializers.get(name)!.dataType ?? DataType.FLOAT) === DataType.FLOAT;
+  const isFloatInitializer = (name: string): boolean =>
+    initializers.has(name) && (initializers.get(name)!.dataType ?? DataType.FLOAT) === DataType.FLOAT;
   const hasRange = (name: string): boolean => isFloat(name) && options.ranges.has(name);
 
   /** The inputs of a node that are float activations to quantise, and those that are weights. */
-  const roles = (node: NodeProto): { activations: string[]; weight?: { name: string; axis: number | undefined }; bias?: string; constants: string[] } | undefined => {
+  const roles = (
+    node: NodeProto,
+  ):
+    | { activations: string[]; weight?: { name: string; axis: number | undefined }; bias?: string; constants: string[] }
+    | undefined => {
     const op = node.opType ?? '';
     const inputs = node.input ?? [];
     const x = inputs[0] ?? '';
@@ -129,8 +165,14 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
           const transB = attributeInt(node, 'transB', 0);
           const wDims = dimsOf(initializers.get(w)!);
           const n = wDims[transB ? 0 : 1];
-          const biasOk = c && isFloatInitializer(c) && unitScales && dimsOf(initializers.get(c)!).reduce((a, d) => a * d, 1) === n;
-          return { activations: [x], weight: { name: w, axis: isPerChannel ? (transB ? 0 : 1) : undefined }, ...(biasOk ? { bias: c } : {}), constants: [] };
+          const biasOk =
+            c && isFloatInitializer(c) && unitScales && dimsOf(initializers.get(c)!).reduce((a, d) => a * d, 1) === n;
+          return {
+            activations: [x],
+            weight: { name: w, axis: isPerChannel ? (transB ? 0 : 1) : undefined },
+            ...(biasOk ? { bias: c } : {}),
+            constants: [],
+          };
         }
         if (!hasRange(w)) return undefined;
         return { activations: [x, w], constants: [] };
@@ -140,7 +182,11 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
         if (!hasRange(x)) return undefined;
         if (isFloatInitializer(w)) {
           const rank = dimsOf(initializers.get(w)!).length;
-          return { activations: [x], weight: { name: w, axis: isPerChannel && rank === 2 ? 1 : undefined }, constants: [] };
+          return {
+            activations: [x],
+            weight: { name: w, axis: isPerChannel && rank === 2 ? 1 : undefined },
+            constants: [],
+          };
         }
         if (!hasRange(w)) return undefined;
         return { activations: [x, w], constants: [] };
@@ -194,7 +240,14 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
     if (readers.length !== 1 || graphOutputs.has(out) || !act || !quantized.has(act)) continue;
     if (act.opType === 'Clip') {
       const minName = act.input?.[1];
-      const clipMin = opset < 11 ? attributeFloat(act, 'min', -Infinity) : minName ? (initializers.has(minName) ? floatValues(initializers.get(minName)!)[0]! : NaN) : -Infinity;
+      const clipMin =
+        opset < 11
+          ? attributeFloat(act, 'min', -Infinity)
+          : minName
+            ? initializers.has(minName)
+              ? floatValues(initializers.get(minName)!)[0]!
+              : NaN
+            : -Infinity;
       if (!(clipMin <= 0)) continue;
     } else if (act.opType !== 'Relu') continue;
     const actOut = act.output?.[0] ?? '';
@@ -230,10 +283,25 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
   const dequantized = (name: string): string => `${name}_DequantizeLinear_Output`;
   const addQdq = (name: string, source: string): void => {
     const p = params.get(name)!;
-    newInitializers.push(floatTensor(`${name}_scale`, [], Float32Array.of(p.scale)), integerTensor(`${name}_zero_point`, [], DataType.UINT8, Uint8Array.of(p.zeroPoint)));
+    newInitializers.push(
+      floatTensor(`${name}_scale`, [], Float32Array.of(p.scale)),
+      integerTensor(`${name}_zero_point`, [], DataType.UINT8, Uint8Array.of(p.zeroPoint)),
+    );
     newNodes.push(
-      { name: `${name}_QuantizeLinear`, opType: 'QuantizeLinear', domain: '', input: [source, `${name}_scale`, `${name}_zero_point`], output: [`${name}_QuantizeLinear_Output`] },
-      { name: `${name}_DequantizeLinear`, opType: 'DequantizeLinear', domain: '', input: [`${name}_QuantizeLinear_Output`, `${name}_scale`, `${name}_zero_point`], output: [graphOutputs.has(name) ? name : dequantized(name)] },
+      {
+        name: `${name}_QuantizeLinear`,
+        opType: 'QuantizeLinear',
+        domain: '',
+        input: [source, `${name}_scale`, `${name}_zero_point`],
+        output: [`${name}_QuantizeLinear_Output`],
+      },
+      {
+        name: `${name}_DequantizeLinear`,
+        opType: 'DequantizeLinear',
+        domain: '',
+        input: [`${name}_QuantizeLinear_Output`, `${name}_scale`, `${name}_zero_point`],
+        output: [graphOutputs.has(name) ? name : dequantized(name)],
+      },
     );
   };
   // A quantised graph output: its producer writes `<name>_fp32` and the DequantizeLinear writes the output itself.
@@ -245,7 +313,11 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
   for (const node of nodes) {
     if (fused.has(node)) continue;
     const r = quantized.get(node);
-    const copy: NodeProto = { ...node, input: [...(node.input ?? [])], output: (node.output ?? []).map((o) => producerOutput(renamed.get(o) ?? o)) };
+    const copy: NodeProto = {
+      ...node,
+      input: [...(node.input ?? [])],
+      output: (node.output ?? []).map((o) => producerOutput(renamed.get(o) ?? o)),
+    };
     copy.input = copy.input!.map((i) => readName(i));
     if (r) {
       if (r.weight) {
@@ -259,9 +331,21 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
           newInitializers.push(
             integerTensor(qName, dims, DataType.INT8, q),
             floatTensor(`${w.name}_scale`, w.axis === undefined ? [] : [scales.length], scales),
-            integerTensor(`${w.name}_zero_point`, w.axis === undefined ? [] : [scales.length], DataType.INT8, new Int8Array(scales.length)),
+            integerTensor(
+              `${w.name}_zero_point`,
+              w.axis === undefined ? [] : [scales.length],
+              DataType.INT8,
+              new Int8Array(scales.length),
+            ),
           );
-          newNodes.push({ name: `${w.name}_DequantizeLinear`, opType: 'DequantizeLinear', domain: w.axis === undefined ? '' : axisDomain, input: [qName, `${w.name}_scale`, `${w.name}_zero_point`], output: [dequantized(w.name)], attribute: w.axis === undefined ? [] : [{ name: 'axis', type: 2, i: w.axis }] });
+          newNodes.push({
+            name: `${w.name}_DequantizeLinear`,
+            opType: 'DequantizeLinear',
+            domain: w.axis === undefined ? '' : axisDomain,
+            input: [qName, `${w.name}_scale`, `${w.name}_zero_point`],
+            output: [dequantized(w.name)],
+            attribute: w.axis === undefined ? [] : [{ name: 'axis', type: 2, i: w.axis }],
+          });
           cached = { name: dequantized(w.name), scales, axis: w.axis };
           weightCache.set(w.name, cached);
         }
@@ -277,9 +361,21 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
           newInitializers.push(
             integerTensor(bName, dimsOf(bias), DataType.INT32, q),
             floatTensor(`${bName}_scale`, perChannel ? [scales.length] : [], scales),
-            integerTensor(`${bName}_zero_point`, perChannel ? [scales.length] : [], DataType.INT32, new Int32Array(scales.length)),
+            integerTensor(
+              `${bName}_zero_point`,
+              perChannel ? [scales.length] : [],
+              DataType.INT32,
+              new Int32Array(scales.length),
+            ),
           );
-          newNodes.push({ name: `${bName}_DequantizeLinear`, opType: 'DequantizeLinear', domain: perChannel ? axisDomain : '', input: [bName, `${bName}_scale`, `${bName}_zero_point`], output: [`${bName}_dequantized`], attribute: perChannel ? [{ name: 'axis', type: 2, i: 0 }] : [] });
+          newNodes.push({
+            name: `${bName}_DequantizeLinear`,
+            opType: 'DequantizeLinear',
+            domain: perChannel ? axisDomain : '',
+            input: [bName, `${bName}_scale`, `${bName}_zero_point`],
+            output: [`${bName}_dequantized`],
+            attribute: perChannel ? [{ name: 'axis', type: 2, i: 0 }] : [],
+          });
           copy.input![2] = `${bName}_dequantized`;
         }
       }
@@ -294,8 +390,18 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
         const p = activationParams({ min, max });
         const q = Uint8Array.from(values, (v) => Math.max(0, Math.min(255, roundHalfEven(v / p.scale) + p.zeroPoint)));
         const cName = `${c}_${node.name}_quantized`;
-        newInitializers.push(integerTensor(cName, dimsOf(initializers.get(c)!), DataType.UINT8, q), floatTensor(`${cName}_scale`, [], Float32Array.of(p.scale)), integerTensor(`${cName}_zero_point`, [], DataType.UINT8, Uint8Array.of(p.zeroPoint)));
-        newNodes.push({ name: `${cName}_DequantizeLinear`, opType: 'DequantizeLinear', domain: '', input: [cName, `${cName}_scale`, `${cName}_zero_point`], output: [`${cName}_dequantized`] });
+        newInitializers.push(
+          integerTensor(cName, dimsOf(initializers.get(c)!), DataType.UINT8, q),
+          floatTensor(`${cName}_scale`, [], Float32Array.of(p.scale)),
+          integerTensor(`${cName}_zero_point`, [], DataType.UINT8, Uint8Array.of(p.zeroPoint)),
+        );
+        newNodes.push({
+          name: `${cName}_DequantizeLinear`,
+          opType: 'DequantizeLinear',
+          domain: '',
+          input: [cName, `${cName}_scale`, `${cName}_zero_point`],
+          output: [`${cName}_dequantized`],
+        });
         copy.input = copy.input!.map((i) => (i === c ? `${cName}_dequantized` : i));
       }
     }
@@ -310,7 +416,8 @@ export function quantizeToQdq(model: ModelProto, opset: number, options: QdqOpti
   const keptInitializers = (graph.initializer ?? []).filter((t) => used.has(t.name ?? ''));
   const usesMsDomain = newNodes.some((n) => n.domain === 'com.microsoft');
   const opsetImport = [...(model.opsetImport ?? [])];
-  if (usesMsDomain && !opsetImport.some((o) => o.domain === 'com.microsoft')) opsetImport.push({ domain: 'com.microsoft', version: 1 });
+  if (usesMsDomain && !opsetImport.some((o) => o.domain === 'com.microsoft'))
+    opsetImport.push({ domain: 'com.microsoft', version: 1 });
   const newModel: ModelProto = {
     ...model,
     opsetImport,

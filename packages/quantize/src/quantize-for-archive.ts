@@ -13,7 +13,15 @@ export const QUANTIZATION_REPORT_FILE = 'quantization.json';
 export const DEFAULT_CALIBRATION_METHOD: CalibrationMethod = 'minmax';
 
 /** The options quantizeForArchive passes on to quantizeModel as they are (`method` defaults to DEFAULT_CALIBRATION_METHOD here). */
-type PassedOnOptions = 'modelPath' | 'method' | 'percentile' | 'minAgreement' | 'excludedNodes' | 'excludedOpTypes' | 'isAutoFallback' | 'onProgress';
+type PassedOnOptions =
+  | 'modelPath'
+  | 'method'
+  | 'percentile'
+  | 'minAgreement'
+  | 'excludedNodes'
+  | 'excludedOpTypes'
+  | 'isAutoFallback'
+  | 'onProgress';
 
 export interface QuantizeForArchiveOptions extends Pick<QuantizeModelOptions, PassedOnOptions> {
   handler: string;
@@ -40,10 +48,18 @@ export interface QuantizeForArchiveResult {
 }
 
 async function feedsOf(options: QuantizeForArchiveOptions, samples: readonly Sample[]): Promise<Feeds[]> {
-  const runs = await recordHandlerFeeds({ handler: options.handler, modelPath: options.modelPath, ...(options.modelYamlConfig ? { modelYamlConfig: options.modelYamlConfig } : {}), samples });
+  const runs = await recordHandlerFeeds({
+    handler: options.handler,
+    modelPath: options.modelPath,
+    ...(options.modelYamlConfig ? { modelYamlConfig: options.modelYamlConfig } : {}),
+    samples,
+  });
   const failed = runs.find((r) => r.error !== undefined);
   if (failed) {
-    throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_FAILED(`sample '${failed.name}' could not be run through handler '${options.handler}': ${failed.error}; keep only request bodies the model serves in the sample folder`, { details: { sample: failed.name } });
+    throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_FAILED(
+      `sample '${failed.name}' could not be run through handler '${options.handler}': ${failed.error}; keep only request bodies the model serves in the sample folder`,
+      { details: { sample: failed.name } },
+    );
   }
   return runs.map((r) => r.feeds!);
 }
@@ -66,19 +82,41 @@ export async function quantizeForArchive(options: QuantizeForArchiveOptions): Pr
     calibration = samples;
     evaluation = await readSamples(options.evalDir);
   } else {
-    if (samples.length < 2) throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY(`the calibration folder '${options.calibrationDir}' has ${samples.length} sample; give at least two (a quarter are held back to measure accuracy) or an --eval folder`);
+    if (samples.length < 2)
+      throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY(
+        `the calibration folder '${options.calibrationDir}' has ${samples.length} sample; give at least two (a quarter are held back to measure accuracy) or an --eval folder`,
+      );
     evaluation = samples.filter((_, i) => i % 4 === 3);
     if (evaluation.length === 0) evaluation = [samples[samples.length - 1]!];
     calibration = samples.filter((s) => !evaluation.includes(s));
   }
-  options.onProgress?.(`running ${calibration.length} calibration and ${evaluation.length} evaluation samples through handler '${options.handler}'`);
+  options.onProgress?.(
+    `running ${calibration.length} calibration and ${evaluation.length} evaluation samples through handler '${options.handler}'`,
+  );
   const calibrationFeeds = await feedsOf(options, calibration);
   const evalFeeds = await feedsOf(options, evaluation);
-  const { handler: _handler, calibrationDir: _calibrationDir, evalDir: _evalDir, outputDir: _outputDir, modelYamlConfig: _modelYamlConfig, ...passedOn } = options;
-  const { model, report } = await quantizeModel({ ...passedOn, calibrationFeeds, evalFeeds, method: options.method ?? DEFAULT_CALIBRATION_METHOD });
+  const {
+    handler: _handler,
+    calibrationDir: _calibrationDir,
+    evalDir: _evalDir,
+    outputDir: _outputDir,
+    modelYamlConfig: _modelYamlConfig,
+    ...passedOn
+  } = options;
+  const { model, report } = await quantizeModel({
+    ...passedOn,
+    calibrationFeeds,
+    evalFeeds,
+    method: options.method ?? DEFAULT_CALIBRATION_METHOD,
+  });
   const modelPath = join(options.outputDir, basename(options.modelPath));
   await saveModel(model, modelPath);
-  const record: QuantizationRecord = { ...report, handler: options.handler, calibrationFiles: calibration.map((s) => s.name), evalFiles: evaluation.map((s) => s.name) };
+  const record: QuantizationRecord = {
+    ...report,
+    handler: options.handler,
+    calibrationFiles: calibration.map((s) => s.name),
+    evalFiles: evaluation.map((s) => s.name),
+  };
   const reportPath = join(options.outputDir, QUANTIZATION_REPORT_FILE);
   await writeFile(reportPath, `${JSON.stringify(record, null, 2)}\n`);
   return { modelPath, reportPath, record };
@@ -94,17 +132,37 @@ export function formatQuantizationSummary(record: QuantizationReport): string {
     `  accuracy on ${record.evalSamples} held-out samples: ${metricName} ${a.value.toFixed(4)} (target ${record.minAgreement}) ${record.isTargetMet ? 'met' : 'NOT met'}`,
   ];
   for (const o of a.outputs) {
-    const extra = [o.top1Agreement === undefined ? '' : `top-1 ${o.top1Agreement.toFixed(3)}, top-5 ${o.top5Agreement!.toFixed(3)}`, o.iou === undefined ? '' : `IoU ${o.iou.toFixed(4)}`].filter(Boolean).join(', ');
-    lines.push(`  output ${o.name}: cosine min ${o.minCosine.toFixed(5)} mean ${o.meanCosine.toFixed(5)}, max |diff| ${o.maxAbsDifference.toPrecision(4)}${extra ? `, ${extra}` : ''}`);
+    const extra = [
+      o.top1Agreement === undefined ? '' : `top-1 ${o.top1Agreement.toFixed(3)}, top-5 ${o.top5Agreement!.toFixed(3)}`,
+      o.iou === undefined ? '' : `IoU ${o.iou.toFixed(4)}`,
+    ]
+      .filter(Boolean)
+      .join(', ');
+    lines.push(
+      `  output ${o.name}: cosine min ${o.minCosine.toFixed(5)} mean ${o.meanCosine.toFixed(5)}, max |diff| ${o.maxAbsDifference.toPrecision(4)}${extra ? `, ${extra}` : ''}`,
+    );
   }
   if (record.autoKeptFp32.length > 0 || record.fallbackSteps.length > 0) {
     const kept = record.autoKeptFp32;
-    const shown = kept.length > 12 ? `${kept.slice(0, 12).join(', ')}, … (${kept.length - 12} more, all listed in ${QUANTIZATION_REPORT_FILE})` : kept.join(', ') || 'none';
-    lines.push(`  all int8: ${record.initialAgreement.value.toFixed(4)}; kept in fp32 automatically (${kept.length}): ${shown}`);
-    for (const step of record.fallbackSteps) lines.push(`    ${step.keptFp32.length} node(s) in fp32 -> ${step.agreement.toFixed(4)}`);
+    const shown =
+      kept.length > 12
+        ? `${kept.slice(0, 12).join(', ')}, … (${kept.length - 12} more, all listed in ${QUANTIZATION_REPORT_FILE})`
+        : kept.join(', ') || 'none';
+    lines.push(
+      `  all int8: ${record.initialAgreement.value.toFixed(4)}; kept in fp32 automatically (${kept.length}): ${shown}`,
+    );
+    for (const step of record.fallbackSteps)
+      lines.push(`    ${step.keptFp32.length} node(s) in fp32 -> ${step.agreement.toFixed(4)}`);
   }
-  if (record.excludedNodes.length + record.excludedOpTypes.length > 0) lines.push(`  excluded by request: nodes ${record.excludedNodes.join(', ') || '-'}; op types ${record.excludedOpTypes.join(', ') || '-'}`);
-  lines.push(`  ${record.quantizedNodes} nodes int8, ${record.fp32Nodes.length} quantisable nodes fp32; weights ${(record.modelBytes.fp32 / 1e6).toFixed(1)} MB -> model ${(record.modelBytes.int8 / 1e6).toFixed(1)} MB`);
-  lines.push(`  ms per sample (1 thread, median over the held-out samples, not a benchmark): fp32 ${record.msPerSample.fp32}, int8 ${record.msPerSample.int8}${record.autoKeptFp32.length > 0 ? `, all-int8 ${record.msPerSample.allInt8}` : ''}`);
+  if (record.excludedNodes.length + record.excludedOpTypes.length > 0)
+    lines.push(
+      `  excluded by request: nodes ${record.excludedNodes.join(', ') || '-'}; op types ${record.excludedOpTypes.join(', ') || '-'}`,
+    );
+  lines.push(
+    `  ${record.quantizedNodes} nodes int8, ${record.fp32Nodes.length} quantisable nodes fp32; weights ${(record.modelBytes.fp32 / 1e6).toFixed(1)} MB -> model ${(record.modelBytes.int8 / 1e6).toFixed(1)} MB`,
+  );
+  lines.push(
+    `  ms per sample (1 thread, median over the held-out samples, not a benchmark): fp32 ${record.msPerSample.fp32}, int8 ${record.msPerSample.int8}${record.autoKeptFp32.length > 0 ? `, all-int8 ${record.msPerSample.allInt8}` : ''}`,
+  );
   return `${lines.join('\n')}\n`;
 }

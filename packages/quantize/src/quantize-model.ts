@@ -1,6 +1,12 @@
 import { readFileSync } from 'node:fs';
 import * as ort from 'onnxruntime-node';
-import { chooseRange, HistogramCollector, MinMaxCollector, type CalibrationMethod, type TensorRange } from './calibration.ts';
+import {
+  chooseRange,
+  HistogramCollector,
+  MinMaxCollector,
+  type CalibrationMethod,
+  type TensorRange,
+} from './calibration.ts';
 import { compareOutputs, DEFAULT_MIN_AGREEMENT, type Agreement, type OutputValues } from './compare-outputs.ts';
 import { createError } from './errors.ts';
 import { DataType, encodeModel, loadModel, type LoadedModel, type ModelProto } from './onnx-model.ts';
@@ -86,18 +92,29 @@ export function hasVnni(): boolean {
   }
 }
 
-async function createSession(model: Uint8Array | string, threads: number, level: 'all' | 'basic'): Promise<ort.InferenceSession> {
+async function createSession(
+  model: Uint8Array | string,
+  threads: number,
+  level: 'all' | 'basic',
+): Promise<ort.InferenceSession> {
   return typeof model === 'string'
     ? ort.InferenceSession.create(model, { intraOpNumThreads: threads, graphOptimizationLevel: level })
     : ort.InferenceSession.create(model, { intraOpNumThreads: threads, graphOptimizationLevel: level });
 }
 
 function toValues(tensor: ort.Tensor): OutputValues {
-  const data = tensor.data instanceof Float32Array ? new Float32Array(tensor.data) : Float32Array.from(tensor.data as ArrayLike<number>, Number);
+  const data =
+    tensor.data instanceof Float32Array
+      ? new Float32Array(tensor.data)
+      : Float32Array.from(tensor.data as ArrayLike<number>, Number);
   return { dims: [...tensor.dims], data };
 }
 
-async function runAll(session: ort.InferenceSession, feeds: readonly Feeds[], names: readonly string[]): Promise<{ outputs: Array<Record<string, OutputValues>>; msPerSample: number }> {
+async function runAll(
+  session: ort.InferenceSession,
+  feeds: readonly Feeds[],
+  names: readonly string[],
+): Promise<{ outputs: Array<Record<string, OutputValues>>; msPerSample: number }> {
   const outputs: Array<Record<string, OutputValues>> = [];
   const times: number[] = [];
   for (const feed of feeds) {
@@ -113,7 +130,9 @@ async function runAll(session: ort.InferenceSession, feeds: readonly Feeds[], na
 /** The model with extra graph outputs for `names` (float tensors), so a run returns them. */
 function withOutputs(model: ModelProto, names: readonly string[]): ModelProto {
   const existing = new Set((model.graph?.output ?? []).map((o) => o.name));
-  const extra = names.filter((n) => !existing.has(n)).map((name) => ({ name, type: { tensorType: { elemType: DataType.FLOAT } } }));
+  const extra = names
+    .filter((n) => !existing.has(n))
+    .map((name) => ({ name, type: { tensorType: { elemType: DataType.FLOAT } } }));
   return { ...model, graph: { ...model.graph, output: [...(model.graph?.output ?? []), ...extra] } };
 }
 
@@ -148,19 +167,35 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
   const method = options.method ?? 'minmax';
   const threads = options.intraOpNumThreads ?? 1;
   const progress = options.onProgress ?? (() => undefined);
-  if (options.calibrationFeeds.length === 0) throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY('no calibration samples: give at least one request body in the calibration folder');
-  if (options.evalFeeds.length === 0) throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY('no evaluation samples: give at least two calibration samples (a quarter are held back) or an --eval folder');
+  if (options.calibrationFeeds.length === 0)
+    throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY(
+      'no calibration samples: give at least one request body in the calibration folder',
+    );
+  if (options.evalFeeds.length === 0)
+    throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY(
+      'no evaluation samples: give at least two calibration samples (a quarter are held back) or an --eval folder',
+    );
   if (options.minAgreement !== undefined && !(options.minAgreement >= 0 && options.minAgreement <= 1)) {
-    throw createError.MARINA_ERR_QUANTIZE_OPTION_INVALID(`min agreement is ${options.minAgreement}; it must be between 0 and 1`);
+    throw createError.MARINA_ERR_QUANTIZE_OPTION_INVALID(
+      `min agreement is ${options.minAgreement}; it must be between 0 and 1`,
+    );
   }
   const loaded = await loadModel(options.modelPath);
   const nodeNames = new Set((loaded.model.graph?.node ?? []).map((n) => n.name ?? ''));
   for (const name of options.excludedNodes ?? []) {
-    if (!nodeNames.has(name)) throw createError.MARINA_ERR_QUANTIZE_OPTION_INVALID(`--exclude-nodes names '${name}', which is not a node of the model (nodes are named as in the ONNX file, e.g. ${[...nodeNames].slice(0, 3).join(', ')})`);
+    if (!nodeNames.has(name))
+      throw createError.MARINA_ERR_QUANTIZE_OPTION_INVALID(
+        `--exclude-nodes names '${name}', which is not a node of the model (nodes are named as in the ONNX file, e.g. ${[...nodeNames].slice(0, 3).join(', ')})`,
+      );
   }
   const vnni = hasVnni();
   const isReducedRange = options.isReducedRange ?? !vnni;
-  const reducedRangeReason = options.isReducedRange !== undefined ? 'chosen by the caller' : vnni ? 'this CPU has VNNI: full 8-bit weights' : 'this CPU has no VNNI (avx512_vnni/avx_vnni): 7-bit weights avoid u8s8 saturation, as onnxruntime advises';
+  const reducedRangeReason =
+    options.isReducedRange !== undefined
+      ? 'chosen by the caller'
+      : vnni
+        ? 'this CPU has VNNI: full 8-bit weights'
+        : 'this CPU has no VNNI (avx512_vnni/avx_vnni): 7-bit weights avoid u8s8 saturation, as onnxruntime advises';
 
   // Calibration: every quantisable tensor is a graph output of a calibration copy of the model.
   const tensors = calibrationTensors(loaded);
@@ -182,7 +217,16 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
   else {
     const histograms = new HistogramCollector(minMax.ranges);
     await pass((n, v) => histograms.add(n, v));
-    for (const [n, r] of minMax.ranges) ranges.set(n, chooseRange(method, r, histograms.histograms.get(n), options.percentile === undefined ? {} : { percentile: options.percentile }));
+    for (const [n, r] of minMax.ranges)
+      ranges.set(
+        n,
+        chooseRange(
+          method,
+          r,
+          histograms.histograms.get(n),
+          options.percentile === undefined ? {} : { percentile: options.percentile },
+        ),
+      );
   }
 
   // fp32 reference on the evaluation samples.
@@ -193,7 +237,13 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
 
   const excludedOpTypes = new Set(options.excludedOpTypes ?? []);
   const manual = new Set(options.excludedNodes ?? []);
-  const build = (autoKept: readonly string[]): QdqResult => quantizeToQdq(loaded.model, loaded.opset, { ranges, excludedNodes: new Set([...manual, ...autoKept]), excludedOpTypes, isReducedRange });
+  const build = (autoKept: readonly string[]): QdqResult =>
+    quantizeToQdq(loaded.model, loaded.opset, {
+      ranges,
+      excludedNodes: new Set([...manual, ...autoKept]),
+      excludedOpTypes,
+      isReducedRange,
+    });
   const evaluate = async (result: QdqResult): Promise<{ agreement: Agreement; msPerSample: number }> => {
     const session = await createSession(encodeModel(result.model), threads, 'all');
     const run = await runAll(session, options.evalFeeds, outputNames);
@@ -229,7 +279,10 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
     last = best.evaluation;
   }
   const int8Bytes = encodeModel(current.model).length;
-  const fp32Bytes = (loaded.model.graph?.initializer ?? []).reduce((n, t) => n + (t.rawData?.length || (t.floatData?.length ?? 0) * 4), 0);
+  const fp32Bytes = (loaded.model.graph?.initializer ?? []).reduce(
+    (n, t) => n + (t.rawData?.length || (t.floatData?.length ?? 0) * 4),
+    0,
+  );
   const report: QuantizationReport = {
     precision: 'int8',
     format: 'QDQ',
@@ -277,7 +330,13 @@ function relativeError(a: ArrayLike<number>, b: ArrayLike<number>): number {
  * int8 model and fp32 (both run with the tensors exposed), and the node's score is its output's
  * relative error minus the largest error among its inputs.
  */
-async function rankSensitivity(loaded: LoadedModel, qdq: QdqResult, feeds: readonly Feeds[], fetched: readonly string[], threads: number): Promise<string[]> {
+async function rankSensitivity(
+  loaded: LoadedModel,
+  qdq: QdqResult,
+  feeds: readonly Feeds[],
+  fetched: readonly string[],
+  threads: number,
+): Promise<string[]> {
   const nodesByName = new Map((loaded.model.graph?.node ?? []).map((n) => [n.name ?? '', n]));
   const produced = new Set((qdq.model.graph?.node ?? []).flatMap((n) => n.output ?? []));
   const names = fetched.filter((t) => produced.has(t));
@@ -287,12 +346,15 @@ async function rankSensitivity(loaded: LoadedModel, qdq: QdqResult, feeds: reado
   for (const feed of feeds) {
     const a = await fpSession.run(feed, [...names]);
     const b = await qSession.run(feed, [...names]);
-    for (const n of names) error.set(n, Math.max(error.get(n) ?? 0, relativeError(b[n]!.data as Float32Array, a[n]!.data as Float32Array)));
+    for (const n of names)
+      error.set(n, Math.max(error.get(n) ?? 0, relativeError(b[n]!.data as Float32Array, a[n]!.data as Float32Array)));
   }
   await fpSession.release();
   await qSession.release();
   // A Relu/Clip folded into its producer: the producer's output is the activation's.
-  const foldedInto = new Map(qdq.fusedNodes.map((n) => [nodesByName.get(n)?.input?.[0] ?? '', nodesByName.get(n)?.output?.[0] ?? '']));
+  const foldedInto = new Map(
+    qdq.fusedNodes.map((n) => [nodesByName.get(n)?.input?.[0] ?? '', nodesByName.get(n)?.output?.[0] ?? '']),
+  );
   const scored = qdq.quantizedNodes.map((name) => {
     const node = nodesByName.get(name)!;
     const output = node.output?.[0] ?? '';

@@ -1,7 +1,19 @@
 import { DataType, type ModelProto, type NodeProto } from './onnx-model.ts';
 
 const INT64_OUTPUT_OPS = new Set(['Shape', 'Size', 'NonZero', 'ArgMax', 'ArgMin', 'NonMaxSuppression']);
-const BOOL_OUTPUT_OPS = new Set(['Equal', 'Less', 'LessOrEqual', 'Greater', 'GreaterOrEqual', 'Not', 'And', 'Or', 'Xor', 'IsNaN', 'IsInf']);
+const BOOL_OUTPUT_OPS = new Set([
+  'Equal',
+  'Less',
+  'LessOrEqual',
+  'Greater',
+  'GreaterOrEqual',
+  'Not',
+  'And',
+  'Or',
+  'Xor',
+  'IsNaN',
+  'IsInf',
+]);
 
 function outputType(node: NodeProto, index: number, types: Map<string, number>): number | undefined {
   const op = node.opType ?? '';

@@ -1,5 +1,15 @@
 import { describe, expect, it } from 'vitest';
-import { activationParams, chooseRange, compareOutputs, entropyThreshold, HistogramCollector, labelIou, MinMaxCollector, percentileThreshold, quantizeWeights } from '../src/index.ts';
+import {
+  activationParams,
+  chooseRange,
+  compareOutputs,
+  entropyThreshold,
+  HistogramCollector,
+  labelIou,
+  MinMaxCollector,
+  percentileThreshold,
+  quantizeWeights,
+} from '../src/index.ts';
 
 describe('calibration ranges', () => {
   it('min/max is the observed range over every sample', () => {
@@ -38,7 +48,10 @@ describe('calibration ranges', () => {
   });
 
   it('uint8 parameters include 0 and put it exactly on a level', () => {
-    expect(activationParams({ min: -1, max: 3 })).toEqual({ scale: Math.fround(4 / 255), zeroPoint: Math.round(1 / Math.fround(4 / 255)) });
+    expect(activationParams({ min: -1, max: 3 })).toEqual({
+      scale: Math.fround(4 / 255),
+      zeroPoint: Math.round(1 / Math.fround(4 / 255)),
+    });
     expect(activationParams({ min: 2, max: 6 })).toEqual({ scale: Math.fround(6 / 255), zeroPoint: 0 });
     expect(activationParams({ min: 0, max: 0 })).toEqual({ scale: 1, zeroPoint: 0 });
   });
@@ -67,7 +80,10 @@ describe('agreement', () => {
 
   it('computes the IoU of thresholded maps for segmenter-like outputs', () => {
     // Foreground in fp32: 4 pixels; int8: 3 of them plus 1 more → IoU 3/5.
-    expect(labelIou(Uint16Array.from([1, 1, 1, 1, 0, 0]), Uint16Array.from([1, 1, 1, 0, 1, 0]), true)).toBeCloseTo(3 / 5, 10);
+    expect(labelIou(Uint16Array.from([1, 1, 1, 1, 0, 0]), Uint16Array.from([1, 1, 1, 0, 1, 0]), true)).toBeCloseTo(
+      3 / 5,
+      10,
+    );
     const fp = { dims: [1, 1, 2, 3], data: Float32Array.from([0.9, 0.8, 0.7, 0.6, 0.1, 0.2]) };
     const q = { dims: [1, 1, 2, 3], data: Float32Array.from([0.9, 0.8, 0.7, 0.4, 0.6, 0.2]) };
     const r = compareOutputs([{ m: fp }], [{ m: q }]);

@@ -17,11 +17,9 @@ const QMAX = isReducedRange ? 63 : 127;
 // A 3×3 convolution, 2 input channels → 2 output channels, with chosen weights and bias, then Relu.
 const WEIGHTS = Float32Array.from([
   // out 0
-  0.5, -0.25, 0.125, 0, 1, 0, -0.5, 0.25, 0.75,
-  0.1, 0.2, 0.3, -0.3, -0.2, -0.1, 0.05, 0, -0.05,
+  0.5, -0.25, 0.125, 0, 1, 0, -0.5, 0.25, 0.75, 0.1, 0.2, 0.3, -0.3, -0.2, -0.1, 0.05, 0, -0.05,
   // out 1: a smaller scale, so per-channel scales differ
-  0.02, -0.01, 0.03, 0.04, -0.02, 0.01, 0, 0.015, -0.035,
-  -0.04, 0.01, 0.02, 0.03, 0.01, -0.02, 0.005, 0.025, -0.01,
+  0.02, -0.01, 0.03, 0.04, -0.02, 0.01, 0, 0.015, -0.035, -0.04, 0.01, 0.02, 0.03, 0.01, -0.02, 0.005, 0.025, -0.01,
 ]);
 const BIAS = Float32Array.from([0.3, -0.05]);
 const H = 5;
@@ -42,7 +40,10 @@ beforeAll(async () => {
   const b = g.initializer('b', [2], (out) => out.set(BIAS));
   const y = g.node('Conv', ['x', w, b], { attributes: { kernel_shape: [3, 3], pads: [1, 1, 1, 1] } });
   g.node('Relu', [y], { output: 'y' });
-  await writeOnnxModel({ outputPath: modelPath, graph: g.build([{ name: 'x', dims: [1, 2, H, W] }], [{ name: 'y', dims: [1, 2, H, W] }]) });
+  await writeOnnxModel({
+    outputPath: modelPath,
+    graph: g.build([{ name: 'x', dims: [1, 2, H, W] }], [{ name: 'y', dims: [1, 2, H, W] }]),
+  });
 });
 
 afterAll(async () => {
@@ -54,7 +55,11 @@ describe('a quantised Conv', () => {
     const loaded = await loadModel(modelPath);
     const xRange = { min: -1.5, max: 2.5 };
     const yRange = { min: 0, max: 4 };
-    const ranges = new Map([['x', xRange], ['y', yRange], [loaded.model.graph!.node![0]!.output![0]!, { min: -3, max: 4 }]]);
+    const ranges = new Map([
+      ['x', xRange],
+      ['y', yRange],
+      [loaded.model.graph!.node![0]!.output![0]!, { min: -3, max: 4 }],
+    ]);
     const qdq = quantizeToQdq(loaded.model, loaded.opset, { ranges, isGraphOutputQuantized: true, isReducedRange });
     expect(qdq.quantizedNodes).toEqual(['Conv_1']);
     expect(qdq.fusedNodes).toEqual(['Relu_2']);
@@ -69,7 +74,10 @@ describe('a quantised Conv', () => {
     const qw = Array.from(WEIGHTS, (v, i) => roundHalfEven(v / Math.fround(sw[Math.floor(i / 18)]!)));
     const qb = [0, 1].map((c) => roundHalfEven(BIAS[c]! / Math.fround(sx * Math.fround(sw[c]!))));
 
-    const session = await ort.InferenceSession.create(encodeModel(qdq.model), { graphOptimizationLevel: 'all', intraOpNumThreads: 1 });
+    const session = await ort.InferenceSession.create(encodeModel(qdq.model), {
+      graphOptimizationLevel: 'all',
+      intraOpNumThreads: 1,
+    });
     for (const seed of [0, 1, 2]) {
       const x = input(seed);
       const qx = Array.from(x, (v) => Math.max(0, Math.min(255, roundHalfEven(v / sx) + zx)));
@@ -104,7 +112,11 @@ describe('a quantised Conv', () => {
 
   it('keeps an excluded Conv in fp32 with its Relu', async () => {
     const loaded = await loadModel(modelPath);
-    const ranges = new Map([['x', { min: -1.5, max: 2.5 }], ['y', { min: 0, max: 4 }], [loaded.model.graph!.node![0]!.output![0]!, { min: -3, max: 4 }]]);
+    const ranges = new Map([
+      ['x', { min: -1.5, max: 2.5 }],
+      ['y', { min: 0, max: 4 }],
+      [loaded.model.graph!.node![0]!.output![0]!, { min: -3, max: 4 }],
+    ]);
     const qdq = quantizeToQdq(loaded.model, loaded.opset, { ranges, excludedNodes: new Set(['Conv_1']) });
     expect(qdq.fp32Nodes).toContain('Conv_1');
     const conv = qdq.model.graph!.node!.find((n) => n.opType === 'Conv')!;

@@ -50,7 +50,11 @@ describe('calibration through a custom handler', () => {
   });
 
   it('reports a sample the handler rejects by its file name', async () => {
-    const runs = await recordHandlerFeeds({ handler: 'tensor', modelPath: join(dir, 'tensor.onnx'), samples: [{ name: 'broken.json', body: Buffer.from('{not json') }] });
+    const runs = await recordHandlerFeeds({
+      handler: 'tensor',
+      modelPath: join(dir, 'tensor.onnx'),
+      samples: [{ name: 'broken.json', body: Buffer.from('{not json') }],
+    });
     expect(runs[0]!.name).toBe('broken.json');
     expect(runs[0]!.feeds).toBeUndefined();
     expect(runs[0]!.error).toBeTruthy();

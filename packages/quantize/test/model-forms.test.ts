@@ -18,7 +18,11 @@ afterAll(async () => {
 
 function smoothInput(seed: number, dims: number[]): ort.Tensor {
   const n = dims.reduce((a, b) => a * b, 1);
-  return new ort.Tensor('float32', Float32Array.from({ length: n }, (_, i) => Math.sin(i / 97 + seed) * 1.5 + Math.cos(i / 13 + 2 * seed) * 0.3), dims);
+  return new ort.Tensor(
+    'float32',
+    Float32Array.from({ length: n }, (_, i) => Math.sin(i / 97 + seed) * 1.5 + Math.cos(i / 13 + 2 * seed) * 0.3),
+    dims,
+  );
 }
 
 describe('model forms', () => {
@@ -47,7 +51,10 @@ describe('model forms', () => {
     const w = g.initializer('w', [4, 3, 3, 3], (out) => out.forEach((_, i) => (out[i] = Math.sin(i) * (1 + (i % 4)))));
     const b = g.initializer('b', [4], (out) => out.set([0.1, -0.2, 0.3, 0]));
     g.node('Conv', ['x', w, b], { output: 'y', attributes: { kernel_shape: [3, 3], pads: [1, 1, 1, 1] } });
-    await writeOnnxModel({ outputPath: modelPath, graph: g.build([{ name: 'x', dims: ['n', 3, 'h', 'w'] }], [{ name: 'y', dims: ['n', 4, 'h', 'w'] }]) });
+    await writeOnnxModel({
+      outputPath: modelPath,
+      graph: g.build([{ name: 'x', dims: ['n', 3, 'h', 'w'] }], [{ name: 'y', dims: ['n', 4, 'h', 'w'] }]),
+    });
     const loaded = await loadModel(modelPath);
     loaded.model.opsetImport = [{ domain: '', version: 10 }];
     const x = smoothInput(1, [1, 3, 8, 8]);
@@ -59,7 +66,13 @@ describe('model forms', () => {
       min = Math.min(min, v);
       max = Math.max(max, v);
     }
-    const qdq = quantizeToQdq(loaded.model, 10, { ranges: new Map([['x', { min: -1.8, max: 1.8 }], ['y', { min, max }]]), isGraphOutputQuantized: true });
+    const qdq = quantizeToQdq(loaded.model, 10, {
+      ranges: new Map([
+        ['x', { min: -1.8, max: 1.8 }],
+        ['y', { min, max }],
+      ]),
+      isGraphOutputQuantized: true,
+    });
     const weightDq = qdq.model.graph!.node!.find((n) => n.name === 'w_DequantizeLinear')!;
     expect(weightDq.domain).toBe('com.microsoft');
     expect(qdq.model.opsetImport!.map((o) => o.domain)).toContain('com.microsoft');
@@ -82,7 +95,12 @@ describe('model forms', () => {
     }
     const out = join(dir, 'tensor-out');
     await mkdir(out);
-    const { record } = await quantizeForArchive({ handler: 'tensor', modelPath, calibrationDir: samples, outputDir: out });
+    const { record } = await quantizeForArchive({
+      handler: 'tensor',
+      modelPath,
+      calibrationDir: samples,
+      outputDir: out,
+    });
     expect(record.calibrationFiles).toHaveLength(6);
     expect(record.evalFiles).toEqual(['req-3.json', 'req-7.json']);
     // Mul by 2 and Add 1, both on int8.

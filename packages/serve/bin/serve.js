@@ -30,7 +30,9 @@ if (isReexecNeeded) {
   const forward = (signal) => child.kill(signal);
   for (const signal of FORWARDED_SIGNALS) process.on(signal, forward);
   child.on('error', (error) => {
-    process.stderr.write(`could not start ${process.execPath} again with MALLOC_MMAP_THRESHOLD_ set (${error.message}); set MARINA_NO_REEXEC=1 to serve in this process.\n`);
+    process.stderr.write(
+      `could not start ${process.execPath} again with MALLOC_MMAP_THRESHOLD_ set (${error.message}); set MARINA_NO_REEXEC=1 to serve in this process.\n`,
+    );
     process.exit(1);
   });
   child.on('exit', (code, signal) => {

@@ -68,7 +68,10 @@ function sameAddress(a: ServerConfig['inferenceAddress'], b: ServerConfig['infer
 }
 
 /** Fastify's `https` option for an https:// address: the PEM files of private_key_file/certificate_file (the loader requires both). */
-function tlsOptions(config: ServerConfig, address: ServerConfig['inferenceAddress']): { https: { key: Buffer; cert: Buffer } } | undefined {
+function tlsOptions(
+  config: ServerConfig,
+  address: ServerConfig['inferenceAddress'],
+): { https: { key: Buffer; cert: Buffer } } | undefined {
   if (address.protocol !== 'https' || !config.privateKeyFile || !config.certificateFile) return undefined;
   return { https: { key: readFileSync(config.privateKeyFile), cert: readFileSync(config.certificateFile) } };
 }
@@ -99,7 +102,12 @@ interface ClosingState {
   isClosing: boolean;
 }
 
-function createInstance(config: ServerConfig, options: BuildAppOptions, address: ServerConfig['inferenceAddress'], closingState: ClosingState): FastifyInstance {
+function createInstance(
+  config: ServerConfig,
+  options: BuildAppOptions,
+  address: ServerConfig['inferenceAddress'],
+  closingState: ClosingState,
+): FastifyInstance {
   const { requestTimeoutMs } = resourceLimitsOf(config);
   // Node checks request timeouts every connectionsCheckingInterval (30 s by default): check often
   // enough that a short limit is kept to within half of itself.
@@ -117,7 +125,9 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
     // TorchServe's router: `/models/` is `/models`.
     routerOptions: { ignoreTrailingSlash: true, querystringParser: parseQueryString },
     // Also given to node's createServer: in node 20 a requestTimeout set only after construction is not enforced.
-    ...(tls ? { https: { ...tls.https, connectionsCheckingInterval, requestTimeout: requestTimeoutMs } } : { http: { connectionsCheckingInterval, requestTimeout: requestTimeoutMs } }),
+    ...(tls
+      ? { https: { ...tls.https, connectionsCheckingInterval, requestTimeout: requestTimeoutMs } }
+      : { http: { connectionsCheckingInterval, requestTimeout: requestTimeoutMs } }),
   } as Parameters<typeof Fastify>[0]) as unknown as FastifyInstance;
   recordRoutes(app);
   // Response schemas document the routes (OPTIONS /); the handlers send TorchServe's JSON text
@@ -150,8 +160,16 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
   if (logs) {
     app.addHook('onResponse', (request, reply, done) => {
       const socket = request.socket;
-      logs.access({ client: `${socket.remoteAddress ?? '-'}:${socket.remotePort ?? 0}`, method: request.method, url: request.url, statusCode: reply.statusCode, durationMs: reply.elapsedTime, requestId: request.id });
-      if (reply.statusCode >= 500) logs.ts('error', `${request.method} ${request.url} answered ${reply.statusCode}`, request.id);
+      logs.access({
+        client: `${socket.remoteAddress ?? '-'}:${socket.remotePort ?? 0}`,
+        method: request.method,
+        url: request.url,
+        statusCode: reply.statusCode,
+        durationMs: reply.elapsedTime,
+        requestId: request.id,
+      });
+      if (reply.statusCode >= 500)
+        logs.ts('error', `${request.method} ${request.url} answered ${reply.statusCode}`, request.id);
       done();
     });
   }
@@ -160,8 +178,17 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
       // Fastify refuses a declared Content-Length over the limit before reading, and a chunked body
       // as soon as the bytes received pass it: say which, in bytes, never a count the client did not send.
       const declared = request.headers['content-length'];
-      const seen = declared !== undefined ? `its Content-Length header declares ${declared} bytes` : `more than ${config.maxRequestBytes} bytes arrived before it was refused`;
-      return sendError(reply, createServeError.MARINA_ERR_REQUEST_TOO_LARGE(`the request body is larger than max_request_size (${config.maxRequestBytes} bytes): ${seen}; send a smaller input or raise max_request_size in config.properties`, { details: { maxRequestBytes: config.maxRequestBytes } }));
+      const seen =
+        declared !== undefined
+          ? `its Content-Length header declares ${declared} bytes`
+          : `more than ${config.maxRequestBytes} bytes arrived before it was refused`;
+      return sendError(
+        reply,
+        createServeError.MARINA_ERR_REQUEST_TOO_LARGE(
+          `the request body is larger than max_request_size (${config.maxRequestBytes} bytes): ${seen}; send a smaller input or raise max_request_size in config.properties`,
+          { details: { maxRequestBytes: config.maxRequestBytes } },
+        ),
+      );
     }
     if (error.validation || (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500)) {
       return sendError(reply, createServeError.MARINA_ERR_BAD_REQUEST(error.message, { cause: error }));
@@ -186,21 +213,29 @@ function createInstance(config: ServerConfig, options: BuildAppOptions, address:
  * under the closest one (`/prediction/x` -> `/predictions/...`), else the first segments this API
  * serves; and where the API descriptions are. Path parameters are shown as `{name}`.
  */
-export function notFoundHint(method: string, url: string, routes: ReadonlyArray<{ method: string; url: string }>): string {
+export function notFoundHint(
+  method: string,
+  url: string,
+  routes: ReadonlyArray<{ method: string; url: string }>,
+): string {
   const path = url.split('?')[0] ?? '/';
   const firstOf = (p: string) => p.split('/')[1] ?? '';
-  const shown = (r: { method: string; url: string }) => `${r.method} ${r.url.replace(/:([A-Za-z_][A-Za-z0-9_]*)/g, '{$1}')}`;
+  const shown = (r: { method: string; url: string }) =>
+    `${r.method} ${r.url.replace(/:([A-Za-z_][A-Za-z0-9_]*)/g, '{$1}')}`;
   const list = (items: ReadonlyArray<{ method: string; url: string }>) => {
     const names = [...new Set(items.map(shown))];
     return names.length > 8 ? `${names.slice(0, 8).join(', ')}, … (${names.length - 8} more)` : names.join(', ');
   };
-  const see = 'GET /api-description (or OPTIONS /) on this port describes every route; the management port has a browsable page at /api-explorer.';
+  const see =
+    'GET /api-description (or OPTIONS /) on this port describes every route; the management port has a browsable page at /api-explorer.';
   const first = firstOf(path);
   const same = routes.filter((r) => firstOf(r.url) === first);
-  if (first !== '' && same.length > 0) return `${method} ${path} is not a route of this API; its routes under /${first}: ${list(same)}. ${see}`;
+  if (first !== '' && same.length > 0)
+    return `${method} ${path} is not a route of this API; its routes under /${first}: ${list(same)}. ${see}`;
   const firsts = [...new Set(routes.map((r) => firstOf(r.url)).filter((segment) => segment !== ''))];
   const closest = closestName(first, firsts);
-  if (closest !== undefined) return `${method} ${path} is not a route of this API; did you mean /${closest}? Its routes: ${list(routes.filter((r) => firstOf(r.url) === closest))}. ${see}`;
+  if (closest !== undefined)
+    return `${method} ${path} is not a route of this API; did you mean /${closest}? Its routes: ${list(routes.filter((r) => firstOf(r.url) === closest))}. ${see}`;
   return `${method} ${path} is not a route of this API, whose paths start with ${firsts.map((segment) => `/${segment}`).join(', ')}. ${see}`;
 }
 
@@ -212,12 +247,18 @@ export async function listStartupModels(config: ServerConfig): Promise<Array<Loa
   if (specs !== 'all' && specs.length === 0) return [];
   const store = config.modelStore;
   if (specs === 'all') {
-    if (!store) throw createServeError.MARINA_ERR_MODEL_STORE_MISSING('load_models=all needs a model store; set model_store or --model-store');
+    if (!store)
+      throw createServeError.MARINA_ERR_MODEL_STORE_MISSING(
+        'load_models=all needs a model store; set model_store or --model-store',
+      );
     let entries;
     try {
       entries = await readdir(store, { withFileTypes: true });
     } catch (error) {
-      throw createServeError.MARINA_ERR_MODEL_STORE_MISSING(`cannot read the model store ${store}: ${(error as Error).message}`, { cause: error });
+      throw createServeError.MARINA_ERR_MODEL_STORE_MISSING(
+        `cannot read the model store ${store}: ${(error as Error).message}`,
+        { cause: error },
+      );
     }
     return entries
       .filter((e) => !e.name.startsWith('.') && (e.isDirectory() || (e.isFile() && archivePattern.test(e.name))))
@@ -250,7 +291,9 @@ function startupArchivePath(url: string, store: string | undefined): string {
 export async function buildApp(config: ServerConfig, options: BuildAppOptions = {}): Promise<MarinaApp> {
   const closingState: ClosingState = { isClosing: false };
   const inference = createInstance(config, options, config.inferenceAddress, closingState);
-  const management = sameAddress(config.inferenceAddress, config.managementAddress) ? inference : createInstance(config, options, config.managementAddress, closingState);
+  const management = sameAddress(config.inferenceAddress, config.managementAddress)
+    ? inference
+    : createInstance(config, options, config.managementAddress, closingState);
   const metrics = createInstance(config, options, config.metricsAddress, closingState);
   const log = (level: 'info' | 'warn' | 'error', message: string) => {
     if (options.log) options.log(level, message);
@@ -267,11 +310,20 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const registry = new ModelRegistry({ config, log, caches });
 
   const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes });
-  await inference.register(inferenceRoutes, { registry, maxRequestBytes: config.maxRequestBytes, maxResponseBytes: config.maxResponseBytes, dataPlane });
+  await inference.register(inferenceRoutes, {
+    registry,
+    maxRequestBytes: config.maxRequestBytes,
+    maxResponseBytes: config.maxResponseBytes,
+    dataPlane,
+  });
   await inference.register(oipRestRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };
   for (const p of options.plugins ?? []) {
-    await instances[p.api].register(p.plugin as FastifyPluginAsync<Record<string, unknown>>, { registry, config, ...(p.options ?? {}) });
+    await instances[p.api].register(p.plugin as FastifyPluginAsync<Record<string, unknown>>, {
+      registry,
+      config,
+      ...(p.options ?? {}),
+    });
   }
   // The API descriptions last, so they describe every route above (and themselves).
   const isShared = inference === management;
@@ -279,18 +331,32 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     instance: inference,
     registry,
     perModel: [
-      { url: '/predictions/:model_name', auth: 'inference', prefixes: ['/predictions/', '/explanations/', '/v1/models/', '/models/{model_name}/invoke', '/{model_name}/'] },
-      ...(isShared ? [{ url: '/models/:model_name' as const, auth: 'management' as const, prefixes: ['/models/'] }] : []),
+      {
+        url: '/predictions/:model_name',
+        auth: 'inference',
+        prefixes: ['/predictions/', '/explanations/', '/v1/models/', '/models/{model_name}/invoke', '/{model_name}/'],
+      },
+      ...(isShared
+        ? [{ url: '/models/:model_name' as const, auth: 'management' as const, prefixes: ['/models/'] }]
+        : []),
     ],
   });
   if (!isShared) {
-    await management.register(apiDescriptionRoutes, { instance: management, registry, perModel: [{ url: '/models/:model_name', auth: 'management', prefixes: ['/models/'] }] });
+    await management.register(apiDescriptionRoutes, {
+      instance: management,
+      registry,
+      perModel: [{ url: '/models/:model_name', auth: 'management', prefixes: ['/models/'] }],
+    });
   }
   await metrics.register(apiDescriptionRoutes, { instance: metrics, registry, perModel: [] });
   await management.register(apiExplorerRoutes, {
     instances,
     apis: config.enableMetricsApi ? ['inference', 'management', 'metrics'] : ['inference', 'management'],
-    hosts: { inference: config.inferenceAddress.host, management: config.managementAddress.host, metrics: config.metricsAddress.host },
+    hosts: {
+      inference: config.inferenceAddress.host,
+      management: config.managementAddress.host,
+      metrics: config.metricsAddress.host,
+    },
   });
   await Promise.all([...new Set([inference, management, metrics])].map((i) => i.ready()));
 
@@ -318,34 +384,62 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
       const startedAt = new Map<string, number>();
       for (const spec of specs) {
         try {
-          if (/^https?:\/\//i.test(spec.url)) throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`${spec.url}: loading models from a URL at startup is not supported; download it into the model store`);
-          if (spec.archivePath === '') throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`load_models entry '${spec.url}' leaves the model store or has an encoded '..'; name an archive inside the model store or an absolute path`);
+          if (/^https?:\/\//i.test(spec.url))
+            throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
+              `${spec.url}: loading models from a URL at startup is not supported; download it into the model store`,
+            );
+          if (spec.archivePath === '')
+            throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
+              `load_models entry '${spec.url}' leaves the model store or has an encoded '..'; name an archive inside the model store or an absolute path`,
+            );
           const archive = await stat(spec.archivePath);
           startedAt.set(spec.url, performance.now());
           onProgress({ phase: 'loading', url: spec.url, ...(archive.isFile() ? { sizeBytes: archive.size } : {}) });
-          opened.push({ spec, version: await registry.open({ url: spec.url, archivePath: spec.archivePath, modelName: spec.name, loadedAtStartup: true, synchronous: true }) });
+          opened.push({
+            spec,
+            version: await registry.open({
+              url: spec.url,
+              archivePath: spec.archivePath,
+              modelName: spec.name,
+              loadedAtStartup: true,
+              synchronous: true,
+            }),
+          });
         } catch (error) {
           const e = toMarinaError(error);
-          const wrapped = (error as NodeJS.ErrnoException).code === 'ENOENT'
-            ? createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`Model not found at: ${spec.archivePath} (load_models entry '${spec.url}')`, { cause: error })
-            : e;
+          const wrapped =
+            (error as NodeJS.ErrnoException).code === 'ENOENT'
+              ? createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
+                  `Model not found at: ${spec.archivePath} (load_models entry '${spec.url}')`,
+                  { cause: error },
+                )
+              : e;
           log('error', `model ${spec.url} was not loaded: ${wrapped.message}`);
-          if (startedAt.has(spec.url)) onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
+          if (startedAt.has(spec.url))
+            onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
           result.failed.push({ url: spec.url, error: wrapped });
         }
       }
-      await Promise.all(opened.map(async ({ spec, version }) => {
-        try {
-          const r = await registry.start(version, { synchronous: true });
-          onProgress({ phase: 'loaded', url: spec.url, modelName: r.modelName, modelVersion: r.modelVersion, elapsedMs: performance.now() - startedAt.get(spec.url)! });
-          result.loaded.push({ modelName: r.modelName, modelVersion: r.modelVersion });
-        } catch (error) {
-          const e = toMarinaError(error);
-          log('error', `model ${spec.url} was not loaded: ${e.message}`);
-          onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
-          result.failed.push({ url: spec.url, error: e });
-        }
-      }));
+      await Promise.all(
+        opened.map(async ({ spec, version }) => {
+          try {
+            const r = await registry.start(version, { synchronous: true });
+            onProgress({
+              phase: 'loaded',
+              url: spec.url,
+              modelName: r.modelName,
+              modelVersion: r.modelVersion,
+              elapsedMs: performance.now() - startedAt.get(spec.url)!,
+            });
+            result.loaded.push({ modelName: r.modelName, modelVersion: r.modelVersion });
+          } catch (error) {
+            const e = toMarinaError(error);
+            log('error', `model ${spec.url} was not loaded: ${e.message}`);
+            onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
+            result.failed.push({ url: spec.url, error: e });
+          }
+        }),
+      );
       return result;
     },
 

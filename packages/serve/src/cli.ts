@@ -4,7 +4,9 @@ import type { ServeCliOptions } from './config/load-config.ts';
 import { configError } from './config/config-errors.ts';
 
 /** Marina's version (packages/serve/package.json), printed by `serve --version`. */
-export const MARINA_VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+export const MARINA_VERSION = (
+  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
 
 /** What one `serve` invocation asks for, after flag normalisation. */
 export type ServeCommand =
@@ -53,17 +55,26 @@ export function createProgram(options: { run: (command: ServeCommand) => Promise
     .option('--start', 'start the model server (the default when neither --stop nor --version is given)')
     .option('--stop', 'stop a model server started in the background')
     .option('-v, --version', 'print the Marina version')
-    .option('--clean-cache', 'remove every extracted archive and optimised model copy under $TMPDIR/marina (refused while a server runs)')
+    .option(
+      '--clean-cache',
+      'remove every extracted archive and optimised model copy under $TMPDIR/marina (refused while a server runs)',
+    )
     .option('--ts-config <file>', 'configuration file (config.properties format); TS_CONFIG_FILE wins over it')
     .option('--model-store <dir>', 'folder holding the model archives (overrides model_store)')
-    .option('--models <model...>', 'models to load at start-up: all, file.mar, name=file.mar or URLs, space separated (overrides load_models)')
+    .option(
+      '--models <model...>',
+      'models to load at start-up: all, file.mar, name=file.mar or URLs, space separated (overrides load_models)',
+    )
     .option('--foreground', 'run in this terminal instead of the background')
     .option('--ncs', 'do not read or write config snapshots')
     .option('--no-config-snapshots', 'same as --ncs')
     .option('--disable-token-auth', 'turn token authorization off')
     .option('--dt', 'same as --disable-token-auth')
     .option('--enable-model-api', 'allow registering and unregistering models through the management API')
-    .option('--log-config <file>', 'log4j2 file: must exist (as TorchServe); Marina writes TorchServe\'s log files under LOG_LOCATION without it')
+    .option(
+      '--log-config <file>',
+      "log4j2 file: must exist (as TorchServe); Marina writes TorchServe's log files under LOG_LOCATION without it",
+    )
     .option('--workflow-store <dir>', 'folder of workflow archives (workflow_store; workflows are not implemented yet)')
     .option('--plugins-path <dir>', 'folder of TorchServe plugins (plugins_path; Java plugins cannot run in Marina)')
     .addOption(new Option('--ppath <dir>', 'same as --plugins-path').hideHelp())

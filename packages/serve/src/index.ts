@@ -1,4 +1,12 @@
-export { buildApp, listStartupModels, type MarinaApp, type BuildAppOptions, type AppPlugin, type ApiName, type StartupLoadResult } from './app.ts';
+export {
+  buildApp,
+  listStartupModels,
+  type MarinaApp,
+  type BuildAppOptions,
+  type AppPlugin,
+  type ApiName,
+  type StartupLoadResult,
+} from './app.ts';
 export { startServer, type StartServerOptions, type RunningServer } from './start-server.ts';
 export { createServerPlugins, type OperatorContext } from './server-plugins.ts';
 export { createProgram, runCli, MARINA_VERSION, type ServeCommand } from './cli.ts';
@@ -12,14 +20,35 @@ export {
 } from './config/load-config.ts';
 export { configErrors, configError } from './config/config-errors.ts';
 export type * from './config/server-config.ts';
-export { serveErrors, createServeError, errorBody, torchServeErrorType, toMarinaError, type ServeErrorCode } from './errors.ts';
+export {
+  serveErrors,
+  createServeError,
+  errorBody,
+  torchServeErrorType,
+  toMarinaError,
+  type ServeErrorCode,
+} from './errors.ts';
 export { ModelRegistry, type PredictOptions, type ModelRegistryOptions } from './registry/model-registry.ts';
 export type * from './registry/model-registry-api.ts';
-export { resolveModelSettings, type ModelSettings, type ApiModelSettings, type ResolveModelSettingsOptions, type SettingSource } from './model-settings.ts';
+export {
+  resolveModelSettings,
+  type ModelSettings,
+  type ApiModelSettings,
+  type ResolveModelSettingsOptions,
+  type SettingSource,
+} from './model-settings.ts';
 export { resolveIntraOpThreads, type ThreadSource } from './workers/thread-defaults.ts';
 export { createSessionOptions } from './backend/ort-session.ts';
 export { sendError } from './routes/inference.ts';
-export { DataPlane, SERVER_NAME, SERVER_VERSION, type InferRequest, type InferResponse, type ModelMetadata, type TensorMetadata } from './protocols/data-plane.ts';
+export {
+  DataPlane,
+  SERVER_NAME,
+  SERVER_VERSION,
+  type InferRequest,
+  type InferResponse,
+  type ModelMetadata,
+  type TensorMetadata,
+} from './protocols/data-plane.ts';
 export { readOnnxSignature } from './protocols/onnx-signature.ts';
 export { startGrpcServers, type GrpcServers, type StartGrpcServersOptions } from './protocols/grpc-server.ts';
 export { loadProto, PROTO_LOADER_OPTIONS } from './protocols/grpc-common.ts';

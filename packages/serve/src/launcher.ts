@@ -7,13 +7,22 @@ import { MALLOC_MMAP_THRESHOLD_BYTES } from '../bin/malloc-threshold.js';
 import type { ServerConfig } from './config/server-config.ts';
 import type { ServeCliOptions } from './config/load-config.ts';
 import { configError } from './config/config-errors.ts';
-import { isServerProcessAlive, pidFilePath, readPidFile, removePidFile, writePidFile, type PidFileContent } from './config/pid-file.ts';
+import {
+  isServerProcessAlive,
+  pidFilePath,
+  readPidFile,
+  removePidFile,
+  writePidFile,
+  type PidFileContent,
+} from './config/pid-file.ts';
 import type { RunningServer } from './start-server.ts';
 import { assertAddressesFree } from './config/assert-addresses-free.ts';
 import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
 
 /** What a server reports once it listens: in its own terminal, and to the launcher over IPC. */
-export type StartupReport = Pick<RunningServer, 'listening' | 'loaded' | 'failed' | 'restoredFrom'> & { warnings?: string[] };
+export type StartupReport = Pick<RunningServer, 'listening' | 'loaded' | 'failed' | 'restoredFrom'> & {
+  warnings?: string[];
+};
 
 /** IPC message a background child sends its launcher for each step of loading its start-up models. */
 interface ProgressMessage {
@@ -71,11 +80,14 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
     env: { ...process.env, MALLOC_MMAP_THRESHOLD_: process.env.MALLOC_MMAP_THRESHOLD_ ?? MALLOC_MMAP_THRESHOLD_BYTES },
   });
   closeSync(logFd);
-  if (child.pid === undefined) throw configError.MARINA_ERR_SERVER_START_FAILED(`could not start ${process.execPath} ${binPath}`);
+  if (child.pid === undefined)
+    throw configError.MARINA_ERR_SERVER_START_FAILED(`could not start ${process.execPath} ${binPath}`);
   writePidFile({ pid: child.pid, ...(config.isKeyFileProvided ? {} : { keyFilePath: config.keyFilePath }), logFile });
 
   const progress = createStartupProgress({ stream: process.stdout, isTty: process.stdout.isTTY === true });
-  const outcome = await new Promise<{ ready: ReadyMessage } | { exitCode: number | null; signal: string | null } | { timedOut: true }>((resolve) => {
+  const outcome = await new Promise<
+    { ready: ReadyMessage } | { exitCode: number | null; signal: string | null } | { timedOut: true }
+  >((resolve) => {
     const timer = setTimeout(() => resolve({ timedOut: true }), START_WAIT_MS);
     child.on('message', (message: ReadyMessage | ProgressMessage) => {
       if (message?.type === 'marina:progress') progress.onProgress(message.event);
@@ -95,13 +107,17 @@ export async function startBackgroundServer(options: StartBackgroundServerOption
     if (child.connected) child.disconnect();
     child.unref();
     writeStartupReport(outcome.ready, config);
-    process.stdout.write(`Marina is running in the background (pid ${child.pid}); log: ${logFile}. Stop it with serve --stop.\n`);
+    process.stdout.write(
+      `Marina is running in the background (pid ${child.pid}); log: ${logFile}. Stop it with serve --stop.\n`,
+    );
     return 0;
   }
   if ('timedOut' in outcome) {
     child.disconnect();
     child.unref();
-    process.stdout.write(`Marina (pid ${child.pid}) is still starting after ${START_WAIT_MS / 1000}s; it keeps running in the background. See ${logFile}.\n`);
+    process.stdout.write(
+      `Marina (pid ${child.pid}) is still starting after ${START_WAIT_MS / 1000}s; it keeps running in the background. See ${logFile}.\n`,
+    );
     return 0;
   }
   removePidFile({ onlyIfPid: child.pid });
@@ -159,10 +175,16 @@ export function assertNoOtherServer(): PidFileContent | undefined {
 /** Prints the start-up report the same way in the foreground and for a background start. */
 export function writeStartupReport(report: StartupReport, config: ServerConfig): void {
   const names: Record<string, string> = { 'grpc-inference': 'gRPC Inference', 'grpc-management': 'gRPC Management' };
-  for (const { api, url } of report.listening) process.stdout.write(`${names[api] ?? `${api[0]!.toUpperCase()}${api.slice(1)}`} API bound to ${url}\n`);
+  for (const { api, url } of report.listening)
+    process.stdout.write(`${names[api] ?? `${api[0]!.toUpperCase()}${api.slice(1)}`} API bound to ${url}\n`);
   process.stdout.write(`${tokenNote(config)}\n`);
-  process.stdout.write(`Every request is logged in ${path.join(config.logDir, 'access_log.log')}; failed ones also in the server's output (${LOG_FILE_NAME} in the background), with their x-request-id\n`);
-  if (report.restoredFrom) process.stdout.write(`Restored the models of the snapshot ${report.restoredFrom} (start with --ncs to ignore snapshots)\n`);
+  process.stdout.write(
+    `Every request is logged in ${path.join(config.logDir, 'access_log.log')}; failed ones also in the server's output (${LOG_FILE_NAME} in the background), with their x-request-id\n`,
+  );
+  if (report.restoredFrom)
+    process.stdout.write(
+      `Restored the models of the snapshot ${report.restoredFrom} (start with --ncs to ignore snapshots)\n`,
+    );
   for (const name of report.loaded) process.stdout.write(`Model loaded: ${name}\n`);
   for (const failure of report.failed) process.stderr.write(`Model failed to load: ${failure}\n`);
   for (const warning of report.warnings ?? []) process.stderr.write(`WARN ${warning}\n`);
@@ -171,7 +193,14 @@ export function writeStartupReport(report: StartupReport, config: ServerConfig):
 /** In a background child: tells the waiting launcher the server is ready, then lets the IPC channel go. No-op without one. */
 export function notifyLauncher(server: RunningServer): void {
   if (!process.send) return;
-  const ready: ReadyMessage = { type: 'marina:ready', listening: server.listening, loaded: server.loaded, failed: server.failed, warnings: server.warnings, ...(server.restoredFrom ? { restoredFrom: server.restoredFrom } : {}) };
+  const ready: ReadyMessage = {
+    type: 'marina:ready',
+    listening: server.listening,
+    loaded: server.loaded,
+    failed: server.failed,
+    warnings: server.warnings,
+    ...(server.restoredFrom ? { restoredFrom: server.restoredFrom } : {}),
+  };
   process.send(ready, () => process.disconnect?.());
 }
 
@@ -205,7 +234,14 @@ function fileSize(filePath: string): number {
 function readLogTail(logFile: string, fromByte: number): string {
   try {
     const text = readFileSync(logFile).subarray(fromByte).toString('utf8');
-    return stripAnsi(text).trimEnd().split('\n').slice(-LOG_TAIL_LINES).map((line) => `  ${line}`).join('\n') || '  (the log is empty)';
+    return (
+      stripAnsi(text)
+        .trimEnd()
+        .split('\n')
+        .slice(-LOG_TAIL_LINES)
+        .map((line) => `  ${line}`)
+        .join('\n') || '  (the log is empty)'
+    );
   } catch {
     return '  (the log could not be read)';
   }

@@ -2,7 +2,14 @@ import type { ServerConfig } from './config/server-config.ts';
 import { assertModelStoreConfigured, loadConfig, type ServeCliOptions } from './config/load-config.ts';
 import { removePidFile, writePidFile } from './config/pid-file.ts';
 import { startServer, type RunningServer } from './start-server.ts';
-import { assertNoOtherServer, notifyLauncher, stripAnsi, startBackgroundServer, stopBackgroundServer, writeStartupReport } from './launcher.ts';
+import {
+  assertNoOtherServer,
+  notifyLauncher,
+  stripAnsi,
+  startBackgroundServer,
+  stopBackgroundServer,
+  writeStartupReport,
+} from './launcher.ts';
 import { MARINA_VERSION, type ServeCommand } from './cli.ts';
 import { configError } from './config/config-errors.ts';
 import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
@@ -27,7 +34,10 @@ export async function runServeCommand(command: ServeCommand): Promise<void> {
 /** `serve --clean-cache`: refused while a server runs (its workers read these folders). Returns the exit code. */
 async function cleanCaches(): Promise<number> {
   assertNoOtherServer();
-  for (const cleaned of await cleanModelCaches({ extractionCacheDir: defaultExtractionCacheDir(), optimizedCacheDir: optimizedModelCacheDir() })) {
+  for (const cleaned of await cleanModelCaches({
+    extractionCacheDir: defaultExtractionCacheDir(),
+    optimizedCacheDir: optimizedModelCacheDir(),
+  })) {
     process.stdout.write(`Removed ${cleaned.entries} entries (${cleaned.bytes} bytes) from ${cleaned.dir}\n`);
   }
   return 0;
@@ -60,8 +70,14 @@ async function loadCheckedConfig(cliOptions: ServeCliOptions): Promise<ServerCon
 async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
   const recorded = assertNoOtherServer();
   const config = await loadCheckedConfig(cliOptions);
-  writePidFile({ pid: process.pid, ...(config.isKeyFileProvided ? {} : { keyFilePath: config.keyFilePath }), ...(recorded?.logFile ? { logFile: recorded.logFile } : {}) });
-  process.stdout.write(`Marina ${MARINA_VERSION} starting (config: ${config.configFile ?? 'defaults'}, model store: ${config.modelStore})\n`);
+  writePidFile({
+    pid: process.pid,
+    ...(config.isKeyFileProvided ? {} : { keyFilePath: config.keyFilePath }),
+    ...(recorded?.logFile ? { logFile: recorded.logFile } : {}),
+  });
+  process.stdout.write(
+    `Marina ${MARINA_VERSION} starting (config: ${config.configFile ?? 'defaults'}, model store: ${config.modelStore})\n`,
+  );
 
   let server: RunningServer;
   // On a terminal a live line; in the log (a background child's stdout) a line per step. A
@@ -75,7 +91,8 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
     server = await startServer(config, {
       onProgress,
       // Every line with its time and level; the request lines carry the request id (x-request-id).
-      log: (level, message) => (level === 'info' ? process.stdout : process.stderr).write(`${formatTerminalLine(level, message)}\n`),
+      log: (level, message) =>
+        (level === 'info' ? process.stdout : process.stderr).write(`${formatTerminalLine(level, message)}\n`),
       // Failed requests here too (every request is in logs/access_log.log); on a terminal, every request.
       requestLog: { isEveryRequestLogged: process.stdout.isTTY === true },
     });
@@ -94,7 +111,7 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
       `none of the ${server.failed.length} start-up model(s) loaded (see the lines above), so Marina stopped. Fix load_models / --models or the archives, or start without models and register them later.`,
     );
   }
-    // Handlers before the ready line: whoever waits for it may signal at once.
+  // Handlers before the ready line: whoever waits for it may signal at once.
   let isStopping = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (isStopping) {
@@ -103,7 +120,9 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
       exitProcess(1);
     }
     isStopping = true;
-    process.stdout.write(`${signal} received: no new connections; finishing in-flight requests (send it again to exit at once).\n`);
+    process.stdout.write(
+      `${signal} received: no new connections; finishing in-flight requests (send it again to exit at once).\n`,
+    );
     server.close().then(
       () => {
         removePidFile({ onlyIfPid: process.pid });

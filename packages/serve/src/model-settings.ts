@@ -18,7 +18,16 @@ export interface ModelSettings {
   /** Each worker thread's V8 heap limit (model-config.yaml `maxWorkerHeapMb`), MB. Default DEFAULT_MAX_WORKER_HEAP_MB. */
   maxWorkerHeapMb: number;
   /** Where each value came from, for logs and describe. */
-  sources: Record<'batchSize' | 'maxBatchDelayMs' | 'responseTimeoutMs' | 'startupTimeoutMs' | 'workers' | 'jobQueueSize' | 'intraOpNumThreads', SettingSource>;
+  sources: Record<
+    | 'batchSize'
+    | 'maxBatchDelayMs'
+    | 'responseTimeoutMs'
+    | 'startupTimeoutMs'
+    | 'workers'
+    | 'jobQueueSize'
+    | 'intraOpNumThreads',
+    SettingSource
+  >;
 }
 
 export type SettingSource = 'api' | 'model-config.yaml' | 'models JSON' | 'server default';
@@ -46,7 +55,10 @@ export interface ApiModelSettings {
 export interface ResolveModelSettingsOptions {
   modelName: string;
   modelVersion: string;
-  server: Pick<ServerConfig, 'defaultWorkersPerModel' | 'jobQueueSize' | 'defaultResponseTimeoutSec' | 'defaultStartupTimeoutSec'>;
+  server: Pick<
+    ServerConfig,
+    'defaultWorkersPerModel' | 'jobQueueSize' | 'defaultResponseTimeoutSec' | 'defaultStartupTimeoutSec'
+  >;
   /** model-config.yaml from the archive, as parsed (TorchServe's keys: batchSize, maxBatchDelay, responseTimeout, ...). */
   modelYamlConfig?: Record<string, unknown>;
   /** This version's entry of the `models` JSON in config.properties. */
@@ -101,7 +113,12 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   };
 
   type Candidate = [unknown, string, SettingSource];
-  const pick = (candidates: Candidate[], kind: 'int' | 'number', fallback: number, allowZeroFrom: SettingSource[] = []): [number, SettingSource] => {
+  const pick = (
+    candidates: Candidate[],
+    kind: 'int' | 'number',
+    fallback: number,
+    allowZeroFrom: SettingSource[] = [],
+  ): [number, SettingSource] => {
     for (const [value, key, source] of candidates) {
       const n = num(value, key, source, kind);
       if (n === undefined) continue;
@@ -110,49 +127,82 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
     return [fallback, 'server default'];
   };
 
-  const [batchSize, batchSizeSource] = pick([
-    [api.batchSize, 'batch_size', 'api'],
-    [yaml['batchSize'], 'batchSize', 'model-config.yaml'],
-    [json.batchSize, 'batchSize', 'models JSON'],
-  ], 'int', 1);
+  const [batchSize, batchSizeSource] = pick(
+    [
+      [api.batchSize, 'batch_size', 'api'],
+      [yaml['batchSize'], 'batchSize', 'model-config.yaml'],
+      [json.batchSize, 'batchSize', 'models JSON'],
+    ],
+    'int',
+    1,
+  );
 
-  const [maxBatchDelayMs, maxBatchDelaySource] = pick([
-    [api.maxBatchDelayMs, 'max_batch_delay', 'api'],
-    [yaml['maxBatchDelay'], 'maxBatchDelay', 'model-config.yaml'],
-    [json.maxBatchDelayMs, 'maxBatchDelay', 'models JSON'],
-  ], 'number', 100, ['api', 'model-config.yaml', 'models JSON']);
+  const [maxBatchDelayMs, maxBatchDelaySource] = pick(
+    [
+      [api.maxBatchDelayMs, 'max_batch_delay', 'api'],
+      [yaml['maxBatchDelay'], 'maxBatchDelay', 'model-config.yaml'],
+      [json.maxBatchDelayMs, 'maxBatchDelay', 'models JSON'],
+    ],
+    'number',
+    100,
+    ['api', 'model-config.yaml', 'models JSON'],
+  );
 
-  const [responseTimeoutSec, responseTimeoutSource] = pick([
-    [api.responseTimeoutSec, 'response_timeout', 'api'],
-    [yaml['responseTimeout'], 'responseTimeout', 'model-config.yaml'],
-    [json.responseTimeoutSec, 'responseTimeout', 'models JSON'],
-  ], 'number', server.defaultResponseTimeoutSec);
+  const [responseTimeoutSec, responseTimeoutSource] = pick(
+    [
+      [api.responseTimeoutSec, 'response_timeout', 'api'],
+      [yaml['responseTimeout'], 'responseTimeout', 'model-config.yaml'],
+      [json.responseTimeoutSec, 'responseTimeout', 'models JSON'],
+    ],
+    'number',
+    server.defaultResponseTimeoutSec,
+  );
 
-  const [startupTimeoutSec, startupTimeoutSource] = pick([
-    [api.startupTimeoutSec, 'startup_timeout', 'api'],
-    [yaml['startupTimeout'], 'startupTimeout', 'model-config.yaml'],
-    [json.startupTimeoutSec, 'startupTimeout', 'models JSON'],
-  ], 'number', server.defaultStartupTimeoutSec);
+  const [startupTimeoutSec, startupTimeoutSource] = pick(
+    [
+      [api.startupTimeoutSec, 'startup_timeout', 'api'],
+      [yaml['startupTimeout'], 'startupTimeout', 'model-config.yaml'],
+      [json.startupTimeoutSec, 'startupTimeout', 'models JSON'],
+    ],
+    'number',
+    server.defaultStartupTimeoutSec,
+  );
 
-  const [jobQueueSize, jobQueueSizeSource] = pick([
-    [yaml['jobQueueSize'], 'jobQueueSize', 'model-config.yaml'],
-    [json.jobQueueSize, 'jobQueueSize', 'models JSON'],
-  ], 'int', server.jobQueueSize);
+  const [jobQueueSize, jobQueueSizeSource] = pick(
+    [
+      [yaml['jobQueueSize'], 'jobQueueSize', 'model-config.yaml'],
+      [json.jobQueueSize, 'jobQueueSize', 'models JSON'],
+    ],
+    'int',
+    server.jobQueueSize,
+  );
 
-  const [intraOp, intraOpSource] = pick([
-    [yaml['intraOpNumThreads'], 'intraOpNumThreads', 'model-config.yaml'],
-    [json.intraOpNumThreads, 'intraOpNumThreads', 'models JSON'],
-  ], 'int', 0);
+  const [intraOp, intraOpSource] = pick(
+    [
+      [yaml['intraOpNumThreads'], 'intraOpNumThreads', 'model-config.yaml'],
+      [json.intraOpNumThreads, 'intraOpNumThreads', 'models JSON'],
+    ],
+    'int',
+    0,
+  );
 
-  const [clientTimeoutMs] = pick([
-    [yaml['clientTimeoutInMills'], 'clientTimeoutInMills', 'model-config.yaml'],
-  ], 'int', 0);
+  const [clientTimeoutMs] = pick(
+    [[yaml['clientTimeoutInMills'], 'clientTimeoutInMills', 'model-config.yaml']],
+    'int',
+    0,
+  );
 
-  const [maxWorkerHeapMb] = pick([
-    [yaml['maxWorkerHeapMb'], 'maxWorkerHeapMb', 'model-config.yaml'],
-  ], 'int', DEFAULT_MAX_WORKER_HEAP_MB);
+  const [maxWorkerHeapMb] = pick(
+    [[yaml['maxWorkerHeapMb'], 'maxWorkerHeapMb', 'model-config.yaml']],
+    'int',
+    DEFAULT_MAX_WORKER_HEAP_MB,
+  );
 
-  const defaultWorkers = api.fallbackWorkers ?? (server.defaultWorkersPerModel !== undefined && server.defaultWorkersPerModel > 0 ? server.defaultWorkersPerModel : 1);
+  const defaultWorkers =
+    api.fallbackWorkers ??
+    (server.defaultWorkersPerModel !== undefined && server.defaultWorkersPerModel > 0
+      ? server.defaultWorkersPerModel
+      : 1);
   let minWorkers = defaultWorkers;
   let maxWorkers: number | undefined;
   let workersSource: SettingSource = 'server default';
@@ -160,7 +210,12 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   const yamlMax = num(yaml['maxWorkers'], 'maxWorkers', 'model-config.yaml', 'int');
   const jsonMin = num(json.minWorkers, 'minWorkers', 'models JSON', 'int');
   const jsonMax = num(json.maxWorkers, 'maxWorkers', 'models JSON', 'int');
-  const apiMin = num(api.initialWorkers ?? api.minWorkers, api.initialWorkers !== undefined ? 'initial_workers' : 'min_worker', 'api', 'int');
+  const apiMin = num(
+    api.initialWorkers ?? api.minWorkers,
+    api.initialWorkers !== undefined ? 'initial_workers' : 'min_worker',
+    'api',
+    'int',
+  );
   const apiMax = num(api.maxWorkers, 'max_worker', 'api', 'int');
   if (apiMin !== undefined && apiMin >= 0) {
     minWorkers = apiMin;

@@ -42,7 +42,12 @@ function describeFailure(statusCode: number, payload: string): string | undefine
 export function createRequestLog(options: RequestLogOptions): RequestLog {
   const codes = new WeakMap<FastifyRequest, string>();
 
-  const onSend = (request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (error: null, payload: unknown) => void) => {
+  const onSend = (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    payload: unknown,
+    done: (error: null, payload: unknown) => void,
+  ) => {
     if (reply.statusCode >= 400 && typeof payload === 'string') {
       const failure = describeFailure(reply.statusCode, payload);
       if (failure !== undefined) codes.set(request, failure);
@@ -57,7 +62,10 @@ export function createRequestLog(options: RequestLogOptions): RequestLog {
     if (options.log && (statusCode >= 400 || options.isEveryRequestLogged)) {
       const level: LogLevel = statusCode >= 500 ? 'error' : statusCode >= 400 ? 'warn' : 'info';
       const code = codes.get(request);
-      options.log(level, `[${request.id}] ${request.method} ${url} ${statusCode} ${durationMs.toFixed(1)} ms${code ? ` ${code}` : ''}`);
+      options.log(
+        level,
+        `[${request.id}] ${request.method} ${url} ${statusCode} ${durationMs.toFixed(1)} ms${code ? ` ${code}` : ''}`,
+      );
     }
     done();
   };

@@ -1,7 +1,13 @@
 import os from 'node:os';
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppPlugin } from './app.ts';
-import { createTokenAuthorization, createTokenHook, tokenRoutes, type CreateTokenHookOptions, type TokenAuthorization } from './auth/token-authorization.ts';
+import {
+  createTokenAuthorization,
+  createTokenHook,
+  tokenRoutes,
+  type CreateTokenHookOptions,
+  type TokenAuthorization,
+} from './auth/token-authorization.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics/server-metrics.ts';
 import type { Autoscaler } from './scaling/autoscaler.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
@@ -40,12 +46,20 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
     if (!isSharedListener) plugins.push({ api: 'management', plugin: responseCounterPlugin, options: { operator } });
   }
   if (!config.disableTokenAuthorization) {
-    const tokens = await createTokenAuthorization({ keyFilePath: config.keyFilePath, tokenExpirationMin: config.tokenExpirationMin, isKeyFileProvided: config.isKeyFileProvided });
+    const tokens = await createTokenAuthorization({
+      keyFilePath: config.keyFilePath,
+      tokenExpirationMin: config.tokenExpirationMin,
+      isKeyFileProvided: config.isKeyFileProvided,
+    });
     operator.tokens = tokens;
     // Each request needs the key its matched route declares (declareRouteAuth), also when both
     // APIs share one listener.
     if (isSharedListener) {
-      plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { listenerKeys: ['inference', 'management'], tokens } });
+      plugins.push({
+        api: 'inference',
+        plugin: tokenHookPlugin,
+        options: { listenerKeys: ['inference', 'management'], tokens },
+      });
     } else {
       plugins.push({ api: 'inference', plugin: tokenHookPlugin, options: { listenerKeys: ['inference'], tokens } });
       plugins.push({ api: 'management', plugin: tokenHookPlugin, options: { listenerKeys: ['management'], tokens } });
@@ -61,9 +75,11 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
       holdChanges: () => operator.snapshots?.hold(),
     },
   });
-  if (config.enableMetricsApi) plugins.push({ api: 'metrics', plugin: metricsPlugin, options: { operator, hasRoute: true } });
+  if (config.enableMetricsApi)
+    plugins.push({ api: 'metrics', plugin: metricsPlugin, options: { operator, hasRoute: true } });
   // metrics_mode=log without the metrics API: the metrics still go to ts_metrics.log / model_metrics.log (TorchServe's default).
-  else if (isMetricsLogged) plugins.push({ api: 'inference', plugin: metricsPlugin, options: { operator, hasRoute: false } });
+  else if (isMetricsLogged)
+    plugins.push({ api: 'inference', plugin: metricsPlugin, options: { operator, hasRoute: false } });
   return plugins;
 }
 
@@ -88,9 +104,18 @@ const tokenHookPlugin: FastifyPluginAsync<CreateTokenHookOptions> = async (app, 
 (tokenHookPlugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
 
 /** /metrics on the metrics listener; buildApp passes every plugin the registry. */
-const metricsPlugin: FastifyPluginAsync<{ registry: ModelRegistryApi; config: ServerConfig; operator: OperatorContext; hasRoute: boolean }> = async (app, options) => {
+const metricsPlugin: FastifyPluginAsync<{
+  registry: ModelRegistryApi;
+  config: ServerConfig;
+  operator: OperatorContext;
+  hasRoute: boolean;
+}> = async (app, options) => {
   const logs = options.config.metricsMode === 'log' ? options.operator.logs : undefined;
-  const metrics = createServerMetrics({ registry: options.registry, hostname: os.hostname(), ...(logs ? { logs } : {}) });
+  const metrics = createServerMetrics({
+    registry: options.registry,
+    hostname: os.hostname(),
+    ...(logs ? { logs } : {}),
+  });
   options.operator.metrics = metrics;
   app.addHook('onClose', async () => metrics.close());
   if (options.hasRoute) await app.register(metricsRoutes, { metrics });

@@ -3,8 +3,19 @@ import type { FastifyInstance } from 'fastify';
 import { readFile } from 'node:fs/promises';
 import { buildApp, type MarinaApp } from './app.ts';
 import { createAutoscaler, type Autoscaler, type AutoscalingKnobs } from './scaling/autoscaler.ts';
-import { createSnapshotStore, listSnapshots, parseSnapshot, readLatestSnapshot, type Snapshot, type SnapshotStore } from './snapshot/snapshot-store.ts';
-import { registrationsFromSnapshot, snapshotPropertiesFromConfigFile, type SnapshotRegistration } from './snapshot/restore-snapshot.ts';
+import {
+  createSnapshotStore,
+  listSnapshots,
+  parseSnapshot,
+  readLatestSnapshot,
+  type Snapshot,
+  type SnapshotStore,
+} from './snapshot/snapshot-store.ts';
+import {
+  registrationsFromSnapshot,
+  snapshotPropertiesFromConfigFile,
+  type SnapshotRegistration,
+} from './snapshot/restore-snapshot.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerLogs } from './logging/server-logs.ts';
@@ -61,7 +72,10 @@ export interface StartServerOptions {
 export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
   // A port in use fails here, in milliseconds, rather than after the models have loaded.
   await assertAddressesFree(config);
-  const logs = createServerLogs({ logDir: config.logDir, ...(config.metricsLogDir ? { metricsLogDir: config.metricsLogDir } : {}) });
+  const logs = createServerLogs({
+    logDir: config.logDir,
+    ...(config.metricsLogDir ? { metricsLogDir: config.metricsLogDir } : {}),
+  });
   const log = (level: 'info' | 'warn' | 'error', message: string) => {
     logs.ts(level, message);
     options.log?.(level, message);
@@ -69,8 +83,15 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   const warnings: string[] = [];
   // A start without TS_CONFIG_FILE or --ts-config looked in the snapshot folder (loadConfig): report
   // each newer snapshot it skipped as corrupt, and never bury unusable snapshots under a new one.
-  const isSnapshotFolderRead = config.isSnapshotEnabled && config.configFileOrigin !== 'TS_CONFIG_FILE' && config.configFileOrigin !== '--ts-config';
-  const usable = isSnapshotFolderRead ? await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => warnings.push(message) }).catch(() => undefined) : undefined;
+  const isSnapshotFolderRead =
+    config.isSnapshotEnabled &&
+    config.configFileOrigin !== 'TS_CONFIG_FILE' &&
+    config.configFileOrigin !== '--ts-config';
+  const usable = isSnapshotFolderRead
+    ? await readLatestSnapshot(config.snapshotDir, { onWarning: (message) => warnings.push(message) }).catch(
+        () => undefined,
+      )
+    : undefined;
   const snapshot = await snapshotOfConfigFile(config.configFile, log);
   const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
   // Writing a snapshot now would put a model-less one on top of snapshots this start could not use.
@@ -78,28 +99,44 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   const snapshotFiles = isSnapshotFolderRead ? await listSnapshots(config.snapshotDir).catch(() => []) : [];
   if (snapshotFiles.length > 0 && usable === undefined) {
     isSnapshotKept = true;
-    warnings.push(`none of the ${snapshotFiles.length} snapshot files in ${config.snapshotDir} could be read, so no model was restored; they are left as they are (no snapshot is written until the models change through the management API). Fix or remove them, or start with --ncs to ignore snapshots`);
+    warnings.push(
+      `none of the ${snapshotFiles.length} snapshot files in ${config.snapshotDir} could be read, so no model was restored; they are left as they are (no snapshot is written until the models change through the management API). Fix or remove them, or start with --ncs to ignore snapshots`,
+    );
   }
   // TorchServe: a config with model_snapshot restores those models and loads no load_models / --models.
   const effectiveConfig = snapshot ? withoutStartupModels(config, log) : config;
   const operator: OperatorContext = { logs };
   // The terminal's (or marina.log's) request lines; access_log.log is the logs' (buildApp writes it).
-  const requestLog: RequestLog | undefined = options.requestLog ? createRequestLog({ ...options.requestLog, log: options.log }) : undefined;
+  const requestLog: RequestLog | undefined = options.requestLog
+    ? createRequestLog({ ...options.requestLog, log: options.log })
+    : undefined;
   // First on each listener (inference, management when it is another one, metrics), so it sees every answer.
   const requestLogPlugins = requestLog
     ? (['inference', 'management', 'metrics'] as const)
-        .filter((api) => api !== 'management' || !isSameAddress(effectiveConfig.inferenceAddress, effectiveConfig.managementAddress))
+        .filter(
+          (api) =>
+            api !== 'management' || !isSameAddress(effectiveConfig.inferenceAddress, effectiveConfig.managementAddress),
+        )
         .map((api) => ({ api, plugin: requestLog.plugin }))
     : [];
   let app: MarinaApp;
   try {
-    app = await buildApp(effectiveConfig, { ...(options.log ? { log: options.log } : {}), plugins: [...requestLogPlugins, ...(await createServerPlugins(effectiveConfig, operator))], logs });
+    app = await buildApp(effectiveConfig, {
+      ...(options.log ? { log: options.log } : {}),
+      plugins: [...requestLogPlugins, ...(await createServerPlugins(effectiveConfig, operator))],
+      logs,
+    });
   } catch (error) {
     await logs.close();
     throw error;
   }
   // model_log.log: each worker's model load, as TorchServe's backend workers log theirs.
-  app.registry.events.on('workerLoaded', (e) => logs.model('info', `W-${e.workerId}-${e.modelName}_${e.modelVersion}: model ${e.modelName} version ${e.modelVersion} loaded in ${Math.round(e.loadMs)} ms`));
+  app.registry.events.on('workerLoaded', (e) =>
+    logs.model(
+      'info',
+      `W-${e.workerId}-${e.modelName}_${e.modelVersion}: model ${e.modelName} version ${e.modelVersion} loaded in ${Math.round(e.loadMs)} ms`,
+    ),
+  );
   let autoscaler: Autoscaler | undefined;
   let snapshots: SnapshotStore | undefined;
   let isChangedSinceStart = false;
@@ -112,7 +149,8 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
       // unsubscribe before the registry empties itself on close: that is not a state to restore.
       await snapshots?.flush();
       // Not on top of snapshots this start kept because it could not use them, unless the models changed since.
-      if (!isSnapshotKept || isChangedSinceStart) await snapshots?.write('shutdown').catch((error: Error) => log('error', error.message));
+      if (!isSnapshotKept || isChangedSinceStart)
+        await snapshots?.write('shutdown').catch((error: Error) => log('error', error.message));
       await snapshots?.close();
       const appClosed = app.close();
       await Promise.all([grpcServers?.close({ drained: appClosed }), appClosed]);
@@ -125,20 +163,32 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     const restored = await restoreSnapshotModels(app, registrations, snapshot?.path);
     const startup = await app.loadStartupModels(options.onProgress ? { onProgress: options.onProgress } : {});
     await restored.start();
-    const loaded = [...restored.loaded, ...startup.loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`)];
-    const failed = [...restored.failed, ...startup.failed.map((failure) => `${failure.url}: ${failure.error.code}: ${failure.error.message}`)];
+    const loaded = [
+      ...restored.loaded,
+      ...startup.loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`),
+    ];
+    const failed = [
+      ...restored.failed,
+      ...startup.failed.map((failure) => `${failure.url}: ${failure.error.code}: ${failure.error.message}`),
+    ];
     if (registrations.length > 0 && restored.loaded.length === 0) {
       isSnapshotKept = true;
-      warnings.push(`none of the ${registrations.length} model versions of the snapshot ${snapshot?.path} could be restored (see the failures); the snapshot is left as it is (no snapshot is written until the models change through the management API). Make the archives available and restart, or start with --ncs to ignore snapshots`);
+      warnings.push(
+        `none of the ${registrations.length} model versions of the snapshot ${snapshot?.path} could be restored (see the failures); the snapshot is left as it is (no snapshot is written until the models change through the management API). Make the archives available and restart, or start with --ncs to ignore snapshots`,
+      );
     }
 
     autoscaler = createAutoscaler({
       registry: app.registry,
       config,
       knobs: definedKnobs(config.autoscaling),
-      onScale: (event) => log(event.error ? 'warn' : 'info', event.error
-        ? `autoscaler could not move model ${event.modelName} version ${event.modelVersion} from ${event.from} to ${event.to} workers: ${event.error.message}`
-        : `autoscaler: model ${event.modelName} version ${event.modelVersion} ${event.from} -> ${event.to} workers (${event.reason})`),
+      onScale: (event) =>
+        log(
+          event.error ? 'warn' : 'info',
+          event.error
+            ? `autoscaler could not move model ${event.modelName} version ${event.modelVersion} from ${event.from} to ${event.to} workers: ${event.error.message}`
+            : `autoscaler: model ${event.modelName} version ${event.modelVersion} ${event.from} -> ${event.to} workers (${event.reason})`,
+        ),
     });
     operator.autoscaler = autoscaler;
     autoscaler.start();
@@ -165,7 +215,9 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     const targets = [
       { api: 'inference' as const, instance: app.inference, address: config.inferenceAddress },
       { api: 'management' as const, instance: app.management, address: config.managementAddress },
-      ...(config.enableMetricsApi ? [{ api: 'metrics' as const, instance: app.metrics, address: config.metricsAddress }] : []),
+      ...(config.enableMetricsApi
+        ? [{ api: 'metrics' as const, instance: app.metrics, address: config.metricsAddress }]
+        : []),
     ];
     const listening: RunningServer['listening'] = [];
     const started = new Map<FastifyInstance, string>();
@@ -176,7 +228,11 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
           await target.instance.listen({ host: target.address.host, port: target.address.port });
         } catch (error) {
           // Taken between the check and now (or an address the check skipped).
-          throw toListenError(error as NodeJS.ErrnoException, { api: target.api, key: `${target.api}_address`, address: target.address }, config);
+          throw toListenError(
+            error as NodeJS.ErrnoException,
+            { api: target.api, key: `${target.api}_address`, address: target.address },
+            config,
+          );
         }
         const bound = target.instance.server.address() as AddressInfo;
         const host = bound.family === 'IPv6' ? `[${bound.address}]` : bound.address;
@@ -188,9 +244,18 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     if (effectiveConfig.grpc) {
       // Loaded here, not at import: the launcher's other paths (config errors, --stop) never pay for grpc-js.
       const { startGrpcServers } = await import('./protocols/grpc-server.ts');
-      grpcServers = await startGrpcServers({ config: effectiveConfig, grpc: effectiveConfig.grpc, dataPlane: app.dataPlane, management: app.management, tokens: operator.tokens });
+      grpcServers = await startGrpcServers({
+        config: effectiveConfig,
+        grpc: effectiveConfig.grpc,
+        dataPlane: app.dataPlane,
+        management: app.management,
+        tokens: operator.tokens,
+      });
       const scheme = effectiveConfig.grpc.isSslEnabled ? 'grpcs' : 'grpc';
-      listening.push({ api: 'grpc-inference', url: `${scheme}://${grpcServers.inferenceUrl}` }, { api: 'grpc-management', url: `${scheme}://${grpcServers.managementUrl}` });
+      listening.push(
+        { api: 'grpc-inference', url: `${scheme}://${grpcServers.inferenceUrl}` },
+        { api: 'grpc-management', url: `${scheme}://${grpcServers.managementUrl}` },
+      );
     }
     // ts_log.log only: the launcher prints its own start-up report on the terminal.
     for (const l of listening) logs.ts('info', `${l.api} API bound to ${l.url}`);
@@ -216,12 +281,19 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
  * load_models ones), and returns `start` to start their workers once load_models are opened too.
  * A version that cannot come back (archive gone, workers fail) is reported, the others go on.
  */
-async function restoreSnapshotModels(app: MarinaApp, registrations: SnapshotRegistration[], snapshotPath: string | undefined) {
+async function restoreSnapshotModels(
+  app: MarinaApp,
+  registrations: SnapshotRegistration[],
+  snapshotPath: string | undefined,
+) {
   const loaded: string[] = [];
   const failed: string[] = [];
   const describeFailure = (r: SnapshotRegistration, error: unknown) =>
     `${r.url} (model ${r.modelName} version ${r.snapshotVersion} from snapshot ${snapshotPath}): ${(error as { code?: string }).code ?? 'MARINA_ERR_INTERNAL'}: ${(error as Error).message}`;
-  const opened: Array<{ registration: SnapshotRegistration; version: Awaited<ReturnType<MarinaApp['registry']['open']>> }> = [];
+  const opened: Array<{
+    registration: SnapshotRegistration;
+    version: Awaited<ReturnType<MarinaApp['registry']['open']>>;
+  }> = [];
   for (const registration of registrations) {
     try {
       opened.push({ registration, version: await app.registry.open(registration) });
@@ -233,14 +305,16 @@ async function restoreSnapshotModels(app: MarinaApp, registrations: SnapshotRegi
     loaded,
     failed,
     async start(): Promise<void> {
-      await Promise.all(opened.map(async ({ registration, version }) => {
-        try {
-          const result = await app.registry.start(version, { synchronous: true });
-          loaded.push(`${result.modelName} (version ${result.modelVersion})`);
-        } catch (error) {
-          failed.push(describeFailure(registration, error));
-        }
-      }));
+      await Promise.all(
+        opened.map(async ({ registration, version }) => {
+          try {
+            const result = await app.registry.start(version, { synchronous: true });
+            loaded.push(`${result.modelName} (version ${result.modelVersion})`);
+          } catch (error) {
+            failed.push(describeFailure(registration, error));
+          }
+        }),
+      );
     },
   };
 }
@@ -249,7 +323,10 @@ async function restoreSnapshotModels(app: MarinaApp, registrations: SnapshotRegi
  * The snapshot a config file carries in its `model_snapshot` key (a snapshot chosen as the config
  * file, or one named with --ts-config, in Marina's or TorchServe's own format), else undefined.
  */
-async function snapshotOfConfigFile(configFile: string | undefined, log: (level: 'warn', message: string) => void): Promise<Snapshot | undefined> {
+async function snapshotOfConfigFile(
+  configFile: string | undefined,
+  log: (level: 'warn', message: string) => void,
+): Promise<Snapshot | undefined> {
   if (configFile === undefined) return undefined;
   let text: string;
   try {
@@ -269,11 +346,16 @@ async function snapshotOfConfigFile(configFile: string | undefined, log: (level:
 /** The configuration without load_models: a restored snapshot replaces them (TorchServe ignores --models then). */
 function withoutStartupModels(config: ServerConfig, log: (level: 'info', message: string) => void): ServerConfig {
   if (config.loadModels !== 'all' && config.loadModels.length === 0) return config;
-  log('info', `load_models/--models are not loaded: the models of the snapshot in ${config.configFile} are restored instead (TorchServe's rule)`);
+  log(
+    'info',
+    `load_models/--models are not loaded: the models of the snapshot in ${config.configFile} are restored instead (TorchServe's rule)`,
+  );
   return deepFreeze({ ...config, loadModels: [] });
 }
 
 /** The knobs the configuration sets: an undefined one would override the autoscaler's default. */
 function definedKnobs(knobs: ServerConfig['autoscaling']): Partial<AutoscalingKnobs> {
-  return Object.fromEntries(Object.entries(knobs ?? {}).filter(([, value]) => value !== undefined)) as Partial<AutoscalingKnobs>;
+  return Object.fromEntries(
+    Object.entries(knobs ?? {}).filter(([, value]) => value !== undefined),
+  ) as Partial<AutoscalingKnobs>;
 }

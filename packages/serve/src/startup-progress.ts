@@ -17,7 +17,10 @@ const TICK_MS = 200;
  * and the seconds so far, redrawn every 200 ms, and a line per model once it is ready. Elsewhere
  * (a log file), one line when a model starts loading and one when it is ready.
  */
-export function createStartupProgress(options: { stream: NodeJS.WritableStream; isTty: boolean }): StartupProgressPrinter {
+export function createStartupProgress(options: {
+  stream: NodeJS.WritableStream;
+  isTty: boolean;
+}): StartupProgressPrinter {
   const { stream, isTty } = options;
   const loading = new Map<string, { sizeBytes?: number }>();
   const startedAt = performance.now();
@@ -29,7 +32,9 @@ export function createStartupProgress(options: { stream: NodeJS.WritableStream; 
   };
   const drawLive = () => {
     if (loading.size === 0) return;
-    const names = [...loading.entries()].map(([url, { sizeBytes }]) => `${url}${sizeBytes === undefined ? '' : ` (${formatSize(sizeBytes)})`}`);
+    const names = [...loading.entries()].map(
+      ([url, { sizeBytes }]) => `${url}${sizeBytes === undefined ? '' : ` (${formatSize(sizeBytes)})`}`,
+    );
     const reported = (stream as NodeJS.WriteStream).columns;
     const columns = reported !== undefined && reported >= 20 ? reported : 100;
     const text = `Loading and optimising ${names.join(', ')}: ${seconds(performance.now() - startedAt)}`;
@@ -46,7 +51,9 @@ export function createStartupProgress(options: { stream: NodeJS.WritableStream; 
       if (event.phase === 'loading') {
         loading.set(event.url, { ...(event.sizeBytes === undefined ? {} : { sizeBytes: event.sizeBytes }) });
         if (!isTty) {
-          stream.write(`Loading model ${event.url}${event.sizeBytes === undefined ? '' : ` (${formatSize(event.sizeBytes)})`}...\n`);
+          stream.write(
+            `Loading model ${event.url}${event.sizeBytes === undefined ? '' : ` (${formatSize(event.sizeBytes)})`}...\n`,
+          );
           return;
         }
         timer ??= setInterval(drawLive, TICK_MS).unref();
@@ -55,7 +62,8 @@ export function createStartupProgress(options: { stream: NodeJS.WritableStream; 
       }
       loading.delete(event.url);
       clearLive();
-      if (event.phase === 'loaded') stream.write(`Model ${event.modelName} (version ${event.modelVersion}) ready in ${seconds(event.elapsedMs)}\n`);
+      if (event.phase === 'loaded')
+        stream.write(`Model ${event.modelName} (version ${event.modelVersion}) ready in ${seconds(event.elapsedMs)}\n`);
       if (loading.size === 0) stop();
       else if (isTty) drawLive();
     },

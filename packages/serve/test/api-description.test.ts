@@ -26,7 +26,11 @@ beforeAll(async () => {
     disable_token_authorization: 'false',
     load_models: 'affine.mar',
   });
-  server = await startServer({ ...config, logDir: join(workspace.root, 'logs'), keyFilePath: join(workspace.root, 'key_file.json') });
+  server = await startServer({
+    ...config,
+    logDir: join(workspace.root, 'logs'),
+    keyFilePath: join(workspace.root, 'key_file.json'),
+  });
   urls = Object.fromEntries(server.listening.map((l) => [l.api, l.url])) as typeof urls;
   const file = JSON.parse(await readFile(join(workspace.root, 'key_file.json'), 'utf8'));
   keys = { inference: file.inference.key, management: file.management.key };
@@ -37,11 +41,34 @@ afterAll(async () => {
 });
 
 describe('API descriptions', { timeout: 60_000 }, () => {
-  it('answers OPTIONS / and GET /api-description on all three ports, without a token, in TorchServe\'s shape', async () => {
+  it("answers OPTIONS / and GET /api-description on all three ports, without a token, in TorchServe's shape", async () => {
     const expected = {
-      inference: ['/ping', '/predictions/{model_name}', '/predictions/{model_name}/{model_version}', '/v1/models/{model_name}:predict', '/explanations/{model_name}', '/invocations', '/{model_name}/predict', '/api-description',
-        '/v2/health/live', '/v2/health/ready', '/v2', '/v2/models/{model_name}', '/v2/models/{model_name}/ready', '/v2/models/{model_name}/infer', '/v2/models/{model_name}/versions/{model_version}/infer'],
-      management: ['/models', '/models/{model_name}', '/models/{model_name}/{model_version}', '/models/{model_name}/{model_version}/set-default', '/token', '/api-description', '/api-explorer'],
+      inference: [
+        '/ping',
+        '/predictions/{model_name}',
+        '/predictions/{model_name}/{model_version}',
+        '/v1/models/{model_name}:predict',
+        '/explanations/{model_name}',
+        '/invocations',
+        '/{model_name}/predict',
+        '/api-description',
+        '/v2/health/live',
+        '/v2/health/ready',
+        '/v2',
+        '/v2/models/{model_name}',
+        '/v2/models/{model_name}/ready',
+        '/v2/models/{model_name}/infer',
+        '/v2/models/{model_name}/versions/{model_version}/infer',
+      ],
+      management: [
+        '/models',
+        '/models/{model_name}',
+        '/models/{model_name}/{model_version}',
+        '/models/{model_name}/{model_version}/set-default',
+        '/token',
+        '/api-description',
+        '/api-explorer',
+      ],
       metrics: ['/metrics', '/api-description'],
     };
     for (const api of ['inference', 'management', 'metrics'] as const) {
@@ -58,33 +85,57 @@ describe('API descriptions', { timeout: 60_000 }, () => {
     const document = (await call(urls.management, 'GET', '/api-description')).json;
     const register = document.paths['/models'].post;
     expect(register.description).toMatch(/^Register a new model/);
-    expect(register.parameters).toEqual(expect.arrayContaining([expect.objectContaining({ in: 'query', name: 'url' }), expect.objectContaining({ in: 'query', name: 'initial_workers', schema: expect.objectContaining({ type: 'integer' }) })]));
+    expect(register.parameters).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ in: 'query', name: 'url' }),
+        expect.objectContaining({
+          in: 'query',
+          name: 'initial_workers',
+          schema: expect.objectContaining({ type: 'integer' }),
+        }),
+      ]),
+    );
     expect(Object.keys(register.responses)).toEqual(expect.arrayContaining(['200', '202', '400', '404', '409', '500']));
     expect(register.responses['400'].content['application/json'].schema.required).toEqual(['code', 'type', 'message']);
     const scale = document.paths['/models/{model_name}'].put;
-    expect(scale.parameters).toEqual(expect.arrayContaining([expect.objectContaining({ in: 'path', name: 'model_name', required: true }), expect.objectContaining({ in: 'query', name: 'min_worker' })]));
+    expect(scale.parameters).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ in: 'path', name: 'model_name', required: true }),
+        expect.objectContaining({ in: 'query', name: 'min_worker' }),
+      ]),
+    );
     const ping = (await call(urls.inference, 'GET', '/api-description')).json.paths['/ping'].get;
     expect(ping.responses['200'].content['application/json'].schema.properties.status).toEqual({ type: 'string' });
-    const infer = (await call(urls.inference, 'GET', '/api-description')).json.paths['/v2/models/{model_name}/infer'].post;
-    expect(infer.parameters).toEqual(expect.arrayContaining([expect.objectContaining({ in: 'path', name: 'model_name', required: true })]));
+    const infer = (await call(urls.inference, 'GET', '/api-description')).json.paths['/v2/models/{model_name}/infer']
+      .post;
+    expect(infer.parameters).toEqual(
+      expect.arrayContaining([expect.objectContaining({ in: 'path', name: 'model_name', required: true })]),
+    );
     expect(infer.responses['400'].content['application/json'].schema.required).toEqual(['error']);
   });
 
-  it('describes one model with OPTIONS /predictions/{m} and OPTIONS /models/{m} (the API\'s key; 404 for an unknown model)', async () => {
+  it("describes one model with OPTIONS /predictions/{m} and OPTIONS /models/{m} (the API's key; 404 for an unknown model)", async () => {
     expect((await fetch(`${urls.inference}/predictions/affine`, { method: 'OPTIONS' })).status).toBe(401);
     const inference = await call(urls.inference, 'OPTIONS', '/predictions/affine', { token: keys.inference });
     expect(inference.status).toBe(200);
-    expect(Object.keys(inference.json.paths)).toEqual(expect.arrayContaining(['/predictions/affine', '/predictions/affine/{model_version}']));
+    expect(Object.keys(inference.json.paths)).toEqual(
+      expect.arrayContaining(['/predictions/affine', '/predictions/affine/{model_version}']),
+    );
     expect(inference.json.paths['/predictions/affine'].post.parameters).toEqual([]);
     const management = await call(urls.management, 'OPTIONS', '/models/affine', { token: keys.management });
     expect(management.status).toBe(200);
-    expect(Object.keys(management.json.paths)).toEqual(expect.arrayContaining(['/models/affine', '/models/affine/{model_version}']));
-    expect((await call(urls.inference, 'OPTIONS', '/predictions/nope', { token: keys.inference })).json).toMatchObject({ code: 404, type: 'ModelNotFoundException' });
+    expect(Object.keys(management.json.paths)).toEqual(
+      expect.arrayContaining(['/models/affine', '/models/affine/{model_version}']),
+    );
+    expect((await call(urls.inference, 'OPTIONS', '/predictions/nope', { token: keys.inference })).json).toMatchObject({
+      code: 404,
+      type: 'ModelNotFoundException',
+    });
   });
 });
 
 describe('the API explorer relay', () => {
-  it('reaches only listeners the management address\'s clients could reach themselves', async () => {
+  it("reaches only listeners the management address's clients could reach themselves", async () => {
     const { isReachableFrom } = await import('../src/routes/api-explorer.ts');
     expect(isReachableFrom('127.0.0.1', '127.0.0.1')).toBe(true);
     expect(isReachableFrom('127.0.0.1', '10.0.0.5')).toBe(true);
@@ -97,7 +148,11 @@ describe('the API explorer relay', () => {
     const page = await fetch(`${urls.management}/api-explorer`);
     expect(page.status).toBe(200);
     expect(page.headers.get('content-security-policy')).toMatch(/default-src 'none'; script-src 'nonce-[^']+'/);
-    const loop = await fetch(`${urls.management}/api-explorer/try`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ api: 'management', method: 'GET', path: '/api-explorer' }) });
+    const loop = await fetch(`${urls.management}/api-explorer/try`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ api: 'management', method: 'GET', path: '/api-explorer' }),
+    });
     expect(loop.status).toBe(400);
   });
 });

@@ -14,7 +14,16 @@ import { startServer, type RunningServer } from '../src/start-server.ts';
 import { createWorkspace, freePort, opsConfig, type Workspace } from './ops-harness.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
-const CHROMIUM_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const CHROMIUM_FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 
 let workspace: Workspace;
 let server: RunningServer;
@@ -24,7 +33,8 @@ let inferenceKey: string;
 let managementKey: string;
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium; .ci/run does it)`);
+  if (!existsSync(CHROMIUM))
+    throw new Error(`${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium; .ci/run does it)`);
   workspace = await createWorkspace('marina-api-explorer-');
   const config = opsConfig(workspace, {
     inference_address: `http://127.0.0.1:${await freePort()}`,
@@ -32,7 +42,11 @@ beforeAll(async () => {
     metrics_address: `http://127.0.0.1:${await freePort()}`,
     disable_token_authorization: 'false',
   });
-  server = await startServer({ ...config, logDir: join(workspace.root, 'logs'), keyFilePath: join(workspace.root, 'key_file.json') });
+  server = await startServer({
+    ...config,
+    logDir: join(workspace.root, 'logs'),
+    keyFilePath: join(workspace.root, 'key_file.json'),
+  });
   management = server.listening.find((l) => l.api === 'management')!.url;
   const keys = JSON.parse(await readFile(join(workspace.root, 'key_file.json'), 'utf8'));
   inferenceKey = keys.inference.key;
@@ -50,20 +64,28 @@ describe('the API explorer page', () => {
     const page = await browser.newPage();
     const problems: string[] = [];
     page.on('pageerror', (error) => problems.push(error.message));
-    page.on('console', (message) => { if (message.type() === 'error') problems.push(message.text()); });
+    page.on('console', (message) => {
+      if (message.type() === 'error') problems.push(message.text());
+    });
     const response = await page.goto(`${management}/api-explorer`);
     expect(response?.status()).toBe(200);
     await expect(page.title()).resolves.toBe('Marina API explorer');
 
-    const routes = await page.locator('li.route').evaluateAll((items) => items.map((i) => `${(i.closest('section') as HTMLElement).dataset.api} ${(i as HTMLElement).dataset.route}`));
-    expect(routes).toEqual(expect.arrayContaining([
-      'inference GET /ping',
-      'inference POST /predictions/{model_name}',
-      'inference GET /v2',
-      'management POST /models',
-      'management PUT /models/{model_name}',
-      'metrics GET /metrics',
-    ]));
+    const routes = await page
+      .locator('li.route')
+      .evaluateAll((items) =>
+        items.map((i) => `${(i.closest('section') as HTMLElement).dataset.api} ${(i as HTMLElement).dataset.route}`),
+      );
+    expect(routes).toEqual(
+      expect.arrayContaining([
+        'inference GET /ping',
+        'inference POST /predictions/{model_name}',
+        'inference GET /v2',
+        'management POST /models',
+        'management PUT /models/{model_name}',
+        'metrics GET /metrics',
+      ]),
+    );
 
     await page.fill('#token', inferenceKey);
     const ping = page.locator('section[data-api="inference"] li.route[data-route="GET /ping"]');
@@ -90,7 +112,9 @@ describe('the API explorer page', () => {
     await page.fill('#token', managementKey);
     await list.locator('button').click();
     await list.locator('pre.result[data-status="200"]').waitFor({ timeout: 0 });
-    expect(JSON.parse((await list.locator('pre.result').textContent())!.split('\n').slice(1).join('\n'))).toEqual({ models: [] });
+    expect(JSON.parse((await list.locator('pre.result').textContent())!.split('\n').slice(1).join('\n'))).toEqual({
+      models: [],
+    });
     expect(problems).toEqual([]);
     await page.close();
   });

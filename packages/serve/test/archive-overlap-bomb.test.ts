@@ -13,7 +13,12 @@ import { buildZip, compressibleBytes } from './zip-builder.ts';
 
 const ENTRY_BYTES = 8 * 1024 * 1024;
 const handlerSource = 'export function handle(data) { return data.map(() => ({ ok: true })); }\n';
-const manifest = JSON.stringify({ runtime: 'python', model: { modelName: 'bomb', modelVersion: '1.0', handler: 'h.mjs' }, archiverVersion: '0.12.0', createdOn: '01/01/2026 00:00:00' });
+const manifest = JSON.stringify({
+  runtime: 'python',
+  model: { modelName: 'bomb', modelVersion: '1.0', handler: 'h.mjs' },
+  archiverVersion: '0.12.0',
+  createdOn: '01/01/2026 00:00:00',
+});
 
 let workspace: Workspace;
 let ops: OpsServer;
@@ -27,7 +32,10 @@ beforeAll(async () => {
     { name: 'weights-0.bin', data: compressibleBytes(ENTRY_BYTES) },
   ];
   bombPath = join(workspace.store, 'bomb.mar');
-  await writeFile(bombPath, buildZip({ files, aliasOf: 'weights-0.bin', aliases: Array.from({ length: 9 }, (_, i) => `weights-${i + 1}.bin`) }));
+  await writeFile(
+    bombPath,
+    buildZip({ files, aliasOf: 'weights-0.bin', aliases: Array.from({ length: 9 }, (_, i) => `weights-${i + 1}.bin`) }),
+  );
   await writeFile(join(workspace.store, 'honest.mar'), buildZip({ files }));
   ops = await startOps(opsConfig(workspace));
 }, 60_000);
@@ -53,7 +61,11 @@ describe('a zip whose entries share one deflate stream', () => {
   });
 
   it('the same archive without the aliases registers (the builder makes valid zips)', async () => {
-    const response = await call(ops.api, 'POST', '/models?url=honest.mar&model_name=honest&initial_workers=1&synchronous=true');
+    const response = await call(
+      ops.api,
+      'POST',
+      '/models?url=honest.mar&model_name=honest&initial_workers=1&synchronous=true',
+    );
     expect(response.status, response.text).toBe(200);
     const predicted = await call(ops.api, 'POST', '/predictions/honest', { body: {} });
     expect(predicted.json).toEqual({ ok: true });

@@ -3,7 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createTokenAuthorization, createTokenHook, readKeyFile, tokenRoutes, type TokenAuthorization } from '../src/auth/token-authorization.ts';
+import {
+  createTokenAuthorization,
+  createTokenHook,
+  readKeyFile,
+  tokenRoutes,
+  type TokenAuthorization,
+} from '../src/auth/token-authorization.ts';
 
 let dir: string;
 let keyFilePath: string;
@@ -33,7 +39,7 @@ afterEach(async () => {
 });
 
 describe('key_file.json', () => {
-  it('is written in TorchServe\'s format with mode 0600', async () => {
+  it("is written in TorchServe's format with mode 0600", async () => {
     const file = JSON.parse(await readFile(keyFilePath, 'utf8'));
     expect(Object.keys(file)).toEqual(['management', 'inference', 'API']);
     expect(file.management['expiration time']).toBe('2025-01-01T01:00:00.000Z');
@@ -44,7 +50,7 @@ describe('key_file.json', () => {
     await expect(readKeyFile(keyFilePath)).resolves.toEqual(file);
   });
 
-  it('readKeyFile reports a file that is not TorchServe\'s format', async () => {
+  it("readKeyFile reports a file that is not TorchServe's format", async () => {
     await rm(keyFilePath);
     await expect(readKeyFile(keyFilePath)).rejects.toMatchObject({ code: 'MARINA_ERR_KEY_FILE_INVALID' });
   });
@@ -53,11 +59,13 @@ describe('key_file.json', () => {
 describe('the token hook', () => {
   it('lets a request with the right bearer key through', async () => {
     await startApp('inference');
-    const response = await fetch(`${base}/ping`, { headers: { authorization: `Bearer ${tokens.keyFile().inference.key}` } });
+    const response = await fetch(`${base}/ping`, {
+      headers: { authorization: `Bearer ${tokens.keyFile().inference.key}` },
+    });
     expect(response.status).toBe(200);
   });
 
-  it('answers 401 with TorchServe\'s body and says the token is missing and where the key file is', async () => {
+  it("answers 401 with TorchServe's body and says the token is missing and where the key file is", async () => {
     await startApp('inference');
     const response = await fetch(`${base}/ping`);
     expect(response.status).toBe(401);
@@ -73,7 +81,9 @@ describe('the token hook', () => {
 
   it('refuses the management key on the inference API as a wrong token', async () => {
     await startApp('inference');
-    const response = await fetch(`${base}/ping`, { headers: { authorization: `Bearer ${tokens.keyFile().management.key}` } });
+    const response = await fetch(`${base}/ping`, {
+      headers: { authorization: `Bearer ${tokens.keyFile().management.key}` },
+    });
     expect(response.status).toBe(401);
     expect(await response.json()).toMatchObject({ marinaCode: 'MARINA_ERR_TOKEN_INVALID' });
   });
@@ -81,28 +91,36 @@ describe('the token hook', () => {
   it('matches the Bearer scheme case-insensitively (RFC 7235)', async () => {
     await startApp('inference');
     for (const scheme of ['bearer', 'BEARER', 'BeArEr']) {
-      const response = await fetch(`${base}/ping`, { headers: { authorization: `${scheme} ${tokens.keyFile().inference.key}` } });
+      const response = await fetch(`${base}/ping`, {
+        headers: { authorization: `${scheme} ${tokens.keyFile().inference.key}` },
+      });
       expect(response.status).toBe(200);
     }
   });
 
-  it('asks a request that matches no route for the listener\'s key before answering 404', async () => {
+  it("asks a request that matches no route for the listener's key before answering 404", async () => {
     await startApp('inference');
     expect((await fetch(`${base}/no-such-route`)).status).toBe(401);
-    const response = await fetch(`${base}/no-such-route`, { headers: { authorization: `Bearer ${tokens.keyFile().inference.key}` } });
+    const response = await fetch(`${base}/no-such-route`, {
+      headers: { authorization: `Bearer ${tokens.keyFile().inference.key}` },
+    });
     expect(response.status).toBe(404);
   });
 
   it('treats a header that is not "Bearer <token>" as missing', async () => {
     await startApp('inference');
-    const response = await fetch(`${base}/ping`, { headers: { authorization: `Basic ${tokens.keyFile().inference.key}` } });
+    const response = await fetch(`${base}/ping`, {
+      headers: { authorization: `Basic ${tokens.keyFile().inference.key}` },
+    });
     expect(await response.json()).toMatchObject({ marinaCode: 'MARINA_ERR_TOKEN_MISSING' });
   });
 
   it('says when the key has expired', async () => {
     await startApp('inference');
     nowMs += 61 * 60_000;
-    const response = await fetch(`${base}/ping`, { headers: { authorization: `Bearer ${tokens.keyFile().inference.key}` } });
+    const response = await fetch(`${base}/ping`, {
+      headers: { authorization: `Bearer ${tokens.keyFile().inference.key}` },
+    });
     expect(response.status).toBe(401);
     const body = await response.json();
     expect(body).toMatchObject({ marinaCode: 'MARINA_ERR_TOKEN_EXPIRED' });
@@ -119,16 +137,23 @@ describe('the token hook', () => {
 describe('/token rotation', () => {
   it('needs the API key, not the management key', async () => {
     await startApp('management');
-    const response = await fetch(`${base}/token?type=inference`, { headers: { authorization: `Bearer ${tokens.keyFile().management.key}` } });
+    const response = await fetch(`${base}/token?type=inference`, {
+      headers: { authorization: `Bearer ${tokens.keyFile().management.key}` },
+    });
     expect(response.status).toBe(401);
-    expect(await response.json()).toMatchObject({ marinaCode: 'MARINA_ERR_TOKEN_INVALID', message: expect.stringContaining('API key') });
+    expect(await response.json()).toMatchObject({
+      marinaCode: 'MARINA_ERR_TOKEN_INVALID',
+      message: expect.stringContaining('API key'),
+    });
   });
 
   it('gives the inference key a new value and expiry and rewrites the file', async () => {
     await startApp('management');
     const before = await readKeyFile(keyFilePath);
     nowMs += 30 * 60_000;
-    const response = await fetch(`${base}/token?type=inference`, { headers: { authorization: `Bearer ${before.API.key}` } });
+    const response = await fetch(`${base}/token?type=inference`, {
+      headers: { authorization: `Bearer ${before.API.key}` },
+    });
     expect(response.status).toBe(200);
     expect(await response.text()).toBe('');
     const after = await readKeyFile(keyFilePath);
@@ -141,8 +166,14 @@ describe('/token rotation', () => {
 
   it('answers 400 InvalidKeyException for a missing or unknown type', async () => {
     await startApp('management');
-    const response = await fetch(`${base}/token?type=API`, { headers: { authorization: `Bearer ${tokens.keyFile().API.key}` } });
+    const response = await fetch(`${base}/token?type=API`, {
+      headers: { authorization: `Bearer ${tokens.keyFile().API.key}` },
+    });
     expect(response.status).toBe(400);
-    expect(await response.json()).toMatchObject({ code: 400, type: 'InvalidKeyException', marinaCode: 'MARINA_ERR_TOKEN_TYPE_INVALID' });
+    expect(await response.json()).toMatchObject({
+      code: 400,
+      type: 'InvalidKeyException',
+      marinaCode: 'MARINA_ERR_TOKEN_TYPE_INVALID',
+    });
   });
 });

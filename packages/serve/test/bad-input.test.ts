@@ -12,7 +12,12 @@ describe('bad request bodies', () => {
   let good: Buffer;
   let corrupt: Buffer;
   const post = (payload: Buffer | string, contentType = 'application/octet-stream') =>
-    app.inference.inject({ method: 'POST', url: '/predictions/classifier', payload, headers: { 'content-type': contentType } });
+    app.inference.inject({
+      method: 'POST',
+      url: '/predictions/classifier',
+      payload,
+      headers: { 'content-type': contentType },
+    });
 
   beforeAll(async () => {
     dir = await tempDir();
@@ -21,7 +26,9 @@ describe('bad request bodies', () => {
     good = await readFile(join(dir.path, 'good.jpg'));
     corrupt = await readFile(join(dir.path, 'bad.jpg'));
     app = await buildApp(testConfig({ maxRequestBytes: 200_000 }, dir.path));
-    const folder = await writeClassifierModel(dir.path, 'classifier', { modelConfigYaml: 'batchSize: 4\nmaxBatchDelay: 20\n' });
+    const folder = await writeClassifierModel(dir.path, 'classifier', {
+      modelConfigYaml: 'batchSize: 4\nmaxBatchDelay: 20\n',
+    });
     await app.registry.register({ url: 'classifier', archivePath: folder, synchronous: true });
   });
 
@@ -61,12 +68,18 @@ describe('bad request bodies', () => {
   it('answers 404 for an unknown model or version, with x-request-id', async () => {
     const res = await app.inference.inject({ method: 'POST', url: '/predictions/nope', payload: good });
     expect(res.statusCode).toBe(404);
-    expect(res.json()).toMatchObject({ code: 404, type: 'ModelNotFoundException', marinaCode: 'MARINA_ERR_MODEL_NOT_FOUND' });
+    expect(res.json()).toMatchObject({
+      code: 404,
+      type: 'ModelNotFoundException',
+      marinaCode: 'MARINA_ERR_MODEL_NOT_FOUND',
+    });
     // TorchServe's message first, then what is registered.
     expect(res.json().message).toBe('Model not found: nope (registered models: classifier)');
     expect(res.headers['x-request-id']).toBeTruthy();
     const typo = await app.inference.inject({ method: 'POST', url: '/predictions/clasifier', payload: good });
-    expect(typo.json().message).toBe("Model not found: clasifier (registered models: classifier; did you mean 'classifier'?)");
+    expect(typo.json().message).toBe(
+      "Model not found: clasifier (registered models: classifier; did you mean 'classifier'?)",
+    );
     const v = await app.inference.inject({ method: 'POST', url: '/predictions/classifier/9.9', payload: good });
     expect(v.statusCode).toBe(404);
     expect(v.json().message).toContain('available: 1.0');

@@ -102,7 +102,7 @@ describe('BatchAggregator (workers pull)', () => {
     expect(t.sent).toHaveLength(2);
   });
 
-  it('collects a busy worker\'s next batch for up to maxBatchDelay, then sends what it has', () => {
+  it("collects a busy worker's next batch for up to maxBatchDelay, then sends what it has", () => {
     const t = setup({ batchSize: 4, maxBatchDelayMs: 100, workers: 1 });
     t.add();
     t.endTurn();
@@ -133,7 +133,7 @@ describe('BatchAggregator (workers pull)', () => {
     expect(t.sent[2]).toEqual({ worker: 'w1', ids: ['r4'], reason: 'idle' });
   });
 
-  it('prefers an idle worker to a busy one\'s prefetch', () => {
+  it("prefers an idle worker to a busy one's prefetch", () => {
     const t = setup({ batchSize: 4, maxBatchDelayMs: 1000, workers: 2 });
     t.add();
     t.endTurn();
@@ -180,7 +180,9 @@ describe('JobQueue', () => {
   it('rejects at once when full, naming the model, the size and what to do', () => {
     const q = new JobQueue({ capacity: 1, label: "model 'resnet' version '1.0'" });
     q.offer(new Job({ requestId: 'a', input: {} }));
-    expect(() => q.offer(new Job({ requestId: 'b', input: {} }))).toThrow(/model 'resnet' version '1.0' is overloaded: its job queue is full \(1 requests waiting.*Retry after/);
+    expect(() => q.offer(new Job({ requestId: 'b', input: {} }))).toThrow(
+      /model 'resnet' version '1.0' is overloaded: its job queue is full \(1 requests waiting.*Retry after/,
+    );
     expect(q.poll()?.requestId).toBe('a');
     expect(q.remainingCapacity).toBe(1);
   });
@@ -202,7 +204,9 @@ describe('JobQueue', () => {
     const q = new JobQueue({ capacity: 8, label: "model 'm' version '1'" });
     const out: string[] = [];
     let n = 0;
-    const offer = (count: number) => { for (let i = 0; i < count; i++) q.offer(new Job({ requestId: String(n++), input: {} })); };
+    const offer = (count: number) => {
+      for (let i = 0; i < count; i++) q.offer(new Job({ requestId: String(n++), input: {} }));
+    };
     offer(6);
     for (let i = 0; i < 5; i++) out.push(q.poll()!.requestId);
     offer(7);

@@ -23,11 +23,16 @@ function threadPolicies(): Map<number, number> {
 }
 
 /** The policies of the threads that were not there in `before` (threads of earlier tests may still be ending). */
-const newThreadPolicies = (before: Map<number, number>) => [...threadPolicies()].filter(([tid]) => !before.has(tid)).map(([, policy]) => policy);
+const newThreadPolicies = (before: Map<number, number>) =>
+  [...threadPolicies()].filter(([tid]) => !before.has(tid)).map(([, policy]) => policy);
 
 describe('worker threads under SCHED_BATCH', () => {
   it('is off with MARINA_WORKER_SCHED_BATCH=0 and off the Linux kernel, saying so', () => {
-    expect(useBatchScheduling({ [WORKER_SCHED_BATCH_ENV]: '0' }, 'linux')).toEqual({ applied: false, reason: `${WORKER_SCHED_BATCH_ENV}=0`, isOff: true });
+    expect(useBatchScheduling({ [WORKER_SCHED_BATCH_ENV]: '0' }, 'linux')).toEqual({
+      applied: false,
+      reason: `${WORKER_SCHED_BATCH_ENV}=0`,
+      isOff: true,
+    });
     expect(useBatchScheduling({}, 'darwin')).toMatchObject({ applied: false, isOff: true });
   });
 
@@ -47,7 +52,9 @@ describe('worker threads under SCHED_BATCH', () => {
       const dir = await tempDir();
       cleanup = dir.cleanup;
       // Two intra-op threads: onnxruntime starts a pool thread beside the worker's own.
-      const folder = await writeClassifierModel(dir.path, 'cls', { modelConfigYaml: 'minWorkers: 1\nintraOpNumThreads: 2\n' });
+      const folder = await writeClassifierModel(dir.path, 'cls', {
+        modelConfigYaml: 'minWorkers: 1\nintraOpNumThreads: 2\n',
+      });
       app = await buildApp(testConfig({ cpuCount: 2 }, dir.path));
       await app.registry.register({ url: 'cls', archivePath: folder, synchronous: true });
     };

@@ -22,7 +22,9 @@ describe('serve launcher flags', () => {
   });
 
   it("takes TorchServe's tutorial command line", async () => {
-    expect(await parse(['--start', '--disable-token-auth', '--enable-model-api', '--ts-config', 'config.properties'])).toEqual({
+    expect(
+      await parse(['--start', '--disable-token-auth', '--enable-model-api', '--ts-config', 'config.properties']),
+    ).toEqual({
       mode: 'start',
       foreground: false,
       cliOptions: { disableTokenAuth: true, enableModelApi: true, tsConfig: 'config.properties' },
@@ -30,16 +32,34 @@ describe('serve launcher flags', () => {
   });
 
   it('takes every start option', async () => {
-    const command = await parse(['--foreground', '--model-store', 'store', '--models', 'a=a.mar', 'b.mar', '--ncs', '--log-config', 'log4j2.xml']);
+    const command = await parse([
+      '--foreground',
+      '--model-store',
+      'store',
+      '--models',
+      'a=a.mar',
+      'b.mar',
+      '--ncs',
+      '--log-config',
+      'log4j2.xml',
+    ]);
     expect(command).toEqual({
       mode: 'start',
       foreground: true,
-      cliOptions: { foreground: true, modelStore: 'store', models: ['a=a.mar', 'b.mar'], ncs: true, logConfig: 'log4j2.xml' },
+      cliOptions: {
+        foreground: true,
+        modelStore: 'store',
+        models: ['a=a.mar', 'b.mar'],
+        ncs: true,
+        logConfig: 'log4j2.xml',
+      },
     });
   });
 
   it("takes TorchServe's --workflow-store and --plugins-path/--ppath", async () => {
-    expect(await parse(['--workflow-store', 'wf', '--plugins-path', 'plugins'])).toMatchObject({ cliOptions: { workflowStore: 'wf', pluginsPath: 'plugins' } });
+    expect(await parse(['--workflow-store', 'wf', '--plugins-path', 'plugins'])).toMatchObject({
+      cliOptions: { workflowStore: 'wf', pluginsPath: 'plugins' },
+    });
     expect(await parse(['--ppath', 'p'])).toMatchObject({ cliOptions: { pluginsPath: 'p' } });
   });
 
@@ -47,7 +67,11 @@ describe('serve launcher flags', () => {
     const bin = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
     const dir = mkdtempSync(join(tmpdir(), 'marina-log-config-'));
     try {
-      const result = spawnSync(process.execPath, [bin, '--foreground', '--model-store', dir, '--ncs', '--log-config', join(dir, 'missing-log4j2.xml')], { encoding: 'utf8', cwd: dir, env: { ...process.env, LOG_LOCATION: join(dir, 'logs'), TMPDIR: dir } });
+      const result = spawnSync(
+        process.execPath,
+        [bin, '--foreground', '--model-store', dir, '--ncs', '--log-config', join(dir, 'missing-log4j2.xml')],
+        { encoding: 'utf8', cwd: dir, env: { ...process.env, LOG_LOCATION: join(dir, 'logs'), TMPDIR: dir } },
+      );
       expect(result.status).toBe(1);
       expect(result.stderr).toContain('MARINA_ERR_CONFIG_FILE_UNREADABLE: --log-config file not found');
     } finally {
@@ -56,7 +80,9 @@ describe('serve launcher flags', () => {
   });
 
   it('accepts the short aliases --dt and --no-config-snapshots', async () => {
-    expect(await parse(['--dt', '--no-config-snapshots'])).toMatchObject({ cliOptions: { disableTokenAuth: true, ncs: true } });
+    expect(await parse(['--dt', '--no-config-snapshots'])).toMatchObject({
+      cliOptions: { disableTokenAuth: true, ncs: true },
+    });
   });
 
   it('recognises --stop and -v/--version', async () => {

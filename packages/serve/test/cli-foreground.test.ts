@@ -10,7 +10,6 @@ const newTempDir = useTempDirs('marina-cli-foreground-');
 
 const BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
 
-
 interface Foreground {
   child: ChildProcessWithoutNullStreams;
   output: () => string;
@@ -34,15 +33,29 @@ afterEach(() => {
 });
 
 /** `serve --foreground` with a sleepy model, resolved once it prints that it is ready. `extraEnv` adds to a copy of this environment without MALLOC_MMAP_THRESHOLD_. */
-async function startForeground(extraEnv: Record<string, string> = {}): Promise<Foreground & { url: string; env: NodeJS.ProcessEnv }> {
+async function startForeground(
+  extraEnv: Record<string, string> = {},
+): Promise<Foreground & { url: string; env: NodeJS.ProcessEnv }> {
   const cwd = newTempDir();
   mkdirSync(path.join(cwd, 'tmp'));
   const model = path.join(cwd, 'store', 'sleepy');
   mkdirSync(path.join(model, 'MAR-INF'), { recursive: true });
-  writeFileSync(path.join(model, 'MAR-INF', 'MANIFEST.json'), JSON.stringify({ runtime: 'python', model: { modelName: 'sleepy', modelVersion: '1.0', handler: 'sleepy_handler.mjs' } }));
+  writeFileSync(
+    path.join(model, 'MAR-INF', 'MANIFEST.json'),
+    JSON.stringify({
+      runtime: 'python',
+      model: { modelName: 'sleepy', modelVersion: '1.0', handler: 'sleepy_handler.mjs' },
+    }),
+  );
   writeFileSync(path.join(model, 'sleepy_handler.mjs'), sleepyHandlerSource);
   const args = ['--foreground', '--disable-token-auth', '--model-store', 'store', '--models', 'all'];
-  const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: path.join(cwd, 'tmp'), TS_CONFIG_FILE: writeConfig(cwd), LOG_LOCATION: path.join(cwd, 'logs'), ...extraEnv };
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    TMPDIR: path.join(cwd, 'tmp'),
+    TS_CONFIG_FILE: writeConfig(cwd),
+    LOG_LOCATION: path.join(cwd, 'logs'),
+    ...extraEnv,
+  };
   if (!('MALLOC_MMAP_THRESHOLD_' in extraEnv)) delete env.MALLOC_MMAP_THRESHOLD_;
   const child = spawn(process.execPath, [BIN, ...args], { cwd, env });
   children.push({ child, cwd });
@@ -77,7 +90,10 @@ function stopWithCli(server: { cwd: string; env: NodeJS.ProcessEnv }): Promise<n
 
 function writeConfig(cwd: string): string {
   const file = path.join(cwd, 'config.properties');
-  writeFileSync(file, 'inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\nenable_metrics_api=false\n');
+  writeFileSync(
+    file,
+    'inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\nenable_metrics_api=false\n',
+  );
   return file;
 }
 
@@ -98,12 +114,16 @@ describe('serve --foreground', { timeout: 60_000 }, () => {
 
   it('exits at once with status 1 on a second signal while a request is in flight', async () => {
     const server = await startForeground();
-    const inFlight = fetch(`${server.url}/predictions/sleepy`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sleepMs: 20_000 }) }).catch(
-      (error: unknown) => error,
-    );
+    const inFlight = fetch(`${server.url}/predictions/sleepy`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sleepMs: 20_000 }),
+    }).catch((error: unknown) => error);
     let isBusy = false;
     for (let attempt = 0; attempt < 400 && !isBusy; attempt++) {
-      const [description] = (await (await fetch(`${server.url}/models/sleepy`)).json()) as Array<{ workers: Array<{ status: string }> }>;
+      const [description] = (await (await fetch(`${server.url}/models/sleepy`)).json()) as Array<{
+        workers: Array<{ status: string }>;
+      }>;
       isBusy = description?.workers.some((worker) => worker.status === 'BUSY') ?? false;
       if (!isBusy) await new Promise((resolve) => setTimeout(resolve, 25));
     }

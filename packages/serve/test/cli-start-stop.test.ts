@@ -15,7 +15,10 @@ function track(dir: string): string {
 
 function writeManifest(folder: string, model: Record<string, string>): void {
   mkdirSync(path.join(folder, 'MAR-INF'), { recursive: true });
-  writeFileSync(path.join(folder, 'MAR-INF', 'MANIFEST.json'), JSON.stringify({ runtime: 'python', model: { modelVersion: '1.0', ...model }, archiverVersion: '0.12.0' }));
+  writeFileSync(
+    path.join(folder, 'MAR-INF', 'MANIFEST.json'),
+    JSON.stringify({ runtime: 'python', model: { modelVersion: '1.0', ...model }, archiverVersion: '0.12.0' }),
+  );
 }
 
 /** A working directory with tmp/, a model store and a config.properties listening on random ports. */
@@ -25,7 +28,16 @@ function workDir(extraConfig = ''): string {
   mkdirSync(path.join(cwd, 'store'));
   writeFileSync(
     path.join(cwd, 'config.properties'),
-    ['inference_address=http://127.0.0.1:0', 'management_address=http://127.0.0.1:0', 'enable_metrics_api=false', 'model_store=store', 'load_models=all', extraConfig, 'grpc_inference_port=0', 'grpc_management_port=0'].join('\n'),
+    [
+      'inference_address=http://127.0.0.1:0',
+      'management_address=http://127.0.0.1:0',
+      'enable_metrics_api=false',
+      'model_store=store',
+      'load_models=all',
+      extraConfig,
+      'grpc_inference_port=0',
+      'grpc_management_port=0',
+    ].join('\n'),
   );
   return cwd;
 }
@@ -65,7 +77,11 @@ afterAll(async () => {
 describe('serve --start in the background, then --stop', { timeout: 60_000 }, () => {
   it('serves predictions over HTTP with token authorization on, and --stop ends it and removes its files', async () => {
     const cwd = workDir();
-    writeManifest(path.join(cwd, 'store', 'affine'), { modelName: 'affine', serializedFile: 'model.onnx', handler: 'tensor' });
+    writeManifest(path.join(cwd, 'store', 'affine'), {
+      modelName: 'affine',
+      serializedFile: 'model.onnx',
+      handler: 'tensor',
+    });
     await writeTinyTensorModel({ outputPath: path.join(cwd, 'store', 'affine', 'model.onnx') });
 
     started.push(cwd);
@@ -83,8 +99,15 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     const headers = { 'content-type': 'application/json' };
     const anonymous = await fetch(url, { method: 'POST', headers, body });
     expect(anonymous.status).toBe(401);
-    const keys = JSON.parse(readFileSync(path.join(cwd, 'key_file.json'), 'utf8')) as { inference: { key: string }; management: { key: string } };
-    const authorized = await fetch(url, { method: 'POST', headers: { ...headers, authorization: `Bearer ${keys.inference.key}` }, body });
+    const keys = JSON.parse(readFileSync(path.join(cwd, 'key_file.json'), 'utf8')) as {
+      inference: { key: string };
+      management: { key: string };
+    };
+    const authorized = await fetch(url, {
+      method: 'POST',
+      headers: { ...headers, authorization: `Bearer ${keys.inference.key}` },
+      body,
+    });
     expect(authorized.status).toBe(200);
     expect(await authorized.json()).toEqual({ outputs: { output: { shape: [1, 4], data: [3, 5, 7, 9] } } });
 
@@ -120,11 +143,17 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     const pid = pidOf(cwd);
 
     const base = inferenceUrl(start.stdout);
-    const inFlight = fetch(`${base}/predictions/sleepy`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sleepMs: 2000, value: 42 }) });
+    const inFlight = fetch(`${base}/predictions/sleepy`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ sleepMs: 2000, value: 42 }),
+    });
     // Signal only once the worker is busy with it (management shares the listener here).
     let isBusy = false;
     for (let attempt = 0; attempt < 400 && !isBusy; attempt++) {
-      const [description] = (await (await fetch(`${base}/models/sleepy`)).json()) as Array<{ workers: Array<{ status: string }> }>;
+      const [description] = (await (await fetch(`${base}/models/sleepy`)).json()) as Array<{
+        workers: Array<{ status: string }>;
+      }>;
       isBusy = description?.workers.some((worker) => worker.status === 'BUSY') ?? false;
       if (!isBusy) await new Promise((resolve) => setTimeout(resolve, 25));
     }
@@ -143,7 +172,14 @@ describe('serve --start in the background, then --stop', { timeout: 60_000 }, ()
     // The configuration passes the launcher's checks; the child then finds no start-up model it can load and exits 1.
     const cwd = workDir();
     started.push(cwd);
-    const start = await runServe(cwd, ['--start', '--disable-token-auth', '--ts-config', 'config.properties', '--models', 'missing.mar']);
+    const start = await runServe(cwd, [
+      '--start',
+      '--disable-token-auth',
+      '--ts-config',
+      'config.properties',
+      '--models',
+      'missing.mar',
+    ]);
     expect(start.code).toBe(1);
     expect(start.stderr).toContain('MARINA_ERR_SERVER_START_FAILED');
     expect(start.stderr).toContain('Last lines of');

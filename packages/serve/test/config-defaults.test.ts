@@ -14,7 +14,12 @@ describe('configuration defaults without any file, flag or variable', () => {
   it('binds every API to 127.0.0.1 on TorchServe ports and keeps token authorization on', async () => {
     const cwd = emptyDir();
     const config = await loadConfig({ cliOptions: {}, env: {}, cwd });
-    expect(config.inferenceAddress).toEqual({ protocol: 'http', host: '127.0.0.1', port: 8080, raw: 'http://127.0.0.1:8080' });
+    expect(config.inferenceAddress).toEqual({
+      protocol: 'http',
+      host: '127.0.0.1',
+      port: 8080,
+      raw: 'http://127.0.0.1:8080',
+    });
     expect(config.managementAddress).toMatchObject({ host: '127.0.0.1', port: 8081 });
     expect(config.metricsAddress).toMatchObject({ host: '127.0.0.1', port: 8082 });
     expect(config.disableTokenAuthorization).toBe(false);

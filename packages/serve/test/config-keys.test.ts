@@ -49,7 +49,12 @@ describe('config.properties keys', () => {
     writeFileSync(path.join(cwd, 'key.pem'), '');
     writeFileSync(path.join(cwd, 'cert.pem'), '');
     const config = await loadConfig({ cliOptions: {}, env: { OMP_NUM_THREADS: '2' }, cwd });
-    expect(config.inferenceAddress).toEqual({ protocol: 'http', host: '0.0.0.0', port: 9080, raw: 'http://0.0.0.0:9080' });
+    expect(config.inferenceAddress).toEqual({
+      protocol: 'http',
+      host: '0.0.0.0',
+      port: 9080,
+      raw: 'http://0.0.0.0:9080',
+    });
     expect(config.managementAddress).toMatchObject({ protocol: 'https', host: '::1', port: 9081 });
     expect(config.metricsAddress).toMatchObject({ protocol: 'http', host: 'localhost', port: 80 });
     expect(config).toMatchObject({
@@ -81,28 +86,42 @@ describe('config.properties keys', () => {
   });
 
   it('warns when token authorization is off on an address other machines can reach', async () => {
-    const config = await loadConfig({ cliOptions: {}, env: {}, cwd: dirWithConfig('inference_address=http://0.0.0.0:8080\ndisable_token_authorization=true') });
-    expect(config.warnings.some((warning) => warning.includes('token authorization is disabled while http://0.0.0.0:8080'))).toBe(true);
+    const config = await loadConfig({
+      cliOptions: {},
+      env: {},
+      cwd: dirWithConfig('inference_address=http://0.0.0.0:8080\ndisable_token_authorization=true'),
+    });
+    expect(
+      config.warnings.some((warning) => warning.includes('token authorization is disabled while http://0.0.0.0:8080')),
+    ).toBe(true);
   });
 
   it('takes java.util.Properties syntax: whitespace separator and backslash continuations', async () => {
-    const config = await loadConfig({ cliOptions: {}, env: {}, cwd: dirWithConfig('job_queue_size 12\nload_models=a.mar,\\\n    b.mar') });
+    const config = await loadConfig({
+      cliOptions: {},
+      env: {},
+      cwd: dirWithConfig('job_queue_size 12\nload_models=a.mar,\\\n    b.mar'),
+    });
     expect(config.jobQueueSize).toBe(12);
     expect(config.loadModels).toEqual([{ url: 'a.mar' }, { url: 'b.mar' }]);
   });
 
-  it("reads load_models=all in any case", () => {
+  it('reads load_models=all in any case', () => {
     expect(configFromProperties({ load_models: 'ALL' }).loadModels).toBe('all');
   });
 
   it('does not take the query string of a URL in load_models for name=', () => {
-    expect(configFromProperties({ load_models: 'https://example.com/m.mar?sig=abc' }).loadModels).toEqual([{ url: 'https://example.com/m.mar?sig=abc' }]);
+    expect(configFromProperties({ load_models: 'https://example.com/m.mar?sig=abc' }).loadModels).toEqual([
+      { url: 'https://example.com/m.mar?sig=abc' },
+    ]);
   });
 
   it('treats default_workers_per_model=0 (TorchServe: one per core) as unset, with a note', () => {
     const config = configFromProperties({ default_workers_per_model: '0' });
     expect(config.defaultWorkersPerModel).toBeUndefined();
-    expect(config.warnings.some((warning) => warning.includes('default_workers_per_model=0 means 1 worker'))).toBe(true);
+    expect(config.warnings.some((warning) => warning.includes('default_workers_per_model=0 means 1 worker'))).toBe(
+      true,
+    );
   });
 
   it('uses the default for a key with an empty value, and says so', () => {
@@ -112,8 +131,14 @@ describe('config.properties keys', () => {
   });
 
   it('lets the last of a repeated key win, with a warning naming both lines', async () => {
-    const config = await loadConfig({ cliOptions: {}, env: {}, cwd: dirWithConfig('job_queue_size=5\njob_queue_size=6') });
+    const config = await loadConfig({
+      cliOptions: {},
+      env: {},
+      cwd: dirWithConfig('job_queue_size=5\njob_queue_size=6'),
+    });
     expect(config.jobQueueSize).toBe(6);
-    expect(config.warnings).toContain("config.properties:2: 'job_queue_size' is set again (first at config.properties:1); the last value wins");
+    expect(config.warnings).toContain(
+      "config.properties:2: 'job_queue_size' is set again (first at config.properties:1); the last value wins",
+    );
   });
 });

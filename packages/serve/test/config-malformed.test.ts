@@ -44,7 +44,9 @@ describe('malformed configuration', () => {
   it('stops on a bad number, naming key, value, line and what is allowed', async () => {
     const error = await loadError('# queue\njob_queue_size=abc');
     expect(error.code).toBe('MARINA_ERR_CONFIG_VALUE_INVALID');
-    expect(error.message).toContain('config.properties:2: job_queue_size=abc must be integer (Jobs queued per model version; default 100)');
+    expect(error.message).toContain(
+      'config.properties:2: job_queue_size=abc must be integer (Jobs queued per model version; default 100)',
+    );
   });
 
   it('lists every bad value at once', async () => {
@@ -70,7 +72,9 @@ describe('malformed configuration', () => {
   it('notes TorchServe keys it does not use in one informational warning', async () => {
     const config = await load('vmargs=-Xmx4g\nnumber_of_gpu=1\nipex_enable=true');
     expect(config.unknownKeys).toEqual([]);
-    expect(config.warnings).toContain('TorchServe key(s) that Marina does not use, ignored: vmargs, number_of_gpu, ipex_enable');
+    expect(config.warnings).toContain(
+      'TorchServe key(s) that Marina does not use, ignored: vmargs, number_of_gpu, ipex_enable',
+    );
   });
 
   it.each([
@@ -85,7 +89,9 @@ describe('malformed configuration', () => {
   });
 
   it('stops on an https address without key and certificate files', () => {
-    expect(errorOf(() => configFromProperties({ inference_address: 'https://127.0.0.1:8443' })).code).toBe('MARINA_ERR_CONFIG_TLS_FILES_MISSING');
+    expect(errorOf(() => configFromProperties({ inference_address: 'https://127.0.0.1:8443' })).code).toBe(
+      'MARINA_ERR_CONFIG_TLS_FILES_MISSING',
+    );
   });
 
   it('stops on an allowed_urls entry that is not a regular expression', () => {
@@ -95,7 +101,7 @@ describe('malformed configuration', () => {
   });
 
   it.each([
-    ['all,a.mar', "cannot be combined"],
+    ['all,a.mar', 'cannot be combined'],
     ['bad name=a.mar', "invalid model name 'bad name'"],
     ['m=', 'has no archive after ='],
   ])('stops on the load_models value %s', (value, text) => {
@@ -110,9 +116,11 @@ describe('malformed configuration', () => {
     expect(error.message).toContain('config.properties:1: the model store');
   });
 
-  it('requires a model store to serve, as TorchServe\'s launcher', async () => {
+  it("requires a model store to serve, as TorchServe's launcher", async () => {
     const config = await load('job_queue_size=5');
-    expect(errorOf(() => assertModelStoreConfigured(config)).message).toContain('Missing mandatory parameter --model-store');
+    expect(errorOf(() => assertModelStoreConfigured(config)).message).toContain(
+      'Missing mandatory parameter --model-store',
+    );
     const cwd = dirWith('model_store=store');
     mkdirSync(path.join(cwd, 'store'));
     const withStore = await loadConfig({ cliOptions: {}, env: {}, cwd });

@@ -21,7 +21,15 @@ function loadError(text: string): Promise<MarinaError> {
 
 const EXPECTED = {
   'resnet-152': {
-    '1.0': { defaultVersion: true, marName: 'resnet-152.mar', minWorkers: 1, maxWorkers: 2, batchSize: 8, maxBatchDelayMs: 100, responseTimeoutSec: 200 },
+    '1.0': {
+      defaultVersion: true,
+      marName: 'resnet-152.mar',
+      minWorkers: 1,
+      maxWorkers: 2,
+      batchSize: 8,
+      maxBatchDelayMs: 100,
+      responseTimeoutSec: 200,
+    },
   },
 };
 
@@ -66,7 +74,9 @@ describe('the models= JSON', () => {
   });
 
   it('ignores values of 0 or below, as TorchServe does', async () => {
-    const config = await load('models={"m": {"1.0": {"minWorkers": 0, "maxWorkers": -1, "batchSize": 4, "maxBatchDelay": 0}}}');
+    const config = await load(
+      'models={"m": {"1.0": {"minWorkers": 0, "maxWorkers": -1, "batchSize": 4, "maxBatchDelay": 0}}}',
+    );
     expect(config.models).toEqual({ m: { '1.0': { batchSize: 4 } } });
   });
 
@@ -77,7 +87,17 @@ describe('the models= JSON', () => {
   });
 
   it('stops on a missing comma with file, line, column, the line and a caret', async () => {
-    const lines = ['# models below', 'models={', '  "m": {', '    "1.0": {', '      "minWorkers": 1', '      "maxWorkers": 1', '    }', '  }', '}'];
+    const lines = [
+      '# models below',
+      'models={',
+      '  "m": {',
+      '    "1.0": {',
+      '      "minWorkers": 1',
+      '      "maxWorkers": 1',
+      '    }',
+      '  }',
+      '}',
+    ];
     const error = await loadError(lines.join('\n'));
     expect(error.code).toBe('MARINA_ERR_CONFIG_MODELS_JSON_INVALID');
     expect(error.message).toMatch(/config\.properties:6:7: invalid JSON in the value of 'models': expected ','/);
@@ -86,7 +106,16 @@ describe('the models= JSON', () => {
   });
 
   it('reports positions in the file for the backslash form too', async () => {
-    const lines = ['models={\\', '  "m": {\\', '    "1.0": {\\', '      "minWorkers": 1,\\', '      "maxWorkers": 1,\\', '    }\\', '  }\\', '}'];
+    const lines = [
+      'models={\\',
+      '  "m": {\\',
+      '    "1.0": {\\',
+      '      "minWorkers": 1,\\',
+      '      "maxWorkers": 1,\\',
+      '    }\\',
+      '  }\\',
+      '}',
+    ];
     const error = await loadError(lines.join('\n'));
     expect(error.code).toBe('MARINA_ERR_CONFIG_MODELS_JSON_INVALID');
     expect(error.details).toMatchObject({ line: 6, column: 5, text: '    }\\' });
@@ -100,7 +129,9 @@ describe('the models= JSON', () => {
   });
 
   it('stops on a value of the wrong type, pointing at it in the file', async () => {
-    const error = await loadError(['models={', '  "m": {', '    "1.0": {', '      "batchSize": "eight"', '    }', '  }', '}'].join('\n'));
+    const error = await loadError(
+      ['models={', '  "m": {', '    "1.0": {', '      "batchSize": "eight"', '    }', '  }', '}'].join('\n'),
+    );
     expect(error.code).toBe('MARINA_ERR_CONFIG_MODELS_INVALID');
     expect(error.message).toContain('config.properties:4:20: models m > 1.0 > batchSize must be integer');
   });
@@ -108,7 +139,7 @@ describe('the models= JSON', () => {
   it('stops when maxWorkers is below minWorkers', async () => {
     const error = await loadError('models={"m": {"1.0": {"minWorkers": 3, "maxWorkers": 2}}}');
     expect(error.code).toBe('MARINA_ERR_CONFIG_MODELS_INVALID');
-    expect(error.message).toContain("maxWorkers (2) is below minWorkers (3)");
+    expect(error.message).toContain('maxWorkers (2) is below minWorkers (3)');
   });
 
   it('stops when models is not an object of versions', async () => {

@@ -49,7 +49,9 @@ describe('where the config file comes from', () => {
 
   it('reports a named file that cannot be read with its path and origin', async () => {
     const cwd = tempDir();
-    const error = await loadConfig({ cliOptions: { tsConfig: 'missing.properties' }, env: {}, cwd }).catch((caught: unknown) => caught);
+    const error = await loadConfig({ cliOptions: { tsConfig: 'missing.properties' }, env: {}, cwd }).catch(
+      (caught: unknown) => caught,
+    );
     expect(isMarinaError(error) && error.code).toBe('MARINA_ERR_CONFIG_FILE_UNREADABLE');
     expect((error as Error).message).toContain(path.join(cwd, 'missing.properties'));
   });
@@ -94,10 +96,19 @@ describe('order of precedence: file < CLI < TS_* environment (with enable_envvar
     const cwd = tempDir();
     mkdirSync(path.join(cwd, 'from-cli'));
     mkdirSync(path.join(cwd, 'from-env'));
-    write(cwd, 'config.properties', 'enable_envvars_config=true\njob_queue_size=5\ninference_address=http://127.0.0.1:8080');
+    write(
+      cwd,
+      'config.properties',
+      'enable_envvars_config=true\njob_queue_size=5\ninference_address=http://127.0.0.1:8080',
+    );
     const config = await loadConfig({
       cliOptions: { modelStore: 'from-cli' },
-      env: { TS_JOB_QUEUE_SIZE: '9', TS_INFERENCE_ADDRESS: 'http://127.0.0.1:9999', TS_MODEL_STORE: 'from-env', TS_ENABLE_MODEL_API: 'true' },
+      env: {
+        TS_JOB_QUEUE_SIZE: '9',
+        TS_INFERENCE_ADDRESS: 'http://127.0.0.1:9999',
+        TS_MODEL_STORE: 'from-env',
+        TS_ENABLE_MODEL_API: 'true',
+      },
       cwd,
     });
     expect(config.jobQueueSize).toBe(9);
@@ -109,9 +120,13 @@ describe('order of precedence: file < CLI < TS_* environment (with enable_envvar
   it('names the variable when a TS_* value is invalid', async () => {
     const cwd = tempDir();
     write(cwd, 'config.properties', 'enable_envvars_config=true');
-    const error = await loadConfig({ cliOptions: {}, env: { TS_JOB_QUEUE_SIZE: 'many' }, cwd }).catch((caught: unknown) => caught);
+    const error = await loadConfig({ cliOptions: {}, env: { TS_JOB_QUEUE_SIZE: 'many' }, cwd }).catch(
+      (caught: unknown) => caught,
+    );
     expect(isMarinaError(error) && error.code).toBe('MARINA_ERR_CONFIG_VALUE_INVALID');
-    expect((error as Error).message).toContain('environment variable TS_JOB_QUEUE_SIZE: job_queue_size=many must be integer');
+    expect((error as Error).message).toContain(
+      'environment variable TS_JOB_QUEUE_SIZE: job_queue_size=many must be integer',
+    );
   });
 
   it('takes TS_ALLOWED_URLS only with use_env_allowed_urls=true', async () => {
@@ -129,7 +144,11 @@ describe('order of precedence: file < CLI < TS_* environment (with enable_envvar
 describe('$$VAR$$ substitution', () => {
   it('replaces placeholders in values with environment variables', async () => {
     const cwd = tempDir();
-    write(cwd, 'config.properties', 'inference_address=http://$$HOST$$:$$PORT$$\nmodels={"m": {"1.0": {"batchSize": $$BATCH$$}}}');
+    write(
+      cwd,
+      'config.properties',
+      'inference_address=http://$$HOST$$:$$PORT$$\nmodels={"m": {"1.0": {"batchSize": $$BATCH$$}}}',
+    );
     const config = await loadConfig({ cliOptions: {}, env: { HOST: '127.0.0.2', PORT: '7777', BATCH: '4' }, cwd });
     expect(config.inferenceAddress).toMatchObject({ host: '127.0.0.2', port: 7777 });
     expect(config.models).toEqual({ m: { '1.0': { batchSize: 4 } } });
@@ -140,6 +159,8 @@ describe('$$VAR$$ substitution', () => {
     write(cwd, 'config.properties', '# a comment\nmodel_store=$$STORE_DIR$$');
     const error = await loadConfig({ cliOptions: {}, env: {}, cwd }).catch((caught: unknown) => caught);
     expect(isMarinaError(error) && error.code).toBe('MARINA_ERR_CONFIG_ENV_VAR_UNSET');
-    expect((error as Error).message).toContain("config.properties:2: 'model_store' uses $$STORE_DIR$$ but the environment variable STORE_DIR is not set");
+    expect((error as Error).message).toContain(
+      "config.properties:2: 'model_store' uses $$STORE_DIR$$ but the environment variable STORE_DIR is not set",
+    );
   });
 });

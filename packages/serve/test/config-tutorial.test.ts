@@ -13,14 +13,20 @@ const EXAMPLES = fileURLToPath(new URL('../../../examples/resnet-152/', import.m
 async function loadExample(file: string, env: NodeJS.ProcessEnv = {}) {
   const cwd = newTempDir();
   mkdirSync(path.join(cwd, 'model_store'));
-  return loadConfig({ cliOptions: { tsConfig: path.join(EXAMPLES, file), disableTokenAuth: true, enableModelApi: true }, env, cwd });
+  return loadConfig({
+    cliOptions: { tsConfig: path.join(EXAMPLES, file), disableTokenAuth: true, enableModelApi: true },
+    env,
+    cwd,
+  });
 }
 
 describe('the ResNet-152 tutorial configurations', () => {
   it('config.properties: one worker loading resnet-152.mar, no warnings beyond allowed_urls', async () => {
     const config = await loadExample('config.properties');
     expect(config.loadModels).toEqual([{ url: 'resnet-152.mar' }]);
-    expect(config.models).toEqual({ 'resnet-152': { '1.0': { defaultVersion: true, marName: 'resnet-152.mar', minWorkers: 1, maxWorkers: 1 } } });
+    expect(config.models).toEqual({
+      'resnet-152': { '1.0': { defaultVersion: true, marName: 'resnet-152.mar', minWorkers: 1, maxWorkers: 1 } },
+    });
     expect(config.disableTokenAuthorization).toBe(true);
     expect(config.enableModelApi).toBe(true);
     expect(config.inferenceAddress.raw).toBe('http://127.0.0.1:8080');

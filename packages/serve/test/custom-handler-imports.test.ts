@@ -25,7 +25,12 @@ let app: MarinaApp;
 beforeAll(async () => {
   dir = await tempDir();
   app = await buildApp(testConfig({}, dir.path));
-  const folder = await writeModelFolder({ dir: join(dir.path, 'sizer'), modelName: 'sizer', handler: 'size_handler.mjs', files: { 'size_handler.mjs': sizeHandler } });
+  const folder = await writeModelFolder({
+    dir: join(dir.path, 'sizer'),
+    modelName: 'sizer',
+    handler: 'size_handler.mjs',
+    files: { 'size_handler.mjs': sizeHandler },
+  });
   await app.registry.register({ url: 'sizer', archivePath: folder, synchronous: true });
 });
 
@@ -37,7 +42,12 @@ afterAll(async () => {
 it("resolves a custom handler's bare imports of sharp and onnxruntime-node from Marina's own packages", async () => {
   const imagePath = join(dir.path, 'image.jpg');
   await writeSampleJpeg({ outputPath: imagePath, width: 64, height: 48 });
-  const res = await app.inference.inject({ method: 'POST', url: '/predictions/sizer', payload: await readFile(imagePath), headers: { 'content-type': 'image/jpeg' } });
+  const res = await app.inference.inject({
+    method: 'POST',
+    url: '/predictions/sizer',
+    payload: await readFile(imagePath),
+    headers: { 'content-type': 'image/jpeg' },
+  });
   expect(res.statusCode, res.body).toBe(200);
   expect(res.json()).toEqual({ width: 64, height: 48, tensorDims: [2] });
 });

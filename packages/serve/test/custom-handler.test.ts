@@ -32,10 +32,31 @@ describe('custom JavaScript handlers in the archive', () => {
   beforeAll(async () => {
     dir = await tempDir();
     app = await buildApp(testConfig({}, dir.path));
-    const echo = await writeModelFolder({ dir: join(dir.path, 'echo'), modelName: 'echo', handler: 'echo_handler.mjs', modelConfigYaml: 'custom: 42\nbatchSize: 2\n', files: { 'echo_handler.mjs': classHandler } });
-    const wrong = await writeModelFolder({ dir: join(dir.path, 'wrong'), modelName: 'wrong', handler: 'wrong_handler', files: { 'wrong_handler.js': wrongCount } });
-    const raw = await writeModelFolder({ dir: join(dir.path, 'raw'), modelName: 'raw', handler: 'raw_handler.cjs:handle', files: { 'raw_handler.cjs': rawBytes } });
-    for (const [url, archivePath] of [['echo', echo], ['wrong', wrong], ['raw', raw]] as const) await app.registry.register({ url, archivePath, synchronous: true });
+    const echo = await writeModelFolder({
+      dir: join(dir.path, 'echo'),
+      modelName: 'echo',
+      handler: 'echo_handler.mjs',
+      modelConfigYaml: 'custom: 42\nbatchSize: 2\n',
+      files: { 'echo_handler.mjs': classHandler },
+    });
+    const wrong = await writeModelFolder({
+      dir: join(dir.path, 'wrong'),
+      modelName: 'wrong',
+      handler: 'wrong_handler',
+      files: { 'wrong_handler.js': wrongCount },
+    });
+    const raw = await writeModelFolder({
+      dir: join(dir.path, 'raw'),
+      modelName: 'raw',
+      handler: 'raw_handler.cjs:handle',
+      files: { 'raw_handler.cjs': rawBytes },
+    });
+    for (const [url, archivePath] of [
+      ['echo', echo],
+      ['wrong', wrong],
+      ['raw', raw],
+    ] as const)
+      await app.registry.register({ url, archivePath, synchronous: true });
   });
 
   afterAll(async () => {
@@ -44,10 +65,22 @@ describe('custom JavaScript handlers in the archive', () => {
   });
 
   it('runs initialize once and preprocess → inference → postprocess with the TorchServe context', async () => {
-    const res = await app.inference.inject({ method: 'POST', url: '/predictions/echo', payload: 'hello', headers: { 'content-type': 'text/plain' } });
+    const res = await app.inference.inject({
+      method: 'POST',
+      url: '/predictions/echo',
+      payload: 'hello',
+      headers: { 'content-type': 'text/plain' },
+    });
     expect(res.statusCode).toBe(201);
     expect(res.headers['x-handler']).toBe('echo');
-    expect(res.json()).toEqual({ upper: 'HELLO', model: 'echo', batchSize: 2, hasManifest: true, modelDir: join(dir.path, 'echo'), yaml: 42 });
+    expect(res.json()).toEqual({
+      upper: 'HELLO',
+      model: 'echo',
+      batchSize: 2,
+      hasManifest: true,
+      modelDir: join(dir.path, 'echo'),
+      yaml: 42,
+    });
   });
 
   it('fails every request of the batch when the handler returns the wrong number of results', async () => {
@@ -66,8 +99,17 @@ describe('custom JavaScript handlers in the archive', () => {
   });
 
   it('refuses to register an archive whose handler file is missing, naming the handler', async () => {
-    const missing = await writeModelFolder({ dir: join(dir.path, 'missing'), modelName: 'missing', handler: 'nowhere.js' });
-    await expect(app.registry.register({ url: 'missing', archivePath: missing, synchronous: true })).rejects.toMatchObject({ code: 'MARINA_ERR_WORKER_START_FAILED', message: expect.stringContaining("handler 'nowhere.js'") });
+    const missing = await writeModelFolder({
+      dir: join(dir.path, 'missing'),
+      modelName: 'missing',
+      handler: 'nowhere.js',
+    });
+    await expect(
+      app.registry.register({ url: 'missing', archivePath: missing, synchronous: true }),
+    ).rejects.toMatchObject({
+      code: 'MARINA_ERR_WORKER_START_FAILED',
+      message: expect.stringContaining("handler 'nowhere.js'"),
+    });
     expect(() => app.registry.describe('missing')).toThrow(/Model not found/);
   });
 });

@@ -31,7 +31,11 @@ describe('dynamic batching through real workers and HTTP', () => {
 
   it('answers a lone request at once instead of waiting out maxBatchDelay', async () => {
     batches.length = 0;
-    const res = await app.inference.inject({ method: 'POST', url: '/predictions/affine', payload: { data: [[1, 2, 3, 4]] } });
+    const res = await app.inference.inject({
+      method: 'POST',
+      url: '/predictions/affine',
+      payload: { data: [[1, 2, 3, 4]] },
+    });
     expect(res.statusCode).toBe(200);
     expect(res.json()).toEqual({ outputs: { output: { shape: [1, 4], data: [3, 5, 7, 9] } } });
     expect(batches).toHaveLength(1);
@@ -43,7 +47,12 @@ describe('dynamic batching through real workers and HTTP', () => {
     const n = 40;
     const responses = await Promise.all(
       Array.from({ length: n }, (_, i) =>
-        app.inference.inject({ method: 'POST', url: '/predictions/affine', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ inputs: { input: { shape: [1, 4], data: [i, i + 0.5, -i, 2 * i] } } }) }),
+        app.inference.inject({
+          method: 'POST',
+          url: '/predictions/affine',
+          headers: { 'content-type': 'application/json' },
+          payload: JSON.stringify({ inputs: { input: { shape: [1, 4], data: [i, i + 0.5, -i, 2 * i] } } }),
+        }),
       ),
     );
     responses.forEach((res, i) => {

@@ -10,7 +10,10 @@ describe('error codes', () => {
     expect(new Set([...serve, ...handlers]).size).toBe(serve.length + handlers.length);
     const doc = await readFile(new URL('../ERRORS.md', import.meta.url), 'utf8');
     const missing = [];
-    for (const [code, def] of [...Object.entries(serveErrors.definitions), ...Object.entries(handlerErrors.definitions)]) {
+    for (const [code, def] of [
+      ...Object.entries(serveErrors.definitions),
+      ...Object.entries(handlerErrors.definitions),
+    ]) {
       const row = doc.split('\n').find((line) => line.includes(`\`${code}\``));
       if (!row || !row.includes(`| ${def.statusCode} |`)) missing.push(`${code} (${def.statusCode})`);
     }

@@ -26,7 +26,8 @@ beforeAll(async () => {
   ];
   // Threads pinned: no worker is replaced to re-split the cores while a test watches it.
   for (const [name, yaml] of models) folders[name] = await writeGateModel(t.dir, name, `${yaml}intraOpNumThreads: 1\n`);
-  for (const name of ['halted', 'leaving', 'deadline']) await t.app.registry.register({ url: name, archivePath: folders[name]!, synchronous: true });
+  for (const name of ['halted', 'leaving', 'deadline'])
+    await t.app.registry.register({ url: name, archivePath: folders[name]!, synchronous: true });
 }, 120_000);
 
 afterAll(async () => {
@@ -111,7 +112,13 @@ describe('every admitted request gets an answer', { timeout: 60_000 }, () => {
   });
 
   it('starts a worker on demand for a model scaled to zero that may autoscale (min 0, max 1)', async () => {
-    await t.app.registry.register({ url: 'lazy', archivePath: folders['lazy']!, synchronous: true, initialWorkers: 0, maxWorkers: 1 });
+    await t.app.registry.register({
+      url: 'lazy',
+      archivePath: folders['lazy']!,
+      synchronous: true,
+      initialWorkers: 0,
+      maxWorkers: 1,
+    });
     expect(t.app.registry.describe('lazy')[0]).toMatchObject({ minWorkers: 0, maxWorkers: 1, workers: [] });
     const r = await t.post('lazy', { value: 'woken' });
     expect(r.status).toBe(200);
@@ -120,10 +127,26 @@ describe('every admitted request gets an answer', { timeout: 60_000 }, () => {
   });
 
   it('serves a model restored from a snapshot taken at 0 workers (min 0, max 2), instead of 503 forever', async () => {
-    const [registration] = registrationsFromSnapshot({
-      modelStore: t.dir,
-      models: { restored: { '1.0': { defaultVersion: true, marName: 'restored', url: folders['restored']!, minWorkers: 0, maxWorkers: 2, batchSize: 1, maxBatchDelay: 100, responseTimeout: 120 } } },
-    }, { modelStore: t.dir });
+    const [registration] = registrationsFromSnapshot(
+      {
+        modelStore: t.dir,
+        models: {
+          restored: {
+            '1.0': {
+              defaultVersion: true,
+              marName: 'restored',
+              url: folders['restored']!,
+              minWorkers: 0,
+              maxWorkers: 2,
+              batchSize: 1,
+              maxBatchDelay: 100,
+              responseTimeout: 120,
+            },
+          },
+        },
+      },
+      { modelStore: t.dir },
+    );
     await t.app.registry.register({ ...registration!, modelName: 'restored' });
     expect(t.app.registry.describe('restored')[0]).toMatchObject({ minWorkers: 0, maxWorkers: 2, workers: [] });
     const r = await t.post('restored', { value: 'back' });
@@ -134,7 +157,15 @@ describe('every admitted request gets an answer', { timeout: 60_000 }, () => {
   it('unregistering a downloaded model removes its extracted copy', async () => {
     const downloaded = join(t.dir, 'downloaded-copy');
     await cp(folders['lazy']!, downloaded, { recursive: true });
-    await t.app.registry.register({ url: 'http://127.0.0.1/copy.mar', archivePath: downloaded, modelName: 'copy', isDownloaded: true, synchronous: true, initialWorkers: 0, maxWorkers: 0 });
+    await t.app.registry.register({
+      url: 'http://127.0.0.1/copy.mar',
+      archivePath: downloaded,
+      modelName: 'copy',
+      isDownloaded: true,
+      synchronous: true,
+      initialWorkers: 0,
+      maxWorkers: 0,
+    });
     const { modelDir } = t.app.registry.getVersion('copy');
     expect(existsSync(modelDir)).toBe(true);
     await t.app.registry.unregister('copy');

@@ -59,7 +59,7 @@ describe('a poison request', { timeout: 60_000 }, () => {
     expect(after[0]).not.toBe(before[0]);
   });
 
-  it('that throws fails its own batch with the handler\'s error and nothing else; the worker stays', async () => {
+  it("that throws fails its own batch with the handler's error and nothing else; the worker stays", async () => {
     const version = t.app.registry.getVersion('throwing');
     const gate = t.gate();
     const before = workerIds('throwing');
@@ -77,7 +77,10 @@ describe('a poison request', { timeout: 60_000 }, () => {
     // b and c were one batch (batchSize 2): the handler failed it as a whole, as in TorchServe.
     for (const r of [rb, rc]) {
       expect(r.status).toBe(503);
-      expect(r.json).toMatchObject({ marinaCode: 'MARINA_ERR_HANDLER_FAILED', message: 'Prediction failed: poison row' });
+      expect(r.json).toMatchObject({
+        marinaCode: 'MARINA_ERR_HANDLER_FAILED',
+        message: 'Prediction failed: poison row',
+      });
       expect(r.json.details).toBeUndefined();
     }
     expect(rd.status).toBe(200);

@@ -22,7 +22,10 @@ describe('one rule for a fixed batch dimension, in validate and serve', () => {
       modelConfigYaml: 'batchSize: 4\nmaxBatchDelay: 200\n',
       files: { 'index_to_name.json': JSON.stringify({ 0: 'a', 1: 'b', 2: 'c' }) },
     });
-    registry = new ModelRegistry({ config: testConfig({}, dir.path), log: (level, message) => logs.push({ level, message }) });
+    registry = new ModelRegistry({
+      config: testConfig({}, dir.path),
+      log: (level, message) => logs.push({ level, message }),
+    });
   });
 
   afterAll(async () => {
@@ -37,11 +40,20 @@ describe('one rule for a fixed batch dimension, in validate and serve', () => {
     expect(problem).toMatchObject({ code: 'MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC', severity: 'warning' });
 
     await registry.register({ url: 'fixed', archivePath: folder, synchronous: true });
-    expect(logs.filter((l) => l.level === 'warn')).toEqual([{ level: 'warn', message: `model 'fixed' version '1.0': MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC: ${problem!.message}` }]);
+    expect(logs.filter((l) => l.level === 'warn')).toEqual([
+      {
+        level: 'warn',
+        message: `model 'fixed' version '1.0': MARINA_ERR_MODEL_BATCH_NOT_DYNAMIC: ${problem!.message}`,
+      },
+    ]);
 
     await writeSampleJpeg({ outputPath: join(dir.path, 'sample.jpg'), width: 64, height: 48 });
     const jpeg = await readFile(join(dir.path, 'sample.jpg'));
-    const answers = await Promise.all([0, 1, 2, 3].map((i) => registry.predict({ modelName: 'fixed', requestId: `r${i}`, input: { body: jpeg }, headers: {} })));
+    const answers = await Promise.all(
+      [0, 1, 2, 3].map((i) =>
+        registry.predict({ modelName: 'fixed', requestId: `r${i}`, input: { body: jpeg }, headers: {} }),
+      ),
+    );
     for (const answer of answers) expect(answer.statusCode).toBe(200);
     const bodies = answers.map((a) => JSON.parse(a.body.toString('utf8')) as Record<string, number>);
     for (const body of bodies) expect(Object.keys(body).sort()).toEqual(['a', 'b', 'c']);

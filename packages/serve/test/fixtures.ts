@@ -15,17 +15,32 @@ export function handle(data, context) {
 }
 `;
 
-export async function writeSleepyModel(dir: string, name: string, modelConfigYaml = 'minWorkers: 1\n'): Promise<string> {
-  return writeModelFolder({ dir: join(dir, name), modelName: name, handler: 'sleepy_handler.mjs', modelConfigYaml, files: { 'sleepy_handler.mjs': sleepyHandlerSource } });
+export async function writeSleepyModel(
+  dir: string,
+  name: string,
+  modelConfigYaml = 'minWorkers: 1\n',
+): Promise<string> {
+  return writeModelFolder({
+    dir: join(dir, name),
+    modelName: name,
+    handler: 'sleepy_handler.mjs',
+    modelConfigYaml,
+    files: { 'sleepy_handler.mjs': sleepyHandlerSource },
+  });
 }
 
-export async function writeClassifierModel(dir: string, name: string, options: { inputSize?: number; numClasses?: number; modelConfigYaml?: string; labels?: string[] } = {}): Promise<string> {
+export async function writeClassifierModel(
+  dir: string,
+  name: string,
+  options: { inputSize?: number; numClasses?: number; modelConfigYaml?: string; labels?: string[] } = {},
+): Promise<string> {
   const folder = join(dir, name);
   await writeModelFolder({
     dir: folder,
     modelName: name,
     handler: 'image_classifier',
-    writeModel: (path) => writeTinyClassifier({ outputPath: path, inputSize: options.inputSize, numClasses: options.numClasses }),
+    writeModel: (path) =>
+      writeTinyClassifier({ outputPath: path, inputSize: options.inputSize, numClasses: options.numClasses }),
     modelConfigYaml: options.modelConfigYaml,
   });
   if (options.labels) await writeIndexToName(join(folder, 'index_to_name.json'), options.labels);
@@ -53,6 +68,16 @@ export function handle(data, context) {
 }
 `;
 
-export async function writeGateModel(dir: string, name: string, modelConfigYaml = 'minWorkers: 1\nbatchSize: 1\n'): Promise<string> {
-  return writeModelFolder({ dir: join(dir, name), modelName: name, handler: 'gate_handler.mjs', modelConfigYaml, files: { 'gate_handler.mjs': gateHandlerSource } });
+export async function writeGateModel(
+  dir: string,
+  name: string,
+  modelConfigYaml = 'minWorkers: 1\nbatchSize: 1\n',
+): Promise<string> {
+  return writeModelFolder({
+    dir: join(dir, name),
+    modelName: name,
+    handler: 'gate_handler.mjs',
+    modelConfigYaml,
+    files: { 'gate_handler.mjs': gateHandlerSource },
+  });
 }

@@ -25,9 +25,14 @@ describe('close()', { timeout: 60_000 }, () => {
     const closed = t.app.close();
     await gate.open();
     const responses = await Promise.all([running, queued]);
-    expect(responses.map((r) => [r.status, r.json.value])).toEqual([[200, 1], [200, 2]]);
+    expect(responses.map((r) => [r.status, r.json.value])).toEqual([
+      [200, 1],
+      [200, 2],
+    ]);
     await closed;
-    await expect(t.app.registry.predict({ modelName: 'closing', requestId: 'x', input: { body: {} } })).rejects.toMatchObject({ code: 'MARINA_ERR_SERVER_CLOSING' });
+    await expect(
+      t.app.registry.predict({ modelName: 'closing', requestId: 'x', input: { body: {} } }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_SERVER_CLOSING' });
     await version.pool.exited();
     expect(version.pool.threadCount).toBe(0);
   });

@@ -5,7 +5,14 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { configFromProperties } from '../src/config/load-config.ts';
 import { clientPackage, grpcClient, grpcErrorOf } from './oip-harness.ts';
-import { createWorkspace, hasOpenssl, opsConfig, startOps, writeSelfSignedCertificate, type Workspace } from './ops-harness.ts';
+import {
+  createWorkspace,
+  hasOpenssl,
+  opsConfig,
+  startOps,
+  writeSelfSignedCertificate,
+  type Workspace,
+} from './ops-harness.ts';
 import { marinaErrorOf } from './marina-error-of.ts';
 
 let workspace: Workspace;
@@ -28,30 +35,53 @@ describe('gRPC configuration', () => {
   });
 
   it('refuses enable_grpc_ssl without the PEM files', async () => {
-    const error = await marinaErrorOf((async () => configFromProperties({ enable_grpc_ssl: 'true' }, { cwd: workspace.root }))());
+    const error = await marinaErrorOf(
+      (async () => configFromProperties({ enable_grpc_ssl: 'true' }, { cwd: workspace.root }))(),
+    );
     expect(error.code).toBe('MARINA_ERR_CONFIG_TLS_FILES_MISSING');
     expect(error.message).toMatch(/enable_grpc_ssl=true needs private_key_file and certificate_file/);
   });
 
-  it.skipIf(!hasOpenssl)('serves both gRPC APIs over TLS with enable_grpc_ssl, and startServer reports them', async () => {
-    const ops = await startOps(opsConfig(workspace, { enable_grpc_ssl: 'true', private_key_file: 'key.pem', certificate_file: 'cert.pem' }));
-    try {
-      const url = ops.server.listening.find((l) => l.api === 'grpc-inference')!.url;
-      expect(url).toMatch(/^grpcs:\/\/127\.0\.0\.1:\d+$/);
-      expect(ops.server.listening.find((l) => l.api === 'grpc-management')!.url).toMatch(/^grpcs:\/\/127\.0\.0\.1:\d+$/);
-      const target = url.replace('grpcs://', '');
-      const pkg = clientPackage('grpc_predict_v2.proto');
-      const Ctor = (pkg as any).inference.GRPCInferenceService as new (t: string, c: grpc.ChannelCredentials) => grpc.Client & Record<string, Function>;
-      const secure = new Ctor(target, grpc.credentials.createSsl(readFileSync(join(workspace.root, 'cert.pem'))));
-      const live = await new Promise<any>((resolve, reject) => secure['ServerLive']!.call(secure, {}, (e: Error | null, v: unknown) => (e ? reject(e) : resolve(v))));
-      expect(live).toEqual({ live: true });
-      secure.close();
-      const plain = grpcClient(pkg, 'inference.GRPCInferenceService', target);
-      const error = await grpcErrorOf(new Promise((resolve, reject) => (plain['ServerLive'] as Function).call(plain, {}, { deadline: Date.now() + 20_000 }, (e: Error | null, v: unknown) => (e ? reject(e) : resolve(v)))));
-      expect(error.code).toBe(grpc.status.UNAVAILABLE);
-      plain.close();
-    } finally {
-      await ops.close();
-    }
-  });
+  it.skipIf(!hasOpenssl)(
+    'serves both gRPC APIs over TLS with enable_grpc_ssl, and startServer reports them',
+    async () => {
+      const ops = await startOps(
+        opsConfig(workspace, { enable_grpc_ssl: 'true', private_key_file: 'key.pem', certificate_file: 'cert.pem' }),
+      );
+      try {
+        const url = ops.server.listening.find((l) => l.api === 'grpc-inference')!.url;
+        expect(url).toMatch(/^grpcs:\/\/127\.0\.0\.1:\d+$/);
+        expect(ops.server.listening.find((l) => l.api === 'grpc-management')!.url).toMatch(
+          /^grpcs:\/\/127\.0\.0\.1:\d+$/,
+        );
+        const target = url.replace('grpcs://', '');
+        const pkg = clientPackage('grpc_predict_v2.proto');
+        const Ctor = (pkg as any).inference.GRPCInferenceService as new (
+          t: string,
+          c: grpc.ChannelCredentials,
+        ) => grpc.Client & Record<string, Function>;
+        const secure = new Ctor(target, grpc.credentials.createSsl(readFileSync(join(workspace.root, 'cert.pem'))));
+        const live = await new Promise<any>((resolve, reject) =>
+          secure['ServerLive']!.call(secure, {}, (e: Error | null, v: unknown) => (e ? reject(e) : resolve(v))),
+        );
+        expect(live).toEqual({ live: true });
+        secure.close();
+        const plain = grpcClient(pkg, 'inference.GRPCInferenceService', target);
+        const error = await grpcErrorOf(
+          new Promise((resolve, reject) =>
+            (plain['ServerLive'] as Function).call(
+              plain,
+              {},
+              { deadline: Date.now() + 20_000 },
+              (e: Error | null, v: unknown) => (e ? reject(e) : resolve(v)),
+            ),
+          ),
+        );
+        expect(error.code).toBe(grpc.status.UNAVAILABLE);
+        plain.close();
+      } finally {
+        await ops.close();
+      }
+    },
+  );
 });

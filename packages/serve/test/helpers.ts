@@ -5,7 +5,12 @@ import type { ServerConfig } from '../src/config/server-config.ts';
 
 /** A ServerConfig with TorchServe's defaults, for tests; nothing listens. */
 export function testConfig(overrides: Partial<ServerConfig> = {}, root = tmpdir()): ServerConfig {
-  const address = (port: number) => ({ protocol: 'http' as const, host: '127.0.0.1', port, raw: `http://127.0.0.1:${port}` });
+  const address = (port: number) => ({
+    protocol: 'http' as const,
+    host: '127.0.0.1',
+    port,
+    raw: `http://127.0.0.1:${port}`,
+  });
   return {
     inferenceAddress: address(0),
     managementAddress: address(1),
@@ -79,6 +84,9 @@ export async function writeModelFolder(options: {
     await writeFile(join(dir, 'model-config.yaml'), options.modelConfigYaml);
   }
   for (const [name, content] of Object.entries(options.files ?? {})) await writeFile(join(dir, name), content);
-  await writeFile(join(dir, 'MAR-INF', 'MANIFEST.json'), JSON.stringify({ createdOn: '01/01/2025 00:00:00', runtime: 'python', model, archiverVersion: '0.12.0' }, null, 2));
+  await writeFile(
+    join(dir, 'MAR-INF', 'MANIFEST.json'),
+    JSON.stringify({ createdOn: '01/01/2025 00:00:00', runtime: 'python', model, archiverVersion: '0.12.0' }, null, 2),
+  );
   return dir;
 }

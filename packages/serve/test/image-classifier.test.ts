@@ -7,7 +7,18 @@ import type { BatchDoneEvent } from '../src/registry/model-registry-api.ts';
 import { tempDir, testConfig } from './helpers.ts';
 import { writeClassifierModel } from './fixtures.ts';
 
-const labels = ['tench', 'goldfish', 'great white shark', 'tiger shark', 'hammerhead', 'electric ray', 'stingray', 'cock', 'hen', 'ostrich'];
+const labels = [
+  'tench',
+  'goldfish',
+  'great white shark',
+  'tiger shark',
+  'hammerhead',
+  'electric ray',
+  'stingray',
+  'cock',
+  'hen',
+  'ostrich',
+];
 
 describe('image_classifier with real sharp and onnxruntime', () => {
   let dir: { path: string; cleanup: () => Promise<void> };
@@ -19,7 +30,10 @@ describe('image_classifier with real sharp and onnxruntime', () => {
     await writeSampleJpeg({ outputPath: join(dir.path, 'sample.jpg'), width: 320, height: 240 });
     jpeg = await readFile(join(dir.path, 'sample.jpg'));
     app = await buildApp(testConfig({}, dir.path));
-    const labelled = await writeClassifierModel(dir.path, 'labelled', { labels, modelConfigYaml: 'batchSize: 4\nmaxBatchDelay: 50\n' });
+    const labelled = await writeClassifierModel(dir.path, 'labelled', {
+      labels,
+      modelConfigYaml: 'batchSize: 4\nmaxBatchDelay: 50\n',
+    });
     const other = await writeClassifierModel(dir.path, 'other', {
       inputSize: 48,
       numClasses: 7,
@@ -39,7 +53,12 @@ describe('image_classifier with real sharp and onnxruntime', () => {
     const onBatch = (e: BatchDoneEvent) => batches.push(e);
     app.registry.events.on('batch', onBatch);
     try {
-      const res = await app.inference.inject({ method: 'POST', url: '/predictions/labelled', headers: { 'content-type': 'application/octet-stream' }, payload: jpeg });
+      const res = await app.inference.inject({
+        method: 'POST',
+        url: '/predictions/labelled',
+        headers: { 'content-type': 'application/octet-stream' },
+        payload: jpeg,
+      });
       expect(res.statusCode).toBe(200);
     } finally {
       app.registry.events.off('batch', onBatch);
@@ -47,14 +66,20 @@ describe('image_classifier with real sharp and onnxruntime', () => {
     expect(batches).toHaveLength(1);
     const { stages, inferenceMs } = batches[0]!;
     expect(stages).toBeDefined();
-    for (const ms of [stages!.preprocessWaitMs, stages!.inferenceMs, stages!.postprocessMs]) expect(ms).toBeGreaterThanOrEqual(0);
+    for (const ms of [stages!.preprocessWaitMs, stages!.inferenceMs, stages!.postprocessMs])
+      expect(ms).toBeGreaterThanOrEqual(0);
     expect(stages!.inferenceMs).toBeGreaterThan(0);
     // The stages happen inside the batch's round trip to the worker.
     expect(stages!.preprocessWaitMs + stages!.inferenceMs + stages!.postprocessMs).toBeLessThanOrEqual(inferenceMs);
   });
 
   it('answers the top-5 {label: probability} in rank order, with labels from index_to_name.json', async () => {
-    const res = await app.inference.inject({ method: 'POST', url: '/predictions/labelled', headers: { 'content-type': 'application/octet-stream' }, payload: jpeg });
+    const res = await app.inference.inject({
+      method: 'POST',
+      url: '/predictions/labelled',
+      headers: { 'content-type': 'application/octet-stream' },
+      payload: jpeg,
+    });
     expect(res.statusCode).toBe(200);
     expect(res.headers['content-type']).toContain('application/json');
     const top = res.json() as Record<string, number>;
@@ -70,20 +95,37 @@ describe('image_classifier with real sharp and onnxruntime', () => {
   });
 
   it('accepts the image as a multipart field named data, same answer as the raw body', async () => {
-    const raw = await app.inference.inject({ method: 'POST', url: '/predictions/labelled', payload: jpeg, headers: { 'content-type': 'image/jpeg' } });
+    const raw = await app.inference.inject({
+      method: 'POST',
+      url: '/predictions/labelled',
+      payload: jpeg,
+      headers: { 'content-type': 'image/jpeg' },
+    });
     const boundary = '----marina';
     const body = Buffer.concat([
-      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="data"; filename="a.jpg"\r\nContent-Type: image/jpeg\r\n\r\n`),
+      Buffer.from(
+        `--${boundary}\r\nContent-Disposition: form-data; name="data"; filename="a.jpg"\r\nContent-Type: image/jpeg\r\n\r\n`,
+      ),
       jpeg,
       Buffer.from(`\r\n--${boundary}--\r\n`),
     ]);
-    const multi = await app.inference.inject({ method: 'POST', url: '/predictions/labelled/1.0', payload: body, headers: { 'content-type': `multipart/form-data; boundary=${boundary}` } });
+    const multi = await app.inference.inject({
+      method: 'POST',
+      url: '/predictions/labelled/1.0',
+      payload: body,
+      headers: { 'content-type': `multipart/form-data; boundary=${boundary}` },
+    });
     expect(multi.statusCode).toBe(200);
     expect(multi.json()).toEqual(raw.json());
   });
 
   it('serves a model with another input size and normalisation from model-config.yaml, keeping numeric labels in rank order', async () => {
-    const res = await app.inference.inject({ method: 'PUT', url: '/predictions/other', payload: jpeg, headers: { 'content-type': 'application/octet-stream' } });
+    const res = await app.inference.inject({
+      method: 'PUT',
+      url: '/predictions/other',
+      payload: jpeg,
+      headers: { 'content-type': 'application/octet-stream' },
+    });
     expect(res.statusCode).toBe(200);
     const text = res.body;
     const keys = [...text.matchAll(/"(\d+)":/g)].map((m) => m[1]);
@@ -95,7 +137,16 @@ describe('image_classifier with real sharp and onnxruntime', () => {
   });
 
   it('answers each request of a concurrent burst with its own top-5', async () => {
-    const responses = await Promise.all(Array.from({ length: 12 }, () => app.inference.inject({ method: 'POST', url: '/predictions/labelled', payload: jpeg, headers: { 'content-type': 'application/octet-stream' } })));
+    const responses = await Promise.all(
+      Array.from({ length: 12 }, () =>
+        app.inference.inject({
+          method: 'POST',
+          url: '/predictions/labelled',
+          payload: jpeg,
+          headers: { 'content-type': 'application/octet-stream' },
+        }),
+      ),
+    );
     const first = responses[0]!.json();
     for (const r of responses) {
       expect(r.statusCode).toBe(200);

@@ -23,7 +23,12 @@ let api: string;
 
 beforeAll(async () => {
   workspace = await createWorkspace('marina-inference-routes-');
-  await writeModelFolder({ dir: join(workspace.store, 'echo'), modelName: 'echo', handler: 'echo_handler.mjs', files: { 'echo_handler.mjs': echoHandler } });
+  await writeModelFolder({
+    dir: join(workspace.store, 'echo'),
+    modelName: 'echo',
+    handler: 'echo_handler.mjs',
+    files: { 'echo_handler.mjs': echoHandler },
+  });
   const config = opsConfig(workspace, {
     load_models: 'echo',
     cors_allowed_origin: 'http://app.example',
@@ -40,7 +45,11 @@ afterAll(async () => {
 
 describe('inference routes TorchServe serves', { timeout: 60_000 }, () => {
   it('decodes a form-urlencoded body into one field per form field', async () => {
-    const response = await fetch(`${api}/predictions/echo`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'data=hello+world&n=3' });
+    const response = await fetch(`${api}/predictions/echo`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'data=hello+world&n=3',
+    });
     expect(response.status).toBe(200);
     expect(await response.json()).toEqual({ data: 'hello world', n: '3' });
   });
@@ -49,7 +58,10 @@ describe('inference routes TorchServe serves', { timeout: 60_000 }, () => {
     const result = await call(api, 'POST', '/v1/models/echo:predict', { body: { instances: [1, 2] } });
     expect(result.status).toBe(200);
     expect(result.json).toEqual({ body: { instances: [1, 2] } });
-    expect((await call(api, 'POST', '/v1/models/nope:predict', { body: {} })).json).toMatchObject({ code: 404, type: 'ModelNotFoundException' });
+    expect((await call(api, 'POST', '/v1/models/nope:predict', { body: {} })).json).toMatchObject({
+      code: 404,
+      type: 'ModelNotFoundException',
+    });
   });
 
   it('serves SageMaker /invocations (model_name or the only model; query as fields) and /models/{m}/invoke', async () => {
@@ -68,21 +80,37 @@ describe('inference routes TorchServe serves', { timeout: 60_000 }, () => {
     expect(legacy.status).toBe(200);
     expect(legacy.json).toEqual({ body: { y: 1 }, flag: 'on' });
     expect((await call(api, 'POST', '/echo/1.0/predict', { body: { y: 2 } })).json).toEqual({ body: { y: 2 } });
-    expect((await call(api, 'POST', '/echo/9.9/predict', { body: {} })).json).toMatchObject({ code: 404, type: 'ModelVersionNotFoundException' });
+    expect((await call(api, 'POST', '/echo/9.9/predict', { body: {} })).json).toMatchObject({
+      code: 404,
+      type: 'ModelVersionNotFoundException',
+    });
   });
 
   it('answers /explanations as TorchServe does for a handler without explain: 503, InternalServerException, "Prediction failed" first', async () => {
     for (const path of ['/explanations/echo', '/v1/models/echo:explain']) {
       const result = await call(api, 'POST', path, { body: {} });
       expect(result.status).toBe(503);
-      expect(result.json).toMatchObject({ code: 503, type: 'InternalServerException', marinaCode: 'MARINA_ERR_EXPLAIN_NOT_SUPPORTED' });
+      expect(result.json).toMatchObject({
+        code: 503,
+        type: 'InternalServerException',
+        marinaCode: 'MARINA_ERR_EXPLAIN_NOT_SUPPORTED',
+      });
       expect(result.json.message).toMatch(/^Prediction failed: /);
     }
-    expect((await call(api, 'POST', '/explanations/nope', { body: {} })).json).toMatchObject({ code: 404, type: 'ModelNotFoundException' });
+    expect((await call(api, 'POST', '/explanations/nope', { body: {} })).json).toMatchObject({
+      code: 404,
+      type: 'ModelNotFoundException',
+    });
   });
 
   it('answers the workflow routes with 501 MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED', async () => {
-    for (const [method, path] of [['POST', '/wfpredict/flow'], ['GET', '/workflows'], ['POST', '/workflows?url=flow.war'], ['GET', '/workflows/flow'], ['DELETE', '/workflows/flow']] as const) {
+    for (const [method, path] of [
+      ['POST', '/wfpredict/flow'],
+      ['GET', '/workflows'],
+      ['POST', '/workflows?url=flow.war'],
+      ['GET', '/workflows/flow'],
+      ['DELETE', '/workflows/flow'],
+    ] as const) {
       const result = await call(api, method, path);
       expect(result.status, `${method} ${path}`).toBe(501);
       expect(result.json.marinaCode).toBe('MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED');
@@ -98,7 +126,10 @@ describe('inference routes TorchServe serves', { timeout: 60_000 }, () => {
   });
 
   it('applies the cors_* keys: preflight answered with the allowed methods and headers, the origin echoed on answers', async () => {
-    const preflight = await fetch(`${api}/predictions/echo`, { method: 'OPTIONS', headers: { origin: 'http://app.example', 'access-control-request-method': 'POST' } });
+    const preflight = await fetch(`${api}/predictions/echo`, {
+      method: 'OPTIONS',
+      headers: { origin: 'http://app.example', 'access-control-request-method': 'POST' },
+    });
     expect(preflight.status).toBe(200);
     expect(preflight.headers.get('access-control-allow-origin')).toBe('http://app.example');
     expect(preflight.headers.get('access-control-allow-methods')).toBe('GET, POST');

@@ -27,7 +27,11 @@ const lines = async (file: string) => (await readFile(file, 'utf8')).split('\n')
 describe('log files under LOG_LOCATION', () => {
   it('writes one access_log line per request, failed ones included, and time and level on every line of every file', async () => {
     const logDir = join(workspace.root, 'logs-a');
-    const config = opsConfig(workspace, { load_models: 'affine.mar', disable_token_authorization: 'false', max_request_size: '1000' });
+    const config = opsConfig(workspace, {
+      load_models: 'affine.mar',
+      disable_token_authorization: 'false',
+      max_request_size: '1000',
+    });
     const server = await startServer({ ...config, logDir, keyFilePath: join(workspace.root, 'key_file.json') });
     const api = server.listening.find((l) => l.api === 'inference')!.url;
     const keys = JSON.parse(await readFile(join(workspace.root, 'key_file.json'), 'utf8'));
@@ -42,7 +46,9 @@ describe('log files under LOG_LOCATION', () => {
       expect((await send('GET', '/ping', { token })).status).toBe(200);
       expect((await send('POST', '/predictions/affine', { body: affineInput([1, 2, 3, 4]) })).status).toBe(401);
       expect((await send('GET', '/no/such/route', { token })).status).toBe(404);
-      expect((await send('POST', '/predictions/affine', { token, body: { padding: 'x'.repeat(2000) } })).status).toBe(413);
+      expect((await send('POST', '/predictions/affine', { token, body: { padding: 'x'.repeat(2000) } })).status).toBe(
+        413,
+      );
       expect((await send('POST', '/predictions/affine', { token, body: affineInput([1, 2, 3, 4]) })).status).toBe(200);
     } finally {
       await server.close();
@@ -53,37 +59,65 @@ describe('log files under LOG_LOCATION', () => {
       const line = access[i]!;
       expect(line).toMatch(LINE);
       const path = request.path.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
-      expect(line).toMatch(new RegExp(`\\[INFO \\] ${request.requestId} ACCESS_LOG - /127\\.0\\.0\\.1:\\d+ "${request.method} ${path} HTTP/1\\.1" ${request.status} \\d+$`));
+      expect(line).toMatch(
+        new RegExp(
+          `\\[INFO \\] ${request.requestId} ACCESS_LOG - /127\\.0\\.0\\.1:\\d+ "${request.method} ${path} HTTP/1\\.1" ${request.status} \\d+$`,
+        ),
+      );
     });
     const ts = await lines(join(logDir, 'ts_log.log'));
     expect(ts.length).toBeGreaterThan(0);
     for (const line of ts) expect(line).toMatch(LINE);
     expect(ts.join('\n')).toContain('Model loaded: affine (version 1.0)');
     const model = await lines(join(logDir, 'model_log.log'));
-    expect(model.some((line) => /W-\d+-affine_1\.0: model affine version 1\.0 loaded in \d+ ms$/.test(line))).toBe(true);
+    expect(model.some((line) => /W-\d+-affine_1\.0: model affine version 1\.0 loaded in \d+ ms$/.test(line))).toBe(
+      true,
+    );
     for (const line of model) expect(line).toMatch(LINE);
   }, 60_000);
 });
 
 describe('metrics', () => {
-  it('exposes TorchServe\'s system, frontend and backend gauges with its labels next to Marina\'s histograms', async () => {
+  it("exposes TorchServe's system, frontend and backend gauges with its labels next to Marina's histograms", async () => {
     const metricsLogDir = join(workspace.root, 'metrics-b');
-    const server = await startServer({ ...opsConfig(workspace, { load_models: 'affine.mar' }), logDir: join(workspace.root, 'logs-b'), metricsLogDir });
+    const server = await startServer({
+      ...opsConfig(workspace, { load_models: 'affine.mar' }),
+      logDir: join(workspace.root, 'logs-b'),
+      metricsLogDir,
+    });
     try {
       // TorchServe's log4j2 creates both metric files at start-up; with metrics_mode=prometheus nothing is written to them.
-      for (const file of ['ts_metrics.log', 'model_metrics.log']) expect((await stat(join(metricsLogDir, file))).size, file).toBe(0);
+      for (const file of ['ts_metrics.log', 'model_metrics.log'])
+        expect((await stat(join(metricsLogDir, file))).size, file).toBe(0);
       const api = server.listening.find((l) => l.api === 'inference')!.url;
       const metricsUrl = server.listening.find((l) => l.api === 'metrics')!.url;
       expect((await call(api, 'POST', '/predictions/affine', { body: affineInput([1, 2, 3, 4]) })).status).toBe(200);
       const text = (await call(metricsUrl, 'GET', '/metrics')).text;
-      for (const name of ['CPUUtilization', 'MemoryUsed', 'MemoryAvailable', 'MemoryUtilization', 'DiskUsage', 'DiskUtilization', 'DiskAvailable', 'QueueTime', 'WorkerThreadTime']) {
+      for (const name of [
+        'CPUUtilization',
+        'MemoryUsed',
+        'MemoryAvailable',
+        'MemoryUtilization',
+        'DiskUsage',
+        'DiskUtilization',
+        'DiskAvailable',
+        'QueueTime',
+        'WorkerThreadTime',
+      ]) {
         expect(text, name).toContain(`# TYPE ${name} gauge`);
         expect(text, name).toMatch(new RegExp(`^${name}\\{Level="Host",Hostname="[^"]+"\\} [0-9.e+-]+$`, 'm'));
       }
       expect(text).toContain('# HELP CPUUtilization Torchserve prometheus gauge metric with unit: Percent');
-      expect(text).toMatch(/^WorkerLoadTime\{WorkerName="W-\d+-affine_1\.0",Level="Host",Hostname="[^"]+"\} [0-9.e+-]+$/m);
-      for (const name of ['HandlerTime', 'PredictionTime']) expect(text, name).toMatch(new RegExp(`^${name}\\{ModelName="affine",Level="Model",Hostname="[^"]+"\\} [0-9.e+-]+$`, 'm'));
-      expect(text).toMatch(/^ts_inference_requests_total\{model_name="affine",model_version="default",hostname="[^"]+"\} 1$/m);
+      expect(text).toMatch(
+        /^WorkerLoadTime\{WorkerName="W-\d+-affine_1\.0",Level="Host",Hostname="[^"]+"\} [0-9.e+-]+$/m,
+      );
+      for (const name of ['HandlerTime', 'PredictionTime'])
+        expect(text, name).toMatch(
+          new RegExp(`^${name}\\{ModelName="affine",Level="Model",Hostname="[^"]+"\\} [0-9.e+-]+$`, 'm'),
+        );
+      expect(text).toMatch(
+        /^ts_inference_requests_total\{model_name="affine",model_version="default",hostname="[^"]+"\} 1$/m,
+      );
       expect(text).toMatch(/^Requests2XX\{Level="Host",Hostname="[^"]+"\} [1-9]\d*$/m);
       expect(text).toContain('marina_request_latency_seconds_bucket');
     } finally {
@@ -91,10 +125,14 @@ describe('metrics', () => {
     }
   }, 60_000);
 
-  it('with metrics_mode=log writes ts_metrics.log and model_metrics.log in TorchServe\'s line form', async () => {
+  it("with metrics_mode=log writes ts_metrics.log and model_metrics.log in TorchServe's line form", async () => {
     const logDir = join(workspace.root, 'logs-c');
     const metricsLogDir = join(workspace.root, 'metrics-c');
-    const server = await startServer({ ...opsConfig(workspace, { load_models: 'affine.mar', metrics_mode: 'log', enable_metrics_api: 'false' }), logDir, metricsLogDir });
+    const server = await startServer({
+      ...opsConfig(workspace, { load_models: 'affine.mar', metrics_mode: 'log', enable_metrics_api: 'false' }),
+      logDir,
+      metricsLogDir,
+    });
     try {
       const api = server.listening.find((l) => l.api === 'inference')!.url;
       expect(server.listening.map((l) => l.api)).not.toContain('metrics');
@@ -103,13 +141,17 @@ describe('metrics', () => {
       await server.close();
     }
     await expect(stat(join(logDir, 'ts_metrics.log'))).rejects.toMatchObject({ code: 'ENOENT' });
-    const tsMetrics = (await readFile(join(metricsLogDir, 'ts_metrics.log'), 'utf8'));
-    expect(tsMetrics).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{3} - CPUUtilization\.Percent:[0-9.]+\|#Level:Host\|#hostname:[^,]+,timestamp:\d+$/m);
+    const tsMetrics = await readFile(join(metricsLogDir, 'ts_metrics.log'), 'utf8');
+    expect(tsMetrics).toMatch(
+      /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{3} - CPUUtilization\.Percent:[0-9.]+\|#Level:Host\|#hostname:[^,]+,timestamp:\d+$/m,
+    );
     expect(tsMetrics).toMatch(/ - Requests2XX\.Count:1\|#Level:Host\|#hostname:[^,]+,timestamp:\d+$/m);
     expect(tsMetrics).toMatch(/ - QueueTime\.Milliseconds:[0-9.]+\|#Level:Host\|/m);
     expect(tsMetrics).toMatch(/ - WorkerLoadTime\.Milliseconds:[0-9.]+\|#WorkerName:W-\d+-affine_1\.0,Level:Host\|/m);
-    const modelMetrics = (await readFile(join(metricsLogDir, 'model_metrics.log'), 'utf8'));
-    expect(modelMetrics).toMatch(/ - HandlerTime\.ms:[0-9.]+\|#ModelName:affine,Level:Model\|#type:GAUGE\|#hostname:[^,]+,timestamp:\d+$/m);
+    const modelMetrics = await readFile(join(metricsLogDir, 'model_metrics.log'), 'utf8');
+    expect(modelMetrics).toMatch(
+      / - HandlerTime\.ms:[0-9.]+\|#ModelName:affine,Level:Model\|#type:GAUGE\|#hostname:[^,]+,timestamp:\d+$/m,
+    );
     expect(modelMetrics).toMatch(/ - PredictionTime\.ms:[0-9.]+\|#ModelName:affine,Level:Model\|/m);
   }, 60_000);
 });
@@ -120,7 +162,11 @@ describe('where the log files go', () => {
     const defaults = await loadConfig({ cliOptions: { ncs: true, modelStore: workspace.store }, env: {}, cwd });
     expect(defaults.logDir).toBe(join(cwd, 'logs'));
     expect(defaults.metricsLogDir).toBe(join(cwd, 'logs'));
-    const set = await loadConfig({ cliOptions: { ncs: true, modelStore: workspace.store }, env: { LOG_LOCATION: 'a', METRICS_LOCATION: '/tmp/b' }, cwd });
+    const set = await loadConfig({
+      cliOptions: { ncs: true, modelStore: workspace.store },
+      env: { LOG_LOCATION: 'a', METRICS_LOCATION: '/tmp/b' },
+      cwd,
+    });
     expect(set.logDir).toBe(join(cwd, 'a'));
     expect(set.metricsLogDir).toBe('/tmp/b');
   });

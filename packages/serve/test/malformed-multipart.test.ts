@@ -21,10 +21,17 @@ afterAll(async () => {
 });
 
 /** Sends `body` (string chunks; chunked when `chunked`) and resolves with status and parsed JSON. */
-function send(options: { headers: Record<string, string>; chunks: string[]; chunked?: boolean }): Promise<{ status: number; json: any }> {
+function send(options: {
+  headers: Record<string, string>;
+  chunks: string[];
+  chunked?: boolean;
+}): Promise<{ status: number; json: any }> {
   const url = new URL(`${ops.api}/predictions/m`);
   return new Promise((resolve, reject) => {
-    const headers = { ...options.headers, ...(options.chunked ? {} : { 'content-length': String(Buffer.byteLength(options.chunks.join(''))) }) };
+    const headers = {
+      ...options.headers,
+      ...(options.chunked ? {} : { 'content-length': String(Buffer.byteLength(options.chunks.join(''))) }),
+    };
     const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers }, (res) => {
       let text = '';
       res.on('data', (chunk: Buffer) => (text += chunk.toString()));
@@ -38,10 +45,18 @@ function send(options: { headers: Record<string, string>; chunks: string[]; chun
 
 describe('malformed multipart', () => {
   it.each([
-    ['a body cut off mid-part', 'multipart/form-data; boundary=abc', '--abc\r\nContent-Disposition: form-data; name="data"\r\n\r\nhello'],
+    [
+      'a body cut off mid-part',
+      'multipart/form-data; boundary=abc',
+      '--abc\r\nContent-Disposition: form-data; name="data"\r\n\r\nhello',
+    ],
     ['a boundary that never appears', 'multipart/form-data; boundary=abc', 'no boundary here'],
     ['no boundary parameter', 'multipart/form-data', '--abc\r\n\r\n'],
-    ['a __proto__ field', 'multipart/form-data; boundary=abc', '--abc\r\nContent-Disposition: form-data; name="__proto__"\r\n\r\n{}\r\n--abc--\r\n'],
+    [
+      'a __proto__ field',
+      'multipart/form-data; boundary=abc',
+      '--abc\r\nContent-Disposition: form-data; name="__proto__"\r\n\r\n{}\r\n--abc--\r\n',
+    ],
   ])('%s is 400 MARINA_ERR_BAD_REQUEST', async (_what, contentType, body) => {
     const response = await send({ headers: { 'content-type': contentType }, chunks: [body] });
     expect(response.status, JSON.stringify(response.json)).toBe(400);
@@ -51,14 +66,21 @@ describe('malformed multipart', () => {
 
 describe('a body over max_request_size', () => {
   it('with Content-Length: the message gives the declared bytes', async () => {
-    const response = await send({ headers: { 'content-type': 'application/octet-stream' }, chunks: ['x'.repeat(5000)] });
+    const response = await send({
+      headers: { 'content-type': 'application/octet-stream' },
+      chunks: ['x'.repeat(5000)],
+    });
     expect(response.status).toBe(413);
     expect(response.json.marinaCode).toBe('MARINA_ERR_REQUEST_TOO_LARGE');
     expect(response.json.message).toContain('declares 5000 bytes');
   });
 
   it('chunked: the message counts what arrived, not a header', async () => {
-    const response = await send({ headers: { 'content-type': 'application/octet-stream' }, chunks: ['x'.repeat(3000), 'y'.repeat(3000)], chunked: true });
+    const response = await send({
+      headers: { 'content-type': 'application/octet-stream' },
+      chunks: ['x'.repeat(3000), 'y'.repeat(3000)],
+      chunked: true,
+    });
     expect(response.status).toBe(413);
     expect(response.json.message).toContain('more than 4096 bytes arrived');
   });

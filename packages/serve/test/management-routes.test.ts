@@ -40,7 +40,12 @@ beforeAll(async () => {
   await packModel(sources, { modelName: 'squeeze' });
   await packModel(sources, { modelName: 'm', modelVersion: '1.0', fileName: 'm_v1.0.mar' });
   await packModel(sources, { modelName: 'remote' });
-  await writeModelFolder({ dir: join(sources, 'partial'), modelName: 'partial', handler: 'once.mjs', files: { 'once.mjs': onceHandler } });
+  await writeModelFolder({
+    dir: join(sources, 'partial'),
+    modelName: 'partial',
+    handler: 'once.mjs',
+    files: { 'once.mjs': onceHandler },
+  });
   remoteArchive = await readFile(join(sources, 'remote.mar'));
   await rm(join(sources, 'remote.mar'));
   archiveServer = createServer((req, res) => {
@@ -57,7 +62,10 @@ afterAll(async () => {
 });
 
 function configFor(overrides: Partial<ServerConfig> = {}): ServerConfig {
-  return testConfig({ modelStore: store, cpuCount: 4, extractionCacheDir: join(store, '..', 'cache'), ...overrides }, store);
+  return testConfig(
+    { modelStore: store, cpuCount: 4, extractionCacheDir: join(store, '..', 'cache'), ...overrides },
+    store,
+  );
 }
 
 async function start(config: Partial<ServerConfig> = {}, extra: Partial<ManagementRoutesOptions> = {}) {
@@ -89,7 +97,7 @@ afterEach(async () => {
 });
 
 describe('register (POST /models)', { timeout: 60_000 }, () => {
-  it('registers from the query string with TorchServe\'s message and common headers', async () => {
+  it("registers from the query string with TorchServe's message and common headers", async () => {
     await start();
     const r = await call('POST', '/models?url=resnet.mar&initial_workers=2&batch_size=4&max_batch_delay=50');
     expect(r.status).toBe(200);
@@ -113,18 +121,25 @@ describe('register (POST /models)', { timeout: 60_000 }, () => {
 
   it('answers 202 when asynchronous, 206 when only some workers came up, and the 0-worker message', async () => {
     await start();
-    expect((await call('POST', '/models?url=resnet.mar&synchronous=false&initial_workers=1')).json)
-      .toEqual({ status: 'Processing worker updates...' });
+    expect((await call('POST', '/models?url=resnet.mar&synchronous=false&initial_workers=1')).json).toEqual({
+      status: 'Processing worker updates...',
+    });
     const partial = await call('POST', '/models?url=partial&initial_workers=2');
     expect(partial.json).toEqual({ status: 'Workers scaling in progress...' });
     expect(partial.status).toBe(206);
     const zero = await call('POST', '/models?url=m_v1.0.mar&initial_workers=0');
-    expect(zero.json.status).toBe('Model "m" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.');
+    expect(zero.json.status).toBe(
+      'Model "m" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.',
+    );
   });
 
   it('answers 400 "Parameter url is required." and 400 for a mistyped parameter', async () => {
     await start();
-    expect((await call('POST', '/models')).json).toMatchObject({ code: 400, type: 'BadRequestException', message: 'Parameter url is required.' });
+    expect((await call('POST', '/models')).json).toMatchObject({
+      code: 400,
+      type: 'BadRequestException',
+      message: 'Parameter url is required.',
+    });
     const bad = await call('POST', '/models?url=resnet.mar&batch_size=many');
     expect(bad.status).toBe(400);
     expect(bad.json.message).toContain('batch_size');

@@ -9,8 +9,15 @@ import { EventEmitter } from 'node:events';
 import { basename } from 'node:path';
 import { MarinaError } from '@marina/errors';
 import type {
-  ModelDescription, ModelListEntry, ModelRegistryApi, ModelVersionStats, RegisterModelOptions, RegisterResult,
-  RegistryEvents, ScaleOptions, SnapshotModelVersion,
+  ModelDescription,
+  ModelListEntry,
+  ModelRegistryApi,
+  ModelVersionStats,
+  RegisterModelOptions,
+  RegisterResult,
+  RegistryEvents,
+  ScaleOptions,
+  SnapshotModelVersion,
 } from '../src/registry/model-registry-api.ts';
 
 interface Version {
@@ -41,7 +48,12 @@ export class StandInRegistry implements ModelRegistryApi {
     if (!model) throw new MarinaError('MARINA_ERR_MODEL_NOT_FOUND', `Model not found: ${name}`, 404);
     const v = version ?? model.defaultVersion;
     const entry = model.versions.get(v);
-    if (!entry) throw new MarinaError('MARINA_ERR_MODEL_VERSION_NOT_FOUND', `Model version: ${v} does not exist for model: ${name}`, 404);
+    if (!entry)
+      throw new MarinaError(
+        'MARINA_ERR_MODEL_VERSION_NOT_FOUND',
+        `Model version: ${v} does not exist for model: ${name}`,
+        404,
+      );
     return [v, entry];
   }
 
@@ -54,15 +66,28 @@ export class StandInRegistry implements ModelRegistryApi {
     const modelVersion = m ? m[2]! : '1.0';
     const model = this.models.get(modelName) ?? { defaultVersion: modelVersion, versions: new Map() };
     if (model.versions.has(modelVersion)) {
-      throw new MarinaError('MARINA_ERR_MODEL_VERSION_EXISTS', `Model version ${modelVersion} is already registered for model ${modelName}`, 409);
+      throw new MarinaError(
+        'MARINA_ERR_MODEL_VERSION_EXISTS',
+        `Model version ${modelVersion} is already registered for model ${modelName}`,
+        409,
+      );
     }
     const minWorkers = o.minWorkers ?? o.initialWorkers ?? 1;
     const requested = o.initialWorkers ?? minWorkers;
     const workers = o.synchronous ? Math.min(requested, this.readyLimit) : requested;
     model.versions.set(modelVersion, {
-      url: o.url, archivePath: o.archivePath, marName: basename(o.archivePath), minWorkers, maxWorkers: o.maxWorkers ?? Math.max(minWorkers, requested),
-      workers, busyWorkers: 0, queueDepth: 0, batchSize: o.batchSize ?? 1, maxBatchDelay: o.maxBatchDelayMs ?? 100,
-      responseTimeout: o.responseTimeoutSec ?? 120, intraOpNumThreads: 1,
+      url: o.url,
+      archivePath: o.archivePath,
+      marName: basename(o.archivePath),
+      minWorkers,
+      maxWorkers: o.maxWorkers ?? Math.max(minWorkers, requested),
+      workers,
+      busyWorkers: 0,
+      queueDepth: 0,
+      batchSize: o.batchSize ?? 1,
+      maxBatchDelay: o.maxBatchDelayMs ?? 100,
+      responseTimeout: o.responseTimeoutSec ?? 120,
+      intraOpNumThreads: 1,
     });
     this.models.set(modelName, model);
     this.events.emit('changed');
@@ -73,7 +98,11 @@ export class StandInRegistry implements ModelRegistryApi {
     const [v] = this.version(name, version);
     const model = this.models.get(name)!;
     if (version !== undefined && v === model.defaultVersion && model.versions.size > 1) {
-      throw new MarinaError('MARINA_ERR_DEFAULT_VERSION_REMOVAL', `Cannot remove default version for model ${name}`, 403);
+      throw new MarinaError(
+        'MARINA_ERR_DEFAULT_VERSION_REMOVAL',
+        `Cannot remove default version for model ${name}`,
+        403,
+      );
     }
     if (version === undefined) this.models.delete(name);
     else model.versions.delete(v);
@@ -85,7 +114,8 @@ export class StandInRegistry implements ModelRegistryApi {
     const [, entry] = this.version(name, version);
     entry.minWorkers = o.minWorkers;
     entry.maxWorkers = o.maxWorkers;
-    if (entry.workers < o.minWorkers) entry.workers = o.synchronous ? Math.min(o.minWorkers, this.readyLimit) : o.minWorkers;
+    if (entry.workers < o.minWorkers)
+      entry.workers = o.synchronous ? Math.min(o.minWorkers, this.readyLimit) : o.minWorkers;
     if (entry.workers > o.maxWorkers) entry.workers = o.maxWorkers;
     this.events.emit('changed');
     return { workers: entry.workers };
@@ -104,14 +134,39 @@ export class StandInRegistry implements ModelRegistryApi {
     return versions.map((v) => {
       const e = model.versions.get(v)!;
       return {
-        modelName: name, modelVersion: v, modelUrl: e.url, runtime: 'onnx', minWorkers: e.minWorkers, maxWorkers: e.maxWorkers,
-        batchSize: e.batchSize, maxBatchDelay: e.maxBatchDelay, responseTimeout: e.responseTimeout, startupTimeout: 120,
-        maxRetryTimeoutInSec: 300, clientTimeoutInMills: 0, parallelType: '', parallelLevel: 0, deviceType: 'cpu',
-        continuousBatching: false, useJobTicket: false, useVenv: false, stateful: false, sequenceMaxIdleMSec: 0,
-        sequenceTimeoutMSec: 0, maxNumSequence: 0, maxSequenceJobQueueSize: 0, loadedAtStartup: false,
+        modelName: name,
+        modelVersion: v,
+        modelUrl: e.url,
+        runtime: 'onnx',
+        minWorkers: e.minWorkers,
+        maxWorkers: e.maxWorkers,
+        batchSize: e.batchSize,
+        maxBatchDelay: e.maxBatchDelay,
+        responseTimeout: e.responseTimeout,
+        startupTimeout: 120,
+        maxRetryTimeoutInSec: 300,
+        clientTimeoutInMills: 0,
+        parallelType: '',
+        parallelLevel: 0,
+        deviceType: 'cpu',
+        continuousBatching: false,
+        useJobTicket: false,
+        useVenv: false,
+        stateful: false,
+        sequenceMaxIdleMSec: 0,
+        sequenceTimeoutMSec: 0,
+        maxNumSequence: 0,
+        maxSequenceJobQueueSize: 0,
+        loadedAtStartup: false,
         workers: Array.from({ length: e.workers }, (_, i) => ({
-          id: String(9000 + i), startTime: '2025-01-01T00:00:00.000Z', status: 'READY' as const, memoryUsage: 1024, pid: process.pid,
-          gpu: false as const, gpuUsage: 'N/A' as const, intraOpNumThreads: e.intraOpNumThreads,
+          id: String(9000 + i),
+          startTime: '2025-01-01T00:00:00.000Z',
+          status: 'READY' as const,
+          memoryUsage: 1024,
+          pid: process.pid,
+          gpu: false as const,
+          gpuUsage: 'N/A' as const,
+          intraOpNumThreads: e.intraOpNumThreads,
         })),
         jobQueueStatus: { remainingCapacity: this.jobQueueSize - e.queueDepth, pendingRequests: e.queueDepth },
       };
@@ -119,9 +174,14 @@ export class StandInRegistry implements ModelRegistryApi {
   }
 
   list(): ModelListEntry[] {
-    return [...this.models.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([name, m]) => ({
-      modelName: name, modelUrl: m.versions.get(m.defaultVersion)!.url, defaultVersion: m.defaultVersion, versions: [...m.versions.keys()],
-    }));
+    return [...this.models.entries()]
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([name, m]) => ({
+        modelName: name,
+        modelUrl: m.versions.get(m.defaultVersion)!.url,
+        defaultVersion: m.defaultVersion,
+        versions: [...m.versions.keys()],
+      }));
   }
 
   stats(): ModelVersionStats[] {
@@ -129,8 +189,16 @@ export class StandInRegistry implements ModelRegistryApi {
     for (const [name, m] of this.models) {
       for (const [v, e] of m.versions) {
         out.push({
-          modelName: name, modelVersion: v, queueDepth: e.queueDepth, runningJobs: 0, jobQueueSize: this.jobQueueSize, workers: e.workers,
-          busyWorkers: e.busyWorkers, minWorkers: e.minWorkers, maxWorkers: e.maxWorkers, intraOpNumThreads: e.intraOpNumThreads,
+          modelName: name,
+          modelVersion: v,
+          queueDepth: e.queueDepth,
+          runningJobs: 0,
+          jobQueueSize: this.jobQueueSize,
+          workers: e.workers,
+          busyWorkers: e.busyWorkers,
+          minWorkers: e.minWorkers,
+          maxWorkers: e.maxWorkers,
+          intraOpNumThreads: e.intraOpNumThreads,
         });
       }
     }
@@ -143,8 +211,14 @@ export class StandInRegistry implements ModelRegistryApi {
       out[name] = {};
       for (const [v, e] of m.versions) {
         out[name][v] = {
-          defaultVersion: v === m.defaultVersion, marName: e.marName, url: e.url, minWorkers: e.minWorkers, maxWorkers: e.maxWorkers,
-          batchSize: e.batchSize, maxBatchDelay: e.maxBatchDelay, responseTimeout: e.responseTimeout,
+          defaultVersion: v === m.defaultVersion,
+          marName: e.marName,
+          url: e.url,
+          minWorkers: e.minWorkers,
+          maxWorkers: e.maxWorkers,
+          batchSize: e.batchSize,
+          maxBatchDelay: e.maxBatchDelay,
+          responseTimeout: e.responseTimeout,
         };
       }
     }
@@ -164,16 +238,49 @@ export class StandInRegistry implements ModelRegistryApi {
 }
 
 /** A ServerConfig for tests; override what a test cares about. */
-export function testConfig(overrides: Partial<import('../src/config/server-config.ts').ServerConfig> = {}): import('../src/config/server-config.ts').ServerConfig {
-  const address = (port: number) => ({ protocol: 'http' as const, host: '127.0.0.1', port, raw: `http://127.0.0.1:${port}` });
+export function testConfig(
+  overrides: Partial<import('../src/config/server-config.ts').ServerConfig> = {},
+): import('../src/config/server-config.ts').ServerConfig {
+  const address = (port: number) => ({
+    protocol: 'http' as const,
+    host: '127.0.0.1',
+    port,
+    raw: `http://127.0.0.1:${port}`,
+  });
   return {
-    inferenceAddress: address(8080), managementAddress: address(8081), metricsAddress: address(8082), modelStore: undefined,
-    loadModels: [], models: {}, defaultWorkersPerModel: undefined, jobQueueSize: 100, numberOfNettyThreads: 0,
-    defaultResponseTimeoutSec: 120, defaultStartupTimeoutSec: 120, maxRequestBytes: 6553500, maxResponseBytes: 6553500,
-    allowedUrls: ['file://.*', 'http(s)?://.*'], isAllowedUrlsDefault: true, disableTokenAuthorization: false, enableModelApi: true,
-    enableMetricsApi: true, tokenExpirationMin: 60, keyFilePath: 'key_file.json', ompNumThreads: undefined, cpuCount: 2,
-    extractionCacheDir: '/tmp', snapshotDir: '/tmp', isSnapshotEnabled: true, logDir: '/tmp', metricsMode: 'prometheus', corsAllowedOrigin: undefined,
-    corsAllowedMethods: undefined, corsAllowedHeaders: undefined, limitMaxImagePixels: true, unknownKeys: [], warnings: [],
+    inferenceAddress: address(8080),
+    managementAddress: address(8081),
+    metricsAddress: address(8082),
+    modelStore: undefined,
+    loadModels: [],
+    models: {},
+    defaultWorkersPerModel: undefined,
+    jobQueueSize: 100,
+    numberOfNettyThreads: 0,
+    defaultResponseTimeoutSec: 120,
+    defaultStartupTimeoutSec: 120,
+    maxRequestBytes: 6553500,
+    maxResponseBytes: 6553500,
+    allowedUrls: ['file://.*', 'http(s)?://.*'],
+    isAllowedUrlsDefault: true,
+    disableTokenAuthorization: false,
+    enableModelApi: true,
+    enableMetricsApi: true,
+    tokenExpirationMin: 60,
+    keyFilePath: 'key_file.json',
+    ompNumThreads: undefined,
+    cpuCount: 2,
+    extractionCacheDir: '/tmp',
+    snapshotDir: '/tmp',
+    isSnapshotEnabled: true,
+    logDir: '/tmp',
+    metricsMode: 'prometheus',
+    corsAllowedOrigin: undefined,
+    corsAllowedMethods: undefined,
+    corsAllowedHeaders: undefined,
+    limitMaxImagePixels: true,
+    unknownKeys: [],
+    warnings: [],
     ...overrides,
   };
 }

@@ -27,8 +27,18 @@ beforeAll(async () => {
   outside = join(workspace.root, 'elsewhere');
   await mkdir(outside);
   await packModel(outside, { modelName: 'copied' });
-  await writeModelFolder({ dir: join(workspace.store, 'broken'), modelName: 'broken', handler: 'broken_handler.mjs', files: { 'broken_handler.mjs': 'throw new Error("this handler cannot load");\n' } });
-  await writeModelFolder({ dir: join(outside, 'folder-model'), modelName: 'folder-model', handler: 'h.mjs', files: { 'h.mjs': 'export function handle(data) { return data.map(() => ({ ok: true })); }\n' } });
+  await writeModelFolder({
+    dir: join(workspace.store, 'broken'),
+    modelName: 'broken',
+    handler: 'broken_handler.mjs',
+    files: { 'broken_handler.mjs': 'throw new Error("this handler cannot load");\n' },
+  });
+  await writeModelFolder({
+    dir: join(outside, 'folder-model'),
+    modelName: 'folder-model',
+    handler: 'h.mjs',
+    files: { 'h.mjs': 'export function handle(data) { return data.map(() => ({ ok: true })); }\n' },
+  });
   server = await startServer({ ...opsConfig(workspace), logDir: join(workspace.root, 'logs') });
   api = server.listening.find((l) => l.api === 'management')!.url;
 }, 60_000);
@@ -39,23 +49,26 @@ afterAll(async () => {
 
 // Real workers start in these tests: allow well over the default 5 s on a shared machine.
 describe('register', { timeout: 60_000 }, () => {
-  it('starts 0 workers without initial_workers, with TorchServe\'s message', async () => {
+  it("starts 0 workers without initial_workers, with TorchServe's message", async () => {
     const result = await call(api, 'POST', '/models?url=affine.mar');
     expect(result.status).toBe(200);
-    expect(result.json).toEqual({ status: 'Model "affine" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.' });
+    expect(result.json).toEqual({
+      status:
+        'Model "affine" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.',
+    });
     const [described] = (await call(api, 'GET', '/models/affine')).json;
     expect(described.workers).toEqual([]);
     expect(described.minWorkers).toBe(0);
   });
 
-  it('lets model-config.yaml\'s minWorkers apply when initial_workers is not given (the documented precedence)', async () => {
+  it("lets model-config.yaml's minWorkers apply when initial_workers is not given (the documented precedence)", async () => {
     const result = await call(api, 'POST', '/models?url=configured.mar');
     expect(result.status).toBe(200);
     expect(result.json).toEqual({ status: 'Model "configured" Version: 1.0 registered with 1 initial workers' });
     expect((await call(api, 'DELETE', '/models/configured')).status).toBe(200);
   });
 
-  it('validates runtime with TorchServe\'s message', async () => {
+  it("validates runtime with TorchServe's message", async () => {
     const result = await call(api, 'POST', '/models?url=second.mar&runtime=InvalidRuntime');
     expect(result.status).toBe(400);
     expect(result.json).toMatchObject({ code: 400, type: 'BadRequestException' });
@@ -65,11 +78,19 @@ describe('register', { timeout: 60_000 }, () => {
   it('answers an empty url= with 404 and a missing url with 400, as TorchServe', async () => {
     const empty = await call(api, 'POST', '/models?url=&model_name=x');
     expect(empty.status).toBe(404);
-    expect(empty.json).toMatchObject({ code: 404, type: 'ModelNotFoundException', marinaCode: 'MARINA_ERR_MODEL_FILE_NOT_FOUND' });
+    expect(empty.json).toMatchObject({
+      code: 404,
+      type: 'ModelNotFoundException',
+      marinaCode: 'MARINA_ERR_MODEL_FILE_NOT_FOUND',
+    });
     expect(empty.json.message).toMatch(/^Model not found at: /);
     const missing = await call(api, 'POST', '/models?model_name=x');
     expect(missing.status).toBe(400);
-    expect(missing.json).toMatchObject({ code: 400, type: 'BadRequestException', message: 'Parameter url is required.' });
+    expect(missing.json).toMatchObject({
+      code: 400,
+      type: 'BadRequestException',
+      message: 'Parameter url is required.',
+    });
   });
 
   it('reads synchronous as TorchServe (only "true", any case, waits): other values are asynchronous, not errors', async () => {
@@ -87,7 +108,11 @@ describe('register', { timeout: 60_000 }, () => {
     expect((await call(api, 'POST', '/models?url=broken')).status).toBe(200);
     const scaled = await call(api, 'PUT', '/models/broken?min_worker=1&synchronous=true');
     expect(scaled.status).toBe(500);
-    expect(scaled.json).toMatchObject({ code: 500, type: 'InternalServerException', marinaCode: 'MARINA_ERR_WORKER_START_FAILED' });
+    expect(scaled.json).toMatchObject({
+      code: 500,
+      type: 'InternalServerException',
+      marinaCode: 'MARINA_ERR_WORKER_START_FAILED',
+    });
     expect(scaled.json.message).toMatch(/^Failed to start workers/);
     expect(scaled.json.message).toContain('this handler cannot load');
     expect((await call(api, 'DELETE', '/models/broken')).status).toBe(200);
@@ -108,7 +133,13 @@ describe('register', { timeout: 60_000 }, () => {
     const result = await call(api, 'POST', `/models?url=${encodeURIComponent(url)}&initial_workers=1&synchronous=true`);
     expect(result.status).toBe(200);
     expect(await readdir(workspace.store)).toContain('copied.mar');
-    expect((await call(api, 'POST', '/predictions/copied', { body: { inputs: { input: { shape: [1, 4], data: [0, 0, 0, 0] } } } })).status).toBe(200);
+    expect(
+      (
+        await call(api, 'POST', '/predictions/copied', {
+          body: { inputs: { input: { shape: [1, 4], data: [0, 0, 0, 0] } } },
+        })
+      ).status,
+    ).toBe(200);
     expect((await call(api, 'DELETE', '/models/copied')).status).toBe(200);
     expect(await readdir(workspace.store)).not.toContain('copied.mar');
     await access(join(outside, 'copied.mar'));
@@ -116,7 +147,11 @@ describe('register', { timeout: 60_000 }, () => {
 
   it('registers a model folder given by absolute path', async () => {
     const folder = join(outside, 'folder-model');
-    const result = await call(api, 'POST', `/models?url=${encodeURIComponent(folder)}&initial_workers=1&synchronous=true`);
+    const result = await call(
+      api,
+      'POST',
+      `/models?url=${encodeURIComponent(folder)}&initial_workers=1&synchronous=true`,
+    );
     expect(result.status).toBe(200);
     expect((await call(api, 'POST', '/predictions/folder-model', { body: {} })).json).toEqual({ ok: true });
   });

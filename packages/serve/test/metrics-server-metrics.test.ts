@@ -16,20 +16,37 @@ beforeEach(async () => {
 
 const request = (over: Partial<Parameters<typeof registry.events.emit<'request'>>[1]> = {}) =>
   registry.events.emit('request', {
-    modelName: 'resnet', requestedVersion: 'default', modelVersion: '1.0', statusCode: 200, queueMs: 2, inferenceMs: 30, totalMs: 35, ...over,
+    modelName: 'resnet',
+    requestedVersion: 'default',
+    modelVersion: '1.0',
+    statusCode: 200,
+    queueMs: 2,
+    inferenceMs: 30,
+    totalMs: 35,
+    ...over,
   });
 
 describe('TorchServe counters', () => {
-  it('keep TorchServe\'s names, HELP texts and labels, with latencies as microsecond sums', async () => {
+  it("keep TorchServe's names, HELP texts and labels, with latencies as microsecond sums", async () => {
     request();
     request({ queueMs: 4, totalMs: 45 });
     const text = await metrics.render();
     expect(text).toContain('# HELP ts_inference_requests_total Torchserve prometheus counter metric with unit: Count');
-    expect(text).toContain('# HELP ts_inference_latency_microseconds Torchserve prometheus counter metric with unit: Microseconds');
-    expect(text).toContain('# HELP ts_queue_latency_microseconds Torchserve prometheus counter metric with unit: Microseconds');
-    expect(text).toContain('ts_inference_requests_total{model_name="resnet",model_version="default",hostname="host-a"} 2');
-    expect(text).toContain('ts_inference_latency_microseconds{model_name="resnet",model_version="default",hostname="host-a"} 80000');
-    expect(text).toContain('ts_queue_latency_microseconds{model_name="resnet",model_version="default",hostname="host-a"} 6000');
+    expect(text).toContain(
+      '# HELP ts_inference_latency_microseconds Torchserve prometheus counter metric with unit: Microseconds',
+    );
+    expect(text).toContain(
+      '# HELP ts_queue_latency_microseconds Torchserve prometheus counter metric with unit: Microseconds',
+    );
+    expect(text).toContain(
+      'ts_inference_requests_total{model_name="resnet",model_version="default",hostname="host-a"} 2',
+    );
+    expect(text).toContain(
+      'ts_inference_latency_microseconds{model_name="resnet",model_version="default",hostname="host-a"} 80000',
+    );
+    expect(text).toContain(
+      'ts_queue_latency_microseconds{model_name="resnet",model_version="default",hostname="host-a"} 6000',
+    );
   });
 
   it('label a request by the version asked for, and count failures without adding their latency', async () => {
@@ -46,7 +63,9 @@ describe('Marina histograms and gauges', () => {
     request();
     registry.events.emit('batch', { modelName: 'resnet', modelVersion: '1.0', batchSize: 3, inferenceMs: 30 });
     const text = await metrics.render();
-    expect(text).toContain('marina_queue_latency_seconds_bucket{le="0.0025",model_name="resnet",model_version="1.0"} 1');
+    expect(text).toContain(
+      'marina_queue_latency_seconds_bucket{le="0.0025",model_name="resnet",model_version="1.0"} 1',
+    );
     expect(text).toContain('marina_inference_latency_seconds_sum{model_name="resnet",model_version="1.0"} 0.03');
     expect(text).toContain('marina_request_latency_seconds_count{model_name="resnet",model_version="1.0"} 1');
     expect(text).toContain('marina_batch_size_bucket{le="2",model_name="resnet",model_version="1.0"} 0');
@@ -85,7 +104,9 @@ describe('GET /metrics', () => {
       const all = await fetch(`${base}/metrics`);
       expect(all.status).toBe(200);
       expect(all.headers.get('content-type')).toContain('text/plain; version=0.0.4');
-      const filtered = await (await fetch(`${base}/metrics?name[]=ts_inference_requests_total&name[]=marina_queue_depth&name[]=nope`)).text();
+      const filtered = await (
+        await fetch(`${base}/metrics?name[]=ts_inference_requests_total&name[]=marina_queue_depth&name[]=nope`)
+      ).text();
       expect(filtered).toContain('ts_inference_requests_total{');
       expect(filtered).toContain('marina_queue_depth{model_name="resnet"');
       expect(filtered).not.toContain('ts_queue_latency_microseconds');

@@ -12,7 +12,16 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sha256File } from '@marina/archive';
 import { optimizedModelCacheDir } from '../src/cache/model-caches.ts';
-import { affineInput, call, createWorkspace, opsConfig, packModel, startOps, type OpsServer, type Workspace } from './ops-harness.ts';
+import {
+  affineInput,
+  call,
+  createWorkspace,
+  opsConfig,
+  packModel,
+  startOps,
+  type OpsServer,
+  type Workspace,
+} from './ops-harness.ts';
 
 const BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
 let workspace: Workspace;
@@ -63,10 +72,12 @@ describe('the extraction cache', () => {
     expect(entries).toContain(await sha256File(join(workspace.store, 'n.mar')));
   });
 
-  it('loses an unregistered model\'s extraction and its optimised copies', async () => {
+  it("loses an unregistered model's extraction and its optimised copies", async () => {
     const registered = await call(ops.api, 'POST', '/models?url=m.mar&initial_workers=1&synchronous=true');
     expect(registered.status, registered.text).toBe(200);
-    expect((await call(ops.api, 'POST', '/predictions/m', { body: affineInput([1, 2, 3, 4]) })).json.outputs.output.data).toEqual([3, 5, 7, 9]);
+    expect(
+      (await call(ops.api, 'POST', '/predictions/m', { body: affineInput([1, 2, 3, 4]) })).json.outputs.output.data,
+    ).toEqual([3, 5, 7, 9]);
     const modelDir = join(cacheDir, await sha256File(join(workspace.store, 'm.mar')));
     expect(await readdir(cacheDir)).toContain(await sha256File(join(workspace.store, 'm.mar')));
     expect(await optimizedCopiesOf(modelDir)).toHaveLength(1);

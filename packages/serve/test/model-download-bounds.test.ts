@@ -46,12 +46,14 @@ beforeAll(async () => {
   origin.listen(0, '127.0.0.1');
   await once(origin, 'listening');
   originUrl = `http://127.0.0.1:${(origin.address() as AddressInfo).port}`;
-  ops = await startOps(opsConfig(workspace, {
-    allowed_urls: 'http://127\\.0\\.0\\.1:[0-9]+/.*',
-    download_idle_timeout_ms: '300',
-    download_timeout_ms: '1500',
-    max_concurrent_downloads: '1',
-  }));
+  ops = await startOps(
+    opsConfig(workspace, {
+      allowed_urls: 'http://127\\.0\\.0\\.1:[0-9]+/.*',
+      download_idle_timeout_ms: '300',
+      download_timeout_ms: '1500',
+      max_concurrent_downloads: '1',
+    }),
+  );
 }, 60_000);
 afterAll(async () => {
   await ops?.close();
@@ -61,7 +63,10 @@ afterAll(async () => {
 });
 
 const register = (path: string, signal?: AbortSignal) =>
-  fetch(`${ops.api}/models?url=${encodeURIComponent(`${originUrl}${path}`)}`, { method: 'POST', ...(signal ? { signal } : {}) });
+  fetch(`${ops.api}/models?url=${encodeURIComponent(`${originUrl}${path}`)}`, {
+    method: 'POST',
+    ...(signal ? { signal } : {}),
+  });
 
 async function storeFiles(): Promise<string[]> {
   return readdir(workspace.store);
@@ -70,7 +75,7 @@ async function storeFiles(): Promise<string[]> {
 describe('a model download', () => {
   it('that stops sending is cut off by download_idle_timeout_ms, and its partial file removed', async () => {
     const response = await register('/stall.mar');
-    const body = await response.json() as { marinaCode: string; message: string };
+    const body = (await response.json()) as { marinaCode: string; message: string };
     expect(response.status).toBe(400);
     expect(body.marinaCode).toBe('MARINA_ERR_DOWNLOAD_TIMEOUT');
     expect(body.message).toContain('download_idle_timeout_ms');
@@ -80,7 +85,7 @@ describe('a model download', () => {
 
   it('that trickles (never idle) is cut off by download_timeout_ms', async () => {
     const response = await register('/trickle.mar');
-    const body = await response.json() as { marinaCode: string; message: string };
+    const body = (await response.json()) as { marinaCode: string; message: string };
     expect(response.status).toBe(400);
     expect(body.marinaCode).toBe('MARINA_ERR_DOWNLOAD_TIMEOUT');
     expect(body.message).toContain('download_timeout_ms');
@@ -95,7 +100,7 @@ describe('a model download', () => {
     // The only slot is taken: a second download is refused at once.
     const busy = await register('/stall-second.mar');
     expect(busy.status).toBe(503);
-    expect((await busy.json() as { marinaCode: string }).marinaCode).toBe('MARINA_ERR_DOWNLOADS_BUSY');
+    expect(((await busy.json()) as { marinaCode: string }).marinaCode).toBe('MARINA_ERR_DOWNLOADS_BUSY');
     expect(seen.has('/stall-second.mar')).toBe(false);
 
     client.abort();
@@ -105,6 +110,6 @@ describe('a model download', () => {
     await waitFor('the partial download to be removed', async () => (await storeFiles()).length === 0);
     // The slot is free again: the next download starts (and ends on its own idle limit).
     const next = await register('/stall-third.mar');
-    expect((await next.json() as { marinaCode: string }).marinaCode).toBe('MARINA_ERR_DOWNLOAD_TIMEOUT');
+    expect(((await next.json()) as { marinaCode: string }).marinaCode).toBe('MARINA_ERR_DOWNLOAD_TIMEOUT');
   });
 });

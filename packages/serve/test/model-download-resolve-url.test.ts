@@ -60,7 +60,9 @@ beforeEach(async () => {
 describe('isUrlAllowed', () => {
   it('matches whole URLs case-insensitively, as TorchServe', () => {
     expect(isUrlAllowed('HTTPS://Models.Example.com/a.mar', ['https://models\\.example\\.com/.*'])).toBe(true);
-    expect(isUrlAllowed('https://models.example.com.evil.io/a.mar', ['https://models\\.example\\.com/[^/]*'])).toBe(false);
+    expect(isUrlAllowed('https://models.example.com.evil.io/a.mar', ['https://models\\.example\\.com/[^/]*'])).toBe(
+      false,
+    );
     // A pattern matching only a prefix does not allow the URL: the match is a full match.
     expect(isUrlAllowed('https://models.example.com/a.mar', ['https://models'])).toBe(false);
   });
@@ -73,45 +75,65 @@ describe('isUrlAllowed', () => {
 describe('resolveModelUrl', () => {
   it('resolves a file name in the model store without downloading', async () => {
     await writeFile(join(store, 'noop.mar'), ZIP);
-    await expect(resolveModelUrl({ url: 'noop.mar', modelStore: store, allowedUrls: [] }))
-      .resolves.toEqual({ archivePath: join(store, 'noop.mar'), isDownloaded: false });
+    await expect(resolveModelUrl({ url: 'noop.mar', modelStore: store, allowedUrls: [] })).resolves.toEqual({
+      archivePath: join(store, 'noop.mar'),
+      isDownloaded: false,
+    });
   });
 
   it('resolves a model folder in the store', async () => {
     await mkdir(join(store, 'folder-model'));
-    await expect(resolveModelUrl({ url: 'folder-model', modelStore: store, allowedUrls: [] }))
-      .resolves.toMatchObject({ archivePath: join(store, 'folder-model') });
+    await expect(resolveModelUrl({ url: 'folder-model', modelStore: store, allowedUrls: [] })).resolves.toMatchObject({
+      archivePath: join(store, 'folder-model'),
+    });
   });
 
   it('answers 404 "Model not found at" for a missing file name', async () => {
-    await expect(resolveModelUrl({ url: 'missing.mar', modelStore: store, allowedUrls: [] }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_MODEL_FILE_NOT_FOUND', statusCode: 404, message: 'Model not found at: missing.mar' });
+    await expect(resolveModelUrl({ url: 'missing.mar', modelStore: store, allowedUrls: [] })).rejects.toMatchObject({
+      code: 'MARINA_ERR_MODEL_FILE_NOT_FOUND',
+      statusCode: 404,
+      message: 'Model not found at: missing.mar',
+    });
   });
 
   it.each(['sub/noop.mar', 'sub\\noop.mar', '/etc/passwd'])('refuses a path with separators: %s', async (url) => {
-    await expect(resolveModelUrl({ url, modelStore: store, allowedUrls: ALLOW_ALL }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_MODEL_URL_INVALID', statusCode: 404 });
+    await expect(resolveModelUrl({ url, modelStore: store, allowedUrls: ALLOW_ALL })).rejects.toMatchObject({
+      code: 'MARINA_ERR_MODEL_URL_INVALID',
+      statusCode: 404,
+    });
   });
 
-  it('refuses .. with TorchServe\'s message before touching anything', async () => {
-    await expect(resolveModelUrl({ url: `${base}/models/../x.mar`, modelStore: store, allowedUrls: ALLOW_ALL }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_URL_RELATIVE_PATH', statusCode: 404, message: `Relative path is not allowed in url: ${base}/models/../x.mar` });
+  it("refuses .. with TorchServe's message before touching anything", async () => {
+    await expect(
+      resolveModelUrl({ url: `${base}/models/../x.mar`, modelStore: store, allowedUrls: ALLOW_ALL }),
+    ).rejects.toMatchObject({
+      code: 'MARINA_ERR_URL_RELATIVE_PATH',
+      statusCode: 404,
+      message: `Relative path is not allowed in url: ${base}/models/../x.mar`,
+    });
   });
 
-  it('refuses URLs outside allowed_urls with TorchServe\'s message', async () => {
+  it("refuses URLs outside allowed_urls with TorchServe's message", async () => {
     const url = `${base}/models/good.mar`;
-    await expect(resolveModelUrl({ url, modelStore: store, allowedUrls: ['https://models\\.example\\.com/.*'] }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_URL_NOT_ALLOWED', statusCode: 404, message: `Given URL ${url} does not match any allowed URL(s)` });
+    await expect(
+      resolveModelUrl({ url, modelStore: store, allowedUrls: ['https://models\\.example\\.com/.*'] }),
+    ).rejects.toMatchObject({
+      code: 'MARINA_ERR_URL_NOT_ALLOWED',
+      statusCode: 404,
+      message: `Given URL ${url} does not match any allowed URL(s)`,
+    });
     expect(await readdir(store)).toEqual([]);
   });
 
   it('uses an allowed file:// URL where it is', async () => {
     const path = join(store, 'elsewhere.mar');
     await writeFile(path, ZIP);
-    await expect(resolveModelUrl({ url: pathToFileURL(path).href, modelStore: store, allowedUrls: ['file://.*'] }))
-      .resolves.toEqual({ archivePath: path, isDownloaded: false });
-    await expect(resolveModelUrl({ url: pathToFileURL(path).href, modelStore: store, allowedUrls: ['http(s)?://.*'] }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_URL_NOT_ALLOWED' });
+    await expect(
+      resolveModelUrl({ url: pathToFileURL(path).href, modelStore: store, allowedUrls: ['file://.*'] }),
+    ).resolves.toEqual({ archivePath: path, isDownloaded: false });
+    await expect(
+      resolveModelUrl({ url: pathToFileURL(path).href, modelStore: store, allowedUrls: ['http(s)?://.*'] }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_URL_NOT_ALLOWED' });
   });
 
   it('downloads an http archive into the store and leaves no temp file', async () => {
@@ -123,44 +145,74 @@ describe('resolveModelUrl', () => {
 
   it('refuses to overwrite a file already in the store (500, as TorchServe)', async () => {
     await writeFile(join(store, 'good.mar'), 'mine');
-    await expect(resolveModelUrl({ url: `${base}/models/good.mar`, modelStore: store, allowedUrls: ALLOW_ALL }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_MODEL_FILE_EXISTS', statusCode: 500, message: 'Model file already exists good.mar' });
+    await expect(
+      resolveModelUrl({ url: `${base}/models/good.mar`, modelStore: store, allowedUrls: ALLOW_ALL }),
+    ).rejects.toMatchObject({
+      code: 'MARINA_ERR_MODEL_FILE_EXISTS',
+      statusCode: 500,
+      message: 'Model file already exists good.mar',
+    });
     expect(await readFile(join(store, 'good.mar'), 'utf8')).toBe('mine');
   });
 
   it('stops a streamed download at the byte limit and deletes the partial file', async () => {
-    await expect(resolveModelUrl({ url: `${base}/models/big.mar`, modelStore: store, allowedUrls: ALLOW_ALL, maxDownloadBytes: 1000 }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_DOWNLOAD_TOO_LARGE', statusCode: 400 });
+    await expect(
+      resolveModelUrl({
+        url: `${base}/models/big.mar`,
+        modelStore: store,
+        allowedUrls: ALLOW_ALL,
+        maxDownloadBytes: 1000,
+      }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_DOWNLOAD_TOO_LARGE', statusCode: 400 });
     expect(await readdir(store)).toEqual([]);
   });
 
   it('refuses a download whose content-length is over the limit', async () => {
-    await expect(resolveModelUrl({ url: `${base}/models/declared-big.mar`, modelStore: store, allowedUrls: ALLOW_ALL, maxDownloadBytes: 100 }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_DOWNLOAD_TOO_LARGE' });
+    await expect(
+      resolveModelUrl({
+        url: `${base}/models/declared-big.mar`,
+        modelStore: store,
+        allowedUrls: ALLOW_ALL,
+        maxDownloadBytes: 100,
+      }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_DOWNLOAD_TOO_LARGE' });
     expect(await readdir(store)).toEqual([]);
   });
 
   it('answers 400 "Failed to download archive" for an HTTP error', async () => {
-    await expect(resolveModelUrl({ url: `${base}/models/absent.mar`, modelStore: store, allowedUrls: ALLOW_ALL }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_DOWNLOAD_FAILED', statusCode: 400, message: expect.stringContaining(`Failed to download archive from: ${base}/models/absent.mar`) });
+    await expect(
+      resolveModelUrl({ url: `${base}/models/absent.mar`, modelStore: store, allowedUrls: ALLOW_ALL }),
+    ).rejects.toMatchObject({
+      code: 'MARINA_ERR_DOWNLOAD_FAILED',
+      statusCode: 400,
+      message: expect.stringContaining(`Failed to download archive from: ${base}/models/absent.mar`),
+    });
   });
 
   it('deletes a download that is not an archive', async () => {
-    await expect(resolveModelUrl({ url: `${base}/models/not-archive.mar`, modelStore: store, allowedUrls: ALLOW_ALL }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_DOWNLOAD_NOT_ARCHIVE' });
+    await expect(
+      resolveModelUrl({ url: `${base}/models/not-archive.mar`, modelStore: store, allowedUrls: ALLOW_ALL }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_DOWNLOAD_NOT_ARCHIVE' });
     expect(await readdir(store)).toEqual([]);
   });
 
   it('times out a download that never finishes', async () => {
-    await expect(resolveModelUrl({ url: `${base}/models/slow.mar`, modelStore: store, allowedUrls: ALLOW_ALL, downloadTimeoutMs: 300 }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_DOWNLOAD_TIMEOUT' });
+    await expect(
+      resolveModelUrl({
+        url: `${base}/models/slow.mar`,
+        modelStore: store,
+        allowedUrls: ALLOW_ALL,
+        downloadTimeoutMs: 300,
+      }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_DOWNLOAD_TIMEOUT' });
     expect(await readdir(store)).toEqual([]);
   });
 
   it('checks every redirect hop against allowed_urls', async () => {
     const allowLocal = ['http://127\\.0\\.0\\.1:\\d+/.*'];
-    await expect(resolveModelUrl({ url: `${base}/redirect-outside`, modelStore: store, allowedUrls: allowLocal }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_URL_NOT_ALLOWED' });
+    await expect(
+      resolveModelUrl({ url: `${base}/redirect-outside`, modelStore: store, allowedUrls: allowLocal }),
+    ).rejects.toMatchObject({ code: 'MARINA_ERR_URL_NOT_ALLOWED' });
   });
 
   it('follows an allowed redirect and names the file after the URL asked for', async () => {
@@ -170,7 +222,11 @@ describe('resolveModelUrl', () => {
   });
 
   it('needs a model store for downloads', async () => {
-    await expect(resolveModelUrl({ url: `${base}/models/good.mar`, modelStore: undefined, allowedUrls: ALLOW_ALL }))
-      .rejects.toMatchObject({ code: 'MARINA_ERR_MODEL_STORE_NOT_CONFIGURED', message: 'Model store has not been configured.' });
+    await expect(
+      resolveModelUrl({ url: `${base}/models/good.mar`, modelStore: undefined, allowedUrls: ALLOW_ALL }),
+    ).rejects.toMatchObject({
+      code: 'MARINA_ERR_MODEL_STORE_NOT_CONFIGURED',
+      message: 'Model store has not been configured.',
+    });
   });
 });

@@ -14,8 +14,18 @@ describe('loading models at startup', () => {
     dir = await tempDir();
     const store = join(dir.path, 'store');
     await mkdir(store);
-    await writeModelFolder({ dir: join(store, 'good'), modelName: 'good', handler: 'tensor', writeModel: (p) => writeTinyTensorModel({ outputPath: p }) });
-    await writeModelFolder({ dir: join(store, 'garbage-weights'), modelName: 'garbage', handler: 'tensor', writeModel: (p) => writeFile(p, 'this is not an onnx model') });
+    await writeModelFolder({
+      dir: join(store, 'good'),
+      modelName: 'good',
+      handler: 'tensor',
+      writeModel: (p) => writeTinyTensorModel({ outputPath: p }),
+    });
+    await writeModelFolder({
+      dir: join(store, 'garbage-weights'),
+      modelName: 'garbage',
+      handler: 'tensor',
+      writeModel: (p) => writeFile(p, 'this is not an onnx model'),
+    });
     await writeFile(join(store, 'broken.mar'), 'PK\u0003\u0004 truncated zip');
     await writeFile(join(store, 'notes.txt'), 'not an archive, ignored');
     app = await buildApp(testConfig({ modelStore: store, loadModels: 'all' }, dir.path));
@@ -37,7 +47,11 @@ describe('loading models at startup', () => {
   });
 
   it('serves the models that loaded', async () => {
-    const res = await app.inference.inject({ method: 'POST', url: '/predictions/good', payload: { data: [[0, 0, 0, 0]] } });
+    const res = await app.inference.inject({
+      method: 'POST',
+      url: '/predictions/good',
+      payload: { data: [[0, 0, 0, 0]] },
+    });
     expect(res.statusCode).toBe(200);
     expect(res.json().outputs.output.data).toEqual([1, 1, 1, 1]);
     const ping = await app.inference.inject({ method: 'GET', url: '/ping' });

@@ -7,7 +7,15 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { validateArchive } from '@marina/archive';
-import { call, createWorkspace, opsConfig, packModel, startOps, type OpsServer, type Workspace } from './ops-harness.ts';
+import {
+  call,
+  createWorkspace,
+  opsConfig,
+  packModel,
+  startOps,
+  type OpsServer,
+  type Workspace,
+} from './ops-harness.ts';
 import { writeModelFolder } from './helpers.ts';
 
 const handlerSource = 'export function handle(data) { return data.map(() => ({ ok: true })); }\n';
@@ -17,8 +25,19 @@ let ops: OpsServer;
 beforeAll(async () => {
   workspace = await createWorkspace('marina-name-rule-');
   await packModel(workspace.store, { modelName: 'good' });
-  for (const [folder, modelName, modelVersion] of [['proto', '__proto__', '1.0'], ['dots', 'a..b', '1.0'], ['badversion', 'fine', '../1'], ['ctrl', 'bell\u0007', '1.0']] as const) {
-    await writeModelFolder({ dir: join(workspace.store, folder), modelName, modelVersion, handler: 'h.mjs', files: { 'h.mjs': handlerSource } });
+  for (const [folder, modelName, modelVersion] of [
+    ['proto', '__proto__', '1.0'],
+    ['dots', 'a..b', '1.0'],
+    ['badversion', 'fine', '../1'],
+    ['ctrl', 'bell\u0007', '1.0'],
+  ] as const) {
+    await writeModelFolder({
+      dir: join(workspace.store, folder),
+      modelName,
+      modelVersion,
+      handler: 'h.mjs',
+      files: { 'h.mjs': handlerSource },
+    });
   }
   ops = await startOps(opsConfig(workspace));
 }, 60_000);

@@ -49,23 +49,40 @@ export interface OipServer {
 export async function startOipServer(properties: Record<string, string> = {}): Promise<OipServer> {
   const dir = await tempDir('marina-oip-');
   const store = join(dir.path, 'store');
-  await writeModelFolder({ dir: join(store, 'mixed'), modelName: 'mixed', handler: 'tensor', writeModel: (path) => writeMixedTypesModel({ outputPath: path }), modelConfigYaml: 'minWorkers: 1\n' });
-  await writeClassifierModel(store, 'classifier', { modelConfigYaml: 'minWorkers: 1\nbatchSize: 4\nmaxBatchDelay: 60000\n' });
-  await writeModelFolder({ dir: join(store, 'gate'), modelName: 'gate', handler: 'gate_handler.mjs', modelConfigYaml: 'minWorkers: 1\nbatchSize: 4\nmaxBatchDelay: 60000\n', files: { 'gate_handler.mjs': gateHandlerSource } });
+  await writeModelFolder({
+    dir: join(store, 'mixed'),
+    modelName: 'mixed',
+    handler: 'tensor',
+    writeModel: (path) => writeMixedTypesModel({ outputPath: path }),
+    modelConfigYaml: 'minWorkers: 1\n',
+  });
+  await writeClassifierModel(store, 'classifier', {
+    modelConfigYaml: 'minWorkers: 1\nbatchSize: 4\nmaxBatchDelay: 60000\n',
+  });
+  await writeModelFolder({
+    dir: join(store, 'gate'),
+    modelName: 'gate',
+    handler: 'gate_handler.mjs',
+    modelConfigYaml: 'minWorkers: 1\nbatchSize: 4\nmaxBatchDelay: 60000\n',
+    files: { 'gate_handler.mjs': gateHandlerSource },
+  });
   const config = {
-    ...configFromProperties({
-      inference_address: 'http://127.0.0.1:0',
-      management_address: 'http://127.0.0.1:0',
-      metrics_address: 'http://127.0.0.1:0',
-      grpc_inference_port: '0',
-      grpc_management_port: '0',
-      enable_metrics_api: 'false',
-      enable_model_api: 'true',
-      model_store: store,
-      load_models: 'all',
-      allowed_urls: 'file:///nowhere/.*',
-      ...properties,
-    }, { cwd: dir.path }),
+    ...configFromProperties(
+      {
+        inference_address: 'http://127.0.0.1:0',
+        management_address: 'http://127.0.0.1:0',
+        metrics_address: 'http://127.0.0.1:0',
+        grpc_inference_port: '0',
+        grpc_management_port: '0',
+        enable_metrics_api: 'false',
+        enable_model_api: 'true',
+        model_store: store,
+        load_models: 'all',
+        allowed_urls: 'file:///nowhere/.*',
+        ...properties,
+      },
+      { cwd: dir.path },
+    ),
     extractionCacheDir: join(dir.path, 'cache'),
   };
   const operator: OperatorContext = {};
@@ -73,16 +90,26 @@ export async function startOipServer(properties: Record<string, string> = {}): P
   let grpcServers: GrpcServers | undefined;
   try {
     const loaded = await app.loadStartupModels();
-    if (loaded.failed.length > 0) throw new Error(`models failed to load: ${loaded.failed.map((f) => f.error.message).join('; ')}`);
+    if (loaded.failed.length > 0)
+      throw new Error(`models failed to load: ${loaded.failed.map((f) => f.error.message).join('; ')}`);
     await app.inference.listen({ host: '127.0.0.1', port: 0 });
-    grpcServers = await startGrpcServers({ config, grpc: config.grpc!, dataPlane: app.dataPlane, management: app.management, tokens: operator.tokens });
+    grpcServers = await startGrpcServers({
+      config,
+      grpc: config.grpc!,
+      dataPlane: app.dataPlane,
+      management: app.management,
+      tokens: operator.tokens,
+    });
   } catch (error) {
     await app.close();
     await dir.cleanup();
     throw error;
   }
   const address = app.inference.server.address() as { port: number };
-  const keyFile = JSON.parse(await readFile(config.keyFilePath, 'utf8')) as { inference: { key: string }; management: { key: string } };
+  const keyFile = JSON.parse(await readFile(config.keyFilePath, 'utf8')) as {
+    inference: { key: string };
+    management: { key: string };
+  };
   const grpcs = grpcServers;
   return {
     app,
@@ -102,7 +129,16 @@ export async function startOipServer(properties: Record<string, string> = {}): P
 /** The client side: proto-loader with its usual options, straight from the .proto files in the repository (copies of the shared ones). */
 const PROTOS = new URL('../protos/', import.meta.url).pathname;
 export function clientPackage(file: string): grpc.GrpcObject {
-  return grpc.loadPackageDefinition(protoLoader.loadSync(join(PROTOS, file), { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true, includeDirs: [PROTOS] }));
+  return grpc.loadPackageDefinition(
+    protoLoader.loadSync(join(PROTOS, file), {
+      keepCase: true,
+      longs: String,
+      enums: String,
+      defaults: true,
+      oneofs: true,
+      includeDirs: [PROTOS],
+    }),
+  );
 }
 
 type Client = grpc.Client & Record<string, (...args: unknown[]) => unknown>;
@@ -119,7 +155,12 @@ export function unaryCall<T = any>(client: Client, method: string, request: unkn
   const metadata = new grpc.Metadata();
   if (token !== undefined) metadata.set('authorization', `Bearer ${token}`);
   return new Promise((resolve, reject) => {
-    (client[method] as (r: unknown, m: grpc.Metadata, cb: (e: grpc.ServiceError | null, v: T) => void) => void).call(client, request, metadata, (error, value) => (error ? reject(error) : resolve(value)));
+    (client[method] as (r: unknown, m: grpc.Metadata, cb: (e: grpc.ServiceError | null, v: T) => void) => void).call(
+      client,
+      request,
+      metadata,
+      (error, value) => (error ? reject(error) : resolve(value)),
+    );
   });
 }
 

@@ -35,11 +35,27 @@ export const hasOpenssl = (() => {
 
 /** A self-signed certificate for 127.0.0.1: `key.pem` and `cert.pem` in `dir` (needs `hasOpenssl`). */
 export function writeSelfSignedCertificate(dir: string): void {
-  execFileSync('openssl', [
-    'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=127.0.0.1',
-    '-addext', 'subjectAltName=IP:127.0.0.1',
-    '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
-  ], { stdio: 'ignore' });
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-days',
+      '1',
+      '-subj',
+      '/CN=127.0.0.1',
+      '-addext',
+      'subjectAltName=IP:127.0.0.1',
+      '-keyout',
+      join(dir, 'key.pem'),
+      '-out',
+      join(dir, 'cert.pem'),
+    ],
+    { stdio: 'ignore' },
+  );
 }
 
 export interface Workspace {
@@ -60,11 +76,21 @@ export async function createWorkspace(prefix = 'marina-ops-'): Promise<Workspace
  * handler: the affine model (output = input·2 + 1, input [N,4]) or, with `slowLayers`, a
  * slow model whose run takes roughly slowLayers × 0.04 ms at width 512.
  */
-export async function packModel(store: string, options: { modelName: string; modelVersion?: string; fileName?: string; modelConfigYaml?: string; slowLayers?: number }): Promise<string> {
+export async function packModel(
+  store: string,
+  options: {
+    modelName: string;
+    modelVersion?: string;
+    fileName?: string;
+    modelConfigYaml?: string;
+    slowLayers?: number;
+  },
+): Promise<string> {
   const work = await mkdtemp(join(tmpdir(), 'marina-ops-pack-'));
   try {
     const onnx = join(work, 'model.onnx');
-    if (options.slowLayers !== undefined) await writeSlowModel({ outputPath: onnx, layers: options.slowLayers, width: 512 });
+    if (options.slowLayers !== undefined)
+      await writeSlowModel({ outputPath: onnx, layers: options.slowLayers, width: 512 });
     else await writeTinyTensorModel({ outputPath: onnx });
     let configFile: string | undefined;
     if (options.modelConfigYaml !== undefined) {
@@ -89,18 +115,25 @@ export async function packModel(store: string, options: { modelName: string; mod
 }
 
 /** A configuration as config.properties would give it, with both APIs on one 127.0.0.1:0 listener. */
-export function opsConfig(workspace: Workspace, properties: Record<string, string> = {}, overrides: Partial<ServerConfig> = {}): ServerConfig {
-  const config = configFromProperties({
-    inference_address: 'http://127.0.0.1:0',
-    management_address: 'http://127.0.0.1:0',
-    metrics_address: 'http://127.0.0.1:0',
-    grpc_inference_port: '0',
-    grpc_management_port: '0',
-    model_store: workspace.store,
-    enable_model_api: 'true',
-    disable_token_authorization: 'true',
-    ...properties,
-  }, { cwd: workspace.root });
+export function opsConfig(
+  workspace: Workspace,
+  properties: Record<string, string> = {},
+  overrides: Partial<ServerConfig> = {},
+): ServerConfig {
+  const config = configFromProperties(
+    {
+      inference_address: 'http://127.0.0.1:0',
+      management_address: 'http://127.0.0.1:0',
+      metrics_address: 'http://127.0.0.1:0',
+      grpc_inference_port: '0',
+      grpc_management_port: '0',
+      model_store: workspace.store,
+      enable_model_api: 'true',
+      disable_token_authorization: 'true',
+      ...properties,
+    },
+    { cwd: workspace.root },
+  );
   return { ...config, extractionCacheDir: join(workspace.root, 'cache'), ...overrides };
 }
 
@@ -129,11 +162,20 @@ export interface CallResult {
 }
 
 /** One HTTP request; `token` goes in `Authorization: Bearer`, `body` is sent as JSON. */
-export async function call(base: string, method: string, path: string, options: { token?: string; body?: unknown } = {}): Promise<CallResult> {
+export async function call(
+  base: string,
+  method: string,
+  path: string,
+  options: { token?: string; body?: unknown } = {},
+): Promise<CallResult> {
   const headers: Record<string, string> = {};
   if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
   if (options.body !== undefined) headers['content-type'] = 'application/json';
-  const response = await fetch(`${base}${path}`, { method, headers, ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {}) });
+  const response = await fetch(`${base}${path}`, {
+    method,
+    headers,
+    ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {}),
+  });
   const text = await response.text();
   let json: unknown;
   try {
@@ -148,7 +190,12 @@ export async function call(base: string, method: string, path: string, options: 
 export const affineInput = (row: number[]) => ({ inputs: { input: { shape: [1, 4], data: row } } });
 
 /** Polls `check` every `intervalMs` until it returns true; fails with `what` after `timeoutMs`. */
-export async function waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 20_000, intervalMs = 50): Promise<void> {
+export async function waitFor(
+  what: string,
+  check: () => Promise<boolean> | boolean,
+  timeoutMs = 20_000,
+  intervalMs = 50,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);

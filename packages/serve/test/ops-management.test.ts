@@ -6,14 +6,46 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { affineInput, call, createWorkspace, opsConfig, packModel, startOps, waitFor, type OpsServer, type Workspace } from './ops-harness.ts';
+import {
+  affineInput,
+  call,
+  createWorkspace,
+  opsConfig,
+  packModel,
+  startOps,
+  waitFor,
+  type OpsServer,
+  type Workspace,
+} from './ops-harness.ts';
 
 /** describe's fields, in TorchServe's order (section 4 of the reference). */
 const TORCHSERVE_DESCRIBE_KEYS = [
-  'modelName', 'modelVersion', 'modelUrl', 'runtime', 'minWorkers', 'maxWorkers', 'batchSize', 'maxBatchDelay',
-  'responseTimeout', 'startupTimeout', 'maxRetryTimeoutInSec', 'clientTimeoutInMills', 'parallelType', 'parallelLevel',
-  'deviceType', 'continuousBatching', 'useJobTicket', 'useVenv', 'stateful', 'sequenceMaxIdleMSec', 'sequenceTimeoutMSec',
-  'maxNumSequence', 'maxSequenceJobQueueSize', 'loadedAtStartup', 'workers', 'jobQueueStatus',
+  'modelName',
+  'modelVersion',
+  'modelUrl',
+  'runtime',
+  'minWorkers',
+  'maxWorkers',
+  'batchSize',
+  'maxBatchDelay',
+  'responseTimeout',
+  'startupTimeout',
+  'maxRetryTimeoutInSec',
+  'clientTimeoutInMills',
+  'parallelType',
+  'parallelLevel',
+  'deviceType',
+  'continuousBatching',
+  'useJobTicket',
+  'useVenv',
+  'stateful',
+  'sequenceMaxIdleMSec',
+  'sequenceTimeoutMSec',
+  'maxNumSequence',
+  'maxSequenceJobQueueSize',
+  'loadedAtStartup',
+  'workers',
+  'jobQueueStatus',
 ];
 
 let workspace: Workspace;
@@ -53,7 +85,16 @@ describe('management API with the model API on, token auth off', { timeout: 60_0
     expect(Array.isArray(described.json)).toBe(true);
     const [d] = described.json;
     expect(Object.keys(d).slice(0, TORCHSERVE_DESCRIBE_KEYS.length)).toEqual(TORCHSERVE_DESCRIBE_KEYS);
-    expect(d).toMatchObject({ modelName: 'resnet-152', modelVersion: '1.0', modelUrl: 'resnet-152.mar', minWorkers: 2, maxWorkers: 2, batchSize: 1, maxBatchDelay: 100, deviceType: 'cpu' });
+    expect(d).toMatchObject({
+      modelName: 'resnet-152',
+      modelVersion: '1.0',
+      modelUrl: 'resnet-152.mar',
+      minWorkers: 2,
+      maxWorkers: 2,
+      batchSize: 1,
+      maxBatchDelay: 100,
+      deviceType: 'cpu',
+    });
     expect(d.workers).toHaveLength(2);
     for (const w of d.workers) {
       expect(w).toMatchObject({ status: 'READY', gpu: false, gpuUsage: 'N/A' });
@@ -61,7 +102,13 @@ describe('management API with the model API on, token auth off', { timeout: 60_0
       expect(w.startTime).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
     }
     expect(d.jobQueueStatus).toEqual({ remainingCapacity: 100, pendingRequests: 0 });
-    expect(d.autoscaling).toMatchObject({ enabled: false, intervalMs: 1000, scaleUpQueueDepth: 1, scaleUpAfterMs: 3000, scaleDownIdleMs: 60_000 });
+    expect(d.autoscaling).toMatchObject({
+      enabled: false,
+      intervalMs: 1000,
+      scaleUpQueueDepth: 1,
+      scaleUpAfterMs: 3000,
+      scaleDownIdleMs: 60_000,
+    });
 
     const predicted = await call(ops.api, 'POST', '/predictions/resnet-152', { body: affineInput([1, 2, 3, 4]) });
     expect(predicted.status).toBe(200);
@@ -73,10 +120,14 @@ describe('management API with the model API on, token auth off', { timeout: 60_0
     expect((await call(ops.api, 'GET', '/models/resnet-152')).json[0].workers).toHaveLength(1);
   });
 
-  it('answers 409 for a version registered twice, with TorchServe\'s message', async () => {
+  it("answers 409 for a version registered twice, with TorchServe's message", async () => {
     const again = await call(ops.api, 'POST', '/models?url=resnet-152.mar&initial_workers=0');
     expect(again.status).toBe(409);
-    expect(again.json).toMatchObject({ code: 409, type: 'ConflictStatusException', marinaCode: 'MARINA_ERR_MODEL_VERSION_CONFLICT' });
+    expect(again.json).toMatchObject({
+      code: 409,
+      type: 'ConflictStatusException',
+      marinaCode: 'MARINA_ERR_MODEL_VERSION_CONFLICT',
+    });
     expect(again.json.message).toContain('Model version 1.0 is already registered for model resnet-152');
     expect(again.headers.get('connection')).toBe('close');
   });
@@ -105,17 +156,29 @@ describe('management API with the model API on, token auth off', { timeout: 60_0
   });
 
   it('refuses a URL outside allowed_urls and a relative path with 404', async () => {
-    const outside = await call(ops.api, 'POST', `/models?url=${encodeURIComponent(pathToFileURL(join(workspace.root, 'elsewhere.mar')).href)}`);
+    const outside = await call(
+      ops.api,
+      'POST',
+      `/models?url=${encodeURIComponent(pathToFileURL(join(workspace.root, 'elsewhere.mar')).href)}`,
+    );
     expect(outside.status).toBe(404);
     expect(outside.json).toMatchObject({ marinaCode: 'MARINA_ERR_URL_NOT_ALLOWED' });
     expect(outside.json.message).toMatch(/^Given URL file:\/\/.*elsewhere\.mar does not match any allowed URL\(s\)$/);
     const remote = await call(ops.api, 'POST', `/models?url=${encodeURIComponent('http://127.0.0.1:1/evil.mar')}`);
     expect(remote.status).toBe(404);
     expect(remote.json.marinaCode).toBe('MARINA_ERR_URL_NOT_ALLOWED');
-    const relative = await call(ops.api, 'POST', `/models?url=${encodeURIComponent(`file://${workspace.store}/../x.mar`)}`);
+    const relative = await call(
+      ops.api,
+      'POST',
+      `/models?url=${encodeURIComponent(`file://${workspace.store}/../x.mar`)}`,
+    );
     expect(relative.status).toBe(404);
     expect(relative.json.message).toContain('Relative path is not allowed in url');
-    const inside = await call(ops.api, 'POST', `/models?url=${encodeURIComponent(pathToFileURL(join(workspace.store, 'm_v1.mar')).href)}&model_name=inside&initial_workers=0`);
+    const inside = await call(
+      ops.api,
+      'POST',
+      `/models?url=${encodeURIComponent(pathToFileURL(join(workspace.store, 'm_v1.mar')).href)}&model_name=inside&initial_workers=0`,
+    );
     expect(inside.status).toBe(200);
     expect((await call(ops.api, 'DELETE', '/models/inside')).status).toBe(200);
   });
@@ -124,7 +187,12 @@ describe('management API with the model API on, token auth off', { timeout: 60_0
     expect((await call(ops.api, 'POST', '/models?url=m_v1.mar&initial_workers=1')).status).toBe(200);
     expect((await call(ops.api, 'POST', '/models?url=m_v2.mar&initial_workers=1')).status).toBe(200);
     const list = await call(ops.api, 'GET', '/models');
-    expect(list.json).toEqual({ models: [{ modelName: 'm', modelUrl: 'm_v1.mar' }, { modelName: 'resnet-152', modelUrl: 'resnet-152.mar' }] });
+    expect(list.json).toEqual({
+      models: [
+        { modelName: 'm', modelUrl: 'm_v1.mar' },
+        { modelName: 'resnet-152', modelUrl: 'resnet-152.mar' },
+      ],
+    });
     const paged = await call(ops.api, 'GET', '/models?limit=1');
     expect(paged.json).toEqual({ nextPageToken: '1', models: [{ modelName: 'm', modelUrl: 'm_v1.mar' }] });
 
@@ -144,7 +212,9 @@ describe('management API with the model API on, token auth off', { timeout: 60_0
     const all = await call(ops.api, 'GET', '/models/m/all');
     expect(all.json.map((d: { modelVersion: string }) => d.modelVersion)).toEqual(['2.0']);
     expect((await call(ops.api, 'POST', '/predictions/m/1.0', { body: affineInput([0, 0, 0, 0]) })).status).toBe(404);
-    expect((await call(ops.api, 'POST', '/predictions/m', { body: affineInput([0, 0, 0, 0]) })).json.outputs.output.data).toEqual([1, 1, 1, 1]);
+    expect(
+      (await call(ops.api, 'POST', '/predictions/m', { body: affineInput([0, 0, 0, 0]) })).json.outputs.output.data,
+    ).toEqual([1, 1, 1, 1]);
     expect((await call(ops.api, 'DELETE', '/models/m')).status).toBe(200);
     expect((await call(ops.api, 'GET', '/models/m')).status).toBe(404);
   });
@@ -160,7 +230,11 @@ describe('management API with the model API off (the default)', { timeout: 30_00
     try {
       const register = await call(ops.api, 'POST', '/models?url=m_v1.mar');
       expect(register.status).toBe(405);
-      expect(register.json).toMatchObject({ code: 405, type: 'MethodNotAllowedException', marinaCode: 'MARINA_ERR_MODEL_API_DISABLED' });
+      expect(register.json).toMatchObject({
+        code: 405,
+        type: 'MethodNotAllowedException',
+        marinaCode: 'MARINA_ERR_MODEL_API_DISABLED',
+      });
       expect((await call(ops.api, 'DELETE', '/models/resnet-152')).status).toBe(405);
       expect((await call(ops.api, 'GET', '/models/resnet-152')).json[0].loadedAtStartup).toBe(true);
       expect((await call(ops.api, 'PUT', '/models/resnet-152?min_worker=1&synchronous=true')).status).toBe(200);
@@ -181,17 +255,31 @@ describe('token authorization on', { timeout: 30_000 }, () => {
 
       const anonymous = await call(ops.api, 'GET', '/models');
       expect(anonymous.status).toBe(401);
-      expect(anonymous.json).toMatchObject({ code: 401, type: 'InvalidKeyException', marinaCode: 'MARINA_ERR_TOKEN_MISSING' });
+      expect(anonymous.json).toMatchObject({
+        code: 401,
+        type: 'InvalidKeyException',
+        marinaCode: 'MARINA_ERR_TOKEN_MISSING',
+      });
       expect((await call(ops.api, 'GET', '/models', { token: inference })).status).toBe(401);
       expect((await call(ops.api, 'GET', '/models', { token: management })).status).toBe(200);
-      expect((await call(ops.api, 'POST', '/models?url=m_v1.mar&initial_workers=0', { token: management })).status).toBe(200);
+      expect(
+        (await call(ops.api, 'POST', '/models?url=m_v1.mar&initial_workers=0', { token: management })).status,
+      ).toBe(200);
 
       expect((await call(ops.api, 'GET', '/ping')).status).toBe(200);
       expect((await call(ops.api, 'GET', '/ping', { token: inference })).status).toBe(200);
-      expect((await call(ops.api, 'POST', '/predictions/resnet-152', { body: affineInput([1, 1, 1, 1]) })).status).toBe(401);
-      const predicted = await call(ops.api, 'POST', '/predictions/resnet-152', { token: inference, body: affineInput([1, 1, 1, 1]) });
+      expect((await call(ops.api, 'POST', '/predictions/resnet-152', { body: affineInput([1, 1, 1, 1]) })).status).toBe(
+        401,
+      );
+      const predicted = await call(ops.api, 'POST', '/predictions/resnet-152', {
+        token: inference,
+        body: affineInput([1, 1, 1, 1]),
+      });
       expect(predicted.status).toBe(200);
-      expect((await call(ops.api, 'POST', '/predictions/resnet-152', { token: management, body: affineInput([1, 1, 1, 1]) })).status).toBe(401);
+      expect(
+        (await call(ops.api, 'POST', '/predictions/resnet-152', { token: management, body: affineInput([1, 1, 1, 1]) }))
+          .status,
+      ).toBe(401);
 
       expect((await fetch(`${ops.metrics}/metrics`)).status).toBe(200);
     } finally {

@@ -1,6 +1,15 @@
 /** The metrics API end to end: numbers that move with real traffic through real workers. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { affineInput, call, createWorkspace, opsConfig, packModel, startOps, type OpsServer, type Workspace } from './ops-harness.ts';
+import {
+  affineInput,
+  call,
+  createWorkspace,
+  opsConfig,
+  packModel,
+  startOps,
+  type OpsServer,
+  type Workspace,
+} from './ops-harness.ts';
 
 let workspace: Workspace;
 let ops: OpsServer;
@@ -26,7 +35,8 @@ async function scrape(query = ''): Promise<string> {
 function sample(text: string, name: string, labels: Record<string, string> = {}): number {
   for (const line of text.split('\n')) {
     if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    if (Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) return Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`)))
+      return Number(line.slice(line.lastIndexOf(' ') + 1));
   }
   return 0;
 }
@@ -36,19 +46,41 @@ describe('GET /metrics', { timeout: 60_000 }, () => {
     const before = await scrape();
     const model = { model_name: 'affine', model_version: 'default' };
     const n = 5;
-    for (let i = 0; i < n; i++) expect((await call(ops.api, 'POST', '/predictions/affine', { body: affineInput([i, i, i, i]) })).status).toBe(200);
-    expect((await call(ops.api, 'POST', '/predictions/affine', { body: { inputs: { nope: { shape: [1, 4], data: [1, 2, 3, 4] } } } })).status).toBe(400);
+    for (let i = 0; i < n; i++)
+      expect((await call(ops.api, 'POST', '/predictions/affine', { body: affineInput([i, i, i, i]) })).status).toBe(
+        200,
+      );
+    expect(
+      (
+        await call(ops.api, 'POST', '/predictions/affine', {
+          body: { inputs: { nope: { shape: [1, 4], data: [1, 2, 3, 4] } } },
+        })
+      ).status,
+    ).toBe(400);
     expect((await call(ops.api, 'GET', '/models/nope')).status).toBe(404);
     const after = await scrape();
 
-    expect(sample(after, 'ts_inference_requests_total', model) - sample(before, 'ts_inference_requests_total', model)).toBe(n + 1);
-    expect(sample(after, 'ts_inference_latency_microseconds', model)).toBeGreaterThan(sample(before, 'ts_inference_latency_microseconds', model));
-    expect(sample(after, 'ts_queue_latency_microseconds', model)).toBeGreaterThanOrEqual(sample(before, 'ts_queue_latency_microseconds', model));
+    expect(
+      sample(after, 'ts_inference_requests_total', model) - sample(before, 'ts_inference_requests_total', model),
+    ).toBe(n + 1);
+    expect(sample(after, 'ts_inference_latency_microseconds', model)).toBeGreaterThan(
+      sample(before, 'ts_inference_latency_microseconds', model),
+    );
+    expect(sample(after, 'ts_queue_latency_microseconds', model)).toBeGreaterThanOrEqual(
+      sample(before, 'ts_queue_latency_microseconds', model),
+    );
     const ok = { model_name: 'affine', model_version: '1.0', status_code: '200' };
     expect(sample(after, 'marina_requests_total', ok) - sample(before, 'marina_requests_total', ok)).toBe(n);
-    expect(sample(after, 'marina_requests_total', { ...ok, status_code: '400' }) - sample(before, 'marina_requests_total', { ...ok, status_code: '400' })).toBe(1);
-    expect(sample(after, 'marina_request_latency_seconds_count', { model_name: 'affine' })).toBe(sample(before, 'marina_request_latency_seconds_count', { model_name: 'affine' }) + n + 1);
-    expect(sample(after, 'marina_batch_size_count', { model_name: 'affine' })).toBeGreaterThan(sample(before, 'marina_batch_size_count', { model_name: 'affine' }));
+    expect(
+      sample(after, 'marina_requests_total', { ...ok, status_code: '400' }) -
+        sample(before, 'marina_requests_total', { ...ok, status_code: '400' }),
+    ).toBe(1);
+    expect(sample(after, 'marina_request_latency_seconds_count', { model_name: 'affine' })).toBe(
+      sample(before, 'marina_request_latency_seconds_count', { model_name: 'affine' }) + n + 1,
+    );
+    expect(sample(after, 'marina_batch_size_count', { model_name: 'affine' })).toBeGreaterThan(
+      sample(before, 'marina_batch_size_count', { model_name: 'affine' }),
+    );
 
     // TorchServe's frontend counters, for every response of the inference/management listener.
     const host = { Level: 'Host' };

@@ -29,21 +29,25 @@ beforeAll(async () => {
   await packModel(workspace.store, { modelName: 'resnet-152' });
   await packModel(workspace.store, { modelName: 'm', modelVersion: '1.0', fileName: 'm_v1.mar' });
   await packModel(workspace.store, { modelName: 'm', modelVersion: '2.0', fileName: 'm_v2.mar' });
-  await writeFile(join(workspace.root, 'config.properties'), [
-    'inference_address=http://127.0.0.1:0',
-    'management_address=http://127.0.0.1:0',
-    'grpc_inference_port=0',
-    'grpc_management_port=0',
-    'enable_metrics_api=false',
-    'enable_model_api=true',
-    'disable_token_authorization=true',
-    'model_store=store',
-    'load_models=resnet-152.mar',
-    'allowed_urls=file:///nowhere/.*',
-  ].join('\n'));
+  await writeFile(
+    join(workspace.root, 'config.properties'),
+    [
+      'inference_address=http://127.0.0.1:0',
+      'management_address=http://127.0.0.1:0',
+      'grpc_inference_port=0',
+      'grpc_management_port=0',
+      'enable_metrics_api=false',
+      'enable_model_api=true',
+      'disable_token_authorization=true',
+      'model_store=store',
+      'load_models=resnet-152.mar',
+      'allowed_urls=file:///nowhere/.*',
+    ].join('\n'),
+  );
 }, 60_000);
 afterEach(() => {
-  for (const child of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  for (const child of children.splice(0))
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
 });
 afterAll(() => workspace?.cleanup());
 
@@ -51,7 +55,12 @@ afterAll(() => workspace?.cleanup());
 async function serve(args: string[]): Promise<Serve> {
   // Threads pinned to 1 per worker: four workers of three models on a 2-core machine are then within
   // the thread budget manual scaling allows (4 × cores when pinned; the cores themselves otherwise).
-  const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: join(workspace.root, 'tmp'), LOG_LOCATION: join(workspace.root, 'logs'), OMP_NUM_THREADS: '1' };
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    TMPDIR: join(workspace.root, 'tmp'),
+    LOG_LOCATION: join(workspace.root, 'logs'),
+    OMP_NUM_THREADS: '1',
+  };
   delete env.TS_CONFIG_FILE;
   const child = spawn(process.execPath, [BIN, '--foreground', ...args], { cwd: workspace.root, env });
   children.push(child);
@@ -75,16 +84,21 @@ async function state(url: string) {
     const byDefault = (await call(url, 'GET', `/models/${modelName}`)).json[0].modelVersion;
     models[modelName] = {
       defaultVersion: byDefault,
-      versions: Object.fromEntries(versions.map((d) => [d.modelVersion, {
-        modelUrl: d.modelUrl,
-        minWorkers: d.minWorkers,
-        maxWorkers: d.maxWorkers,
-        batchSize: d.batchSize,
-        maxBatchDelay: d.maxBatchDelay,
-        responseTimeout: d.responseTimeout,
-        workers: d.workers.length,
-        readyWorkers: d.workers.filter((w: { status: string }) => w.status === 'READY').length,
-      }])),
+      versions: Object.fromEntries(
+        versions.map((d) => [
+          d.modelVersion,
+          {
+            modelUrl: d.modelUrl,
+            minWorkers: d.minWorkers,
+            maxWorkers: d.maxWorkers,
+            batchSize: d.batchSize,
+            maxBatchDelay: d.maxBatchDelay,
+            responseTimeout: d.responseTimeout,
+            workers: d.workers.length,
+            readyWorkers: d.workers.filter((w: { status: string }) => w.status === 'READY').length,
+          },
+        ]),
+      ),
     };
   }
   return models;
@@ -95,28 +109,70 @@ describe('a server killed with SIGKILL', { timeout: 180_000 }, () => {
     const first = await serve(['--ts-config', 'config.properties']);
     expect(first.output()).toContain('Model loaded: resnet-152 (version 1.0)');
     expect((await call(first.url, 'POST', '/models?url=m_v1.mar&initial_workers=1&synchronous=true')).status).toBe(200);
-    expect((await call(first.url, 'POST', '/models?url=m_v2.mar&initial_workers=1&batch_size=4&max_batch_delay=50&response_timeout=30&synchronous=true')).status).toBe(200);
+    expect(
+      (
+        await call(
+          first.url,
+          'POST',
+          '/models?url=m_v2.mar&initial_workers=1&batch_size=4&max_batch_delay=50&response_timeout=30&synchronous=true',
+        )
+      ).status,
+    ).toBe(200);
     expect((await call(first.url, 'PUT', '/models/m/2.0/set-default')).status).toBe(200);
-    expect((await call(first.url, 'PUT', '/models/resnet-152?min_worker=2&max_worker=3&synchronous=true')).status).toBe(200);
+    expect((await call(first.url, 'PUT', '/models/resnet-152?min_worker=2&max_worker=3&synchronous=true')).status).toBe(
+      200,
+    );
     const before = await state(first.url);
     expect(before).toEqual({
-      'm': {
+      m: {
         defaultVersion: '2.0',
         versions: {
-          '1.0': { modelUrl: 'm_v1.mar', minWorkers: 1, maxWorkers: 1, batchSize: 1, maxBatchDelay: 100, responseTimeout: 120, workers: 1, readyWorkers: 1 },
-          '2.0': { modelUrl: 'm_v2.mar', minWorkers: 1, maxWorkers: 1, batchSize: 4, maxBatchDelay: 50, responseTimeout: 30, workers: 1, readyWorkers: 1 },
+          '1.0': {
+            modelUrl: 'm_v1.mar',
+            minWorkers: 1,
+            maxWorkers: 1,
+            batchSize: 1,
+            maxBatchDelay: 100,
+            responseTimeout: 120,
+            workers: 1,
+            readyWorkers: 1,
+          },
+          '2.0': {
+            modelUrl: 'm_v2.mar',
+            minWorkers: 1,
+            maxWorkers: 1,
+            batchSize: 4,
+            maxBatchDelay: 50,
+            responseTimeout: 30,
+            workers: 1,
+            readyWorkers: 1,
+          },
         },
       },
       'resnet-152': {
         defaultVersion: '1.0',
-        versions: { '1.0': { modelUrl: 'resnet-152.mar', minWorkers: 2, maxWorkers: 3, batchSize: 1, maxBatchDelay: 100, responseTimeout: 120, workers: 2, readyWorkers: 2 } },
+        versions: {
+          '1.0': {
+            modelUrl: 'resnet-152.mar',
+            minWorkers: 2,
+            maxWorkers: 3,
+            batchSize: 1,
+            maxBatchDelay: 100,
+            responseTimeout: 120,
+            workers: 2,
+            readyWorkers: 2,
+          },
+        },
       },
     });
 
     const snapshotDir = join(workspace.root, 'logs', 'config');
     await waitFor('a snapshot with the last change', async () => {
       const snapshot = await readLatestSnapshot(snapshotDir);
-      return snapshot?.models['m']?.['2.0']?.defaultVersion === true && snapshot.models['resnet-152']?.['1.0']?.minWorkers === 2;
+      return (
+        snapshot?.models['m']?.['2.0']?.defaultVersion === true &&
+        snapshot.models['resnet-152']?.['1.0']?.minWorkers === 2
+      );
     });
     first.child.kill('SIGKILL');
     await first.exited;
@@ -154,7 +210,9 @@ describe('a server killed with SIGKILL', { timeout: 180_000 }, () => {
     // --ts-config naming a plain config file wins over every snapshot: only its load_models.
     const fresh = await serve(['--ts-config', 'config.properties']);
     expect(fresh.output()).not.toContain('Restored the models');
-    expect((await call(fresh.url, 'GET', '/models')).json.models).toEqual([{ modelName: 'resnet-152', modelUrl: 'resnet-152.mar' }]);
+    expect((await call(fresh.url, 'GET', '/models')).json.models).toEqual([
+      { modelName: 'resnet-152', modelUrl: 'resnet-152.mar' },
+    ]);
     expect((await call(fresh.url, 'GET', '/models/resnet-152')).json[0].workers).toHaveLength(1);
     fresh.child.kill('SIGKILL');
     await fresh.exited;
@@ -162,6 +220,8 @@ describe('a server killed with SIGKILL', { timeout: 180_000 }, () => {
     // --ncs without --ts-config: no snapshot is read; ./config.properties is the configuration.
     const noSnapshots = await serve(['--ncs']);
     expect(noSnapshots.output()).not.toContain('Restored the models');
-    expect((await call(noSnapshots.url, 'GET', '/models')).json.models).toEqual([{ modelName: 'resnet-152', modelUrl: 'resnet-152.mar' }]);
+    expect((await call(noSnapshots.url, 'GET', '/models')).json.models).toEqual([
+      { modelName: 'resnet-152', modelUrl: 'resnet-152.mar' },
+    ]);
   });
 });

@@ -3,7 +3,15 @@ import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call, createWorkspace, hasOpenssl, opsConfig, startOps, writeSelfSignedCertificate, type Workspace } from './ops-harness.ts';
+import {
+  call,
+  createWorkspace,
+  hasOpenssl,
+  opsConfig,
+  startOps,
+  writeSelfSignedCertificate,
+  type Workspace,
+} from './ops-harness.ts';
 
 let workspace: Workspace;
 
@@ -20,27 +28,34 @@ function getTls(url: string, ca: Buffer): Promise<{ status: number; body: string
       let body = '';
       response.on('data', (chunk: Buffer) => (body += chunk.toString()));
       response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
-    }).on('error', reject).end();
+    })
+      .on('error', reject)
+      .end();
   });
 }
 
 describe('TLS', { timeout: 30_000 }, () => {
-  it.skipIf(!hasOpenssl)('serves the inference API over https with the configured certificate, management stays http', async () => {
-    const ops = await startOps(opsConfig(workspace, {
-      inference_address: 'https://127.0.0.1:0',
-      private_key_file: 'key.pem',
-      certificate_file: 'cert.pem',
-    }));
-    try {
-      expect(ops.server.listening.find((l) => l.api === 'inference')!.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
-      const ping = await getTls(`${ops.api}/ping`, readFileSync(join(workspace.root, 'cert.pem')));
-      expect(ping.status).toBe(200);
-      expect(JSON.parse(ping.body)).toEqual({ status: 'Healthy' });
-      const management = ops.server.listening.find((l) => l.api === 'management')!.url;
-      expect(management).toMatch(/^http:\/\//);
-      expect((await call(management, 'GET', '/models')).status).toBe(200);
-    } finally {
-      await ops.close();
-    }
-  });
+  it.skipIf(!hasOpenssl)(
+    'serves the inference API over https with the configured certificate, management stays http',
+    async () => {
+      const ops = await startOps(
+        opsConfig(workspace, {
+          inference_address: 'https://127.0.0.1:0',
+          private_key_file: 'key.pem',
+          certificate_file: 'cert.pem',
+        }),
+      );
+      try {
+        expect(ops.server.listening.find((l) => l.api === 'inference')!.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+        const ping = await getTls(`${ops.api}/ping`, readFileSync(join(workspace.root, 'cert.pem')));
+        expect(ping.status).toBe(200);
+        expect(JSON.parse(ping.body)).toEqual({ status: 'Healthy' });
+        const management = ops.server.listening.find((l) => l.api === 'management')!.url;
+        expect(management).toMatch(/^http:\/\//);
+        expect((await call(management, 'GET', '/models')).status).toBe(200);
+      } finally {
+        await ops.close();
+      }
+    },
+  );
 });

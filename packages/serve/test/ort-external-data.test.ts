@@ -9,11 +9,21 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { packArchive, parseModelConfig } from '@marina/archive';
 import { GraphBuilder, writeOnnxModel } from '@marina/model-zoo';
-import { allowSpinningDefaultFrom, createSessionOptions, forceSpinningStopDefaultFrom, optimizedModelCacheDir, readOrtModelSettings } from '../src/backend/ort-session.ts';
+import {
+  allowSpinningDefaultFrom,
+  createSessionOptions,
+  forceSpinningStopDefaultFrom,
+  optimizedModelCacheDir,
+  readOrtModelSettings,
+} from '../src/backend/ort-session.ts';
 import { call, createWorkspace, opsConfig, startOps, type OpsServer, type Workspace } from './ops-harness.ts';
 
 /** Packs `output = input·2 + 1` ([N,4]) with its weights in model.onnx.data, added with extraFiles. */
-async function packExternalDataModel(store: string, modelName: string, modelConfigYaml?: string): Promise<{ dataBytes: number }> {
+async function packExternalDataModel(
+  store: string,
+  modelName: string,
+  modelConfigYaml?: string,
+): Promise<{ dataBytes: number }> {
   const work = await mkdtemp(join(tmpdir(), 'marina-ort-external-'));
   try {
     const g = new GraphBuilder('affine_external');
@@ -22,7 +32,11 @@ async function packExternalDataModel(store: string, modelName: string, modelConf
     const one = g.constant('one', [1024], 1);
     g.node('Add', [g.node('Mul', ['input', two]), one], { output: 'output' });
     const onnx = join(work, 'model.onnx');
-    const written = await writeOnnxModel({ outputPath: onnx, isExternalData: true, graph: g.build([{ name: 'input', dims: ['batch_size', 1024] }], [{ name: 'output', dims: ['batch_size', 1024] }]) });
+    const written = await writeOnnxModel({
+      outputPath: onnx,
+      isExternalData: true,
+      graph: g.build([{ name: 'input', dims: ['batch_size', 1024] }], [{ name: 'output', dims: ['batch_size', 1024] }]),
+    });
     let configFile: string | undefined;
     if (modelConfigYaml !== undefined) {
       configFile = join(work, 'model-config.yaml');
@@ -69,7 +83,11 @@ describe('external-data weights through the real server', { timeout: 60_000 }, (
   beforeAll(async () => {
     workspace = await createWorkspace('marina-ort-external-');
     await packExternalDataModel(workspace.store, 'affine-external');
-    await packExternalDataModel(workspace.store, 'affine-shared', 'minWorkers: 2\nonnxruntime:\n  graphOptimizationLevel: extended\n  cacheOptimizedModel: true\n  enableCpuMemArena: false\n');
+    await packExternalDataModel(
+      workspace.store,
+      'affine-shared',
+      'minWorkers: 2\nonnxruntime:\n  graphOptimizationLevel: extended\n  cacheOptimizedModel: true\n  enableCpuMemArena: false\n',
+    );
     // Three workers in all: give them a core each, within the thread budget.
     const config = opsConfig(workspace, { load_models: 'affine-external.mar,affine-shared.mar' }, { cpuCount: 4 });
     extractionDir = config.extractionCacheDir;
@@ -77,18 +95,27 @@ describe('external-data weights through the real server', { timeout: 60_000 }, (
   });
   afterAll(async () => {
     await ops?.close();
-    for (const copy of extractionDir ? await copiesOf(extractionDir) : []) await rm(copy, { recursive: true, force: true });
+    for (const copy of extractionDir ? await copiesOf(extractionDir) : [])
+      await rm(copy, { recursive: true, force: true });
     await workspace?.cleanup();
   });
 
   it('serves an archive packed with --extra-files model.onnx.data (onnxruntime finds the data beside the extracted model)', async () => {
-    const answer = await call(ops.api, 'POST', '/predictions/affine-external', { body: { inputs: { input: { shape: [1, 1024], data: row } } } });
+    const answer = await call(ops.api, 'POST', '/predictions/affine-external', {
+      body: { inputs: { input: { shape: [1, 1024], data: row } } },
+    });
     expect(answer.status).toBe(200);
     expect(JSON.stringify(answer.json)).toContain(JSON.stringify(expected.slice(0, 8)).slice(1, -1));
   });
 
   it('with onnxruntime.cacheOptimizedModel, both workers answer correctly from one cached optimised copy with external weights', async () => {
-    const answers = await Promise.all([0, 1, 2, 3].map(() => call(ops.api, 'POST', '/predictions/affine-shared', { body: { inputs: { input: { shape: [1, 1024], data: row } } } })));
+    const answers = await Promise.all(
+      [0, 1, 2, 3].map(() =>
+        call(ops.api, 'POST', '/predictions/affine-shared', {
+          body: { inputs: { input: { shape: [1, 1024], data: row } } },
+        }),
+      ),
+    );
     for (const answer of answers) {
       expect(answer.status).toBe(200);
       expect(JSON.stringify(answer.json)).toContain(JSON.stringify(expected.slice(0, 8)).slice(1, -1));
@@ -100,7 +127,11 @@ describe('external-data weights through the real server', { timeout: 60_000 }, (
 
   it('loads small models directly by default: no optimised copy for the 8 KiB model', async () => {
     const copies = await copiesOf(extractionDir);
-    const sources = await Promise.all(copies.map(async (copy) => (JSON.parse(await readFile(join(copy, 'source.json'), 'utf8')) as { source: string }).source));
+    const sources = await Promise.all(
+      copies.map(
+        async (copy) => (JSON.parse(await readFile(join(copy, 'source.json'), 'utf8')) as { source: string }).source,
+      ),
+    );
     expect(sources.some((source) => source.includes('affine-external'))).toBe(false);
   });
 });
@@ -109,14 +140,25 @@ describe('the onnxruntime section of model-config.yaml', () => {
   it('sets the graph optimisation level and memory options of the session; defaults stay fastest', () => {
     const threading = { intraOpNumThreads: 1 };
     expect(createSessionOptions(threading).graphOptimizationLevel).toBe('all');
-    const settings = readOrtModelSettings(parseModelConfig('onnxruntime:\n  graphOptimizationLevel: extended\n  enableCpuMemArena: false\n  enableMemPattern: false\n'));
+    const settings = readOrtModelSettings(
+      parseModelConfig(
+        'onnxruntime:\n  graphOptimizationLevel: extended\n  enableCpuMemArena: false\n  enableMemPattern: false\n',
+      ),
+    );
     expect(settings).toEqual({ graphOptimizationLevel: 'extended', enableCpuMemArena: false, enableMemPattern: false });
-    expect(createSessionOptions(threading, settings)).toMatchObject({ graphOptimizationLevel: 'extended', enableCpuMemArena: false, enableMemPattern: false, intraOpNumThreads: 1 });
+    expect(createSessionOptions(threading, settings)).toMatchObject({
+      graphOptimizationLevel: 'extended',
+      enableCpuMemArena: false,
+      enableMemPattern: false,
+      intraOpNumThreads: 1,
+    });
   });
 
   it('lets intra-op threads spin by default (a machine that serves only Marina) unless the model opts out with allowSpinning: false', () => {
     const threading = { intraOpNumThreads: 2 };
-    expect(createSessionOptions(threading).extra).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' } });
+    expect(createSessionOptions(threading).extra).toEqual({
+      session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' },
+    });
     const settings = readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: false\n'));
     expect(settings).toEqual({ allowSpinning: false });
     expect(createSessionOptions(threading, settings).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
@@ -129,28 +171,55 @@ describe('the onnxruntime section of model-config.yaml', () => {
     expect(allowSpinningDefaultFrom({})).toBeUndefined();
     const on = { intraOpNumThreads: 2, allowSpinning: true };
     const off = { intraOpNumThreads: 2, allowSpinning: false };
-    expect(createSessionOptions(on).extra).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' } });
+    expect(createSessionOptions(on).extra).toEqual({
+      session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' },
+    });
     expect(createSessionOptions(off).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
-    expect(createSessionOptions(on, readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: false\n'))).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
-    expect(createSessionOptions(off, readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: true\n'))).extra).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' } });
+    expect(
+      createSessionOptions(on, readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: false\n'))).extra,
+    ).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
+    expect(
+      createSessionOptions(off, readOrtModelSettings(parseModelConfig('onnxruntime:\n  allowSpinning: true\n'))).extra,
+    ).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' } });
   });
 
-  it('stops spinning when a run returns by default; MARINA_ORT_FORCE_SPINNING_STOP=0 or forceSpinningStop: false keeps onnxruntime\'s spin after the run', () => {
+  it("stops spinning when a run returns by default; MARINA_ORT_FORCE_SPINNING_STOP=0 or forceSpinningStop: false keeps onnxruntime's spin after the run", () => {
     expect(forceSpinningStopDefaultFrom({ MARINA_ORT_FORCE_SPINNING_STOP: '0' })).toBe(false);
     expect(forceSpinningStopDefaultFrom({ MARINA_ORT_FORCE_SPINNING_STOP: '1' })).toBe(true);
     expect(forceSpinningStopDefaultFrom({ MARINA_ORT_FORCE_SPINNING_STOP: 'no' })).toBeUndefined();
     const keepSpinning = { intraOpNumThreads: 2, forceSpinningStop: false };
-    expect(createSessionOptions(keepSpinning).extra).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '0' } });
+    expect(createSessionOptions(keepSpinning).extra).toEqual({
+      session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '0' },
+    });
     const settings = readOrtModelSettings(parseModelConfig('onnxruntime:\n  forceSpinningStop: true\n'));
     expect(settings).toEqual({ forceSpinningStop: true });
-    expect(createSessionOptions(keepSpinning, settings).extra).toEqual({ session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' } });
+    expect(createSessionOptions(keepSpinning, settings).extra).toEqual({
+      session: { 'intra_op.allow_spinning': '1', force_spinning_stop: '1' },
+    });
     // Without spinning there is nothing to stop.
-    expect(createSessionOptions({ intraOpNumThreads: 2, allowSpinning: false, forceSpinningStop: false }).extra).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
-    expect(() => parseModelConfig('onnxruntime:\n  forceSpinningStop: sometimes\n')).toThrow(expect.objectContaining({ code: 'MARINA_ERR_MODEL_CONFIG_INVALID', message: expect.stringContaining('forceSpinningStop') }));
+    expect(
+      createSessionOptions({ intraOpNumThreads: 2, allowSpinning: false, forceSpinningStop: false }).extra,
+    ).toEqual({ session: { 'intra_op.allow_spinning': '0' } });
+    expect(() => parseModelConfig('onnxruntime:\n  forceSpinningStop: sometimes\n')).toThrow(
+      expect.objectContaining({
+        code: 'MARINA_ERR_MODEL_CONFIG_INVALID',
+        message: expect.stringContaining('forceSpinningStop'),
+      }),
+    );
   });
 
   it('rejects an unknown level or key with MARINA_ERR_MODEL_CONFIG_INVALID, naming it', () => {
-    expect(() => parseModelConfig('onnxruntime:\n  graphOptimizationLevel: fastest\n')).toThrow(expect.objectContaining({ code: 'MARINA_ERR_MODEL_CONFIG_INVALID', message: expect.stringContaining('graphOptimizationLevel') }));
-    expect(() => parseModelConfig('onnxruntime:\n  graphOptimisationLevel: all\n')).toThrow(expect.objectContaining({ code: 'MARINA_ERR_MODEL_CONFIG_INVALID', message: expect.stringContaining('onnxruntime') }));
+    expect(() => parseModelConfig('onnxruntime:\n  graphOptimizationLevel: fastest\n')).toThrow(
+      expect.objectContaining({
+        code: 'MARINA_ERR_MODEL_CONFIG_INVALID',
+        message: expect.stringContaining('graphOptimizationLevel'),
+      }),
+    );
+    expect(() => parseModelConfig('onnxruntime:\n  graphOptimisationLevel: all\n')).toThrow(
+      expect.objectContaining({
+        code: 'MARINA_ERR_MODEL_CONFIG_INVALID',
+        message: expect.stringContaining('onnxruntime'),
+      }),
+    );
   });
 });

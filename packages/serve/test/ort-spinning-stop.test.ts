@@ -41,9 +41,15 @@ function threadState(tid: string): string | undefined {
  * it (its intra-op pool): every thread that appeared while the session was created. Threads that
  * merely appeared then (libuv's pool) sleep and add nothing.
  */
-async function openSession(modelPath: string, modelConfig: Record<string, unknown>): Promise<{ session: ort.InferenceSession; pool: string[] }> {
+async function openSession(
+  modelPath: string,
+  modelConfig: Record<string, unknown>,
+): Promise<{ session: ort.InferenceSession; pool: string[] }> {
   const before = threadIds();
-  const session = await ort.InferenceSession.create(modelPath, createSessionOptions({ intraOpNumThreads: 2 }, readOrtModelSettings(modelConfig)));
+  const session = await ort.InferenceSession.create(
+    modelPath,
+    createSessionOptions({ intraOpNumThreads: 2 }, readOrtModelSettings(modelConfig)),
+  );
   return { session, pool: [...threadIds()].filter((tid) => !before.has(tid)) };
 }
 
@@ -52,46 +58,53 @@ async function openSession(modelPath: string, modelConfig: Record<string, unknow
  * sleeps. It waits on the threads' state, read on each turn of the event loop: a spinning thread
  * stays runnable until its spin ends, a stopped one goes to sleep at once.
  */
-async function cpuUntilAsleep(opened: { session: ort.InferenceSession; pool: string[] }, feeds: Record<string, ort.Tensor>): Promise<number> {
+async function cpuUntilAsleep(
+  opened: { session: ort.InferenceSession; pool: string[] },
+  feeds: Record<string, ort.Tensor>,
+): Promise<number> {
   await opened.session.run(feeds);
   const start = cpuNs(opened.pool);
   while (opened.pool.some((tid) => (threadState(tid) ?? 'S') !== 'S')) await setImmediate();
   return cpuNs(opened.pool) - start;
 }
 
-describe.runIf(process.platform === 'linux')('intra-op spinning after a run (real onnxruntime sessions, thread CPU from /proc)', { timeout: 60_000 }, () => {
-  let dir: { path: string; cleanup: () => Promise<void> };
-  let modelPath: string;
-  let feeds: Record<string, ort.Tensor>;
-  beforeAll(async () => {
-    dir = await tempDir();
-    modelPath = join(dir.path, 'slow.onnx');
-    // Batch 8 × 512-wide MatMuls: enough work per operator for onnxruntime to use both threads.
-    await writeSlowModel({ outputPath: modelPath, layers: 40, width: 512 });
-    feeds = { input: new ort.Tensor('float32', new Float32Array(8 * 512).fill(0.5), [8, 512]) };
-  });
-  afterAll(async () => {
-    await dir?.cleanup();
-  });
+describe.runIf(process.platform === 'linux')(
+  'intra-op spinning after a run (real onnxruntime sessions, thread CPU from /proc)',
+  { timeout: 60_000 },
+  () => {
+    let dir: { path: string; cleanup: () => Promise<void> };
+    let modelPath: string;
+    let feeds: Record<string, ort.Tensor>;
+    beforeAll(async () => {
+      dir = await tempDir();
+      modelPath = join(dir.path, 'slow.onnx');
+      // Batch 8 × 512-wide MatMuls: enough work per operator for onnxruntime to use both threads.
+      await writeSlowModel({ outputPath: modelPath, layers: 40, width: 512 });
+      feeds = { input: new ort.Tensor('float32', new Float32Array(8 * 512).fill(0.5), [8, 512]) };
+    });
+    afterAll(async () => {
+      await dir?.cleanup();
+    });
 
-  it('stops as the run returns by default; with forceSpinningStop: false the pool threads go on spinning after it', async () => {
-    const stopping = await openSession(modelPath, {});
-    const spinning = await openSession(modelPath, { onnxruntime: { forceSpinningStop: false } });
-    try {
-      expect(stopping.pool.length).toBeGreaterThan(0);
-      expect(spinning.pool.length).toBeGreaterThan(0);
-      // Warm-up runs (first-run allocation), each followed by the wait for sleeping threads.
-      await cpuUntilAsleep(stopping, feeds);
-      await cpuUntilAsleep(spinning, feeds);
-      // A stopped thread sleeps: it runs only for the instant it takes to stop (well under 2 ms).
-      // A spinning one burns its core until its spin ends, tens of ms of CPU.
-      const stoppedNs = await cpuUntilAsleep(stopping, feeds);
-      const spunNs = await cpuUntilAsleep(spinning, feeds);
-      expect(stoppedNs).toBeLessThan(2e6);
-      expect(spunNs).toBeGreaterThan(2e6);
-    } finally {
-      await stopping.session.release();
-      await spinning.session.release();
-    }
-  });
-});
+    it('stops as the run returns by default; with forceSpinningStop: false the pool threads go on spinning after it', async () => {
+      const stopping = await openSession(modelPath, {});
+      const spinning = await openSession(modelPath, { onnxruntime: { forceSpinningStop: false } });
+      try {
+        expect(stopping.pool.length).toBeGreaterThan(0);
+        expect(spinning.pool.length).toBeGreaterThan(0);
+        // Warm-up runs (first-run allocation), each followed by the wait for sleeping threads.
+        await cpuUntilAsleep(stopping, feeds);
+        await cpuUntilAsleep(spinning, feeds);
+        // A stopped thread sleeps: it runs only for the instant it takes to stop (well under 2 ms).
+        // A spinning one burns its core until its spin ends, tens of ms of CPU.
+        const stoppedNs = await cpuUntilAsleep(stopping, feeds);
+        const spunNs = await cpuUntilAsleep(spinning, feeds);
+        expect(stoppedNs).toBeLessThan(2e6);
+        expect(spunNs).toBeGreaterThan(2e6);
+      } finally {
+        await stopping.session.release();
+        await spinning.session.release();
+      }
+    });
+  },
+);

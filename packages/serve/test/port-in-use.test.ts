@@ -37,14 +37,22 @@ async function workDir(): Promise<{ cwd: string; marker: string }> {
   });
   writeFileSync(
     path.join(cwd, 'config.properties'),
-    [`inference_address=http://127.0.0.1:0`, `management_address=http://127.0.0.1:${busyPort}`, 'enable_metrics_api=false', 'model_store=store', 'load_models=all'].join('\n'),
+    [
+      `inference_address=http://127.0.0.1:0`,
+      `management_address=http://127.0.0.1:${busyPort}`,
+      'enable_metrics_api=false',
+      'model_store=store',
+      'load_models=all',
+    ].join('\n'),
   );
   return { cwd, marker };
 }
 
 function expectAddressInUse(result: { code: number | null; stderr: string }, configFile: string) {
   expect(result.code).toBe(1);
-  expect(result.stderr).toContain(`MARINA_ERR_ADDRESS_IN_USE: the management API cannot listen on http://127.0.0.1:${busyPort}`);
+  expect(result.stderr).toContain(
+    `MARINA_ERR_ADDRESS_IN_USE: the management API cannot listen on http://127.0.0.1:${busyPort}`,
+  );
   expect(result.stderr).toContain(`set management_address in ${configFile} to a free port`);
   expect(result.stderr).not.toMatch(/\x1b\[/);
 }
@@ -52,14 +60,26 @@ function expectAddressInUse(result: { code: number | null; stderr: string }, con
 describe('a port in use', { timeout: 120_000 }, () => {
   it('stops serve --foreground before any model loads', async () => {
     const { cwd, marker } = await workDir();
-    const result = await runServe(cwd, ['--foreground', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties']);
+    const result = await runServe(cwd, [
+      '--foreground',
+      '--ncs',
+      '--disable-token-auth',
+      '--ts-config',
+      'config.properties',
+    ]);
     expectAddressInUse(result, path.join(cwd, 'config.properties'));
     expect(existsSync(marker)).toBe(false);
   });
 
   it('stops a background serve --start in the launcher, before the server process starts', async () => {
     const { cwd, marker } = await workDir();
-    const result = await runServe(cwd, ['--start', '--ncs', '--disable-token-auth', '--ts-config', 'config.properties']);
+    const result = await runServe(cwd, [
+      '--start',
+      '--ncs',
+      '--disable-token-auth',
+      '--ts-config',
+      'config.properties',
+    ]);
     expectAddressInUse(result, path.join(cwd, 'config.properties'));
     expect(existsSync(marker)).toBe(false);
     expect(existsSync(path.join(cwd, 'logs', 'marina.log'))).toBe(false);

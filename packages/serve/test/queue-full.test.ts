@@ -28,13 +28,21 @@ describe('a full job queue', { timeout: 60_000 }, () => {
     for (const r of rejected) {
       expect(r.status).toBe(503);
       expect(r.headers.get('retry-after')).toBe('1');
-      expect(r.json).toMatchObject({ code: 503, type: 'ServiceUnavailableException', marinaCode: 'MARINA_ERR_QUEUE_FULL' });
+      expect(r.json).toMatchObject({
+        code: 503,
+        type: 'ServiceUnavailableException',
+        marinaCode: 'MARINA_ERR_QUEUE_FULL',
+      });
       expect(r.json.message).toContain("model 'busy'");
       expect(r.json.message).toContain('queue is full (2 requests waiting');
       expect(r.json.message).not.toContain('no worker');
     }
     await gate.open();
     const ok = await Promise.all([first, ...accepted]);
-    expect(ok.map((r) => [r.status, r.json.value])).toEqual([[200, 0], [200, 1], [200, 2]]);
+    expect(ok.map((r) => [r.status, r.json.value])).toEqual([
+      [200, 0],
+      [200, 1],
+      [200, 2],
+    ]);
   });
 });

@@ -6,7 +6,15 @@
  */
 import { connect } from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { call, createWorkspace, opsConfig, packModel, startOps, type OpsServer, type Workspace } from './ops-harness.ts';
+import {
+  call,
+  createWorkspace,
+  opsConfig,
+  packModel,
+  startOps,
+  type OpsServer,
+  type Workspace,
+} from './ops-harness.ts';
 
 let workspace: Workspace;
 let ops: OpsServer;
@@ -28,13 +36,17 @@ it('a chunked upload that stops sending is answered 408 and its connection close
   socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
   const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
   await new Promise<void>((resolve) => socket.on('connect', () => resolve()));
-  socket.write('POST /predictions/m HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"inp\r\n');
+  socket.write(
+    'POST /predictions/m HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"inp\r\n',
+  );
   // Never sends the rest: before the fix this socket stayed open for as long as the client liked.
   await closed;
   expect(received).toMatch(/^HTTP\/1\.1 408/);
 });
 
 it('a request sent at once is unaffected', async () => {
-  const response = await call(ops.api, 'POST', '/predictions/m', { body: { inputs: { input: { shape: [1, 4], data: [1, 2, 3, 4] } } } });
+  const response = await call(ops.api, 'POST', '/predictions/m', {
+    body: { inputs: { input: { shape: [1, 4], data: [1, 2, 3, 4] } } },
+  });
   expect(response.status, response.text).toBe(200);
 });

@@ -7,7 +7,12 @@ import { LATENCY_BUCKETS_SECONDS } from '../src/metrics/server-metrics.ts';
 function pair() {
   const reference = new Registry();
   const fast = new Registry();
-  const options = { name: 'marina_test_latency_seconds', help: 'A latency, seconds.', labelNames: ['model_name', 'model_version'] as const, buckets: LATENCY_BUCKETS_SECONDS };
+  const options = {
+    name: 'marina_test_latency_seconds',
+    help: 'A latency, seconds.',
+    labelNames: ['model_name', 'model_version'] as const,
+    buckets: LATENCY_BUCKETS_SECONDS,
+  };
   const histogram = new Histogram({ ...options, registers: [reference] });
   const requestHistogram = new RequestHistogram({ ...options, registers: [fast] });
   return { reference, fast, histogram, requestHistogram };
@@ -19,7 +24,10 @@ const values = [0, 0.0001, 0.0005, 0.00050001, 0.001, 0.003, 0.0099, 0.01, 0.2, 
 describe('RequestHistogram', () => {
   it('renders exactly what prom-client renders for the same observations, per label set', async () => {
     const { reference, fast, histogram, requestHistogram } = pair();
-    const labelSets = [{ model_name: 'resnet', model_version: '1.0' }, { model_name: 'tiny', model_version: '2' }];
+    const labelSets = [
+      { model_name: 'resnet', model_version: '1.0' },
+      { model_name: 'tiny', model_version: '2' },
+    ];
     const cells = labelSets.map((labels) => requestHistogram.cell(labels));
     values.forEach((value, i) => {
       const k = i % 2;
@@ -30,7 +38,9 @@ describe('RequestHistogram', () => {
     expect(text).toBe(await reference.metrics());
     expect(text).toContain('marina_test_latency_seconds_bucket{le="+Inf",model_name="resnet",model_version="1.0"} 8');
     expect(await fast.getMetricsAsJSON()).toEqual(await reference.getMetricsAsJSON());
-    expect(await fast.getSingleMetricAsString('marina_test_latency_seconds')).toBe(await reference.getSingleMetricAsString('marina_test_latency_seconds'));
+    expect(await fast.getSingleMetricAsString('marina_test_latency_seconds')).toBe(
+      await reference.getSingleMetricAsString('marina_test_latency_seconds'),
+    );
   });
 
   it('gives one cell per label set and shows a label set only once it has been observed', async () => {

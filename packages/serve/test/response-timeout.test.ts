@@ -26,7 +26,11 @@ describe('a prediction past responseTimeout', () => {
     expect(slow.json()).toMatchObject({ code: 504, marinaCode: 'MARINA_ERR_RESPONSE_TIMEOUT' });
     expect(slow.json().message).toContain('responseTimeout (0.5 s)');
 
-    const next = await app.inference.inject({ method: 'POST', url: '/predictions/sleepy', payload: { sleepMs: 0, value: 'after' } });
+    const next = await app.inference.inject({
+      method: 'POST',
+      url: '/predictions/sleepy',
+      payload: { sleepMs: 0, value: 'after' },
+    });
     expect(next.statusCode).toBe(200);
     expect(next.json().echo).toBe('after');
     const after = app.registry.describe('sleepy')[0]!.workers.map((w) => w.id);

@@ -20,7 +20,10 @@ describe('404 on an unknown route', () => {
     await dir?.cleanup();
   });
 
-  async function notFound(method: 'GET' | 'POST', url: string): Promise<{ code: number; type: string; message: string; marinaCode: string }> {
+  async function notFound(
+    method: 'GET' | 'POST',
+    url: string,
+  ): Promise<{ code: number; type: string; message: string; marinaCode: string }> {
     const res = await app.inference.inject({ method, url });
     expect(res.statusCode).toBe(404);
     return res.json();
@@ -44,7 +47,10 @@ describe('404 on an unknown route', () => {
   });
 
   it('lists the first segments the API serves when nothing is close', () => {
-    const routes = [{ method: 'GET', url: '/ping' }, { method: 'POST', url: '/predictions/:model_name' }];
+    const routes = [
+      { method: 'GET', url: '/ping' },
+      { method: 'POST', url: '/predictions/:model_name' },
+    ];
     expect(notFoundHint('GET', '/zzzzzzzzzz?x=1', routes)).toBe(
       'GET /zzzzzzzzzz is not a route of this API, whose paths start with /ping, /predictions. GET /api-description (or OPTIONS /) on this port describes every route; the management port has a browsable page at /api-explorer.',
     );

@@ -8,7 +8,15 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isUrlAllowed, normaliseModelUrl } from '../src/model-download/resolve-model-url.ts';
-import { call, createWorkspace, opsConfig, packModel, startOps, type OpsServer, type Workspace } from './ops-harness.ts';
+import {
+  call,
+  createWorkspace,
+  opsConfig,
+  packModel,
+  startOps,
+  type OpsServer,
+  type Workspace,
+} from './ops-harness.ts';
 
 let workspace: Workspace;
 let ops: OpsServer;
@@ -37,7 +45,13 @@ async function registeredModels(): Promise<string[]> {
 }
 
 describe('allowed_urls with percent-encoded dot segments', () => {
-  const escapes = ['%2e%2e/other/evil.mar', '%2E%2E/other/evil.mar', '.%2e/other/evil.mar', '%2e./other/evil.mar', 'sub/%2e%2e/%2e%2e/other/evil.mar'];
+  const escapes = [
+    '%2e%2e/other/evil.mar',
+    '%2E%2E/other/evil.mar',
+    '.%2e/other/evil.mar',
+    '%2e./other/evil.mar',
+    'sub/%2e%2e/%2e%2e/other/evil.mar',
+  ];
 
   it.each(escapes)('refuses %s sent in a JSON body, and registers nothing', async (rest) => {
     const response = await call(ops.api, 'POST', '/models', { body: { url: storeUrl(rest), initial_workers: 1 } });
@@ -47,7 +61,11 @@ describe('allowed_urls with percent-encoded dot segments', () => {
   });
 
   it('refuses an encoded escape sent in the query string (encoded once more by the client)', async () => {
-    const response = await call(ops.api, 'POST', `/models?url=${encodeURIComponent(storeUrl('%2e%2e/other/evil.mar'))}&initial_workers=1`);
+    const response = await call(
+      ops.api,
+      'POST',
+      `/models?url=${encodeURIComponent(storeUrl('%2e%2e/other/evil.mar'))}&initial_workers=1`,
+    );
     expect(response.status).toBe(404);
     expect(response.json).toMatchObject({ marinaCode: 'MARINA_ERR_URL_RELATIVE_PATH' });
     expect(await registeredModels()).toEqual([]);
@@ -73,7 +91,9 @@ describe('allowed_urls with percent-encoded dot segments', () => {
   });
 
   it('still registers an archive inside the allowed prefix, also when its name is percent-encoded', async () => {
-    const response = await call(ops.api, 'POST', '/models', { body: { url: storeUrl('%67ood.mar'), initial_workers: 1 } });
+    const response = await call(ops.api, 'POST', '/models', {
+      body: { url: storeUrl('%67ood.mar'), initial_workers: 1 },
+    });
     expect(response.status).toBe(200);
     expect(await registeredModels()).toEqual(['good']);
   });
@@ -81,7 +101,11 @@ describe('allowed_urls with percent-encoded dot segments', () => {
 
 describe('normaliseModelUrl', () => {
   it('matches allowed_urls against the decoded path', () => {
-    expect(normaliseModelUrl('file:///srv/store/%67ood.mar')).toMatchObject({ scheme: 'file', filePath: '/srv/store/good.mar', decoded: 'file:///srv/store/good.mar' });
+    expect(normaliseModelUrl('file:///srv/store/%67ood.mar')).toMatchObject({
+      scheme: 'file',
+      filePath: '/srv/store/good.mar',
+      decoded: 'file:///srv/store/good.mar',
+    });
     expect(isUrlAllowed('file:///srv/store/%67ood.mar', ['file:///srv/store/good\\.mar'])).toBe(true);
     expect(isUrlAllowed('file:///srv/store/%2e%2e/other/evil.mar', ['file:///srv/store/.*'])).toBe(false);
     expect(isUrlAllowed('https://host/models/%2E%2E/secret.mar', ['https://host/models/.*'])).toBe(false);

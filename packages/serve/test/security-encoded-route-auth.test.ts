@@ -8,7 +8,15 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readKeyFile, type KeyFile } from '../src/auth/token-authorization.ts';
-import { call, createWorkspace, opsConfig, packModel, startOps, type OpsServer, type Workspace } from './ops-harness.ts';
+import {
+  call,
+  createWorkspace,
+  opsConfig,
+  packModel,
+  startOps,
+  type OpsServer,
+  type Workspace,
+} from './ops-harness.ts';
 
 let workspace: Workspace | undefined;
 let ops: OpsServer | undefined;
@@ -21,17 +29,28 @@ afterEach(async () => {
 });
 
 /** Starts a real server with token authorization on; `managementAddress` apart from the inference one when given. */
-async function start(managementAddress?: string): Promise<{ keys: KeyFile; inference: string; management: string; keyFilePath: string }> {
+async function start(
+  managementAddress?: string,
+): Promise<{ keys: KeyFile; inference: string; management: string; keyFilePath: string }> {
   workspace = await createWorkspace('marina-sec-auth-');
   await packModel(workspace.store, { modelName: 'evil' });
   const keyFilePath = join(workspace.root, 'key_file.json');
-  const config = opsConfig(workspace, {
-    disable_token_authorization: 'false',
-    ...(managementAddress ? { management_address: managementAddress } : {}),
-  }, { keyFilePath });
+  const config = opsConfig(
+    workspace,
+    {
+      disable_token_authorization: 'false',
+      ...(managementAddress ? { management_address: managementAddress } : {}),
+    },
+    { keyFilePath },
+  );
   ops = await startOps(config);
   const url = (api: string) => ops!.server.listening.find((l) => l.api === api)!.url;
-  return { keys: await readKeyFile(keyFilePath), inference: url('inference'), management: url('management'), keyFilePath };
+  return {
+    keys: await readKeyFile(keyFilePath),
+    inference: url('inference'),
+    management: url('management'),
+    keyFilePath,
+  };
 }
 
 describe('one listener for both APIs', () => {
@@ -49,7 +68,9 @@ describe('one listener for both APIs', () => {
 
   it('does not register an archive through POST /%6dodels with the inference key', async () => {
     const { keys, inference } = await start();
-    const attack = await call(inference, 'POST', '/%6dodels?url=evil.mar&initial_workers=1', { token: keys.inference.key });
+    const attack = await call(inference, 'POST', '/%6dodels?url=evil.mar&initial_workers=1', {
+      token: keys.inference.key,
+    });
     expect(attack.status).toBe(401);
     const list = await call(inference, 'GET', '/models', { token: keys.management.key });
     expect(list.json).toEqual({ models: [] });
@@ -63,7 +84,9 @@ describe('one listener for both APIs', () => {
     expect(attack.json.message).toContain('API key');
     expect(await readFile(keyFilePath, 'utf8')).toBe(before);
     // The management key does not rotate keys either: /token needs the API key, encoded or not.
-    expect((await call(inference, 'POST', '/%74oken?type=management', { token: keys.management.key })).status).toBe(401);
+    expect((await call(inference, 'POST', '/%74oken?type=management', { token: keys.management.key })).status).toBe(
+      401,
+    );
     expect((await call(inference, 'POST', '/token?type=management', { token: keys.management.key })).status).toBe(401);
     expect(await readFile(keyFilePath, 'utf8')).toBe(before);
     const rotated = await call(inference, 'POST', '/%74oken?type=management', { token: keys.API.key });
@@ -73,7 +96,10 @@ describe('one listener for both APIs', () => {
 
   it('refuses the management key on /%70redictions (the inference API needs the inference key)', async () => {
     const { keys, inference } = await start();
-    const attack = await call(inference, 'POST', '/%70redictions/evil', { token: keys.management.key, body: { inputs: {} } });
+    const attack = await call(inference, 'POST', '/%70redictions/evil', {
+      token: keys.management.key,
+      body: { inputs: {} },
+    });
     expect(attack.status).toBe(401);
     expect(attack.json.message).toContain('inference API');
   });
@@ -90,7 +116,7 @@ describe('separate inference and management listeners', () => {
     expect((await readKeyFile(keyFilePath)).inference.key).not.toBe(keys.inference.key);
   });
 
-  it('refuses the inference key on the management listener\'s encoded routes', async () => {
+  it("refuses the inference key on the management listener's encoded routes", async () => {
     const { keys, management } = await start('http://localhost:0');
     expect((await call(management, 'GET', '/%6dodels', { token: keys.inference.key })).status).toBe(401);
     expect((await call(management, 'GET', '/%6dodels', { token: keys.management.key })).status).toBe(200);

@@ -34,7 +34,10 @@ const climbTo = (absolute: string) => `${'../'.repeat(40)}${absolute.replace(/^\
 
 async function writeEscapingArchive(fileName: string, serializedFile: string): Promise<void> {
   await writeRawZip(join(workspace.store, fileName), [
-    { name: MANIFEST_PATH, data: manifestText({ modelName: fileName.replace(/\.mar$/, ''), serializedFile, handler: 'tensor' }) },
+    {
+      name: MANIFEST_PATH,
+      data: manifestText({ modelName: fileName.replace(/\.mar$/, ''), serializedFile, handler: 'tensor' }),
+    },
   ]);
 }
 
@@ -43,7 +46,7 @@ async function registeredModels(): Promise<string[]> {
 }
 
 describe('a manifest serializedFile outside the archive', () => {
-  it('is refused by serve at register, with the validator\'s code, and nothing is registered', async () => {
+  it("is refused by serve at register, with the validator's code, and nothing is registered", async () => {
     await writeEscapingArchive('escape.mar', climbTo(outsideModel));
     const response = await call(ops.api, 'POST', '/models?url=escape.mar&initial_workers=1&synchronous=true');
     expect(response.status).toBe(400);
@@ -65,7 +68,9 @@ describe('a manifest serializedFile outside the archive', () => {
 
   it('is refused when a folder archive names a link that points outside', async () => {
     const folder = join(workspace.store, 'linked');
-    await writeFiles(folder, { [MANIFEST_PATH]: manifestText({ modelName: 'linked', serializedFile: 'model.onnx', handler: 'tensor' }) });
+    await writeFiles(folder, {
+      [MANIFEST_PATH]: manifestText({ modelName: 'linked', serializedFile: 'model.onnx', handler: 'tensor' }),
+    });
     await symlink(outsideModel, join(folder, 'model.onnx'));
     const response = await call(ops.api, 'POST', '/models?url=linked&initial_workers=1&synchronous=true');
     expect(response.status).toBe(400);
@@ -76,12 +81,17 @@ describe('a manifest serializedFile outside the archive', () => {
 
   it('still serves an archive whose serializedFile is inside it', async () => {
     await writeRawZip(join(workspace.store, 'inside.mar'), [
-      { name: MANIFEST_PATH, data: manifestText({ modelName: 'inside', serializedFile: 'sub/model.onnx', handler: 'tensor' }) },
+      {
+        name: MANIFEST_PATH,
+        data: manifestText({ modelName: 'inside', serializedFile: 'sub/model.onnx', handler: 'tensor' }),
+      },
       { name: 'sub/model.onnx', data: await readFile(outsideModel) },
     ]);
     const response = await call(ops.api, 'POST', '/models?url=inside.mar&initial_workers=1&synchronous=true');
     expect(response.status).toBe(200);
-    const predicted = await call(ops.api, 'POST', '/predictions/inside', { body: { inputs: { input: { shape: [1, 4], data: [1, 2, 3, 4] } } } });
+    const predicted = await call(ops.api, 'POST', '/predictions/inside', {
+      body: { inputs: { input: { shape: [1, 4], data: [1, 2, 3, 4] } } },
+    });
     expect(predicted.status).toBe(200);
   });
 });

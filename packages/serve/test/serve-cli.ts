@@ -20,7 +20,11 @@ export function runServe(cwd: string, args: string[], env: NodeJS.ProcessEnv = {
   return new Promise((resolve, reject) => {
     const childEnv: NodeJS.ProcessEnv = { ...process.env, TMPDIR: path.join(cwd, 'tmp'), ...env };
     delete childEnv.MALLOC_MMAP_THRESHOLD_; // the launcher sets it unless the user did
-    const child = spawn(process.execPath, [SERVE_BIN, ...args], { cwd, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [SERVE_BIN, ...args], {
+      cwd,
+      env: childEnv,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));

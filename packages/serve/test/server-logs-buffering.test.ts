@@ -11,7 +11,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createServerLogs } from '../src/logging/server-logs.ts';
 import { tempDir } from './helpers.ts';
 
-const LINE = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{3} \[INFO \] (\S+) ACCESS_LOG - \/127\.0\.0\.1:1 "POST (\S+) HTTP\/1\.1" 200 2$/;
+const LINE =
+  /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{3} \[INFO \] (\S+) ACCESS_LOG - \/127\.0\.0\.1:1 "POST (\S+) HTTP\/1\.1" 200 2$/;
 const serverLogsSource = fileURLToPath(new URL('../src/logging/server-logs.ts', import.meta.url));
 
 describe('log file batching', () => {
@@ -27,7 +28,9 @@ describe('log file batching', () => {
     const urls: string[] = [];
     for (let i = 0; i < 3000; i++) urls.push(i % 7 === 0 ? `/predictions/modèle-ü-${i}-€` : `/predictions/m-${i}`);
     urls.splice(1500, 0, `/predictions/${'x'.repeat(100_000)}`);
-    urls.forEach((url, i) => logs.access({ client: '127.0.0.1:1', method: 'POST', url, statusCode: 200, durationMs: 2, requestId: `id-${i}` }));
+    urls.forEach((url, i) =>
+      logs.access({ client: '127.0.0.1:1', method: 'POST', url, statusCode: 200, durationMs: 2, requestId: `id-${i}` }),
+    );
     await logs.close();
     const lines = (await readFile(join(dir.path, 'access_log.log'), 'utf8')).split('\n');
     expect(lines.pop()).toBe('');
@@ -43,12 +46,15 @@ describe('log file batching', () => {
   it('writes the gathered lines of a process that ends on an uncaught error', async () => {
     dir = await tempDir();
     const script = join(dir.path, 'crash.mts');
-    await writeFile(script, [
-      `import { createServerLogs } from ${JSON.stringify(serverLogsSource)};`,
-      `const logs = createServerLogs({ logDir: ${JSON.stringify(dir.path)} });`,
-      `for (let i = 0; i < 3; i++) logs.access({ client: '127.0.0.1:1', method: 'POST', url: '/predictions/m-' + i, statusCode: 200, durationMs: 2, requestId: 'id-' + i });`,
-      `setImmediate(() => { throw new Error('crash on purpose'); });`,
-    ].join('\n'));
+    await writeFile(
+      script,
+      [
+        `import { createServerLogs } from ${JSON.stringify(serverLogsSource)};`,
+        `const logs = createServerLogs({ logDir: ${JSON.stringify(dir.path)} });`,
+        `for (let i = 0; i < 3; i++) logs.access({ client: '127.0.0.1:1', method: 'POST', url: '/predictions/m-' + i, statusCode: 200, durationMs: 2, requestId: 'id-' + i });`,
+        `setImmediate(() => { throw new Error('crash on purpose'); });`,
+      ].join('\n'),
+    );
     const { code, stderr } = await new Promise<{ code: number | null; stderr: string }>((resolve, reject) => {
       const child = spawn(process.execPath, ['--import', 'tsx', script], { stdio: ['ignore', 'ignore', 'pipe'] });
       let text = '';
@@ -59,6 +65,10 @@ describe('log file batching', () => {
     expect(code, stderr).toBe(1);
     expect(stderr).toContain('crash on purpose');
     const lines = (await readFile(join(dir.path, 'access_log.log'), 'utf8')).trimEnd().split('\n');
-    expect(lines.map((line) => LINE.exec(line)?.[2])).toEqual(['/predictions/m-0', '/predictions/m-1', '/predictions/m-2']);
+    expect(lines.map((line) => LINE.exec(line)?.[2])).toEqual([
+      '/predictions/m-0',
+      '/predictions/m-1',
+      '/predictions/m-2',
+    ]);
   });
 });

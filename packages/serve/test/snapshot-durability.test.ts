@@ -31,7 +31,8 @@ beforeAll(async () => {
   await packModel(workspace.store, { modelName: 'm' });
 }, 60_000);
 afterEach(() => {
-  for (const child of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  for (const child of children.splice(0))
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
 });
 afterAll(async () => {
   for (const dir of mounts) execFileSync('umount', ['-l', dir]);
@@ -68,12 +69,17 @@ describe('a snapshot that cannot be written', () => {
   let server: RunningServer | undefined;
   afterAll(() => server?.close());
 
-  it('turns into a warning in the answer of the management call that changed the state, and an error in the log', { timeout: 60_000 }, async () => {
+  it('turns into a warning in the answer of the management call that changed the state, and an error in the log', {
+    timeout: 60_000,
+  }, async () => {
     const snapshotDir = join(workspace.root, 'snapshots-small');
     await mkdir(snapshotDir);
     const isTmpfs = mountSmallTmpfs(snapshotDir);
     const logged: Array<{ level: string; message: string }> = [];
-    server = await startServer({ ...opsConfig(workspace), isSnapshotEnabled: true, snapshotDir }, { log: (level, message) => logged.push({ level, message }) });
+    server = await startServer(
+      { ...opsConfig(workspace), isSnapshotEnabled: true, snapshotDir },
+      { log: (level, message) => logged.push({ level, message }) },
+    );
     const api = server.listening.find((l) => l.api === 'management')!.url;
 
     const registered = await call(api, 'POST', '/models?url=m.mar&initial_workers=1&synchronous=true');
@@ -151,14 +157,22 @@ const PROPERTIES: Record<string, string> = {
 
 describe('start-up with snapshots it cannot use', () => {
   beforeAll(async () => {
-    await writeFile(join(workspace.root, 'config.properties'), Object.entries(PROPERTIES).map(([k, v]) => `${k}=${v}`).join('\n'));
+    await writeFile(
+      join(workspace.root, 'config.properties'),
+      Object.entries(PROPERTIES)
+        .map(([k, v]) => `${k}=${v}`)
+        .join('\n'),
+    );
   });
 
   it('reports every corrupt snapshot on the terminal and writes none over them', { timeout: 60_000 }, async () => {
     const logDir = join(workspace.root, 'logs-corrupt');
     const snapshotDir = join(logDir, 'config');
     await mkdir(snapshotDir, { recursive: true });
-    await writeFile(join(snapshotDir, '20260101000000000-snapshot.cfg'), 'model_snapshot={"name":"x","models":{"m":{"1.0":{"marName":"m.mar"');
+    await writeFile(
+      join(snapshotDir, '20260101000000000-snapshot.cfg'),
+      'model_snapshot={"name":"x","models":{"m":{"1.0":{"marName":"m.mar"',
+    );
     await writeFile(join(snapshotDir, '20260101000000001-snapshot.cfg'), 'garbage without the key\n');
     const before = (await readdir(snapshotDir)).sort();
 
@@ -170,19 +184,38 @@ describe('start-up with snapshots it cannot use', () => {
     expect((await readdir(snapshotDir)).sort()).toEqual(before);
   });
 
-  it('says so when it restores none of the snapshot\'s models, and keeps the snapshot', { timeout: 60_000 }, async () => {
+  it("says so when it restores none of the snapshot's models, and keeps the snapshot", {
+    timeout: 60_000,
+  }, async () => {
     const logDir = join(workspace.root, 'logs-gone');
     const snapshotDir = join(logDir, 'config');
     await mkdir(snapshotDir, { recursive: true });
     const name = '20260101000000000-snapshot.cfg';
-    const entry = { defaultVersion: true, marName: 'gone.mar', url: 'gone.mar', minWorkers: 1, maxWorkers: 1, batchSize: 1, maxBatchDelay: 100, responseTimeout: 120 };
-    const text = renderSnapshot({ name, createdMs: Date.UTC(2026, 0, 1), models: { gone: { '1.0': entry } }, modelStore: workspace.store, properties: PROPERTIES });
+    const entry = {
+      defaultVersion: true,
+      marName: 'gone.mar',
+      url: 'gone.mar',
+      minWorkers: 1,
+      maxWorkers: 1,
+      batchSize: 1,
+      maxBatchDelay: 100,
+      responseTimeout: 120,
+    };
+    const text = renderSnapshot({
+      name,
+      createdMs: Date.UTC(2026, 0, 1),
+      models: { gone: { '1.0': entry } },
+      modelStore: workspace.store,
+      properties: PROPERTIES,
+    });
     await writeFile(join(snapshotDir, name), text);
 
     const { child, output } = await serve(logDir);
     await stop(child);
     expect(output()).toContain('Model failed to load: gone.mar');
-    expect(output()).toMatch(/WARN none of the 1 model versions of the snapshot .*20260101000000000-snapshot\.cfg could be restored/);
+    expect(output()).toMatch(
+      /WARN none of the 1 model versions of the snapshot .*20260101000000000-snapshot\.cfg could be restored/,
+    );
     expect(output()).not.toContain('Restored the models of the snapshot');
     expect(await readdir(snapshotDir)).toEqual([name]);
     expect(await readFile(join(snapshotDir, name), 'utf8')).toBe(text);

@@ -17,12 +17,18 @@ beforeAll(async () => {
 }, 60_000);
 afterAll(() => workspace?.cleanup());
 
-const named = async (dir: string, kind: string) => (await readdir(dir)).filter((n) => n.endsWith(`-${kind}.cfg`)).sort();
+const named = async (dir: string, kind: string) =>
+  (await readdir(dir)).filter((n) => n.endsWith(`-${kind}.cfg`)).sort();
 
 describe('snapshots written by management calls', () => {
   it('writes one -snapshot.cfg per changing call, with the state the call left', { timeout: 60_000 }, async () => {
     const snapshotDir = join(workspace.root, 'logs', 'config');
-    const server = await startServer({ ...opsConfig(workspace), isSnapshotEnabled: true, snapshotDir, logDir: join(workspace.root, 'logs') });
+    const server = await startServer({
+      ...opsConfig(workspace),
+      isSnapshotEnabled: true,
+      snapshotDir,
+      logDir: join(workspace.root, 'logs'),
+    });
     try {
       const api = server.listening.find((l) => l.api === 'management')!.url;
       expect(await named(snapshotDir, 'startup')).toHaveLength(1);

@@ -17,12 +17,24 @@ beforeEach(async () => {
 });
 
 const store = (over: Partial<Parameters<typeof createSnapshotStore>[0]> = {}) =>
-  createSnapshotStore({ registry, snapshotDir: dir, modelStore: '/srv/model-store', debounceMs: 5, now: () => nowMs++, ...over });
+  createSnapshotStore({
+    registry,
+    snapshotDir: dir,
+    modelStore: '/srv/model-store',
+    debounceMs: 5,
+    now: () => nowMs++,
+    ...over,
+  });
 
 describe('snapshot writing', () => {
-  it('writes TorchServe\'s <timestamp>-snapshot.cfg with model_snapshot after a change', async () => {
+  it("writes TorchServe's <timestamp>-snapshot.cfg with model_snapshot after a change", async () => {
     const snapshots = store();
-    await registry.register({ url: 'resnet.mar', archivePath: '/srv/model-store/resnet.mar', initialWorkers: 2, batchSize: 4 });
+    await registry.register({
+      url: 'resnet.mar',
+      archivePath: '/srv/model-store/resnet.mar',
+      initialWorkers: 2,
+      batchSize: 4,
+    });
     await snapshots.close();
     const files = await readdir(dir);
     expect(files).toEqual(['20250301120000000-snapshot.cfg']);
@@ -35,7 +47,16 @@ describe('snapshot writing', () => {
       created: Date.parse('2025-03-01T12:00:00.000Z'),
       models: {
         resnet: {
-          '1.0': { defaultVersion: true, marName: 'resnet.mar', url: 'resnet.mar', minWorkers: 2, maxWorkers: 2, batchSize: 4, maxBatchDelay: 100, responseTimeout: 120 },
+          '1.0': {
+            defaultVersion: true,
+            marName: 'resnet.mar',
+            url: 'resnet.mar',
+            minWorkers: 2,
+            maxWorkers: 2,
+            batchSize: 4,
+            maxBatchDelay: 100,
+            responseTimeout: 120,
+          },
         },
       },
     });

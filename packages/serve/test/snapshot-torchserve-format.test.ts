@@ -22,19 +22,45 @@ afterAll(() => workspace?.cleanup());
 
 /** What TorchServe 0.12's FSSnapshotSerializer writes: Properties.store of the config plus GSON's pretty JSON. */
 function torchServeSnapshot(store: string): string {
-  const json = JSON.stringify({
-    name: '20240101120000000-snapshot.cfg',
-    modelCount: 2,
-    created: 1704110400000,
-    models: {
-      m: {
-        '1.0': { defaultVersion: false, marName: 'm_v1.mar', minWorkers: 0, maxWorkers: 0, batchSize: 1, maxBatchDelay: 100, responseTimeout: 120, runtimeType: 'python' },
-        '2.0': { defaultVersion: true, marName: 'm_v2.mar', minWorkers: 2, maxWorkers: 2, batchSize: 4, maxBatchDelay: 50, responseTimeout: 30, runtimeType: 'python' },
+  const json = JSON.stringify(
+    {
+      name: '20240101120000000-snapshot.cfg',
+      modelCount: 2,
+      created: 1704110400000,
+      models: {
+        m: {
+          '1.0': {
+            defaultVersion: false,
+            marName: 'm_v1.mar',
+            minWorkers: 0,
+            maxWorkers: 0,
+            batchSize: 1,
+            maxBatchDelay: 100,
+            responseTimeout: 120,
+            runtimeType: 'python',
+          },
+          '2.0': {
+            defaultVersion: true,
+            marName: 'm_v2.mar',
+            minWorkers: 2,
+            maxWorkers: 2,
+            batchSize: 4,
+            maxBatchDelay: 50,
+            responseTimeout: 30,
+            runtimeType: 'python',
+          },
+        },
       },
     },
-  }, null, 2);
+    null,
+    2,
+  );
   // java.util.Properties.store: '#' comment lines, ':' and '=' escaped, newlines as \n.
-  const escape = (value: string) => value.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/[:=#!]/g, (c) => `\\${c}`);
+  const escape = (value: string) =>
+    value
+      .replace(/\\/g, '\\\\')
+      .replace(/\n/g, '\\n')
+      .replace(/[:=#!]/g, (c) => `\\${c}`);
   return [
     '#Saving snapshot',
     '#Mon Jan 01 12:00:00 UTC 2024',
@@ -49,33 +75,59 @@ function torchServeSnapshot(store: string): string {
   ].join('\n');
 }
 
-describe('--ts-config with a snapshot in TorchServe\'s own format', () => {
+describe("--ts-config with a snapshot in TorchServe's own format", () => {
   it('restores its models, default version and scale, and ignores --models', async () => {
     const file = join(workspace.root, '20240101120000000-snapshot.cfg');
     await writeFile(file, torchServeSnapshot(workspace.store));
     expect(Object.keys(parseSnapshot(file, await readFile(file, 'utf8')).models)).toEqual(['m']);
 
     const env = { LOG_LOCATION: join(workspace.root, 'logs') };
-    const config = await loadConfig({ cliOptions: { tsConfig: file, models: ['other.mar'] }, env, cwd: workspace.root });
+    const config = await loadConfig({
+      cliOptions: { tsConfig: file, models: ['other.mar'] },
+      env,
+      cwd: workspace.root,
+    });
     const server = await startServer({ ...config, extractionCacheDir: join(workspace.root, 'cache') });
     try {
       expect(server.restoredFrom).toBe(file);
       const api = server.listening.find((l) => l.api === 'management')!.url;
       expect((await call(api, 'GET', '/models')).json.models).toEqual([{ modelName: 'm', modelUrl: 'm_v2.mar' }]);
       const [v2] = (await call(api, 'GET', '/models/m')).json;
-      expect(v2).toMatchObject({ modelVersion: '2.0', minWorkers: 2, maxWorkers: 2, batchSize: 4, maxBatchDelay: 50, responseTimeout: 30 });
+      expect(v2).toMatchObject({
+        modelVersion: '2.0',
+        minWorkers: 2,
+        maxWorkers: 2,
+        batchSize: 4,
+        maxBatchDelay: 50,
+        responseTimeout: 30,
+      });
       expect(v2.workers).toHaveLength(2);
-      const all = (await call(api, 'GET', '/models/m/all')).json as Array<{ modelVersion: string; minWorkers: number; workers: unknown[] }>;
-      expect(all.map((d) => [d.modelVersion, d.minWorkers, d.workers.length]).sort()).toEqual([['1.0', 0, 0], ['2.0', 2, 2]]);
+      const all = (await call(api, 'GET', '/models/m/all')).json as Array<{
+        modelVersion: string;
+        minWorkers: number;
+        workers: unknown[];
+      }>;
+      expect(all.map((d) => [d.modelVersion, d.minWorkers, d.workers.length]).sort()).toEqual([
+        ['1.0', 0, 0],
+        ['2.0', 2, 2],
+      ]);
       expect(server.failed).toEqual([]);
 
       // Marina writes TorchServe's -startup.cfg with TorchServe's entry fields.
       const names = await readdir(join(workspace.root, 'logs', 'config'));
       const startup = names.find((n) => /^\d{17}-startup\.cfg$/.test(n))!;
       const written = parseSnapshot(startup, await readFile(join(workspace.root, 'logs', 'config', startup), 'utf8'));
-      expect(Object.keys(written.models['m']!['2.0']!).sort()).toEqual(
-        ['batchSize', 'defaultVersion', 'marName', 'maxBatchDelay', 'maxWorkers', 'minWorkers', 'responseTimeout', 'runtimeType', 'url'],
-      );
+      expect(Object.keys(written.models['m']!['2.0']!).sort()).toEqual([
+        'batchSize',
+        'defaultVersion',
+        'marName',
+        'maxBatchDelay',
+        'maxWorkers',
+        'minWorkers',
+        'responseTimeout',
+        'runtimeType',
+        'url',
+      ]);
     } finally {
       await server.close();
     }

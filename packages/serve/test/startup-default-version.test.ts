@@ -16,13 +16,24 @@ it('makes the models JSON defaultVersion the default for models loaded at start-
   cleanup = dir.cleanup;
   const store = join(dir.path, 'store');
   for (const version of ['1.0', '2.0']) {
-    await writeModelFolder({ dir: join(store, `adder-${version}`), modelName: 'adder', modelVersion: version, handler: 'tensor', writeModel: (p) => writeTinyTensorModel({ outputPath: p }) });
+    await writeModelFolder({
+      dir: join(store, `adder-${version}`),
+      modelName: 'adder',
+      modelVersion: version,
+      handler: 'tensor',
+      writeModel: (p) => writeTinyTensorModel({ outputPath: p }),
+    });
   }
-  app = await buildApp(testConfig({
-    modelStore: store,
-    loadModels: [{ url: 'adder-1.0' }, { url: 'adder-2.0' }],
-    models: { adder: { '1.0': { minWorkers: 1 }, '2.0': { minWorkers: 1, defaultVersion: true } } },
-  }, dir.path));
+  app = await buildApp(
+    testConfig(
+      {
+        modelStore: store,
+        loadModels: [{ url: 'adder-1.0' }, { url: 'adder-2.0' }],
+        models: { adder: { '1.0': { minWorkers: 1 }, '2.0': { minWorkers: 1, defaultVersion: true } } },
+      },
+      dir.path,
+    ),
+  );
   const { loaded, failed } = await app.loadStartupModels();
   expect(failed).toEqual([]);
   expect(loaded).toHaveLength(2);

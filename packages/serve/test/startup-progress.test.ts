@@ -25,10 +25,18 @@ describe('start-up progress', () => {
     const progress = createStartupProgress({ stream, isTty: false });
     progress.onProgress({ phase: 'loading', url: 'resnet-152.mar', sizeBytes: 230_000_000 });
     progress.onProgress({ phase: 'loading', url: 'broken.mar' });
-    progress.onProgress({ phase: 'loaded', url: 'resnet-152.mar', modelName: 'resnet-152', modelVersion: '1.0', elapsedMs: 6100 });
+    progress.onProgress({
+      phase: 'loaded',
+      url: 'resnet-152.mar',
+      modelName: 'resnet-152',
+      modelVersion: '1.0',
+      elapsedMs: 6100,
+    });
     progress.onProgress({ phase: 'failed', url: 'broken.mar', elapsedMs: 10 });
     progress.stop();
-    expect(stream.text()).toBe('Loading model resnet-152.mar (230.0 MB)...\nLoading model broken.mar...\nModel resnet-152 (version 1.0) ready in 6.1 s\n');
+    expect(stream.text()).toBe(
+      'Loading model resnet-152.mar (230.0 MB)...\nLoading model broken.mar...\nModel resnet-152 (version 1.0) ready in 6.1 s\n',
+    );
   });
 
   it('keeps a live line on a terminal, clears it for each finished model and at the end', () => {
@@ -36,7 +44,13 @@ describe('start-up progress', () => {
     const progress = createStartupProgress({ stream, isTty: true });
     progress.onProgress({ phase: 'loading', url: 'resnet-152.mar', sizeBytes: 230_000_000 });
     expect(stream.text()).toMatch(/^\r\x1b\[2KLoading and optimising resnet-152\.mar \(230\.0 MB\): \d+\.\d s$/);
-    progress.onProgress({ phase: 'loaded', url: 'resnet-152.mar', modelName: 'resnet-152', modelVersion: '1.0', elapsedMs: 6100 });
+    progress.onProgress({
+      phase: 'loaded',
+      url: 'resnet-152.mar',
+      modelName: 'resnet-152',
+      modelVersion: '1.0',
+      elapsedMs: 6100,
+    });
     expect(stream.text().endsWith('\r\x1b[2KModel resnet-152 (version 1.0) ready in 6.1 s\n')).toBe(true);
     progress.stop();
     // Nothing is redrawn once every model has finished.

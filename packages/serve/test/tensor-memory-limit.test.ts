@@ -28,7 +28,9 @@ afterAll(async () => {
   await t?.close();
 });
 
-const rows = (n: number) => ({ inputs: { input: { shape: [n, 4], data: Array.from({ length: n * 4 }, (_, i) => i % 5) } } });
+const rows = (n: number) => ({
+  inputs: { input: { shape: [n, 4], data: Array.from({ length: n * 4 }, (_, i) => i % 5) } },
+});
 
 describe('the per-request tensor memory limit', { timeout: 60_000 }, () => {
   it('runs a request within the limit (100 rows: 1600 bytes in, 1600 out)', async () => {

@@ -15,8 +15,16 @@ let mixed: ort.InferenceSession;
 
 beforeAll(async () => {
   server = await startOipServer();
-  inference = grpcClient(clientPackage('inference.proto'), 'org.pytorch.serve.grpc.inference.InferenceAPIsService', server.grpc.inferenceUrl);
-  management = grpcClient(clientPackage('management.proto'), 'org.pytorch.serve.grpc.management.ManagementAPIsService', server.grpc.managementUrl);
+  inference = grpcClient(
+    clientPackage('inference.proto'),
+    'org.pytorch.serve.grpc.inference.InferenceAPIsService',
+    server.grpc.inferenceUrl,
+  );
+  management = grpcClient(
+    clientPackage('management.proto'),
+    'org.pytorch.serve.grpc.management.ManagementAPIsService',
+    server.grpc.managementUrl,
+  );
   mixed = await ort.InferenceSession.create(join(server.root, 'store', 'mixed', 'model.onnx'));
 }, 60_000);
 
@@ -55,12 +63,21 @@ describe('TorchServe gRPC inference API', () => {
       small: new ort.Tensor('uint8', Uint8Array.from([3, 250]), [1, 2]),
       wide: new ort.Tensor('float64', Float64Array.from([0.25, 4]), [1, 2]),
     });
-    const answer = await unaryCall(inference, 'Predictions', { model_name: 'mixed', input: { data: Buffer.from(JSON.stringify(mixedJson)) } }, server.keys.inference);
+    const answer = await unaryCall(
+      inference,
+      'Predictions',
+      { model_name: 'mixed', input: { data: Buffer.from(JSON.stringify(mixedJson)) } },
+      server.keys.inference,
+    );
     const body = JSON.parse(Buffer.from(answer.prediction).toString('utf8'));
     expect(Object.keys(body.outputs)).toEqual(['y', 'small_out']);
     expect(body.outputs.y.data).toEqual(Array.from(expected['y']!.data as Float32Array));
     expect(body.outputs.small_out.data).toEqual([3, 250]);
-    const rest = await fetch(`${server.rest}/predictions/mixed`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${server.keys.inference}` }, body: JSON.stringify(mixedJson) });
+    const rest = await fetch(`${server.rest}/predictions/mixed`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${server.keys.inference}` },
+      body: JSON.stringify(mixedJson),
+    });
     expect(await rest.json()).toEqual(body);
   });
 
@@ -68,13 +85,25 @@ describe('TorchServe gRPC inference API', () => {
     const metadata = new grpc.Metadata();
     metadata.set('authorization', `Bearer ${server.keys.inference}`);
     const request = { model_name: 'mixed', input: { data: Buffer.from(JSON.stringify(mixedJson)) } };
-    const stream = (inference['StreamPredictions'] as (r: unknown, m: grpc.Metadata) => grpc.ClientReadableStream<{ prediction: Buffer }>).call(inference, request, metadata);
+    const stream = (
+      inference['StreamPredictions'] as (
+        r: unknown,
+        m: grpc.Metadata,
+      ) => grpc.ClientReadableStream<{ prediction: Buffer }>
+    ).call(inference, request, metadata);
     const messages: Buffer[] = [];
     for await (const m of stream) messages.push(m.prediction);
     expect(messages).toHaveLength(1);
     expect(JSON.parse(messages[0]!.toString()).outputs.small_out.data).toEqual([3, 250]);
 
-    const duplex = (inference['StreamPredictions2'] as (m: grpc.Metadata) => grpc.ClientDuplexStream<unknown, { prediction: Buffer; sequence_id?: string; status?: { code: number; message: string } }>).call(inference, metadata);
+    const duplex = (
+      inference['StreamPredictions2'] as (
+        m: grpc.Metadata,
+      ) => grpc.ClientDuplexStream<
+        unknown,
+        { prediction: Buffer; sequence_id?: string; status?: { code: number; message: string } }
+      >
+    ).call(inference, metadata);
     duplex.write({ ...request, sequence_id: 's1' });
     duplex.write({ model_name: 'nope', input: { data: Buffer.from('{}') }, sequence_id: 's1' });
     duplex.end();
@@ -86,16 +115,43 @@ describe('TorchServe gRPC inference API', () => {
     expect(JSON.parse(ok.prediction.toString()).outputs.y.shape).toEqual([1, 4]);
     const failed = answers.find((a) => a.status)!;
     // TorchServe's sentence, then the registered models (Marina's addition).
-    expect(failed.status).toMatchObject({ code: grpc.status.NOT_FOUND, message: expect.stringMatching(/^Model not found: nope \(registered models: /) });
+    expect(failed.status).toMatchObject({
+      code: grpc.status.NOT_FOUND,
+      message: expect.stringMatching(/^Model not found: nope \(registered models: /),
+    });
   });
 
   it('answers errors with a gRPC status: unknown model, missing model name, bad tensor input, no token', async () => {
-    const notFound = await grpcErrorOf(unaryCall(inference, 'Predictions', { model_name: 'nope', input: { data: Buffer.from('{}') } }, server.keys.inference));
+    const notFound = await grpcErrorOf(
+      unaryCall(
+        inference,
+        'Predictions',
+        { model_name: 'nope', input: { data: Buffer.from('{}') } },
+        server.keys.inference,
+      ),
+    );
     expect(notFound.code).toBe(grpc.status.NOT_FOUND);
-    const noName = await grpcErrorOf(unaryCall(inference, 'Predictions', { model_name: '', input: { data: Buffer.from('{}') } }, server.keys.inference));
+    const noName = await grpcErrorOf(
+      unaryCall(
+        inference,
+        'Predictions',
+        { model_name: '', input: { data: Buffer.from('{}') } },
+        server.keys.inference,
+      ),
+    );
     expect(noName.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(noName.details).toBe('Parameter model_name is required.');
-    const bad = await grpcErrorOf(unaryCall(inference, 'Predictions', { model_name: 'mixed', input: { data: Buffer.from(JSON.stringify({ inputs: { x: { shape: [1, 5], data: [1, 2, 3, 4, 5] } } })) } }, server.keys.inference));
+    const bad = await grpcErrorOf(
+      unaryCall(
+        inference,
+        'Predictions',
+        {
+          model_name: 'mixed',
+          input: { data: Buffer.from(JSON.stringify({ inputs: { x: { shape: [1, 5], data: [1, 2, 3, 4, 5] } } })) },
+        },
+        server.keys.inference,
+      ),
+    );
     expect(bad.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(bad.details).toMatch(/input 'x' has shape \[1, 5\], but the model expects FP32 with shape \[-1, 4\]/);
     expect(bad.metadata.get('marina-error-code')).toEqual(['MARINA_ERR_TENSOR_INPUT_INVALID']);
@@ -104,9 +160,10 @@ describe('TorchServe gRPC inference API', () => {
 });
 
 describe('TorchServe gRPC management API', () => {
-  const manage = (method: string, request: unknown, token: string | undefined = server.keys.management) => unaryCall(management, method, request, token);
+  const manage = (method: string, request: unknown, token: string | undefined = server.keys.management) =>
+    unaryCall(management, method, request, token);
 
-  it('lists and describes models with the REST API\'s JSON in msg', async () => {
+  it("lists and describes models with the REST API's JSON in msg", async () => {
     const list = JSON.parse((await manage('ListModels', {})).msg);
     expect(list.models.map((m: { modelName: string }) => m.modelName)).toEqual(['classifier', 'gate', 'mixed']);
     const describe = JSON.parse((await manage('DescribeModel', { model_name: 'mixed' })).msg);
@@ -114,7 +171,9 @@ describe('TorchServe gRPC management API', () => {
   });
 
   it('scales workers, and refuses what REST refuses with the matching status', async () => {
-    const scaled = JSON.parse((await manage('ScaleWorker', { model_name: 'gate', min_worker: 1, max_worker: 2, synchronous: true })).msg);
+    const scaled = JSON.parse(
+      (await manage('ScaleWorker', { model_name: 'gate', min_worker: 1, max_worker: 2, synchronous: true })).msg,
+    );
     expect(scaled.status).toMatch(/Workers scaled|Processing worker updates completed/);
     const unknown = await grpcErrorOf(manage('DescribeModel', { model_name: 'nope' }));
     expect(unknown.code).toBe(grpc.status.NOT_FOUND);
@@ -129,7 +188,10 @@ describe('TorchServe gRPC management API', () => {
   });
 
   it('registers and unregisters a model from the store', async () => {
-    const registered = JSON.parse((await manage('RegisterModel', { url: 'mixed', model_name: 'mixed2', initial_workers: 1, synchronous: true })).msg);
+    const registered = JSON.parse(
+      (await manage('RegisterModel', { url: 'mixed', model_name: 'mixed2', initial_workers: 1, synchronous: true }))
+        .msg,
+    );
     expect(registered.status).toMatch(/mixed2/);
     const unregistered = JSON.parse((await manage('UnregisterModel', { model_name: 'mixed2' })).msg);
     expect(unregistered.status).toMatch(/mixed2/);

@@ -16,8 +16,14 @@ let t: GateApp;
 let metrics: ServerMetrics;
 
 beforeAll(async () => {
-  t = await startGateApp({ cpuCount: 2, managementAddress: sameListener }, [{ api: 'management', plugin: managementRoutes }]);
-  const folder = await writeGateModel(t.dir, 'counted', 'minWorkers: 1\nmaxWorkers: 2\nbatchSize: 1\njobQueueSize: 3\n');
+  t = await startGateApp({ cpuCount: 2, managementAddress: sameListener }, [
+    { api: 'management', plugin: managementRoutes },
+  ]);
+  const folder = await writeGateModel(
+    t.dir,
+    'counted',
+    'minWorkers: 1\nmaxWorkers: 2\nbatchSize: 1\njobQueueSize: 3\n',
+  );
   await t.app.registry.register({ url: 'counted', archivePath: folder, synchronous: true });
   metrics = createServerMetrics({ registry: t.app.registry, hostname: 'test', collectProcessMetrics: false });
 }, 120_000);
@@ -29,10 +35,18 @@ afterAll(async () => {
 
 function fakeClock(): AutoscalerClock & { advance(ms: number): void } {
   let now = 1_000_000;
-  return { now: () => now, setInterval: () => 1, clearInterval: () => undefined, advance: (ms) => { now += ms; } };
+  return {
+    now: () => now,
+    setInterval: () => 1,
+    clearInterval: () => undefined,
+    advance: (ms) => {
+      now += ms;
+    },
+  };
 }
 
-const gauge = (text: string, name: string) => Number(new RegExp(`^${name}\\{model_name="counted",model_version="1.0"\\} (\\S+)$`, 'm').exec(text)?.[1]);
+const gauge = (text: string, name: string) =>
+  Number(new RegExp(`^${name}\\{model_name="counted",model_version="1.0"\\} (\\S+)$`, 'm').exec(text)?.[1]);
 
 describe('waiting and running, counted once', { timeout: 60_000 }, () => {
   it('admission, describe, metrics and the autoscaler agree on the same load', async () => {
@@ -57,11 +71,19 @@ describe('waiting and running, counted once', { timeout: 60_000 }, () => {
     expect(gauge(text, 'marina_busy_workers')).toBe(1);
     expect(gauge(text, 'marina_workers')).toBe(1);
 
-    expect(t.app.registry.stats()).toEqual([expect.objectContaining({ queueDepth: 3, runningJobs: 1, busyWorkers: 1, workers: 1 })]);
+    expect(t.app.registry.stats()).toEqual([
+      expect.objectContaining({ queueDepth: 3, runningJobs: 1, busyWorkers: 1, workers: 1 }),
+    ]);
 
     const clock = fakeClock();
     const scaled: Array<{ from: number; to: number; reason: string }> = [];
-    const autoscaler = createAutoscaler({ registry: t.app.registry, config: t.app.config, clock, knobs: { scaleUpAfterMs: 1000 }, onScale: (e) => scaled.push(e) });
+    const autoscaler = createAutoscaler({
+      registry: t.app.registry,
+      config: t.app.config,
+      clock,
+      knobs: { scaleUpAfterMs: 1000 },
+      onScale: (e) => scaled.push(e),
+    });
     await autoscaler.tick();
     clock.advance(1000);
     await autoscaler.tick();
@@ -79,7 +101,7 @@ describe('waiting and running, counted once', { timeout: 60_000 }, () => {
     expect(gauge(await metrics.render(), 'marina_queue_depth')).toBe(0);
   });
 
-  it('caps manual scaling at the thread budget with a clear 400, whatever the number\'s spelling', async () => {
+  it("caps manual scaling at the thread budget with a clear 400, whatever the number's spelling", async () => {
     for (const spelling of ['1000', '1e3']) {
       const r = await t.call('PUT', `/models/counted?min_worker=${spelling}&synchronous=true`);
       expect(r.status).toBe(400);

@@ -72,7 +72,9 @@ describe('warm-up (model-config.yaml warmup:)', { timeout: 60_000 }, () => {
 
   it('warms an image classifier up with a synthetic image at each batch size, and describe reports the time', async () => {
     dir = await tempDir();
-    const folder = await writeClassifierModel(dir.path, 'tiny', { modelConfigYaml: 'batchSize: 2\nmaxBatchDelay: 5\nwarmup:\n  runs: 2\n  batchSizes: [1, 2]\n' });
+    const folder = await writeClassifierModel(dir.path, 'tiny', {
+      modelConfigYaml: 'batchSize: 2\nmaxBatchDelay: 5\nwarmup:\n  runs: 2\n  batchSizes: [1, 2]\n',
+    });
     app = await buildWithManagement(dir.path);
     await app.registry.register({ url: 'tiny', archivePath: folder, synchronous: true });
     const [worker] = (await describeModel('tiny')).workers;
@@ -81,14 +83,21 @@ describe('warm-up (model-config.yaml warmup:)', { timeout: 60_000 }, () => {
     expect(worker!.warmupMs).toBeGreaterThanOrEqual(0);
     const image = join(dir.path, 'cat.jpg');
     await writeSampleJpeg({ outputPath: image, width: 64, height: 48 });
-    const response = await app.inference.inject({ method: 'POST', url: '/predictions/tiny', payload: await readFile(image), headers: { 'content-type': 'image/jpeg' } });
+    const response = await app.inference.inject({
+      method: 'POST',
+      url: '/predictions/tiny',
+      payload: await readFile(image),
+      headers: { 'content-type': 'image/jpeg' },
+    });
     expect(response.statusCode).toBe(200);
   });
 
   it('keeps a model not ready until its warm-up with the sample input has finished', async () => {
     dir = await tempDir();
     const folder = await writeModelFolder({
-      dir: join(dir.path, 'gated'), modelName: 'gated', handler: 'gated_handler.mjs',
+      dir: join(dir.path, 'gated'),
+      modelName: 'gated',
+      handler: 'gated_handler.mjs',
       modelConfigYaml: 'minWorkers: 1\nwarmup:\n  input: warmup.json\n',
       files: { 'gated_handler.mjs': gatedHandlerSource, 'warmup.json': JSON.stringify({ gate: true }) },
     });
@@ -113,9 +122,17 @@ describe('warm-up (model-config.yaml warmup:)', { timeout: 60_000 }, () => {
 
   it('fails to load a custom handler that has warm-up but no sample input, with MARINA_ERR_WARMUP_FAILED', async () => {
     dir = await tempDir();
-    const folder = await writeModelFolder({ dir: join(dir.path, 'custom'), modelName: 'custom', handler: 'gated_handler.mjs', modelConfigYaml: 'warmup:\n  runs: 1\n', files: { 'gated_handler.mjs': gatedHandlerSource } });
+    const folder = await writeModelFolder({
+      dir: join(dir.path, 'custom'),
+      modelName: 'custom',
+      handler: 'gated_handler.mjs',
+      modelConfigYaml: 'warmup:\n  runs: 1\n',
+      files: { 'gated_handler.mjs': gatedHandlerSource },
+    });
     app = await buildWithManagement(dir.path);
-    const error = await app.registry.register({ url: 'custom', archivePath: folder, synchronous: true }).catch((e: unknown) => e);
+    const error = await app.registry
+      .register({ url: 'custom', archivePath: folder, synchronous: true })
+      .catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'MARINA_ERR_WORKER_START_FAILED' });
     expect((error as Error).message).toContain('MARINA_ERR_WARMUP_FAILED');
     expect((error as Error).message).toContain('warmup.input');
@@ -124,9 +141,17 @@ describe('warm-up (model-config.yaml warmup:)', { timeout: 60_000 }, () => {
   it('refuses a warmup.input outside the archive', async () => {
     dir = await tempDir();
     await writeFile(join(dir.path, 'outside.json'), '{"gate": false}');
-    const folder = await writeModelFolder({ dir: join(dir.path, 'escape'), modelName: 'escape', handler: 'gated_handler.mjs', modelConfigYaml: 'warmup:\n  input: ../outside.json\n', files: { 'gated_handler.mjs': gatedHandlerSource } });
+    const folder = await writeModelFolder({
+      dir: join(dir.path, 'escape'),
+      modelName: 'escape',
+      handler: 'gated_handler.mjs',
+      modelConfigYaml: 'warmup:\n  input: ../outside.json\n',
+      files: { 'gated_handler.mjs': gatedHandlerSource },
+    });
     app = await buildWithManagement(dir.path);
-    const error = await app.registry.register({ url: 'escape', archivePath: folder, synchronous: true }).catch((e: unknown) => e);
+    const error = await app.registry
+      .register({ url: 'escape', archivePath: folder, synchronous: true })
+      .catch((e: unknown) => e);
     expect((error as Error).message).toContain('MARINA_ERR_ARCHIVE_PATH_ESCAPE');
   });
 });

@@ -16,8 +16,18 @@ export interface OwnTime {
   inferP50Ms: number;
 }
 
-interface BatchMessage { type: 'batch'; batchSize: number; images: number; wallMs: number; latenciesMs: number[] }
-interface OwnTimeMessage { type: 'own-time'; inferMs: number[]; endToEndMs: number[] }
+interface BatchMessage {
+  type: 'batch';
+  batchSize: number;
+  images: number;
+  wallMs: number;
+  latenciesMs: number[];
+}
+interface OwnTimeMessage {
+  type: 'own-time';
+  inferMs: number[];
+  endToEndMs: number[];
+}
 
 /** A ceiling row's configuration: `batch N`. */
 export function ceilingBatchLabel(batchSize: number): string {
@@ -57,29 +67,43 @@ export async function runCeiling(context: ExperimentContext): Promise<CeilingRes
   const sizes = plan.ceilingBatchSizes;
   const rounds = [...sizes, ...[...sizes].reverse()];
   const total = rounds.length;
-  context.onProgress({ type: 'phase', label: `ceiling: ${assets.model}, ${context.cpuCount} threads, batch ${sizes.join('/')} (2 alternating rounds)`, total: total * plan.images });
+  context.onProgress({
+    type: 'phase',
+    label: `ceiling: ${assets.model}, ${context.cpuCount} threads, batch ${sizes.join('/')} (2 alternating rounds)`,
+    total: total * plan.images,
+  });
   let pid = 0;
   const sampler = startProcessSampler({ getPids: () => (pid ? [pid] : []) });
   let finishedImages = 0;
-  const runChild = (batchSizes: number[]) => runJsonChild({
-    scriptPath: ceilingScript,
-    args: [JSON.stringify({
-      modelPath: assets.modelPath,
-      imagePath: assets.imagePath,
-      threads: context.cpuCount,
-      batchSizes,
-      minImages: Math.min(plan.images, 32),
-      minDurationMs: Math.ceil(plan.ceilingMinDurationMs / 2),
-      ownTimeRuns: 20,
-    })],
-    onSpawn: (child) => { pid = child.pid ?? 0; },
-    onMessage: (message) => {
-      if (message.type === 'progress') context.onProgress({ type: 'tick', done: Math.min(total * plan.images, finishedImages + Number(message.images)) });
-      if (message.type === 'batch') finishedImages += plan.images;
-    },
-  });
+  const runChild = (batchSizes: number[]) =>
+    runJsonChild({
+      scriptPath: ceilingScript,
+      args: [
+        JSON.stringify({
+          modelPath: assets.modelPath,
+          imagePath: assets.imagePath,
+          threads: context.cpuCount,
+          batchSizes,
+          minImages: Math.min(plan.images, 32),
+          minDurationMs: Math.ceil(plan.ceilingMinDurationMs / 2),
+          ownTimeRuns: 20,
+        }),
+      ],
+      onSpawn: (child) => {
+        pid = child.pid ?? 0;
+      },
+      onMessage: (message) => {
+        if (message.type === 'progress')
+          context.onProgress({
+            type: 'tick',
+            done: Math.min(total * plan.images, finishedImages + Number(message.images)),
+          });
+        if (message.type === 'batch') finishedImages += plan.images;
+      },
+    });
   const runs = [await runChild(rounds)];
-  const batchesOf = () => runs.flatMap((r) => r.messages.filter((m): m is BatchMessage & Record<string, unknown> => m.type === 'batch'));
+  const batchesOf = () =>
+    runs.flatMap((r) => r.messages.filter((m): m is BatchMessage & Record<string, unknown> => m.type === 'batch'));
   const throughput = (m: BatchMessage) => m.images / (m.wallMs / 1000);
   const verdictOf = (size: number) => {
     const repeats = batchesOf().filter((m) => m.batchSize === size);
@@ -87,7 +111,10 @@ export async function runCeiling(context: ExperimentContext): Promise<CeilingRes
   };
   const retry = sizes.filter((size) => verdictOf(size).verdict.isNoisy);
   if (retry.length > 0) {
-    context.onProgress({ type: 'log', message: `ceiling: repeats of batch ${retry.join('/')} disagree by more than ${CEILING_NOISE_TOLERANCE * 100}%; measuring them once more` });
+    context.onProgress({
+      type: 'log',
+      message: `ceiling: repeats of batch ${retry.join('/')} disagree by more than ${CEILING_NOISE_TOLERANCE * 100}%; measuring them once more`,
+    });
     runs.push(await runChild(retry));
   }
   const usage = sampler.stop();
@@ -108,12 +135,22 @@ export async function runCeiling(context: ExperimentContext): Promise<CeilingRes
       note: `latency = one batch run; best of repeats ${repeatsText} img/s${verdict.isNoisy ? ' (noisy: rerun on a quiet machine)' : ''}`,
     };
   });
-  const best = rows.reduce<ResultRow | undefined>((acc, row) => (acc === undefined || row.throughputPerSec > acc.throughputPerSec ? row : acc), undefined);
+  const best = rows.reduce<ResultRow | undefined>(
+    (acc, row) => (acc === undefined || row.throughputPerSec > acc.throughputPerSec ? row : acc),
+    undefined,
+  );
   if (best) best.note = `${best.note}; best batch size (the ceiling)`;
-  const ownP50s = runs.map((r) => r.messages.find((m): m is OwnTimeMessage & Record<string, unknown> => m.type === 'own-time')).filter((o) => o !== undefined).map((o) => ({ endToEnd: median(o.endToEndMs), infer: median(o.inferMs) }));
-  const ownTime = ownP50s.length === 0
-    ? { endToEndP50Ms: Number.NaN, inferP50Ms: Number.NaN }
-    : { endToEndP50Ms: Math.min(...ownP50s.map((o) => o.endToEnd)), inferP50Ms: Math.min(...ownP50s.map((o) => o.infer)) };
+  const ownP50s = runs
+    .map((r) => r.messages.find((m): m is OwnTimeMessage & Record<string, unknown> => m.type === 'own-time'))
+    .filter((o) => o !== undefined)
+    .map((o) => ({ endToEnd: median(o.endToEndMs), infer: median(o.inferMs) }));
+  const ownTime =
+    ownP50s.length === 0
+      ? { endToEndP50Ms: Number.NaN, inferP50Ms: Number.NaN }
+      : {
+          endToEndP50Ms: Math.min(...ownP50s.map((o) => o.endToEnd)),
+          inferP50Ms: Math.min(...ownP50s.map((o) => o.infer)),
+        };
   return { rows, ownTime, noisyBatchSizes };
 }
 
@@ -145,9 +182,15 @@ export interface OwnTimeSteps {
  * @throws MARINA_ERR_BENCH_CHILD_FAILED when the child exits before it is stopped.
  */
 export async function startOwnTimeSteps(modelPath: string, imagePath: string, threads: number): Promise<OwnTimeSteps> {
-  const child = spawn(process.execPath, [ceilingScript, JSON.stringify({ modelPath, imagePath, threads, batchSizes: [], stepwise: true })], { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+  const child = spawn(
+    process.execPath,
+    [ceilingScript, JSON.stringify({ modelPath, imagePath, threads, batchSizes: [], stepwise: true })],
+    { stdio: ['pipe', 'pipe', 'pipe'], detached: true },
+  );
   let stderr = '';
-  child.stderr!.on('data', (chunk: Buffer) => { stderr = (stderr + chunk.toString()).slice(-4000); });
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-4000);
+  });
   const waiting: { resolve: (message: Record<string, unknown>) => void; reject: (error: Error) => void }[] = [];
   let failure: Error | undefined;
   let isStopping = false;
@@ -155,19 +198,27 @@ export async function startOwnTimeSteps(modelPath: string, imagePath: string, th
     if (!line.startsWith('{')) return;
     waiting.shift()?.resolve(JSON.parse(line) as Record<string, unknown>);
   });
-  const exited = new Promise<void>((resolve) => child.once('close', (code, signal) => {
-    if (!isStopping || code !== 0) {
-      failure = benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(`the own-time process exited with ${signal ?? `code ${code}`}; stderr: ${stderr.trim().slice(-1500) || '(empty)'}`);
-      for (const w of waiting.splice(0)) w.reject(failure);
-    }
-    resolve();
-  }));
-  const next = () => new Promise<Record<string, unknown>>((resolve, reject) => {
-    if (failure) reject(failure);
-    else waiting.push({ resolve, reject });
-  });
+  const exited = new Promise<void>((resolve) =>
+    child.once('close', (code, signal) => {
+      if (!isStopping || code !== 0) {
+        failure = benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(
+          `the own-time process exited with ${signal ?? `code ${code}`}; stderr: ${stderr.trim().slice(-1500) || '(empty)'}`,
+        );
+        for (const w of waiting.splice(0)) w.reject(failure);
+      }
+      resolve();
+    }),
+  );
+  const next = () =>
+    new Promise<Record<string, unknown>>((resolve, reject) => {
+      if (failure) reject(failure);
+      else waiting.push({ resolve, reject });
+    });
   const ready = await next();
-  if (ready.type !== 'ready') throw benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(`the own-time process printed ${JSON.stringify(ready).slice(0, 200)} before it was ready`);
+  if (ready.type !== 'ready')
+    throw benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(
+      `the own-time process printed ${JSON.stringify(ready).slice(0, 200)} before it was ready`,
+    );
   return {
     pid: child.pid!,
     step: async () => {

@@ -7,7 +7,10 @@ import { measuredColumns, type ExperimentContext } from './experiment-context.ts
 
 const jobScript = fileURLToPath(new URL('../jobs/classify-job.mjs', import.meta.url));
 
-interface JobTimings { loadMs: number; totalMs: number }
+interface JobTimings {
+  loadMs: number;
+  totalMs: number;
+}
 
 /**
  * Decentralized: every image is a fresh `node classify-job.mjs` process (1 intra-op thread)
@@ -37,7 +40,10 @@ export async function runDecentralized(context: ExperimentContext): Promise<Resu
           const { messages, wallMs } = await runJsonChild({
             scriptPath: jobScript,
             args: [assets.modelPath, assets.imagePath, '1'],
-            onSpawn: (child) => { pid = child.pid ?? 0; live.add(pid); },
+            onSpawn: (child) => {
+              pid = child.pid ?? 0;
+              live.add(pid);
+            },
           });
           const timings = messages[0] as unknown as JobTimings | undefined;
           latenciesMs.push(wallMs);

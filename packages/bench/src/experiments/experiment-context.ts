@@ -55,7 +55,10 @@ const MB = 1_000_000;
 
 /** Fills a row's latency, throughput and resource columns from one load run. */
 /** The measured columns every row shares: latency percentiles and the process tree's CPU and memory. */
-export function measuredColumns(latency: Pick<LatencySummary, 'p50Ms' | 'p90Ms' | 'p99Ms'>, usage: ResourceUsage): Pick<ResultRow, 'p50Ms' | 'p90Ms' | 'p99Ms' | 'peakCpuPercent' | 'meanCpuPercent' | 'peakRssMb'> {
+export function measuredColumns(
+  latency: Pick<LatencySummary, 'p50Ms' | 'p90Ms' | 'p99Ms'>,
+  usage: ResourceUsage,
+): Pick<ResultRow, 'p50Ms' | 'p90Ms' | 'p99Ms' | 'peakCpuPercent' | 'meanCpuPercent' | 'peakRssMb'> {
   return {
     p50Ms: latency.p50Ms,
     p90Ms: latency.p90Ms,
@@ -66,7 +69,13 @@ export function measuredColumns(latency: Pick<LatencySummary, 'p50Ms' | 'p90Ms' 
   };
 }
 
-export function rowFromLoad(experiment: ExperimentName, config: string, concurrency: number, load: LoadResult, usage: ResourceUsage): ResultRow {
+export function rowFromLoad(
+  experiment: ExperimentName,
+  config: string,
+  concurrency: number,
+  load: LoadResult,
+  usage: ResourceUsage,
+): ResultRow {
   const latency = summarizeLatencies(load.latenciesMs);
   return {
     ...emptyRow(experiment, config),
@@ -93,7 +102,15 @@ export function serverTmpDir(context: Pick<ExperimentContext, 'serverTmpRoot'>, 
 /** Starts a server for `archiveFileName` with `settings`, runs `body`, always stops it. */
 export async function withServer<T>(
   context: ExperimentContext,
-  options: { assets?: BenchAssets; model?: Pick<TensorAssets, 'modelStoreDir' | 'archiveFileName' | 'modelVersion'>; archiveFileName?: string; settings?: ServerModelSettings; env?: Record<string, string>; label: string; tmpDir?: string },
+  options: {
+    assets?: BenchAssets;
+    model?: Pick<TensorAssets, 'modelStoreDir' | 'archiveFileName' | 'modelVersion'>;
+    archiveFileName?: string;
+    settings?: ServerModelSettings;
+    env?: Record<string, string>;
+    label: string;
+    tmpDir?: string;
+  },
   body: (server: RunningServer, modelPath: string) => Promise<T>,
 ): Promise<T> {
   serverCounter += 1;
@@ -112,7 +129,10 @@ export async function withServer<T>(
     jobQueueSize: context.plan.concurrency > 90 ? context.plan.concurrency + 50 : undefined,
     env: options.env,
     tmpDir: options.tmpDir ?? serverTmpDir(context),
-    workDir: join(context.workDir, `server-${String(serverCounter).padStart(2, '0')}-${options.label.replace(/[^a-z0-9]+/gi, '-').toLowerCase()}`),
+    workDir: join(
+      context.workDir,
+      `server-${String(serverCounter).padStart(2, '0')}-${options.label.replace(/[^a-z0-9]+/gi, '-').toLowerCase()}`,
+    ),
   });
   try {
     return await body(server, `/predictions/${modelName}`);
@@ -125,7 +145,19 @@ export async function withServer<T>(
 export async function measureServerLoad(
   context: ExperimentContext,
   server: RunningServer,
-  options: { path: string; body: Buffer; contentType?: string; headers?: Record<string, string>; concurrency: number; requests: number; warmupRequests: number; label: string; experiment: ExperimentName; durationMs?: number; isPssSampled?: boolean },
+  options: {
+    path: string;
+    body: Buffer;
+    contentType?: string;
+    headers?: Record<string, string>;
+    concurrency: number;
+    requests: number;
+    warmupRequests: number;
+    label: string;
+    experiment: ExperimentName;
+    durationMs?: number;
+    isPssSampled?: boolean;
+  },
 ): Promise<ResultRow> {
   context.onProgress({ type: 'phase', label: options.label, total: options.requests });
   let tree = listProcessTree(server.pid);
@@ -139,12 +171,27 @@ export async function measureServerLoad(
     return tree;
   };
   // Warm-up first (not sampled), so load-time memory and CPU do not count as serving.
-  await runLoad({ origin: server.origin, path: options.path, body: options.body, contentType: options.contentType, headers: options.headers, concurrency: options.concurrency, requests: 0, warmupRequests: options.warmupRequests });
+  await runLoad({
+    origin: server.origin,
+    path: options.path,
+    body: options.body,
+    contentType: options.contentType,
+    headers: options.headers,
+    concurrency: options.concurrency,
+    requests: 0,
+    warmupRequests: options.warmupRequests,
+  });
   const sampler = startProcessSampler({ getPids, isPssSampled: options.isPssSampled });
   let load: LoadResult;
   try {
     load = await runLoad({
-      origin: server.origin, path: options.path, body: options.body, contentType: options.contentType, headers: options.headers, concurrency: options.concurrency, requests: options.requests,
+      origin: server.origin,
+      path: options.path,
+      body: options.body,
+      contentType: options.contentType,
+      headers: options.headers,
+      concurrency: options.concurrency,
+      requests: options.requests,
       durationMs: options.durationMs ?? context.plan.maxRunMs,
       onProgress: (done) => context.onProgress({ type: 'tick', done }),
     });
@@ -169,5 +216,10 @@ export function bestRound(rounds: readonly ResultRow[], unit: 'req/s' | 'img/s',
   const verdict = bestOfRepeats(rounds.map((r) => r.throughputPerSec));
   const row = rounds[verdict.bestIndex]!;
   const repeats = rounds.map((r) => r.throughputPerSec.toFixed(digits)).join(' / ');
-  return { ...row, note: [row.note, `best of rounds ${repeats} ${unit}${verdict.isNoisy ? ' (noisy: rerun on a quiet machine)' : ''}`].filter(Boolean).join('; ') };
+  return {
+    ...row,
+    note: [row.note, `best of rounds ${repeats} ${unit}${verdict.isNoisy ? ' (noisy: rerun on a quiet machine)' : ''}`]
+      .filter(Boolean)
+      .join('; '),
+  };
 }

@@ -79,17 +79,34 @@ interface Round {
 
 const MB = 1_000_000;
 
-async function measureRound(context: ExperimentContext, server: RunningServer, options: { path: string; body: Buffer; label: string; warmupRequests: number }): Promise<Round> {
+async function measureRound(
+  context: ExperimentContext,
+  server: RunningServer,
+  options: { path: string; body: Buffer; label: string; warmupRequests: number },
+): Promise<Round> {
   const { plan } = context;
   context.onProgress({ type: 'phase', label: options.label, total: plan.images });
-  await runLoad({ origin: server.origin, path: options.path, body: options.body, concurrency: plan.concurrency, requests: 0, warmupRequests: options.warmupRequests });
+  await runLoad({
+    origin: server.origin,
+    path: options.path,
+    body: options.body,
+    concurrency: plan.concurrency,
+    requests: 0,
+    warmupRequests: options.warmupRequests,
+  });
   const tree = listProcessTree(server.pid);
   const sampler = startProcessSampler({ getPids: () => tree, isPssSampled: true });
   let load: LoadResult;
   try {
     load = await runLoad({
-      origin: server.origin, path: options.path, body: options.body, concurrency: plan.concurrency, requests: plan.images, durationMs: plan.maxRunMs,
-      collectHeader: 'server-timing', onProgress: (done) => context.onProgress({ type: 'tick', done }),
+      origin: server.origin,
+      path: options.path,
+      body: options.body,
+      concurrency: plan.concurrency,
+      requests: plan.images,
+      durationMs: plan.maxRunMs,
+      collectHeader: 'server-timing',
+      onProgress: (done) => context.onProgress({ type: 'tick', done }),
     });
   } finally {
     sampler.sample();
@@ -98,12 +115,20 @@ async function measureRound(context: ExperimentContext, server: RunningServer, o
 }
 
 /** One row for all of a server's rounds: every latency, images ÷ the summed measured wall time, the last round's memory. */
-function combineRounds(label: string, concurrency: number, rounds: readonly Round[]): { row: ResultRow; stages: StageMeansMs } {
+function combineRounds(
+  label: string,
+  concurrency: number,
+  rounds: readonly Round[],
+): { row: ResultRow; stages: StageMeansMs } {
   const wallMs = rounds.reduce((sum, r) => sum + r.load.wallMs, 0);
   const latenciesMs = rounds.flatMap((r) => r.load.latenciesMs);
   const load: LoadResult = {
-    latenciesMs, wallMs, throughputPerSec: latenciesMs.length / (wallMs / 1000), errors: rounds.reduce((sum, r) => sum + r.load.errors, 0),
-    firstError: rounds.find((r) => r.load.firstError)?.load.firstError, headerValues: rounds.flatMap((r) => r.load.headerValues),
+    latenciesMs,
+    wallMs,
+    throughputPerSec: latenciesMs.length / (wallMs / 1000),
+    errors: rounds.reduce((sum, r) => sum + r.load.errors, 0),
+    firstError: rounds.find((r) => r.load.firstError)?.load.firstError,
+    headerValues: rounds.flatMap((r) => r.load.headerValues),
   };
   const last = rounds[rounds.length - 1]!.usage;
   const usage: ResourceUsage = {
@@ -114,13 +139,17 @@ function combineRounds(label: string, concurrency: number, rounds: readonly Roun
     peakPssBytes: Math.max(...rounds.map((r) => r.usage.peakPssBytes)),
   };
   const row = rowFromLoad('int8', label, concurrency, load, usage);
-  const perRound = rounds.map((r) => r.load.throughputPerSec.toFixed(r.load.throughputPerSec >= 100 ? 0 : 2)).join(' / ');
+  const perRound = rounds
+    .map((r) => r.load.throughputPerSec.toFixed(r.load.throughputPerSec >= 100 ? 0 : 2))
+    .join(' / ');
   row.note = [`rounds ${perRound} img/s; PSS after the last round`, row.note].filter(Boolean).join('; ');
   return { row, stages: meanServerTimings(load.headerValues) };
 }
 
 function describeAgreement(quantization: Record<string, unknown>): string {
-  const agreement = quantization.agreement as { metric?: string; value?: number; samples?: number; outputs?: Array<{ minCosine?: number }> } | undefined;
+  const agreement = quantization.agreement as
+    | { metric?: string; value?: number; samples?: number; outputs?: Array<{ minCosine?: number }> }
+    | undefined;
   if (!agreement || typeof agreement.value !== 'number') return 'not recorded';
   const cosine = agreement.outputs?.[0]?.minCosine;
   const kept = Array.isArray(quantization.autoKeptFp32) ? quantization.autoKeptFp32.length : 0;
@@ -139,7 +168,11 @@ function describeAgreement(quantization: Record<string, unknown>): string {
  * the ceiling experiment runs on the int8 model (onnxruntime alone, every batch size), and the Server-Timing
  * headers of every measured response say where each server's time went.
  */
-export async function runInt8(context: ExperimentContext, int8: Int8Assets, options: { rounds: number }): Promise<{ rows: ResultRow[]; summary: Int8Summary }> {
+export async function runInt8(
+  context: ExperimentContext,
+  int8: Int8Assets,
+  options: { rounds: number },
+): Promise<{ rows: ResultRow[]; summary: Int8Summary }> {
   const { assets, plan } = context;
   const body = await readImage(assets);
   const serverConfig = '1 worker, defaults';
@@ -150,52 +183,119 @@ export async function runInt8(context: ExperimentContext, int8: Int8Assets, opti
   const workersConfig = `${workerCount} workers × 1 thread`;
   const workersSettings = { minWorkers: workerCount, maxWorkers: workerCount, intraOpNumThreads: 1 };
   const workersLabel = `int8 server (${int8.archiveFileName}), ${workersConfig}`;
-  const { fp32, int8: int8Rounds, workers: workersRounds } = await withServer(context, { assets, archiveFileName: int8.fp32ArchiveFileName, label: 'int8 experiment fp32', tmpDir: serverTmpDir(context) }, (fp32Server, fp32Path) =>
-    withServer(context, { assets, archiveFileName: int8.archiveFileName, label: 'int8 experiment int8', tmpDir: serverTmpDir(context, 'marina-bench-int8') }, (int8Server, int8Path) =>
-      withServer(context, { assets, archiveFileName: int8.archiveFileName, label: 'int8 experiment int8 workers', settings: workersSettings, tmpDir: serverTmpDir(context, 'marina-bench-int8-workers') }, async (workersServer, workersPath) => {
-        const rounds = { fp32: [] as Round[], int8: [] as Round[], workers: [] as Round[] };
-        for (let i = 0; i < options.rounds; i++) {
-          const warmupRequests = i === 0 ? 8 : 4;
-          rounds.fp32.push(await measureRound(context, fp32Server, { path: fp32Path, body, label: `int8 experiment, round ${i + 1}/${options.rounds}: fp32`, warmupRequests }));
-          rounds.int8.push(await measureRound(context, int8Server, { path: int8Path, body, label: `int8 experiment, round ${i + 1}/${options.rounds}: int8`, warmupRequests }));
-          rounds.workers.push(await measureRound(context, workersServer, { path: workersPath, body, label: `int8 experiment, round ${i + 1}/${options.rounds}: int8, ${workersConfig}`, warmupRequests }));
-        }
-        return rounds;
-      })));
+  const {
+    fp32,
+    int8: int8Rounds,
+    workers: workersRounds,
+  } = await withServer(
+    context,
+    { assets, archiveFileName: int8.fp32ArchiveFileName, label: 'int8 experiment fp32', tmpDir: serverTmpDir(context) },
+    (fp32Server, fp32Path) =>
+      withServer(
+        context,
+        {
+          assets,
+          archiveFileName: int8.archiveFileName,
+          label: 'int8 experiment int8',
+          tmpDir: serverTmpDir(context, 'marina-bench-int8'),
+        },
+        (int8Server, int8Path) =>
+          withServer(
+            context,
+            {
+              assets,
+              archiveFileName: int8.archiveFileName,
+              label: 'int8 experiment int8 workers',
+              settings: workersSettings,
+              tmpDir: serverTmpDir(context, 'marina-bench-int8-workers'),
+            },
+            async (workersServer, workersPath) => {
+              const rounds = { fp32: [] as Round[], int8: [] as Round[], workers: [] as Round[] };
+              for (let i = 0; i < options.rounds; i++) {
+                const warmupRequests = i === 0 ? 8 : 4;
+                rounds.fp32.push(
+                  await measureRound(context, fp32Server, {
+                    path: fp32Path,
+                    body,
+                    label: `int8 experiment, round ${i + 1}/${options.rounds}: fp32`,
+                    warmupRequests,
+                  }),
+                );
+                rounds.int8.push(
+                  await measureRound(context, int8Server, {
+                    path: int8Path,
+                    body,
+                    label: `int8 experiment, round ${i + 1}/${options.rounds}: int8`,
+                    warmupRequests,
+                  }),
+                );
+                rounds.workers.push(
+                  await measureRound(context, workersServer, {
+                    path: workersPath,
+                    body,
+                    label: `int8 experiment, round ${i + 1}/${options.rounds}: int8, ${workersConfig}`,
+                    warmupRequests,
+                  }),
+                );
+              }
+              return rounds;
+            },
+          ),
+      ),
+  );
   const fp32Combined = combineRounds(fp32Label, plan.concurrency, fp32);
   const int8Combined = combineRounds(int8Label, plan.concurrency, int8Rounds);
   const workersCombined = combineRounds(workersLabel, plan.concurrency, workersRounds);
 
   const ceiling = await runCeiling({ ...context, assets: { ...assets, modelPath: int8.modelPath } });
-  const ceilingRows = ceiling.rows.map((row) => ({ ...row, experiment: 'int8' as const, config: `int8 ceiling, ${row.config}` }));
+  const ceilingRows = ceiling.rows.map((row) => ({
+    ...row,
+    experiment: 'int8' as const,
+    config: `int8 ceiling, ${row.config}`,
+  }));
   const ceilingBatch1 = ceilingRowAtBatch1(ceilingRows);
   const bestCeiling = ceilingRows.reduce((a, b) => (b.throughputPerSec > a.throughputPerSec ? b : a));
-  for (const row of [...ceilingRows, int8Combined.row, workersCombined.row]) row.ratioToCeiling = row.throughputPerSec / bestCeiling.throughputPerSec;
-  if (ceiling.noisyBatchSizes.length > 0) bestCeiling.note = `${bestCeiling.note}; noisy at batch ${ceiling.noisyBatchSizes.join('/')}`;
+  for (const row of [...ceilingRows, int8Combined.row, workersCombined.row])
+    row.ratioToCeiling = row.throughputPerSec / bestCeiling.throughputPerSec;
+  if (ceiling.noisyBatchSizes.length > 0)
+    bestCeiling.note = `${bestCeiling.note}; noisy at batch ${ceiling.noisyBatchSizes.join('/')}`;
 
   const quantizedBytes = (int8.quantization.modelBytes as { fp32?: number; int8?: number } | undefined) ?? {};
   const summary: Int8Summary = {
-    serverConfig, fp32ArchiveFileName: int8.fp32ArchiveFileName, int8ArchiveFileName: int8.archiveFileName,
-    imagesPerRound: plan.images, rounds: options.rounds,
-    fp32PerSec: fp32Combined.row.throughputPerSec, int8PerSec: int8Combined.row.throughputPerSec,
-    fp32RoundsPerSec: fp32.map((r) => r.load.throughputPerSec), int8RoundsPerSec: int8Rounds.map((r) => r.load.throughputPerSec),
-    int8WorkersConfig: workersConfig, int8WorkersPerSec: workersCombined.row.throughputPerSec, int8WorkersRoundsPerSec: workersRounds.map((r) => r.load.throughputPerSec),
+    serverConfig,
+    fp32ArchiveFileName: int8.fp32ArchiveFileName,
+    int8ArchiveFileName: int8.archiveFileName,
+    imagesPerRound: plan.images,
+    rounds: options.rounds,
+    fp32PerSec: fp32Combined.row.throughputPerSec,
+    int8PerSec: int8Combined.row.throughputPerSec,
+    fp32RoundsPerSec: fp32.map((r) => r.load.throughputPerSec),
+    int8RoundsPerSec: int8Rounds.map((r) => r.load.throughputPerSec),
+    int8WorkersConfig: workersConfig,
+    int8WorkersPerSec: workersCombined.row.throughputPerSec,
+    int8WorkersRoundsPerSec: workersRounds.map((r) => r.load.throughputPerSec),
     int8CeilingPerSec: bestCeiling.throughputPerSec,
     int8CeilingBatch1P50Ms: ceilingBatch1?.p50Ms ?? Number.NaN,
     int8CeilingBatch1PerSec: ceilingBatch1?.throughputPerSec ?? Number.NaN,
     int8Own: ceiling.ownTime,
-    fp32PssMb: fp32Combined.row.pssMb, int8PssMb: int8Combined.row.pssMb,
-    fp32RssMb: fp32[fp32.length - 1]!.usage.lastRssBytes / MB, int8RssMb: int8Rounds[int8Rounds.length - 1]!.usage.lastRssBytes / MB,
-    fp32MeanCpuPercent: fp32Combined.row.meanCpuPercent, int8MeanCpuPercent: int8Combined.row.meanCpuPercent,
-    fp32Stages: fp32Combined.stages, int8Stages: int8Combined.stages,
-    fp32ModelMb: (quantizedBytes.fp32 ?? assets.modelBytes) / MB, int8ModelMb: int8.modelBytes / MB,
+    fp32PssMb: fp32Combined.row.pssMb,
+    int8PssMb: int8Combined.row.pssMb,
+    fp32RssMb: fp32[fp32.length - 1]!.usage.lastRssBytes / MB,
+    int8RssMb: int8Rounds[int8Rounds.length - 1]!.usage.lastRssBytes / MB,
+    fp32MeanCpuPercent: fp32Combined.row.meanCpuPercent,
+    int8MeanCpuPercent: int8Combined.row.meanCpuPercent,
+    fp32Stages: fp32Combined.stages,
+    int8Stages: int8Combined.stages,
+    fp32ModelMb: (quantizedBytes.fp32 ?? assets.modelBytes) / MB,
+    int8ModelMb: int8.modelBytes / MB,
     agreement: describeAgreement(int8.quantization),
     quantizeCommand: int8.command,
   };
   return { rows: [fp32Combined.row, int8Combined.row, workersCombined.row, ...ceilingRows], summary };
 }
 
-const fmt = (value: number | undefined, digits = 1): string => (value !== undefined && Number.isFinite(value) ? value.toFixed(digits) : 'n/a');
+const fmt = (value: number | undefined, digits = 1): string =>
+  value !== undefined && Number.isFinite(value) ? value.toFixed(digits) : 'n/a';
 
 /**
  * Where the int8 server's time goes, in words, from measured numbers only: a per-image budget of the server's wall time

@@ -22,9 +22,24 @@ interface MemoryServerVariant {
  *   optimised copy with external weights that every worker memory-maps.
  */
 const MEMORY_SERVER_VARIANTS: readonly MemoryServerVariant[] = [
-  { name: 'before: inline weights, no threshold, no optimised copy', weights: 'inline', isMallocThresholdSet: false, env: { MARINA_NO_REEXEC: '1', MARINA_ORT_CACHE_OPTIMIZED_MODEL: '0' } },
-  { name: `external weights, MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_BYTES}, no optimised copy`, weights: 'external', isMallocThresholdSet: true, env: { MALLOC_MMAP_THRESHOLD_: String(MALLOC_MMAP_THRESHOLD_BYTES), MARINA_ORT_CACHE_OPTIMIZED_MODEL: '0' } },
-  { name: 'after (defaults): inline weights, threshold via re-exec, shared optimised copy', weights: 'inline', isMallocThresholdSet: true, env: {} },
+  {
+    name: 'before: inline weights, no threshold, no optimised copy',
+    weights: 'inline',
+    isMallocThresholdSet: false,
+    env: { MARINA_NO_REEXEC: '1', MARINA_ORT_CACHE_OPTIMIZED_MODEL: '0' },
+  },
+  {
+    name: `external weights, MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_BYTES}, no optimised copy`,
+    weights: 'external',
+    isMallocThresholdSet: true,
+    env: { MALLOC_MMAP_THRESHOLD_: String(MALLOC_MMAP_THRESHOLD_BYTES), MARINA_ORT_CACHE_OPTIMIZED_MODEL: '0' },
+  },
+  {
+    name: 'after (defaults): inline weights, threshold via re-exec, shared optimised copy',
+    weights: 'inline',
+    isMallocThresholdSet: true,
+    env: {},
+  },
 ];
 
 /**
@@ -42,17 +57,36 @@ export async function runMemory(context: ExperimentContext): Promise<{ rows: Res
     for (const workers of [1, 2]) {
       const threads = Math.max(1, Math.floor(context.cpuCount / workers));
       const label = `${workers} worker${workers > 1 ? 's' : ''}, ${variant.name}`;
-      const row = await withServer(context, {
-        assets,
-        archiveFileName: variant.weights === 'external' ? assets.externalArchiveFileName : assets.archiveFileName,
-        settings: { minWorkers: workers, maxWorkers: workers, intraOpNumThreads: threads },
-        env: variant.env,
-        label: `memory ${label}`,
-      }, (server, path) => measureServerLoad(context, server, {
-        path, body, experiment: 'memory', label, concurrency: workers, requests: 4 * workers, warmupRequests: 2 * workers, isPssSampled: true,
-      }));
+      const row = await withServer(
+        context,
+        {
+          assets,
+          archiveFileName: variant.weights === 'external' ? assets.externalArchiveFileName : assets.archiveFileName,
+          settings: { minWorkers: workers, maxWorkers: workers, intraOpNumThreads: threads },
+          env: variant.env,
+          label: `memory ${label}`,
+        },
+        (server, path) =>
+          measureServerLoad(context, server, {
+            path,
+            body,
+            experiment: 'memory',
+            label,
+            concurrency: workers,
+            requests: 4 * workers,
+            warmupRequests: 2 * workers,
+            isPssSampled: true,
+          }),
+      );
       rows.push(row);
-      variants.push({ label, weights: variant.weights, isMallocThresholdSet: variant.isMallocThresholdSet, workers, rssMb: row.peakRssMb, pssMb: row.pssMb });
+      variants.push({
+        label,
+        weights: variant.weights,
+        isMallocThresholdSet: variant.isMallocThresholdSet,
+        workers,
+        rssMb: row.peakRssMb,
+        pssMb: row.pssMb,
+      });
     }
   }
   return { rows, variants };

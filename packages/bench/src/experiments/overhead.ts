@@ -9,25 +9,51 @@ import { runJsonChild } from '../child-process-json.ts';
 import type { TensorAssets } from '../model-assets.ts';
 import { median } from '../stats.ts';
 import type { RunningServer } from '../server-process.ts';
-import { bestRound, measureServerLoad, rowFromLoad, serverTmpDir, withServer, type ExperimentContext } from './experiment-context.ts';
+import {
+  bestRound,
+  measureServerLoad,
+  rowFromLoad,
+  serverTmpDir,
+  withServer,
+  type ExperimentContext,
+} from './experiment-context.ts';
 
 const bareServerScript = fileURLToPath(new URL('../jobs/bare-server.mjs', import.meta.url));
 const tensorOwnTimeScript = fileURLToPath(new URL('../jobs/tensor-own-time.mjs', import.meta.url));
 
 /** The tensor model's own time per request in one process (parse JSON, run, serialise), p50 ms. */
-export async function measureTensorOwnTime(tensor: TensorAssets, runs = 2000): Promise<{ endToEndP50Ms: number; inferP50Ms: number }> {
-  const { messages } = await runJsonChild({ scriptPath: tensorOwnTimeScript, args: [JSON.stringify({ modelPath: tensor.modelPath, body: tensor.body.toString('utf8'), runs })] });
+export async function measureTensorOwnTime(
+  tensor: TensorAssets,
+  runs = 2000,
+): Promise<{ endToEndP50Ms: number; inferP50Ms: number }> {
+  const { messages } = await runJsonChild({
+    scriptPath: tensorOwnTimeScript,
+    args: [JSON.stringify({ modelPath: tensor.modelPath, body: tensor.body.toString('utf8'), runs })],
+  });
   const own = messages.find((m) => m.type === 'own-time') as { inferMs: number[]; endToEndMs: number[] } | undefined;
-  return { endToEndP50Ms: own ? median(own.endToEndMs) : Number.NaN, inferP50Ms: own ? median(own.inferMs) : Number.NaN };
+  return {
+    endToEndP50Ms: own ? median(own.endToEndMs) : Number.NaN,
+    inferP50Ms: own ? median(own.inferMs) : Number.NaN,
+  };
 }
 
 async function startBareServer(): Promise<{ pid: number; origin: string; stop: () => void }> {
   const child = spawn(process.execPath, [bareServerScript], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
-  child.stderr!.on('data', (chunk: Buffer) => { stderr = (stderr + chunk.toString()).slice(-2000); });
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-2000);
+  });
   const port = await new Promise<number>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).once('line', (line) => resolve((JSON.parse(line) as { port: number }).port));
-    child.once('exit', (code) => reject(benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(`${bareServerScript} exited with code ${code} before listening; stderr: ${stderr || '(empty)'}`)));
+    createInterface({ input: child.stdout! }).once('line', (line) =>
+      resolve((JSON.parse(line) as { port: number }).port),
+    );
+    child.once('exit', (code) =>
+      reject(
+        benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(
+          `${bareServerScript} exited with code ${code} before listening; stderr: ${stderr || '(empty)'}`,
+        ),
+      ),
+    );
   });
   return { pid: child.pid!, origin: `http://127.0.0.1:${port}`, stop: () => child.kill('SIGTERM') };
 }
@@ -38,7 +64,13 @@ async function startBareServer(): Promise<{ pid: number; origin: string; stop: (
  * 8 formed from the queue under load; the no-wasted-wait rule sends a lone request at once, so
  * the delay costs a lone client nothing.
  */
-export const OVERHEAD_BEST_SETTINGS = { minWorkers: 1, maxWorkers: 1, batchSize: 8, maxBatchDelay: 2, intraOpNumThreads: 1 } as const;
+export const OVERHEAD_BEST_SETTINGS = {
+  minWorkers: 1,
+  maxWorkers: 1,
+  batchSize: 8,
+  maxBatchDelay: 2,
+  intraOpNumThreads: 1,
+} as const;
 
 /**
  * Unmeasured requests before each measured run: enough for V8 to optimise the request path of
@@ -85,45 +117,114 @@ export async function runOverhead(context: ExperimentContext): Promise<{ rows: R
 
   const bare = await startBareServer();
   try {
-    return await withServer(context, { model: tensor, label: `tensor model 2x+1, ${settingsText}`, settings: { ...OVERHEAD_BEST_SETTINGS } }, async (best, bestPath) =>
-      withServer(context, { model: tensor, label: 'tensor model 2x+1, defaults', tmpDir: serverTmpDir(context, 'marina-bench-overhead-2') }, async (defaults, defaultsPath) => {
-        const targets = [
-          { name: 'bare fastify route (constant)', measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) => measureBare(context, bare, path, body, contentType, clients, ms, warmup) },
-          { name: `Marina server, tensor model 2x+1, ${settingsText} (best)`, measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) => measureServer(context, best, bestPath, body, contentType, clients, ms, warmup) },
-          { name: 'Marina server, tensor model 2x+1, defaults', measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) => measureServer(context, defaults, defaultsPath, body, contentType, clients, ms, warmup) },
-        ];
-        const rows: ResultRow[] = [];
-        const rounds: ResultRow[][] = targets.map(() => []);
-        const order = [...targets.keys()];
-        for (let round = 0; round < OVERHEAD_ROUNDS; round++) {
-          // The first round warms each server up fully; later ones only open their connections again.
-          const warmup = round === 0 ? OVERHEAD_WARMUP_REQUESTS : OVERHEAD_WARMUP_REQUESTS / 10;
-          for (const i of round % 2 === 0 ? order : [...order].reverse()) rounds[i]!.push(await targets[i]!.measure(concurrency, Math.ceil(durationMs * OVERHEAD_ROUND_SHARE), warmup));
-        }
-        targets.forEach((target, i) => rows.push({ ...bestRound(rounds[i]!, 'req/s', 0), config: `${target.name}, ${concurrency} clients` }));
-        for (const target of targets.slice(0, 2)) {
-          const row = await target.measure(1, durationMs);
-          rows.push({ ...row, config: `${target.name}, 1 client` });
-        }
-        const paired = rounds[0]!.map((bareRound, r) => ({ bareReqPerSec: bareRound.throughputPerSec, serverReqPerSec: rounds[1]![r]!.throughputPerSec }));
-        return { rows, rounds: paired };
-      }));
+    return await withServer(
+      context,
+      { model: tensor, label: `tensor model 2x+1, ${settingsText}`, settings: { ...OVERHEAD_BEST_SETTINGS } },
+      async (best, bestPath) =>
+        withServer(
+          context,
+          {
+            model: tensor,
+            label: 'tensor model 2x+1, defaults',
+            tmpDir: serverTmpDir(context, 'marina-bench-overhead-2'),
+          },
+          async (defaults, defaultsPath) => {
+            const targets = [
+              {
+                name: 'bare fastify route (constant)',
+                measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) =>
+                  measureBare(context, bare, path, body, contentType, clients, ms, warmup),
+              },
+              {
+                name: `Marina server, tensor model 2x+1, ${settingsText} (best)`,
+                measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) =>
+                  measureServer(context, best, bestPath, body, contentType, clients, ms, warmup),
+              },
+              {
+                name: 'Marina server, tensor model 2x+1, defaults',
+                measure: (clients: number, ms: number, warmup = OVERHEAD_WARMUP_REQUESTS) =>
+                  measureServer(context, defaults, defaultsPath, body, contentType, clients, ms, warmup),
+              },
+            ];
+            const rows: ResultRow[] = [];
+            const rounds: ResultRow[][] = targets.map(() => []);
+            const order = [...targets.keys()];
+            for (let round = 0; round < OVERHEAD_ROUNDS; round++) {
+              // The first round warms each server up fully; later ones only open their connections again.
+              const warmup = round === 0 ? OVERHEAD_WARMUP_REQUESTS : OVERHEAD_WARMUP_REQUESTS / 10;
+              for (const i of round % 2 === 0 ? order : [...order].reverse())
+                rounds[i]!.push(
+                  await targets[i]!.measure(concurrency, Math.ceil(durationMs * OVERHEAD_ROUND_SHARE), warmup),
+                );
+            }
+            targets.forEach((target, i) =>
+              rows.push({ ...bestRound(rounds[i]!, 'req/s', 0), config: `${target.name}, ${concurrency} clients` }),
+            );
+            for (const target of targets.slice(0, 2)) {
+              const row = await target.measure(1, durationMs);
+              rows.push({ ...row, config: `${target.name}, 1 client` });
+            }
+            const paired = rounds[0]!.map((bareRound, r) => ({
+              bareReqPerSec: bareRound.throughputPerSec,
+              serverReqPerSec: rounds[1]![r]!.throughputPerSec,
+            }));
+            return { rows, rounds: paired };
+          },
+        ),
+    );
   } finally {
     bare.stop();
   }
 }
 
-async function measureBare(context: ExperimentContext, bare: { pid: number; origin: string }, path: string, body: Buffer, contentType: string | undefined, clients: number, durationMs: number, warmupRequests: number): Promise<ResultRow> {
-  context.onProgress({ type: 'phase', label: `bare fastify route (constant), ${clients} client${clients > 1 ? 's' : ''}`, total: 0 });
+async function measureBare(
+  context: ExperimentContext,
+  bare: { pid: number; origin: string },
+  path: string,
+  body: Buffer,
+  contentType: string | undefined,
+  clients: number,
+  durationMs: number,
+  warmupRequests: number,
+): Promise<ResultRow> {
+  context.onProgress({
+    type: 'phase',
+    label: `bare fastify route (constant), ${clients} client${clients > 1 ? 's' : ''}`,
+    total: 0,
+  });
   await runLoad({ origin: bare.origin, path, body, contentType, concurrency: clients, requests: 0, warmupRequests });
   const sampler = startProcessSampler({ getPids: () => [bare.pid] });
-  const load = await runLoad({ origin: bare.origin, path, body, contentType, concurrency: clients, requests: 10_000_000, durationMs });
+  const load = await runLoad({
+    origin: bare.origin,
+    path,
+    body,
+    contentType,
+    concurrency: clients,
+    requests: 10_000_000,
+    durationMs,
+  });
   return rowFromLoad('overhead', 'bare', clients, load, sampler.stop());
 }
 
-function measureServer(context: ExperimentContext, server: RunningServer, path: string, body: Buffer, contentType: string | undefined, clients: number, durationMs: number, warmupRequests: number): Promise<ResultRow> {
+function measureServer(
+  context: ExperimentContext,
+  server: RunningServer,
+  path: string,
+  body: Buffer,
+  contentType: string | undefined,
+  clients: number,
+  durationMs: number,
+  warmupRequests: number,
+): Promise<ResultRow> {
   return measureServerLoad(context, server, {
-    path, body, contentType, experiment: 'overhead', label: `Marina server, ${clients} client${clients > 1 ? 's' : ''}`,
-    concurrency: clients, requests: 10_000_000, durationMs, warmupRequests,
+    path,
+    body,
+    contentType,
+    experiment: 'overhead',
+    label: `Marina server, ${clients} client${clients > 1 ? 's' : ''}`,
+    concurrency: clients,
+    requests: 10_000_000,
+    durationMs,
+    warmupRequests,
   });
 }

@@ -5,7 +5,14 @@ import { listProcessTree, startProcessSampler } from '../process-sampler.ts';
 import type { RunningServer } from '../server-process.ts';
 import { summarizeLatencies } from '../stats.ts';
 import { readOnnxSignature } from '@marina/serve';
-import { bestRound, measureServerLoad, readImage, rowFromLoad, withServer, type ExperimentContext } from './experiment-context.ts';
+import {
+  bestRound,
+  measureServerLoad,
+  readImage,
+  rowFromLoad,
+  withServer,
+  type ExperimentContext,
+} from './experiment-context.ts';
 
 /** Rounds of the protocols comparison at many clients; the three protocols alternate within each. */
 const PROTOCOL_ROUNDS = 3;
@@ -15,7 +22,12 @@ const ROUND_TRIP_BLOCKS = 4;
 
 /** A v2 REST body in the binary tensor data extension's layout, and its header length. */
 function v2BinaryBody(name: string, shape: number[], raw: Buffer): { body: Buffer; headerLength: number } {
-  const header = Buffer.from(JSON.stringify({ inputs: [{ name, datatype: 'FP32', shape, parameters: { binary_data_size: raw.length } }], parameters: { binary_data_output: true } }));
+  const header = Buffer.from(
+    JSON.stringify({
+      inputs: [{ name, datatype: 'FP32', shape, parameters: { binary_data_size: raw.length } }],
+      parameters: { binary_data_output: true },
+    }),
+  );
   return { body: Buffer.concat([header, raw]), headerLength: header.length };
 }
 
@@ -25,13 +37,33 @@ function randomFloats(count: number): Buffer {
   return Buffer.from(values.buffer);
 }
 
-async function measureGrpc(context: ExperimentContext, server: RunningServer, options: { label: string; request: Record<string, unknown>; concurrency: number; requests: number; warmupRequests: number }): Promise<ResultRow> {
+async function measureGrpc(
+  context: ExperimentContext,
+  server: RunningServer,
+  options: {
+    label: string;
+    request: Record<string, unknown>;
+    concurrency: number;
+    requests: number;
+    warmupRequests: number;
+  },
+): Promise<ResultRow> {
   context.onProgress({ type: 'phase', label: options.label, total: options.requests });
-  await runGrpcLoad({ target: server.grpcTarget, request: options.request, concurrency: options.concurrency, requests: 0, warmupRequests: options.warmupRequests });
+  await runGrpcLoad({
+    target: server.grpcTarget,
+    request: options.request,
+    concurrency: options.concurrency,
+    requests: 0,
+    warmupRequests: options.warmupRequests,
+  });
   const tree = listProcessTree(server.pid);
   const sampler = startProcessSampler({ getPids: () => tree });
   const load = await runGrpcLoad({
-    target: server.grpcTarget, request: options.request, concurrency: options.concurrency, requests: options.requests, durationMs: context.plan.maxRunMs,
+    target: server.grpcTarget,
+    request: options.request,
+    concurrency: options.concurrency,
+    requests: options.requests,
+    durationMs: context.plan.maxRunMs,
     onProgress: (done) => context.onProgress({ type: 'tick', done }),
   });
   sampler.sample();
@@ -61,15 +93,39 @@ export async function runProtocols(context: ExperimentContext): Promise<{ rows: 
     // At least one request per client in each round, so every round runs with the queue full.
     const perRound = Math.max(plan.concurrency, Math.ceil(plan.images / 2));
     const measures: Array<() => Promise<ResultRow>> = [
-      () => measureServerLoad(context, server, { path, body: jpeg, experiment: 'protocols', label: 'TorchServe REST, JPEG', concurrency: plan.concurrency, requests: perRound, warmupRequests }),
-      () => measureServerLoad(context, server, {
-        path: `/v2/models/${modelName}/infer`, body: v2.body, headers: { 'inference-header-content-length': String(v2.headerLength) },
-        experiment: 'protocols', label: 'OIP v2 REST, binary FP32 tensor', concurrency: plan.concurrency, requests: perRound, warmupRequests,
-      }),
-      () => measureGrpc(context, server, {
-        label: 'OIP v2 gRPC, raw FP32 tensor', concurrency: plan.concurrency, requests: perRound, warmupRequests,
-        request: { model_name: modelName, inputs: [{ name: input.name, datatype: 'FP32', shape }], raw_input_contents: [raw] },
-      }),
+      () =>
+        measureServerLoad(context, server, {
+          path,
+          body: jpeg,
+          experiment: 'protocols',
+          label: 'TorchServe REST, JPEG',
+          concurrency: plan.concurrency,
+          requests: perRound,
+          warmupRequests,
+        }),
+      () =>
+        measureServerLoad(context, server, {
+          path: `/v2/models/${modelName}/infer`,
+          body: v2.body,
+          headers: { 'inference-header-content-length': String(v2.headerLength) },
+          experiment: 'protocols',
+          label: 'OIP v2 REST, binary FP32 tensor',
+          concurrency: plan.concurrency,
+          requests: perRound,
+          warmupRequests,
+        }),
+      () =>
+        measureGrpc(context, server, {
+          label: 'OIP v2 gRPC, raw FP32 tensor',
+          concurrency: plan.concurrency,
+          requests: perRound,
+          warmupRequests,
+          request: {
+            model_name: modelName,
+            inputs: [{ name: input.name, datatype: 'FP32', shape }],
+            raw_input_contents: [raw],
+          },
+        }),
     ];
     // The machine's speed drifts over minutes: the three protocols take turns, in rounds (the
     // order rotating), and each keeps its best round, as the overhead experiment does.
@@ -80,10 +136,16 @@ export async function runProtocols(context: ExperimentContext): Promise<{ rows: 
         rounds[i]!.push(await measures[i]!());
       }
     }
-    const [torchServe, v2Rest, v2Grpc] = rounds.map((measured) => bestRound(measured, 'img/s', 2)) as [ResultRow, ResultRow, ResultRow];
+    const [torchServe, v2Rest, v2Grpc] = rounds.map((measured) => bestRound(measured, 'img/s', 2)) as [
+      ResultRow,
+      ResultRow,
+      ResultRow,
+    ];
     rows.push(torchServe, v2Rest, v2Grpc);
     const ratio = (r: ResultRow) => (r.throughputPerSec / torchServe.throughputPerSec).toFixed(3);
-    notes.push(`Protocols at ${plan.concurrency} clients (${context.assets.model}, best of ${PROTOCOL_ROUNDS} alternating rounds of ${perRound} requests): OIP REST binary ÷ TorchServe route = ${ratio(v2Rest)}, OIP gRPC ÷ TorchServe route = ${ratio(v2Grpc)} (images/s ${torchServe.throughputPerSec.toFixed(1)}, ${v2Rest.throughputPerSec.toFixed(1)}, ${v2Grpc.throughputPerSec.toFixed(1)}). The TorchServe route sends a JPEG that the worker decodes; the v2 rows send the preprocessed tensor (${raw.length} bytes).`);
+    notes.push(
+      `Protocols at ${plan.concurrency} clients (${context.assets.model}, best of ${PROTOCOL_ROUNDS} alternating rounds of ${perRound} requests): OIP REST binary ÷ TorchServe route = ${ratio(v2Rest)}, OIP gRPC ÷ TorchServe route = ${ratio(v2Grpc)} (images/s ${torchServe.throughputPerSec.toFixed(1)}, ${v2Rest.throughputPerSec.toFixed(1)}, ${v2Grpc.throughputPerSec.toFixed(1)}). The TorchServe route sends a JPEG that the worker decodes; the v2 rows send the preprocessed tensor (${raw.length} bytes).`,
+    );
   });
 
   if (context.tensorAssets) {
@@ -95,35 +157,79 @@ export async function runProtocols(context: ExperimentContext): Promise<{ rows: 
       const v2 = v2BinaryBody('input', [rowsPerMb, 4], mb);
       const restPath = `/v2/models/${model}/infer`;
       const restHeaders = { 'inference-header-content-length': String(v2.headerLength) };
-      const request = { model_name: model, inputs: [{ name: 'input', datatype: 'FP32', shape: [rowsPerMb, 4] }], raw_input_contents: [mb] };
-      await runLoad({ origin: server.origin, path: restPath, body: v2.body, headers: restHeaders, concurrency: 1, requests: 0, warmupRequests: 5 });
+      const request = {
+        model_name: model,
+        inputs: [{ name: 'input', datatype: 'FP32', shape: [rowsPerMb, 4] }],
+        raw_input_contents: [mb],
+      };
+      await runLoad({
+        origin: server.origin,
+        path: restPath,
+        body: v2.body,
+        headers: restHeaders,
+        concurrency: 1,
+        requests: 0,
+        warmupRequests: 5,
+      });
       await runGrpcLoad({ target: server.grpcTarget, request, concurrency: 1, requests: 0, warmupRequests: 5 });
       // Blocks of each protocol take turns (the order rotating), so a drift of the machine's
       // speed falls on both alike; each protocol's latencies are pooled over its blocks.
       const perBlock = Math.max(5, Math.ceil(requests / ROUND_TRIP_BLOCKS));
-      const measured = { rest: { latenciesMs: [] as number[], wallMs: 0, errors: 0 }, grpc: { latenciesMs: [] as number[], wallMs: 0, errors: 0 } };
+      const measured = {
+        rest: { latenciesMs: [] as number[], wallMs: 0, errors: 0 },
+        grpc: { latenciesMs: [] as number[], wallMs: 0, errors: 0 },
+      };
       const runBlock = async (kind: 'rest' | 'grpc') => {
-        context.onProgress({ type: 'phase', label: `1 MB FP32 round trip, ${kind === 'rest' ? 'REST binary' : 'gRPC'}`, total: perBlock });
+        context.onProgress({
+          type: 'phase',
+          label: `1 MB FP32 round trip, ${kind === 'rest' ? 'REST binary' : 'gRPC'}`,
+          total: perBlock,
+        });
         const onProgress = (done: number) => context.onProgress({ type: 'tick', done });
-        const load = kind === 'rest'
-          ? await runLoad({ origin: server.origin, path: restPath, body: v2.body, headers: restHeaders, concurrency: 1, requests: perBlock, onProgress })
-          : await runGrpcLoad({ target: server.grpcTarget, request, concurrency: 1, requests: perBlock, onProgress });
+        const load =
+          kind === 'rest'
+            ? await runLoad({
+                origin: server.origin,
+                path: restPath,
+                body: v2.body,
+                headers: restHeaders,
+                concurrency: 1,
+                requests: perBlock,
+                onProgress,
+              })
+            : await runGrpcLoad({ target: server.grpcTarget, request, concurrency: 1, requests: perBlock, onProgress });
         measured[kind].latenciesMs.push(...load.latenciesMs);
         measured[kind].wallMs += load.wallMs;
         measured[kind].errors += load.errors;
       };
       for (let block = 0; block < ROUND_TRIP_BLOCKS; block++) {
-        for (const kind of block % 2 === 0 ? (['rest', 'grpc'] as const) : (['grpc', 'rest'] as const)) await runBlock(kind);
+        for (const kind of block % 2 === 0 ? (['rest', 'grpc'] as const) : (['grpc', 'rest'] as const))
+          await runBlock(kind);
       }
-      const throughputOf = (m: { latenciesMs: number[]; wallMs: number }) => (m.wallMs > 0 ? (m.latenciesMs.length * 1000) / m.wallMs : 0);
+      const throughputOf = (m: { latenciesMs: number[]; wallMs: number }) =>
+        m.wallMs > 0 ? (m.latenciesMs.length * 1000) / m.wallMs : 0;
       const rest = { ...measured.rest, throughputPerSec: throughputOf(measured.rest) };
       const grpc = { ...measured.grpc, throughputPerSec: throughputOf(measured.grpc) };
       const restLatency = summarizeLatencies(rest.latenciesMs);
       const grpcLatency = summarizeLatencies(grpc.latenciesMs);
-      for (const [label, latency, load] of [['1 MB FP32 round trip, REST binary', restLatency, rest], ['1 MB FP32 round trip, gRPC', grpcLatency, grpc]] as const) {
-        rows.push({ ...emptyRow('protocols', label), images: latency.count, concurrency: 1, throughputPerSec: load.throughputPerSec, p50Ms: latency.p50Ms, p90Ms: latency.p90Ms, p99Ms: latency.p99Ms, errors: load.errors });
+      for (const [label, latency, load] of [
+        ['1 MB FP32 round trip, REST binary', restLatency, rest],
+        ['1 MB FP32 round trip, gRPC', grpcLatency, grpc],
+      ] as const) {
+        rows.push({
+          ...emptyRow('protocols', label),
+          images: latency.count,
+          concurrency: 1,
+          throughputPerSec: load.throughputPerSec,
+          p50Ms: latency.p50Ms,
+          p90Ms: latency.p90Ms,
+          p99Ms: latency.p99Ms,
+          errors: load.errors,
+        });
       }
-      notes.push(`1 MB FP32 tensor round trip at one client (${rest.latenciesMs.length} and ${grpc.latenciesMs.length} requests in ${ROUND_TRIP_BLOCKS} alternating blocks each; the client reads each answer as bytes): REST binary p50 ${restLatency.p50Ms.toFixed(2)} ms, gRPC p50 ${grpcLatency.p50Ms.toFixed(2)} ms; REST − gRPC = ${(restLatency.p50Ms - grpcLatency.p50Ms).toFixed(2)} ms (target: under 1 ms).`);
+      notes.push(
+        `1 MB FP32 tensor round trip at one client (${rest.latenciesMs.length} and ${grpc.latenciesMs.length} requests in ${ROUND_TRIP_BLOCKS} alternating blocks each; the client reads each answer as bytes): REST binary p50 ${restLatency.p50Ms.toFixed(2)} ms, gRPC p50 ${grpcLatency.p50Ms.toFixed(2)} ms; REST − gRPC = ${(restLatency.p50Ms - grpcLatency.p50Ms).toFixed(2)} ms (target: under 1 ms).`,
+      );
     });
   }
   return { rows, notes };

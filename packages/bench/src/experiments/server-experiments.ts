@@ -6,7 +6,13 @@ import { serverTimingDurations } from '../server-timing.ts';
 import { startOwnTimeSteps, type OwnRun, type OwnTimeSteps } from './ceiling.ts';
 import { listProcessTree, readCpuNs, readRssBytes, waitForQuiet, type ResourceUsage } from '../process-sampler.ts';
 import { median, summarizeLatencies } from '../stats.ts';
-import { measuredColumns, measureServerLoad, readImage, withServer, type ExperimentContext } from './experiment-context.ts';
+import {
+  measuredColumns,
+  measureServerLoad,
+  readImage,
+  withServer,
+  type ExperimentContext,
+} from './experiment-context.ts';
 
 /** A server configuration the bench can start again (the sweep reruns the best one). */
 export interface ServerSpec {
@@ -29,12 +35,32 @@ function warmupFor(spec: ServerSpec): number {
   return Math.max(4, 2 * workers * batch);
 }
 
-async function runServerAtConcurrency(context: ExperimentContext, experiment: ResultRow['experiment'], spec: ServerSpec): Promise<ServerRunResult> {
+async function runServerAtConcurrency(
+  context: ExperimentContext,
+  experiment: ResultRow['experiment'],
+  spec: ServerSpec,
+): Promise<ServerRunResult> {
   const body = await readImage(context.assets);
-  const row = await withServer(context, { assets: context.assets, archiveFileName: spec.archiveFileName, settings: spec.settings, env: spec.env, label: spec.label }, (server, path) =>
-    measureServerLoad(context, server, {
-      path, body, experiment, label: spec.label, concurrency: context.plan.concurrency, requests: context.plan.images, warmupRequests: warmupFor(spec),
-    }));
+  const row = await withServer(
+    context,
+    {
+      assets: context.assets,
+      archiveFileName: spec.archiveFileName,
+      settings: spec.settings,
+      env: spec.env,
+      label: spec.label,
+    },
+    (server, path) =>
+      measureServerLoad(context, server, {
+        path,
+        body,
+        experiment,
+        label: spec.label,
+        concurrency: context.plan.concurrency,
+        requests: context.plan.images,
+        warmupRequests: warmupFor(spec),
+      }),
+  );
   return { row, spec };
 }
 
@@ -77,7 +103,7 @@ export function summarizeLoneClient(pairs: readonly LoneClientPair[]): LoneClien
   const differences = pairs.map((p) => p.loneMs - p.ownEndToEndMs).sort((a, b) => a - b);
   // Distribution-free interval for a median: the sorted differences at ranks n/2 − 1.96·√n/2
   // (rounded down) and 1 + n/2 + 1.96·√n/2 (rounded up), 1-based.
-  const half = 1.96 * Math.sqrt(n) / 2;
+  const half = (1.96 * Math.sqrt(n)) / 2;
   const timed = pairs.filter((p) => Number.isFinite(p.serverInferenceMs));
   const controlled = pairs.filter((p) => Number.isFinite(p.controlEndToEndMs) && Number.isFinite(p.controlInferMs));
   const loneP50Ms = median(pairs.map((p) => p.loneMs));
@@ -91,9 +117,15 @@ export function summarizeLoneClient(pairs: readonly LoneClientPair[]): LoneClien
     pairedMedianMs: median(differences),
     pairedLowMs: differences[Math.max(1, Math.floor(n / 2 - half)) - 1]!,
     pairedHighMs: differences[Math.min(n, Math.ceil(1 + n / 2 + half)) - 1]!,
-    outsideRunMs: timed.length === 0 ? Number.NaN : median(timed.map((p) => (p.loneMs - p.serverInferenceMs) - (p.ownEndToEndMs - p.ownInferMs))),
+    outsideRunMs:
+      timed.length === 0
+        ? Number.NaN
+        : median(timed.map((p) => p.loneMs - p.serverInferenceMs - (p.ownEndToEndMs - p.ownInferMs))),
     runMs: timed.length === 0 ? Number.NaN : median(timed.map((p) => p.serverInferenceMs - p.ownInferMs)),
-    controlExcessMs: controlled.length === 0 ? Number.NaN : median(controlled.map((p) => p.controlEndToEndMs)) - median(controlled.map((p) => p.ownEndToEndMs)),
+    controlExcessMs:
+      controlled.length === 0
+        ? Number.NaN
+        : median(controlled.map((p) => p.controlEndToEndMs)) - median(controlled.map((p) => p.ownEndToEndMs)),
     controlRunMs: controlled.length === 0 ? Number.NaN : median(controlled.map((p) => p.controlInferMs - p.ownInferMs)),
   };
 }
@@ -116,104 +148,161 @@ export function summarizeLoneClient(pairs: readonly LoneClientPair[]): LoneClien
  * the server's first run. Nothing samples the server while a block runs (a sampler's wake-ups
  * would take a core from the model's threads); its CPU and memory are read between blocks.
  */
-export async function runBatched(context: ExperimentContext): Promise<{ loaded: ServerRunResult; lone: ResultRow; lonePairs: LoneClientPair[] }> {
+export async function runBatched(
+  context: ExperimentContext,
+): Promise<{ loaded: ServerRunResult; lone: ResultRow; lonePairs: LoneClientPair[] }> {
   const spec: ServerSpec = { label: 'batch 8, delay 100 ms', settings: { batchSize: 8, maxBatchDelay: 100 } };
   const body = await readImage(context.assets);
   const turns = Math.max(2, Math.round(context.plan.images / LONE_CLIENT_BLOCK));
-  return withServer(context, { assets: context.assets, settings: spec.settings, label: spec.label }, async (server, path) => {
-    const loaded = await measureServerLoad(context, server, {
-      path, body, experiment: 'batched', label: spec.label, concurrency: context.plan.concurrency, requests: context.plan.images, warmupRequests: warmupFor(spec),
-    });
-    const own = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
-    let control: OwnTimeSteps;
-    try {
-      control = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
-    } catch (error) {
-      await own.stop();
-      throw error;
-    }
-    // One connection for every block, as a lone client keeps it; the warm-up opens it.
-    const pool = new Pool(server.origin, { connections: 1, pipelining: 1, keepAliveTimeout: 60_000 });
-    const label = `${spec.label}, lone client`;
-    const pairs: LoneClientPair[] = [];
-    const latenciesMs: number[] = [];
-    // The lone blocks' totals: their wall and the server's CPU in them, its memory after each, failures.
-    const totals = { wallMs: 0, cpuNs: 0, peakCpuPercent: 0, peakRssBytes: 0, lastRssBytes: 0, errors: 0, firstError: undefined as string | undefined };
-    let notQuiet = 0;
-    const quiet = async (pids: () => readonly number[]) => { if (!(await waitForQuiet(pids))) notQuiet += 1; };
-    const serverCpuNs = (tree: readonly number[]) => tree.reduce((sum, pid) => sum + readCpuNs(pid), 0);
-    const measureOwn = async (steps: OwnTimeSteps, other: OwnTimeSteps): Promise<OwnRun[]> => {
-      // Listed once per block: the waits below read the tree's CPU every 10 ms.
-      const pids = [...listProcessTree(server.pid), other.pid];
-      await quiet(() => pids);
-      const runs: OwnRun[] = [];
-      for (let i = 0; i < LONE_CLIENT_BLOCK; i++) runs.push(await steps.step());
-      return runs;
-    };
-    const measureLone = async (): Promise<{ latenciesMs: number[]; inferenceMs: number[] }> => {
-      await quiet(() => [own.pid, control.pid]);
-      const tree = listProcessTree(server.pid);
-      const cpuBefore = serverCpuNs(tree);
-      const load = await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: LONE_CLIENT_BLOCK, collectHeader: 'server-timing', pool });
-      const cpuNs = serverCpuNs(tree) - cpuBefore;
-      totals.wallMs += load.wallMs;
-      totals.cpuNs += cpuNs;
-      if (load.wallMs > 0) totals.peakCpuPercent = Math.max(totals.peakCpuPercent, cpuNs / 1e6 / load.wallMs * 100);
-      totals.lastRssBytes = tree.reduce((sum, pid) => sum + readRssBytes(pid), 0);
-      totals.peakRssBytes = Math.max(totals.peakRssBytes, totals.lastRssBytes);
-      totals.errors += load.errors;
-      totals.firstError ??= load.firstError;
-      latenciesMs.push(...load.latenciesMs);
-      context.onProgress({ type: 'tick', done: latenciesMs.length });
-      // A failed request has no latency and no header: such a block pairs only when every request succeeded.
-      return load.errors === 0 ? { latenciesMs: load.latenciesMs, inferenceMs: load.headerValues.map((value) => serverTimingDurations(value)['inference'] ?? Number.NaN) } : { latenciesMs: [], inferenceMs: [] };
-    };
-    try {
-      await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: 0, warmupRequests: 2, pool });
-      for (let i = 0; i < 2; i++) await own.step();
-      for (let i = 0; i < 2; i++) await control.step();
-      context.onProgress({ type: 'phase', label, total: turns * LONE_CLIENT_BLOCK });
-      for (let t = 0; t < turns; t++) {
-        let lone = { latenciesMs: [] as number[], inferenceMs: [] as number[] };
-        let runs: OwnRun[] = [];
-        let controlRuns: OwnRun[] = [];
-        const sides = [
-          async () => { runs = await measureOwn(own, control); },
-          async () => { lone = await measureLone(); },
-          async () => { controlRuns = await measureOwn(control, own); },
-        ];
-        // Every six turns, each of the six orders of the three sides once.
-        for (let k = 0; k < sides.length; k++) await sides[(t + (t % 2 === 0 ? k : sides.length - k)) % sides.length]!();
-        lone.latenciesMs.forEach((loneMs, i) => pairs.push({
-          loneMs, serverInferenceMs: lone.inferenceMs[i] ?? Number.NaN, ownEndToEndMs: runs[i]!.endToEndMs, ownInferMs: runs[i]!.inferMs,
-          controlEndToEndMs: controlRuns[i]!.endToEndMs, controlInferMs: controlRuns[i]!.inferMs,
-        }));
+  return withServer(
+    context,
+    { assets: context.assets, settings: spec.settings, label: spec.label },
+    async (server, path) => {
+      const loaded = await measureServerLoad(context, server, {
+        path,
+        body,
+        experiment: 'batched',
+        label: spec.label,
+        concurrency: context.plan.concurrency,
+        requests: context.plan.images,
+        warmupRequests: warmupFor(spec),
+      });
+      const own = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
+      let control: OwnTimeSteps;
+      try {
+        control = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
+      } catch (error) {
+        await own.stop();
+        throw error;
       }
-    } finally {
-      await pool.close();
-      await Promise.all([own.stop(), control.stop()]);
-    }
-    const latency = summarizeLatencies(latenciesMs);
-    const usage: ResourceUsage = {
-      peakCpuPercent: totals.peakCpuPercent, meanCpuPercent: totals.wallMs > 0 ? totals.cpuNs / 1e6 / totals.wallMs * 100 : 0,
-      peakRssBytes: totals.peakRssBytes, peakPssBytes: 0, lastRssBytes: totals.lastRssBytes, lastPssBytes: 0, samples: turns,
-    };
-    const summary = summarizeLoneClient(pairs);
-    const lone: ResultRow = {
-      ...emptyRow('batched', label),
-      images: latency.count,
-      concurrency: 1,
-      throughputPerSec: totals.wallMs > 0 ? latenciesMs.length / (totals.wallMs / 1000) : 0,
-      ...measuredColumns(latency, usage),
-      errors: totals.errors,
-      note: [
-        `${turns} turns, each ${LONE_CLIENT_BLOCK} lone requests, ${LONE_CLIENT_BLOCK} own-time runs and ${LONE_CLIENT_BLOCK} runs of a second own-time process (the control) back to back, in every order in turn, each block started once the other sides were quiet${notQuiet > 0 ? ` (${notQuiet} times not quiet within 2 s)` : ''}`,
-        summary ? `own p50 ${summary.ownEndToEndP50Ms.toFixed(1)} ms over the same turns; paired median ${summary.pairedMedianMs >= 0 ? '+' : ''}${summary.pairedMedianMs.toFixed(1)} ms` : '',
-        totals.firstError ? `first error: ${totals.firstError.slice(0, 120)}` : '',
-      ].filter(Boolean).join('; '),
-    };
-    return { loaded: { row: loaded, spec }, lone, lonePairs: pairs };
-  });
+      // One connection for every block, as a lone client keeps it; the warm-up opens it.
+      const pool = new Pool(server.origin, { connections: 1, pipelining: 1, keepAliveTimeout: 60_000 });
+      const label = `${spec.label}, lone client`;
+      const pairs: LoneClientPair[] = [];
+      const latenciesMs: number[] = [];
+      // The lone blocks' totals: their wall and the server's CPU in them, its memory after each, failures.
+      const totals = {
+        wallMs: 0,
+        cpuNs: 0,
+        peakCpuPercent: 0,
+        peakRssBytes: 0,
+        lastRssBytes: 0,
+        errors: 0,
+        firstError: undefined as string | undefined,
+      };
+      let notQuiet = 0;
+      const quiet = async (pids: () => readonly number[]) => {
+        if (!(await waitForQuiet(pids))) notQuiet += 1;
+      };
+      const serverCpuNs = (tree: readonly number[]) => tree.reduce((sum, pid) => sum + readCpuNs(pid), 0);
+      const measureOwn = async (steps: OwnTimeSteps, other: OwnTimeSteps): Promise<OwnRun[]> => {
+        // Listed once per block: the waits below read the tree's CPU every 10 ms.
+        const pids = [...listProcessTree(server.pid), other.pid];
+        await quiet(() => pids);
+        const runs: OwnRun[] = [];
+        for (let i = 0; i < LONE_CLIENT_BLOCK; i++) runs.push(await steps.step());
+        return runs;
+      };
+      const measureLone = async (): Promise<{ latenciesMs: number[]; inferenceMs: number[] }> => {
+        await quiet(() => [own.pid, control.pid]);
+        const tree = listProcessTree(server.pid);
+        const cpuBefore = serverCpuNs(tree);
+        const load = await runLoad({
+          origin: server.origin,
+          path,
+          body,
+          concurrency: 1,
+          requests: LONE_CLIENT_BLOCK,
+          collectHeader: 'server-timing',
+          pool,
+        });
+        const cpuNs = serverCpuNs(tree) - cpuBefore;
+        totals.wallMs += load.wallMs;
+        totals.cpuNs += cpuNs;
+        if (load.wallMs > 0) totals.peakCpuPercent = Math.max(totals.peakCpuPercent, (cpuNs / 1e6 / load.wallMs) * 100);
+        totals.lastRssBytes = tree.reduce((sum, pid) => sum + readRssBytes(pid), 0);
+        totals.peakRssBytes = Math.max(totals.peakRssBytes, totals.lastRssBytes);
+        totals.errors += load.errors;
+        totals.firstError ??= load.firstError;
+        latenciesMs.push(...load.latenciesMs);
+        context.onProgress({ type: 'tick', done: latenciesMs.length });
+        // A failed request has no latency and no header: such a block pairs only when every request succeeded.
+        return load.errors === 0
+          ? {
+              latenciesMs: load.latenciesMs,
+              inferenceMs: load.headerValues.map((value) => serverTimingDurations(value)['inference'] ?? Number.NaN),
+            }
+          : { latenciesMs: [], inferenceMs: [] };
+      };
+      try {
+        await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: 0, warmupRequests: 2, pool });
+        for (let i = 0; i < 2; i++) await own.step();
+        for (let i = 0; i < 2; i++) await control.step();
+        context.onProgress({ type: 'phase', label, total: turns * LONE_CLIENT_BLOCK });
+        for (let t = 0; t < turns; t++) {
+          let lone = { latenciesMs: [] as number[], inferenceMs: [] as number[] };
+          let runs: OwnRun[] = [];
+          let controlRuns: OwnRun[] = [];
+          const sides = [
+            async () => {
+              runs = await measureOwn(own, control);
+            },
+            async () => {
+              lone = await measureLone();
+            },
+            async () => {
+              controlRuns = await measureOwn(control, own);
+            },
+          ];
+          // Every six turns, each of the six orders of the three sides once.
+          for (let k = 0; k < sides.length; k++)
+            await sides[(t + (t % 2 === 0 ? k : sides.length - k)) % sides.length]!();
+          lone.latenciesMs.forEach((loneMs, i) =>
+            pairs.push({
+              loneMs,
+              serverInferenceMs: lone.inferenceMs[i] ?? Number.NaN,
+              ownEndToEndMs: runs[i]!.endToEndMs,
+              ownInferMs: runs[i]!.inferMs,
+              controlEndToEndMs: controlRuns[i]!.endToEndMs,
+              controlInferMs: controlRuns[i]!.inferMs,
+            }),
+          );
+        }
+      } finally {
+        await pool.close();
+        await Promise.all([own.stop(), control.stop()]);
+      }
+      const latency = summarizeLatencies(latenciesMs);
+      const usage: ResourceUsage = {
+        peakCpuPercent: totals.peakCpuPercent,
+        meanCpuPercent: totals.wallMs > 0 ? (totals.cpuNs / 1e6 / totals.wallMs) * 100 : 0,
+        peakRssBytes: totals.peakRssBytes,
+        peakPssBytes: 0,
+        lastRssBytes: totals.lastRssBytes,
+        lastPssBytes: 0,
+        samples: turns,
+      };
+      const summary = summarizeLoneClient(pairs);
+      const lone: ResultRow = {
+        ...emptyRow('batched', label),
+        images: latency.count,
+        concurrency: 1,
+        throughputPerSec: totals.wallMs > 0 ? latenciesMs.length / (totals.wallMs / 1000) : 0,
+        ...measuredColumns(latency, usage),
+        errors: totals.errors,
+        note: [
+          `${turns} turns, each ${LONE_CLIENT_BLOCK} lone requests, ${LONE_CLIENT_BLOCK} own-time runs and ${LONE_CLIENT_BLOCK} runs of a second own-time process (the control) back to back, in every order in turn, each block started once the other sides were quiet${notQuiet > 0 ? ` (${notQuiet} times not quiet within 2 s)` : ''}`,
+          summary
+            ? `own p50 ${summary.ownEndToEndP50Ms.toFixed(1)} ms over the same turns; paired median ${summary.pairedMedianMs >= 0 ? '+' : ''}${summary.pairedMedianMs.toFixed(1)} ms`
+            : '',
+          totals.firstError ? `first error: ${totals.firstError.slice(0, 120)}` : '',
+        ]
+          .filter(Boolean)
+          .join('; '),
+      };
+      return { loaded: { row: loaded, spec }, lone, lonePairs: pairs };
+    },
+  );
 }
 
 /**
@@ -226,16 +315,27 @@ export async function runWorkers(context: ExperimentContext): Promise<ServerRunR
   for (const workers of counts) {
     const threads = Math.max(1, Math.floor(context.cpuCount / workers));
     const settings: ServerModelSettings = { minWorkers: workers, maxWorkers: workers, intraOpNumThreads: threads };
-    results.push(await runServerAtConcurrency(context, 'workers', { label: `${workers} workers × ${threads} thread${threads > 1 ? 's' : ''}`, settings }));
+    results.push(
+      await runServerAtConcurrency(context, 'workers', {
+        label: `${workers} workers × ${threads} thread${threads > 1 ? 's' : ''}`,
+        settings,
+      }),
+    );
     // Batching inside each worker: on CPU a batch of 4–8 ran up to ~10% faster than batch 1 (the ceiling's own rows).
-    results.push(await runServerAtConcurrency(context, 'workers', {
-      label: `${workers} workers × ${threads} thread${threads > 1 ? 's' : ''}, batch 8, delay 100 ms`,
-      settings: { ...settings, batchSize: 8, maxBatchDelay: 100 },
-    }));
+    results.push(
+      await runServerAtConcurrency(context, 'workers', {
+        label: `${workers} workers × ${threads} thread${threads > 1 ? 's' : ''}, batch 8, delay 100 ms`,
+        settings: { ...settings, batchSize: 8, maxBatchDelay: 100 },
+      }),
+    );
     if (workers === 2 && context.assets.externalArchiveFileName) {
-      results.push(await runServerAtConcurrency(context, 'workers', {
-        label: `${workers} workers × ${threads} thread${threads > 1 ? 's' : ''}, external data`, settings, archiveFileName: context.assets.externalArchiveFileName,
-      }));
+      results.push(
+        await runServerAtConcurrency(context, 'workers', {
+          label: `${workers} workers × ${threads} thread${threads > 1 ? 's' : ''}, external data`,
+          settings,
+          archiveFileName: context.assets.externalArchiveFileName,
+        }),
+      );
     }
   }
   return results;
@@ -244,14 +344,31 @@ export async function runWorkers(context: ExperimentContext): Promise<ServerRunR
 /** The concurrency sweep (perf_analyzer style) of one server configuration: one server, one row per level. */
 export async function runSweep(context: ExperimentContext, spec: ServerSpec): Promise<ResultRow[]> {
   const body = await readImage(context.assets);
-  return withServer(context, { assets: context.assets, archiveFileName: spec.archiveFileName, settings: spec.settings, env: spec.env, label: `sweep ${spec.label}` }, async (server, path) => {
-    const rows: ResultRow[] = [];
-    for (const concurrency of context.plan.sweepConcurrencies) {
-      rows.push(await measureServerLoad(context, server, {
-        path, body, experiment: 'sweep', label: `${spec.label} @ ${concurrency}`, concurrency,
-        requests: Math.max(context.plan.sweepMinRequests, 4 * concurrency), warmupRequests: Math.min(concurrency, 8),
-      }));
-    }
-    return rows;
-  });
+  return withServer(
+    context,
+    {
+      assets: context.assets,
+      archiveFileName: spec.archiveFileName,
+      settings: spec.settings,
+      env: spec.env,
+      label: `sweep ${spec.label}`,
+    },
+    async (server, path) => {
+      const rows: ResultRow[] = [];
+      for (const concurrency of context.plan.sweepConcurrencies) {
+        rows.push(
+          await measureServerLoad(context, server, {
+            path,
+            body,
+            experiment: 'sweep',
+            label: `${spec.label} @ ${concurrency}`,
+            concurrency,
+            requests: Math.max(context.plan.sweepMinRequests, 4 * concurrency),
+            warmupRequests: Math.min(concurrency, 8),
+          }),
+        );
+      }
+      return rows;
+    },
+  );
 }

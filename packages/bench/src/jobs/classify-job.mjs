@@ -29,13 +29,15 @@ const scores = outputs[session.outputNames[0]].data;
 let best = 0;
 for (let i = 1; i < scores.length; i++) if (scores[i] > scores[best]) best = i;
 
-process.stdout.write(JSON.stringify({
-  // performance.now() counts from process start, so startedMs is Node's own boot time.
-  bootMs: startedMs,
-  importMs: importedMs - startedMs,
-  loadMs: loadedMs - importedMs,
-  preprocessMs: preprocessedMs - loadedMs,
-  inferMs: inferredMs - preprocessedMs,
-  totalMs: performance.now(),
-  topClass: best,
-}) + '\n');
+process.stdout.write(
+  JSON.stringify({
+    // performance.now() counts from process start, so startedMs is Node's own boot time.
+    bootMs: startedMs,
+    importMs: importedMs - startedMs,
+    loadMs: loadedMs - importedMs,
+    preprocessMs: preprocessedMs - loadedMs,
+    inferMs: inferredMs - preprocessedMs,
+    totalMs: performance.now(),
+    topClass: best,
+  }) + '\n',
+);

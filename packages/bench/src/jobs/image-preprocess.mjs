@@ -20,7 +20,12 @@ export async function preprocessImage(jpeg, options = {}) {
   const resizedHeight = Math.max(size, Math.round(height * scale));
   const rgb = await sharp(jpeg)
     .resize(resizedWidth, resizedHeight, { fit: 'fill' })
-    .extract({ left: Math.floor((resizedWidth - size) / 2), top: Math.floor((resizedHeight - size) / 2), width: size, height: size })
+    .extract({
+      left: Math.floor((resizedWidth - size) / 2),
+      top: Math.floor((resizedHeight - size) / 2),
+      width: size,
+      height: size,
+    })
     .removeAlpha()
     .toColourspace('srgb')
     .raw()

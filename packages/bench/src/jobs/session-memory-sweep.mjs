@@ -14,11 +14,15 @@ import { fileURLToPath } from 'node:url';
 const args = process.argv.slice(2);
 const flags = new Set(args.filter((a) => a.startsWith('--')));
 const [folder, repeatsArg = '2', runsArg = '10'] = args.filter((a) => !a.startsWith('--'));
-const only = [...flags].find((f) => f.startsWith('--only='))?.slice('--only='.length).split(',');
+const only = [...flags]
+  .find((f) => f.startsWith('--only='))
+  ?.slice('--only='.length)
+  .split(',');
 const job = fileURLToPath(new URL('./session-memory.mjs', import.meta.url));
 const inline = path.join(folder, 'inline', 'model.onnx');
 const external = path.join(folder, 'external', 'model.onnx');
-if (!existsSync(inline) || !existsSync(external)) throw new Error(`${folder} must hold inline/model.onnx and external/model.onnx`);
+if (!existsSync(inline) || !existsSync(external))
+  throw new Error(`${folder} must hold inline/model.onnx and external/model.onnx`);
 
 const variants = [
   { name: 'all, inline (current default)', model: inline, variant: { graphOptimizationLevel: 'all' } },
@@ -26,15 +30,54 @@ const variants = [
   { name: 'extended, inline', model: inline, variant: { graphOptimizationLevel: 'extended' } },
   { name: 'extended, external', model: external, variant: { graphOptimizationLevel: 'extended' } },
   { name: 'basic, external', model: external, variant: { graphOptimizationLevel: 'basic' } },
-  { name: 'all, external, disable_prepacking', model: external, variant: { graphOptimizationLevel: 'all', configEntries: { 'session.disable_prepacking': '1' } } },
-  { name: 'all, inline, disable_prepacking', model: inline, variant: { graphOptimizationLevel: 'all', configEntries: { 'session.disable_prepacking': '1' } } },
-  { name: 'all, external, use_env_allocators', model: external, variant: { graphOptimizationLevel: 'all', configEntries: { 'session.use_env_allocators': '1' } } },
-  { name: 'all, external, arena off', model: external, variant: { graphOptimizationLevel: 'all', enableCpuMemArena: false } },
-  { name: 'all, external, mem pattern off', model: external, variant: { graphOptimizationLevel: 'all', enableMemPattern: false } },
-  { name: 'all, external, arena + pattern off', model: external, variant: { graphOptimizationLevel: 'all', enableCpuMemArena: false, enableMemPattern: false } },
-  { name: 'all, external, NchwcTransformer off', model: external, variant: { graphOptimizationLevel: 'all', configEntries: { 'optimization.disable_specified_optimizers': 'NchwcTransformer' } } },
-  { name: 'extended, external, arena off', model: external, variant: { graphOptimizationLevel: 'extended', enableCpuMemArena: false } },
-  { name: 'extended, external, disable_prepacking', model: external, variant: { graphOptimizationLevel: 'extended', configEntries: { 'session.disable_prepacking': '1' } } },
+  {
+    name: 'all, external, disable_prepacking',
+    model: external,
+    variant: { graphOptimizationLevel: 'all', configEntries: { 'session.disable_prepacking': '1' } },
+  },
+  {
+    name: 'all, inline, disable_prepacking',
+    model: inline,
+    variant: { graphOptimizationLevel: 'all', configEntries: { 'session.disable_prepacking': '1' } },
+  },
+  {
+    name: 'all, external, use_env_allocators',
+    model: external,
+    variant: { graphOptimizationLevel: 'all', configEntries: { 'session.use_env_allocators': '1' } },
+  },
+  {
+    name: 'all, external, arena off',
+    model: external,
+    variant: { graphOptimizationLevel: 'all', enableCpuMemArena: false },
+  },
+  {
+    name: 'all, external, mem pattern off',
+    model: external,
+    variant: { graphOptimizationLevel: 'all', enableMemPattern: false },
+  },
+  {
+    name: 'all, external, arena + pattern off',
+    model: external,
+    variant: { graphOptimizationLevel: 'all', enableCpuMemArena: false, enableMemPattern: false },
+  },
+  {
+    name: 'all, external, NchwcTransformer off',
+    model: external,
+    variant: {
+      graphOptimizationLevel: 'all',
+      configEntries: { 'optimization.disable_specified_optimizers': 'NchwcTransformer' },
+    },
+  },
+  {
+    name: 'extended, external, arena off',
+    model: external,
+    variant: { graphOptimizationLevel: 'extended', enableCpuMemArena: false },
+  },
+  {
+    name: 'extended, external, disable_prepacking',
+    model: external,
+    variant: { graphOptimizationLevel: 'extended', configEntries: { 'session.disable_prepacking': '1' } },
+  },
 ].filter((v) => !only || only.some((name) => v.name.includes(name)));
 
 const env = { ...process.env };
@@ -50,10 +93,20 @@ const results = new Map(variants.map((v) => [v.name, []]));
 for (let repeat = 0; repeat < Number(repeatsArg); repeat++) {
   for (const { name, model, variant } of variants) {
     try {
-      const out = execFileSync(process.execPath, [job, model, JSON.stringify(variant), runsArg], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+      const out = execFileSync(process.execPath, [job, model, JSON.stringify(variant), runsArg], {
+        env,
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       results.get(name).push(JSON.parse(out.trim().split('\n').at(-1)));
     } catch (error) {
-      results.get(name).push({ error: String(error.stderr ?? error.message).trim().split('\n').slice(-2).join(' ') });
+      results.get(name).push({
+        error: String(error.stderr ?? error.message)
+          .trim()
+          .split('\n')
+          .slice(-2)
+          .join(' '),
+      });
     }
     process.stderr.write(`repeat ${repeat + 1}: ${name}\n`);
   }

@@ -5,14 +5,20 @@
 import * as ort from 'onnxruntime-node';
 
 const options = JSON.parse(process.argv[2]);
-const session = await ort.InferenceSession.create(options.modelPath, { intraOpNumThreads: 1, interOpNumThreads: 1, graphOptimizationLevel: 'all' });
+const session = await ort.InferenceSession.create(options.modelPath, {
+  intraOpNumThreads: 1,
+  interOpNumThreads: 1,
+  graphOptimizationLevel: 'all',
+});
 const inputName = session.inputNames[0];
 const outputName = session.outputNames[0];
 const body = Buffer.from(options.body);
 const once = async () => {
   const t0 = performance.now();
   const rows = JSON.parse(body.toString('utf8')).data;
-  const feeds = { [inputName]: new ort.Tensor('float32', Float32Array.from(rows.flat()), [rows.length, rows[0].length]) };
+  const feeds = {
+    [inputName]: new ort.Tensor('float32', Float32Array.from(rows.flat()), [rows.length, rows[0].length]),
+  };
   const t1 = performance.now();
   const out = (await session.run(feeds))[outputName];
   const t2 = performance.now();

@@ -47,10 +47,12 @@ export interface OrtProfileSummary {
 
 function shapesOf(value: unknown): string {
   if (!Array.isArray(value)) return '';
-  return value.map((entry) => {
-    const dims = entry && typeof entry === 'object' ? Object.values(entry as Record<string, unknown>)[0] : undefined;
-    return Array.isArray(dims) ? `[${dims.join(',')}]` : '?';
-  }).join(' ');
+  return value
+    .map((entry) => {
+      const dims = entry && typeof entry === 'object' ? Object.values(entry as Record<string, unknown>)[0] : undefined;
+      return Array.isArray(dims) ? `[${dims.join(',')}]` : '?';
+    })
+    .join(' ');
 }
 
 /**
@@ -58,14 +60,25 @@ function shapesOf(value: unknown): string {
  * `model_run`s (warm-up: first-run allocations and caches) are left out; a node event counts for
  * the run whose time span contains it. Pure: no I/O.
  */
-export function summarizeOrtProfile(events: readonly OrtTraceEvent[], options: { skipRuns?: number } = {}): OrtProfileSummary {
-  const runs = events.filter((e) => e.cat === 'Session' && e.name === 'model_run').sort((a, b) => a.ts - b.ts).slice(options.skipRuns ?? 0);
+export function summarizeOrtProfile(
+  events: readonly OrtTraceEvent[],
+  options: { skipRuns?: number } = {},
+): OrtProfileSummary {
+  const runs = events
+    .filter((e) => e.cat === 'Session' && e.name === 'model_run')
+    .sort((a, b) => a.ts - b.ts)
+    .slice(options.skipRuns ?? 0);
   const inMeasuredRun = (e: OrtTraceEvent) => runs.some((r) => e.ts >= r.ts && e.ts <= r.ts + r.dur);
   const nodes = new Map<string, { opType: string; provider: string; totalUs: number; outputShapes: string }>();
   for (const e of events) {
     if (e.cat !== 'Node' || !e.name.endsWith('_kernel_time') || !inMeasuredRun(e)) continue;
     const node = e.name.slice(0, -'_kernel_time'.length);
-    const entry = nodes.get(node) ?? { opType: e.args?.op_name ?? '?', provider: (e.args?.provider ?? '').replace(/ExecutionProvider$/, ''), totalUs: 0, outputShapes: shapesOf(e.args?.output_type_shape) };
+    const entry = nodes.get(node) ?? {
+      opType: e.args?.op_name ?? '?',
+      provider: (e.args?.provider ?? '').replace(/ExecutionProvider$/, ''),
+      totalUs: 0,
+      outputShapes: shapesOf(e.args?.output_type_shape),
+    };
     entry.totalUs += e.dur;
     nodes.set(node, entry);
   }
@@ -73,7 +86,14 @@ export function summarizeOrtProfile(events: readonly OrtTraceEvent[], options: {
   const totalUs = [...nodes.values()].reduce((sum, v) => sum + v.totalUs, 0);
   const share = (us: number) => (totalUs > 0 ? us / totalUs : 0);
   const byNode: NodeTime[] = [...nodes.entries()]
-    .map(([node, v]) => ({ node, opType: v.opType, provider: v.provider, ms: v.totalUs / n / 1000, share: share(v.totalUs), outputShapes: v.outputShapes }))
+    .map(([node, v]) => ({
+      node,
+      opType: v.opType,
+      provider: v.provider,
+      ms: v.totalUs / n / 1000,
+      share: share(v.totalUs),
+      outputShapes: v.outputShapes,
+    }))
     .sort((a, b) => b.ms - a.ms);
   const types = new Map<string, { nodes: number; totalUs: number }>();
   for (const v of nodes.values()) {

@@ -3,8 +3,24 @@ import { isMarinaError } from '@marina/errors';
 import os from 'node:os';
 import { basename, join } from 'node:path';
 import * as ort from 'onnxruntime-node';
-import { detectArchiveFormat, extractArchive, readManifest, readModelConfig, resolveManifestPath } from '@marina/archive';
-import { preprocessImage, resolveImageClassifierOptions, resolveImageSegmenterOptions, resolveObjectDetectorOptions, sessionSignature, syntheticFeeds, syntheticRequestBody, type ImagePreprocessOptions, type ModelSignature } from '@marina/handlers';
+import {
+  detectArchiveFormat,
+  extractArchive,
+  readManifest,
+  readModelConfig,
+  resolveManifestPath,
+} from '@marina/archive';
+import {
+  preprocessImage,
+  resolveImageClassifierOptions,
+  resolveImageSegmenterOptions,
+  resolveObjectDetectorOptions,
+  sessionSignature,
+  syntheticFeeds,
+  syntheticRequestBody,
+  type ImagePreprocessOptions,
+  type ModelSignature,
+} from '@marina/handlers';
 import { benchErrors } from '../errors.ts';
 import { getMachineInfo, type MachineInfo } from '../machine-info.ts';
 import { summarizeOrtProfile, type OrtProfileSummary, type OrtTraceEvent } from './ort-profile.ts';
@@ -58,7 +74,10 @@ export interface ProfileResult extends OrtProfileSummary {
 }
 
 async function exists(path: string): Promise<boolean> {
-  return stat(path).then(() => true, () => false);
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
 }
 
 function invalid(message: string): Error {
@@ -79,12 +98,23 @@ export interface ResolvedModel {
 export async function openModel(path: string): Promise<ResolvedModel> {
   if (!(await exists(path))) throw invalid(`'${path}' does not exist; give an .onnx file or a model archive (.mar)`);
   // Anything that is not a zip, a gzip or a folder is taken for an ONNX file, whatever its name.
-  const isArchive = await detectArchiveFormat(path).then(() => true, (error: unknown) => {
-    if (isMarinaError(error) && error.code === 'MARINA_ERR_ARCHIVE_UNREADABLE') return false;
-    throw error;
-  });
+  const isArchive = await detectArchiveFormat(path).then(
+    () => true,
+    (error: unknown) => {
+      if (isMarinaError(error) && error.code === 'MARINA_ERR_ARCHIVE_UNREADABLE') return false;
+      throw error;
+    },
+  );
   if (!isArchive) {
-    return { modelFile: path, modelName: basename(path).replace(/\.onnx$/i, ''), handler: undefined, modelYamlConfig: {}, modelDir: undefined, modelVersion: undefined, cleanup: async () => undefined };
+    return {
+      modelFile: path,
+      modelName: basename(path).replace(/\.onnx$/i, ''),
+      handler: undefined,
+      modelYamlConfig: {},
+      modelDir: undefined,
+      modelVersion: undefined,
+      cleanup: async () => undefined,
+    };
   }
   const tempDir = await mkdtemp(join(os.tmpdir(), 'marina-profile-'));
   const cleanup = () => rm(tempDir, { recursive: true, force: true });
@@ -93,9 +123,18 @@ export async function openModel(path: string): Promise<ResolvedModel> {
     const manifest = await readManifest(modelDir);
     if (!manifest) throw invalid(`'${path}' has no MAR-INF/MANIFEST.json; is it a model archive?`);
     const serialized = manifest.model.serializedFile;
-    if (!serialized) throw invalid(`the archive's manifest names no serializedFile, so there is no ONNX model to profile`);
+    if (!serialized)
+      throw invalid(`the archive's manifest names no serializedFile, so there is no ONNX model to profile`);
     const modelFile = await resolveManifestPath(modelDir, serialized, 'model.serializedFile');
-    return { modelFile, modelName: manifest.model.modelName, handler: manifest.model.handler, modelYamlConfig: await readModelConfig(modelDir, manifest), modelDir, modelVersion: manifest.model.modelVersion, cleanup };
+    return {
+      modelFile,
+      modelName: manifest.model.modelName,
+      handler: manifest.model.handler,
+      modelYamlConfig: await readModelConfig(modelDir, manifest),
+      modelDir,
+      modelVersion: manifest.model.modelVersion,
+      cleanup,
+    };
   } catch (error) {
     await cleanup();
     throw error;
@@ -115,28 +154,52 @@ function imageOptions(model: ResolvedModel, signature: ModelSignature): ImagePre
   const shape = signature.inputs[0]?.shape ?? [];
   if (model.handler === 'image_classifier') return resolveImageClassifierOptions(model.modelYamlConfig, shape);
   if (model.handler === 'image_segmenter') return resolveImageSegmenterOptions(model.modelYamlConfig, shape);
-  if (model.handler === 'object_detector') return resolveObjectDetectorOptions(model.modelYamlConfig, shape, signature.outputs.map((o) => o.name));
+  if (model.handler === 'object_detector')
+    return resolveObjectDetectorOptions(
+      model.modelYamlConfig,
+      shape,
+      signature.outputs.map((o) => o.name),
+    );
   return undefined;
 }
 
 /** Feeds for one run: the handler's own preprocessing of a sample image for the built-in image handlers, else synthetic from the signature. */
-async function buildFeeds(model: ResolvedModel, signature: ModelSignature, options: ProfileOptions, batchSize: number): Promise<{ feeds: Record<string, ort.Tensor>; inputsFrom: string }> {
+async function buildFeeds(
+  model: ResolvedModel,
+  signature: ModelSignature,
+  options: ProfileOptions,
+  batchSize: number,
+): Promise<{ feeds: Record<string, ort.Tensor>; inputsFrom: string }> {
   const image = imageOptions(model, signature);
   const input = signature.inputs[0];
   if (image && input) {
     const samplePath = options.inputPath ?? (await warmupSamplePath(model));
-    const sample = samplePath ? { body: await readFile(samplePath) } : await syntheticRequestBody('image_classifier', signature);
+    const sample = samplePath
+      ? { body: await readFile(samplePath) }
+      : await syntheticRequestBody('image_classifier', signature);
     const { height: h, width: w, channels } = image;
     const perImage = channels * h * w;
     const pixels = new Float32Array(perImage * batchSize);
-    for (let i = 0; i < batchSize; i++) await preprocessImage(sample!.body, { ...image, limitInputPixels: true, isGeometryNeeded: false }, pixels, i * perImage);
+    for (let i = 0; i < batchSize; i++)
+      await preprocessImage(
+        sample!.body,
+        { ...image, limitInputPixels: true, isGeometryNeeded: false },
+        pixels,
+        i * perImage,
+      );
     return {
       feeds: { [input.name]: new ort.Tensor('float32', pixels, [batchSize, channels, h, w]) },
       inputsFrom: `${model.handler} preprocessing (${image.resizeMode === 'crop' ? `resize ${image.resize}, crop ${h}x${w}` : `${image.resizeMode} to ${h}x${w}`}) of ${samplePath ? basename(samplePath) : `a synthetic ${Math.round((w * 640) / 224)}x${Math.round((h * 480) / 224)} JPEG of noise`}`,
     };
   }
-  if (options.inputPath) throw invalid(`--input is used only for archives with a built-in image handler (image_classifier, image_segmenter, object_detector); this model${model.handler ? `'s handler is '${model.handler}'` : ' is a bare ONNX file'}, so its inputs are made from the signature (use --dim for dynamic sizes)`);
-  return { feeds: syntheticFeeds(signature, { batchSize, dims: options.dims }), inputsFrom: 'synthetic from the signature (seeded random floats, zero integers)' };
+  if (options.inputPath)
+    throw invalid(
+      `--input is used only for archives with a built-in image handler (image_classifier, image_segmenter, object_detector); this model${model.handler ? `'s handler is '${model.handler}'` : ' is a bare ONNX file'}, so its inputs are made from the signature (use --dim for dynamic sizes)`,
+    );
+  return {
+    feeds: syntheticFeeds(signature, { batchSize, dims: options.dims }),
+    inputsFrom: 'synthetic from the signature (seeded random floats, zero integers)',
+  };
 }
 
 /**
@@ -153,8 +216,14 @@ export async function profileModel(options: ProfileOptions): Promise<ProfileResu
   const runs = options.runs ?? 20;
   const warmupRuns = options.warmupRuns ?? 3;
   const intraOpNumThreads = options.intraOpNumThreads ?? os.availableParallelism();
-  for (const [name, value, min] of [['--batch-size', batchSize, 1], ['--runs', runs, 1], ['--warmup-runs', warmupRuns, 0], ['--threads', intraOpNumThreads, 1]] as const) {
-    if (!Number.isInteger(value) || value < min) throw invalid(`${name} must be a whole number of ${min} or more, got ${value}`);
+  for (const [name, value, min] of [
+    ['--batch-size', batchSize, 1],
+    ['--runs', runs, 1],
+    ['--warmup-runs', warmupRuns, 0],
+    ['--threads', intraOpNumThreads, 1],
+  ] as const) {
+    if (!Number.isInteger(value) || value < min)
+      throw invalid(`${name} must be a whole number of ${min} or more, got ${value}`);
   }
   const startedAt = new Date().toISOString();
   const model = await openModel(options.path);
@@ -169,18 +238,30 @@ export async function profileModel(options: ProfileOptions): Promise<ProfileResu
     // The signature first, from a session without the profiler, so the profile holds only the runs.
     options.onProgress?.(`loading ${model.modelFile}`);
     const probe = await ort.InferenceSession.create(model.modelFile, sessionOptions).catch((error: unknown) => {
-      throw benchErrors.create.MARINA_ERR_BENCH_PROFILE_FAILED(`onnxruntime cannot load ${model.modelFile}: ${(error as Error).message}`, { cause: error });
+      throw benchErrors.create.MARINA_ERR_BENCH_PROFILE_FAILED(
+        `onnxruntime cannot load ${model.modelFile}: ${(error as Error).message}`,
+        { cause: error },
+      );
     });
     const signature = sessionSignature(probe);
     await probe.release();
     const { feeds, inputsFrom } = await buildFeeds(model, signature, options, batchSize);
-    const session = await ort.InferenceSession.create(model.modelFile, { ...sessionOptions, enableProfiling: true, profileFilePrefix: join(traceDir, 'ort') });
+    const session = await ort.InferenceSession.create(model.modelFile, {
+      ...sessionOptions,
+      enableProfiling: true,
+      profileFilePrefix: join(traceDir, 'ort'),
+    });
     try {
       for (let i = 0; i < warmupRuns + runs; i++) {
         options.onProgress?.(`run ${i + 1}/${warmupRuns + runs}${i < warmupRuns ? ' (warm-up)' : ''}`);
         await session.run(feeds).catch((error: unknown) => {
-          const shapes = Object.entries(feeds).map(([name, t]) => `${name} ${t.type}[${t.dims.join(',')}]`).join(', ');
-          throw benchErrors.create.MARINA_ERR_BENCH_PROFILE_FAILED(`the model failed to run on ${shapes}: ${(error as Error).message}; give the sizes of dynamic dimensions with --dim name=N`, { cause: error });
+          const shapes = Object.entries(feeds)
+            .map(([name, t]) => `${name} ${t.type}[${t.dims.join(',')}]`)
+            .join(', ');
+          throw benchErrors.create.MARINA_ERR_BENCH_PROFILE_FAILED(
+            `the model failed to run on ${shapes}: ${(error as Error).message}; give the sizes of dynamic dimensions with --dim name=N`,
+            { cause: error },
+          );
         });
       }
     } finally {
@@ -188,7 +269,8 @@ export async function profileModel(options: ProfileOptions): Promise<ProfileResu
       await session.release();
     }
     const traceFile = (await readdir(traceDir)).find((f) => f.endsWith('.json'));
-    if (!traceFile) throw benchErrors.create.MARINA_ERR_BENCH_PROFILE_FAILED(`onnxruntime wrote no profile into ${traceDir}`);
+    if (!traceFile)
+      throw benchErrors.create.MARINA_ERR_BENCH_PROFILE_FAILED(`onnxruntime wrote no profile into ${traceDir}`);
     const traceText = await readFile(join(traceDir, traceFile), 'utf8');
     const summary = summarizeOrtProfile(JSON.parse(traceText) as OrtTraceEvent[], { skipRuns: warmupRuns });
     return {

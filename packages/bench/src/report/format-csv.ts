@@ -1,8 +1,23 @@
 import type { ResultRow } from '../bench-result.ts';
 
 const columns: Array<keyof ResultRow> = [
-  'experiment', 'config', 'images', 'concurrency', 'throughputPerSec', 'p50Ms', 'p90Ms', 'p99Ms', 'peakCpuPercent', 'meanCpuPercent',
-  'peakRssMb', 'pssMb', 'errors', 'ratioToCeiling', 'ratioToBestDecentralized', 'loadShare', 'note',
+  'experiment',
+  'config',
+  'images',
+  'concurrency',
+  'throughputPerSec',
+  'p50Ms',
+  'p90Ms',
+  'p99Ms',
+  'peakCpuPercent',
+  'meanCpuPercent',
+  'peakRssMb',
+  'pssMb',
+  'errors',
+  'ratioToCeiling',
+  'ratioToBestDecentralized',
+  'loadShare',
+  'note',
 ];
 
 function cell(value: unknown): string {

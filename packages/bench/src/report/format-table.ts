@@ -8,17 +8,51 @@ const n = (value: number, digits = 1): string => {
 const ratio = (value: number): string => (Number.isFinite(value) ? `${value.toFixed(2)}×` : '–');
 
 /** Column headers and cells of the results table, shared by the terminal and Markdown forms. */
-export const tableHeaders = ['experiment', 'configuration', 'n', 'conc.', 'img/s', 'p50 ms', 'p90 ms', 'p99 ms', 'peak CPU %', 'peak RSS MB', '× ceiling', '× best decentr.'];
+export const tableHeaders = [
+  'experiment',
+  'configuration',
+  'n',
+  'conc.',
+  'img/s',
+  'p50 ms',
+  'p90 ms',
+  'p99 ms',
+  'peak CPU %',
+  'peak RSS MB',
+  '× ceiling',
+  '× best decentr.',
+];
 
 export function tableCells(row: ResultRow): string[] {
   return [
-    row.experiment, row.config, String(row.images), String(row.concurrency), n(row.throughputPerSec), n(row.p50Ms), n(row.p90Ms), n(row.p99Ms),
-    n(row.peakCpuPercent, 0), n(row.peakRssMb, 0), ratio(row.ratioToCeiling), ratio(row.ratioToBestDecentralized),
+    row.experiment,
+    row.config,
+    String(row.images),
+    String(row.concurrency),
+    n(row.throughputPerSec),
+    n(row.p50Ms),
+    n(row.p90Ms),
+    n(row.p99Ms),
+    n(row.peakCpuPercent, 0),
+    n(row.peakRssMb, 0),
+    ratio(row.ratioToCeiling),
+    ratio(row.ratioToBestDecentralized),
   ];
 }
 
 /** Columns of the terminal table: the Markdown table's, less the two ratio columns (report.md keeps them). */
-const terminalHeaders = ['experiment', 'configuration', 'n', 'clients', 'img/s', 'p50 ms', 'p90 ms', 'p99 ms', 'CPU %', 'RSS MB'];
+const terminalHeaders = [
+  'experiment',
+  'configuration',
+  'n',
+  'clients',
+  'img/s',
+  'p50 ms',
+  'p90 ms',
+  'p99 ms',
+  'CPU %',
+  'RSS MB',
+];
 const terminalCells = (row: ResultRow): string[] => tableCells(row).slice(0, 10);
 
 /** Greedy word wrap of `text` into lines of at most `width` characters (a longer word is cut). */
@@ -55,7 +89,11 @@ export function formatTable(rows: readonly ResultRow[], options: { maxWidth?: nu
   const widths = terminalHeaders.map((h, i) => Math.max(h.length, ...body.map((cells) => cells[i]!.length)));
   const others = widths.reduce((sum, w, i) => (i === 1 ? sum : sum + w), 0) + 2 * (widths.length - 1);
   widths[1] = Math.max(terminalHeaders[1]!.length, Math.min(widths[1]!, maxWidth - others));
-  const line = (cells: readonly string[]) => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   const lines = [line(terminalHeaders), widths.map((w) => '-'.repeat(w)).join('  ')];
   for (const cells of body) {
     const [first, ...more] = wrap(cells[1]!, widths[1]!);

@@ -1,11 +1,20 @@
 import type { BenchResult, ResultRow } from '../bench-result.ts';
 
 const colours: Record<string, string> = {
-  ceiling: '#2f4b7c', decentralized: '#d45087', centralized: '#2a9d8f', batched: '#e9c46a', workers: '#f4a261', sweep: '#264653', overhead: '#8d99ae', memory: '#8d99ae',
+  ceiling: '#2f4b7c',
+  decentralized: '#d45087',
+  centralized: '#2a9d8f',
+  batched: '#e9c46a',
+  workers: '#f4a261',
+  sweep: '#264653',
+  overhead: '#8d99ae',
+  memory: '#8d99ae',
 };
 
-const formatThroughput = (value: number): string => (value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2));
-const formatPercent = (ratio: number): string => (ratio >= 0.01 ? `${Math.round(ratio * 100)}%` : `${(ratio * 100).toPrecision(1)}%`);
+const formatThroughput = (value: number): string =>
+  value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2);
+const formatPercent = (ratio: number): string =>
+  ratio >= 0.01 ? `${Math.round(ratio * 100)}%` : `${(ratio * 100).toPrecision(1)}%`;
 
 const esc = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
@@ -17,10 +26,17 @@ function niceMax(value: number): number {
 
 /** The rows the bar chart shows: every throughput experiment, the ceiling's best batch only, the sweep's best level. */
 function barRows(rows: readonly ResultRow[]): ResultRow[] {
-  const ceiling = rows.filter((r) => r.experiment === 'ceiling').sort((a, b) => b.throughputPerSec - a.throughputPerSec)[0];
+  const ceiling = rows
+    .filter((r) => r.experiment === 'ceiling')
+    .sort((a, b) => b.throughputPerSec - a.throughputPerSec)[0];
   const sweep = rows.filter((r) => r.experiment === 'sweep').sort((a, b) => b.throughputPerSec - a.throughputPerSec)[0];
   // The lone-client batched run checks latency, not throughput; it would read as a slow configuration.
-  const middle = rows.filter((r) => ['decentralized', 'centralized', 'batched', 'workers'].includes(r.experiment) && Number.isFinite(r.throughputPerSec) && !(r.experiment === 'batched' && r.concurrency === 1));
+  const middle = rows.filter(
+    (r) =>
+      ['decentralized', 'centralized', 'batched', 'workers'].includes(r.experiment) &&
+      Number.isFinite(r.throughputPerSec) &&
+      !(r.experiment === 'batched' && r.concurrency === 1),
+  );
   return [...(ceiling ? [ceiling] : []), ...middle, ...(sweep ? [sweep] : [])];
 }
 
@@ -54,11 +70,19 @@ export function renderChartSvg(result: BenchResult): string {
   const panel2Height = sweep.length > 0 ? 330 : 0;
   const height = panel2Top + panel2Height + (sweep.length > 0 ? 70 : 0);
   const out: string[] = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" preserveAspectRatio="xMinYMin meet" font-family="system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif" font-size="14">`);
+  out.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" preserveAspectRatio="xMinYMin meet" font-family="system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif" font-size="14">`,
+  );
   out.push(`<rect width="100%" height="100%" fill="#ffffff"/>`);
-  out.push(`<text x="20" y="30" font-size="20" font-weight="600">Marina bench: ${esc(result.model)}, ${result.machine.cores} cores, ${esc(result.startedAt.slice(0, 10))}</text>`);
-  out.push(`<text x="20" y="52" fill="#555">${esc(result.machine.cpuModel)}. Throughput in images/s, higher is better.</text>`);
-  out.push(`<text x="20" y="72" fill="#555">Dashed line: the ceiling (onnxruntime-node directly, no HTTP, no decoding).</text>`);
+  out.push(
+    `<text x="20" y="30" font-size="20" font-weight="600">Marina bench: ${esc(result.model)}, ${result.machine.cores} cores, ${esc(result.startedAt.slice(0, 10))}</text>`,
+  );
+  out.push(
+    `<text x="20" y="52" fill="#555">${esc(result.machine.cpuModel)}. Throughput in images/s, higher is better.</text>`,
+  );
+  out.push(
+    `<text x="20" y="72" fill="#555">Dashed line: the ceiling (onnxruntime-node directly, no HTTP, no decoding).</text>`,
+  );
   if (isLog) out.push(`<text x="20" y="92" fill="#555">Logarithmic axis: each grid line is 10× the one before.</text>`);
   const plotWidth = width - left - right;
   let x: (v: number) => number;
@@ -75,20 +99,33 @@ export function renderChartSvg(result: BenchResult): string {
     ticks = [0, 1, 2, 3, 4, 5].map((i) => (maxTput / 5) * i);
   }
   for (const v of ticks) {
-    out.push(`<line x1="${x(v).toFixed(1)}" y1="${top1 - 4}" x2="${x(v).toFixed(1)}" y2="${barsBottom}" stroke="#e5e5e5"/>`);
-    out.push(`<text x="${x(v).toFixed(1)}" y="${barsBottom + 18}" text-anchor="middle" fill="#666">${Number(v.toPrecision(3))}</text>`);
+    out.push(
+      `<line x1="${x(v).toFixed(1)}" y1="${top1 - 4}" x2="${x(v).toFixed(1)}" y2="${barsBottom}" stroke="#e5e5e5"/>`,
+    );
+    out.push(
+      `<text x="${x(v).toFixed(1)}" y="${barsBottom + 18}" text-anchor="middle" fill="#666">${Number(v.toPrecision(3))}</text>`,
+    );
   }
   bars.forEach((row, i) => {
     const y = top1 + i * rowHeight;
     out.push(`<text x="${left}" y="${y + 13}" font-size="15">${esc(row.experiment)}: ${esc(row.config)}</text>`);
     const barWidth = Math.max(2, x(row.throughputPerSec) - left);
-    out.push(`<rect x="${left}" y="${y + labelHeight}" width="${barWidth.toFixed(1)}" height="${barHeight}" fill="${colours[row.experiment] ?? '#888'}" rx="2"/>`);
-    const ratio = Number.isFinite(row.ratioToCeiling) && row.experiment !== 'ceiling' ? ` (${formatPercent(row.ratioToCeiling)})` : '';
-    out.push(`<text x="${(left + barWidth + 6).toFixed(1)}" y="${y + labelHeight + 14}" font-size="15" fill="#222">${formatThroughput(row.throughputPerSec)}${ratio}</text>`);
+    out.push(
+      `<rect x="${left}" y="${y + labelHeight}" width="${barWidth.toFixed(1)}" height="${barHeight}" fill="${colours[row.experiment] ?? '#888'}" rx="2"/>`,
+    );
+    const ratio =
+      Number.isFinite(row.ratioToCeiling) && row.experiment !== 'ceiling'
+        ? ` (${formatPercent(row.ratioToCeiling)})`
+        : '';
+    out.push(
+      `<text x="${(left + barWidth + 6).toFixed(1)}" y="${y + labelHeight + 14}" font-size="15" fill="#222">${formatThroughput(row.throughputPerSec)}${ratio}</text>`,
+    );
   });
   const ceiling = bars.find((r) => r.experiment === 'ceiling');
   if (ceiling) {
-    out.push(`<line x1="${x(ceiling.throughputPerSec).toFixed(1)}" y1="${top1 - 6}" x2="${x(ceiling.throughputPerSec).toFixed(1)}" y2="${barsBottom}" stroke="#2f4b7c" stroke-width="2" stroke-dasharray="6 4"/>`);
+    out.push(
+      `<line x1="${x(ceiling.throughputPerSec).toFixed(1)}" y1="${top1 - 6}" x2="${x(ceiling.throughputPerSec).toFixed(1)}" y2="${barsBottom}" stroke="#2f4b7c" stroke-width="2" stroke-dasharray="6 4"/>`,
+    );
   }
 
   if (sweep.length > 0) {
@@ -96,9 +133,15 @@ export function renderChartSvg(result: BenchResult): string {
     const plotRight = width - 90;
     const plotTop = panel2Top + 70;
     const plotBottom = panel2Top + panel2Height;
-    out.push(`<text x="20" y="${panel2Top + 10}" font-size="17" font-weight="600">Concurrency sweep: ${esc(result.bestServerConfig ?? '')}</text>`);
-    out.push(`<text x="20" y="${panel2Top + 30}" fill="#555">Throughput (solid, left axis); latency p50 and p99 (dashed, right axis, ms)</text>`);
-    const xs = sweep.map((_, i) => plotLeft + (sweep.length === 1 ? 0.5 : i / (sweep.length - 1)) * (plotRight - plotLeft));
+    out.push(
+      `<text x="20" y="${panel2Top + 10}" font-size="17" font-weight="600">Concurrency sweep: ${esc(result.bestServerConfig ?? '')}</text>`,
+    );
+    out.push(
+      `<text x="20" y="${panel2Top + 30}" fill="#555">Throughput (solid, left axis); latency p50 and p99 (dashed, right axis, ms)</text>`,
+    );
+    const xs = sweep.map(
+      (_, i) => plotLeft + (sweep.length === 1 ? 0.5 : i / (sweep.length - 1)) * (plotRight - plotLeft),
+    );
     const sweepMax = Math.max(...sweep.map((r) => r.throughputPerSec));
     // A ceiling far above the sweep (a tiny model) would flatten it: then it is named, not drawn.
     const isCeilingDrawn = ceiling !== undefined && ceiling.throughputPerSec <= 2 * sweepMax;
@@ -109,26 +152,57 @@ export function renderChartSvg(result: BenchResult): string {
     for (let i = 0; i <= 4; i++) {
       const fy = plotBottom - (i / 4) * (plotBottom - plotTop);
       out.push(`<line x1="${plotLeft}" y1="${fy}" x2="${plotRight}" y2="${fy}" stroke="#eee"/>`);
-      out.push(`<text x="${plotLeft - 8}" y="${fy + 4}" text-anchor="end" fill="#2a9d8f">${Number(((tMax / 4) * i).toPrecision(3))}</text>`);
-      out.push(`<text x="${plotRight + 8}" y="${fy + 4}" fill="#e76f51">${Number(((lMax / 4) * i).toPrecision(3))}</text>`);
+      out.push(
+        `<text x="${plotLeft - 8}" y="${fy + 4}" text-anchor="end" fill="#2a9d8f">${Number(((tMax / 4) * i).toPrecision(3))}</text>`,
+      );
+      out.push(
+        `<text x="${plotRight + 8}" y="${fy + 4}" fill="#e76f51">${Number(((lMax / 4) * i).toPrecision(3))}</text>`,
+      );
     }
-    out.push(`<text x="${plotLeft - 60}" y="${(plotTop + plotBottom) / 2}" fill="#2a9d8f" transform="rotate(-90 ${plotLeft - 60} ${(plotTop + plotBottom) / 2})" text-anchor="middle">images/s</text>`);
-    out.push(`<text x="${plotRight + 60}" y="${(plotTop + plotBottom) / 2}" fill="#e76f51" transform="rotate(90 ${plotRight + 60} ${(plotTop + plotBottom) / 2})" text-anchor="middle">latency ms</text>`);
-    if (ceiling && !isCeilingDrawn) out.push(`<text x="20" y="${panel2Top + 50}" fill="#2f4b7c">The ceiling, ${formatThroughput(ceiling.throughputPerSec)} images/s, is far above this axis.</text>`);
-    if (ceiling && isCeilingDrawn) out.push(`<line x1="${plotLeft}" y1="${yT(ceiling.throughputPerSec)}" x2="${plotRight}" y2="${yT(ceiling.throughputPerSec)}" stroke="#2f4b7c" stroke-dasharray="6 4"/><text x="${plotLeft + 4}" y="${yT(ceiling.throughputPerSec) - 5}" fill="#2f4b7c">ceiling ${ceiling.throughputPerSec.toFixed(1)}</text>`);
-    const path = (ys: number[]) => ys.map((y, i) => `${i === 0 ? 'M' : 'L'}${xs[i]!.toFixed(1)},${y.toFixed(1)}`).join(' ');
-    out.push(`<path d="${path(sweep.map((r) => yT(r.throughputPerSec)))}" fill="none" stroke="#2a9d8f" stroke-width="3"/>`);
-    out.push(`<path d="${path(sweep.map((r) => yL(r.p99Ms)))}" fill="none" stroke="#e76f51" stroke-width="2" stroke-dasharray="7 4"/>`);
-    out.push(`<path d="${path(sweep.map((r) => yL(r.p50Ms)))}" fill="none" stroke="#f4a261" stroke-width="2" stroke-dasharray="2 3"/>`);
+    out.push(
+      `<text x="${plotLeft - 60}" y="${(plotTop + plotBottom) / 2}" fill="#2a9d8f" transform="rotate(-90 ${plotLeft - 60} ${(plotTop + plotBottom) / 2})" text-anchor="middle">images/s</text>`,
+    );
+    out.push(
+      `<text x="${plotRight + 60}" y="${(plotTop + plotBottom) / 2}" fill="#e76f51" transform="rotate(90 ${plotRight + 60} ${(plotTop + plotBottom) / 2})" text-anchor="middle">latency ms</text>`,
+    );
+    if (ceiling && !isCeilingDrawn)
+      out.push(
+        `<text x="20" y="${panel2Top + 50}" fill="#2f4b7c">The ceiling, ${formatThroughput(ceiling.throughputPerSec)} images/s, is far above this axis.</text>`,
+      );
+    if (ceiling && isCeilingDrawn)
+      out.push(
+        `<line x1="${plotLeft}" y1="${yT(ceiling.throughputPerSec)}" x2="${plotRight}" y2="${yT(ceiling.throughputPerSec)}" stroke="#2f4b7c" stroke-dasharray="6 4"/><text x="${plotLeft + 4}" y="${yT(ceiling.throughputPerSec) - 5}" fill="#2f4b7c">ceiling ${ceiling.throughputPerSec.toFixed(1)}</text>`,
+      );
+    const path = (ys: number[]) =>
+      ys.map((y, i) => `${i === 0 ? 'M' : 'L'}${xs[i]!.toFixed(1)},${y.toFixed(1)}`).join(' ');
+    out.push(
+      `<path d="${path(sweep.map((r) => yT(r.throughputPerSec)))}" fill="none" stroke="#2a9d8f" stroke-width="3"/>`,
+    );
+    out.push(
+      `<path d="${path(sweep.map((r) => yL(r.p99Ms)))}" fill="none" stroke="#e76f51" stroke-width="2" stroke-dasharray="7 4"/>`,
+    );
+    out.push(
+      `<path d="${path(sweep.map((r) => yL(r.p50Ms)))}" fill="none" stroke="#f4a261" stroke-width="2" stroke-dasharray="2 3"/>`,
+    );
     sweep.forEach((r, i) => {
-      out.push(`<circle cx="${xs[i]}" cy="${yT(r.throughputPerSec)}" r="4" fill="#2a9d8f"/><circle cx="${xs[i]}" cy="${yL(r.p99Ms)}" r="3" fill="#e76f51"/>`);
+      out.push(
+        `<circle cx="${xs[i]}" cy="${yT(r.throughputPerSec)}" r="4" fill="#2a9d8f"/><circle cx="${xs[i]}" cy="${yL(r.p99Ms)}" r="3" fill="#e76f51"/>`,
+      );
       out.push(`<text x="${xs[i]}" y="${plotBottom + 18}" text-anchor="middle" fill="#333">${r.concurrency}</text>`);
     });
-    out.push(`<text x="${(plotLeft + plotRight) / 2}" y="${plotBottom + 38}" text-anchor="middle" fill="#555">concurrent clients</text>`);
+    out.push(
+      `<text x="${(plotLeft + plotRight) / 2}" y="${plotBottom + 38}" text-anchor="middle" fill="#555">concurrent clients</text>`,
+    );
     const legendY = plotBottom + 58;
-    out.push(`<line x1="${plotLeft}" y1="${legendY}" x2="${plotLeft + 30}" y2="${legendY}" stroke="#2a9d8f" stroke-width="3"/><text x="${plotLeft + 36}" y="${legendY + 4}">throughput</text>`);
-    out.push(`<line x1="${plotLeft + 140}" y1="${legendY}" x2="${plotLeft + 170}" y2="${legendY}" stroke="#e76f51" stroke-width="2" stroke-dasharray="7 4"/><text x="${plotLeft + 176}" y="${legendY + 4}">p99 latency</text>`);
-    out.push(`<line x1="${plotLeft + 290}" y1="${legendY}" x2="${plotLeft + 320}" y2="${legendY}" stroke="#f4a261" stroke-width="2" stroke-dasharray="2 3"/><text x="${plotLeft + 326}" y="${legendY + 4}">p50 latency</text>`);
+    out.push(
+      `<line x1="${plotLeft}" y1="${legendY}" x2="${plotLeft + 30}" y2="${legendY}" stroke="#2a9d8f" stroke-width="3"/><text x="${plotLeft + 36}" y="${legendY + 4}">throughput</text>`,
+    );
+    out.push(
+      `<line x1="${plotLeft + 140}" y1="${legendY}" x2="${plotLeft + 170}" y2="${legendY}" stroke="#e76f51" stroke-width="2" stroke-dasharray="7 4"/><text x="${plotLeft + 176}" y="${legendY + 4}">p99 latency</text>`,
+    );
+    out.push(
+      `<line x1="${plotLeft + 290}" y1="${legendY}" x2="${plotLeft + 320}" y2="${legendY}" stroke="#f4a261" stroke-width="2" stroke-dasharray="2 3"/><text x="${plotLeft + 326}" y="${legendY + 4}">p50 latency</text>`,
+    );
   }
   out.push('</svg>');
   return out.join('\n') + '\n';

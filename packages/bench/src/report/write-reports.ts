@@ -27,14 +27,27 @@ export function formatMarkdownReport(result: BenchResult): string {
   lines.push(`![chart](chart.svg)`, '');
   lines.push('## Machine', '');
   const flags = describeCpuFlags(m.cpuFlags);
-  lines.push(`- CPU: ${m.cpuModel}, ${m.cores} cores${flags ? ` (${flags})` : ''}; memory ${m.memoryGb} GB; ${m.kernel}; host ${m.hostname}`);
+  lines.push(
+    `- CPU: ${m.cpuModel}, ${m.cores} cores${flags ? ` (${flags})` : ''}; memory ${m.memoryGb} GB; ${m.kernel}; host ${m.hostname}`,
+  );
   lines.push(`- Node ${m.nodeVersion}, onnxruntime-node ${m.onnxruntimeVersion}, sharp ${m.sharpVersion}`);
-  lines.push(`- Started ${result.startedAt}, took ${fmt(result.durationSec, 0)} s; model ${result.model} (${fmt(result.modelSizeMb, 0)} MB on disk); ${result.images} requests per server experiment at ${result.concurrency} clients`);
-  lines.push(`- The machine may be shared: figures vary by up to about 30% between runs, so compare ratios measured in one run.`, '');
+  lines.push(
+    `- Started ${result.startedAt}, took ${fmt(result.durationSec, 0)} s; model ${result.model} (${fmt(result.modelSizeMb, 0)} MB on disk); ${result.images} requests per server experiment at ${result.concurrency} clients`,
+  );
+  lines.push(
+    `- The machine may be shared: figures vary by up to about 30% between runs, so compare ratios measured in one run.`,
+    '',
+  );
   lines.push('## Results', '');
   lines.push(formatMarkdownTable(result.rows), '');
-  lines.push(`Ratios are to the ceiling's best batch size and to the best decentralized cap, both measured in this run. CPU is in % of one core (${m.cores * 100}% = all cores). RSS is of the server process tree, or the sum over live job processes for decentralized runs.`, '');
-  lines.push(`Model's own time for one image at ${m.cores} threads (decode + preprocess + run, in one process): p50 ${fmt(result.references.ownEndToEndP50Ms)} ms, of which the run alone ${fmt(result.references.ownInferP50Ms)} ms. Overhead model (tensor 2x+1), per request: ${fmt(result.references.tinyOwnEndToEndP50Ms, 3)} ms parse + run + serialise (run ${fmt(result.references.tinyOwnInferP50Ms, 3)} ms).`, '');
+  lines.push(
+    `Ratios are to the ceiling's best batch size and to the best decentralized cap, both measured in this run. CPU is in % of one core (${m.cores * 100}% = all cores). RSS is of the server process tree, or the sum over live job processes for decentralized runs.`,
+    '',
+  );
+  lines.push(
+    `Model's own time for one image at ${m.cores} threads (decode + preprocess + run, in one process): p50 ${fmt(result.references.ownEndToEndP50Ms)} ms, of which the run alone ${fmt(result.references.ownInferP50Ms)} ms. Overhead model (tensor 2x+1), per request: ${fmt(result.references.tinyOwnEndToEndP50Ms, 3)} ms parse + run + serialise (run ${fmt(result.references.tinyOwnInferP50Ms, 3)} ms).`,
+    '',
+  );
   lines.push('## Targets', '');
   lines.push('| target | threshold | measured | result |', '|---|---|---|---|');
   for (const t of result.targets) {
@@ -52,7 +65,11 @@ export function formatMarkdownReport(result: BenchResult): string {
     lines.push('## Memory', '');
     lines.push('| variant | RSS MB (peak) | PSS MB (at rest) |', '|---|---:|---:|');
     for (const v of result.memory) lines.push(`| ${v.label} | ${fmt(v.rssMb, 0)} | ${fmt(v.pssMb, 0)} |`);
-    lines.push('', `Model size: ${fmt(result.modelSizeMb, 0)} MB. An extra worker's cost is the 2-worker figure minus the 1-worker figure of the same variant.`, '');
+    lines.push(
+      '',
+      `Model size: ${fmt(result.modelSizeMb, 0)} MB. An extra worker's cost is the 2-worker figure minus the 1-worker figure of the same variant.`,
+      '',
+    );
   }
   if (result.notes.length > 0) {
     lines.push('## Notes', '');
@@ -74,7 +91,14 @@ export async function writeReports(result: BenchResult, outDir: string): Promise
   await writeFile(files.csvPath, formatCsv(result.rows));
   await writeFile(files.markdownPath, formatMarkdownReport(result));
   await writeFile(files.chartPath, renderChartSvg(result));
-  await writeFile(files.jsonPath, JSON.stringify(result, (_key, value: unknown) => (typeof value === 'number' && !Number.isFinite(value) ? null : value), 2));
+  await writeFile(
+    files.jsonPath,
+    JSON.stringify(
+      result,
+      (_key, value: unknown) => (typeof value === 'number' && !Number.isFinite(value) ? null : value),
+      2,
+    ),
+  );
   const latestDir = join(dirname(outDir), 'latest');
   if (latestDir !== outDir) {
     await rm(latestDir, { recursive: true, force: true });

@@ -89,11 +89,22 @@ export function describeConfig(c: TuneConfig): string {
 /** The `models=` settings of a configuration (TorchServe's keys plus Marina's intraOpNumThreads). */
 export function configSettings(c: TuneConfig): ServerModelSettings {
   // No maxBatchDelay at batch size 1: there is nothing to wait for, and a 0 there reads as "unset" (100 ms).
-  return { minWorkers: c.workers, maxWorkers: c.workers, batchSize: c.batchSize, ...(c.batchSize > 1 ? { maxBatchDelay: c.maxBatchDelay } : {}), intraOpNumThreads: c.threads };
+  return {
+    minWorkers: c.workers,
+    maxWorkers: c.workers,
+    batchSize: c.batchSize,
+    ...(c.batchSize > 1 ? { maxBatchDelay: c.maxBatchDelay } : {}),
+    intraOpNumThreads: c.threads,
+  };
 }
 
 /** The config.properties lines that serve `c`: the same `load_models` and `models` lines the measured server was started with. */
-export function configLines(options: { modelName: string; modelVersion: string; archiveFileName: string; config: TuneConfig }): string[] {
+export function configLines(options: {
+  modelName: string;
+  modelVersion: string;
+  archiveFileName: string;
+  config: TuneConfig;
+}): string[] {
   return [
     `load_models=${options.modelName}=${options.archiveFileName}`,
     `models=${JSON.stringify({ [options.modelName]: { [options.modelVersion]: configSettings(options.config) } })}`,
@@ -103,7 +114,8 @@ export function configLines(options: { modelName: string; modelVersion: string; 
 /** workers × threads pairs that use the cores without oversubscribing them: for each worker count (powers of two), the most threads that fit. */
 export function workerThreadPairs(cores: number): Array<{ workers: number; threads: number }> {
   const pairs: Array<{ workers: number; threads: number }> = [];
-  for (let workers = 1; workers <= cores; workers *= 2) pairs.push({ workers, threads: Math.max(1, Math.floor(cores / workers)) });
+  for (let workers = 1; workers <= cores; workers *= 2)
+    pairs.push({ workers, threads: Math.max(1, Math.floor(cores / workers)) });
   if (!pairs.some((p) => p.workers === cores)) pairs.push({ workers: cores, threads: 1 });
   return pairs;
 }
@@ -123,21 +135,52 @@ function rank(a: TuneMeasurement, b: TuneMeasurement): number {
   return b.throughputPerSec - a.throughputPerSec;
 }
 
-async function requestBody(options: TuneOptions, archivePath: string): Promise<{ body: Buffer; contentType: string; from: string; handler: string; modelName: string; modelVersion: string }> {
+async function requestBody(
+  options: TuneOptions,
+  archivePath: string,
+): Promise<{
+  body: Buffer;
+  contentType: string;
+  from: string;
+  handler: string;
+  modelName: string;
+  modelVersion: string;
+}> {
   const model = await openModel(archivePath);
   try {
-    if (model.modelDir === undefined) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`tune needs a model archive (.mar, .tar.gz or an archive folder), not a bare ONNX file: package it with model-archiver first`);
+    if (model.modelDir === undefined)
+      throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(
+        `tune needs a model archive (.mar, .tar.gz or an archive folder), not a bare ONNX file: package it with model-archiver first`,
+      );
     const handler = model.handler ?? 'base_handler';
-    const defaultType = ['image_classifier', 'image_segmenter', 'object_detector'].includes(handler) ? 'image/jpeg' : handler === 'tensor' || handler === 'base_handler' ? 'application/json' : 'application/octet-stream';
+    const defaultType = ['image_classifier', 'image_segmenter', 'object_detector'].includes(handler)
+      ? 'image/jpeg'
+      : handler === 'tensor' || handler === 'base_handler'
+        ? 'application/json'
+        : 'application/octet-stream';
     const samplePath = options.inputPath ?? (await warmupSamplePath(model));
     const base = { handler, modelName: model.modelName, modelVersion: model.modelVersion ?? '1.0' };
-    if (samplePath) return { ...base, body: await readFile(samplePath), contentType: options.contentType ?? defaultType, from: basename(samplePath) };
+    if (samplePath)
+      return {
+        ...base,
+        body: await readFile(samplePath),
+        contentType: options.contentType ?? defaultType,
+        from: basename(samplePath),
+      };
     const session = await ort.InferenceSession.create(model.modelFile, { intraOpNumThreads: 1 });
     const signature = sessionSignature(session);
     await session.release();
     const synthetic = await syntheticRequestBody(handler, signature);
-    if (!synthetic) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`the archive's handler '${handler}' is custom, so no request can be made from the model's signature; pass a request body with --input <file> (and --content-type)`);
-    return { ...base, body: synthetic.body, contentType: options.contentType ?? synthetic.contentType, from: `synthetic from the signature (${handler})` };
+    if (!synthetic)
+      throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(
+        `the archive's handler '${handler}' is custom, so no request can be made from the model's signature; pass a request body with --input <file> (and --content-type)`,
+      );
+    return {
+      ...base,
+      body: synthetic.body,
+      contentType: options.contentType ?? synthetic.contentType,
+      from: `synthetic from the signature (${handler})`,
+    };
   } finally {
     await model.cleanup();
   }
@@ -159,8 +202,12 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
   const deadlineMs = startedMs + budgetS * 1000;
   const cores = options.cores ?? os.availableParallelism();
   const maxBatchSize = options.maxBatchSize ?? 8;
-  if (!(budgetS > 0)) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`--budget-s must be above 0, got ${budgetS}`);
-  if (!Number.isInteger(maxBatchSize) || maxBatchSize < 1) throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`--max-batch-size must be a whole number of 1 or more, got ${maxBatchSize}`);
+  if (!(budgetS > 0))
+    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(`--budget-s must be above 0, got ${budgetS}`);
+  if (!Number.isInteger(maxBatchSize) || maxBatchSize < 1)
+    throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(
+      `--max-batch-size must be a whole number of 1 or more, got ${maxBatchSize}`,
+    );
   const archivePath = resolve(options.archivePath);
   const serveBin = resolve(options.serveBin ?? process.env['MARINA_SERVE_BIN'] ?? defaultServeBin());
   const loadStart = readLoadAverage();
@@ -175,13 +222,21 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
   const log = (message: string) => options.onProgress?.(message);
 
   /** Starts a server with `config`, runs `body` against it, stops it. Undefined (and a skipped entry) when it did not start. */
-  const withServer = async <T>(config: TuneConfig, body: (origin: string) => Promise<T>): Promise<{ value: T; startMs: number } | undefined> => {
+  const withServer = async <T>(
+    config: TuneConfig,
+    body: (origin: string) => Promise<T>,
+  ): Promise<{ value: T; startMs: number } | undefined> => {
     const t0 = performance.now();
     let server;
     try {
       server = await startServer({
-        serveBin, modelStoreDir, archiveFileName, modelName: input.modelName, modelVersion: input.modelVersion,
-        settings: configSettings(config), workDir: join(workRoot, `server-${++serverCount}`),
+        serveBin,
+        modelStoreDir,
+        archiveFileName,
+        modelName: input.modelName,
+        modelVersion: input.modelVersion,
+        settings: configSettings(config),
+        workDir: join(workRoot, `server-${++serverCount}`),
         // Its own pid file and caches, shared by this run's servers only: a tune never meets the bench's or another tune's server.
         tmpDir: join(workRoot, 'tmp'),
         startTimeoutMs: Math.max(5_000, deadlineMs - performance.now()),
@@ -195,7 +250,10 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
     try {
       return { value: await body(server.origin), startMs };
     } catch (error) {
-      skipped.push({ config: describeConfig(config), reason: `measurement failed: ${(error as Error).message.slice(0, 300)}` });
+      skipped.push({
+        config: describeConfig(config),
+        reason: `measurement failed: ${(error as Error).message.slice(0, 300)}`,
+      });
       return undefined;
     } finally {
       await server.stop();
@@ -205,15 +263,29 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
   const measure = async (config: TuneConfig, measureMs: number): Promise<TuneMeasurement | undefined> => {
     const concurrency = Math.max(2, config.workers * config.batchSize * 2);
     log(`measuring ${describeConfig(config)} with ${concurrency} clients for ${(measureMs / 1000).toFixed(1)} s`);
-    const outcome = await withServer(config, (origin) => runLoad({
-      origin, path: `/predictions/${input.modelName}`, body: input.body, contentType: input.contentType,
-      concurrency, requests: Number.MAX_SAFE_INTEGER, durationMs: measureMs, warmupRequests: concurrency * 2,
-    }));
+    const outcome = await withServer(config, (origin) =>
+      runLoad({
+        origin,
+        path: `/predictions/${input.modelName}`,
+        body: input.body,
+        contentType: input.contentType,
+        concurrency,
+        requests: Number.MAX_SAFE_INTEGER,
+        durationMs: measureMs,
+        warmupRequests: concurrency * 2,
+      }),
+    );
     if (!outcome) return undefined;
     const stats = summarizeLatencies(outcome.value.latenciesMs);
     const m: TuneMeasurement = {
-      ...config, concurrency, requests: stats.count, errors: outcome.value.errors, throughputPerSec: outcome.value.throughputPerSec,
-      p50Ms: stats.p50Ms, p99Ms: stats.p99Ms, startMs: outcome.startMs,
+      ...config,
+      concurrency,
+      requests: stats.count,
+      errors: outcome.value.errors,
+      throughputPerSec: outcome.value.throughputPerSec,
+      p50Ms: stats.p50Ms,
+      p99Ms: stats.p99Ms,
+      startMs: outcome.startMs,
     };
     measured.push(m);
     log(`  ${m.throughputPerSec.toFixed(1)}/s, p50 ${m.p50Ms.toFixed(1)} ms, p99 ${m.p99Ms.toFixed(1)} ms`);
@@ -232,7 +304,8 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
     if (left < startCost + MIN_MEASURE_MS) return undefined;
     return Math.min(15_000, Math.max(MIN_MEASURE_MS, left / (plannedAfter + 1) - startCost));
   };
-  const outOfBudget = (config: TuneConfig) => skipped.push({ config: describeConfig(config), reason: `not measured: the budget (${budgetS} s) ran out` });
+  const outOfBudget = (config: TuneConfig) =>
+    skipped.push({ config: describeConfig(config), reason: `not measured: the budget (${budgetS} s) ran out` });
 
   try {
     const pairs = workerThreadPairs(cores);
@@ -241,7 +314,8 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
     // Phase 1: workers x threads at batch 1. Phase 2: batch sizes for the best pair. Phase 3: a longer delay where batching helped.
     for (let i = 0; i < plan.length; i++) {
       // The first configuration is always measured, however small the budget.
-      const ms = sliceMs(plan.length - 1 - i + extraBatches.length + 1) ?? (measured.length === 0 ? MIN_MEASURE_MS : undefined);
+      const ms =
+        sliceMs(plan.length - 1 - i + extraBatches.length + 1) ?? (measured.length === 0 ? MIN_MEASURE_MS : undefined);
       if (ms === undefined) outOfBudget(plan[i]!);
       else await measure(plan[i]!, ms);
     }
@@ -250,7 +324,12 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
       const batch1 = bestPair.throughputPerSec;
       let bestBatched: TuneMeasurement | undefined;
       for (let i = 0; i < extraBatches.length; i++) {
-        const config = { workers: bestPair.workers, threads: bestPair.threads, batchSize: extraBatches[i]!, maxBatchDelay: 5 };
+        const config = {
+          workers: bestPair.workers,
+          threads: bestPair.threads,
+          batchSize: extraBatches[i]!,
+          maxBatchDelay: 5,
+        };
         const ms = sliceMs(extraBatches.length - 1 - i + 1);
         if (ms === undefined) {
           outOfBudget(config);
@@ -261,17 +340,26 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
       }
       // Batching helps when a batched run beat batch 1 by more than the noise of a short run.
       if (bestBatched && bestBatched.throughputPerSec > batch1 * 1.05) {
-        const config = { workers: bestBatched.workers, threads: bestBatched.threads, batchSize: bestBatched.batchSize, maxBatchDelay: 25 };
+        const config = {
+          workers: bestBatched.workers,
+          threads: bestBatched.threads,
+          batchSize: bestBatched.batchSize,
+          maxBatchDelay: 25,
+        };
         const ms = sliceMs(0);
         if (ms === undefined) outOfBudget(config);
         else await measure(config, ms);
       } else if (bestBatched) {
-        log(`batching did not help (best batched ${bestBatched.throughputPerSec.toFixed(1)}/s vs batch 1 ${batch1.toFixed(1)}/s), so maxBatchDelay is not varied`);
+        log(
+          `batching did not help (best batched ${bestBatched.throughputPerSec.toFixed(1)}/s vs batch 1 ${batch1.toFixed(1)}/s), so maxBatchDelay is not varied`,
+        );
       }
     }
     const usable = measured.filter((m) => m.requests > 0);
     if (usable.length === 0) {
-      throw benchErrors.create.MARINA_ERR_BENCH_TUNE_NO_RESULT(`no configuration of ${archiveFileName} was measured within ${budgetS} s (${skipped.map((s) => `${s.config}: ${s.reason}`).join('; ') || 'none started'}); raise --budget-s`);
+      throw benchErrors.create.MARINA_ERR_BENCH_TUNE_NO_RESULT(
+        `no configuration of ${archiveFileName} was measured within ${budgetS} s (${skipped.map((s) => `${s.config}: ${s.reason}`).join('; ') || 'none started'}); raise --budget-s`,
+      );
     }
     usable.sort(rank);
     const best = usable[0]!;
@@ -289,15 +377,31 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
           const ms = (curveLeftMs() - 500) / (levels.length - i);
           if (ms < 300) break;
           const load = await runLoad({
-            origin, path: `/predictions/${input.modelName}`, body: input.body, contentType: input.contentType,
-            concurrency: levels[i]!, requests: Number.MAX_SAFE_INTEGER, durationMs: Math.min(ms, 10_000), warmupRequests: i === 0 ? levels[0]! : 0,
+            origin,
+            path: `/predictions/${input.modelName}`,
+            body: input.body,
+            contentType: input.contentType,
+            concurrency: levels[i]!,
+            requests: Number.MAX_SAFE_INTEGER,
+            durationMs: Math.min(ms, 10_000),
+            warmupRequests: i === 0 ? levels[0]! : 0,
           });
           const stats = summarizeLatencies(load.latenciesMs);
-          curve.push({ concurrency: levels[i]!, throughputPerSec: load.throughputPerSec, p50Ms: stats.p50Ms, p99Ms: stats.p99Ms, requests: stats.count, errors: load.errors });
+          curve.push({
+            concurrency: levels[i]!,
+            throughputPerSec: load.throughputPerSec,
+            p50Ms: stats.p50Ms,
+            p99Ms: stats.p99Ms,
+            requests: stats.count,
+            errors: load.errors,
+          });
         }
       });
     } else {
-      skipped.push({ config: `curve of ${describeConfig(best)}`, reason: `not measured: the budget (${budgetS} s) ran out` });
+      skipped.push({
+        config: `curve of ${describeConfig(best)}`,
+        reason: `not measured: the budget (${budgetS} s) ran out`,
+      });
     }
 
     return {
@@ -313,7 +417,15 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
       input: { from: input.from, bytes: input.body.length, contentType: input.contentType },
       measured: usable,
       skipped,
-      recommendation: { ...best, configLines: configLines({ modelName: input.modelName, modelVersion: input.modelVersion, archiveFileName, config: best }) },
+      recommendation: {
+        ...best,
+        configLines: configLines({
+          modelName: input.modelName,
+          modelVersion: input.modelVersion,
+          archiveFileName,
+          config: best,
+        }),
+      },
       curve,
     };
   } finally {
@@ -325,21 +437,56 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
 export function formatTuneResult(result: TuneResult): string {
   const f = (v: number, digits = 1) => (Number.isFinite(v) ? v.toFixed(digits) : 'n/a');
   const lines: string[] = [];
-  lines.push(`${result.modelName} ${result.modelVersion} (${result.handler}) on ${result.machine.cpuModel}, ${result.cores} cores; load average ${f(result.loadAverage.start, 2)} -> ${f(result.loadAverage.end, 2)}`);
-  lines.push(`input: ${result.input.from}, ${result.input.bytes} bytes, ${result.input.contentType}; ${result.measured.length} configurations in ${f(result.elapsedS)} s of a ${result.budgetS} s budget`);
+  lines.push(
+    `${result.modelName} ${result.modelVersion} (${result.handler}) on ${result.machine.cpuModel}, ${result.cores} cores; load average ${f(result.loadAverage.start, 2)} -> ${f(result.loadAverage.end, 2)}`,
+  );
+  lines.push(
+    `input: ${result.input.from}, ${result.input.bytes} bytes, ${result.input.contentType}; ${result.measured.length} configurations in ${f(result.elapsedS)} s of a ${result.budgetS} s budget`,
+  );
   lines.push('');
-  lines.push(`recommended (${describeConfig(result.recommendation)}): ${f(result.recommendation.throughputPerSec)}/s, p50 ${f(result.recommendation.p50Ms)} ms, p99 ${f(result.recommendation.p99Ms)} ms at ${result.recommendation.concurrency} clients`);
+  lines.push(
+    `recommended (${describeConfig(result.recommendation)}): ${f(result.recommendation.throughputPerSec)}/s, p50 ${f(result.recommendation.p50Ms)} ms, p99 ${f(result.recommendation.p99Ms)} ms at ${result.recommendation.concurrency} clients`,
+  );
   lines.push('# config.properties');
   lines.push(...result.recommendation.configLines);
   lines.push('');
-  const header = ['#', 'workers', 'threads', 'batch', 'delay ms', 'clients', 'req/s', 'p50 ms', 'p99 ms', 'requests', 'errors', 'start s'];
-  const rows = result.measured.map((m, i) => [String(i + 1), String(m.workers), String(m.threads), String(m.batchSize), String(m.maxBatchDelay), String(m.concurrency), f(m.throughputPerSec), f(m.p50Ms), f(m.p99Ms), String(m.requests), String(m.errors), f(m.startMs / 1000)]);
+  const header = [
+    '#',
+    'workers',
+    'threads',
+    'batch',
+    'delay ms',
+    'clients',
+    'req/s',
+    'p50 ms',
+    'p99 ms',
+    'requests',
+    'errors',
+    'start s',
+  ];
+  const rows = result.measured.map((m, i) => [
+    String(i + 1),
+    String(m.workers),
+    String(m.threads),
+    String(m.batchSize),
+    String(m.maxBatchDelay),
+    String(m.concurrency),
+    f(m.throughputPerSec),
+    f(m.p50Ms),
+    f(m.p99Ms),
+    String(m.requests),
+    String(m.errors),
+    f(m.startMs / 1000),
+  ]);
   const widths = header.map((h, c) => Math.max(h.length, ...rows.map((r) => r[c]!.length)));
   const line = (cells: string[]) => cells.map((cell, c) => cell.padStart(widths[c]!)).join('  ');
   lines.push('measured, best first:', line(header), ...rows.map(line));
   if (result.curve.length > 0) {
     lines.push('', `curve of the recommendation (clients: req/s, p50 / p99 ms):`);
-    for (const p of result.curve) lines.push(`  ${String(p.concurrency).padStart(3)}: ${f(p.throughputPerSec).padStart(8)}/s  ${f(p.p50Ms)} / ${f(p.p99Ms)}${p.errors > 0 ? `  (${p.errors} errors)` : ''}`);
+    for (const p of result.curve)
+      lines.push(
+        `  ${String(p.concurrency).padStart(3)}: ${f(p.throughputPerSec).padStart(8)}/s  ${f(p.p50Ms)} / ${f(p.p99Ms)}${p.errors > 0 ? `  (${p.errors} errors)` : ''}`,
+      );
   }
   for (const s of result.skipped) lines.push(`skipped ${s.config}: ${s.reason}`);
   return lines.join('\n');

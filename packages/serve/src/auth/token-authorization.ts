@@ -104,7 +104,11 @@ export async function createTokenAuthorization(options: CreateTokenAuthorization
   const expiring = (): ExpiringKey => ({ key: newKey(), expiresAtMs: now() + tokenExpirationMin * 60_000 });
   const provided = options.isKeyFileProvided ? await readKeyFile(keyFilePath) : undefined;
   const keys: { inference: ExpiringKey; management: ExpiringKey; api: string } = provided
-    ? { inference: { key: provided.inference.key, expiresAtMs: Infinity }, management: { key: provided.management.key, expiresAtMs: Infinity }, api: provided.API.key }
+    ? {
+        inference: { key: provided.inference.key, expiresAtMs: Infinity },
+        management: { key: provided.management.key, expiresAtMs: Infinity },
+        api: provided.API.key,
+      }
     : { inference: expiring(), management: expiring(), api: newKey() };
 
   const keyFile = (): KeyFile => ({
@@ -158,10 +162,14 @@ export async function readKeyFile(keyFilePath: string): Promise<KeyFile> {
   try {
     parsed = JSON.parse(await readFile(keyFilePath, 'utf8'));
   } catch (cause) {
-    throw authErrors.create.MARINA_ERR_KEY_FILE_INVALID(`cannot read key file '${keyFilePath}': ${(cause as Error).message}`, { cause });
+    throw authErrors.create.MARINA_ERR_KEY_FILE_INVALID(
+      `cannot read key file '${keyFilePath}': ${(cause as Error).message}`,
+      { cause },
+    );
   }
   const file = parsed as Partial<KeyFile> | null;
-  const isKey = (v: unknown): boolean => typeof v === 'object' && v !== null && typeof (v as { key?: unknown }).key === 'string';
+  const isKey = (v: unknown): boolean =>
+    typeof v === 'object' && v !== null && typeof (v as { key?: unknown }).key === 'string';
   if (!file || !isKey(file.management) || !isKey(file.inference) || !isKey(file.API)) {
     throw authErrors.create.MARINA_ERR_KEY_FILE_INVALID(
       `key file '${keyFilePath}' must hold "management", "inference" and "API" objects with a "key"; delete it and restart the server`,
@@ -187,7 +195,6 @@ function failure(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<T
       );
   }
 }
-
 
 /**
  * Declares the key every route registered in `app` (an encapsulated plugin) needs, unless a route
@@ -224,7 +231,8 @@ export function createTokenHook(options: CreateTokenHookOptions): onRequestHookH
   return function tokenHook(request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) {
     const declared = request.is404 ? undefined : request.routeOptions.config?.auth;
     if (declared === 'none') return done();
-    const candidates: readonly KeyType[] = declared !== undefined ? [declared] : request.is404 ? listenerKeys : [strongest];
+    const candidates: readonly KeyType[] =
+      declared !== undefined ? [declared] : request.is404 ? listenerKeys : [strongest];
     let first: Exclude<TokenCheckResult, 'ok'> | undefined;
     for (const keyType of candidates) {
       const result = tokens.check(keyType, request.headers.authorization);
@@ -233,7 +241,10 @@ export function createTokenHook(options: CreateTokenHookOptions): onRequestHookH
     }
     const keyType = candidates[0]!;
     const result = first!;
-    reply.header('WWW-Authenticate', `Bearer realm="marina-${keyType}"${result === 'missing' ? '' : ', error="invalid_token"'}`);
+    reply.header(
+      'WWW-Authenticate',
+      `Bearer realm="marina-${keyType}"${result === 'missing' ? '' : ', error="invalid_token"'}`,
+    );
     sendTorchServeError(request, reply, failure(tokens, keyType, result));
   };
 }
@@ -250,11 +261,17 @@ export async function tokenRoutes(app: FastifyInstance, options: { tokens: Token
     method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'],
     url: '/token',
     config: { auth: 'API' },
-    schema: { description: 'Rotate a key: ?type=management or ?type=inference; needs the API key.', querystring: { type: 'object', properties: { type: { type: 'string' } } } } as FastifySchema,
+    schema: {
+      description: 'Rotate a key: ?type=management or ?type=inference; needs the API key.',
+      querystring: { type: 'object', properties: { type: { type: 'string' } } },
+    } as FastifySchema,
     handler: async (request, reply) => {
       const result = tokens.check('API', request.headers.authorization);
       if (result !== 'ok') {
-        reply.header('WWW-Authenticate', `Bearer realm="marina-API"${result === 'missing' ? '' : ', error="invalid_token"'}`);
+        reply.header(
+          'WWW-Authenticate',
+          `Bearer realm="marina-API"${result === 'missing' ? '' : ', error="invalid_token"'}`,
+        );
         return sendTorchServeError(request, reply, failure(tokens, 'API', result));
       }
       const type = (request.query as Record<string, unknown>).type;

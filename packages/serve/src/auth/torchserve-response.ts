@@ -37,7 +37,12 @@ export function setTorchServeHeaders(request: FastifyRequest, reply: FastifyRepl
 }
 
 /** Sends `body` as TorchServe does: pretty-printed JSON ending in a newline. */
-export function sendTorchServeJson(request: FastifyRequest, reply: FastifyReply, statusCode: number, body: unknown): FastifyReply {
+export function sendTorchServeJson(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  statusCode: number,
+  body: unknown,
+): FastifyReply {
   setTorchServeHeaders(request, reply, statusCode);
   return reply
     .code(statusCode)
@@ -63,7 +68,10 @@ export function toTorchServeError(error: unknown): TorchServeErrorBody {
       marinaCode: error.code,
     };
   }
-  const statusCode = typeof (error as { statusCode?: unknown })?.statusCode === 'number' ? (error as { statusCode: number }).statusCode : 500;
+  const statusCode =
+    typeof (error as { statusCode?: unknown })?.statusCode === 'number'
+      ? (error as { statusCode: number }).statusCode
+      : 500;
   const message = error instanceof Error ? error.message : String(error);
   return { code: statusCode, type: torchServeExceptionType(statusCode), message };
 }
@@ -75,7 +83,10 @@ export function sendTorchServeError(request: FastifyRequest, reply: FastifyReply
     // An Open Inference Protocol route: the protocol's body, the stable code in a header (as the v2 routes send their own errors).
     setTorchServeHeaders(request, reply, body.code);
     if (body.marinaCode) reply.header('x-marina-error-code', body.marinaCode);
-    return reply.code(body.code).type('application/json').send(JSON.stringify({ error: body.message }));
+    return reply
+      .code(body.code)
+      .type('application/json')
+      .send(JSON.stringify({ error: body.message }));
   }
   return sendTorchServeJson(request, reply, body.code, body);
 }

@@ -112,12 +112,14 @@ export function readOrtModelSettings(modelYamlConfig: Record<string, unknown> | 
   const section = raw as Record<string, unknown>;
   const settings: OrtModelSettings = {};
   const level = section['graphOptimizationLevel'];
-  if (typeof level === 'string' && (GRAPH_OPTIMIZATION_LEVELS as readonly string[]).includes(level)) settings.graphOptimizationLevel = level as GraphOptimizationLevel;
+  if (typeof level === 'string' && (GRAPH_OPTIMIZATION_LEVELS as readonly string[]).includes(level))
+    settings.graphOptimizationLevel = level as GraphOptimizationLevel;
   if (typeof section['enableCpuMemArena'] === 'boolean') settings.enableCpuMemArena = section['enableCpuMemArena'];
   if (typeof section['enableMemPattern'] === 'boolean') settings.enableMemPattern = section['enableMemPattern'];
   if (typeof section['allowSpinning'] === 'boolean') settings.allowSpinning = section['allowSpinning'];
   if (typeof section['forceSpinningStop'] === 'boolean') settings.forceSpinningStop = section['forceSpinningStop'];
-  if (typeof section['cacheOptimizedModel'] === 'boolean') settings.cacheOptimizedModel = section['cacheOptimizedModel'];
+  if (typeof section['cacheOptimizedModel'] === 'boolean')
+    settings.cacheOptimizedModel = section['cacheOptimizedModel'];
   return settings;
 }
 
@@ -144,7 +146,10 @@ export function readOrtModelSettings(modelYamlConfig: Record<string, unknown> | 
  * servers taking turns in blocks (three runs): 13.05–13.78 against 14.29–16.74 ms of client
  * latency beyond the model's run, and the run itself 169.0–174.2 against 175.0–180.8 ms.
  */
-export function createSessionOptions(threading: SessionThreading, settings: OrtModelSettings = {}): ort.InferenceSession.SessionOptions {
+export function createSessionOptions(
+  threading: SessionThreading,
+  settings: OrtModelSettings = {},
+): ort.InferenceSession.SessionOptions {
   const options: ort.InferenceSession.SessionOptions = {
     graphOptimizationLevel: settings.graphOptimizationLevel ?? 'all',
     intraOpNumThreads: threading.intraOpNumThreads,
@@ -160,8 +165,13 @@ export function createSessionOptions(threading: SessionThreading, settings: OrtM
 
 /** The session's spinning config entries: `force_spinning_stop` only where the threads spin at all. */
 function spinningEntries(settings: OrtModelSettings, threading: SessionThreading): Record<string, string> {
-  if (!(settings.allowSpinning ?? threading.allowSpinning ?? ALLOW_SPINNING_DEFAULT)) return { 'intra_op.allow_spinning': '0' };
-  return { 'intra_op.allow_spinning': '1', force_spinning_stop: (settings.forceSpinningStop ?? threading.forceSpinningStop ?? FORCE_SPINNING_STOP_DEFAULT) ? '1' : '0' };
+  if (!(settings.allowSpinning ?? threading.allowSpinning ?? ALLOW_SPINNING_DEFAULT))
+    return { 'intra_op.allow_spinning': '0' };
+  return {
+    'intra_op.allow_spinning': '1',
+    force_spinning_stop:
+      (settings.forceSpinningStop ?? threading.forceSpinningStop ?? FORCE_SPINNING_STOP_DEFAULT) ? '1' : '0',
+  };
 }
 
 /**
@@ -175,15 +185,28 @@ function spinningEntries(settings: OrtModelSettings, threading: SessionThreading
  *
  * @throws onnxruntime's error when the model cannot be loaded.
  */
-export async function createSession(modelPath: string, sessionSettings: SessionSettings): Promise<ort.InferenceSession> {
+export async function createSession(
+  modelPath: string,
+  sessionSettings: SessionSettings,
+): Promise<ort.InferenceSession> {
   const settings = sessionSettings.ort;
   const options = createSessionOptions(sessionSettings.threading, settings);
-  if (options.graphOptimizationLevel === 'disabled' || !(await isOptimizedCopyWanted(modelPath, settings.cacheOptimizedModel ?? sessionSettings.cacheOptimizedModelDefault))) return ort.InferenceSession.create(modelPath, options);
+  if (
+    options.graphOptimizationLevel === 'disabled' ||
+    !(await isOptimizedCopyWanted(
+      modelPath,
+      settings.cacheOptimizedModel ?? sessionSettings.cacheOptimizedModelDefault,
+    ))
+  )
+    return ort.InferenceSession.create(modelPath, options);
   let optimizedPath: string;
   try {
     optimizedPath = await ensureOptimizedModel(modelPath, options);
   } catch (error) {
-    process.emitWarning(`could not write the optimised copy of ${modelPath} (${(error as Error).message}); loading it directly, so each worker keeps its own copy of the weights`, { code: 'MARINA_ORT_OPTIMIZED_COPY_FAILED' });
+    process.emitWarning(
+      `could not write the optimised copy of ${modelPath} (${(error as Error).message}); loading it directly, so each worker keeps its own copy of the weights`,
+      { code: 'MARINA_ORT_OPTIMIZED_COPY_FAILED' },
+    );
     return ort.InferenceSession.create(modelPath, options);
   }
   return ort.InferenceSession.create(optimizedPath, { ...options, graphOptimizationLevel: 'disabled' });
@@ -204,7 +227,14 @@ export function optimizedModelCacheDir(): string {
 async function ensureOptimizedModel(modelPath: string, options: ort.InferenceSession.SessionOptions): Promise<string> {
   const source = path.resolve(modelPath);
   const { size, mtimeMs } = await stat(source);
-  const identity = { source, size, mtimeMs, ort: ort.env.versions.common, cpu: os.cpus()[0]?.model ?? os.arch(), level: options.graphOptimizationLevel };
+  const identity = {
+    source,
+    size,
+    mtimeMs,
+    ort: ort.env.versions.common,
+    cpu: os.cpus()[0]?.model ?? os.arch(),
+    level: options.graphOptimizationLevel,
+  };
   const key = createHash('sha256').update(JSON.stringify(identity)).digest('hex').slice(0, 24);
   const cacheDir = optimizedModelCacheDir();
   const finalDir = path.join(cacheDir, key);
@@ -228,7 +258,13 @@ async function ensureOptimizedModel(modelPath: string, options: ort.InferenceSes
       logSeverityLevel: 3,
       optimizedModelFilePath: path.join(workDir, 'model.onnx'),
       // onnxruntime-node joins the nesting with dots: session.optimized_model_external_initializers_*.
-      extra: { session: { ...(options.extra as { session?: Record<string, string> } | undefined)?.session, optimized_model_external_initializers_file_name: 'model.onnx.data', optimized_model_external_initializers_min_size_in_bytes: '1024' } },
+      extra: {
+        session: {
+          ...(options.extra as { session?: Record<string, string> } | undefined)?.session,
+          optimized_model_external_initializers_file_name: 'model.onnx.data',
+          optimized_model_external_initializers_min_size_in_bytes: '1024',
+        },
+      },
     });
     await writer.release();
     await writeFile(path.join(workDir, 'source.json'), `${JSON.stringify(identity)}\n`);
@@ -249,7 +285,9 @@ async function removeStaleCopies(cacheDir: string, source: string, currentKey: s
   for (const entry of await readdir(cacheDir)) {
     if (entry === currentKey || entry.includes('.tmp-')) continue;
     try {
-      const recorded = JSON.parse(await readFile(path.join(cacheDir, entry, 'source.json'), 'utf8')) as { source?: string };
+      const recorded = JSON.parse(await readFile(path.join(cacheDir, entry, 'source.json'), 'utf8')) as {
+        source?: string;
+      };
       // Copies of an older version of this file, or of a file that is gone (its archive's extraction
       // was removed). A live worker may still map one: unlinking keeps its pages valid.
       const isStale = recorded.source === source || (recorded.source !== undefined && !(await isFile(recorded.source)));

@@ -74,7 +74,13 @@ export async function listCacheEntries(cacheDir: string): Promise<CacheEntry[]> 
  * `isInUse` claims or one used within `minAgeMs`. An in-use cache may therefore stay above the cap.
  * Returns the entries removed.
  */
-export async function evictLeastRecentlyUsed(options: { cacheDir: string; maxBytes: number; isInUse: (entry: CacheEntry) => Promise<boolean> | boolean; minAgeMs?: number; now?: number }): Promise<CacheEntry[]> {
+export async function evictLeastRecentlyUsed(options: {
+  cacheDir: string;
+  maxBytes: number;
+  isInUse: (entry: CacheEntry) => Promise<boolean> | boolean;
+  minAgeMs?: number;
+  now?: number;
+}): Promise<CacheEntry[]> {
   const entries = await listCacheEntries(options.cacheDir);
   let total = entries.reduce((n, e) => n + e.sizeBytes, 0);
   const removed: CacheEntry[] = [];
@@ -148,7 +154,9 @@ function createUserMarks(extractionDir: string) {
     /** True when a live process other than this one has marked the entry. */
     async hasOtherUsers(entryPath: string): Promise<boolean> {
       const pids = await readdir(folder(entryPath)).catch(() => [] as string[]);
-      return pids.some((name) => Number(name) !== process.pid && Number.isInteger(Number(name)) && isProcessAlive(Number(name)));
+      return pids.some(
+        (name) => Number(name) !== process.pid && Number.isInteger(Number(name)) && isProcessAlive(Number(name)),
+      );
     },
     async forget(entryPath: string): Promise<void> {
       await rm(folder(entryPath), { recursive: true, force: true });
@@ -167,9 +175,14 @@ export function createModelCaches(options: ModelCachesOptions): ModelCaches {
     if (!isInside(extractionDir, path) || path === extractionDir) return undefined;
     return join(extractionDir, relative(extractionDir, path).split(sep)[0]!);
   };
-  const inUseSet = (modelDirs: readonly string[]) => new Set(modelDirs.map(extractionOf).filter((p): p is string => p !== undefined));
+  const inUseSet = (modelDirs: readonly string[]) =>
+    new Set(modelDirs.map(extractionOf).filter((p): p is string => p !== undefined));
   const report = (what: string, removed: CacheEntry[]) => {
-    if (removed.length > 0) log('info', `${what}: removed ${removed.length} least recently used entries (${removed.reduce((n, e) => n + e.sizeBytes, 0)} bytes) to stay under the cap`);
+    if (removed.length > 0)
+      log(
+        'info',
+        `${what}: removed ${removed.length} least recently used entries (${removed.reduce((n, e) => n + e.sizeBytes, 0)} bytes) to stay under the cap`,
+      );
   };
 
   return {
@@ -190,15 +203,20 @@ export function createModelCaches(options: ModelCachesOptions): ModelCaches {
         });
         for (const entry of evicted) await users.forget(entry.path);
         report(`extraction cache ${extractionDir}`, evicted);
-        report(`optimised model cache ${optimizedDir}`, await evictLeastRecentlyUsed({
-          cacheDir: optimizedDir,
-          maxBytes: options.optimizedModelCacheMaxBytes,
-          isInUse: async (entry) => {
-            const source = await optimizedCopySource(entry.path);
-            return source !== undefined && [...modelDirsInUse, modelDir].some((dir) => isInside(resolve(dir), source));
-          },
-          ...(options.minEvictionAgeMs !== undefined ? { minAgeMs: options.minEvictionAgeMs } : {}),
-        }));
+        report(
+          `optimised model cache ${optimizedDir}`,
+          await evictLeastRecentlyUsed({
+            cacheDir: optimizedDir,
+            maxBytes: options.optimizedModelCacheMaxBytes,
+            isInUse: async (entry) => {
+              const source = await optimizedCopySource(entry.path);
+              return (
+                source !== undefined && [...modelDirsInUse, modelDir].some((dir) => isInside(resolve(dir), source))
+              );
+            },
+            ...(options.minEvictionAgeMs !== undefined ? { minAgeMs: options.minEvictionAgeMs } : {}),
+          }),
+        );
       } catch (error) {
         log('warn', `could not keep the model caches under their caps: ${(error as Error).message}`);
       }
@@ -235,9 +253,15 @@ export interface CleanedCache {
  * Empties both caches (for `serve --clean-cache`, with no server running: a live server's
  * workers read from them). Missing folders count as empty.
  */
-export async function cleanModelCaches(options: { extractionCacheDir: string; optimizedCacheDir?: string }): Promise<CleanedCache[]> {
+export async function cleanModelCaches(options: {
+  extractionCacheDir: string;
+  optimizedCacheDir?: string;
+}): Promise<CleanedCache[]> {
   const result: CleanedCache[] = [];
-  for (const dir of [resolve(options.extractionCacheDir), resolve(options.optimizedCacheDir ?? optimizedModelCacheDir())]) {
+  for (const dir of [
+    resolve(options.extractionCacheDir),
+    resolve(options.optimizedCacheDir ?? optimizedModelCacheDir()),
+  ]) {
     const names = await readdir(dir).catch(() => [] as string[]);
     let bytes = 0;
     for (const name of names) {

@@ -14,7 +14,9 @@ export function listenTargets(config: ServerConfig): ListenTarget[] {
   const all: ListenTarget[] = [
     { api: 'inference', key: 'inference_address', address: config.inferenceAddress },
     { api: 'management', key: 'management_address', address: config.managementAddress },
-    ...(config.enableMetricsApi ? [{ api: 'metrics' as const, key: 'metrics_address' as const, address: config.metricsAddress }] : []),
+    ...(config.enableMetricsApi
+      ? [{ api: 'metrics' as const, key: 'metrics_address' as const, address: config.metricsAddress }]
+      : []),
   ];
   return all.filter((target, index) => all.findIndex((other) => sameAddress(other.address, target.address)) === index);
 }
@@ -31,7 +33,9 @@ export async function assertAddressesFree(config: ServerConfig): Promise<void> {
     await new Promise<void>((resolve, reject) => {
       const probe = createServer();
       probe.once('error', (error: NodeJS.ErrnoException) => reject(toListenError(error, target, config)));
-      probe.listen({ host: target.address.host, port: target.address.port, exclusive: true }, () => probe.close(() => resolve()));
+      probe.listen({ host: target.address.host, port: target.address.port, exclusive: true }, () =>
+        probe.close(() => resolve()),
+      );
     });
   }
 }
@@ -41,7 +45,11 @@ export async function assertAddressesFree(config: ServerConfig): Promise<void> {
  * MARINA_ERR_ADDRESS_UNAVAILABLE (EACCES for a privileged port, EADDRNOTAVAIL for a host that is
  * not this machine's). Errors of other kinds are returned unchanged.
  */
-export function toListenError(error: NodeJS.ErrnoException, target: ListenTarget, config: Pick<ServerConfig, 'configFile'>): Error {
+export function toListenError(
+  error: NodeJS.ErrnoException,
+  target: ListenTarget,
+  config: Pick<ServerConfig, 'configFile'>,
+): Error {
   const where = config.configFile ? `in ${config.configFile}` : 'in config.properties (pass it with --ts-config)';
   const url = `${target.address.protocol}://${target.address.host.includes(':') ? `[${target.address.host}]` : target.address.host}:${target.address.port}`;
   const details = { key: target.key, address: url, errno: error.code };
@@ -52,7 +60,10 @@ export function toListenError(error: NodeJS.ErrnoException, target: ListenTarget
     );
   }
   if (error.code === 'EACCES' || error.code === 'EADDRNOTAVAIL') {
-    const reason = error.code === 'EACCES' ? 'ports below 1024 need privileges' : `${target.address.host} is not an address of this machine`;
+    const reason =
+      error.code === 'EACCES'
+        ? 'ports below 1024 need privileges'
+        : `${target.address.host} is not an address of this machine`;
     return configError.MARINA_ERR_ADDRESS_UNAVAILABLE(
       `the ${target.api} API cannot listen on ${url} (${error.code}: ${reason}). Set ${target.key} ${where} to another address.`,
       { details, cause: error },

@@ -8,27 +8,33 @@ import { defineErrors } from '@marina/errors';
 export const configErrors = defineErrors({
   MARINA_ERR_CONFIG_FILE_UNREADABLE: {
     statusCode: 500,
-    description: 'The config file named by TS_CONFIG_FILE or --ts-config (or found by the search order) cannot be read: check the path and its permissions.',
+    description:
+      'The config file named by TS_CONFIG_FILE or --ts-config (or found by the search order) cannot be read: check the path and its permissions.',
   },
   MARINA_ERR_CONFIG_LINE_MALFORMED: {
     statusCode: 500,
-    description: 'A line of config.properties is not `key=value` (or `key: value`): add the separator or comment the line out with `#`.',
+    description:
+      'A line of config.properties is not `key=value` (or `key: value`): add the separator or comment the line out with `#`.',
   },
   MARINA_ERR_CONFIG_MODELS_JSON_INVALID: {
     statusCode: 500,
-    description: 'The `models=` value is not valid JSON; the message gives file, line, column and the offending line with a caret.',
+    description:
+      'The `models=` value is not valid JSON; the message gives file, line, column and the offending line with a caret.',
   },
   MARINA_ERR_CONFIG_MODELS_INVALID: {
     statusCode: 500,
-    description: 'The `models=` JSON parses but does not have the shape {name: {version: {minWorkers, maxWorkers, batchSize, ...}}} or a value has the wrong type.',
+    description:
+      'The `models=` JSON parses but does not have the shape {name: {version: {minWorkers, maxWorkers, batchSize, ...}}} or a value has the wrong type.',
   },
   MARINA_ERR_CONFIG_VALUE_INVALID: {
     statusCode: 500,
-    description: 'A value has the wrong type or is out of range (e.g. `job_queue_size=abc`); the message names the key, where it came from and what is allowed.',
+    description:
+      'A value has the wrong type or is out of range (e.g. `job_queue_size=abc`); the message names the key, where it came from and what is allowed.',
   },
   MARINA_ERR_CONFIG_ENV_VAR_UNSET: {
     statusCode: 500,
-    description: 'A `$$VAR$$` placeholder names an environment variable that is not set: export it or write the value directly.',
+    description:
+      'A `$$VAR$$` placeholder names an environment variable that is not set: export it or write the value directly.',
   },
   MARINA_ERR_CONFIG_ADDRESS_INVALID: {
     statusCode: 500,
@@ -52,19 +58,23 @@ export const configErrors = defineErrors({
   },
   MARINA_ERR_CONFIG_TLS_FILES_MISSING: {
     statusCode: 500,
-    description: 'An https:// address needs `private_key_file` and `certificate_file` (Marina does not generate a self-signed certificate): both set, each naming a readable file (relative paths resolve against the working directory).',
+    description:
+      'An https:// address needs `private_key_file` and `certificate_file` (Marina does not generate a self-signed certificate): both set, each naming a readable file (relative paths resolve against the working directory).',
   },
   MARINA_ERR_ADDRESS_IN_USE: {
     statusCode: 500,
-    description: 'Another process listens on the port of inference_address, management_address or metrics_address (checked before any model loads); the message names the address and the key: stop that process or change the key.',
+    description:
+      'Another process listens on the port of inference_address, management_address or metrics_address (checked before any model loads); the message names the address and the key: stop that process or change the key.',
   },
   MARINA_ERR_ADDRESS_UNAVAILABLE: {
     statusCode: 500,
-    description: 'An address cannot be bound: a port below 1024 without privileges (EACCES), or a host that is not this machine (EADDRNOTAVAIL); change the key the message names.',
+    description:
+      'An address cannot be bound: a port below 1024 without privileges (EACCES), or a host that is not this machine (EADDRNOTAVAIL); change the key the message names.',
   },
   MARINA_ERR_NO_MODEL_LOADED: {
     statusCode: 500,
-    description: 'Every model that load_models / --models (or the snapshot) named failed to load, so the server stopped instead of serving nothing; the lines before it say why each failed. Fix the archives or the names, or start without models.',
+    description:
+      'Every model that load_models / --models (or the snapshot) named failed to load, so the server stopped instead of serving nothing; the lines before it say why each failed. Fix the archives or the names, or start without models.',
   },
   MARINA_ERR_CLI_ARGS_INVALID: {
     statusCode: 500,
@@ -80,7 +90,8 @@ export const configErrors = defineErrors({
   },
   MARINA_ERR_SERVER_STOP_TIMEOUT: {
     statusCode: 500,
-    description: '`serve --stop` sent SIGTERM but the server did not exit in time (it may still be draining requests); retry or kill the pid.',
+    description:
+      '`serve --stop` sent SIGTERM but the server did not exit in time (it may still be draining requests); retry or kill the pid.',
   },
 });
 

@@ -16,5 +16,12 @@ export {
 export { parseProperties, type ParsedProperties, type PropertyEntry } from './properties-parser.ts';
 export { parseListenAddress, isLoopbackHost } from './parse-listen-address.ts';
 export { parseLoadModels } from './parse-load-models.ts';
-export { pidFilePath, readPidFile, writePidFile, removePidFile, isServerProcessAlive, type PidFileContent } from './pid-file.ts';
+export {
+  pidFilePath,
+  readPidFile,
+  writePidFile,
+  removePidFile,
+  isServerProcessAlive,
+  type PidFileContent,
+} from './pid-file.ts';
 export { parseModelsJsonSyntax, normaliseModels } from './models-json.ts';

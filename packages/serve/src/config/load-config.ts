@@ -12,7 +12,13 @@ import { parseProperties, type ParsedProperties, type PropertyEntry } from './pr
 import { parseListenAddress, isLoopbackHost } from './parse-listen-address.ts';
 import { parseLoadModels } from './parse-load-models.ts';
 import { parseSnapshot } from '../snapshot/snapshot-store.ts';
-import { findWorkerRangeProblem, normaliseModels, parseModelsJsonSyntax, positionOfJsonPath, type ModelsJsonLocation } from './models-json.ts';
+import {
+  findWorkerRangeProblem,
+  normaliseModels,
+  parseModelsJsonSyntax,
+  positionOfJsonPath,
+  type ModelsJsonLocation,
+} from './models-json.ts';
 
 /** The launcher flags that feed the configuration (see cli.ts). */
 export interface ServeCliOptions {
@@ -59,15 +65,44 @@ const KEYS_WITHOUT_ENV = new Set(['models', 'enable_envvars_config', 'model_snap
 
 /** TorchServe keys Marina accepts and does not act on (one informational warning lists those present). */
 const IGNORED_TORCHSERVE_KEYS = new Set([
-  'vmargs', 'number_of_gpu', 'model_snapshot', 'model_server_home', 'debug',
-  'netty_client_threads', 'unregister_model_timeout', 'metrics_config', 'metrics_format',
-  'disable_system_metrics', 'system_metrics_cmd', 'metric_time_interval', 'model_metrics_auto_detect',
-  'keystore', 'keystore_pass', 'keystore_type', 'install_py_dep_per_model', 'blacklist_env_vars',
-  'initial_worker_port', 'initial_distribution_port', 'decode_input_request', 'default_service_handler',
-  'service_envelope', 'prefer_direct_buffer', 'async_logging', 'ipex_enable', 'ipex_gpu_enable',
-  'cpu_launcher_enable', 'cpu_launcher_args', 'ts_open_inference_protocol', 'ts_header_key_sequence_id',
-  'ts_header_key_sequence_start', 'ts_header_key_sequence_end', 'use_native_io', 'io_ratio',
-  'enable_envvars_config_check', 'max_workers', 'workflow_api',
+  'vmargs',
+  'number_of_gpu',
+  'model_snapshot',
+  'model_server_home',
+  'debug',
+  'netty_client_threads',
+  'unregister_model_timeout',
+  'metrics_config',
+  'metrics_format',
+  'disable_system_metrics',
+  'system_metrics_cmd',
+  'metric_time_interval',
+  'model_metrics_auto_detect',
+  'keystore',
+  'keystore_pass',
+  'keystore_type',
+  'install_py_dep_per_model',
+  'blacklist_env_vars',
+  'initial_worker_port',
+  'initial_distribution_port',
+  'decode_input_request',
+  'default_service_handler',
+  'service_envelope',
+  'prefer_direct_buffer',
+  'async_logging',
+  'ipex_enable',
+  'ipex_gpu_enable',
+  'cpu_launcher_enable',
+  'cpu_launcher_args',
+  'ts_open_inference_protocol',
+  'ts_header_key_sequence_id',
+  'ts_header_key_sequence_start',
+  'ts_header_key_sequence_end',
+  'use_native_io',
+  'io_ratio',
+  'enable_envvars_config_check',
+  'max_workers',
+  'workflow_api',
 ]);
 
 const DEFAULT_ALLOWED_URLS = 'file://.*|http(s)?://.*';
@@ -78,10 +113,16 @@ interface ConfigSchema {
 }
 
 // The repository's schemas/ folder when running the sources; the build's copy in dist/schemas/ when compiled.
-const SCHEMA_DIR = import.meta.url.endsWith('.ts') ? new URL('../../../../schemas/', import.meta.url) : new URL('../schemas/', import.meta.url);
+const SCHEMA_DIR = import.meta.url.endsWith('.ts')
+  ? new URL('../../../../schemas/', import.meta.url)
+  : new URL('../schemas/', import.meta.url);
 const schema = JSON.parse(readFileSync(new URL('config.schema.json', SCHEMA_DIR), 'utf8')) as ConfigSchema;
 const KNOWN_KEYS = new Set(Object.keys(schema.properties));
-const BOOLEAN_KEYS = new Set(Object.entries(schema.properties).filter(([, property]) => property.type === 'boolean').map(([key]) => key));
+const BOOLEAN_KEYS = new Set(
+  Object.entries(schema.properties)
+    .filter(([, property]) => property.type === 'boolean')
+    .map(([key]) => key),
+);
 
 // One Ajv instance, schema compiled once at import: a broken schema fails at boot, not on first use.
 const ajv = new Ajv({ coerceTypes: true, useDefaults: true, allErrors: true, strict: true });
@@ -163,7 +204,10 @@ export async function loadConfig(options: LoadConfigOptions): Promise<ServerConf
     try {
       await readFile(path.resolve(options.cwd, logConfig));
     } catch (error) {
-      throw configError.MARINA_ERR_CONFIG_FILE_UNREADABLE(`--log-config file not found: ${logConfig} (${(error as Error).message}); give an existing log4j2 file or leave the flag out.`, { cause: error, details: { path: logConfig, origin: '--log-config' } });
+      throw configError.MARINA_ERR_CONFIG_FILE_UNREADABLE(
+        `--log-config file not found: ${logConfig} (${(error as Error).message}); give an existing log4j2 file or leave the flag out.`,
+        { cause: error, details: { path: logConfig, origin: '--log-config' } },
+      );
     }
   }
   const source = await findConfigFile(options);
@@ -182,7 +226,10 @@ export async function loadConfig(options: LoadConfigOptions): Promise<ServerConf
   }
   const config = resolveServerConfig({ ...options, file, ...(source ? { configFile: source.path } : {}) });
   if (source) config.configFileOrigin = source.origin;
-  if (source?.origin === 'snapshot') (config.warnings as string[]).unshift(`restored the configuration from the snapshot ${source.path} (start with --ncs to ignore snapshots)`);
+  if (source?.origin === 'snapshot')
+    (config.warnings as string[]).unshift(
+      `restored the configuration from the snapshot ${source.path} (start with --ncs to ignore snapshots)`,
+    );
   return deepFreeze(config);
 }
 
@@ -190,10 +237,13 @@ export async function loadConfig(options: LoadConfigOptions): Promise<ServerConf
 export async function findConfigFile(options: LoadConfigOptions): Promise<ConfigFileSource | undefined> {
   const fromEnv = options.env.TS_CONFIG_FILE?.trim();
   if (fromEnv) return { path: path.resolve(options.cwd, fromEnv), origin: 'TS_CONFIG_FILE' };
-  if (options.cliOptions.tsConfig) return { path: path.resolve(options.cwd, options.cliOptions.tsConfig), origin: '--ts-config' };
+  if (options.cliOptions.tsConfig)
+    return { path: path.resolve(options.cwd, options.cliOptions.tsConfig), origin: '--ts-config' };
   if (!options.cliOptions.ncs) {
     const snapshotDir = path.join(resolveLogDir(options), 'config');
-    const snapshots = (await readdir(snapshotDir).catch(() => [] as string[])).filter((name) => SNAPSHOT_FILE_PATTERN.test(name));
+    const snapshots = (await readdir(snapshotDir).catch(() => [] as string[])).filter((name) =>
+      SNAPSHOT_FILE_PATTERN.test(name),
+    );
     // Fixed-width timestamps sort by name; compare numerically in case a writer drops leading zeros.
     const newestFirst = snapshots.sort((a, b) => (BigInt(a.split('-')[0]!) < BigInt(b.split('-')[0]!) ? 1 : -1));
     // A snapshot without a complete model_snapshot (cut short, corrupt) is skipped for the one before it (TorchServe would fail to start).
@@ -226,7 +276,9 @@ export function resolveMetricsLogDir(options: { env: NodeJS.ProcessEnv; cwd: str
  * The synchronous core of loadConfig for an already parsed file (or none): substitution,
  * overrides, validation, normalisation. Not frozen, so loadConfig can add notes first.
  */
-export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedProperties; configFile?: string }): ServerConfig {
+export function resolveServerConfig(
+  input: LoadConfigOptions & { file?: ParsedProperties; configFile?: string },
+): ServerConfig {
   const { cliOptions, env, cwd, file } = input;
   const warnings: string[] = [];
   const values = new Map<string, RawValue>();
@@ -235,25 +287,37 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
   for (const entry of file?.entries ?? []) {
     const origin = `${fileName}:${entry.line}`;
     const previous = values.get(entry.key);
-    if (previous) warnings.push(`${origin}: '${entry.key}' is set again (first at ${previous.origin}); the last value wins`);
+    if (previous)
+      warnings.push(`${origin}: '${entry.key}' is set again (first at ${previous.origin}); the last value wins`);
     if (entry.value.trim() === '') {
       values.delete(entry.key);
       warnings.push(`${origin}: '${entry.key}' has an empty value; using the default`);
       continue;
     }
-    values.set(entry.key, { value: substituteEnvVars({ key: entry.key, value: entry.value, origin, env }), origin, entry });
+    values.set(entry.key, {
+      value: substituteEnvVars({ key: entry.key, value: entry.value, origin, env }),
+      origin,
+      entry,
+    });
   }
 
   if (cliOptions.modelStore) values.set('model_store', { value: cliOptions.modelStore, origin: '--model-store' });
-  if (cliOptions.models && cliOptions.models.length > 0) values.set('load_models', { value: cliOptions.models.join(','), origin: '--models' });
+  if (cliOptions.models && cliOptions.models.length > 0)
+    values.set('load_models', { value: cliOptions.models.join(','), origin: '--models' });
   if (cliOptions.enableModelApi) values.set('enable_model_api', { value: 'true', origin: '--enable-model-api' });
-  if (cliOptions.disableTokenAuth) values.set('disable_token_authorization', { value: 'true', origin: '--disable-token-auth' });
-  if (cliOptions.workflowStore) values.set('workflow_store', { value: cliOptions.workflowStore, origin: '--workflow-store' });
+  if (cliOptions.disableTokenAuth)
+    values.set('disable_token_authorization', { value: 'true', origin: '--disable-token-auth' });
+  if (cliOptions.workflowStore)
+    values.set('workflow_store', { value: cliOptions.workflowStore, origin: '--workflow-store' });
   if (cliOptions.pluginsPath) values.set('plugins_path', { value: cliOptions.pluginsPath, origin: '--plugins-path' });
-  if (cliOptions.logConfig) warnings.push(`--log-config ${cliOptions.logConfig} is read but not applied: Marina writes TorchServe's log files (access_log.log, ts_log.log, model_log.log) under LOG_LOCATION without log4j2`);
+  if (cliOptions.logConfig)
+    warnings.push(
+      `--log-config ${cliOptions.logConfig} is read but not applied: Marina writes TorchServe's log files (access_log.log, ts_log.log, model_log.log) under LOG_LOCATION without log4j2`,
+    );
 
   if (values.get('enable_envvars_config')?.value.trim().toLowerCase() === 'true') {
-    const allowEnvUrls = (env.TS_USE_ENV_ALLOWED_URLS ?? values.get('use_env_allowed_urls')?.value ?? '').trim().toLowerCase() === 'true';
+    const allowEnvUrls =
+      (env.TS_USE_ENV_ALLOWED_URLS ?? values.get('use_env_allowed_urls')?.value ?? '').trim().toLowerCase() === 'true';
     for (const key of [...KNOWN_KEYS, ...IGNORED_TORCHSERVE_KEYS]) {
       if (KEYS_WITHOUT_ENV.has(key)) continue;
       const name = `TS_${key.toUpperCase()}`;
@@ -277,7 +341,8 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
   }
   // model_snapshot is the snapshot's own record (read by the snapshot store), not a user setting.
   const ignoredKeys = [...values.keys()].filter((key) => IGNORED_TORCHSERVE_KEYS.has(key) && key !== 'model_snapshot');
-  if (ignoredKeys.length > 0) warnings.push(`TorchServe key(s) that Marina does not use, ignored: ${ignoredKeys.join(', ')}`);
+  if (ignoredKeys.length > 0)
+    warnings.push(`TorchServe key(s) that Marina does not use, ignored: ${ignoredKeys.join(', ')}`);
 
   const raw: Record<string, unknown> = {};
   for (const [key, rawValue] of values) {
@@ -296,7 +361,9 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     };
     // Placeholders become same-length numbers for the syntax check, so `"batchSize": $$BATCH$$` passes
     // and offsets still map to file columns; the substituted text is parsed next.
-    const unsubstituted = (modelsValue.entry?.value ?? modelsValue.value).replace(/\$\$[^$]+\$\$/g, (placeholder) => '0'.padEnd(placeholder.length));
+    const unsubstituted = (modelsValue.entry?.value ?? modelsValue.value).replace(/\$\$[^$]+\$\$/g, (placeholder) =>
+      '0'.padEnd(placeholder.length),
+    );
     modelsTree = parseModelsJsonSyntax(unsubstituted, modelsLocation);
     try {
       raw.models = JSON.parse(modelsValue.value) as unknown;
@@ -314,11 +381,25 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
   const checked = raw as unknown as RawConfig;
 
   const origin = (key: string) => values.get(key)?.origin ?? 'default';
-  const inferenceAddress = parseListenAddress({ key: 'inference_address', value: checked.inference_address, origin: origin('inference_address') });
-  const managementAddress = parseListenAddress({ key: 'management_address', value: checked.management_address, origin: origin('management_address') });
-  const metricsAddress = parseListenAddress({ key: 'metrics_address', value: checked.metrics_address, origin: origin('metrics_address') });
+  const inferenceAddress = parseListenAddress({
+    key: 'inference_address',
+    value: checked.inference_address,
+    origin: origin('inference_address'),
+  });
+  const managementAddress = parseListenAddress({
+    key: 'management_address',
+    value: checked.management_address,
+    origin: origin('management_address'),
+  });
+  const metricsAddress = parseListenAddress({
+    key: 'metrics_address',
+    value: checked.metrics_address,
+    origin: origin('metrics_address'),
+  });
 
-  const hasHttps = [inferenceAddress, managementAddress, metricsAddress].some((address) => address.protocol === 'https') || checked.enable_grpc_ssl;
+  const hasHttps =
+    [inferenceAddress, managementAddress, metricsAddress].some((address) => address.protocol === 'https') ||
+    checked.enable_grpc_ssl;
   if (hasHttps && (!checked.private_key_file || !checked.certificate_file)) {
     throw configError.MARINA_ERR_CONFIG_TLS_FILES_MISSING(
       checked.enable_grpc_ssl
@@ -327,21 +408,30 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     );
   }
   if (hasHttps) {
-    for (const key of ['private_key_file', 'certificate_file'] as const) assertReadableTlsFile({ key, value: checked[key]!, origin: origin(key), cwd });
+    for (const key of ['private_key_file', 'certificate_file'] as const)
+      assertReadableTlsFile({ key, value: checked[key]!, origin: origin(key), cwd });
   }
   if (checked.disable_token_authorization) {
     const exposed = [inferenceAddress, managementAddress].filter((address) => !isLoopbackHost(address.host));
-    if (exposed.length > 0) warnings.push(`token authorization is disabled while ${exposed.map((address) => address.raw).join(' and ')} can be reached from other machines`);
+    if (exposed.length > 0)
+      warnings.push(
+        `token authorization is disabled while ${exposed.map((address) => address.raw).join(' and ')} can be reached from other machines`,
+      );
   }
 
   const models = checked.models ? normaliseModels(checked.models, (message) => warnings.push(message)) : {};
   const rangeProblem = findWorkerRangeProblem(models);
   if (rangeProblem && modelsTree && modelsLocation) {
     const position = positionOfJsonPath(modelsTree, rangeProblem.path, modelsLocation);
-    throw configError.MARINA_ERR_CONFIG_MODELS_INVALID(`${fileName}:${position.line}:${position.column}: ${rangeProblem.message}.`);
+    throw configError.MARINA_ERR_CONFIG_MODELS_INVALID(
+      `${fileName}:${position.line}:${position.column}: ${rangeProblem.message}.`,
+    );
   }
 
-  const allowedUrls = checked.allowed_urls.split(',').map((pattern) => pattern.trim()).filter((pattern) => pattern !== '');
+  const allowedUrls = checked.allowed_urls
+    .split(',')
+    .map((pattern) => pattern.trim())
+    .filter((pattern) => pattern !== '');
   for (const pattern of allowedUrls) {
     try {
       new RegExp(`^(?:${pattern})$`, 'i');
@@ -354,7 +444,10 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
   }
   const isAllowedUrlsDefault = !values.has('allowed_urls');
   // Only the model API registers URLs from outside; with it off, the operator's own load_models are the only URLs.
-  if (isAllowedUrlsDefault && checked.enable_model_api) warnings.push(`allowed_urls is the default '${DEFAULT_ALLOWED_URLS}': any file:// or http(s):// URL can be registered when the model API is enabled; set allowed_urls to restrict it`);
+  if (isAllowedUrlsDefault && checked.enable_model_api)
+    warnings.push(
+      `allowed_urls is the default '${DEFAULT_ALLOWED_URLS}': any file:// or http(s):// URL can be registered when the model API is enabled; set allowed_urls to restrict it`,
+    );
 
   let modelStore: string | undefined;
   if (checked.model_store !== undefined) {
@@ -367,8 +460,14 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
     }
   }
 
-  const loadModels = checked.load_models === undefined ? [] : parseLoadModels({ value: checked.load_models, origin: origin('load_models') });
-  if (checked.default_workers_per_model === 0) warnings.push(`${origin('default_workers_per_model')}: default_workers_per_model=0 means 1 worker per model in Marina (TorchServe: one per core)`);
+  const loadModels =
+    checked.load_models === undefined
+      ? []
+      : parseLoadModels({ value: checked.load_models, origin: origin('load_models') });
+  if (checked.default_workers_per_model === 0)
+    warnings.push(
+      `${origin('default_workers_per_model')}: default_workers_per_model=0 means 1 worker per model in Marina (TorchServe: one per core)`,
+    );
 
   const ompNumThreads = parseOmpNumThreads(env.OMP_NUM_THREADS);
   const logDir = resolveLogDir({ env, cwd });
@@ -418,8 +517,18 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
       scaleDownIdleMs: checked.autoscale_scale_down_idle_ms,
     },
     grpc: {
-      inference: { host: checked.grpc_inference_address, port: checked.grpc_inference_port, maxConnectionAgeMs: checked.grpc_inference_max_connection_age_ms, maxConnectionAgeGraceMs: checked.grpc_inference_max_connection_age_grace_ms },
-      management: { host: checked.grpc_management_address, port: checked.grpc_management_port, maxConnectionAgeMs: checked.grpc_management_max_connection_age_ms, maxConnectionAgeGraceMs: checked.grpc_management_max_connection_age_grace_ms },
+      inference: {
+        host: checked.grpc_inference_address,
+        port: checked.grpc_inference_port,
+        maxConnectionAgeMs: checked.grpc_inference_max_connection_age_ms,
+        maxConnectionAgeGraceMs: checked.grpc_inference_max_connection_age_grace_ms,
+      },
+      management: {
+        host: checked.grpc_management_address,
+        port: checked.grpc_management_port,
+        maxConnectionAgeMs: checked.grpc_management_max_connection_age_ms,
+        maxConnectionAgeGraceMs: checked.grpc_management_max_connection_age_grace_ms,
+      },
       isSslEnabled: checked.enable_grpc_ssl,
     },
     resourceLimits: {
@@ -442,12 +551,17 @@ export function resolveServerConfig(input: LoadConfigOptions & { file?: ParsedPr
  *
  * @example configFromProperties({ model_store: dir, load_models: 'all', inference_address: 'http://127.0.0.1:0' })
  */
-export function configFromProperties(properties: Record<string, string>, options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): ServerConfig {
+export function configFromProperties(
+  properties: Record<string, string>,
+  options: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
+): ServerConfig {
   const text = Object.entries(properties)
     .map(([key, value]) => `${key}=${value.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')}`)
     .join('\n');
   const file = parseProperties(text, { filePath: '<properties>' });
-  return deepFreeze(resolveServerConfig({ cliOptions: { ncs: true }, env: options.env ?? {}, cwd: options.cwd ?? process.cwd(), file }));
+  return deepFreeze(
+    resolveServerConfig({ cliOptions: { ncs: true }, env: options.env ?? {}, cwd: options.cwd ?? process.cwd(), file }),
+  );
 }
 
 /**
@@ -455,7 +569,9 @@ export function configFromProperties(properties: Record<string, string>, options
  *
  * @throws MARINA_ERR_CONFIG_MODEL_STORE_MISSING
  */
-export function assertModelStoreConfigured(config: ServerConfig): asserts config is ServerConfig & { modelStore: string } {
+export function assertModelStoreConfigured(
+  config: ServerConfig,
+): asserts config is ServerConfig & { modelStore: string } {
   if (config.modelStore === undefined) {
     throw configError.MARINA_ERR_CONFIG_MODEL_STORE_MISSING(
       'Missing mandatory parameter --model-store: pass --model-store DIR or set model_store in config.properties.',
@@ -469,7 +585,12 @@ export function assertModelStoreConfigured(config: ServerConfig): asserts config
  *
  * @throws MARINA_ERR_CONFIG_TLS_FILES_MISSING
  */
-function assertReadableTlsFile(options: { key: 'private_key_file' | 'certificate_file'; value: string; origin: string; cwd: string }): void {
+function assertReadableTlsFile(options: {
+  key: 'private_key_file' | 'certificate_file';
+  value: string;
+  origin: string;
+  cwd: string;
+}): void {
   const filePath = path.resolve(options.cwd, options.value);
   let problem: string | undefined;
   try {
@@ -514,17 +635,27 @@ function parseOmpNumThreads(value: string | undefined): number | undefined {
 
 function schemaError(
   errors: ErrorObject[],
-  context: { values: Map<string, RawValue>; modelsTree: Node | undefined; modelsLocation: ModelsJsonLocation | undefined },
+  context: {
+    values: Map<string, RawValue>;
+    modelsTree: Node | undefined;
+    modelsLocation: ModelsJsonLocation | undefined;
+  },
 ): Error {
   const problems = errors.map((error) => {
-    const segments = error.instancePath.split('/').slice(1).map((segment) => segment.replace(/~1/g, '/').replace(/~0/g, '~'));
+    const segments = error.instancePath
+      .split('/')
+      .slice(1)
+      .map((segment) => segment.replace(/~1/g, '/').replace(/~0/g, '~'));
     const key = segments[0] ?? '';
     const source = context.values.get(key);
     if (key === 'models' && context.modelsTree && context.modelsLocation) {
       const jsonPath = segments.slice(1);
       const position = positionOfJsonPath(context.modelsTree, jsonPath, context.modelsLocation);
       const fileName = context.modelsLocation.filePath;
-      return { isModels: true, text: `${fileName}:${position.line}:${position.column}: models ${jsonPath.join(' > ')} ${error.message ?? 'is invalid'}` };
+      return {
+        isModels: true,
+        text: `${fileName}:${position.line}:${position.column}: models ${jsonPath.join(' > ')} ${error.message ?? 'is invalid'}`,
+      };
     }
     const property = schema.properties[key];
     const reference = property?.$ref ? schema.definitions[property.$ref.split('/').at(-1)!] : undefined;
@@ -537,9 +668,12 @@ function schemaError(
     };
   });
   const code = problems[0]?.isModels ? 'MARINA_ERR_CONFIG_MODELS_INVALID' : 'MARINA_ERR_CONFIG_VALUE_INVALID';
-  return configError[code](`invalid configuration:\n  ${problems.map((problem) => problem.text).join('\n  ')}\nFix the value(s) and start again.`, {
-    details: { problems: problems.map((problem) => problem.text) },
-  });
+  return configError[code](
+    `invalid configuration:\n  ${problems.map((problem) => problem.text).join('\n  ')}\nFix the value(s) and start again.`,
+    {
+      details: { problems: problems.map((problem) => problem.text) },
+    },
+  );
 }
 
 /** The path as people typed it: relative to the working directory when inside it, else absolute. */

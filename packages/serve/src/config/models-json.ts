@@ -42,7 +42,10 @@ export function parseModelsJsonSyntax(text: string, location: ModelsJsonLocation
   const first = errors[0];
   if (first === undefined && tree !== undefined && tree.type === 'object') return tree;
   const offset = first?.offset ?? 0;
-  const why = first === undefined ? 'the value must be a JSON object: {"model": {"1.0": {...}}}' : (PARSE_ERROR_TEXT[printParseErrorCode(first.error)] ?? 'invalid JSON');
+  const why =
+    first === undefined
+      ? 'the value must be a JSON object: {"model": {"1.0": {...}}}'
+      : (PARSE_ERROR_TEXT[printParseErrorCode(first.error)] ?? 'invalid JSON');
   const position = positionOf(location, offset);
   const lineText = location.lines[position.line - 1] ?? '';
   throw configError.MARINA_ERR_CONFIG_MODELS_JSON_INVALID(
@@ -56,7 +59,8 @@ export function parseModelsJsonSyntax(text: string, location: ModelsJsonLocation
 /** File position of a JSON path (e.g. ['resnet', '1.0', 'batchSize']) in the models value. */
 export function positionOfJsonPath(tree: Node, path: string[], location: ModelsJsonLocation): SourcePosition {
   let node: Node | undefined;
-  for (let length = path.length; length >= 0 && node === undefined; length--) node = findNodeAtLocation(tree, path.slice(0, length));
+  for (let length = path.length; length >= 0 && node === undefined; length--)
+    node = findNodeAtLocation(tree, path.slice(0, length));
   return positionOf(location, node?.offset ?? 0);
 }
 
@@ -96,12 +100,14 @@ export function normaliseModels(
       const unknown: string[] = [];
       for (const [key, value] of Object.entries(settings)) {
         if (key in POSITIVE_INTEGER_KEYS) {
-          if (typeof value === 'number' && value > 0) normalised[POSITIVE_INTEGER_KEYS[key as keyof typeof POSITIVE_INTEGER_KEYS]] = value;
+          if (typeof value === 'number' && value > 0)
+            normalised[POSITIVE_INTEGER_KEYS[key as keyof typeof POSITIVE_INTEGER_KEYS]] = value;
         } else if (key === 'defaultVersion') normalised.defaultVersion = value === true;
         else if (key === 'marName') normalised.marName = String(value);
         else if (!IGNORED_VERSION_KEYS.has(key)) unknown.push(key);
       }
-      if (unknown.length > 0) warn(`models: ${modelName} version ${version}: unknown setting(s) ${unknown.join(', ')} ignored`);
+      if (unknown.length > 0)
+        warn(`models: ${modelName} version ${version}: unknown setting(s) ${unknown.join(', ')} ignored`);
       models[modelName][version] = normalised;
     }
   }
@@ -109,10 +115,16 @@ export function normaliseModels(
 }
 
 /** Same check a valid models entry must pass beyond types: maxWorkers >= minWorkers. */
-export function findWorkerRangeProblem(models: Record<string, Record<string, ModelVersionSettings>>): { path: string[]; message: string } | undefined {
+export function findWorkerRangeProblem(
+  models: Record<string, Record<string, ModelVersionSettings>>,
+): { path: string[]; message: string } | undefined {
   for (const [modelName, versions] of Object.entries(models)) {
     for (const [version, settings] of Object.entries(versions)) {
-      if (settings.minWorkers !== undefined && settings.maxWorkers !== undefined && settings.maxWorkers < settings.minWorkers) {
+      if (
+        settings.minWorkers !== undefined &&
+        settings.maxWorkers !== undefined &&
+        settings.maxWorkers < settings.minWorkers
+      ) {
         return {
           path: [modelName, version, 'maxWorkers'],
           message: `model '${modelName}' version '${version}': maxWorkers (${settings.maxWorkers}) is below minWorkers (${settings.minWorkers}); raise maxWorkers or lower minWorkers`,

@@ -15,20 +15,25 @@ const MODEL_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_\-.]*$/;
 export function parseLoadModels(options: { value: string; origin: string }): 'all' | LoadModelSpec[] {
   const value = options.value.trim();
   if (value.toLowerCase() === 'all') return 'all';
-  const entries = value.split(',').map((entry) => entry.trim()).filter((entry) => entry !== '');
+  const entries = value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
   const fail = (entry: string, why: string) =>
     configError.MARINA_ERR_CONFIG_LOAD_MODELS_INVALID(
       `${options.origin}: load_models entry '${entry}' ${why}. Use all, file.mar, name=file.mar or a URL, separated by commas.`,
       { details: { value, entry, origin: options.origin } },
     );
   return entries.map((entry) => {
-    if (entry.toLowerCase() === 'all') throw fail(entry, "cannot be combined with other entries ('all' already loads every archive)");
+    if (entry.toLowerCase() === 'all')
+      throw fail(entry, "cannot be combined with other entries ('all' already loads every archive)");
     const equals = entry.indexOf('=');
     const before = equals < 0 ? '' : entry.slice(0, equals);
     if (equals < 0 || /[/:\\]/.test(before)) return { url: entry };
     const name = before.trim();
     const url = entry.slice(equals + 1).trim();
-    if (!MODEL_NAME_PATTERN.test(name)) throw fail(entry, `has an invalid model name '${name}' (allowed: ${MODEL_NAME_PATTERN.source})`);
+    if (!MODEL_NAME_PATTERN.test(name))
+      throw fail(entry, `has an invalid model name '${name}' (allowed: ${MODEL_NAME_PATTERN.source})`);
     if (url === '') throw fail(entry, 'has no archive after =');
     return { name, url };
   });

@@ -58,7 +58,12 @@ export function parseProperties(text: string, options: { filePath: string }): Pa
     const jsonStart = findJsonStart(lines, index, head.valueStart);
     if (jsonStart !== undefined) {
       const block = gatherJsonBlock(lines, jsonStart.line, jsonStart.column);
-      jsonEntries.push({ key: unescapeKey(head.key), value: block.text, line: index + 1, jsonBlock: { segments: block.segments } });
+      jsonEntries.push({
+        key: unescapeKey(head.key),
+        value: block.text,
+        line: index + 1,
+        jsonBlock: { segments: block.segments },
+      });
       for (let consumed = index; consumed <= block.lastLine; consumed++) masked[consumed] = '';
       index = block.lastLine;
       continue;
@@ -111,7 +116,11 @@ function splitHead(line: string): LineHead | undefined {
 }
 
 /** Where a `{` value starts: on the key's line, or on the next line after a lone `models=\`. */
-function findJsonStart(lines: string[], index: number, valueStart: number): { line: number; column: number } | undefined {
+function findJsonStart(
+  lines: string[],
+  index: number,
+  valueStart: number,
+): { line: number; column: number } | undefined {
   const line = lines[index]!;
   if (line[valueStart] === '{') return { line: index, column: valueStart };
   const next = lines[index + 1];

@@ -176,6 +176,8 @@ export const DEFAULT_RESOURCE_LIMITS: Readonly<Required<ResourceLimits>> = Objec
 
 /** `config.resourceLimits` with every default filled in. */
 export function resourceLimitsOf(config: Pick<ServerConfig, 'resourceLimits'>): Required<ResourceLimits> {
-  const set = Object.fromEntries(Object.entries(config.resourceLimits ?? {}).filter(([, value]) => value !== undefined));
+  const set = Object.fromEntries(
+    Object.entries(config.resourceLimits ?? {}).filter(([, value]) => value !== undefined),
+  );
   return { ...DEFAULT_RESOURCE_LIMITS, ...set };
 }

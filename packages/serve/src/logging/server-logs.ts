@@ -66,7 +66,13 @@ export function formatIso8601(date: Date): string {
 }
 
 /** One line in TorchServe's layout `%d{ISO8601} [%-5p] %t %c - %m`. */
-export function formatLogLine(options: { date: Date; level: LogLevel; thread: string; logger: string; message: string }): string {
+export function formatLogLine(options: {
+  date: Date;
+  level: LogLevel;
+  thread: string;
+  logger: string;
+  message: string;
+}): string {
   const level = options.level.toUpperCase().padEnd(5, ' ');
   // One event, one line: a message with newlines (a stack) keeps them escaped so every line has time and level.
   const message = options.message.includes('\n') ? options.message.replace(/\r?\n/g, '\\n') : options.message;
@@ -180,21 +186,58 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
     }
   };
   process.once('exit', writeOnExit);
-  for (const file of ['access_log.log', 'ts_log.log', 'model_log.log', 'ts_metrics.log', 'model_metrics.log'] as LogFileName[]) streamOf(file);
+  for (const file of [
+    'access_log.log',
+    'ts_log.log',
+    'model_log.log',
+    'ts_metrics.log',
+    'model_metrics.log',
+  ] as LogFileName[])
+    streamOf(file);
 
   return {
     logDir,
     metricsLogDir,
     access(entry) {
-      write('access_log.log', formatLogLine({ date: now(), level: 'info', thread: entry.requestId, logger: 'ACCESS_LOG', message: formatAccessMessage(entry) }));
+      write(
+        'access_log.log',
+        formatLogLine({
+          date: now(),
+          level: 'info',
+          thread: entry.requestId,
+          logger: 'ACCESS_LOG',
+          message: formatAccessMessage(entry),
+        }),
+      );
     },
     ts(level, message, requestId) {
-      write('ts_log.log', formatLogLine({ date: now(), level, thread: requestId ?? 'main', logger: 'org.pytorch.serve.ModelServer', message }));
+      write(
+        'ts_log.log',
+        formatLogLine({
+          date: now(),
+          level,
+          thread: requestId ?? 'main',
+          logger: 'org.pytorch.serve.ModelServer',
+          message,
+        }),
+      );
     },
     model(level, message, requestId) {
       const date = now();
-      write('model_log.log', formatLogLine({ date, level, thread: requestId ?? 'W-marina', logger: 'MODEL_LOG', message }));
-      write('ts_log.log', formatLogLine({ date, level, thread: requestId ?? 'W-marina', logger: 'org.pytorch.serve.wlm.WorkerThread', message }));
+      write(
+        'model_log.log',
+        formatLogLine({ date, level, thread: requestId ?? 'W-marina', logger: 'MODEL_LOG', message }),
+      );
+      write(
+        'ts_log.log',
+        formatLogLine({
+          date,
+          level,
+          thread: requestId ?? 'W-marina',
+          logger: 'org.pytorch.serve.wlm.WorkerThread',
+          message,
+        }),
+      );
     },
     metric(file, line) {
       write(file, `${formatIso8601(now())} - ${line}\n`);

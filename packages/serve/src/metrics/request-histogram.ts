@@ -39,7 +39,13 @@ export class RequestHistogram {
   readonly upperBounds: readonly number[];
   readonly #cells = new Map<string, HistogramCell>();
 
-  constructor(options: { name: string; help: string; labelNames: readonly string[]; buckets: readonly number[]; registers: Registry[] }) {
+  constructor(options: {
+    name: string;
+    help: string;
+    labelNames: readonly string[];
+    buckets: readonly number[];
+    registers: Registry[];
+  }) {
     this.name = options.name;
     this.help = options.help;
     this.labelNames = options.labelNames;
@@ -57,9 +63,16 @@ export class RequestHistogram {
     let cell = this.#cells.get(key);
     if (!cell) {
       for (const name in labels) {
-        if (!this.labelNames.includes(name)) throw new Error(`Added label "${name}" is not included in initial labelset: ${this.labelNames.join(', ')}`);
+        if (!this.labelNames.includes(name))
+          throw new Error(`Added label "${name}" is not included in initial labelset: ${this.labelNames.join(', ')}`);
       }
-      cell = { labels: { ...labels }, counts: new Float64Array(this.upperBounds.length + 1), sum: 0, count: 0, isExported: false };
+      cell = {
+        labels: { ...labels },
+        counts: new Float64Array(this.upperBounds.length + 1),
+        sum: 0,
+        count: 0,
+        isExported: false,
+      };
       this.#cells.set(key, cell);
     }
     return cell;
@@ -86,12 +99,30 @@ export class RequestHistogram {
       let cumulative = 0;
       for (let i = 0; i < this.upperBounds.length; i++) {
         cumulative += cell.counts[i]!;
-        values.push({ labels: { le: this.upperBounds[i]! }, sharedLabels: cell.labels, value: cumulative, metricName: bucketName, exemplar: null });
+        values.push({
+          labels: { le: this.upperBounds[i]! },
+          sharedLabels: cell.labels,
+          value: cumulative,
+          metricName: bucketName,
+          exemplar: null,
+        });
       }
       values.push(
-        { labels: { le: '+Inf' }, sharedLabels: cell.labels, value: cell.count, metricName: bucketName, exemplar: null },
+        {
+          labels: { le: '+Inf' },
+          sharedLabels: cell.labels,
+          value: cell.count,
+          metricName: bucketName,
+          exemplar: null,
+        },
         { labels: {}, sharedLabels: cell.labels, value: cell.sum, metricName: `${this.name}_sum`, exemplar: undefined },
-        { labels: {}, sharedLabels: cell.labels, value: cell.count, metricName: `${this.name}_count`, exemplar: undefined },
+        {
+          labels: {},
+          sharedLabels: cell.labels,
+          value: cell.count,
+          metricName: `${this.name}_count`,
+          exemplar: undefined,
+        },
       );
     }
     return { name: this.name, help: this.help, type: this.type, values, aggregator: this.aggregator };
@@ -100,7 +131,10 @@ export class RequestHistogram {
   /** As prom-client's Histogram.get(): each value's labels hold its label set's labels too. */
   get(): { name: string; help: string; type: string; values: MetricValue[]; aggregator: string } {
     const data = this.getForPromString();
-    data.values = data.values.map(({ sharedLabels, labels, ...rest }) => ({ ...rest, labels: { ...labels, ...sharedLabels } }));
+    data.values = data.values.map(({ sharedLabels, labels, ...rest }) => ({
+      ...rest,
+      labels: { ...labels, ...sharedLabels },
+    }));
     return data;
   }
 

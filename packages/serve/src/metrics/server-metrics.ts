@@ -5,13 +5,20 @@
  * (tests) do not share counters.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { BatchDoneEvent, ModelRegistryApi, RequestDoneEvent, WorkerLoadedEvent } from '../registry/model-registry-api.ts';
+import type {
+  BatchDoneEvent,
+  ModelRegistryApi,
+  RequestDoneEvent,
+  WorkerLoadedEvent,
+} from '../registry/model-registry-api.ts';
 import type { ServerLogs } from '../logging/server-logs.ts';
 import { createSystemMetricsReader } from './system-metrics.ts';
 import { RequestHistogram, type HistogramCell } from './request-histogram.ts';
 
 /** Buckets for latencies, seconds: 0.5 ms to 2 minutes (TorchServe's default response timeout). */
-export const LATENCY_BUCKETS_SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+export const LATENCY_BUCKETS_SECONDS = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+];
 /** Buckets for batch sizes: powers of two up to 256. */
 export const BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
@@ -127,7 +134,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
   });
   const queueLatency = new RequestHistogram({
     name: 'marina_queue_latency_seconds',
-    help: 'Time an inference job waited in its model version\'s job queue, seconds.',
+    help: "Time an inference job waited in its model version's job queue, seconds.",
     labelNames: modelLabels,
     buckets: LATENCY_BUCKETS_SECONDS,
     registers: [promRegistry],
@@ -163,7 +170,12 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
 
   // TorchServe's gauges (ts/configs/metrics.yaml), same names, labels and HELP, so its Grafana dashboards keep working.
   const tsGauge = (name: string, unit: string, labelNames: readonly string[]) =>
-    new Gauge({ name, help: `Torchserve prometheus gauge metric with unit: ${unit}`, labelNames, registers: [promRegistry] });
+    new Gauge({
+      name,
+      help: `Torchserve prometheus gauge metric with unit: ${unit}`,
+      labelNames,
+      registers: [promRegistry],
+    });
   const hostLevel = ['Level', 'Hostname'] as const;
   const frontend = {
     queueTime: tsGauge('QueueTime', 'Milliseconds', hostLevel),
@@ -194,12 +206,42 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
 
   // Gauges are filled from registry.stats() at scrape time; reset first so removed models vanish.
   const gauges = {
-    queueDepth: new Gauge({ name: 'marina_queue_depth', help: 'Jobs waiting in the job queue of a model version.', labelNames: modelLabels, registers: [promRegistry] }),
-    queueCapacity: new Gauge({ name: 'marina_queue_capacity', help: 'Size of the job queue of a model version (job_queue_size).', labelNames: modelLabels, registers: [promRegistry] }),
-    workers: new Gauge({ name: 'marina_workers', help: 'Live workers of a model version.', labelNames: modelLabels, registers: [promRegistry] }),
-    busyWorkers: new Gauge({ name: 'marina_busy_workers', help: 'Workers of a model version running a batch right now.', labelNames: modelLabels, registers: [promRegistry] }),
-    minWorkers: new Gauge({ name: 'marina_min_workers', help: 'min_worker setting of a model version.', labelNames: modelLabels, registers: [promRegistry] }),
-    maxWorkers: new Gauge({ name: 'marina_max_workers', help: 'max_worker setting of a model version (the autoscaler\'s ceiling).', labelNames: modelLabels, registers: [promRegistry] }),
+    queueDepth: new Gauge({
+      name: 'marina_queue_depth',
+      help: 'Jobs waiting in the job queue of a model version.',
+      labelNames: modelLabels,
+      registers: [promRegistry],
+    }),
+    queueCapacity: new Gauge({
+      name: 'marina_queue_capacity',
+      help: 'Size of the job queue of a model version (job_queue_size).',
+      labelNames: modelLabels,
+      registers: [promRegistry],
+    }),
+    workers: new Gauge({
+      name: 'marina_workers',
+      help: 'Live workers of a model version.',
+      labelNames: modelLabels,
+      registers: [promRegistry],
+    }),
+    busyWorkers: new Gauge({
+      name: 'marina_busy_workers',
+      help: 'Workers of a model version running a batch right now.',
+      labelNames: modelLabels,
+      registers: [promRegistry],
+    }),
+    minWorkers: new Gauge({
+      name: 'marina_min_workers',
+      help: 'min_worker setting of a model version.',
+      labelNames: modelLabels,
+      registers: [promRegistry],
+    }),
+    maxWorkers: new Gauge({
+      name: 'marina_max_workers',
+      help: "max_worker setting of a model version (the autoscaler's ceiling).",
+      labelNames: modelLabels,
+      registers: [promRegistry],
+    }),
   };
   let isCollecting = false;
   const collectStats = (): void => {
@@ -314,13 +356,19 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
       lastFrontend = { queueMs: event.queueMs, workerThreadMs };
       logMetric('ts_metrics.log', `QueueTime.Milliseconds:${round(event.queueMs)}|#Level:Host`);
       logMetric('ts_metrics.log', `WorkerThreadTime.Milliseconds:${round(workerThreadMs)}|#Level:Host`);
-      logMetric('ts_metrics.log', `ts_inference_requests_total.Count:1|#model_name:${event.modelName},model_version:${cell.tsLabels.model_version}`);
+      logMetric(
+        'ts_metrics.log',
+        `ts_inference_requests_total.Count:1|#model_name:${event.modelName},model_version:${cell.tsLabels.model_version}`,
+      );
     }
   };
   const onWorkerLoaded = (event: WorkerLoadedEvent): void => {
     const workerName = `W-${event.workerId}-${event.modelName}_${event.modelVersion}`;
     frontend.workerLoadTime.set({ WorkerName: workerName, ...hostLabels }, event.loadMs);
-    logMetric('ts_metrics.log', `WorkerLoadTime.Milliseconds:${round(event.loadMs)}|#WorkerName:${workerName},Level:Host`);
+    logMetric(
+      'ts_metrics.log',
+      `WorkerLoadTime.Milliseconds:${round(event.loadMs)}|#WorkerName:${workerName},Level:Host`,
+    );
   };
   const onBatch = (event: BatchDoneEvent): void => {
     const labels = { model_name: event.modelName, model_version: event.modelVersion };
@@ -329,8 +377,14 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
       const modelLabels = { ModelName: event.modelName, Level: 'Model', Hostname: hostname };
       backend.handlerTime.set(modelLabels, event.inferenceMs);
       backend.predictionTime.set(modelLabels, event.stages?.inferenceMs ?? event.inferenceMs);
-      logMetric('model_metrics.log', `HandlerTime.ms:${round(event.inferenceMs)}|#ModelName:${event.modelName},Level:Model|#type:GAUGE`);
-      logMetric('model_metrics.log', `PredictionTime.ms:${round(event.stages?.inferenceMs ?? event.inferenceMs)}|#ModelName:${event.modelName},Level:Model|#type:GAUGE`);
+      logMetric(
+        'model_metrics.log',
+        `HandlerTime.ms:${round(event.inferenceMs)}|#ModelName:${event.modelName},Level:Model|#type:GAUGE`,
+      );
+      logMetric(
+        'model_metrics.log',
+        `PredictionTime.ms:${round(event.stages?.inferenceMs ?? event.inferenceMs)}|#ModelName:${event.modelName},Level:Model|#type:GAUGE`,
+      );
     }
     if (event.stages) {
       handlerStage.observe({ ...labels, stage: 'preprocess_wait' }, event.stages.preprocessWaitMs / 1000);
@@ -369,7 +423,14 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
       return parts.length === 0 ? '' : `${parts.join('\n\n')}\n`;
     },
     recordResponse(statusCode) {
-      const statusClass = statusCode >= 200 && statusCode < 300 ? '2XX' : statusCode >= 400 && statusCode < 500 ? '4XX' : statusCode >= 500 && statusCode < 600 ? '5XX' : undefined;
+      const statusClass =
+        statusCode >= 200 && statusCode < 300
+          ? '2XX'
+          : statusCode >= 400 && statusCode < 500
+            ? '4XX'
+            : statusCode >= 500 && statusCode < 600
+              ? '5XX'
+              : undefined;
       if (statusClass !== undefined) {
         responsesByClass.get(statusClass)!.pending++;
         logMetric('ts_metrics.log', `Requests${statusClass}.Count:1|#Level:Host`);

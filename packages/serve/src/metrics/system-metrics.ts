@@ -60,14 +60,22 @@ export function createSystemMetricsReader(options: { diskPath: string; cacheMs?:
       previous = current;
       const totalMem = os.totalmem();
       const available = availableMemoryBytes();
-      let disk: Pick<SystemMetrics, 'diskUsedGb' | 'diskAvailableGb' | 'diskUtilizationPercent'> = { diskUsedGb: undefined, diskAvailableGb: undefined, diskUtilizationPercent: undefined };
+      let disk: Pick<SystemMetrics, 'diskUsedGb' | 'diskAvailableGb' | 'diskUtilizationPercent'> = {
+        diskUsedGb: undefined,
+        diskAvailableGb: undefined,
+        diskUtilizationPercent: undefined,
+      };
       try {
         const fs = statfsSync(options.diskPath);
         const size = fs.blocks * fs.bsize;
         const free = fs.bfree * fs.bsize;
         const availableDisk = fs.bavail * fs.bsize;
         const used = size - free;
-        disk = { diskUsedGb: used / GB, diskAvailableGb: availableDisk / GB, diskUtilizationPercent: size > 0 ? (used / (used + availableDisk)) * 100 : 0 };
+        disk = {
+          diskUsedGb: used / GB,
+          diskAvailableGb: availableDisk / GB,
+          diskUtilizationPercent: size > 0 ? (used / (used + availableDisk)) * 100 : 0,
+        };
       } catch {
         // Folder gone or not a local file system: leave the disk gauges out.
       }

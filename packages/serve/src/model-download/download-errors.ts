@@ -16,7 +16,8 @@ export const downloadErrors = defineErrors({
   },
   MARINA_ERR_MODEL_URL_INVALID: {
     statusCode: 404,
-    description: 'The model url is neither a plain file name in the model store nor a file:// or http(s):// URL with a usable file name.',
+    description:
+      'The model url is neither a plain file name in the model store nor a file:// or http(s):// URL with a usable file name.',
   },
   MARINA_ERR_MODEL_FILE_NOT_FOUND: {
     statusCode: 404,
@@ -24,7 +25,8 @@ export const downloadErrors = defineErrors({
   },
   MARINA_ERR_MODEL_FILE_EXISTS: {
     statusCode: 500,
-    description: 'A download would overwrite a file already in the model store; register it by file name or remove it first.',
+    description:
+      'A download would overwrite a file already in the model store; register it by file name or remove it first.',
   },
   MARINA_ERR_DOWNLOAD_FAILED: {
     statusCode: 400,
@@ -36,15 +38,18 @@ export const downloadErrors = defineErrors({
   },
   MARINA_ERR_DOWNLOAD_TIMEOUT: {
     statusCode: 400,
-    description: 'The download did not finish within download_timeout_ms, or received nothing for download_idle_timeout_ms; its partial file was removed.',
+    description:
+      'The download did not finish within download_timeout_ms, or received nothing for download_idle_timeout_ms; its partial file was removed.',
   },
   MARINA_ERR_DOWNLOADS_BUSY: {
     statusCode: 503,
-    description: 'max_concurrent_downloads model downloads are already running; retry the register when one has finished.',
+    description:
+      'max_concurrent_downloads model downloads are already running; retry the register when one has finished.',
   },
   MARINA_ERR_DOWNLOAD_CANCELLED: {
     statusCode: 400,
-    description: 'The management client closed its connection while its archive was downloading; the download was stopped and its partial file removed.',
+    description:
+      'The management client closed its connection while its archive was downloading; the download was stopped and its partial file removed.',
   },
   MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: {
     statusCode: 400,

@@ -47,21 +47,30 @@ export function normaliseModelUrl(url: string): NormalisedModelUrl {
   try {
     parsed = new URL(url);
   } catch (cause) {
-    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' is not a valid URL: ${(cause as Error).message}`, { cause });
+    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' is not a valid URL: ${(cause as Error).message}`, {
+      cause,
+    });
   }
   // The raw path's segments, before the URL parser resolves any encoded dot segment.
-  const rawPath = url.slice(url.indexOf('//') + 2).replace(/^[^/]*/, '').replace(/[?#].*$/, '');
+  const rawPath = url
+    .slice(url.indexOf('//') + 2)
+    .replace(/^[^/]*/, '')
+    .replace(/[?#].*$/, '');
   const decodedSegments: string[] = [];
   for (const segment of rawPath.split('/')) {
     let decoded: string;
     try {
       decoded = decodeURIComponent(segment);
     } catch (cause) {
-      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' has a malformed percent-encoding in '${segment}'`, { cause });
+      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' has a malformed percent-encoding in '${segment}'`, {
+        cause,
+      });
     }
     if (decoded === '.' || decoded === '..') throw relative();
     if (/[/\\]/.test(decoded)) {
-      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' has an encoded slash or backslash in '${segment}'; write path separators as '/'`);
+      throw create.MARINA_ERR_MODEL_URL_INVALID(
+        `model url '${url}' has an encoded slash or backslash in '${segment}'; write path separators as '/'`,
+      );
     }
     // eslint-disable-next-line no-control-regex
     if (/[\u0000-\u001f\u007f]/.test(decoded)) {
@@ -77,7 +86,10 @@ export function normaliseModelUrl(url: string): NormalisedModelUrl {
   try {
     filePath = fileURLToPath(parsed);
   } catch (cause) {
-    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' is not a valid file:// URL: ${(cause as Error).message}`, { cause });
+    throw create.MARINA_ERR_MODEL_URL_INVALID(
+      `model url '${url}' is not a valid file:// URL: ${(cause as Error).message}`,
+      { cause },
+    );
   }
   return { href: parsed.href, decoded, scheme, filePath: normalize(filePath) };
 }
@@ -109,7 +121,9 @@ function matchesAllowedUrls(url: NormalisedModelUrl, allowedUrls: readonly strin
 export function assertUrlAllowed(url: string, allowedUrls: readonly string[]): NormalisedModelUrl {
   const normalised = normaliseModelUrl(url);
   if (!matchesAllowedUrls(normalised, allowedUrls)) {
-    throw create.MARINA_ERR_URL_NOT_ALLOWED(`Given URL ${url} does not match any allowed URL(s)`, { details: { allowedUrls: [...allowedUrls] } });
+    throw create.MARINA_ERR_URL_NOT_ALLOWED(`Given URL ${url} does not match any allowed URL(s)`, {
+      details: { allowedUrls: [...allowedUrls] },
+    });
   }
   return normalised;
 }
@@ -157,9 +171,12 @@ export class DownloadSlots {
   /** Takes a slot; the returned function gives it back (idempotent). @throws MARINA_ERR_DOWNLOADS_BUSY */
   acquire(url: string): () => void {
     if (this.#inUse >= this.maxConcurrent) {
-      throw create.MARINA_ERR_DOWNLOADS_BUSY(`Failed to download archive from: ${url} (${this.#inUse} downloads are already running, the limit of max_concurrent_downloads); retry when one has finished`, {
-        details: { maxConcurrentDownloads: this.maxConcurrent },
-      });
+      throw create.MARINA_ERR_DOWNLOADS_BUSY(
+        `Failed to download archive from: ${url} (${this.#inUse} downloads are already running, the limit of max_concurrent_downloads); retry when one has finished`,
+        {
+          details: { maxConcurrentDownloads: this.maxConcurrent },
+        },
+      );
     }
     this.#inUse += 1;
     let isReleased = false;
@@ -214,7 +231,9 @@ export async function resolveModelUrl(options: ResolveModelUrlOptions): Promise<
       return copyIntoStore(path, url, modelStore);
     }
     if (allowed.scheme !== 'http' && allowed.scheme !== 'https') {
-      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' uses an unsupported scheme '${allowed.scheme}'; use file://, http:// or https://`);
+      throw create.MARINA_ERR_MODEL_URL_INVALID(
+        `model url '${url}' uses an unsupported scheme '${allowed.scheme}'; use file://, http:// or https://`,
+      );
     }
     if (modelStore === undefined) {
       throw create.MARINA_ERR_MODEL_STORE_NOT_CONFIGURED('Model store has not been configured.');
@@ -232,7 +251,8 @@ export async function resolveModelUrl(options: ResolveModelUrlOptions): Promise<
       `model url '${url}' must be a file name in the model store (no '/' or '\\'), or a file:// or http(s):// URL allowed by allowed_urls`,
     );
   }
-  if (modelStore === undefined) throw create.MARINA_ERR_MODEL_STORE_NOT_CONFIGURED('Model store has not been configured.');
+  if (modelStore === undefined)
+    throw create.MARINA_ERR_MODEL_STORE_NOT_CONFIGURED('Model store has not been configured.');
   if (url === '' || url === '.') throw create.MARINA_ERR_MODEL_FILE_NOT_FOUND(`Model not found at: ${url}`);
   const path = storePath(modelStore, url);
   if (!(await exists(path))) throw create.MARINA_ERR_MODEL_FILE_NOT_FOUND(`Model not found at: ${url}`);
@@ -253,14 +273,18 @@ async function isDirectory(path: string): Promise<boolean> {
  * the store, is used where it is.
  */
 async function copyIntoStore(path: string, url: string, modelStore: string | undefined): Promise<ResolvedModelUrl> {
-  if (modelStore === undefined || (await isDirectory(path)) || dirname(resolvePath(path)) === resolvePath(modelStore)) return { archivePath: path, isDownloaded: false };
+  if (modelStore === undefined || (await isDirectory(path)) || dirname(resolvePath(path)) === resolvePath(modelStore))
+    return { archivePath: path, isDownloaded: false };
   const fileName = fileNameFromUrl(url);
   const target = storePath(modelStore, fileName);
   try {
     await copyFile(path, target, fsConstants.COPYFILE_EXCL);
   } catch (cause) {
-    if ((cause as NodeJS.ErrnoException).code === 'EEXIST') throw create.MARINA_ERR_MODEL_FILE_EXISTS(`Model file already exists ${fileName}`);
-    throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (${(cause as Error).message})`, { cause });
+    if ((cause as NodeJS.ErrnoException).code === 'EEXIST')
+      throw create.MARINA_ERR_MODEL_FILE_EXISTS(`Model file already exists ${fileName}`);
+    throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (${(cause as Error).message})`, {
+      cause,
+    });
   }
   return { archivePath: target, isDownloaded: true };
 }
@@ -270,7 +294,9 @@ function storePath(modelStore: string, name: string): string {
   try {
     return resolveInside(modelStore, name, 'model url');
   } catch (cause) {
-    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${name}' must name a file or folder inside the model store`, { cause });
+    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${name}' must name a file or folder inside the model store`, {
+      cause,
+    });
   }
 }
 
@@ -284,7 +310,9 @@ function fileNameFromUrl(url: string): string {
   try {
     name = decodeURIComponent(basename(new URL(url).pathname));
   } catch (cause) {
-    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' is not a valid URL: ${(cause as Error).message}`, { cause });
+    throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' is not a valid URL: ${(cause as Error).message}`, {
+      cause,
+    });
   }
   if (!SAFE_FILE_NAME.test(name)) {
     throw create.MARINA_ERR_MODEL_URL_INVALID(
@@ -306,11 +334,15 @@ async function fetchAllowed(url: string, allowedUrls: readonly string[], signal:
     }
     if (!response.ok) {
       await response.body?.cancel();
-      throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (HTTP ${response.status} from ${current})`);
+      throw create.MARINA_ERR_DOWNLOAD_FAILED(
+        `Failed to download archive from: ${url} (HTTP ${response.status} from ${current})`,
+      );
     }
     return response;
   }
-  throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (more than ${MAX_REDIRECTS} redirects)`);
+  throw create.MARINA_ERR_DOWNLOAD_FAILED(
+    `Failed to download archive from: ${url} (more than ${MAX_REDIRECTS} redirects)`,
+  );
 }
 
 async function isArchive(path: string): Promise<boolean> {
@@ -318,7 +350,12 @@ async function isArchive(path: string): Promise<boolean> {
   try {
     const head = Buffer.alloc(4);
     const { bytesRead } = await handle.read(head, 0, 4, 0);
-    const isZip = bytesRead >= 4 && head[0] === 0x50 && head[1] === 0x4b && (head[2] === 3 || head[2] === 5) && (head[3] === 4 || head[3] === 6);
+    const isZip =
+      bytesRead >= 4 &&
+      head[0] === 0x50 &&
+      head[1] === 0x4b &&
+      (head[2] === 3 || head[2] === 5) &&
+      (head[3] === 4 || head[3] === 6);
     const isGzip = bytesRead >= 2 && head[0] === 0x1f && head[1] === 0x8b;
     return isZip || isGzip;
   } finally {
@@ -347,9 +384,12 @@ async function downloadIntoStore(url: string, modelStore: string, options: Resol
   };
   const signal = AbortSignal.any([total, idle.signal, ...(options.signal ? [options.signal] : [])]);
   const tooLarge = () =>
-    create.MARINA_ERR_DOWNLOAD_TOO_LARGE(`Failed to download archive from: ${url} (larger than the ${maxBytes}-byte limit)`, {
-      details: { maxDownloadBytes: maxBytes },
-    });
+    create.MARINA_ERR_DOWNLOAD_TOO_LARGE(
+      `Failed to download archive from: ${url} (larger than the ${maxBytes}-byte limit)`,
+      {
+        details: { maxDownloadBytes: maxBytes },
+      },
+    );
   try {
     armIdle();
     const response = await fetchAllowed(url, options.allowedUrls, signal);
@@ -367,17 +407,22 @@ async function downloadIntoStore(url: string, modelStore: string, options: Resol
         callback(received > maxBytes ? tooLarge() : null, chunk);
       },
     });
-    const body = response.body ? Readable.fromWeb(response.body as import('node:stream/web').ReadableStream) : Readable.from([]);
+    const body = response.body
+      ? Readable.fromWeb(response.body as import('node:stream/web').ReadableStream)
+      : Readable.from([]);
     await pipeline(body, limiter, createWriteStream(temp, { flags: 'wx', mode: 0o644, flush: true }), { signal });
     clearTimeout(idleTimer);
     if (!(await isArchive(temp))) {
-      throw create.MARINA_ERR_DOWNLOAD_NOT_ARCHIVE(`Failed to download archive from: ${url} (the file is neither a .mar/zip nor a .tar.gz archive)`);
+      throw create.MARINA_ERR_DOWNLOAD_NOT_ARCHIVE(
+        `Failed to download archive from: ${url} (the file is neither a .mar/zip nor a .tar.gz archive)`,
+      );
     }
     try {
       // link() fails if the name exists, so a file that appeared meanwhile is never overwritten (rename would).
       await link(temp, target);
     } catch (cause) {
-      if ((cause as NodeJS.ErrnoException).code === 'EEXIST') throw create.MARINA_ERR_MODEL_FILE_EXISTS(`Model file already exists ${fileName}`);
+      if ((cause as NodeJS.ErrnoException).code === 'EEXIST')
+        throw create.MARINA_ERR_MODEL_FILE_EXISTS(`Model file already exists ${fileName}`);
       throw cause;
     }
     return target;
@@ -385,12 +430,20 @@ async function downloadIntoStore(url: string, modelStore: string, options: Resol
     if ((error as { code?: string }).code?.startsWith('MARINA_ERR_')) throw error;
     if (options.signal?.aborted) throw cancelled(url, error);
     if (idle.signal.aborted) {
-      throw create.MARINA_ERR_DOWNLOAD_TIMEOUT(`Failed to download archive from: ${url} (nothing received for ${idleTimeoutMs} ms, the limit of download_idle_timeout_ms)`, { cause: error, details: { downloadIdleTimeoutMs: idleTimeoutMs } });
+      throw create.MARINA_ERR_DOWNLOAD_TIMEOUT(
+        `Failed to download archive from: ${url} (nothing received for ${idleTimeoutMs} ms, the limit of download_idle_timeout_ms)`,
+        { cause: error, details: { downloadIdleTimeoutMs: idleTimeoutMs } },
+      );
     }
     if (total.aborted) {
-      throw create.MARINA_ERR_DOWNLOAD_TIMEOUT(`Failed to download archive from: ${url} (no complete response within ${timeoutMs} ms, the limit of download_timeout_ms)`, { cause: error, details: { downloadTimeoutMs: timeoutMs } });
+      throw create.MARINA_ERR_DOWNLOAD_TIMEOUT(
+        `Failed to download archive from: ${url} (no complete response within ${timeoutMs} ms, the limit of download_timeout_ms)`,
+        { cause: error, details: { downloadTimeoutMs: timeoutMs } },
+      );
     }
-    throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (${(error as Error).message})`, { cause: error });
+    throw create.MARINA_ERR_DOWNLOAD_FAILED(`Failed to download archive from: ${url} (${(error as Error).message})`, {
+      cause: error,
+    });
   } finally {
     clearTimeout(idleTimer);
     release();
@@ -400,5 +453,8 @@ async function downloadIntoStore(url: string, modelStore: string, options: Resol
 }
 
 function cancelled(url: string, cause?: unknown) {
-  return create.MARINA_ERR_DOWNLOAD_CANCELLED(`Download of ${url} cancelled: the client that asked for it went away`, cause === undefined ? {} : { cause });
+  return create.MARINA_ERR_DOWNLOAD_CANCELLED(
+    `Download of ${url} cancelled: the client that asked for it went away`,
+    cause === undefined ? {} : { cause },
+  );
 }

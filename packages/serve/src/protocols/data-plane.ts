@@ -162,7 +162,8 @@ export class DataPlane {
     let signature = this.#signatures.get(version);
     if (!signature) {
       const file = version.manifest.model.serializedFile;
-      signature = file && /\.onnx$/i.test(file) ? readOnnxSignature(join(version.modelDir, file)) : { inputs: [], outputs: [] };
+      signature =
+        file && /\.onnx$/i.test(file) ? readOnnxSignature(join(version.modelDir, file)) : { inputs: [], outputs: [] };
       this.#signatures.set(version, signature);
     }
     return { version, signature };
@@ -171,7 +172,10 @@ export class DataPlane {
   /** OIP model metadata; `versions` lists every version when none was asked for. */
   modelMetadata(modelName: string, modelVersion?: string): ModelMetadata {
     const { version, signature } = this.signature(modelName, modelVersion);
-    const versions = modelVersion === undefined ? (this.#registry.list().find((m) => m.modelName === modelName)?.versions ?? [version.modelVersion]) : [version.modelVersion];
+    const versions =
+      modelVersion === undefined
+        ? (this.#registry.list().find((m) => m.modelName === modelName)?.versions ?? [version.modelVersion])
+        : [version.modelVersion];
     return {
       name: version.modelName,
       versions,
@@ -189,7 +193,8 @@ export class DataPlane {
   #admit(request: InferRequest, version: ModelVersion, signature: ModelSignature): void {
     const seen = new Set<string>();
     for (const t of request.inputs) {
-      if (seen.has(t.name)) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`input '${t.name}' is given twice`);
+      if (seen.has(t.name))
+        throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`input '${t.name}' is given twice`);
       seen.add(t.name);
       checkRawSize(t, `input '${t.name}'`);
     }
@@ -197,13 +202,23 @@ export class DataPlane {
     const names = signature.inputs.map((i) => i.name);
     for (const t of request.inputs) {
       const input = signature.inputs.find((i) => i.name === t.name);
-      if (!input) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`unknown input '${t.name}'; model '${version.modelName}' has inputs: ${names.join(', ')}`);
+      if (!input)
+        throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(
+          `unknown input '${t.name}'; model '${version.modelName}' has inputs: ${names.join(', ')}`,
+        );
       checkTensorAgainstSignature(t, input);
     }
-    for (const name of names) if (!seen.has(name)) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`input '${name}' is missing; model '${version.modelName}' has inputs: ${names.join(', ')}`);
+    for (const name of names)
+      if (!seen.has(name))
+        throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(
+          `input '${name}' is missing; model '${version.modelName}' has inputs: ${names.join(', ')}`,
+        );
     const outputNames = signature.outputs.map((o) => o.name);
     for (const o of request.outputs ?? []) {
-      if (!outputNames.includes(o.name)) throw createHandlerError.MARINA_ERR_TENSOR_OUTPUT_UNKNOWN(`unknown output '${o.name}'; model '${version.modelName}' has outputs: ${outputNames.join(', ')}`);
+      if (!outputNames.includes(o.name))
+        throw createHandlerError.MARINA_ERR_TENSOR_OUTPUT_UNKNOWN(
+          `unknown output '${o.name}'; model '${version.modelName}' has outputs: ${outputNames.join(', ')}`,
+        );
     }
   }
 
@@ -265,24 +280,53 @@ export class DataPlane {
     if (keys.length !== 1 || (!Buffer.isBuffer(payload) && typeof payload !== 'string')) return options;
     const headerText = options.headers?.[INFERENCE_HEADER_CONTENT_LENGTH];
     const headerLength = headerText === undefined ? undefined : Number(headerText);
-    if (headerLength !== undefined && !Number.isInteger(headerLength)) throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(`Inference-Header-Content-Length must be a non-negative integer, got '${headerText}'`);
-    const value = headerLength === undefined && payload.length <= SMALL_JSON_BODY_BYTES ? jsonValueOf(payload) : payload;
+    if (headerLength !== undefined && !Number.isInteger(headerLength))
+      throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(
+        `Inference-Header-Content-Length must be a non-negative integer, got '${headerText}'`,
+      );
+    const value =
+      headerLength === undefined && payload.length <= SMALL_JSON_BODY_BYTES ? jsonValueOf(payload) : payload;
     if (value !== payload && isPlainFloatTensorBody(value, signature.inputs)) return options;
     const parsed = parseTensorRequest(value, signature.inputs, { headerLength });
-    selectedOutputNames(parsed, signature.outputs.map((o) => o.name));
+    selectedOutputNames(
+      parsed,
+      signature.outputs.map((o) => o.name),
+    );
     // Checked; a small JSON body then goes on as it came: the worker parses it again in
     // microseconds, which costs the HTTP thread (the tiny model's bottleneck) less than re-encoding
     // it here. A larger one travels re-encoded, so the worker does not parse it twice.
     if (parsed.format === 'json' && payload.length <= SMALL_JSON_BODY_BYTES) return options;
     const tensors = signature.inputs.map((i) => parsed.tensors.get(i.name)!);
     const header = {
-      parameters: { binary_data_output: parsed.isBinaryOutputDefault, ...(parsed.format === 'json' ? { marina_response_format: 'torchserve_json' } : {}) },
-      inputs: tensors.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: t.raw.length } })),
-      ...(parsed.outputs ? { outputs: parsed.outputs.map((o) => ({ name: o.name, ...(o.isBinary === undefined ? {} : { parameters: { binary_data: o.isBinary } }) })) } : {}),
+      parameters: {
+        binary_data_output: parsed.isBinaryOutputDefault,
+        ...(parsed.format === 'json' ? { marina_response_format: 'torchserve_json' } : {}),
+      },
+      inputs: tensors.map((t) => ({
+        name: t.name,
+        datatype: t.datatype,
+        shape: t.shape,
+        parameters: { binary_data_size: t.raw.length },
+      })),
+      ...(parsed.outputs
+        ? {
+            outputs: parsed.outputs.map((o) => ({
+              name: o.name,
+              ...(o.isBinary === undefined ? {} : { parameters: { binary_data: o.isBinary } }),
+            })),
+          }
+        : {}),
     };
-    const { body, headerLength: length } = joinBinaryBody(header, tensors.map((t) => t.raw));
+    const { body, headerLength: length } = joinBinaryBody(
+      header,
+      tensors.map((t) => t.raw),
+    );
     const { bodyDecoding: _decoded, ...rest } = options;
-    return { ...rest, input: { body }, headers: { ...options.headers, [INFERENCE_HEADER_CONTENT_LENGTH]: String(length) } };
+    return {
+      ...rest,
+      input: { body },
+      headers: { ...options.headers, [INFERENCE_HEADER_CONTENT_LENGTH]: String(length) },
+    };
   }
 
   /**
@@ -311,21 +355,42 @@ export class DataPlane {
       throw error;
     }
     const header = {
-      ...(request.parameters ? { parameters: { ...request.parameters, binary_data_output: true } } : { parameters: { binary_data_output: true } }),
-      inputs: request.inputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: t.raw.length } })),
-      ...(request.outputs ? { outputs: request.outputs.map((o) => ({ name: o.name, parameters: { binary_data: true } })) } : {}),
+      ...(request.parameters
+        ? { parameters: { ...request.parameters, binary_data_output: true } }
+        : { parameters: { binary_data_output: true } }),
+      inputs: request.inputs.map((t) => ({
+        name: t.name,
+        datatype: t.datatype,
+        shape: t.shape,
+        parameters: { binary_data_size: t.raw.length },
+      })),
+      ...(request.outputs
+        ? { outputs: request.outputs.map((o) => ({ name: o.name, parameters: { binary_data: true } })) }
+        : {}),
     };
-    const { body, headerLength } = joinBinaryBody(header, request.inputs.map((t) => t.raw));
+    const { body, headerLength } = joinBinaryBody(
+      header,
+      request.inputs.map((t) => t.raw),
+    );
     const result = await this.#registry.predict({
       modelName: request.modelName,
       modelVersion: request.modelVersion,
       requestId: request.requestId,
       input: { body },
-      headers: { ...request.headers, 'content-type': 'application/octet-stream', [INFERENCE_HEADER_CONTENT_LENGTH]: String(headerLength) },
+      headers: {
+        ...request.headers,
+        'content-type': 'application/octet-stream',
+        [INFERENCE_HEADER_CONTENT_LENGTH]: String(headerLength),
+      },
       arrivedAt,
     });
     assertResponseSize(result.body.length, this.#maxResponseBytes);
-    return { modelName: version.modelName, modelVersion: version.modelVersion, id: request.id ?? request.requestId, outputs: this.#outputsOf(result) };
+    return {
+      modelName: version.modelName,
+      modelVersion: version.modelVersion,
+      id: request.id ?? request.requestId,
+      outputs: this.#outputsOf(result),
+    };
   }
 
   /** The handler's answer as tensors: the v2 binary layout, or (a custom handler's own answer) one BYTES tensor `output` holding its body. */
@@ -335,10 +400,20 @@ export class DataPlane {
       return [{ name: 'output', datatype: 'BYTES', shape: [1], raw: encodeBytesElements([result.body]) }];
     }
     const { header, binaries } = splitBinaryBody(result.body, Number(headerLength), 'outputs');
-    const list = Array.isArray(header['outputs']) ? (header['outputs'] as Array<{ name: string; datatype: unknown; shape: number[]; data?: unknown }>) : [];
+    const list = Array.isArray(header['outputs'])
+      ? (header['outputs'] as Array<{ name: string; datatype: unknown; shape: number[]; data?: unknown }>)
+      : [];
     return list.map((o, i) => {
-      if (!isV2Datatype(o.datatype)) throw createServeError.MARINA_ERR_HANDLER_OUTPUT_INVALID(`the handler answered output '${o.name}' with datatype ${JSON.stringify(o.datatype)}`);
-      return { name: o.name, datatype: o.datatype, shape: o.shape, raw: binaries.get(i) ?? jsonToRaw(o.datatype, o.data, o.shape, `output '${o.name}'`) };
+      if (!isV2Datatype(o.datatype))
+        throw createServeError.MARINA_ERR_HANDLER_OUTPUT_INVALID(
+          `the handler answered output '${o.name}' with datatype ${JSON.stringify(o.datatype)}`,
+        );
+      return {
+        name: o.name,
+        datatype: o.datatype,
+        shape: o.shape,
+        raw: binaries.get(i) ?? jsonToRaw(o.datatype, o.data, o.shape, `output '${o.name}'`),
+      };
     });
   }
 }

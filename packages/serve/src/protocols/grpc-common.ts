@@ -9,10 +9,19 @@ import { toMarinaError } from '../errors.ts';
 const PROTO_DIR = fileURLToPath(new URL('../../protos/', import.meta.url));
 
 /** proto-loader options: field names as in the .proto files, 64-bit integers as numbers, bytes as Buffers. */
-export const PROTO_LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true, includeDirs: [PROTO_DIR] };
+export const PROTO_LOADER_OPTIONS: protoLoader.Options = {
+  keepCase: true,
+  longs: Number,
+  enums: String,
+  defaults: true,
+  oneofs: true,
+  includeDirs: [PROTO_DIR],
+};
 
 /** Loads one of the .proto files shipped in packages/serve/protos (for servers and test clients). */
-export function loadProto(file: 'grpc_predict_v2.proto' | 'open_inference_grpc.proto' | 'inference.proto' | 'management.proto'): grpc.GrpcObject {
+export function loadProto(
+  file: 'grpc_predict_v2.proto' | 'open_inference_grpc.proto' | 'inference.proto' | 'management.proto',
+): grpc.GrpcObject {
   return grpc.loadPackageDefinition(protoLoader.loadSync(file, PROTO_LOADER_OPTIONS));
 }
 
@@ -54,22 +63,42 @@ export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 
     const value = call.metadata.get('authorization')[0];
     const result = tokens.check(keyType, typeof value === 'string' ? value : value?.toString('utf8'));
     if (result === 'ok') return undefined;
-    const why = result === 'missing'
-      ? `the call has no 'authorization: Bearer <key>' metadata`
-      : result === 'expired' ? `the ${keyType} key expired (keys last ${tokens.tokenExpirationMin} min); rotate it with /token?type=${keyType}` : `the key is incorrect for the ${keyType} API`;
+    const why =
+      result === 'missing'
+        ? `the call has no 'authorization: Bearer <key>' metadata`
+        : result === 'expired'
+          ? `the ${keyType} key expired (keys last ${tokens.tokenExpirationMin} min); rotate it with /token?type=${keyType}`
+          : `the key is incorrect for the ${keyType} API`;
     const metadata = new grpc.Metadata();
-    metadata.set('marina-error-code', result === 'missing' ? 'MARINA_ERR_TOKEN_MISSING' : result === 'expired' ? 'MARINA_ERR_TOKEN_EXPIRED' : 'MARINA_ERR_TOKEN_INVALID');
-    return { code: grpc.status.UNAUTHENTICATED, details: `Token Authorization failed: ${why}; the ${keyType} key is in '${tokens.keyFilePath}'`, metadata };
+    metadata.set(
+      'marina-error-code',
+      result === 'missing'
+        ? 'MARINA_ERR_TOKEN_MISSING'
+        : result === 'expired'
+          ? 'MARINA_ERR_TOKEN_EXPIRED'
+          : 'MARINA_ERR_TOKEN_INVALID',
+    );
+    return {
+      code: grpc.status.UNAUTHENTICATED,
+      details: `Token Authorization failed: ${why}; the ${keyType} key is in '${tokens.keyFilePath}'`,
+      metadata,
+    };
   };
 }
 
 /** Wraps a unary handler: token check, then the handler; a thrown MarinaError becomes its gRPC status. */
-export function unary<Req, Res>(checkKey: KeyCheck, run: (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Res | Promise<Res>): grpc.handleUnaryCall<Req, Res> {
+export function unary<Req, Res>(
+  checkKey: KeyCheck,
+  run: (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Res | Promise<Res>,
+): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
     const denied = checkKey(call);
     if (denied) return callback(denied as grpc.ServiceError);
     Promise.resolve()
       .then(() => run(call.request, call))
-      .then((value) => callback(null, value), (error: unknown) => callback(toGrpcError(error) as grpc.ServiceError));
+      .then(
+        (value) => callback(null, value),
+        (error: unknown) => callback(toGrpcError(error) as grpc.ServiceError),
+      );
   };
 }

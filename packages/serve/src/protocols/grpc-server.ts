@@ -43,14 +43,18 @@ function serverOptions(config: ServerConfig, address: GrpcListenAddress): grpc.S
     'grpc.max_receive_message_length': config.maxRequestBytes,
     'grpc.max_send_message_length': config.maxResponseBytes,
     ...(address.maxConnectionAgeMs !== undefined ? { 'grpc.max_connection_age_ms': address.maxConnectionAgeMs } : {}),
-    ...(address.maxConnectionAgeGraceMs !== undefined ? { 'grpc.max_connection_age_grace_ms': address.maxConnectionAgeGraceMs } : {}),
+    ...(address.maxConnectionAgeGraceMs !== undefined
+      ? { 'grpc.max_connection_age_grace_ms': address.maxConnectionAgeGraceMs }
+      : {}),
   };
 }
 
 function bind(server: grpc.Server, address: GrpcListenAddress, credentials: grpc.ServerCredentials): Promise<string> {
   const host = address.host.includes(':') && !address.host.startsWith('[') ? `[${address.host}]` : address.host;
   return new Promise((resolve, reject) => {
-    server.bindAsync(`${host}:${address.port}`, credentials, (error, port) => (error ? reject(error) : resolve(`${host}:${port}`)));
+    server.bindAsync(`${host}:${address.port}`, credentials, (error, port) =>
+      error ? reject(error) : resolve(`${host}:${port}`),
+    );
   });
 }
 
@@ -59,19 +63,36 @@ function bind(server: grpc.Server, address: GrpcListenAddress, credentials: grpc
  */
 export async function startGrpcServers(options: StartGrpcServersOptions): Promise<GrpcServers> {
   const { config, grpc: addresses, dataPlane, tokens } = options;
-  const credentials = addresses.isSslEnabled && config.privateKeyFile && config.certificateFile
-    ? grpc.ServerCredentials.createSsl(null, [{ private_key: readFileSync(config.privateKeyFile), cert_chain: readFileSync(config.certificateFile) }], false)
-    : grpc.ServerCredentials.createInsecure();
+  const credentials =
+    addresses.isSslEnabled && config.privateKeyFile && config.certificateFile
+      ? grpc.ServerCredentials.createSsl(
+          null,
+          [{ private_key: readFileSync(config.privateKeyFile), cert_chain: readFileSync(config.certificateFile) }],
+          false,
+        )
+      : grpc.ServerCredentials.createInsecure();
 
   const inference = new grpc.Server(serverOptions(config, addresses.inference));
   const inferenceKey = createKeyCheck(tokens, 'inference');
   const oip = createOipGrpcService({ dataPlane, checkKey: inferenceKey });
   inference.addService(serviceOf(loadProto('grpc_predict_v2.proto'), 'inference.GRPCInferenceService'), oip);
-  inference.addService(serviceOf(loadProto('open_inference_grpc.proto'), 'org.pytorch.serve.grpc.openinference.GRPCInferenceService'), oip);
-  inference.addService(serviceOf(loadProto('inference.proto'), 'org.pytorch.serve.grpc.inference.InferenceAPIsService'), createTorchServeInferenceService({ dataPlane, checkKey: inferenceKey }));
+  inference.addService(
+    serviceOf(loadProto('open_inference_grpc.proto'), 'org.pytorch.serve.grpc.openinference.GRPCInferenceService'),
+    oip,
+  );
+  inference.addService(
+    serviceOf(loadProto('inference.proto'), 'org.pytorch.serve.grpc.inference.InferenceAPIsService'),
+    createTorchServeInferenceService({ dataPlane, checkKey: inferenceKey }),
+  );
 
   const management = new grpc.Server(serverOptions(config, addresses.management));
-  management.addService(serviceOf(loadProto('management.proto'), 'org.pytorch.serve.grpc.management.ManagementAPIsService'), createTorchServeManagementService({ management: options.management, checkKey: createKeyCheck(tokens, 'management') }));
+  management.addService(
+    serviceOf(loadProto('management.proto'), 'org.pytorch.serve.grpc.management.ManagementAPIsService'),
+    createTorchServeManagementService({
+      management: options.management,
+      checkKey: createKeyCheck(tokens, 'management'),
+    }),
+  );
 
   const close = async (closeOptions: { drained?: Promise<unknown> } = {}) => {
     const servers = [inference, management];
@@ -81,7 +102,10 @@ export async function startGrpcServers(options: StartGrpcServersOptions): Promis
     for (const s of servers) s.forceShutdown();
   };
   try {
-    const [inferenceUrl, managementUrl] = await Promise.all([bind(inference, addresses.inference, credentials), bind(management, addresses.management, credentials)]);
+    const [inferenceUrl, managementUrl] = await Promise.all([
+      bind(inference, addresses.inference, credentials),
+      bind(management, addresses.management, credentials),
+    ]);
     return { inferenceUrl, managementUrl, close };
   } catch (error) {
     inference.forceShutdown();

@@ -9,8 +9,20 @@ import { createServeError } from '../errors.ts';
 
 /** TensorProto.DataType → onnxruntime-node type name. */
 const ELEM_TYPES: Record<number, string> = {
-  1: 'float32', 2: 'uint8', 3: 'int8', 4: 'uint16', 5: 'int16', 6: 'int32', 7: 'int64', 8: 'string',
-  9: 'bool', 10: 'float16', 11: 'float64', 12: 'uint32', 13: 'uint64', 16: 'bfloat16',
+  1: 'float32',
+  2: 'uint8',
+  3: 'int8',
+  4: 'uint16',
+  5: 'int16',
+  6: 'int32',
+  7: 'int64',
+  8: 'string',
+  9: 'bool',
+  10: 'float16',
+  11: 'float64',
+  12: 'uint32',
+  13: 'uint64',
+  16: 'bfloat16',
 };
 
 class FileReader {
@@ -166,7 +178,10 @@ export function readOnnxSignature(path: string): ModelSignature {
     if (!sawGraph) throw new Error('the file has no graph');
     return { inputs: inputs.filter((i) => !initializers.has(i.name)), outputs };
   } catch (error) {
-    throw createServeError.MARINA_ERR_MODEL_SIGNATURE_UNREADABLE(`cannot read the inputs and outputs of ${path}: ${(error as Error).message}; check that it is an ONNX model`, { cause: error });
+    throw createServeError.MARINA_ERR_MODEL_SIGNATURE_UNREADABLE(
+      `cannot read the inputs and outputs of ${path}: ${(error as Error).message}; check that it is an ONNX model`,
+      { cause: error },
+    );
   } finally {
     file?.close();
   }

@@ -8,7 +8,11 @@ import { fixedBatchWarning, readOnnxGraph } from '@marina/handlers';
  * Reads only the ONNX graph's framing (no weights, no session). Returns undefined when there is
  * nothing to say or the file cannot be read as ONNX (the worker then reports the load failure).
  */
-export async function fixedBatchNotice(options: { modelDir: string; serializedFile: string | undefined; batchSize: number }): Promise<string | undefined> {
+export async function fixedBatchNotice(options: {
+  modelDir: string;
+  serializedFile: string | undefined;
+  batchSize: number;
+}): Promise<string | undefined> {
   if (options.serializedFile === undefined || options.batchSize <= 1) return undefined;
   try {
     const graph = await readOnnxGraph(resolveInside(options.modelDir, options.serializedFile, 'model.serializedFile'));

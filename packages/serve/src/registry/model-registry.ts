@@ -1,7 +1,19 @@
 import { EventEmitter, once } from 'node:events';
 import { rm } from 'node:fs/promises';
-import { assertModelIdentity, extractToCache, normalizeManifest, readModelConfig, readQuantizationSummary, resolveInside, resolveManifestFiles } from '@marina/archive';
-import { allowSpinningDefaultFrom, cacheOptimizedModelDefaultFrom, forceSpinningStopDefaultFrom } from '../backend/ort-session.ts';
+import {
+  assertModelIdentity,
+  extractToCache,
+  normalizeManifest,
+  readModelConfig,
+  readQuantizationSummary,
+  resolveInside,
+  resolveManifestFiles,
+} from '@marina/archive';
+import {
+  allowSpinningDefaultFrom,
+  cacheOptimizedModelDefaultFrom,
+  forceSpinningStopDefaultFrom,
+} from '../backend/ort-session.ts';
 import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
@@ -107,7 +119,8 @@ export class ModelRegistry implements ModelRegistryApi {
   }
 
   #assertOpen(): void {
-    if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and registers no models');
+    if (this.#isClosing)
+      throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and registers no models');
   }
 
   get isClosing(): boolean {
@@ -128,7 +141,10 @@ export class ModelRegistry implements ModelRegistryApi {
    */
   async open(options: RegisterModelOptions): Promise<ModelVersion> {
     this.#assertOpen();
-    const extracted = await extractToCache({ archivePath: options.archivePath, cacheDir: this.#config.extractionCacheDir });
+    const extracted = await extractToCache({
+      archivePath: options.archivePath,
+      cacheDir: this.#config.extractionCacheDir,
+    });
     this.#opening.push(extracted.modelDir);
     try {
       return await this.#openExtracted(options, extracted);
@@ -137,16 +153,25 @@ export class ModelRegistry implements ModelRegistryApi {
     }
   }
 
-  async #openExtracted(options: RegisterModelOptions, extracted: Awaited<ReturnType<typeof extractToCache>>): Promise<ModelVersion> {
+  async #openExtracted(
+    options: RegisterModelOptions,
+    extracted: Awaited<ReturnType<typeof extractToCache>>,
+  ): Promise<ModelVersion> {
     // close() may have run during any await: a version added after it would start workers nothing drains.
     this.#assertOpen();
-    const manifest = normalizeManifest(extracted.manifest, { archivePath: options.archivePath, modelName: options.modelName, handler: options.handler });
+    const manifest = normalizeManifest(extracted.manifest, {
+      archivePath: options.archivePath,
+      modelName: options.modelName,
+      handler: options.handler,
+    });
     const modelName = manifest.model.modelName;
     const modelVersion = manifest.model.modelVersion;
     assertModelIdentity(modelName, modelVersion);
     const key = `${modelName}\u0000${modelVersion}`;
     if (this.#models.get(modelName)?.versions.has(modelVersion) || this.#registering.has(key)) {
-      throw createServeError.MARINA_ERR_MODEL_VERSION_CONFLICT(`Model version ${modelVersion} is already registered for model ${modelName}; unregister it first (DELETE /models/${modelName}/${modelVersion})`);
+      throw createServeError.MARINA_ERR_MODEL_VERSION_CONFLICT(
+        `Model version ${modelVersion} is already registered for model ${modelName}; unregister it first (DELETE /models/${modelName}/${modelVersion})`,
+      );
     }
     this.#registering.add(key);
     try {
@@ -173,12 +198,19 @@ export class ModelRegistry implements ModelRegistryApi {
         },
       });
       // The same rule and words as model-archiver validate: served, with a warning.
-      const batchNotice = await fixedBatchNotice({ modelDir: extracted.modelDir, serializedFile: manifest.model.serializedFile, batchSize: settings.batchSize });
+      const batchNotice = await fixedBatchNotice({
+        modelDir: extracted.modelDir,
+        serializedFile: manifest.model.serializedFile,
+        batchSize: settings.batchSize,
+      });
       this.#assertOpen();
-      if (batchNotice !== undefined) this.#log('warn', `model '${modelName}' version '${modelVersion}': ${batchNotice}`);
+      if (batchNotice !== undefined)
+        this.#log('warn', `model '${modelName}' version '${modelVersion}': ${batchNotice}`);
       const handler = manifest.model.handler;
       if (!handler) {
-        throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(`${modelName} (${options.url}) has no handler: set one in the manifest (model-archiver --handler) or pass handler= when registering`);
+        throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
+          `${modelName} (${options.url}) has no handler: set one in the manifest (model-archiver --handler) or pass handler= when registering`,
+        );
       }
       const version = new ModelVersion({
         modelName,
@@ -201,9 +233,19 @@ export class ModelRegistry implements ModelRegistryApi {
         log: this.#log,
       });
       this.#assertWithinThreadBudget(version, settings.minWorkers, `${modelName} version ${modelVersion}`);
-      version.on('loaded', (e) => this.events.emit('workerLoaded', { modelName, modelVersion, workerId: e.workerId, loadMs: e.loadMs }));
+      version.on('loaded', (e) =>
+        this.events.emit('workerLoaded', { modelName, modelVersion, workerId: e.workerId, loadMs: e.loadMs }),
+      );
       version.on('batch', (e) => {
-        this.events.emit('batch', { modelName, modelVersion, batchSize: e.batchSize, inferenceMs: e.inferenceMs, dispatchReason: e.reason, isOk: e.isOk, ...(e.stages ? { stages: e.stages } : {}) });
+        this.events.emit('batch', {
+          modelName,
+          modelVersion,
+          batchSize: e.batchSize,
+          inferenceMs: e.inferenceMs,
+          dispatchReason: e.reason,
+          isOk: e.isOk,
+          ...(e.stages ? { stages: e.stages } : {}),
+        });
       });
       let model = this.#models.get(modelName);
       if (!model) {
@@ -213,7 +255,8 @@ export class ModelRegistry implements ModelRegistryApi {
       model.versions.set(modelVersion, version);
       // TorchServe ignores the models JSON's defaultVersion for models loaded at start-up
       // (pytorch/serve#2744); Marina applies it, as documented.
-      const isJsonDefault = options.loadedAtStartup === true && this.#config.models[modelName]?.[modelVersion]?.defaultVersion === true;
+      const isJsonDefault =
+        options.loadedAtStartup === true && this.#config.models[modelName]?.[modelVersion]?.defaultVersion === true;
       if (options.isDefault || isJsonDefault) model.defaultVersion = modelVersion;
       this.events.emit('changed');
       await this.#caches?.opened(version.modelDir, this.#modelDirsInUse());
@@ -236,7 +279,12 @@ export class ModelRegistry implements ModelRegistryApi {
     const requested = version.plannedWorkers;
     const starting = version.pool.setTarget(requested);
     const rebalanced = this.#rebalanceThreadsAfter(starting);
-    const result = (ready: number): RegisterResult => ({ modelName: version.modelName, modelVersion: version.modelVersion, workersRequested: requested, workersReady: ready });
+    const result = (ready: number): RegisterResult => ({
+      modelName: version.modelName,
+      modelVersion: version.modelVersion,
+      workersRequested: requested,
+      workersReady: ready,
+    });
     if (!options.synchronous) {
       void starting.catch(() => undefined);
       return result(0);
@@ -250,7 +298,10 @@ export class ModelRegistry implements ModelRegistryApi {
     if (requested > 0 && ready === 0) {
       const cause = version.pool.lastError;
       await this.#remove(version);
-      throw createServeError.MARINA_ERR_WORKER_START_FAILED(`Failed to start workers for model ${version.modelName} version: ${version.modelVersion}: ${cause?.message ?? 'unknown error'}`, { cause });
+      throw createServeError.MARINA_ERR_WORKER_START_FAILED(
+        `Failed to start workers for model ${version.modelName} version: ${version.modelVersion}: ${cause?.message ?? 'unknown error'}`,
+        { cause },
+      );
     }
     this.events.emit('changed');
     return result(ready);
@@ -269,7 +320,9 @@ export class ModelRegistry implements ModelRegistryApi {
       modelDir: version.modelDir,
       manifest: version.manifest as unknown as Record<string, unknown>,
       handler: version.handler,
-      serializedFilePath: version.manifest.model.serializedFile ? resolveInside(version.modelDir, version.manifest.model.serializedFile, 'model.serializedFile') : undefined,
+      serializedFilePath: version.manifest.model.serializedFile
+        ? resolveInside(version.modelDir, version.manifest.model.serializedFile, 'model.serializedFile')
+        : undefined,
       batchSize: version.settings.batchSize,
       modelYamlConfig: version.modelYamlConfig,
       intraOpNumThreads,
@@ -289,9 +342,19 @@ export class ModelRegistry implements ModelRegistryApi {
    */
   #rebalanceThreadsAfter(change: Promise<unknown>): Promise<void> {
     return change.then(
-      () => Promise.all([...this.#versions()].map((v) =>
-        v.pool.rebalanceThreads().catch((error: unknown) => this.#log('warn', `${v.modelName} ${v.modelVersion}: rebalancing worker threads failed: ${(error as Error).message}`)),
-      )).then(() => undefined),
+      () =>
+        Promise.all(
+          [...this.#versions()].map((v) =>
+            v.pool
+              .rebalanceThreads()
+              .catch((error: unknown) =>
+                this.#log(
+                  'warn',
+                  `${v.modelName} ${v.modelVersion}: rebalancing worker threads failed: ${(error as Error).message}`,
+                ),
+              ),
+          ),
+        ).then(() => undefined),
       () => undefined,
     );
   }
@@ -310,10 +373,13 @@ export class ModelRegistry implements ModelRegistryApi {
   /** TorchServe's `Model not found: x`, followed by the registered names and the closest one. */
   #modelNotFound(modelName: string): MarinaError {
     const names = [...this.#models.keys()].sort();
-    const known = names.length === 0
-      ? 'no models are registered (register one with POST /models on the management API, or load_models at start-up)'
-      : `registered models: ${names.slice(0, 20).join(', ')}${names.length > 20 ? `, and ${names.length - 20} more` : ''}${didYouMean(modelName, names)}`;
-    return createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName} (${known})`, { details: { modelName, registered: names.slice(0, 100) } });
+    const known =
+      names.length === 0
+        ? 'no models are registered (register one with POST /models on the management API, or load_models at start-up)'
+        : `registered models: ${names.slice(0, 20).join(', ')}${names.length > 20 ? `, and ${names.length - 20} more` : ''}${didYouMean(modelName, names)}`;
+    return createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName} (${known})`, {
+      details: { modelName, registered: names.slice(0, 100) },
+    });
   }
 
   /** Threads per worker of `version` as the budget counts them: its pinned count, else 1 (the least the default split gives). */
@@ -350,7 +416,10 @@ export class ModelRegistry implements ModelRegistryApi {
 
   /** A request reached a version at 0 workers that may autoscale (min 0, max > 0): start one (a model's first worker always fits the budget). */
   #startOnDemand(version: ModelVersion, requestId: string): void {
-    this.#log('info', `${version.label}: request ${requestId} arrived at 0 workers; starting one (min_worker=0, max_worker=${version.maxWorkers})`);
+    this.#log(
+      'info',
+      `${version.label}: request ${requestId} arrived at 0 workers; starting one (min_worker=0, max_worker=${version.maxWorkers})`,
+    );
     version.plannedWorkers = 1;
     void this.#rebalanceThreadsAfter(version.pool.setTarget(1));
     this.events.emit('changed');
@@ -369,7 +438,9 @@ export class ModelRegistry implements ModelRegistryApi {
     if (!model) throw this.#modelNotFound(modelName);
     const version = model.versions.get(modelVersion ?? model.defaultVersion);
     if (!version) {
-      throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
+      throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(
+        `Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
+      );
     }
     return version;
   }
@@ -381,9 +452,19 @@ export class ModelRegistry implements ModelRegistryApi {
    */
   async predict(options: PredictOptions): Promise<PredictResult> {
     const arrivedAt = options.arrivedAt ?? performance.now();
-    if (this.#isClosing) throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and accepts no new inference requests; retry against another replica');
+    if (this.#isClosing)
+      throw createServeError.MARINA_ERR_SERVER_CLOSING(
+        'the server is shutting down and accepts no new inference requests; retry against another replica',
+      );
     const version = this.getVersion(options.modelName, options.modelVersion);
-    const job = new Job({ requestId: options.requestId, input: options.input, headers: options.headers, arrivedAt, bodyDecoding: options.bodyDecoding, clientTimeoutMs: version.settings.clientTimeoutMs });
+    const job = new Job({
+      requestId: options.requestId,
+      input: options.input,
+      headers: options.headers,
+      arrivedAt,
+      bodyDecoding: options.bodyDecoding,
+      clientTimeoutMs: version.settings.clientTimeoutMs,
+    });
     let statusCode = 500;
     try {
       version.submit(job);
@@ -391,7 +472,10 @@ export class ModelRegistry implements ModelRegistryApi {
       statusCode = result.statusCode;
       const t = job.timings;
       const dispatchedAt = t.dispatchedAt ?? arrivedAt;
-      const timings: PredictTimingsMs = { queueMs: dispatchedAt - arrivedAt, workerMs: (t.finishedAt ?? performance.now()) - dispatchedAt };
+      const timings: PredictTimingsMs = {
+        queueMs: dispatchedAt - arrivedAt,
+        workerMs: (t.finishedAt ?? performance.now()) - dispatchedAt,
+      };
       if (t.stages) timings.stages = t.stages;
       if (t.handlerMs !== undefined) timings.handlerMs = t.handlerMs;
       // Not a spread: a TextJobResult's body is a getter, which a spread would drop.
@@ -404,15 +488,16 @@ export class ModelRegistry implements ModelRegistryApi {
       const t = job.timings;
       const end = t.finishedAt ?? performance.now();
       // Listened to by the metrics, when they are on: no event object per request otherwise.
-      if (this.events.listenerCount('request') > 0) this.events.emit('request', {
-        modelName: version.modelName,
-        requestedVersion: options.modelVersion ?? 'default',
-        modelVersion: version.modelVersion,
-        statusCode,
-        queueMs: (t.dispatchedAt ?? end) - t.arrivedAt,
-        inferenceMs: t.dispatchedAt === undefined ? 0 : end - t.dispatchedAt,
-        totalMs: end - t.arrivedAt,
-      });
+      if (this.events.listenerCount('request') > 0)
+        this.events.emit('request', {
+          modelName: version.modelName,
+          requestedVersion: options.modelVersion ?? 'default',
+          modelVersion: version.modelVersion,
+          statusCode,
+          queueMs: (t.dispatchedAt ?? end) - t.arrivedAt,
+          inferenceMs: t.dispatchedAt === undefined ? 0 : end - t.dispatchedAt,
+          totalMs: end - t.arrivedAt,
+        });
     }
   }
 
@@ -421,15 +506,21 @@ export class ModelRegistry implements ModelRegistryApi {
     if (!model) throw this.#modelNotFound(modelName);
     const versionId = modelVersion ?? model.defaultVersion;
     const version = model.versions.get(versionId);
-    if (!version) throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${versionId} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
+    if (!version)
+      throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(
+        `Model version: ${versionId} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
+      );
     if (versionId === model.defaultVersion && model.versions.size > 1) {
-      throw createServeError.MARINA_ERR_DEFAULT_VERSION_REMOVAL(`Cannot remove default version for model ${modelName}; set another default first (PUT /models/${modelName}/{version}/set-default)`);
+      throw createServeError.MARINA_ERR_DEFAULT_VERSION_REMOVAL(
+        `Cannot remove default version for model ${modelName}; set another default first (PUT /models/${modelName}/{version}/set-default)`,
+      );
     }
     await this.#remove(version);
     if (version.isDownloaded) {
       await rm(version.archivePath, { recursive: true, force: true });
       // Its extracted copy too, unless another registered version was opened from the same bytes.
-      if (![...this.#versions()].some((v) => v.modelDir === version.modelDir)) await rm(version.modelDir, { recursive: true, force: true });
+      if (![...this.#versions()].some((v) => v.modelDir === version.modelDir))
+        await rm(version.modelDir, { recursive: true, force: true });
     }
   }
 
@@ -446,17 +537,24 @@ export class ModelRegistry implements ModelRegistryApi {
     if (!this.#isClosing) await this.#caches?.removed(version.modelDir, this.#modelDirsInUse());
   }
 
-  async scale(modelName: string, modelVersion: string | undefined, options: ScaleOptions): Promise<{ workers: number }> {
+  async scale(
+    modelName: string,
+    modelVersion: string | undefined,
+    options: ScaleOptions,
+  ): Promise<{ workers: number }> {
     if (options.minWorkers < 0 || options.maxWorkers < options.minWorkers) {
       throw createServeError.MARINA_ERR_INVALID_WORKER_COUNT(
-        options.minWorkers < 0 ? `min_worker must be 0 or more, got ${options.minWorkers}` : 'max_worker cannot be less than min_worker.',
+        options.minWorkers < 0
+          ? `min_worker must be 0 or more, got ${options.minWorkers}`
+          : 'max_worker cannot be less than min_worker.',
       );
     }
     const version = this.getVersion(modelName, modelVersion);
     const current = version.pool.target;
     // TorchServe: below min → add up to min; otherwise remove everything above max.
     const target = current < options.minWorkers ? options.minWorkers : Math.min(current, options.maxWorkers);
-    if (target > current) this.#assertWithinThreadBudget(version, target, `PUT /models/${modelName}?min_worker=${options.minWorkers}`);
+    if (target > current)
+      this.#assertWithinThreadBudget(version, target, `PUT /models/${modelName}?min_worker=${options.minWorkers}`);
     version.minWorkers = options.minWorkers;
     version.maxWorkers = options.maxWorkers;
     version.plannedWorkers = target;
@@ -477,7 +575,10 @@ export class ModelRegistry implements ModelRegistryApi {
     const ready = version.pool.readyCount;
     if (target > 0 && ready === 0) {
       const cause = version.pool.lastError;
-      throw createServeError.MARINA_ERR_WORKER_START_FAILED(`Failed to start workers for model ${version.modelName} version: ${version.modelVersion}: ${cause?.message ?? 'unknown error'}`, { cause });
+      throw createServeError.MARINA_ERR_WORKER_START_FAILED(
+        `Failed to start workers for model ${version.modelName} version: ${version.modelVersion}: ${cause?.message ?? 'unknown error'}`,
+        { cause },
+      );
     }
     return { workers: ready };
   }
@@ -485,7 +586,8 @@ export class ModelRegistry implements ModelRegistryApi {
   async setWorkerCount(modelName: string, modelVersion: string, count: number): Promise<void> {
     const version = this.getVersion(modelName, modelVersion);
     const target = Math.max(version.minWorkers, Math.min(version.maxWorkers, count));
-    if (target > version.pool.target) this.#assertWithinThreadBudget(version, target, `autoscaling ${modelName} version ${modelVersion}`);
+    if (target > version.pool.target)
+      this.#assertWithinThreadBudget(version, target, `autoscaling ${modelName} version ${modelVersion}`);
     version.plannedWorkers = target;
     await this.#rebalanceThreadsAfter(version.pool.setTarget(target));
     this.events.emit('changed');
@@ -494,7 +596,10 @@ export class ModelRegistry implements ModelRegistryApi {
   setDefault(modelName: string, modelVersion: string): void {
     const model = this.#models.get(modelName);
     if (!model) throw this.#modelNotFound(modelName);
-    if (!model.versions.has(modelVersion)) throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(`Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`);
+    if (!model.versions.has(modelVersion))
+      throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(
+        `Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
+      );
     model.defaultVersion = modelVersion;
     this.events.emit('changed');
   }

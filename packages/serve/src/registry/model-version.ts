@@ -60,7 +60,12 @@ export interface ModelVersionOptions {
  * Events: 'batch' (a batch was answered), 'changed' (its workers changed), 'progress' (waiting,
  * running or the workers changed: anything a drain, or a test, may be waiting for).
  */
-export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: []; progress: []; loaded: [{ workerId: string; loadMs: number }] }> {
+export class ModelVersion extends EventEmitter<{
+  batch: [BatchEvent];
+  changed: [];
+  progress: [];
+  loaded: [{ workerId: string; loadMs: number }];
+}> {
   readonly modelName: string;
   readonly modelVersion: string;
   readonly url: string;
@@ -141,7 +146,13 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
     });
     this.pool.on('finished', (worker, outcome) => {
       this.#runningJobs -= outcome.jobs.length;
-      this.emit('batch', { batchSize: outcome.jobs.length, inferenceMs: outcome.inferenceMs, reason: outcome.reason, isOk: outcome.isOk, stages: outcome.stages });
+      this.emit('batch', {
+        batchSize: outcome.jobs.length,
+        inferenceMs: outcome.inferenceMs,
+        reason: outcome.reason,
+        isOk: outcome.isOk,
+        stages: outcome.stages,
+      });
       if (worker.isIdle) this.#pump();
       else this.emit('progress');
     });
@@ -164,7 +175,10 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
    * @throws MARINA_ERR_QUEUE_FULL, MARINA_ERR_NO_WORKERS, MARINA_ERR_MODEL_UNLOADING
    */
   submit(job: Job): void {
-    if (!this.#isAccepting) throw createServeError.MARINA_ERR_MODEL_UNLOADING(`${this.label} is being unregistered and takes no new requests`);
+    if (!this.#isAccepting)
+      throw createServeError.MARINA_ERR_MODEL_UNLOADING(
+        `${this.label} is being unregistered and takes no new requests`,
+      );
     if (this.maxWorkers === 0 || this.pool.hasGivenUp) throw this.#noWorkersError();
     if (this.pool.target === 0) this.#startOnDemand(this, job.requestId);
     this.queue.offer(job);
@@ -187,20 +201,23 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
     let next = Infinity;
     for (const job of jobs) if (job.deadline !== undefined && job.deadline < next) next = job.deadline;
     if (next === Infinity) return;
-    const timer = setTimeout(() => {
-      const now = performance.now();
-      const waiting = jobs.filter((job) => !job.isSettled && job.timings.dispatchedAt === undefined);
-      let expired = 0;
-      for (const job of waiting) {
-        if (job.deadline !== undefined && job.deadline <= now) {
-          job.reject(this.#expiredError());
-          expired++;
+    const timer = setTimeout(
+      () => {
+        const now = performance.now();
+        const waiting = jobs.filter((job) => !job.isSettled && job.timings.dispatchedAt === undefined);
+        let expired = 0;
+        for (const job of waiting) {
+          if (job.deadline !== undefined && job.deadline <= now) {
+            job.reject(this.#expiredError());
+            expired++;
+          }
         }
-      }
-      if (expired > 0) this.emit('progress');
-      const remaining = waiting.filter((job) => !job.isSettled);
-      if (remaining.length > 0) this.#watchPrefetchedDeadlines(remaining);
-    }, Math.max(0, next - performance.now()));
+        if (expired > 0) this.emit('progress');
+        const remaining = waiting.filter((job) => !job.isSettled);
+        if (remaining.length > 0) this.#watchPrefetchedDeadlines(remaining);
+      },
+      Math.max(0, next - performance.now()),
+    );
     // Never keeps the process alive: a batch that starts or fails first makes the check a no-op.
     timer.unref?.();
   }
@@ -230,7 +247,12 @@ export class ModelVersion extends EventEmitter<{ batch: [BatchEvent]; changed: [
   #answerStranded(): void {
     if (this.queue.size === 0) return;
     if (this.#isDraining) {
-      if (!this.pool.hasWorkerComing) this.queue.failAll(createServeError.MARINA_ERR_MODEL_UNLOADING(`${this.label} was unregistered (or the server stopped) and has no worker left to run this request`));
+      if (!this.pool.hasWorkerComing)
+        this.queue.failAll(
+          createServeError.MARINA_ERR_MODEL_UNLOADING(
+            `${this.label} was unregistered (or the server stopped) and has no worker left to run this request`,
+          ),
+        );
     } else if (this.pool.hasGivenUp) {
       this.queue.failAll(this.#noWorkersError());
     }

@@ -12,7 +12,9 @@ import { sendTorchServeJson } from '../auth/torchserve-response.ts';
 import { createServeError } from '../errors.ts';
 import type { ModelRegistryApi } from '../registry/model-registry-api.ts';
 
-const SERVE_VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const SERVE_VERSION = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
 
 /** One route as fastify registered it, kept for the description. */
 export interface DescribedRoute {
@@ -51,14 +53,22 @@ export function recordRoutes(app: FastifyInstance): void {
   const routes: DescribedRoute[] = [];
   routesOf.set(app, routes);
   app.addHook('onRoute', (route: RouteOptions) => {
-    const methods = (Array.isArray(route.method) ? route.method : [route.method]).map(String).filter((m) => m !== 'HEAD');
+    const methods = (Array.isArray(route.method) ? route.method : [route.method])
+      .map(String)
+      .filter((m) => m !== 'HEAD');
     if (methods.length === 0) return;
     // A route serving several documented paths (KServe's `{m}:predict` and `{m}:explain`) lists them in config.describedAs.
-    const describedAs = (route.config as { describedAs?: Array<{ url: string; description: string }> } | undefined)?.describedAs;
+    const describedAs = (route.config as { describedAs?: Array<{ url: string; description: string }> } | undefined)
+      ?.describedAs;
     if (describedAs) {
       const { params: _params, ...rest } = (route.schema ?? {}) as RouteSchema;
-      const params = { type: 'object', properties: { model_name: { type: 'string', minLength: 1 } }, required: ['model_name'] };
-      for (const d of describedAs) routes.push({ methods, url: d.url, schema: { ...rest, params, description: d.description } });
+      const params = {
+        type: 'object',
+        properties: { model_name: { type: 'string', minLength: 1 } },
+        required: ['model_name'],
+      };
+      for (const d of describedAs)
+        routes.push({ methods, url: d.url, schema: { ...rest, params, description: d.description } });
       return;
     }
     routes.push({ methods, url: route.url, schema: route.schema as RouteSchema | undefined });
@@ -89,24 +99,47 @@ export function openApiPath(url: string): string {
 }
 
 const STATUS_TEXT: Record<string, string> = {
-  200: 'OK', 202: 'Accepted', 206: 'Partial Content', 400: 'Bad request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not found',
-  405: 'Method not allowed', 409: 'Conflict', 413: 'Request entity too large', 500: 'Internal Server Error', 501: 'Not implemented',
-  503: 'Service unavailable', 504: 'Gateway timeout', 507: 'Insufficient storage',
+  200: 'OK',
+  202: 'Accepted',
+  206: 'Partial Content',
+  400: 'Bad request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not found',
+  405: 'Method not allowed',
+  409: 'Conflict',
+  413: 'Request entity too large',
+  500: 'Internal Server Error',
+  501: 'Not implemented',
+  503: 'Service unavailable',
+  504: 'Gateway timeout',
+  507: 'Insufficient storage',
 };
 
 function operationId(method: string, path: string): string {
-  const words = `${method.toLowerCase()} ${path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+/g, ' ')}`.trim().split(/\s+/);
+  const words = `${method.toLowerCase()} ${path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+/g, ' ')}`
+    .trim()
+    .split(/\s+/);
   return words.map((w, i) => (i === 0 ? w : w[0]!.toUpperCase() + w.slice(1))).join('');
 }
 
 function parametersOf(schema: RouteSchema, path: string): Array<Record<string, unknown>> {
   const out: Array<Record<string, unknown>> = [];
-  for (const [where, s] of [['path', schema.params], ['query', schema.querystring]] as const) {
+  for (const [where, s] of [
+    ['path', schema.params],
+    ['query', schema.querystring],
+  ] as const) {
     for (const [name, property] of Object.entries(s?.properties ?? {})) {
       // A params schema shared by `/x/{a}` and `/x/{a}/{b}` describes only the segments this path has.
       if (where === 'path' && !path.includes(`{${name}}`)) continue;
       const { description, ...rest } = property as { description?: string };
-      out.push({ in: where, name, ...(description ? { description } : {}), required: where === 'path' ? true : (s?.required ?? []).includes(name), schema: rest });
+      out.push({
+        in: where,
+        name,
+        ...(description ? { description } : {}),
+        required: where === 'path' ? true : (s?.required ?? []).includes(name),
+        schema: rest,
+      });
     }
   }
   return out;
@@ -117,7 +150,10 @@ function responsesOf(schema: RouteSchema): Record<string, unknown> {
   for (const [code, s] of Object.entries(schema.response ?? {})) {
     const { description, ...rest } = s;
     const hasSchema = rest.type !== undefined || rest.properties !== undefined || rest.items !== undefined;
-    responses[code] = { description: description ?? STATUS_TEXT[code] ?? 'Response', ...(hasSchema ? { content: { 'application/json': { schema: rest } } } : {}) };
+    responses[code] = {
+      description: description ?? STATUS_TEXT[code] ?? 'Response',
+      ...(hasSchema ? { content: { 'application/json': { schema: rest } } } : {}),
+    };
   }
   if (Object.keys(responses).length === 0) responses['200'] = { description: 'OK' };
   return responses;
@@ -126,7 +162,9 @@ function responsesOf(schema: RouteSchema): Record<string, unknown> {
 /** The OpenAPI 3.0.1 document of `routes`, in TorchServe's shape. */
 export function buildOpenApi(routes: readonly DescribedRoute[]): OpenApiDocument {
   const paths: OpenApiDocument['paths'] = {};
-  const sorted = [...routes].filter((r) => r.schema?.description !== undefined).sort((a, b) => (openApiPath(a.url) < openApiPath(b.url) ? -1 : 1));
+  const sorted = [...routes]
+    .filter((r) => r.schema?.description !== undefined)
+    .sort((a, b) => (openApiPath(a.url) < openApiPath(b.url) ? -1 : 1));
   for (const route of sorted) {
     const path = openApiPath(route.url);
     const schema = route.schema!;
@@ -142,21 +180,37 @@ export function buildOpenApi(routes: readonly DescribedRoute[]): OpenApiDocument
   }
   return {
     openapi: '3.0.1',
-    info: { title: 'TorchServe APIs', description: 'TorchServe is a flexible and easy to use tool for serving deep learning models (served by Marina)', version: SERVE_VERSION },
+    info: {
+      title: 'TorchServe APIs',
+      description: 'TorchServe is a flexible and easy to use tool for serving deep learning models (served by Marina)',
+      version: SERVE_VERSION,
+    },
     paths,
   };
 }
 
 /** The description of one model: the paths with `{model_name}` under `prefix`, the name filled in. */
-export function modelOpenApi(document: OpenApiDocument, modelName: string, prefixes: readonly string[]): OpenApiDocument {
+export function modelOpenApi(
+  document: OpenApiDocument,
+  modelName: string,
+  prefixes: readonly string[],
+): OpenApiDocument {
   const paths: OpenApiDocument['paths'] = {};
   for (const [path, operations] of Object.entries(document.paths)) {
     if (!path.includes('{model_name}') || !prefixes.some((p) => path.startsWith(p))) continue;
     const concrete = path.replace('{model_name}', encodeURIComponent(modelName));
-    paths[concrete] = Object.fromEntries(Object.entries(operations).map(([method, op]) => {
-      const operation = op as { parameters?: Array<{ name: string; in: string }> };
-      return [method, { ...operation, parameters: (operation.parameters ?? []).filter((p) => !(p.in === 'path' && p.name === 'model_name')) }];
-    }));
+    paths[concrete] = Object.fromEntries(
+      Object.entries(operations).map(([method, op]) => {
+        const operation = op as { parameters?: Array<{ name: string; in: string }> };
+        return [
+          method,
+          {
+            ...operation,
+            parameters: (operation.parameters ?? []).filter((p) => !(p.in === 'path' && p.name === 'model_name')),
+          },
+        ];
+      }),
+    );
   }
   return { ...document, paths };
 }
@@ -170,36 +224,61 @@ const documentSchema = {
 const errorSchema = {
   type: 'object',
   required: ['code', 'type', 'message'],
-  properties: { code: { type: 'integer', description: 'Error code.' }, type: { type: 'string', description: 'Error type.' }, message: { type: 'string', description: 'Error message.' } },
+  properties: {
+    code: { type: 'integer', description: 'Error code.' },
+    type: { type: 'string', description: 'Error type.' },
+    message: { type: 'string', description: 'Error message.' },
+  },
 } as const;
-const modelParams = { type: 'object', properties: { model_name: { type: 'string', minLength: 1, description: 'Name of the model.' } }, required: ['model_name'] } as const;
+const modelParams = {
+  type: 'object',
+  properties: { model_name: { type: 'string', minLength: 1, description: 'Name of the model.' } },
+  required: ['model_name'],
+} as const;
 
 export interface ApiDescriptionRoutesOptions {
   /** The instance whose routes are described (the one this plugin is registered on). */
   instance: FastifyInstance;
   registry: ModelRegistryApi;
   /** Per-model descriptions to serve on this listener. */
-  perModel: Array<{ url: '/predictions/:model_name' | '/models/:model_name'; auth: 'inference' | 'management'; prefixes: string[] }>;
+  perModel: Array<{
+    url: '/predictions/:model_name' | '/models/:model_name';
+    auth: 'inference' | 'management';
+    prefixes: string[];
+  }>;
 }
 
 /** Registers `OPTIONS /`, `GET /api-description` (open, as TorchServe) and the per-model OPTIONS routes. */
 export async function apiDescriptionRoutes(app: FastifyInstance, options: ApiDescriptionRoutesOptions): Promise<void> {
   const document = () => buildOpenApiOf(options.instance);
-  const describeAll = async (request: FastifyRequest, reply: FastifyReply) => sendTorchServeJson(request, reply, 200, document());
-  const schema = { description: 'The OpenAPI 3.0.1 description of this API, generated from the routes\' schemas.', response: { 200: documentSchema, 500: errorSchema } };
+  const describeAll = async (request: FastifyRequest, reply: FastifyReply) =>
+    sendTorchServeJson(request, reply, 200, document());
+  const schema = {
+    description: "The OpenAPI 3.0.1 description of this API, generated from the routes' schemas.",
+    response: { 200: documentSchema, 500: errorSchema },
+  };
   app.route({ method: 'OPTIONS', url: '/', schema, config: { auth: 'none' }, handler: describeAll });
   app.get('/api-description', { schema, config: { auth: 'none' } }, describeAll);
   for (const perModel of options.perModel) {
     app.route({
       method: 'OPTIONS',
       url: perModel.url,
-      schema: { description: 'The OpenAPI description of this model\'s routes.', params: modelParams, response: { 200: documentSchema, 404: errorSchema } },
+      schema: {
+        description: "The OpenAPI description of this model's routes.",
+        params: modelParams,
+        response: { 200: documentSchema, 404: errorSchema },
+      },
       config: { auth: perModel.auth },
       handler: async (request, reply) => {
         const { model_name: modelName } = request.params as { model_name: string };
         if (options.registry.list().every((m) => m.modelName !== modelName)) {
           const error = createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
-          return sendTorchServeJson(request, reply, 404, { code: 404, type: 'ModelNotFoundException', message: error.message, marinaCode: error.code });
+          return sendTorchServeJson(request, reply, 404, {
+            code: 404,
+            type: 'ModelNotFoundException',
+            message: error.message,
+            marinaCode: error.code,
+          });
         }
         return sendTorchServeJson(request, reply, 200, modelOpenApi(document(), modelName, perModel.prefixes));
       },

@@ -122,30 +122,76 @@ for (const [api, doc] of Object.entries(documents)) {
 
 /** Registers `GET /api-explorer` and `POST /api-explorer/try` (open: each replayed call is authorized by its own listener). */
 export async function apiExplorerRoutes(app: FastifyInstance, options: ApiExplorerOptions): Promise<void> {
-  app.get('/api-explorer', { schema: { description: 'A browsable page of every API route, with "Try it" buttons.' } as object, config: { auth: 'none' } }, async (_request, reply) => {
-    const nonce = randomBytes(16).toString('base64');
-    const documents = Object.fromEntries(options.apis.map((api) => [api, buildOpenApiOf(options.instances[api])]));
-    return reply
-      .header('content-security-policy', `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; base-uri 'none'; form-action 'none'`)
-      .header('x-content-type-options', 'nosniff')
-      .type('text/html; charset=utf-8')
-      .send(renderPage(documents, nonce));
-  });
+  app.get(
+    '/api-explorer',
+    {
+      schema: { description: 'A browsable page of every API route, with "Try it" buttons.' } as object,
+      config: { auth: 'none' },
+    },
+    async (_request, reply) => {
+      const nonce = randomBytes(16).toString('base64');
+      const documents = Object.fromEntries(options.apis.map((api) => [api, buildOpenApiOf(options.instances[api])]));
+      return reply
+        .header(
+          'content-security-policy',
+          `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; base-uri 'none'; form-action 'none'`,
+        )
+        .header('x-content-type-options', 'nosniff')
+        .type('text/html; charset=utf-8')
+        .send(renderPage(documents, nonce));
+    },
+  );
 
-  app.post('/api-explorer/try', {
-    schema: { description: 'Replays one call of the explorer page on the chosen API listener (in-process) and returns its status and body.', body: trySchema } as object,
-    config: { auth: 'none' },
-  }, async (request, reply) => {
-    const call = request.body as { api: ApiName; method: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'OPTIONS'; path: string; authorization?: string; body?: string; contentType?: string };
-    if (!options.apis.includes(call.api)) return reply.code(400).send({ code: 400, type: 'BadRequestException', message: `The ${escapeHtml(call.api)} API is not served here.` });
-    if (!isReachableFrom(options.hosts.management, options.hosts[call.api])) {
-      return reply.code(403).send({ code: 403, type: 'BadRequestException', message: `The ${call.api} API listens on ${options.hosts[call.api]}, which clients of the management address cannot reach; the explorer does not relay to it.` });
-    }
-    if (call.path.startsWith('/api-explorer')) return reply.code(400).send({ code: 400, type: 'BadRequestException', message: 'The explorer does not call itself.' });
-    const headers: Record<string, string> = {};
-    if (call.authorization) headers.authorization = call.authorization;
-    if (call.contentType) headers['content-type'] = call.contentType;
-    const answer = await options.instances[call.api].inject({ method: call.method, url: call.path, headers, ...(call.body !== undefined ? { payload: call.body } : {}) });
-    return reply.send({ statusCode: answer.statusCode, contentType: answer.headers['content-type'] ?? null, body: answer.body });
-  });
+  app.post(
+    '/api-explorer/try',
+    {
+      schema: {
+        description:
+          'Replays one call of the explorer page on the chosen API listener (in-process) and returns its status and body.',
+        body: trySchema,
+      } as object,
+      config: { auth: 'none' },
+    },
+    async (request, reply) => {
+      const call = request.body as {
+        api: ApiName;
+        method: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'OPTIONS';
+        path: string;
+        authorization?: string;
+        body?: string;
+        contentType?: string;
+      };
+      if (!options.apis.includes(call.api))
+        return reply.code(400).send({
+          code: 400,
+          type: 'BadRequestException',
+          message: `The ${escapeHtml(call.api)} API is not served here.`,
+        });
+      if (!isReachableFrom(options.hosts.management, options.hosts[call.api])) {
+        return reply.code(403).send({
+          code: 403,
+          type: 'BadRequestException',
+          message: `The ${call.api} API listens on ${options.hosts[call.api]}, which clients of the management address cannot reach; the explorer does not relay to it.`,
+        });
+      }
+      if (call.path.startsWith('/api-explorer'))
+        return reply
+          .code(400)
+          .send({ code: 400, type: 'BadRequestException', message: 'The explorer does not call itself.' });
+      const headers: Record<string, string> = {};
+      if (call.authorization) headers.authorization = call.authorization;
+      if (call.contentType) headers['content-type'] = call.contentType;
+      const answer = await options.instances[call.api].inject({
+        method: call.method,
+        url: call.path,
+        headers,
+        ...(call.body !== undefined ? { payload: call.body } : {}),
+      });
+      return reply.send({
+        statusCode: answer.statusCode,
+        contentType: answer.headers['content-type'] ?? null,
+        body: answer.body,
+      });
+    },
+  );
 }

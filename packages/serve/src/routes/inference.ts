@@ -19,7 +19,12 @@ export interface InferenceRoutesOptions {
 }
 
 /** Codes whose 503 should tell clients when to come back: those where a retry can succeed (not MARINA_ERR_NO_WORKERS: max_worker=0 or a model that cannot load). */
-const retryableCodes = new Set(['MARINA_ERR_QUEUE_FULL', 'MARINA_ERR_CLIENT_TIMEOUT', 'MARINA_ERR_SERVER_CLOSING', 'MARINA_ERR_MODEL_UNLOADING']);
+const retryableCodes = new Set([
+  'MARINA_ERR_QUEUE_FULL',
+  'MARINA_ERR_CLIENT_TIMEOUT',
+  'MARINA_ERR_SERVER_CLOSING',
+  'MARINA_ERR_MODEL_UNLOADING',
+]);
 
 /** Sends a MarinaError as TorchServe's error body (plus `marinaCode`), with Retry-After on overload. */
 export function sendError(reply: FastifyReply, error: unknown): FastifyReply {
@@ -28,7 +33,10 @@ export function sendError(reply: FastifyReply, error: unknown): FastifyReply {
   if (retryableCodes.has(e.code)) reply.header('retry-after', '1');
   const headers = e.details?.['headers'];
   if (headers && typeof headers === 'object') for (const [k, v] of Object.entries(headers)) reply.header(k, String(v));
-  return reply.code(e.statusCode).type('application/json').send(`${JSON.stringify(errorBody(e), null, 2)}\n`);
+  return reply
+    .code(e.statusCode)
+    .type('application/json')
+    .send(`${JSON.stringify(errorBody(e), null, 2)}\n`);
 }
 
 /** The request's headers as strings (lower-case names), a repeated one joined with ', ': node's own object when none is a list (nearly always). */
@@ -49,7 +57,12 @@ function stringHeaders(headers: FastifyRequest['headers']): Record<string, strin
 const textAsIs = (text: unknown) => text as string;
 
 /** @fastify/multipart's codes for a body over its limits (answered 413). */
-const multipartTooLargeCodes = new Set(['FST_REQ_FILE_TOO_LARGE', 'FST_PARTS_LIMIT', 'FST_FILES_LIMIT', 'FST_FIELDS_LIMIT']);
+const multipartTooLargeCodes = new Set([
+  'FST_REQ_FILE_TOO_LARGE',
+  'FST_PARTS_LIMIT',
+  'FST_FILES_LIMIT',
+  'FST_FIELDS_LIMIT',
+]);
 
 /** How the worker decodes a raw body for the handler (TorchServe's decode_input_request): JSON parsed, text/* as a string, other types as bytes. */
 function bodyDecodingOf(contentType: string | undefined): BodyDecoding {
@@ -65,7 +78,9 @@ function bodyDecodingOf(contentType: string | undefined): BodyDecoding {
  * The handler's input and how the worker decodes it: the body's bytes travel as they came, JSON is parsed in the worker, not on the HTTP thread.
  * Only a multipart body is read asynchronously (its parts stream in); every other body is already read, so no promise is made for it.
  */
-function readInput(request: FastifyRequest): { input: JobInput; bodyDecoding: BodyDecoding } | Promise<{ input: JobInput; bodyDecoding: BodyDecoding }> {
+function readInput(
+  request: FastifyRequest,
+): { input: JobInput; bodyDecoding: BodyDecoding } | Promise<{ input: JobInput; bodyDecoding: BodyDecoding }> {
   return request.isMultipart() ? readMultipartInput(request) : readBodyInput(request);
 }
 
@@ -81,9 +96,15 @@ async function readMultipartInput(request: FastifyRequest): Promise<{ input: Job
     if (isMarinaError(error) || (code !== undefined && multipartTooLargeCodes.has(code))) throw error;
     // Everything else the parser throws (truncated body, no boundary, bad part headers, a
     // `__proto__` field) is the client's malformed body, not a server fault.
-    throw createServeError.MARINA_ERR_BAD_REQUEST(`the multipart body cannot be parsed: ${(error as Error).message}; send a well-formed multipart/form-data body (field 'data') or a raw body`, { cause: error });
+    throw createServeError.MARINA_ERR_BAD_REQUEST(
+      `the multipart body cannot be parsed: ${(error as Error).message}; send a well-formed multipart/form-data body (field 'data') or a raw body`,
+      { cause: error },
+    );
   }
-  if (Object.keys(input).length === 0) throw createServeError.MARINA_ERR_BAD_REQUEST('the multipart body has no fields; send the input in a field named data');
+  if (Object.keys(input).length === 0)
+    throw createServeError.MARINA_ERR_BAD_REQUEST(
+      'the multipart body has no fields; send the input in a field named data',
+    );
   return { input, bodyDecoding: undefined };
 }
 
@@ -95,7 +116,9 @@ function readBodyInput(request: FastifyRequest): { input: JobInput; bodyDecoding
     for (const [k, v] of body) input[k] = v;
     return { input, bodyDecoding: undefined };
   }
-  return Buffer.isBuffer(body) ? { input: { body }, bodyDecoding: bodyDecodingOf(request.headers['content-type']) } : { input: { body }, bodyDecoding: undefined };
+  return Buffer.isBuffer(body)
+    ? { input: { body }, bodyDecoding: bodyDecodingOf(request.headers['content-type']) }
+    : { input: { body }, bodyDecoding: undefined };
 }
 
 const paramsSchema = {
@@ -106,7 +129,9 @@ const paramsSchema = {
 
 /** The answer of every workflow route, until workflows are implemented. */
 export function workflowsNotImplemented(): MarinaError {
-  return createServeError.MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED('Workflows are not implemented in Marina yet: register the models of the workflow and call /predictions/{model_name} for each (see the README, "Where Marina differs from TorchServe").');
+  return createServeError.MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED(
+    'Workflows are not implemented in Marina yet: register the models of the workflow and call /predictions/{model_name} for each (see the README, "Where Marina differs from TorchServe").',
+  );
 }
 
 /** Where the model of a request comes from, per route family. */
@@ -116,7 +141,12 @@ const statusResponse = { type: 'object', properties: { status: { type: 'string' 
 const errorResponse = {
   type: 'object',
   description: "TorchServe's error body, plus Marina's stable code.",
-  properties: { code: { type: 'integer' }, type: { type: 'string' }, message: { type: 'string' }, marinaCode: { type: 'string' } },
+  properties: {
+    code: { type: 'integer' },
+    type: { type: 'string' },
+    message: { type: 'string' },
+    marinaCode: { type: 'string' },
+  },
   required: ['code', 'type', 'message'],
 } as const;
 const predictionResponses = {
@@ -146,57 +176,86 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
   declareRouteAuth(app, 'inference');
 
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) =>
+    done(null, body),
+  );
   // TorchServe decodes a form body into one input field per form field, like multipart.
-  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, new URLSearchParams(body as string)));
+  app.addContentTypeParser(
+    'application/x-www-form-urlencoded',
+    { parseAs: 'string', bodyLimit: maxRequestBytes },
+    (_req, body, done) => done(null, new URLSearchParams(body as string)),
+  );
   await app.register(multipart, { limits: { fileSize: maxRequestBytes, fieldSize: maxRequestBytes } });
 
   // Open with token authorization on: Kubernetes' liveness and readiness probes (and load
   // balancers' health checks) cannot send a key that rotates. It tells only Healthy or Unhealthy.
-  app.get('/ping', { config: { auth: 'none' }, schema: { description: 'Health of the server: Healthy when every model\'s default version has its minimum workers up.', response: { 200: statusResponse, 500: statusResponse } } }, async (_request, reply) => {
-    const isHealthy = registry.isHealthy() && !registry.isClosing;
-    return reply.code(isHealthy ? 200 : 500).type('application/json').send(`${JSON.stringify({ status: isHealthy ? 'Healthy' : 'Unhealthy' }, null, 2)}\n`);
-  });
+  app.get(
+    '/ping',
+    {
+      config: { auth: 'none' },
+      schema: {
+        description: "Health of the server: Healthy when every model's default version has its minimum workers up.",
+        response: { 200: statusResponse, 500: statusResponse },
+      },
+    },
+    async (_request, reply) => {
+      const isHealthy = registry.isHealthy() && !registry.isClosing;
+      return reply
+        .code(isHealthy ? 200 : 500)
+        .type('application/json')
+        .send(`${JSON.stringify({ status: isHealthy ? 'Healthy' : 'Unhealthy' }, null, 2)}\n`);
+    },
+  );
 
-  const predictFrom = (modelFrom: ModelFrom, routeOptions: { withQuery: boolean }) => async (request: FastifyRequest, reply: FastifyReply) => {
-    const arrivedAt = performance.now();
-    try {
-      const { modelName, modelVersion } = modelFrom(request);
-      const read = readInput(request);
-      const { input, bodyDecoding } = read instanceof Promise ? await read : read;
-      if (routeOptions.withQuery) {
-        for (const [k, v] of Object.entries(request.query as Record<string, string | string[]>)) if (!(k in input)) input[k] = Array.isArray(v) ? v.join(',') : v;
+  const predictFrom =
+    (modelFrom: ModelFrom, routeOptions: { withQuery: boolean }) =>
+    async (request: FastifyRequest, reply: FastifyReply) => {
+      const arrivedAt = performance.now();
+      try {
+        const { modelName, modelVersion } = modelFrom(request);
+        const read = readInput(request);
+        const { input, bodyDecoding } = read instanceof Promise ? await read : read;
+        if (routeOptions.withQuery) {
+          for (const [k, v] of Object.entries(request.query as Record<string, string | string[]>))
+            if (!(k in input)) input[k] = Array.isArray(v) ? v.join(',') : v;
+        }
+        const headers = stringHeaders(request.headers);
+        const predictOptions = {
+          modelName,
+          modelVersion,
+          requestId: request.id,
+          input,
+          headers,
+          arrivedAt,
+          bodyDecoding,
+        };
+        const result = await registry.predict(
+          options.dataPlane ? options.dataPlane.admitTorchServeInput(predictOptions) : predictOptions,
+        );
+        const { text } = result;
+        assertResponseSize(text === undefined ? result.body.length : Buffer.byteLength(text), maxResponseBytes);
+        reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
+        for (const k in result.headers) reply.header(k, result.headers[k]!);
+        // Text goes as it is (node writes it with the head in one write); fastify would call a string
+        // without a type text/plain, so an untyped answer keeps the type its bytes would get.
+        if (result.contentType) reply.type(result.contentType);
+        else if (text !== undefined && !reply.hasHeader('content-type')) reply.type('application/octet-stream');
+        if (text === undefined) return reply.code(result.statusCode).send(result.body);
+        // As it is: fastify would add `; charset=utf-8` to a JSON type given a string (TorchServe's is `application/json`).
+        return reply.code(result.statusCode).serializer(textAsIs).send(text);
+      } catch (error) {
+        const code = (error as { code?: string }).code;
+        if (code !== undefined && multipartTooLargeCodes.has(code)) {
+          return sendError(
+            reply,
+            createServeError.MARINA_ERR_REQUEST_TOO_LARGE(
+              `the multipart body is larger than max_request_size (${maxRequestBytes} bytes); send a smaller input or raise max_request_size`,
+            ),
+          );
+        }
+        return sendError(reply, error);
       }
-      const headers = stringHeaders(request.headers);
-      const predictOptions = {
-        modelName,
-        modelVersion,
-        requestId: request.id,
-        input,
-        headers,
-        arrivedAt,
-        bodyDecoding,
-      };
-      const result = await registry.predict(options.dataPlane ? options.dataPlane.admitTorchServeInput(predictOptions) : predictOptions);
-      const { text } = result;
-      assertResponseSize(text === undefined ? result.body.length : Buffer.byteLength(text), maxResponseBytes);
-      reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
-      for (const k in result.headers) reply.header(k, result.headers[k]!);
-      // Text goes as it is (node writes it with the head in one write); fastify would call a string
-      // without a type text/plain, so an untyped answer keeps the type its bytes would get.
-      if (result.contentType) reply.type(result.contentType);
-      else if (text !== undefined && !reply.hasHeader('content-type')) reply.type('application/octet-stream');
-      if (text === undefined) return reply.code(result.statusCode).send(result.body);
-      // As it is: fastify would add `; charset=utf-8` to a JSON type given a string (TorchServe's is `application/json`).
-      return reply.code(result.statusCode).serializer(textAsIs).send(text);
-    } catch (error) {
-      const code = (error as { code?: string }).code;
-      if (code !== undefined && multipartTooLargeCodes.has(code)) {
-        return sendError(reply, createServeError.MARINA_ERR_REQUEST_TOO_LARGE(`the multipart body is larger than max_request_size (${maxRequestBytes} bytes); send a smaller input or raise max_request_size`));
-      }
-      return sendError(reply, error);
-    }
-  };
+    };
   const fromParams: ModelFrom = (request) => {
     const params = request.params as { model_name: string; model_version?: string };
     return { modelName: params.model_name, modelVersion: params.model_version };
@@ -207,20 +266,60 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     if (name !== undefined) return { modelName: name, modelVersion: undefined };
     const models = registry.list();
     if (models.length === 1) return { modelName: models[0]!.modelName, modelVersion: undefined };
-    throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${models.length === 0 ? 'no model is registered' : `give model_name= (registered: ${models.map((m) => m.modelName).join(', ')})`}`);
+    throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(
+      `Model not found: ${models.length === 0 ? 'no model is registered' : `give model_name= (registered: ${models.map((m) => m.modelName).join(', ')})`}`,
+    );
   };
 
   const predict = predictFrom(fromParams, { withQuery: false });
-  const predictDescription = 'Runs the model (default version, or the one named) on the body: raw bytes, JSON, text, multipart or form fields.';
+  const predictDescription =
+    'Runs the model (default version, or the one named) on the body: raw bytes, JSON, text, multipart or form fields.';
   for (const url of ['/predictions/:model_name', '/predictions/:model_name/:model_version']) {
-    app.route({ method: ['POST', 'PUT'], url, schema: { description: predictDescription, params: paramsSchema, response: predictionResponses }, handler: predict });
+    app.route({
+      method: ['POST', 'PUT'],
+      url,
+      schema: { description: predictDescription, params: paramsSchema, response: predictionResponses },
+      handler: predict,
+    });
   }
 
-  app.post('/models/:model_name/invoke', { schema: { description: 'SageMaker-style invoke: the same as POST /predictions/{model_name}.', params: paramsSchema, response: predictionResponses } }, predict);
-  app.post('/invocations', { schema: { description: 'SageMaker-style invocations: the model from ?model_name= (or the only model registered); query parameters become input fields.', querystring: invocationsQuery, response: predictionResponses } }, predictFrom(fromQueryOrOnly, { withQuery: true }));
+  app.post(
+    '/models/:model_name/invoke',
+    {
+      schema: {
+        description: 'SageMaker-style invoke: the same as POST /predictions/{model_name}.',
+        params: paramsSchema,
+        response: predictionResponses,
+      },
+    },
+    predict,
+  );
+  app.post(
+    '/invocations',
+    {
+      schema: {
+        description:
+          'SageMaker-style invocations: the model from ?model_name= (or the only model registered); query parameters become input fields.',
+        querystring: invocationsQuery,
+        response: predictionResponses,
+      },
+    },
+    predictFrom(fromQueryOrOnly, { withQuery: true }),
+  );
   const legacy = predictFrom(fromParams, { withQuery: true });
   for (const url of ['/:model_name/predict', '/:model_name/:model_version/predict']) {
-    app.post(url, { schema: { description: 'The legacy predict route: the same as POST /predictions/{model_name}, with query parameters as input fields.', params: legacyParams, response: predictionResponses } }, legacy);
+    app.post(
+      url,
+      {
+        schema: {
+          description:
+            'The legacy predict route: the same as POST /predictions/{model_name}, with query parameters as input fields.',
+          params: legacyParams,
+          response: predictionResponses,
+        },
+      },
+      legacy,
+    );
   }
 
   // Explanations: Marina's JavaScript handlers have no explain(); TorchServe answers a handler
@@ -229,36 +328,59 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     try {
       const { modelName, modelVersion } = fromParams(request);
       const version = registry.getVersion(modelName, modelVersion);
-      throw createServeError.MARINA_ERR_EXPLAIN_NOT_SUPPORTED(`Prediction failed: the handler '${version.handler}' of model ${modelName} version ${version.modelVersion} has no explain; Marina's handlers do not implement explanations (use /predictions)`);
+      throw createServeError.MARINA_ERR_EXPLAIN_NOT_SUPPORTED(
+        `Prediction failed: the handler '${version.handler}' of model ${modelName} version ${version.modelVersion} has no explain; Marina's handlers do not implement explanations (use /predictions)`,
+      );
     } catch (error) {
       return sendError(reply, error);
     }
   };
-  const explainDescription = "Explanations (TorchServe runs the handler's explain_handle): Marina's handlers have none, so this answers 503.";
+  const explainDescription =
+    "Explanations (TorchServe runs the handler's explain_handle): Marina's handlers have none, so this answers 503.";
   for (const url of ['/explanations/:model_name', '/explanations/:model_name/:model_version']) {
-    app.route({ method: ['POST', 'PUT'], url, schema: { description: explainDescription, params: paramsSchema, response: predictionResponses }, handler: explain });
+    app.route({
+      method: ['POST', 'PUT'],
+      url,
+      schema: { description: explainDescription, params: paramsSchema, response: predictionResponses },
+      handler: explain,
+    });
   }
   app.route({
     method: ['POST', 'PUT'],
     url: '/wfpredict/:workflow_name',
-    schema: { description: 'Workflow predictions: not implemented in Marina yet (501).', response: { 501: errorResponse } },
+    schema: {
+      description: 'Workflow predictions: not implemented in Marina yet (501).',
+      response: { 501: errorResponse },
+    },
     handler: async (_request, reply) => sendError(reply, workflowsNotImplemented()),
   });
   // KServe v1 `/v1/models/{model}:predict` and `:explain`: one route (the router cannot tell two
   // `:param:suffix` routes apart), described as the two paths it serves.
-  const kserveParams = { type: 'object', properties: { model_action: { type: 'string', pattern: '^.+:(predict|explain)$' } }, required: ['model_action'] } as const;
-  app.post('/v1/models/:model_action', {
-    schema: { params: kserveParams, response: predictionResponses },
-    config: {
-      describedAs: [
-        { url: '/v1/models/:model_name::predict', description: 'KServe v1 predict: the same as POST /predictions/{model_name} (the body is passed to the handler as is).' },
-        { url: '/v1/models/:model_name::explain', description: explainDescription },
-      ],
+  const kserveParams = {
+    type: 'object',
+    properties: { model_action: { type: 'string', pattern: '^.+:(predict|explain)$' } },
+    required: ['model_action'],
+  } as const;
+  app.post(
+    '/v1/models/:model_action',
+    {
+      schema: { params: kserveParams, response: predictionResponses },
+      config: {
+        describedAs: [
+          {
+            url: '/v1/models/:model_name::predict',
+            description:
+              'KServe v1 predict: the same as POST /predictions/{model_name} (the body is passed to the handler as is).',
+          },
+          { url: '/v1/models/:model_name::explain', description: explainDescription },
+        ],
+      },
     },
-  }, async (request, reply) => {
-    const action = (request.params as { model_action: string }).model_action;
-    const colon = action.lastIndexOf(':');
-    (request.params as { model_name?: string }).model_name = action.slice(0, colon);
-    return action.slice(colon + 1) === 'explain' ? explain(request, reply) : predict(request, reply);
-  });
+    async (request, reply) => {
+      const action = (request.params as { model_action: string }).model_action;
+      const colon = action.lastIndexOf(':');
+      (request.params as { model_name?: string }).model_name = action.slice(0, colon);
+      return action.slice(colon + 1) === 'explain' ? explain(request, reply) : predict(request, reply);
+    },
+  );
 };

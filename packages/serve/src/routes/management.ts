@@ -41,7 +41,8 @@ export const managementErrors = defineErrors({
   },
   MARINA_ERR_MANAGEMENT_BAD_REQUEST: {
     statusCode: 400,
-    description: 'A management parameter has the wrong type or range, or the body is not valid JSON; the message names the parameter.',
+    description:
+      'A management parameter has the wrong type or range, or the body is not valid JSON; the message names the parameter.',
   },
 });
 const { create } = managementErrors;
@@ -50,7 +51,6 @@ const METHOD_NOT_ALLOWED = 'Requested method is not allowed, please refer to API
 
 /** TorchServe's Manifest.RuntimeType values, plus Marina's `node` (JavaScript handlers) and `LSP`. */
 const REGISTER_RUNTIMES = ['python', 'python2', 'python3', 'LSP', 'node'];
-
 
 export interface ManagementRoutesOptions {
   registry: ModelRegistryApi;
@@ -76,7 +76,10 @@ export interface ManagementRoutesOptions {
  * `synchronous`: TorchServe reads it with Java's Boolean.parseBoolean, so only "true" (any case) is
  * true and any other value (`-1`, `nan`) is false; a wrong value shows in the answer (202, not 200).
  */
-const SYNCHRONOUS_SCHEMA = { anyOf: [{ type: 'boolean' }, { type: 'string' }], description: 'true (any case) waits; any other value does not.' } as const;
+const SYNCHRONOUS_SCHEMA = {
+  anyOf: [{ type: 'boolean' }, { type: 'string' }],
+  description: 'true (any case) waits; any other value does not.',
+} as const;
 function isTrue(value: boolean | string | undefined, fallback: boolean): boolean {
   if (value === undefined) return fallback;
   return value === true || (typeof value === 'string' && value.toLowerCase() === 'true');
@@ -117,15 +120,19 @@ interface ScaleQuery {
 }
 
 /** Response schemas (documentation; the handlers send TorchServe's pretty-printed JSON text as is). */
-const statusSchema = { type: 'object', required: ['status'], properties: { status: { type: 'string', description: 'What was done.' } } } as const;
+const statusSchema = {
+  type: 'object',
+  required: ['status'],
+  properties: { status: { type: 'string', description: 'What was done.' } },
+} as const;
 const errorSchema = {
   type: 'object',
   required: ['code', 'type', 'message'],
   properties: {
     code: { type: 'integer', description: 'Error code.' },
     type: { type: 'string', description: 'Error type.' },
-    message: { type: 'string', description: 'Error message: TorchServe\'s first, then what to do.' },
-    marinaCode: { type: 'string', description: 'Marina\'s stable MARINA_ERR_* code.' },
+    message: { type: 'string', description: "Error message: TorchServe's first, then what to do." },
+    marinaCode: { type: 'string', description: "Marina's stable MARINA_ERR_* code." },
   },
 } as const;
 const errorResponses = { 400: errorSchema, 404: errorSchema, 500: errorSchema } as const;
@@ -134,7 +141,14 @@ const listSchema = {
   required: ['models'],
   properties: {
     nextPageToken: { type: 'string', description: 'Pass as next_page_token to get the next page.' },
-    models: { type: 'array', items: { type: 'object', required: ['modelName', 'modelUrl'], properties: { modelName: { type: 'string' }, modelUrl: { type: 'string' } } } },
+    models: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['modelName', 'modelUrl'],
+        properties: { modelName: { type: 'string' }, modelUrl: { type: 'string' } },
+      },
+    },
   },
 } as const;
 const describeSchema = {
@@ -143,20 +157,57 @@ const describeSchema = {
     type: 'object',
     required: ['modelName', 'modelVersion', 'modelUrl', 'minWorkers', 'maxWorkers', 'workers'],
     properties: {
-      modelName: { type: 'string' }, modelVersion: { type: 'string' }, modelUrl: { type: 'string' }, runtime: { type: 'string' },
-      minWorkers: { type: 'integer' }, maxWorkers: { type: 'integer' }, batchSize: { type: 'integer' }, maxBatchDelay: { type: 'integer' },
-      responseTimeout: { type: 'integer' }, loadedAtStartup: { type: 'boolean' },
-      workers: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, startTime: { type: 'string' }, status: { type: 'string' }, memoryUsage: { type: 'integer' }, pid: { type: 'integer' } } } },
-      jobQueueStatus: { type: 'object', properties: { remainingCapacity: { type: 'integer' }, pendingRequests: { type: 'integer' } } },
+      modelName: { type: 'string' },
+      modelVersion: { type: 'string' },
+      modelUrl: { type: 'string' },
+      runtime: { type: 'string' },
+      minWorkers: { type: 'integer' },
+      maxWorkers: { type: 'integer' },
+      batchSize: { type: 'integer' },
+      maxBatchDelay: { type: 'integer' },
+      responseTimeout: { type: 'integer' },
+      loadedAtStartup: { type: 'boolean' },
+      workers: {
+        type: 'array',
+        items: {
+          type: 'object',
+          properties: {
+            id: { type: 'string' },
+            startTime: { type: 'string' },
+            status: { type: 'string' },
+            memoryUsage: { type: 'integer' },
+            pid: { type: 'integer' },
+          },
+        },
+      },
+      jobQueueStatus: {
+        type: 'object',
+        properties: { remainingCapacity: { type: 'integer' }, pendingRequests: { type: 'integer' } },
+      },
     },
   },
 } as const;
-const readinessSchema = { type: 'object', required: ['name', 'ready'], properties: { name: { type: 'string' }, ready: { type: 'boolean' } } } as const;
+const readinessSchema = {
+  type: 'object',
+  required: ['name', 'ready'],
+  properties: { name: { type: 'string' }, ready: { type: 'boolean' } },
+} as const;
 
-const nameParams = { type: 'object', properties: { model_name: { type: 'string', minLength: 1, description: 'Name of the model.' } }, required: ['model_name'] } as const;
+const nameParams = {
+  type: 'object',
+  properties: { model_name: { type: 'string', minLength: 1, description: 'Name of the model.' } },
+  required: ['model_name'],
+} as const;
 const versionParams = {
   type: 'object',
-  properties: { model_name: { type: 'string', minLength: 1, description: 'Name of the model.' }, model_version: { type: 'string', minLength: 1, description: 'Version of the model ("all" to describe every version).' } },
+  properties: {
+    model_name: { type: 'string', minLength: 1, description: 'Name of the model.' },
+    model_version: {
+      type: 'string',
+      minLength: 1,
+      description: 'Version of the model ("all" to describe every version).',
+    },
+  },
   required: ['model_name', 'model_version'],
 } as const;
 const scaleQuery = {
@@ -179,17 +230,23 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   const { registry, config } = options;
   declareRouteAuth(app, 'management');
   const limits = resourceLimitsOf(config);
-  const resolve = options.resolveModelUrl ?? createModelUrlResolver({
-    modelStore: config.modelStore,
-    allowedUrls: config.allowedUrls,
-    downloadTimeoutMs: limits.downloadTimeoutMs,
-    downloadIdleTimeoutMs: limits.downloadIdleTimeoutMs,
-    downloadSlots: new DownloadSlots(limits.maxConcurrentDownloads),
-  });
+  const resolve =
+    options.resolveModelUrl ??
+    createModelUrlResolver({
+      modelStore: config.modelStore,
+      allowedUrls: config.allowedUrls,
+      downloadTimeoutMs: limits.downloadTimeoutMs,
+      downloadIdleTimeoutMs: limits.downloadIdleTimeoutMs,
+      downloadSlots: new DownloadSlots(limits.maxConcurrentDownloads),
+    });
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error.validation) {
-      return sendTorchServeError(request, reply, create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(`Invalid parameter: ${error.message}`));
+      return sendTorchServeError(
+        request,
+        reply,
+        create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(`Invalid parameter: ${error.message}`),
+      );
     }
     if (!isMarinaError(error) && typeof error.statusCode === 'number' && error.statusCode < 500) {
       return sendTorchServeError(request, reply, create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(error.message));
@@ -221,8 +278,16 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   const status = async (request: FastifyRequest, reply: FastifyReply, code: number, text: string) => {
     release(request);
     const problem = request.method === 'GET' ? undefined : await options.afterChange?.();
-    const warning = problem === undefined ? undefined : { code: (problem as { code?: string }).code ?? 'MARINA_ERR_INTERNAL', message: problem.message };
-    return sendTorchServeJson(request, reply, code, warning === undefined ? { status: text } : { status: text, warning });
+    const warning =
+      problem === undefined
+        ? undefined
+        : { code: (problem as { code?: string }).code ?? 'MARINA_ERR_INTERNAL', message: problem.message };
+    return sendTorchServeJson(
+      request,
+      reply,
+      code,
+      warning === undefined ? { status: text } : { status: text, warning },
+    );
   };
   const assertModelApi = (action: string) => {
     if (!config.enableModelApi) {
@@ -236,100 +301,138 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   };
 
   // Register: parameters from the query string, or from a JSON body with the same names.
-  app.post('/models', {
-    schema: {
-      description: 'Register a new model in TorchServe: url is an archive or folder in the model store, a file:// or an allowed http(s):// URL.',
-      response: { 200: statusSchema, 202: statusSchema, 206: statusSchema, 405: errorSchema, 409: errorSchema, ...errorResponses },
-      querystring: { type: 'object', properties: registerProperties },
-      body: { type: ['object', 'null'], properties: registerProperties },
-    },
-  }, async (request, reply) => {
-    assertModelApi('Registering models');
-    const params: RegisterParams = { ...(request.query as RegisterParams), ...((request.body as RegisterParams | null) ?? {}) };
-    if (params.url === undefined || params.url === '') {
-      // TorchServe: no url is a 400; `url=` with an empty value reaches its model lookup, a 404 (its Postman suite).
-      if (hasQueryKey(request.url, 'url')) {
-        throw downloadErrors.create.MARINA_ERR_MODEL_FILE_NOT_FOUND("Model not found at: (the url parameter is empty; give an archive or folder name in the model store, a file:// or an allowed http(s):// URL)");
-      }
-      throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
-    }
-    if (params.runtime !== undefined && !REGISTER_RUNTIMES.includes(params.runtime)) {
-      throw create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(`Invalid RuntimeType value: ${params.runtime} (one of ${REGISTER_RUNTIMES.join(', ')})`);
-    }
-    // A download stops when its client goes away: nobody would see the answer, and it holds a slot and disk.
-    const clientGone = new AbortController();
-    const onClose = () => {
-      if (!reply.raw.writableFinished) clientGone.abort();
-    };
-    reply.raw.once('close', onClose);
-    let resolved;
-    try {
-      resolved = await resolve(params.url, { signal: clientGone.signal });
-    } finally {
-      reply.raw.off('close', onClose);
-    }
-    const synchronous = isTrue(params.synchronous, true);
-    const registerOptions: RegisterModelOptions = {
-      url: params.url,
-      archivePath: resolved.archivePath,
-      isDownloaded: resolved.isDownloaded,
-      synchronous,
-      ...(params.model_name !== undefined && { modelName: params.model_name }),
-      ...(params.handler !== undefined && { handler: params.handler }),
-      ...(params.runtime !== undefined && { runtime: params.runtime }),
-      ...(params.batch_size !== undefined && { batchSize: params.batch_size }),
-      ...(params.max_batch_delay !== undefined && { maxBatchDelayMs: params.max_batch_delay }),
-      // TorchServe: initial_workers defaults to default_workers_per_model when set; Marina then lets
-      // model-config.yaml's minWorkers apply (the documented precedence), and else starts 0 workers
-      // ("registered with 0 initial workers").
-      ...((params.initial_workers ?? config.defaultWorkersPerModel) !== undefined && { initialWorkers: params.initial_workers ?? config.defaultWorkersPerModel }),
-      fallbackWorkers: 0,
-      ...(params.response_timeout !== undefined && { responseTimeoutSec: params.response_timeout }),
-      ...(params.startup_timeout !== undefined && { startupTimeoutSec: params.startup_timeout }),
-    };
-    let result;
-    try {
-      result = await registry.register(registerOptions);
-    } catch (error) {
-      // A download that never got registered must not stay in the store (it would block a retry with 500 "already exists").
-      if (resolved.isDownloaded) await unlink(resolved.archivePath).catch(() => undefined);
-      throw error;
-    }
-    const { modelName, modelVersion, workersRequested, workersReady } = result;
-    if (workersRequested === 0) {
-      return status(request, reply, 200, `Model "${modelName}" Version: ${modelVersion} registered with 0 initial workers. Use scale workers API to add workers for the model.`);
-    }
-    if (!synchronous) return status(request, reply, 202, 'Processing worker updates...');
-    if (workersReady < workersRequested) return status(request, reply, 206, 'Workers scaling in progress...');
-    return status(request, reply, 200, `Model "${modelName}" Version: ${modelVersion} registered with ${workersReady} initial workers`);
-  });
-
-  // List: only default versions, sorted by name, offset paging.
-  app.get('/models', {
-    schema: {
-      description: 'List registered models (their default versions), sorted by name, paged.',
-      response: { 200: listSchema, 500: errorSchema },
-      querystring: {
-        type: 'object',
-        properties: { limit: { type: 'integer' }, next_page_token: { type: 'integer' } },
+  app.post(
+    '/models',
+    {
+      schema: {
+        description:
+          'Register a new model in TorchServe: url is an archive or folder in the model store, a file:// or an allowed http(s):// URL.',
+        response: {
+          200: statusSchema,
+          202: statusSchema,
+          206: statusSchema,
+          405: errorSchema,
+          409: errorSchema,
+          ...errorResponses,
+        },
+        querystring: { type: 'object', properties: registerProperties },
+        body: { type: ['object', 'null'], properties: registerProperties },
       },
     },
-  }, async (request, reply) => {
-    const query = request.query as { limit?: number; next_page_token?: number };
-    let limit = query.limit ?? 100;
-    if (limit > 100 || limit < 0) limit = 100;
-    const offset = Math.max(0, query.next_page_token ?? 0);
-    const all = registry.list();
-    const page = all.slice(offset, offset + limit);
-    const end = offset + page.length;
-    return sendTorchServeJson(request, reply, 200, {
-      ...(end < all.length && { nextPageToken: String(end) }),
-      models: page.map((m) => ({ modelName: m.modelName, modelUrl: m.modelUrl })),
-    });
-  });
+    async (request, reply) => {
+      assertModelApi('Registering models');
+      const params: RegisterParams = {
+        ...(request.query as RegisterParams),
+        ...((request.body as RegisterParams | null) ?? {}),
+      };
+      if (params.url === undefined || params.url === '') {
+        // TorchServe: no url is a 400; `url=` with an empty value reaches its model lookup, a 404 (its Postman suite).
+        if (hasQueryKey(request.url, 'url')) {
+          throw downloadErrors.create.MARINA_ERR_MODEL_FILE_NOT_FOUND(
+            'Model not found at: (the url parameter is empty; give an archive or folder name in the model store, a file:// or an allowed http(s):// URL)',
+          );
+        }
+        throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
+      }
+      if (params.runtime !== undefined && !REGISTER_RUNTIMES.includes(params.runtime)) {
+        throw create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(
+          `Invalid RuntimeType value: ${params.runtime} (one of ${REGISTER_RUNTIMES.join(', ')})`,
+        );
+      }
+      // A download stops when its client goes away: nobody would see the answer, and it holds a slot and disk.
+      const clientGone = new AbortController();
+      const onClose = () => {
+        if (!reply.raw.writableFinished) clientGone.abort();
+      };
+      reply.raw.once('close', onClose);
+      let resolved;
+      try {
+        resolved = await resolve(params.url, { signal: clientGone.signal });
+      } finally {
+        reply.raw.off('close', onClose);
+      }
+      const synchronous = isTrue(params.synchronous, true);
+      const registerOptions: RegisterModelOptions = {
+        url: params.url,
+        archivePath: resolved.archivePath,
+        isDownloaded: resolved.isDownloaded,
+        synchronous,
+        ...(params.model_name !== undefined && { modelName: params.model_name }),
+        ...(params.handler !== undefined && { handler: params.handler }),
+        ...(params.runtime !== undefined && { runtime: params.runtime }),
+        ...(params.batch_size !== undefined && { batchSize: params.batch_size }),
+        ...(params.max_batch_delay !== undefined && { maxBatchDelayMs: params.max_batch_delay }),
+        // TorchServe: initial_workers defaults to default_workers_per_model when set; Marina then lets
+        // model-config.yaml's minWorkers apply (the documented precedence), and else starts 0 workers
+        // ("registered with 0 initial workers").
+        ...((params.initial_workers ?? config.defaultWorkersPerModel) !== undefined && {
+          initialWorkers: params.initial_workers ?? config.defaultWorkersPerModel,
+        }),
+        fallbackWorkers: 0,
+        ...(params.response_timeout !== undefined && { responseTimeoutSec: params.response_timeout }),
+        ...(params.startup_timeout !== undefined && { startupTimeoutSec: params.startup_timeout }),
+      };
+      let result;
+      try {
+        result = await registry.register(registerOptions);
+      } catch (error) {
+        // A download that never got registered must not stay in the store (it would block a retry with 500 "already exists").
+        if (resolved.isDownloaded) await unlink(resolved.archivePath).catch(() => undefined);
+        throw error;
+      }
+      const { modelName, modelVersion, workersRequested, workersReady } = result;
+      if (workersRequested === 0) {
+        return status(
+          request,
+          reply,
+          200,
+          `Model "${modelName}" Version: ${modelVersion} registered with 0 initial workers. Use scale workers API to add workers for the model.`,
+        );
+      }
+      if (!synchronous) return status(request, reply, 202, 'Processing worker updates...');
+      if (workersReady < workersRequested) return status(request, reply, 206, 'Workers scaling in progress...');
+      return status(
+        request,
+        reply,
+        200,
+        `Model "${modelName}" Version: ${modelVersion} registered with ${workersReady} initial workers`,
+      );
+    },
+  );
+
+  // List: only default versions, sorted by name, offset paging.
+  app.get(
+    '/models',
+    {
+      schema: {
+        description: 'List registered models (their default versions), sorted by name, paged.',
+        response: { 200: listSchema, 500: errorSchema },
+        querystring: {
+          type: 'object',
+          properties: { limit: { type: 'integer' }, next_page_token: { type: 'integer' } },
+        },
+      },
+    },
+    async (request, reply) => {
+      const query = request.query as { limit?: number; next_page_token?: number };
+      let limit = query.limit ?? 100;
+      if (limit > 100 || limit < 0) limit = 100;
+      const offset = Math.max(0, query.next_page_token ?? 0);
+      const all = registry.list();
+      const page = all.slice(offset, offset + limit);
+      const end = offset + page.length;
+      return sendTorchServeJson(request, reply, 200, {
+        ...(end < all.length && { nextPageToken: String(end) }),
+        models: page.map((m) => ({ modelName: m.modelName, modelUrl: m.modelUrl })),
+      });
+    },
+  );
 
   const describe = async (request: FastifyRequest, reply: FastifyReply) => {
-    const { model_name: name, model_version: version } = request.params as { model_name: string; model_version?: string };
+    const { model_name: name, model_version: version } = request.params as {
+      model_name: string;
+      model_version?: string;
+    };
     const descriptions = registry.describe(name, version).map((d) => {
       const autoscaling = options.autoscaling?.(d.modelName, d.modelVersion);
       return autoscaling === undefined ? d : { ...d, autoscaling };
@@ -338,71 +441,144 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   };
   const describeQuery = { type: 'object', properties: { customized: { type: 'boolean' } } } as const;
   const describeDescription = 'Describe the default version of a model, the version named, or every version ("all").';
-  app.get('/models/:model_name', { schema: { description: describeDescription, params: nameParams, querystring: describeQuery, response: { 200: describeSchema, ...errorResponses } } as FastifySchema }, describe);
-  app.get('/models/:model_name/:model_version', { schema: { description: describeDescription, params: versionParams, querystring: describeQuery, response: { 200: describeSchema, ...errorResponses } } as FastifySchema }, describe);
+  app.get(
+    '/models/:model_name',
+    {
+      schema: {
+        description: describeDescription,
+        params: nameParams,
+        querystring: describeQuery,
+        response: { 200: describeSchema, ...errorResponses },
+      } as FastifySchema,
+    },
+    describe,
+  );
+  app.get(
+    '/models/:model_name/:model_version',
+    {
+      schema: {
+        description: describeDescription,
+        params: versionParams,
+        querystring: describeQuery,
+        response: { 200: describeSchema, ...errorResponses },
+      } as FastifySchema,
+    },
+    describe,
+  );
 
   const scale = async (request: FastifyRequest, reply: FastifyReply) => {
-    const { model_name: paramName, model_version: paramVersion } = request.params as { model_name: string; model_version?: string };
+    const { model_name: paramName, model_version: paramVersion } = request.params as {
+      model_name: string;
+      model_version?: string;
+    };
     const params = { name: paramName, version: paramVersion };
     const query = request.query as ScaleQuery;
     const modelVersion = params.version ?? query.model_version;
     const minWorkers = query.min_worker ?? 1;
     const maxWorkers = query.max_worker ?? minWorkers;
-    if (maxWorkers < minWorkers) throw create.MARINA_ERR_WORKER_RANGE_INVALID('max_worker cannot be less than min_worker.');
+    if (maxWorkers < minWorkers)
+      throw create.MARINA_ERR_WORKER_RANGE_INVALID('max_worker cannot be less than min_worker.');
     const synchronous = isTrue(query.synchronous, false);
     // With synchronous=false the registry resolves once the change is accepted (after checking
     // name and version, so an unknown model is still a 404 as in TorchServe).
     const { workers } = await registry.scale(params.name, modelVersion, { minWorkers, maxWorkers, synchronous });
     if (!synchronous) return status(request, reply, 202, 'Processing worker updates...');
     if (workers < minWorkers) return status(request, reply, 206, 'Workers scaling in progress...');
-    return status(request, reply, 200, `Workers scaled to ${workers} for model: ${params.name}${modelVersion === undefined ? '' : `, version: ${modelVersion}`}`);
+    return status(
+      request,
+      reply,
+      200,
+      `Workers scaled to ${workers} for model: ${params.name}${modelVersion === undefined ? '' : `, version: ${modelVersion}`}`,
+    );
   };
-  const scaleSchema = (params: typeof nameParams | typeof versionParams) => ({
-    description: 'Scale the workers of a model version (min_worker, max_worker); synchronous=true waits for them.',
-    params,
-    querystring: scaleQuery,
-    response: { 200: statusSchema, 202: statusSchema, 206: statusSchema, ...errorResponses },
-  }) as FastifySchema;
+  const scaleSchema = (params: typeof nameParams | typeof versionParams) =>
+    ({
+      description: 'Scale the workers of a model version (min_worker, max_worker); synchronous=true waits for them.',
+      params,
+      querystring: scaleQuery,
+      response: { 200: statusSchema, 202: statusSchema, 206: statusSchema, ...errorResponses },
+    }) as FastifySchema;
   app.put('/models/:model_name', { schema: scaleSchema(nameParams) }, scale);
   app.put('/models/:model_name/:model_version', { schema: scaleSchema(versionParams) }, scale);
 
   const unregister = async (request: FastifyRequest, reply: FastifyReply) => {
     assertModelApi('Unregistering models');
-    const { model_name: name, model_version: version } = request.params as { model_name: string; model_version?: string };
+    const { model_name: name, model_version: version } = request.params as {
+      model_name: string;
+      model_version?: string;
+    };
     await registry.unregister(name, version);
     return status(request, reply, 200, `Model "${name}" unregistered`);
   };
-  const unregisterSchema = (params: typeof nameParams | typeof versionParams) => ({
-    description: 'Unregister a model version (the default one when none is named); in-flight requests finish first.',
-    params,
-    response: { 200: statusSchema, 403: errorSchema, 405: errorSchema, ...errorResponses },
-  }) as FastifySchema;
+  const unregisterSchema = (params: typeof nameParams | typeof versionParams) =>
+    ({
+      description: 'Unregister a model version (the default one when none is named); in-flight requests finish first.',
+      params,
+      response: { 200: statusSchema, 403: errorSchema, 405: errorSchema, ...errorResponses },
+    }) as FastifySchema;
   app.delete('/models/:model_name', { schema: unregisterSchema(nameParams) }, unregister);
   app.delete('/models/:model_name/:model_version', { schema: unregisterSchema(versionParams) }, unregister);
 
-  app.put('/models/:model_name/:model_version/set-default', { schema: { description: 'Make this version the default version of the model.', params: versionParams, response: { 200: statusSchema, ...errorResponses } } as FastifySchema }, async (request, reply) => {
-    const { model_name: name, model_version: version } = request.params as { model_name: string; model_version: string };
-    registry.setDefault(name, version);
-    return status(request, reply, 200, `Default version successfully updated for model "${name}" to "${version}"`);
-  });
+  app.put(
+    '/models/:model_name/:model_version/set-default',
+    {
+      schema: {
+        description: 'Make this version the default version of the model.',
+        params: versionParams,
+        response: { 200: statusSchema, ...errorResponses },
+      } as FastifySchema,
+    },
+    async (request, reply) => {
+      const { model_name: name, model_version: version } = request.params as {
+        model_name: string;
+        model_version: string;
+      };
+      registry.setDefault(name, version);
+      return status(request, reply, 200, `Default version successfully updated for model "${name}" to "${version}"`);
+    },
+  );
 
   // KServe v1 readiness: ready when the default version has at least one worker.
-  app.get('/v1/models/:model_name', { schema: { description: 'KServe v1 readiness: ready when the default version has a worker up.', params: nameParams, response: { 200: readinessSchema } } as FastifySchema }, async (request, reply) => {
-    const { model_name: name } = request.params as { model_name: string };
-    const [description] = registry.describe(name);
-    const ready = (description?.workers ?? []).some((w) => w.status === 'READY' || w.status === 'BUSY');
-    return sendTorchServeJson(request, reply, 200, { name, ready });
-  });
+  app.get(
+    '/v1/models/:model_name',
+    {
+      schema: {
+        description: 'KServe v1 readiness: ready when the default version has a worker up.',
+        params: nameParams,
+        response: { 200: readinessSchema },
+      } as FastifySchema,
+    },
+    async (request, reply) => {
+      const { model_name: name } = request.params as { model_name: string };
+      const [description] = registry.describe(name);
+      const ready = (description?.workers ?? []).some((w) => w.status === 'READY' || w.status === 'BUSY');
+      return sendTorchServeJson(request, reply, 200, { name, ready });
+    },
+  );
 
   // TorchServe's workflow management API: accepted, answered 501 until workflows exist.
   const notImplemented = async () => {
     throw workflowsNotImplemented();
   };
-  app.route({ method: ['GET', 'POST'], url: '/workflows', schema: { description: 'Workflow management: not implemented in Marina yet (501).' } as FastifySchema, handler: notImplemented });
-  app.route({ method: ['GET', 'PUT', 'DELETE'], url: '/workflows/:workflow_name', schema: { description: 'Workflow management: not implemented in Marina yet (501).' } as FastifySchema, handler: notImplemented });
+  app.route({
+    method: ['GET', 'POST'],
+    url: '/workflows',
+    schema: { description: 'Workflow management: not implemented in Marina yet (501).' } as FastifySchema,
+    handler: notImplemented,
+  });
+  app.route({
+    method: ['GET', 'PUT', 'DELETE'],
+    url: '/workflows/:workflow_name',
+    schema: { description: 'Workflow management: not implemented in Marina yet (501).' } as FastifySchema,
+    handler: notImplemented,
+  });
 
   app.route({ method: ['PUT', 'DELETE', 'PATCH'], url: '/models', handler: methodNotAllowed });
   app.route({ method: ['POST', 'PATCH'], url: '/models/:model_name', handler: methodNotAllowed });
   app.route({ method: ['POST', 'PATCH'], url: '/models/:model_name/:model_version', handler: methodNotAllowed });
-  app.route({ method: ['GET', 'POST', 'DELETE', 'PATCH'], url: '/models/:model_name/:model_version/set-default', handler: methodNotAllowed });
+  app.route({
+    method: ['GET', 'POST', 'DELETE', 'PATCH'],
+    url: '/models/:model_name/:model_version/set-default',
+    handler: methodNotAllowed,
+  });
 }

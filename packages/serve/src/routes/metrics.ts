@@ -19,14 +19,23 @@ function namesFrom(query: Record<string, unknown>): string[] {
 /** Fastify plugin serving `GET /metrics` from `metrics`. */
 export async function metricsRoutes(app: FastifyInstance, options: { metrics: ServerMetrics }): Promise<void> {
   declareRouteAuth(app, 'none');
-  app.get('/metrics', {
-    schema: {
-      description: 'Metrics in Prometheus text format (TorchServe\'s names, plus Marina\'s histograms); name[]= filters.',
-      querystring: { type: 'object', properties: { 'name[]': { type: 'array', items: { type: 'string' } } } },
-      response: { 200: { description: 'Prometheus text exposition format 0.0.4.' } },
-    } as FastifySchema,
-  }, async (request, reply) => {
-    const body = await options.metrics.render(namesFrom(request.query as Record<string, unknown>));
-    return reply.code(200).header('content-type', options.metrics.contentType).header('x-request-id', request.id).send(body);
-  });
+  app.get(
+    '/metrics',
+    {
+      schema: {
+        description:
+          "Metrics in Prometheus text format (TorchServe's names, plus Marina's histograms); name[]= filters.",
+        querystring: { type: 'object', properties: { 'name[]': { type: 'array', items: { type: 'string' } } } },
+        response: { 200: { description: 'Prometheus text exposition format 0.0.4.' } },
+      } as FastifySchema,
+    },
+    async (request, reply) => {
+      const body = await options.metrics.render(namesFrom(request.query as Record<string, unknown>));
+      return reply
+        .code(200)
+        .header('content-type', options.metrics.contentType)
+        .header('x-request-id', request.id)
+        .send(body);
+    },
+  );
 }

@@ -105,7 +105,14 @@ export interface CreateAutoscalerOptions {
   knobs?: Partial<AutoscalingKnobs>;
   clock?: AutoscalerClock;
   /** Called after each change the autoscaler makes, or a failed attempt. */
-  onScale?: (event: { modelName: string; modelVersion: string; from: number; to: number; reason: string; error?: Error }) => void;
+  onScale?: (event: {
+    modelName: string;
+    modelVersion: string;
+    from: number;
+    to: number;
+    reason: string;
+    error?: Error;
+  }) => void;
 }
 
 export interface Autoscaler {
@@ -157,18 +164,21 @@ export function createAutoscaler(options: CreateAutoscalerOptions): Autoscaler {
       t.behindSinceMs = isBehind ? (t.behindSinceMs ?? nowMs) : undefined;
       t.idleSinceMs = isIdle ? (t.idleSinceMs ?? nowMs) : undefined;
       if (t.isScaling || s.maxWorkers <= s.minWorkers) continue;
-      const decision = decideWorkerCount({
-        workers: s.workers,
-        minWorkers: s.minWorkers,
-        maxWorkers: s.maxWorkers,
-        behindSinceMs: t.behindSinceMs,
-        idleSinceMs: t.idleSinceMs,
-        nowMs,
-        threadsPerWorker: s.intraOpNumThreads,
-        threadsInUse: plannedThreads,
-        threadBudget: config.cpuCount,
-        isThreadBudgetEnforced: !isPinned(s),
-      }, knobs);
+      const decision = decideWorkerCount(
+        {
+          workers: s.workers,
+          minWorkers: s.minWorkers,
+          maxWorkers: s.maxWorkers,
+          behindSinceMs: t.behindSinceMs,
+          idleSinceMs: t.idleSinceMs,
+          nowMs,
+          threadsPerWorker: s.intraOpNumThreads,
+          threadsInUse: plannedThreads,
+          threadBudget: config.cpuCount,
+          isThreadBudgetEnforced: !isPinned(s),
+        },
+        knobs,
+      );
       if (decision.workers === s.workers) continue;
       plannedThreads += (decision.workers - s.workers) * s.intraOpNumThreads;
       // Restart both windows: the next move needs a full window of evidence with the new count.
@@ -178,17 +188,33 @@ export function createAutoscaler(options: CreateAutoscalerOptions): Autoscaler {
       const from = s.workers;
       const entry = t;
       calls.push(
-        registry.setWorkerCount(s.modelName, s.modelVersion, decision.workers).then(
-          () => {
-            entry.last = { atMs: nowMs, from, to: decision.workers, reason: decision.reason };
-            options.onScale?.({ modelName: s.modelName, modelVersion: s.modelVersion, from, to: decision.workers, reason: decision.reason });
-          },
-          (error: Error) => {
-            options.onScale?.({ modelName: s.modelName, modelVersion: s.modelVersion, from, to: decision.workers, reason: decision.reason, error });
-          },
-        ).finally(() => {
-          entry.isScaling = false;
-        }),
+        registry
+          .setWorkerCount(s.modelName, s.modelVersion, decision.workers)
+          .then(
+            () => {
+              entry.last = { atMs: nowMs, from, to: decision.workers, reason: decision.reason };
+              options.onScale?.({
+                modelName: s.modelName,
+                modelVersion: s.modelVersion,
+                from,
+                to: decision.workers,
+                reason: decision.reason,
+              });
+            },
+            (error: Error) => {
+              options.onScale?.({
+                modelName: s.modelName,
+                modelVersion: s.modelVersion,
+                from,
+                to: decision.workers,
+                reason: decision.reason,
+                error,
+              });
+            },
+          )
+          .finally(() => {
+            entry.isScaling = false;
+          }),
       );
     }
     for (const key of tracked.keys()) if (!seen.has(key)) tracked.delete(key);
@@ -220,7 +246,14 @@ export function createAutoscaler(options: CreateAutoscalerOptions): Autoscaler {
         ...knobs,
         threadBudget: config.cpuCount,
         isThreadBudgetEnforced: s ? !isPinned(s) : config.ompNumThreads === undefined,
-        ...(t?.last ? { lastScaledAt: new Date(t.last.atMs).toISOString(), lastScaledFrom: t.last.from, lastScaledTo: t.last.to, lastReason: t.last.reason } : {}),
+        ...(t?.last
+          ? {
+              lastScaledAt: new Date(t.last.atMs).toISOString(),
+              lastScaledFrom: t.last.from,
+              lastScaledTo: t.last.to,
+              lastReason: t.last.reason,
+            }
+          : {}),
       };
     },
   };

@@ -158,10 +158,13 @@ export class BatchAggregator<W extends BatchTaker> {
     this.#deadlineTimer = undefined;
     this.#deadlineAt = deadline;
     if (deadline === Infinity) return;
-    this.#deadlineTimer = setTimeout(() => {
-      this.#deadlineTimer = undefined;
-      this.#deadlineAt = Infinity;
-      this.pump();
-    }, Math.max(0, deadline - performance.now()));
+    this.#deadlineTimer = setTimeout(
+      () => {
+        this.#deadlineTimer = undefined;
+        this.#deadlineAt = Infinity;
+        this.pump();
+      },
+      Math.max(0, deadline - performance.now()),
+    );
   }
 }

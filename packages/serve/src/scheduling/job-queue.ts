@@ -108,7 +108,11 @@ export class JobQueue {
   /** Answers, without running them, the queued jobs at the head whose deadline has passed; returns how many. */
   dropExpired(now: number, error: () => MarinaError): number {
     let dropped = 0;
-    for (let job = this.peek(); job !== undefined && job.deadline !== undefined && job.deadline <= now; job = this.peek()) {
+    for (
+      let job = this.peek();
+      job !== undefined && job.deadline !== undefined && job.deadline <= now;
+      job = this.peek()
+    ) {
       this.poll();
       job.reject(error());
       dropped++;

@@ -66,13 +66,27 @@ export class Job {
   #reject!: (error: MarinaError) => void;
   #isSettled = false;
 
-  constructor(options: { requestId: string; input: JobInput; headers?: Record<string, string>; arrivedAt?: number; bodyDecoding?: BodyDecoding; clientTimeoutMs?: number }) {
+  constructor(options: {
+    requestId: string;
+    input: JobInput;
+    headers?: Record<string, string>;
+    arrivedAt?: number;
+    bodyDecoding?: BodyDecoding;
+    clientTimeoutMs?: number;
+  }) {
     this.requestId = options.requestId;
     this.input = options.input;
     this.bodyDecoding = options.bodyDecoding;
     this.headers = options.headers ?? {};
-    this.timings = { arrivedAt: options.arrivedAt ?? performance.now(), dispatchedAt: undefined, finishedAt: undefined };
-    this.deadline = options.clientTimeoutMs !== undefined && options.clientTimeoutMs > 0 ? this.timings.arrivedAt + options.clientTimeoutMs : undefined;
+    this.timings = {
+      arrivedAt: options.arrivedAt ?? performance.now(),
+      dispatchedAt: undefined,
+      finishedAt: undefined,
+    };
+    this.deadline =
+      options.clientTimeoutMs !== undefined && options.clientTimeoutMs > 0
+        ? this.timings.arrivedAt + options.clientTimeoutMs
+        : undefined;
     this.promise = new Promise<JobResult>((resolve, reject) => {
       this.#resolve = resolve;
       this.#reject = reject;

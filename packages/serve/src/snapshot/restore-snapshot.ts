@@ -39,7 +39,10 @@ export function snapshotArchivePath(entry: { url: string; marName: string }, mod
  * range, batching and timeout as recorded. Workers start at `minWorkers` (the autoscaler then
  * moves them within [min, max] as load requires).
  */
-export function registrationsFromSnapshot(snapshot: Pick<Snapshot, 'models' | 'modelStore'>, options: { modelStore: string | undefined }): SnapshotRegistration[] {
+export function registrationsFromSnapshot(
+  snapshot: Pick<Snapshot, 'models' | 'modelStore'>,
+  options: { modelStore: string | undefined },
+): SnapshotRegistration[] {
   const modelStore = options.modelStore ?? snapshot.modelStore;
   const registrations: SnapshotRegistration[] = [];
   for (const [modelName, versions] of Object.entries(snapshot.models)) {
@@ -75,7 +78,9 @@ const KEYS_NOT_COPIED = new Set(['model_snapshot', 'load_models', 'model_store']
  * settings. `load_models` is left out (the snapshot's models replace it), and so are launcher
  * flags (`--disable-token-auth` in one start must not turn auth off for every later start).
  */
-export async function snapshotPropertiesFromConfigFile(configFile: string | undefined): Promise<Record<string, string>> {
+export async function snapshotPropertiesFromConfigFile(
+  configFile: string | undefined,
+): Promise<Record<string, string>> {
   if (configFile === undefined) return {};
   const parsed = parseProperties(await readFile(configFile, 'utf8'), { filePath: configFile });
   const properties: Record<string, string> = {};

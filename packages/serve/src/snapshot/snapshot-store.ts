@@ -42,13 +42,17 @@ export function formatSnapshotTimestamp(epochMs: number): string {
 function isVersionEntry(value: unknown): value is SnapshotModelVersion {
   if (typeof value !== 'object' || value === null) return false;
   const v = value as Record<string, unknown>;
-  return typeof v.marName === 'string' && typeof v.defaultVersion === 'boolean'
-    && ['minWorkers', 'maxWorkers', 'batchSize', 'maxBatchDelay', 'responseTimeout'].every((k) => typeof v[k] === 'number');
+  return (
+    typeof v.marName === 'string' &&
+    typeof v.defaultVersion === 'boolean' &&
+    ['minWorkers', 'maxWorkers', 'batchSize', 'maxBatchDelay', 'responseTimeout'].every((k) => typeof v[k] === 'number')
+  );
 }
 
 /** Parses one snapshot file; throws MARINA_ERR_SNAPSHOT_INVALID when it is truncated or malformed. */
 export function parseSnapshot(path: string, text: string): Snapshot {
-  const invalid = (why: string) => snapshotErrors.create.MARINA_ERR_SNAPSHOT_INVALID(`snapshot '${path}' is unusable: ${why}`);
+  const invalid = (why: string) =>
+    snapshotErrors.create.MARINA_ERR_SNAPSHOT_INVALID(`snapshot '${path}' is unusable: ${why}`);
   const properties = parseProperties(text) as Record<string, string>;
   const raw = properties.model_snapshot;
   if (typeof raw !== 'string') throw invalid('it has no model_snapshot key');
@@ -59,17 +63,20 @@ export function parseSnapshot(path: string, text: string): Snapshot {
     throw invalid(`model_snapshot is not complete JSON (${(cause as Error).message})`);
   }
   const snap = json as { modelCount?: unknown; created?: unknown; models?: unknown };
-  if (typeof snap !== 'object' || snap === null || typeof snap.models !== 'object' || snap.models === null) throw invalid('model_snapshot has no "models" object');
+  if (typeof snap !== 'object' || snap === null || typeof snap.models !== 'object' || snap.models === null)
+    throw invalid('model_snapshot has no "models" object');
   const models = snap.models as Record<string, unknown>;
   let count = 0;
   for (const [name, versions] of Object.entries(models)) {
     if (typeof versions !== 'object' || versions === null) throw invalid(`model '${name}' has no versions object`);
     for (const [version, entry] of Object.entries(versions)) {
-      if (!isVersionEntry(entry)) throw invalid(`model '${name}' version '${version}' lacks marName, defaultVersion or worker settings`);
+      if (!isVersionEntry(entry))
+        throw invalid(`model '${name}' version '${version}' lacks marName, defaultVersion or worker settings`);
       count++;
     }
   }
-  if (typeof snap.modelCount === 'number' && snap.modelCount !== count) throw invalid(`modelCount is ${snap.modelCount} but ${count} versions are listed`);
+  if (typeof snap.modelCount === 'number' && snap.modelCount !== count)
+    throw invalid(`modelCount is ${snap.modelCount} but ${count} versions are listed`);
   return {
     path,
     createdMs: typeof snap.created === 'number' ? snap.created : 0,
@@ -89,14 +96,20 @@ export async function listSnapshots(snapshotDir: string): Promise<string[]> {
     throw error;
   }
   // By timestamp (the first 17 characters), not by whole name: `-startup` must not sort after a later `-snapshot`.
-  return names.filter((n) => SNAPSHOT_FILE_PATTERN.test(n)).sort((a, b) => (a.slice(0, 17) === b.slice(0, 17) ? 0 : a.slice(0, 17) < b.slice(0, 17) ? 1 : -1)).map((n) => join(snapshotDir, n));
+  return names
+    .filter((n) => SNAPSHOT_FILE_PATTERN.test(n))
+    .sort((a, b) => (a.slice(0, 17) === b.slice(0, 17) ? 0 : a.slice(0, 17) < b.slice(0, 17) ? 1 : -1))
+    .map((n) => join(snapshotDir, n));
 }
 
 /**
  * The newest usable snapshot in `snapshotDir`, or undefined when there is none. A truncated or
  * corrupt file is skipped with a warning and the one before it is used.
  */
-export async function readLatestSnapshot(snapshotDir: string, options: { onWarning?: (message: string) => void } = {}): Promise<Snapshot | undefined> {
+export async function readLatestSnapshot(
+  snapshotDir: string,
+  options: { onWarning?: (message: string) => void } = {},
+): Promise<Snapshot | undefined> {
   for (const path of await listSnapshots(snapshotDir)) {
     try {
       return parseSnapshot(path, await readFile(path, 'utf8'));
@@ -108,14 +121,25 @@ export async function readLatestSnapshot(snapshotDir: string, options: { onWarni
 }
 
 /** Renders the snapshot file text. `properties` are written first, `model_snapshot` last. */
-export function renderSnapshot(options: { name: string; createdMs: number; models: SnapshotModels; modelStore?: string; properties?: Record<string, string> }): string {
+export function renderSnapshot(options: {
+  name: string;
+  createdMs: number;
+  models: SnapshotModels;
+  modelStore?: string;
+  properties?: Record<string, string>;
+}): string {
   const modelCount = Object.values(options.models).reduce((n, versions) => n + Object.keys(versions).length, 0);
-  const lines: (string | [string, string])[] = [`Marina config snapshot, written ${new Date(options.createdMs).toISOString()}`];
+  const lines: (string | [string, string])[] = [
+    `Marina config snapshot, written ${new Date(options.createdMs).toISOString()}`,
+  ];
   const properties = { ...options.properties };
   delete properties.model_snapshot;
   if (options.modelStore !== undefined) properties.model_store = options.modelStore;
   for (const [key, value] of Object.entries(properties)) lines.push([key, value]);
-  lines.push(['model_snapshot', JSON.stringify({ name: options.name, modelCount, created: options.createdMs, models: options.models })]);
+  lines.push([
+    'model_snapshot',
+    JSON.stringify({ name: options.name, modelCount, created: options.createdMs, models: options.models }),
+  ]);
   return `${stringifyProperties(lines, { keySep: '=', lineWidth: null, latin1: false })}\n`;
 }
 
@@ -207,7 +231,8 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
   const ready = (async () => {
     await mkdir(snapshotDir, { recursive: true });
     for (const name of await readdir(snapshotDir)) {
-      if (name.startsWith('.snapshot-') && name.endsWith('.tmp')) await unlink(join(snapshotDir, name)).catch(() => undefined);
+      if (name.startsWith('.snapshot-') && name.endsWith('.tmp'))
+        await unlink(join(snapshotDir, name)).catch(() => undefined);
     }
   })();
   ready.catch(() => undefined);
@@ -216,7 +241,10 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
     try {
       await ready;
     } catch (cause) {
-      throw snapshotErrors.create.MARINA_ERR_SNAPSHOT_WRITE_FAILED(`cannot prepare the snapshot folder '${snapshotDir}': ${(cause as Error).message}`, { cause });
+      throw snapshotErrors.create.MARINA_ERR_SNAPSHOT_WRITE_FAILED(
+        `cannot prepare the snapshot folder '${snapshotDir}': ${(cause as Error).message}`,
+        { cause },
+      );
     }
     const createdMs = now();
     let stamp = formatSnapshotTimestamp(createdMs);
@@ -225,11 +253,20 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
     lastStamp = stamp;
     const name = `${stamp}-${kind}.cfg`;
     const path = join(snapshotDir, name);
-    const text = renderSnapshot({ name, createdMs, models: registry.snapshot(), modelStore: options.modelStore, properties: options.properties });
+    const text = renderSnapshot({
+      name,
+      createdMs,
+      models: registry.snapshot(),
+      modelStore: options.modelStore,
+      properties: options.properties,
+    });
     try {
       await writeAtomically(snapshotDir, path, text);
     } catch (cause) {
-      throw snapshotErrors.create.MARINA_ERR_SNAPSHOT_WRITE_FAILED(`cannot write snapshot '${path}': ${(cause as Error).message}`, { cause });
+      throw snapshotErrors.create.MARINA_ERR_SNAPSHOT_WRITE_FAILED(
+        `cannot write snapshot '${path}': ${(cause as Error).message}`,
+        { cause },
+      );
     }
     const all = await listSnapshots(snapshotDir);
     for (const old of all.slice(keep)) await unlink(old).catch(() => undefined);
@@ -249,7 +286,10 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
 
   const write = (kind: SnapshotKind = 'snapshot'): Promise<string> => {
     isDirty = false;
-    const next = running.then(() => recordedWrite(kind), () => recordedWrite(kind));
+    const next = running.then(
+      () => recordedWrite(kind),
+      () => recordedWrite(kind),
+    );
     running = next.catch(() => undefined);
     return next;
   };

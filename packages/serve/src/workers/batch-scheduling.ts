@@ -30,9 +30,14 @@ export type BatchSchedulingOutcome = { applied: true } | { applied: false; reaso
  * session creates its pool). Never throws: a machine without `chrt` or without /proc serves as
  * before, and the outcome says why.
  */
-export function useBatchScheduling(env: Record<string, string | undefined> = process.env, platform: NodeJS.Platform = process.platform): BatchSchedulingOutcome {
-  if (env[WORKER_SCHED_BATCH_ENV] === '0') return { applied: false, reason: `${WORKER_SCHED_BATCH_ENV}=0`, isOff: true };
-  if (platform !== 'linux') return { applied: false, reason: `SCHED_BATCH is Linux's (this is ${platform})`, isOff: true };
+export function useBatchScheduling(
+  env: Record<string, string | undefined> = process.env,
+  platform: NodeJS.Platform = process.platform,
+): BatchSchedulingOutcome {
+  if (env[WORKER_SCHED_BATCH_ENV] === '0')
+    return { applied: false, reason: `${WORKER_SCHED_BATCH_ENV}=0`, isOff: true };
+  if (platform !== 'linux')
+    return { applied: false, reason: `SCHED_BATCH is Linux's (this is ${platform})`, isOff: true };
   const chrt = CHRT_PATHS.find((path) => existsSync(path));
   if (chrt === undefined) return { applied: false, reason: `util-linux's chrt is not at ${CHRT_PATHS.join(' or ')}` };
   let tid: number;
@@ -43,7 +48,10 @@ export function useBatchScheduling(env: Record<string, string | undefined> = pro
     return { applied: false, reason: `cannot read /proc/thread-self (${(error as Error).message})` };
   }
   try {
-    execFileSync(chrt, ['--batch', '--pid', '0', String(tid)], { stdio: ['ignore', 'ignore', 'pipe'], timeout: 10_000 });
+    execFileSync(chrt, ['--batch', '--pid', '0', String(tid)], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      timeout: 10_000,
+    });
   } catch (error) {
     const stderr = (error as { stderr?: Buffer }).stderr?.toString().trim();
     return { applied: false, reason: `${chrt} failed: ${stderr || (error as Error).message}` };

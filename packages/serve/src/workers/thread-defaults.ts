@@ -14,7 +14,12 @@ export function resolveIntraOpThreads(options: {
   /** Workers of every model that will run at once, including the one being sized. */
   totalWorkers: number;
 }): { intraOpNumThreads: number; source: ThreadSource } {
-  if (options.configured !== undefined && options.configured > 0) return { intraOpNumThreads: options.configured, source: 'model config' };
-  if (options.ompNumThreads !== undefined && options.ompNumThreads > 0) return { intraOpNumThreads: options.ompNumThreads, source: 'OMP_NUM_THREADS' };
-  return { intraOpNumThreads: Math.max(1, Math.floor(options.cpuCount / Math.max(1, options.totalWorkers))), source: 'cores' };
+  if (options.configured !== undefined && options.configured > 0)
+    return { intraOpNumThreads: options.configured, source: 'model config' };
+  if (options.ompNumThreads !== undefined && options.ompNumThreads > 0)
+    return { intraOpNumThreads: options.ompNumThreads, source: 'OMP_NUM_THREADS' };
+  return {
+    intraOpNumThreads: Math.max(1, Math.floor(options.cpuCount / Math.max(1, options.totalWorkers))),
+    source: 'cores',
+  };
 }

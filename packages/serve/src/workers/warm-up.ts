@@ -32,13 +32,19 @@ export interface WarmupReport {
 }
 
 /** The `warmup:` section, with defaults; undefined when the model has none (no warm-up). Schema-checked already. */
-export function readWarmupSettings(modelYamlConfig: Record<string, unknown>, batchSize: number): WarmupSettings | undefined {
+export function readWarmupSettings(
+  modelYamlConfig: Record<string, unknown>,
+  batchSize: number,
+): WarmupSettings | undefined {
   const raw = modelYamlConfig['warmup'];
   if (raw === undefined || raw === null || raw === false) return undefined;
   const section = (typeof raw === 'object' && !Array.isArray(raw) ? raw : {}) as Record<string, unknown>;
   return {
     runs: typeof section['runs'] === 'number' ? section['runs'] : 1,
-    batchSizes: Array.isArray(section['batchSizes']) && section['batchSizes'].length > 0 ? (section['batchSizes'] as number[]) : [Math.max(1, batchSize)],
+    batchSizes:
+      Array.isArray(section['batchSizes']) && section['batchSizes'].length > 0
+        ? (section['batchSizes'] as number[])
+        : [Math.max(1, batchSize)],
     input: typeof section['input'] === 'string' ? section['input'] : undefined,
     contentType: typeof section['contentType'] === 'string' ? section['contentType'] : undefined,
   };
@@ -88,14 +94,19 @@ export async function warmUp(options: {
     try {
       bytes = await readFile(path);
     } catch (error) {
-      throw createServeError.MARINA_ERR_WARMUP_FAILED(`warmup.input '${settings.input}' cannot be read from the archive (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); add the file to the archive with --extra-files`, { cause: error });
+      throw createServeError.MARINA_ERR_WARMUP_FAILED(
+        `warmup.input '${settings.input}' cannot be read from the archive (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); add the file to the archive with --extra-files`,
+        { cause: error },
+      );
     }
     body = decodeSample(bytes, settings.contentType ?? contentTypeOf(settings.input));
     inputLabel = settings.input;
   } else {
     const synthetic = options.signature ? await syntheticRequestBody(options.handler, options.signature) : undefined;
     if (!synthetic) {
-      throw createServeError.MARINA_ERR_WARMUP_FAILED(`warm-up needs a sample input for handler '${options.handler}': set warmup.input in model-config.yaml to a request body file inside the archive (synthetic inputs exist only for the built-in image_classifier and tensor handlers)`);
+      throw createServeError.MARINA_ERR_WARMUP_FAILED(
+        `warm-up needs a sample input for handler '${options.handler}': set warmup.input in model-config.yaml to a request body file inside the archive (synthetic inputs exist only for the built-in image_classifier and tensor handlers)`,
+      );
     }
     body = decodeSample(synthetic.body, synthetic.contentType);
     inputLabel = `synthetic (${options.handler})`;
@@ -108,14 +119,26 @@ export async function warmUp(options: {
       try {
         output = await options.runBatch(rows);
       } catch (error) {
-        throw createServeError.MARINA_ERR_WARMUP_FAILED(`warm-up batch of ${batchSize} with ${inputLabel} failed: ${(error as Error).message}`, { cause: error });
+        throw createServeError.MARINA_ERR_WARMUP_FAILED(
+          `warm-up batch of ${batchSize} with ${inputLabel} failed: ${(error as Error).message}`,
+          { cause: error },
+        );
       }
       const failed = Array.isArray(output) ? output.find((item) => item instanceof Error) : undefined;
       if (!Array.isArray(output) || output.length !== batchSize || failed) {
-        const what = failed ? (failed as Error).message : `the handler returned ${Array.isArray(output) ? `${output.length} results` : typeof output} for ${batchSize} requests`;
-        throw createServeError.MARINA_ERR_WARMUP_FAILED(`warm-up batch of ${batchSize} with ${inputLabel} failed: ${what}; fix warmup.input or the handler`);
+        const what = failed
+          ? (failed as Error).message
+          : `the handler returned ${Array.isArray(output) ? `${output.length} results` : typeof output} for ${batchSize} requests`;
+        throw createServeError.MARINA_ERR_WARMUP_FAILED(
+          `warm-up batch of ${batchSize} with ${inputLabel} failed: ${what}; fix warmup.input or the handler`,
+        );
       }
     }
   }
-  return { runs: settings.runs * settings.batchSizes.length, batchSizes: settings.batchSizes, input: inputLabel, ms: performance.now() - started };
+  return {
+    runs: settings.runs * settings.batchSizes.length,
+    batchSizes: settings.batchSizes,
+    input: inputLabel,
+    ms: performance.now() - started,
+  };
 }

@@ -5,12 +5,30 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { getHeapStatistics } from 'node:v8';
 import { isMarinaError } from '@marina/errors';
-import { getBuiltinHandler, loadCustomHandler, sessionSignature, type Handler, type HandlerContext, type ModelSignature, type RequestRow } from '@marina/handlers';
+import {
+  getBuiltinHandler,
+  loadCustomHandler,
+  sessionSignature,
+  type Handler,
+  type HandlerContext,
+  type ModelSignature,
+  type RequestRow,
+} from '@marina/handlers';
 import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
 import { useBatchScheduling } from './batch-scheduling.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
-import type { BatchPayload, BatchResult, BodyDecoding, ErrorPayload, FromWorker, HandlerStagesMs, ItemResult, ToWorker, WorkerInit } from './worker-protocol.ts';
+import type {
+  BatchPayload,
+  BatchResult,
+  BodyDecoding,
+  ErrorPayload,
+  FromWorker,
+  HandlerStagesMs,
+  ItemResult,
+  ToWorker,
+  WorkerInit,
+} from './worker-protocol.ts';
 
 const init = workerData as WorkerInit;
 const port = parentPort!;
@@ -30,7 +48,8 @@ function heapBytes(): number {
 }
 
 function toPayload(error: unknown, fallbackCode: string, fallbackStatus: number, prefix = ''): ErrorPayload {
-  if (isMarinaError(error)) return { code: error.code, message: prefix + error.message, statusCode: error.statusCode, stack: error.stack };
+  if (isMarinaError(error))
+    return { code: error.code, message: prefix + error.message, statusCode: error.statusCode, stack: error.stack };
   const e = error instanceof Error ? error : new Error(String(error));
   return { code: fallbackCode, message: prefix + e.message, statusCode: fallbackStatus, stack: e.stack };
 }
@@ -77,7 +96,15 @@ function ownBytes(bytes: Uint8Array): Uint8Array {
 }
 
 let handler: Handler;
-const sessionSettings = { threading: { intraOpNumThreads: init.intraOpNumThreads, allowSpinning: init.allowSpinningDefault, forceSpinningStop: init.forceSpinningStopDefault }, ort: readOrtModelSettings(init.modelYamlConfig), cacheOptimizedModelDefault: init.cacheOptimizedModelDefault };
+const sessionSettings = {
+  threading: {
+    intraOpNumThreads: init.intraOpNumThreads,
+    allowSpinning: init.allowSpinningDefault,
+    forceSpinningStop: init.forceSpinningStopDefault,
+  },
+  ort: readOrtModelSettings(init.modelYamlConfig),
+  cacheOptimizedModelDefault: init.cacheOptimizedModelDefault,
+};
 
 /** What the handler sets for each row of one batch through its context. */
 interface BatchState {
@@ -108,7 +135,10 @@ const baseContext = {
   maxResponseBytes: init.maxResponseBytes,
   async createSession(modelPath?: string) {
     const path = modelPath ?? init.serializedFilePath;
-    if (!path) throw new Error(`model '${init.modelName}' has no serializedFile in its manifest, so createSession() needs a path`);
+    if (!path)
+      throw new Error(
+        `model '${init.modelName}' has no serializedFile in its manifest, so createSession() needs a path`,
+      );
     const session = await createSession(path, sessionSettings);
     // Warm-up makes synthetic inputs from the model the handler loaded first.
     firstSignature ??= sessionSignature(session);
@@ -167,12 +197,22 @@ function serialise(batch: BatchState, item: unknown, index: number): ItemResult 
     try {
       json = toJson(item);
     } catch (error) {
-      return { ok: false, error: { code: 'MARINA_ERR_HANDLER_OUTPUT_INVALID', message: `Unsupported model output data type: item ${index} cannot be serialised to JSON (${(error as Error).message})`, statusCode: 503 }, headers };
+      return {
+        ok: false,
+        error: {
+          code: 'MARINA_ERR_HANDLER_OUTPUT_INVALID',
+          message: `Unsupported model output data type: item ${index} cannot be serialised to JSON (${(error as Error).message})`,
+          statusCode: 503,
+        },
+        headers,
+      };
     }
     body = json ?? 'null';
     contentType ??= 'application/json';
   }
-  return headers ? { ok: true, statusCode: status?.code ?? 200, body, contentType, headers } : { ok: true, statusCode: status?.code ?? 200, body, contentType };
+  return headers
+    ? { ok: true, statusCode: status?.code ?? 200, body, contentType, headers }
+    : { ok: true, statusCode: status?.code ?? 200, body, contentType };
 }
 
 /** A received batch; `preprocessed` is started as soon as it arrives when the handler has a separate preprocess. */
@@ -193,7 +233,13 @@ let onReply: (() => void) | undefined;
 
 function receive(message: BatchPayload): void {
   const n = message.rows.length;
-  const state: BatchState = { requestIds: message.requestIds, headers: message.headers, statuses: new Array(n).fill(undefined), contentTypes: new Array(n).fill(undefined), responseHeaders: new Array(n).fill(undefined) };
+  const state: BatchState = {
+    requestIds: message.requestIds,
+    headers: message.headers,
+    statuses: new Array(n).fill(undefined),
+    contentTypes: new Array(n).fill(undefined),
+    responseHeaders: new Array(n).fill(undefined),
+  };
   const decodings = message.decodings;
   const rows = message.rows.map((row, i) => reviveRow(row, decodings?.[i]));
   const item: PendingBatch = { message, state, context: createBatchContext(state), rows };
@@ -201,7 +247,10 @@ function receive(message: BatchPayload): void {
   // run() of the batch ahead of it, which blocks this thread but not the pool.
   if (isPipelined()) {
     const preprocess = handler.preprocess!.bind(handler);
-    item.preprocessed = (async () => preprocess(item.rows, item.context))().then((value) => ({ ok: true as const, value }), (error: unknown) => ({ ok: false as const, error }));
+    item.preprocessed = (async () => preprocess(item.rows, item.context))().then(
+      (value) => ({ ok: true as const, value }),
+      (error: unknown) => ({ ok: false as const, error }),
+    );
   }
   pending.push(item);
 }
@@ -226,17 +275,33 @@ async function loop(): Promise<void> {
       if (!isPipelined()) {
         // No start report: the main thread starts the prefetched batch when the one before it is
         // answered (the thread runs them in order), so each batch costs one message back.
-        port.postMessage({ type: 'progress', results: [await runBatch(item)], startedBatchId: undefined, heapBytes: heapBytes() } satisfies FromWorker);
+        port.postMessage({
+          type: 'progress',
+          results: [await runBatch(item)],
+          startedBatchId: undefined,
+          heapBytes: heapBytes(),
+        } satisfies FromWorker);
         continue;
       }
       const reply = new Promise<void>((resolve) => (onReply = resolve));
-      port.postMessage({ type: 'progress', results, startedBatchId: item.message.batchId, heapBytes: heapBytes() } satisfies FromWorker);
+      port.postMessage({
+        type: 'progress',
+        results,
+        startedBatchId: item.message.batchId,
+        heapBytes: heapBytes(),
+      } satisfies FromWorker);
       results = [];
       await reply;
       results.push(await runBatch(item));
     }
   } finally {
-    if (results.length > 0) port.postMessage({ type: 'progress', results, startedBatchId: undefined, heapBytes: heapBytes() } satisfies FromWorker);
+    if (results.length > 0)
+      port.postMessage({
+        type: 'progress',
+        results,
+        startedBatchId: undefined,
+        heapBytes: heapBytes(),
+      } satisfies FromWorker);
     isLooping = false;
   }
 }
@@ -257,7 +322,14 @@ async function runHandler(item: PendingBatch): Promise<{ output: unknown; stages
   const inferred = handler.inference ? await handler.inference(pre, context) : pre;
   const inferenceDone = performance.now();
   const output = handler.postprocess ? await handler.postprocess(inferred, context) : inferred;
-  return { output, stages: { preprocessWaitMs: preprocessed - started, inferenceMs: inferenceDone - preprocessed, postprocessMs: performance.now() - inferenceDone } };
+  return {
+    output,
+    stages: {
+      preprocessWaitMs: preprocessed - started,
+      inferenceMs: inferenceDone - preprocessed,
+      postprocessMs: performance.now() - inferenceDone,
+    },
+  };
 }
 
 async function runBatch(item: PendingBatch): Promise<BatchResult> {
@@ -274,19 +346,47 @@ async function runBatch(item: PendingBatch): Promise<BatchResult> {
   }
   const handlerMs = performance.now() - started;
   if (!Array.isArray(output)) {
-    return { batchId, ok: false, error: { code: 'MARINA_ERR_HANDLER_OUTPUT_INVALID', statusCode: 503, message: `Invalid model predict output: the handler of model '${init.modelName}' returned ${output === null ? 'null' : typeof output} instead of a list with one item per request` } };
+    return {
+      batchId,
+      ok: false,
+      error: {
+        code: 'MARINA_ERR_HANDLER_OUTPUT_INVALID',
+        statusCode: 503,
+        message: `Invalid model predict output: the handler of model '${init.modelName}' returned ${output === null ? 'null' : typeof output} instead of a list with one item per request`,
+      },
+    };
   }
   if (output.length !== n) {
-    return { batchId, ok: false, error: { code: 'MARINA_ERR_HANDLER_RESULT_COUNT', statusCode: 503, message: `number of batch response mismatched: the handler of model '${init.modelName}' returned ${output.length} results for a batch of ${n} requests; return exactly one item per request, in order` } };
+    return {
+      batchId,
+      ok: false,
+      error: {
+        code: 'MARINA_ERR_HANDLER_RESULT_COUNT',
+        statusCode: 503,
+        message: `number of batch response mismatched: the handler of model '${init.modelName}' returned ${output.length} results for a batch of ${n} requests; return exactly one item per request, in order`,
+      },
+    };
   }
-  return { batchId, ok: true, items: output.map((value, i) => serialise(state, value, i)), handlerMs, ...(stages ? { stages } : {}) };
+  return {
+    batchId,
+    ok: true,
+    items: output.map((value, i) => serialise(state, value, i)),
+    handlerMs,
+    ...(stages ? { stages } : {}),
+  };
 }
 
 /** One warm-up batch through the handler, the way a real batch runs; answers the handler's raw output. */
 async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
   const n = rows.length;
   const requestIds = rows.map((_, i) => `warmup-${i}`);
-  const state: BatchState = { requestIds, headers: rows.map(() => ({})), statuses: new Array(n).fill(undefined), contentTypes: new Array(n).fill(undefined), responseHeaders: new Array(n).fill(undefined) };
+  const state: BatchState = {
+    requestIds,
+    headers: rows.map(() => ({})),
+    statuses: new Array(n).fill(undefined),
+    contentTypes: new Array(n).fill(undefined),
+    responseHeaders: new Array(n).fill(undefined),
+  };
   const message: BatchPayload = { batchId: 0, rows: [], requestIds, headers: state.headers };
   return (await runHandler({ message, state, context: createBatchContext(state), rows })).output;
 }
@@ -298,22 +398,52 @@ export async function runWorker(): Promise<void> {
   try {
     const builtin = getBuiltinHandler(init.handler);
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });
-    await handler.initialize?.(createBatchContext({ requestIds: [], headers: [], statuses: [], contentTypes: [], responseHeaders: [] }));
+    await handler.initialize?.(
+      createBatchContext({ requestIds: [], headers: [], statuses: [], contentTypes: [], responseHeaders: [] }),
+    );
   } catch (error) {
-    post({ type: 'init-failed', error: toPayload(error, 'MARINA_ERR_WORKER_START_FAILED', 500, `model '${init.modelName}' version '${init.modelVersion}' failed to load: `) });
+    post({
+      type: 'init-failed',
+      error: toPayload(
+        error,
+        'MARINA_ERR_WORKER_START_FAILED',
+        500,
+        `model '${init.modelName}' version '${init.modelVersion}' failed to load: `,
+      ),
+    });
     return;
   }
   let warmup: WarmupReport | undefined;
   const warmupSettings = readWarmupSettings(init.modelYamlConfig, init.batchSize);
   if (warmupSettings) {
     try {
-      warmup = await warmUp({ settings: warmupSettings, modelDir: init.modelDir, handler: init.handler, signature: firstSignature, runBatch: runWarmupBatch });
+      warmup = await warmUp({
+        settings: warmupSettings,
+        modelDir: init.modelDir,
+        handler: init.handler,
+        signature: firstSignature,
+        runBatch: runWarmupBatch,
+      });
     } catch (error) {
-      post({ type: 'init-failed', error: toPayload(error, 'MARINA_ERR_WARMUP_FAILED', 500, `model '${init.modelName}' version '${init.modelVersion}' failed to warm up: `) });
+      post({
+        type: 'init-failed',
+        error: toPayload(
+          error,
+          'MARINA_ERR_WARMUP_FAILED',
+          500,
+          `model '${init.modelName}' version '${init.modelVersion}' failed to warm up: `,
+        ),
+      });
       return;
     }
   }
-  post({ type: 'ready', heapBytes: heapBytes(), reportsStarts: isPipelined(), ...(warmup ? { warmup } : {}), ...(scheduling.applied || scheduling.isOff ? {} : { schedulingProblem: scheduling.reason }) });
+  post({
+    type: 'ready',
+    heapBytes: heapBytes(),
+    reportsStarts: isPipelined(),
+    ...(warmup ? { warmup } : {}),
+    ...(scheduling.applied || scheduling.isOff ? {} : { schedulingProblem: scheduling.reason }),
+  });
   port.on('message', (message: ToWorker) => {
     if (message.batch) receive(message.batch);
     const resolve = onReply;
@@ -322,4 +452,3 @@ export async function runWorker(): Promise<void> {
     if (!isLooping && pending.length > 0) void loop();
   });
 }
-

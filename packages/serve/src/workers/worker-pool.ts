@@ -102,7 +102,9 @@ export class WorkerPool extends EventEmitter<{
 
   /** True when the pool gave up on starting workers (`lastError` says why). */
   get hasGivenUp(): boolean {
-    return this.#target > 0 && this.#workers.size === 0 && this.#restartTimer === undefined && this.lastError !== undefined;
+    return (
+      this.#target > 0 && this.#workers.size === 0 && this.#restartTimer === undefined && this.lastError !== undefined
+    );
   }
 
   /**
@@ -245,15 +247,21 @@ export class WorkerPool extends EventEmitter<{
     if (this.#isClosed || this.#restartTimer || this.#workers.size >= this.#target) return;
     this.#consecutiveFailures++;
     if (this.#startFailures >= (this.#options.maxStartAttempts ?? 3)) {
-      this.#options.log?.('error', `${this.#options.label}: giving up after ${this.#startFailures} failed worker starts; last error: ${this.lastError?.message}`);
+      this.#options.log?.(
+        'error',
+        `${this.#options.label}: giving up after ${this.#startFailures} failed worker starts; last error: ${this.lastError?.message}`,
+      );
       return;
     }
-    this.#restartTimer = setTimeout(() => {
-      this.#restartTimer = undefined;
-      if (this.#isClosed) return;
-      while (this.#workers.size < this.#target) void this.#spawn();
-      this.emit('changed');
-    }, backoffMs(this.#consecutiveFailures - 1));
+    this.#restartTimer = setTimeout(
+      () => {
+        this.#restartTimer = undefined;
+        if (this.#isClosed) return;
+        while (this.#workers.size < this.#target) void this.#spawn();
+        this.emit('changed');
+      },
+      backoffMs(this.#consecutiveFailures - 1),
+    );
     this.#restartTimer.unref?.();
   }
 }

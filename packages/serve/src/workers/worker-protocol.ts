@@ -68,7 +68,13 @@ export type ToWorker = { type: 'batch'; batch: BatchPayload | undefined };
 
 /** A serialised item: `body` is bytes, or text (JSON the worker serialised, a string the handler returned), sent as a string because a small Buffer would drag its whole 8 KiB pool slab through the structured clone; `headers` only when the handler set some. */
 export type ItemResult =
-  | { ok: true; statusCode: number; body: Uint8Array | string; contentType: string | undefined; headers?: Record<string, string> }
+  | {
+      ok: true;
+      statusCode: number;
+      body: Uint8Array | string;
+      contentType: string | undefined;
+      headers?: Record<string, string>;
+    }
   | { ok: false; error: ErrorPayload; headers?: Record<string, string> };
 
 export type BatchResult =

@@ -8,7 +8,15 @@ import { WORKER_SCHED_BATCH_ENV } from './batch-scheduling.ts';
 import { createServeError } from '../errors.ts';
 import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
 import { TextJobResult, type Job } from '../scheduling/job.ts';
-import type { BatchPayload, BatchResult, BodyDecoding, FromWorker, HandlerStagesMs, ToWorker, WorkerInit } from './worker-protocol.ts';
+import type {
+  BatchPayload,
+  BatchResult,
+  BodyDecoding,
+  FromWorker,
+  HandlerStagesMs,
+  ToWorker,
+  WorkerInit,
+} from './worker-protocol.ts';
 
 /**
  * LOADING → READY ⇄ BUSY → UNLOADING (stopped on purpose) or FAILED (crash, load failure,
@@ -23,7 +31,9 @@ let isSchedulingWarned = false;
 function warnSchedulingOnce(problem: string): void {
   if (isSchedulingWarned) return;
   isSchedulingWarned = true;
-  process.stderr.write(`${new Date().toISOString()} WARN worker threads run under the default scheduling policy, not SCHED_BATCH: ${problem}. Serving works; under load the HTTP thread may lose its core to a woken worker. Set ${WORKER_SCHED_BATCH_ENV}=0 to silence this.\n`);
+  process.stderr.write(
+    `${new Date().toISOString()} WARN worker threads run under the default scheduling policy, not SCHED_BATCH: ${problem}. Serving works; under load the HTTP thread may lose its core to a woken worker. Set ${WORKER_SCHED_BATCH_ENV}=0 to silence this.\n`,
+  );
 }
 
 /** TorchServe numbers workers by port from 9000; Marina keeps the numbering for describe's `id`. */
@@ -71,7 +81,12 @@ interface Batch {
  * - 'exit': the thread has really ended (a timed-out native run() keeps the thread, and its cores,
  *   busy until it returns, even after terminate()).
  */
-export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: [BatchOutcome]; failed: [MarinaError, Job[]]; exit: [] }> {
+export class Worker extends EventEmitter<{
+  started: [readonly Job[]];
+  finished: [BatchOutcome];
+  failed: [MarinaError, Job[]];
+  exit: [];
+}> {
   readonly id = String(nextWorkerId++);
   readonly startTime = new Date();
   readonly intraOpNumThreads: number;
@@ -147,13 +162,20 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     const { init, label, startupTimeoutMs, maxHeapMb } = this.#options;
     return new Promise<void>((resolve, reject) => {
       defaultOrtTelemetryOff();
-      const thread = new NodeWorker(bootstrapUrl, { workerData: init, stdout: false, stderr: false, resourceLimits: { maxOldGenerationSizeMb: maxHeapMb } });
+      const thread = new NodeWorker(bootstrapUrl, {
+        workerData: init,
+        stdout: false,
+        stderr: false,
+        resourceLimits: { maxOldGenerationSizeMb: maxHeapMb },
+      });
       this.#thread = thread;
       let isStarting = true;
       const timer = setTimeout(() => {
         if (!isStarting) return;
         isStarting = false;
-        const error = createServeError.MARINA_ERR_WORKER_STARTUP_TIMEOUT(`worker ${this.id} of ${label} did not load the model within startupTimeout (${startupTimeoutMs / 1000} s); raise startupTimeout for large models`);
+        const error = createServeError.MARINA_ERR_WORKER_STARTUP_TIMEOUT(
+          `worker ${this.id} of ${label} did not load the model within startupTimeout (${startupTimeoutMs / 1000} s); raise startupTimeout for large models`,
+        );
         this.#fail(error);
         reject(error);
       }, startupTimeoutMs);
@@ -167,7 +189,9 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
           if (message.warmup) {
             const w = message.warmup;
             this.#warmupMs = w.ms;
-            process.stderr.write(`${new Date().toISOString()} INFO worker ${this.id} of ${label} warmed up in ${w.ms.toFixed(0)} ms: ${w.runs} run(s) at batch size(s) ${w.batchSizes.join(', ')} with ${w.input}\n`);
+            process.stderr.write(
+              `${new Date().toISOString()} INFO worker ${this.id} of ${label} warmed up in ${w.ms.toFixed(0)} ms: ${w.runs} run(s) at batch size(s) ${w.batchSizes.join(', ')} with ${w.input}\n`,
+            );
           }
           if (!isStarting) return;
           isStarting = false;
@@ -181,9 +205,12 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
           isStarting = false;
           clearTimeout(timer);
           const { code, message: text, stack } = message.error;
-          const wrapped = code === 'MARINA_ERR_WORKER_START_FAILED'
-            ? createServeError.MARINA_ERR_WORKER_START_FAILED(text, { details: { stack } })
-            : createServeError.MARINA_ERR_WORKER_START_FAILED(`${text} [${code}]`, { details: { handlerCode: code, stack } });
+          const wrapped =
+            code === 'MARINA_ERR_WORKER_START_FAILED'
+              ? createServeError.MARINA_ERR_WORKER_START_FAILED(text, { details: { stack } })
+              : createServeError.MARINA_ERR_WORKER_START_FAILED(`${text} [${code}]`, {
+                  details: { handlerCode: code, stack },
+                });
           this.#fail(wrapped);
           reject(wrapped);
         }
@@ -191,12 +218,22 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
       thread.on('error', (error: Error & { code?: string }) => {
         const isOutOfMemory = error.code === 'ERR_WORKER_OUT_OF_MEMORY';
         const died = isOutOfMemory
-          ? createServeError.MARINA_ERR_WORKER_OUT_OF_MEMORY(`worker ${this.id} of ${label} ran out of JavaScript heap (limit ${maxHeapMb} MB, maxWorkerHeapMb) and was replaced; only its batch failed. Send smaller inputs, or raise maxWorkerHeapMb in model-config.yaml`, { cause: error })
-          : createServeError.MARINA_ERR_WORKER_DIED(`worker ${this.id} of ${label} crashed: ${error.message}`, { cause: error });
+          ? createServeError.MARINA_ERR_WORKER_OUT_OF_MEMORY(
+              `worker ${this.id} of ${label} ran out of JavaScript heap (limit ${maxHeapMb} MB, maxWorkerHeapMb) and was replaced; only its batch failed. Send smaller inputs, or raise maxWorkerHeapMb in model-config.yaml`,
+              { cause: error },
+            )
+          : createServeError.MARINA_ERR_WORKER_DIED(`worker ${this.id} of ${label} crashed: ${error.message}`, {
+              cause: error,
+            });
         if (isStarting) {
           isStarting = false;
           clearTimeout(timer);
-          reject(createServeError.MARINA_ERR_WORKER_START_FAILED(`worker ${this.id} of ${label} crashed while loading: ${error.message}`, { cause: error }));
+          reject(
+            createServeError.MARINA_ERR_WORKER_START_FAILED(
+              `worker ${this.id} of ${label} crashed while loading: ${error.message}`,
+              { cause: error },
+            ),
+          );
         }
         this.#fail(died);
       });
@@ -205,9 +242,17 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
         if (isStarting) {
           isStarting = false;
           clearTimeout(timer);
-          reject(createServeError.MARINA_ERR_WORKER_START_FAILED(`worker ${this.id} of ${label} exited with code ${code} while loading`));
+          reject(
+            createServeError.MARINA_ERR_WORKER_START_FAILED(
+              `worker ${this.id} of ${label} exited with code ${code} while loading`,
+            ),
+          );
         }
-        this.#fail(createServeError.MARINA_ERR_WORKER_DIED(`Worker died. Worker ${this.id} of ${label} exited unexpectedly with code ${code} while running this request; it is being replaced`));
+        this.#fail(
+          createServeError.MARINA_ERR_WORKER_DIED(
+            `Worker died. Worker ${this.id} of ${label} exited unexpectedly with code ${code} while running this request; it is being replaced`,
+          ),
+        );
         this.#markExited();
         this.emit('exit');
       });
@@ -235,7 +280,8 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     for (let i = 0; i < n; i++) {
       const job = jobs[i]!;
       const row: Record<string, unknown> = {};
-      for (const key in job.input) row[key] = prepareValue(job.input[key], key === 'body' ? job.bodyDecoding : undefined);
+      for (const key in job.input)
+        row[key] = prepareValue(job.input[key], key === 'body' ? job.bodyDecoding : undefined);
       rows[i] = row;
       requestIds[i] = job.requestId;
       const picked = wanted === undefined ? job.headers : pickHeaders(job.headers, wanted);
@@ -305,10 +351,12 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     // 504 rather than TorchServe's 500 "Worker died.": the request did not crash anything, it
     // ran out of time; a gateway-timeout status tells clients and load balancers exactly that.
     this.#timer = setTimeout(() => {
-      this.#fail(createServeError.MARINA_ERR_RESPONSE_TIMEOUT(
-        `${label} did not answer within responseTimeout (${responseTimeoutMs / 1000} s) for a batch of ${batch.jobs.length}; worker ${this.id} was stopped and is being replaced. Raise responseTimeout, or make the model faster (fewer workers with more threads, smaller batches)`,
-        { details: { responseTimeoutMs, batchSize: batch.jobs.length } },
-      ));
+      this.#fail(
+        createServeError.MARINA_ERR_RESPONSE_TIMEOUT(
+          `${label} did not answer within responseTimeout (${responseTimeoutMs / 1000} s) for a batch of ${batch.jobs.length}; worker ${this.id} was stopped and is being replaced. Raise responseTimeout, or make the model faster (fewer workers with more threads, smaller batches)`,
+          { details: { responseTimeoutMs, batchSize: batch.jobs.length } },
+        ),
+      );
     }, responseTimeoutMs);
   }
 
@@ -347,14 +395,31 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
       if (item.ok) {
         const { body } = item;
         const headers = item.headers ?? {};
-        job.resolve(typeof body === 'string'
-          ? new TextJobResult(item.statusCode, body, item.contentType, headers)
-          : { statusCode: item.statusCode, body: Buffer.from(body.buffer, body.byteOffset, body.byteLength), contentType: item.contentType, headers });
+        job.resolve(
+          typeof body === 'string'
+            ? new TextJobResult(item.statusCode, body, item.contentType, headers)
+            : {
+                statusCode: item.statusCode,
+                body: Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+                contentType: item.contentType,
+                headers,
+              },
+        );
       } else {
-        job.reject(new MarinaError(item.error.code, item.error.message, item.error.statusCode, { details: item.headers ? { headers: item.headers } : undefined }));
+        job.reject(
+          new MarinaError(item.error.code, item.error.message, item.error.statusCode, {
+            details: item.headers ? { headers: item.headers } : undefined,
+          }),
+        );
       }
     }
-    this.emit('finished', { jobs: batch.jobs, reason: batch.reason, inferenceMs, isOk: true, ...(result.stages ? { stages: result.stages } : {}) });
+    this.emit('finished', {
+      jobs: batch.jobs,
+      reason: batch.reason,
+      inferenceMs,
+      isOk: true,
+      ...(result.stages ? { stages: result.stages } : {}),
+    });
   }
 
   #endIfRetired(): void {
@@ -381,7 +446,12 @@ export class Worker extends EventEmitter<{ started: [readonly Job[]]; finished: 
     this.#terminate();
     if (running) {
       for (const job of running.jobs) job.reject(error);
-      this.emit('finished', { jobs: running.jobs, reason: running.reason, inferenceMs: performance.now() - running.startedAt, isOk: false });
+      this.emit('finished', {
+        jobs: running.jobs,
+        reason: running.reason,
+        inferenceMs: performance.now() - running.startedAt,
+        isOk: false,
+      });
     }
     if (wasAlive) this.emit('failed', error, unstarted);
   }
@@ -401,7 +471,8 @@ const TEXT_BODY_BYTES = 64 * 1024;
  */
 function prepareValue(value: unknown, decoding: BodyDecoding): unknown {
   if (!(value instanceof Uint8Array)) return value;
-  if (decoding !== undefined && value.byteLength <= TEXT_BODY_BYTES && isUtf8(value)) return Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('utf8');
+  if (decoding !== undefined && value.byteLength <= TEXT_BODY_BYTES && isUtf8(value))
+    return Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('utf8');
   return value.byteOffset !== 0 || value.byteLength !== value.buffer.byteLength ? new Uint8Array(value) : value;
 }
 

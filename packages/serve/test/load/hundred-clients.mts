@@ -17,7 +17,13 @@ const clients = 100;
 
 const dir = await tempDir('marina-load-');
 const folder = join(dir.path, 'resnet-18');
-await writeModelFolder({ dir: folder, modelName: 'resnet-18', handler: 'image_classifier', writeModel: (p) => writeResnet({ depth: 18, outputPath: p }), modelConfigYaml: `minWorkers: ${workers}\nbatchSize: ${batchSize}\nmaxBatchDelay: 50\n` });
+await writeModelFolder({
+  dir: folder,
+  modelName: 'resnet-18',
+  handler: 'image_classifier',
+  writeModel: (p) => writeResnet({ depth: 18, outputPath: p }),
+  modelConfigYaml: `minWorkers: ${workers}\nbatchSize: ${batchSize}\nmaxBatchDelay: 50\n`,
+});
 await writeIndexToName(join(folder, 'index_to_name.json'), await loadImagenetClassNames());
 await writeSampleJpeg({ outputPath: join(dir.path, 'sample.jpg') });
 const jpeg = await readFile(join(dir.path, 'sample.jpg'));
@@ -34,31 +40,39 @@ const statuses = new Map<number, number>();
 let withTop5 = 0;
 const latencies: number[] = [];
 const started = performance.now();
-await Promise.all(Array.from({ length: clients }, async () => {
-  for (let i = 0; i < perClient; i++) {
-    const t0 = performance.now();
-    const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: jpeg });
-    const body = await res.json();
-    latencies.push(performance.now() - t0);
-    statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-    if (res.status === 200 && Object.keys(body).length === 5) withTop5++;
-  }
-}));
+await Promise.all(
+  Array.from({ length: clients }, async () => {
+    for (let i = 0; i < perClient; i++) {
+      const t0 = performance.now();
+      const res = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/octet-stream' },
+        body: jpeg,
+      });
+      const body = await res.json();
+      latencies.push(performance.now() - t0);
+      statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+      if (res.status === 200 && Object.keys(body).length === 5) withTop5++;
+    }
+  }),
+);
 const seconds = (performance.now() - started) / 1000;
 latencies.sort((a, b) => a - b);
 const total = clients * perClient;
-console.log(JSON.stringify({
-  requests: total,
-  withTop5,
-  statuses: Object.fromEntries(statuses),
-  seconds: +seconds.toFixed(2),
-  imagesPerSecond: +(total / seconds).toFixed(1),
-  p50ms: Math.round(latencies[Math.floor(total * 0.5)]!),
-  p99ms: Math.round(latencies[Math.floor(total * 0.99)]!),
-  workers,
-  intraOpNumThreads: app.registry.describe('resnet-18')[0]!.workers.map((w) => w.intraOpNumThreads),
-  meanBatch: +(batchSizes.reduce((a, b) => a + b, 0) / batchSizes.length).toFixed(2),
-  cores: availableParallelism(),
-}));
+console.log(
+  JSON.stringify({
+    requests: total,
+    withTop5,
+    statuses: Object.fromEntries(statuses),
+    seconds: +seconds.toFixed(2),
+    imagesPerSecond: +(total / seconds).toFixed(1),
+    p50ms: Math.round(latencies[Math.floor(total * 0.5)]!),
+    p99ms: Math.round(latencies[Math.floor(total * 0.99)]!),
+    workers,
+    intraOpNumThreads: app.registry.describe('resnet-18')[0]!.workers.map((w) => w.intraOpNumThreads),
+    meanBatch: +(batchSizes.reduce((a, b) => a + b, 0) / batchSizes.length).toFixed(2),
+    cores: availableParallelism(),
+  }),
+);
 await app.close();
 await dir.cleanup();

@@ -19,7 +19,18 @@ import {
 import type { DataPlane } from '../data-plane.ts';
 import { unary, type KeyCheck } from '../grpc-common.ts';
 
-type Contents = Partial<Record<'bool_contents' | 'int_contents' | 'int64_contents' | 'uint_contents' | 'uint64_contents' | 'fp32_contents' | 'fp64_contents', unknown[]>> & { bytes_contents?: Buffer[] };
+type Contents = Partial<
+  Record<
+    | 'bool_contents'
+    | 'int_contents'
+    | 'int64_contents'
+    | 'uint_contents'
+    | 'uint64_contents'
+    | 'fp32_contents'
+    | 'fp64_contents',
+    unknown[]
+  >
+> & { bytes_contents?: Buffer[] };
 
 interface WireInput {
   name: string;
@@ -45,9 +56,19 @@ interface ModelInferRequest {
 
 /** The typed `contents` field that carries a datatype (FP16 has none: it must be raw). */
 const CONTENTS_FIELD: Record<V2Datatype, keyof Contents | undefined> = {
-  BOOL: 'bool_contents', INT8: 'int_contents', INT16: 'int_contents', INT32: 'int_contents', INT64: 'int64_contents',
-  UINT8: 'uint_contents', UINT16: 'uint_contents', UINT32: 'uint_contents', UINT64: 'uint64_contents',
-  FP16: undefined, FP32: 'fp32_contents', FP64: 'fp64_contents', BYTES: 'bytes_contents',
+  BOOL: 'bool_contents',
+  INT8: 'int_contents',
+  INT16: 'int_contents',
+  INT32: 'int_contents',
+  INT64: 'int64_contents',
+  UINT8: 'uint_contents',
+  UINT16: 'uint_contents',
+  UINT32: 'uint_contents',
+  UINT64: 'uint64_contents',
+  FP16: undefined,
+  FP32: 'fp32_contents',
+  FP64: 'fp64_contents',
+  BYTES: 'bytes_contents',
 };
 
 function invalid(message: string) {
@@ -67,18 +88,30 @@ export function decodeModelInferRequest(request: ModelInferRequest): { inputs: R
   const isRaw = raws.length > 0;
   if (request.inputs.length === 0) throw invalid('the request has no inputs');
   if (isRaw && raws.length !== request.inputs.length) {
-    throw invalid(`raw_input_contents has ${raws.length} entries for ${request.inputs.length} inputs; with raw_input_contents every input's data must be raw, one entry per input in order`);
+    throw invalid(
+      `raw_input_contents has ${raws.length} entries for ${request.inputs.length} inputs; with raw_input_contents every input's data must be raw, one entry per input in order`,
+    );
   }
   const inputs = request.inputs.map((input, i): RawTensor => {
     const where = `input '${input.name}'`;
     if (!input.name) throw invalid(`inputs[${i}] needs a name`);
-    if (!isV2Datatype(input.datatype)) throw invalid(`${where}: datatype must be one of BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BYTES; got '${input.datatype}'`);
+    if (!isV2Datatype(input.datatype))
+      throw invalid(
+        `${where}: datatype must be one of BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BYTES; got '${input.datatype}'`,
+      );
     const shape = input.shape.map(Number);
-    if (!shape.every((d) => Number.isInteger(d) && d >= 0)) throw invalid(`${where}: shape must be non-negative integers, got [${shape.join(', ')}]`);
+    if (!shape.every((d) => Number.isInteger(d) && d >= 0))
+      throw invalid(`${where}: shape must be non-negative integers, got [${shape.join(', ')}]`);
     if (isRaw) return { name: input.name, datatype: input.datatype, shape, raw: raws[i]! };
     const field = CONTENTS_FIELD[input.datatype];
     if (!field) throw invalid(`${where}: FP16 has no typed contents field; send it in raw_input_contents`);
-    if (input.datatype === 'BYTES') return { name: input.name, datatype: 'BYTES', shape, raw: encodeBytesElements(input.contents?.bytes_contents ?? []) };
+    if (input.datatype === 'BYTES')
+      return {
+        name: input.name,
+        datatype: 'BYTES',
+        shape,
+        raw: encodeBytesElements(input.contents?.bytes_contents ?? []),
+      };
     const values = (input.contents?.[field] ?? []) as unknown[];
     return { name: input.name, datatype: input.datatype, shape, raw: jsonToRaw(input.datatype, values, shape, where) };
   });
@@ -86,30 +119,47 @@ export function decodeModelInferRequest(request: ModelInferRequest): { inputs: R
 }
 
 /** Tensors → the response's outputs and raw_output_contents. */
-export function encodeModelInferOutputs(outputs: RawTensor[], isRaw: boolean): { outputs: unknown[]; raw_output_contents: Buffer[] } {
+export function encodeModelInferOutputs(
+  outputs: RawTensor[],
+  isRaw: boolean,
+): { outputs: unknown[]; raw_output_contents: Buffer[] } {
   const useRaw = isRaw || outputs.some((t) => !CONTENTS_FIELD[t.datatype]);
-  if (useRaw) return { outputs: outputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: {} })), raw_output_contents: outputs.map((t) => t.raw) };
+  if (useRaw)
+    return {
+      outputs: outputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: {} })),
+      raw_output_contents: outputs.map((t) => t.raw),
+    };
   return {
     outputs: outputs.map((t) => ({
       name: t.name,
       datatype: t.datatype,
       shape: t.shape,
       parameters: {},
-      contents: { [CONTENTS_FIELD[t.datatype]!]: t.datatype === 'BYTES' ? decodeBytesElements(t.raw) : rawToJson(t.datatype, t.raw) },
+      contents: {
+        [CONTENTS_FIELD[t.datatype]!]:
+          t.datatype === 'BYTES' ? decodeBytesElements(t.raw) : rawToJson(t.datatype, t.raw),
+      },
     })),
     raw_output_contents: [],
   };
 }
 
-export function createOipGrpcService(options: { dataPlane: DataPlane; checkKey: KeyCheck }): grpc.UntypedServiceImplementation {
+export function createOipGrpcService(options: {
+  dataPlane: DataPlane;
+  checkKey: KeyCheck;
+}): grpc.UntypedServiceImplementation {
   const { dataPlane, checkKey } = options;
   const version = (v: string | undefined) => (v ? v : undefined);
   return {
     ServerLive: unary(checkKey, () => ({ live: dataPlane.isLive() })),
     ServerReady: unary(checkKey, () => ({ ready: dataPlane.isReady() })),
-    ModelReady: unary<{ name: string; version: string }, unknown>(checkKey, (r) => ({ ready: dataPlane.isModelReady(r.name, version(r.version)) })),
+    ModelReady: unary<{ name: string; version: string }, unknown>(checkKey, (r) => ({
+      ready: dataPlane.isModelReady(r.name, version(r.version)),
+    })),
     ServerMetadata: unary(checkKey, () => dataPlane.serverMetadata()),
-    ModelMetadata: unary<{ name: string; version: string }, unknown>(checkKey, (r) => dataPlane.modelMetadata(r.name, version(r.version))),
+    ModelMetadata: unary<{ name: string; version: string }, unknown>(checkKey, (r) =>
+      dataPlane.modelMetadata(r.name, version(r.version)),
+    ),
     ModelInfer: unary<ModelInferRequest, unknown>(checkKey, async (r) => {
       const arrivedAt = performance.now();
       let decoded: ReturnType<typeof decodeModelInferRequest>;
@@ -131,10 +181,25 @@ export function createOipGrpcService(options: { dataPlane: DataPlane; checkKey: 
         requestId: randomUUID(),
         arrivedAt,
       });
-      return { model_name: response.modelName, model_version: response.modelVersion, id: r.id, parameters: {}, ...encodeModelInferOutputs(response.outputs, isRaw) };
+      return {
+        model_name: response.modelName,
+        model_version: response.modelVersion,
+        id: r.id,
+        parameters: {},
+        ...encodeModelInferOutputs(response.outputs, isRaw),
+      };
     }),
-    RepositoryModelLoad: (_call: unknown, callback: grpc.sendUnaryData<unknown>) => callback({ code: grpc.status.UNIMPLEMENTED, details: 'the model repository extension is not served; register models with the management API (REST or ManagementAPIsService on grpc_management_port)' }),
-    RepositoryModelUnload: (_call: unknown, callback: grpc.sendUnaryData<unknown>) => callback({ code: grpc.status.UNIMPLEMENTED, details: 'the model repository extension is not served; unregister models with the management API (REST or ManagementAPIsService on grpc_management_port)' }),
+    RepositoryModelLoad: (_call: unknown, callback: grpc.sendUnaryData<unknown>) =>
+      callback({
+        code: grpc.status.UNIMPLEMENTED,
+        details:
+          'the model repository extension is not served; register models with the management API (REST or ManagementAPIsService on grpc_management_port)',
+      }),
+    RepositoryModelUnload: (_call: unknown, callback: grpc.sendUnaryData<unknown>) =>
+      callback({
+        code: grpc.status.UNIMPLEMENTED,
+        details:
+          'the model repository extension is not served; unregister models with the management API (REST or ManagementAPIsService on grpc_management_port)',
+      }),
   };
 }
-

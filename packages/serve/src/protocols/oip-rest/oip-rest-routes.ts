@@ -28,7 +28,12 @@ export interface OipRestRoutesOptions {
   maxRequestBytes: number;
 }
 
-const retryableCodes = new Set(['MARINA_ERR_QUEUE_FULL', 'MARINA_ERR_NO_WORKERS', 'MARINA_ERR_SERVER_CLOSING', 'MARINA_ERR_MODEL_UNLOADING']);
+const retryableCodes = new Set([
+  'MARINA_ERR_QUEUE_FULL',
+  'MARINA_ERR_NO_WORKERS',
+  'MARINA_ERR_SERVER_CLOSING',
+  'MARINA_ERR_MODEL_UNLOADING',
+]);
 
 /** Sends an error as the protocol's `{"error": message}`. */
 export function sendOipError(reply: FastifyReply, error: unknown): FastifyReply {
@@ -36,7 +41,10 @@ export function sendOipError(reply: FastifyReply, error: unknown): FastifyReply 
   if (e.code === 'MARINA_ERR_INTERNAL') reply.log.error({ err: error }, e.message);
   if (retryableCodes.has(e.code)) reply.header('retry-after', '1');
   reply.header('x-marina-error-code', e.code);
-  return reply.code(e.statusCode).type('application/json').send(JSON.stringify({ error: e.message }));
+  return reply
+    .code(e.statusCode)
+    .type('application/json')
+    .send(JSON.stringify({ error: e.message }));
 }
 
 function invalid(message: string) {
@@ -60,7 +68,8 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
   let binaries = new Map<number, Buffer>();
   if (headerLengthText !== undefined) {
     const headerLength = Number(headerLengthText);
-    if (!/^\d+$/.test(headerLengthText.trim())) throw invalid(`Inference-Header-Content-Length must be a non-negative integer, got '${headerLengthText}'`);
+    if (!/^\d+$/.test(headerLengthText.trim()))
+      throw invalid(`Inference-Header-Content-Length must be a non-negative integer, got '${headerLengthText}'`);
     ({ header, binaries } = splitBinaryBody(body, headerLength, 'inputs'));
   } else {
     try {
@@ -68,16 +77,22 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
     } catch (error) {
       throw invalid(`the body is not valid JSON: ${(error as Error).message}`);
     }
-    if (!header || typeof header !== 'object' || Array.isArray(header)) throw invalid('the body must be a JSON object with an "inputs" list');
+    if (!header || typeof header !== 'object' || Array.isArray(header))
+      throw invalid('the body must be a JSON object with an "inputs" list');
   }
   const list = header['inputs'];
-  if (!Array.isArray(list) || list.length === 0) throw invalid('the request needs a non-empty "inputs" list of {"name", "shape", "datatype", "data"}');
+  if (!Array.isArray(list) || list.length === 0)
+    throw invalid('the request needs a non-empty "inputs" list of {"name", "shape", "datatype", "data"}');
   const inputs: RawTensor[] = list.map((entry, i) => {
     const e = (entry ?? {}) as { name?: unknown; shape?: unknown; datatype?: unknown; data?: unknown };
     if (typeof e.name !== 'string' || e.name.length === 0) throw invalid(`inputs[${i}] needs a "name"`);
     const where = `input '${e.name}'`;
-    if (!isV2Datatype(e.datatype)) throw invalid(`${where}: "datatype" must be one of BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BYTES; got ${JSON.stringify(e.datatype)}`);
-    if (!Array.isArray(e.shape) || !e.shape.every((d) => Number.isInteger(d) && d >= 0)) throw invalid(`${where}: "shape" must be a list of non-negative integers, got ${JSON.stringify(e.shape)}`);
+    if (!isV2Datatype(e.datatype))
+      throw invalid(
+        `${where}: "datatype" must be one of BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BYTES; got ${JSON.stringify(e.datatype)}`,
+      );
+    if (!Array.isArray(e.shape) || !e.shape.every((d) => Number.isInteger(d) && d >= 0))
+      throw invalid(`${where}: "shape" must be a list of non-negative integers, got ${JSON.stringify(e.shape)}`);
     const shape = e.shape as number[];
     const binary = binaries.get(i);
     if (binary) return { name: e.name, datatype: e.datatype, shape, raw: binary };
@@ -85,9 +100,11 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
     return { name: e.name, datatype: e.datatype, shape, raw: jsonToRaw(e.datatype, e.data, shape, where) };
   });
   const parameters = header['parameters'] as Record<string, unknown> | undefined;
-  if (parameters !== undefined && (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters))) throw invalid('"parameters" must be an object');
+  if (parameters !== undefined && (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters)))
+    throw invalid('"parameters" must be an object');
   const outputsValue = header['outputs'];
-  if (outputsValue !== undefined && !Array.isArray(outputsValue)) throw invalid('"outputs" must be a list of {"name", "parameters"}');
+  if (outputsValue !== undefined && !Array.isArray(outputsValue))
+    throw invalid('"outputs" must be a list of {"name", "parameters"}');
   const outputs = (outputsValue as WireOutput[] | undefined)?.map((o, i) => {
     if (typeof o?.name !== 'string') throw invalid(`outputs[${i}] needs a "name"`);
     return o;
@@ -96,7 +113,12 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
   const id = header['id'];
   if (id !== undefined && typeof id !== 'string') throw invalid('"id" must be a string');
   return {
-    request: { inputs, ...(outputs ? { outputs: outputs.map((o) => ({ name: o.name })) } : {}), ...(id !== undefined ? { id } : {}), ...(parameters ? { parameters } : {}) },
+    request: {
+      inputs,
+      ...(outputs ? { outputs: outputs.map((o) => ({ name: o.name })) } : {}),
+      ...(id !== undefined ? { id } : {}),
+      ...(parameters ? { parameters } : {}),
+    },
     binaryOutputs: (name) => {
       const asked = outputs?.find((o) => o.name === name)?.parameters?.binary_data;
       return asked === undefined ? isBinaryDefault : asked === true;
@@ -105,9 +127,17 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
 }
 
 /** The v2 infer answer: JSON, or JSON header + binary tensors when any output is binary. */
-export function encodeInferResponse(response: InferResponse, isBinary: (name: string) => boolean, maxResponseBytes?: number): { body: Buffer; headerLength?: number } {
+export function encodeInferResponse(
+  response: InferResponse,
+  isBinary: (name: string) => boolean,
+  maxResponseBytes?: number,
+): { body: Buffer; headerLength?: number } {
   // Refuse before building JSON that cannot fit (JSON numbers are 2 to 25 times the binary bytes).
-  assertResponseSize(answerBytesAtLeast(response.outputs.map((t) => ({ shape: t.shape, raw: t.raw, isBinary: isBinary(t.name) }))), maxResponseBytes, true);
+  assertResponseSize(
+    answerBytesAtLeast(response.outputs.map((t) => ({ shape: t.shape, raw: t.raw, isBinary: isBinary(t.name) }))),
+    maxResponseBytes,
+    true,
+  );
   const binaries: Buffer[] = [];
   const outputs = response.outputs.map((t) => {
     if (isBinary(t.name)) {
@@ -139,7 +169,6 @@ const paramsSchema = {
   required: ['model_name'],
 } as const;
 
-
 export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (app: FastifyInstance, options) => {
   const { dataPlane, maxRequestBytes } = options;
   // Every v2 route needs the inference key (decided on the matched route by the token hook).
@@ -149,10 +178,20 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     route.config = { ...(route.config ?? {}), errorBody: 'oip' };
   });
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxRequestBytes }, (_req, body, done) =>
+    done(null, body),
+  );
   app.setErrorHandler((error, _request, reply) => {
-    if ((error as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE' || (error as { statusCode?: number }).statusCode === 413) {
-      return sendOipError(reply, createServeError.MARINA_ERR_REQUEST_TOO_LARGE(`the request body is larger than max_request_size (${maxRequestBytes} bytes); use the binary tensor data extension (about 4 bytes per FP32 value instead of 10–20 in JSON), send fewer rows, or raise max_request_size`));
+    if (
+      (error as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE' ||
+      (error as { statusCode?: number }).statusCode === 413
+    ) {
+      return sendOipError(
+        reply,
+        createServeError.MARINA_ERR_REQUEST_TOO_LARGE(
+          `the request body is larger than max_request_size (${maxRequestBytes} bytes); use the binary tensor data extension (about 4 bytes per FP32 value instead of 10–20 in JSON), send fewer rows, or raise max_request_size`,
+        ),
+      );
     }
     const status = (error as { statusCode?: number }).statusCode;
     if ((error as { validation?: unknown }).validation || (status !== undefined && status >= 400 && status < 500)) {
@@ -160,26 +199,103 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     }
     return sendOipError(reply, error);
   });
-  const json = (reply: FastifyReply, code: number, value: unknown) => reply.code(code).type('application/json').send(JSON.stringify(value));
+  const json = (reply: FastifyReply, code: number, value: unknown) =>
+    reply.code(code).type('application/json').send(JSON.stringify(value));
 
   // Descriptions and response schemas document the routes in OPTIONS / and GET /api-description (routes/api-description.ts).
-  const oipError = { type: 'object', required: ['error'], properties: { error: { type: 'string', description: 'What was wrong.' } } } as const;
+  const oipError = {
+    type: 'object',
+    required: ['error'],
+    properties: { error: { type: 'string', description: 'What was wrong.' } },
+  } as const;
   const liveSchema = { type: 'object', required: ['live'], properties: { live: { type: 'boolean' } } } as const;
   const readySchema = { type: 'object', required: ['ready'], properties: { ready: { type: 'boolean' } } } as const;
-  const modelReadySchema = { type: 'object', required: ['name', 'ready'], properties: { name: { type: 'string' }, ready: { type: 'boolean' } } } as const;
-  const tensorsSchema = { type: 'array', items: { type: 'object', required: ['name', 'datatype', 'shape'], properties: { name: { type: 'string' }, datatype: { type: 'string' }, shape: { type: 'array', items: { type: 'integer' } } } } } as const;
-  const modelMetadataSchema = { type: 'object', required: ['name', 'platform', 'inputs', 'outputs'], properties: { name: { type: 'string' }, versions: { type: 'array', items: { type: 'string' } }, platform: { type: 'string' }, inputs: tensorsSchema, outputs: tensorsSchema } } as const;
-  const serverMetadataSchema = { type: 'object', required: ['name', 'version', 'extensions'], properties: { name: { type: 'string' }, version: { type: 'string' }, extensions: { type: 'array', items: { type: 'string' } } } } as const;
-  const inferResponseSchema = { type: 'object', required: ['model_name', 'outputs'], properties: { model_name: { type: 'string' }, model_version: { type: 'string' }, id: { type: 'string' }, outputs: { type: 'array', items: { type: 'object' } } } } as const;
+  const modelReadySchema = {
+    type: 'object',
+    required: ['name', 'ready'],
+    properties: { name: { type: 'string' }, ready: { type: 'boolean' } },
+  } as const;
+  const tensorsSchema = {
+    type: 'array',
+    items: {
+      type: 'object',
+      required: ['name', 'datatype', 'shape'],
+      properties: {
+        name: { type: 'string' },
+        datatype: { type: 'string' },
+        shape: { type: 'array', items: { type: 'integer' } },
+      },
+    },
+  } as const;
+  const modelMetadataSchema = {
+    type: 'object',
+    required: ['name', 'platform', 'inputs', 'outputs'],
+    properties: {
+      name: { type: 'string' },
+      versions: { type: 'array', items: { type: 'string' } },
+      platform: { type: 'string' },
+      inputs: tensorsSchema,
+      outputs: tensorsSchema,
+    },
+  } as const;
+  const serverMetadataSchema = {
+    type: 'object',
+    required: ['name', 'version', 'extensions'],
+    properties: {
+      name: { type: 'string' },
+      version: { type: 'string' },
+      extensions: { type: 'array', items: { type: 'string' } },
+    },
+  } as const;
+  const inferResponseSchema = {
+    type: 'object',
+    required: ['model_name', 'outputs'],
+    properties: {
+      model_name: { type: 'string' },
+      model_version: { type: 'string' },
+      id: { type: 'string' },
+      outputs: { type: 'array', items: { type: 'object' } },
+    },
+  } as const;
 
   // The two health routes are open with token authorization on, as /ping is: KServe's and
   // Kubernetes' probes cannot send a key that rotates, and they tell only live/ready.
-  app.get('/v2/health/live', { config: { auth: 'none' }, schema: { description: 'Open Inference Protocol: server liveness.', response: { 200: liveSchema, 503: liveSchema } } }, async (_request, reply) => json(reply, dataPlane.isLive() ? 200 : 503, { live: dataPlane.isLive() }));
-  app.get('/v2/health/ready', { config: { auth: 'none' }, schema: { description: "Open Inference Protocol: server readiness (every model's default version has its minimum workers up).", response: { 200: readySchema, 503: readySchema } } }, async (_request, reply) => {
-    const ready = dataPlane.isReady();
-    return json(reply, ready ? 200 : 503, { ready });
-  });
-  app.get('/v2', { schema: { description: 'Open Inference Protocol: server metadata (name, version, extensions).', response: { 200: serverMetadataSchema } } }, async (_request, reply) => json(reply, 200, dataPlane.serverMetadata()));
+  app.get(
+    '/v2/health/live',
+    {
+      config: { auth: 'none' },
+      schema: {
+        description: 'Open Inference Protocol: server liveness.',
+        response: { 200: liveSchema, 503: liveSchema },
+      },
+    },
+    async (_request, reply) => json(reply, dataPlane.isLive() ? 200 : 503, { live: dataPlane.isLive() }),
+  );
+  app.get(
+    '/v2/health/ready',
+    {
+      config: { auth: 'none' },
+      schema: {
+        description:
+          "Open Inference Protocol: server readiness (every model's default version has its minimum workers up).",
+        response: { 200: readySchema, 503: readySchema },
+      },
+    },
+    async (_request, reply) => {
+      const ready = dataPlane.isReady();
+      return json(reply, ready ? 200 : 503, { ready });
+    },
+  );
+  app.get(
+    '/v2',
+    {
+      schema: {
+        description: 'Open Inference Protocol: server metadata (name, version, extensions).',
+        response: { 200: serverMetadataSchema },
+      },
+    },
+    async (_request, reply) => json(reply, 200, dataPlane.serverMetadata()),
+  );
 
   const metadata = async (request: FastifyRequest<ModelParams>, reply: FastifyReply) => {
     try {
@@ -229,8 +345,39 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
   };
 
   for (const prefix of ['/v2/models/:model_name', '/v2/models/:model_name/versions/:model_version']) {
-    app.get(prefix, { schema: { description: "Open Inference Protocol: the model's metadata, inputs and outputs from its ONNX signature.", params: paramsSchema, response: { 200: modelMetadataSchema, 404: oipError, 500: oipError } } }, metadata);
-    app.get(`${prefix}/ready`, { schema: { description: 'Open Inference Protocol: whether the model version has its minimum workers up.', params: paramsSchema, response: { 200: modelReadySchema, 503: modelReadySchema, 404: oipError } } }, ready);
-    app.post(`${prefix}/infer`, { schema: { description: 'Open Inference Protocol: inference on JSON tensors, or the binary tensor extension (Inference-Header-Content-Length).', params: paramsSchema, response: { 200: inferResponseSchema, 400: oipError, 404: oipError, 500: oipError, 503: oipError } } }, infer);
+    app.get(
+      prefix,
+      {
+        schema: {
+          description: "Open Inference Protocol: the model's metadata, inputs and outputs from its ONNX signature.",
+          params: paramsSchema,
+          response: { 200: modelMetadataSchema, 404: oipError, 500: oipError },
+        },
+      },
+      metadata,
+    );
+    app.get(
+      `${prefix}/ready`,
+      {
+        schema: {
+          description: 'Open Inference Protocol: whether the model version has its minimum workers up.',
+          params: paramsSchema,
+          response: { 200: modelReadySchema, 503: modelReadySchema, 404: oipError },
+        },
+      },
+      ready,
+    );
+    app.post(
+      `${prefix}/infer`,
+      {
+        schema: {
+          description:
+            'Open Inference Protocol: inference on JSON tensors, or the binary tensor extension (Inference-Header-Content-Length).',
+          params: paramsSchema,
+          response: { 200: inferResponseSchema, 400: oipError, 404: oipError, 500: oipError, 503: oipError },
+        },
+      },
+      infer,
+    );
   }
 };

@@ -17,15 +17,25 @@ interface PredictionsRequest {
   sequence_id?: string;
 }
 
-export function createTorchServeInferenceService(options: { dataPlane: DataPlane; checkKey: KeyCheck }): grpc.UntypedServiceImplementation {
+export function createTorchServeInferenceService(options: {
+  dataPlane: DataPlane;
+  checkKey: KeyCheck;
+}): grpc.UntypedServiceImplementation {
   const { dataPlane, checkKey } = options;
 
   const predict = (request: PredictionsRequest, metadata: grpc.Metadata): Promise<JobResult> => {
     const arrivedAt = performance.now();
-    if (!request.model_name) return Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter model_name is required.'));
-    if (Object.keys(request.input ?? {}).length === 0) return Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST("the request's input map is empty; put the model input under the key 'data'"));
+    if (!request.model_name)
+      return Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter model_name is required.'));
+    if (Object.keys(request.input ?? {}).length === 0)
+      return Promise.reject(
+        createServeError.MARINA_ERR_BAD_REQUEST(
+          "the request's input map is empty; put the model input under the key 'data'",
+        ),
+      );
     const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(metadata.getMap())) if (k !== 'authorization') headers[k] = typeof v === 'string' ? v : v.toString('utf8');
+    for (const [k, v] of Object.entries(metadata.getMap()))
+      if (k !== 'authorization') headers[k] = typeof v === 'string' ? v : v.toString('utf8');
     return dataPlane.predict({
       modelName: request.model_name,
       modelVersion: request.model_version || undefined,
@@ -39,8 +49,12 @@ export function createTorchServeInferenceService(options: { dataPlane: DataPlane
   const isHealthy = () => dataPlane.isReady();
 
   return {
-    Ping: unary(checkKey, () => ({ health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2) })),
-    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => ({ prediction: (await predict(request, call.metadata)).body })),
+    Ping: unary(checkKey, () => ({
+      health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2),
+    })),
+    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => ({
+      prediction: (await predict(request, call.metadata)).body,
+    })),
     /** Marina's handlers answer once, so the stream carries one message. */
     StreamPredictions: (call: grpc.ServerWritableStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
@@ -60,7 +74,11 @@ export function createTorchServeInferenceService(options: { dataPlane: DataPlane
       const running = new Set<Promise<void>>();
       call.on('data', (request: PredictionsRequest) => {
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};
-        const done = (request.sequence_id ? predict(request, call.metadata) : Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter sequenceId is required.'))).then(
+        const done = (
+          request.sequence_id
+            ? predict(request, call.metadata)
+            : Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter sequenceId is required.'))
+        ).then(
           (result) => void call.write({ prediction: result.body, ...sequence }),
           (error: unknown) => {
             const e = toMarinaError(error);

@@ -12,7 +12,10 @@ import { grpcStatusOf, type KeyCheck } from '../grpc-common.ts';
 type Query = Record<string, string | number | boolean | undefined>;
 
 function path(...parts: Array<string | undefined>): string {
-  return `/${parts.filter((p): p is string => p !== undefined && p !== '').map(encodeURIComponent).join('/')}`;
+  return `/${parts
+    .filter((p): p is string => p !== undefined && p !== '')
+    .map(encodeURIComponent)
+    .join('/')}`;
 }
 
 /** proto3 has no "unset": 0 and '' mean "not given", as in TorchServe's gRPC management. */
@@ -20,10 +23,14 @@ function given(value: string | number | undefined): string | number | undefined 
   return value === 0 || value === '' ? undefined : value;
 }
 
-export function createTorchServeManagementService(options: { management: FastifyInstance; checkKey: KeyCheck }): grpc.UntypedServiceImplementation {
+export function createTorchServeManagementService(options: {
+  management: FastifyInstance;
+  checkKey: KeyCheck;
+}): grpc.UntypedServiceImplementation {
   const { management, checkKey } = options;
 
-  const call = (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}) =>
+  const call =
+    (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}) =>
     (rpc: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       const denied = checkKey(rpc);
       if (denied) return callback(denied as grpc.ServiceError);
@@ -31,20 +38,30 @@ export function createTorchServeManagementService(options: { management: Fastify
       for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
       const authorization = rpc.metadata.get('authorization')[0];
       management
-        .inject({ method, url: `${url}${search.size > 0 ? `?${search}` : ''}`, headers: authorization ? { authorization: String(authorization) } : {} })
-        .then((res) => {
-          if (res.statusCode < 300) return callback(null, { msg: res.body });
-          let message = res.body;
-          let code: string | undefined;
-          try {
-            const parsed = JSON.parse(res.body) as { message?: string; marinaCode?: string };
-            message = parsed.message ?? message;
-            code = parsed.marinaCode;
-          } catch { /* not JSON: keep the body */ }
-          const metadata = new grpc.Metadata();
-          if (code) metadata.set('marina-error-code', code);
-          callback({ code: grpcStatusOf(res.statusCode), details: message, metadata } as grpc.ServiceError);
-        }, (error: unknown) => callback({ code: grpc.status.INTERNAL, details: (error as Error).message } as grpc.ServiceError));
+        .inject({
+          method,
+          url: `${url}${search.size > 0 ? `?${search}` : ''}`,
+          headers: authorization ? { authorization: String(authorization) } : {},
+        })
+        .then(
+          (res) => {
+            if (res.statusCode < 300) return callback(null, { msg: res.body });
+            let message = res.body;
+            let code: string | undefined;
+            try {
+              const parsed = JSON.parse(res.body) as { message?: string; marinaCode?: string };
+              message = parsed.message ?? message;
+              code = parsed.marinaCode;
+            } catch {
+              /* not JSON: keep the body */
+            }
+            const metadata = new grpc.Metadata();
+            if (code) metadata.set('marina-error-code', code);
+            callback({ code: grpcStatusOf(res.statusCode), details: message, metadata } as grpc.ServiceError);
+          },
+          (error: unknown) =>
+            callback({ code: grpc.status.INTERNAL, details: (error as Error).message } as grpc.ServiceError),
+        );
     };
 
   const required = (name: string | undefined, field: string, callback: grpc.sendUnaryData<unknown>): boolean => {
@@ -58,13 +75,33 @@ export function createTorchServeManagementService(options: { management: Fastify
 
   type R<T> = grpc.ServerUnaryCall<T, unknown>;
   return {
-    DescribeModel: (rpc: R<{ model_name: string; model_version: string; customized: boolean }>, cb: grpc.sendUnaryData<unknown>) => {
+    DescribeModel: (
+      rpc: R<{ model_name: string; model_version: string; customized: boolean }>,
+      cb: grpc.sendUnaryData<unknown>,
+    ) => {
       const r = rpc.request;
       if (required(r.model_name, 'model_name', cb)) call('GET', path('models', r.model_name, r.model_version))(rpc, cb);
     },
     ListModels: (rpc: R<{ limit: number; next_page_token: number }>, cb: grpc.sendUnaryData<unknown>) =>
-      call('GET', '/models', { limit: given(rpc.request.limit), next_page_token: given(rpc.request.next_page_token) })(rpc, cb),
-    RegisterModel: (rpc: R<{ url: string; model_name: string; handler: string; runtime: string; batch_size: number; max_batch_delay: number; initial_workers: number; synchronous: boolean; response_timeout: number; startup_timeout: number }>, cb: grpc.sendUnaryData<unknown>) => {
+      call('GET', '/models', { limit: given(rpc.request.limit), next_page_token: given(rpc.request.next_page_token) })(
+        rpc,
+        cb,
+      ),
+    RegisterModel: (
+      rpc: R<{
+        url: string;
+        model_name: string;
+        handler: string;
+        runtime: string;
+        batch_size: number;
+        max_batch_delay: number;
+        initial_workers: number;
+        synchronous: boolean;
+        response_timeout: number;
+        startup_timeout: number;
+      }>,
+      cb: grpc.sendUnaryData<unknown>,
+    ) => {
       const r = rpc.request;
       if (!required(r.url, 'url', cb)) return;
       call('POST', '/models', {
@@ -80,17 +117,33 @@ export function createTorchServeManagementService(options: { management: Fastify
         synchronous: r.synchronous,
       })(rpc, cb);
     },
-    ScaleWorker: (rpc: R<{ model_name: string; model_version: string; min_worker: number; max_worker: number; synchronous: boolean }>, cb: grpc.sendUnaryData<unknown>) => {
+    ScaleWorker: (
+      rpc: R<{
+        model_name: string;
+        model_version: string;
+        min_worker: number;
+        max_worker: number;
+        synchronous: boolean;
+      }>,
+      cb: grpc.sendUnaryData<unknown>,
+    ) => {
       const r = rpc.request;
-      if (required(r.model_name, 'model_name', cb)) call('PUT', path('models', r.model_name, r.model_version), { min_worker: given(r.min_worker), max_worker: given(r.max_worker), synchronous: r.synchronous })(rpc, cb);
+      if (required(r.model_name, 'model_name', cb))
+        call('PUT', path('models', r.model_name, r.model_version), {
+          min_worker: given(r.min_worker),
+          max_worker: given(r.max_worker),
+          synchronous: r.synchronous,
+        })(rpc, cb);
     },
     SetDefault: (rpc: R<{ model_name: string; model_version: string }>, cb: grpc.sendUnaryData<unknown>) => {
       const r = rpc.request;
-      if (required(r.model_name, 'model_name', cb) && required(r.model_version, 'model_version', cb)) call('PUT', `${path('models', r.model_name, r.model_version)}/set-default`)(rpc, cb);
+      if (required(r.model_name, 'model_name', cb) && required(r.model_version, 'model_version', cb))
+        call('PUT', `${path('models', r.model_name, r.model_version)}/set-default`)(rpc, cb);
     },
     UnregisterModel: (rpc: R<{ model_name: string; model_version: string }>, cb: grpc.sendUnaryData<unknown>) => {
       const r = rpc.request;
-      if (required(r.model_name, 'model_name', cb)) call('DELETE', path('models', r.model_name, r.model_version))(rpc, cb);
+      if (required(r.model_name, 'model_name', cb))
+        call('DELETE', path('models', r.model_name, r.model_version))(rpc, cb);
     },
   };
 }
