@@ -24,6 +24,7 @@ const retryableCodes = new Set([
   'MARINA_ERR_CLIENT_TIMEOUT',
   'MARINA_ERR_SERVER_CLOSING',
   'MARINA_ERR_MODEL_UNLOADING',
+  'MARINA_ERR_MEMORY_BUDGET_FULL',
 ]);
 
 /** Sends a MarinaError as TorchServe's error body (plus `marinaCode`), with Retry-After on overload. */

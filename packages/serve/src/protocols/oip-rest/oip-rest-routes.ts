@@ -33,6 +33,7 @@ const retryableCodes = new Set([
   'MARINA_ERR_NO_WORKERS',
   'MARINA_ERR_SERVER_CLOSING',
   'MARINA_ERR_MODEL_UNLOADING',
+  'MARINA_ERR_MEMORY_BUDGET_FULL',
 ]);
 
 /** Sends an error as the protocol's `{"error": message}`. */
