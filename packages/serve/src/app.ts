@@ -36,6 +36,11 @@ export interface BuildAppOptions {
   logger?: boolean | Record<string, unknown>;
   /** Where the registry, the workers and start-up loading report (worker crashes, failed starts, cache evictions); Fastify's logger when not given. */
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /**
+   * The process's memory now, bytes, measured before and after each model load (default: PSS
+   * from /proc/self/smaps_rollup). Tests that check eviction order pass a deterministic one.
+   */
+  readMemoryBytes?: () => number;
   /** TorchServe's log files (access_log.log, ts_log.log, model_log.log); startServer passes them, tests may leave them out. */
   logs?: ServerLogs;
 }
@@ -261,7 +266,12 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     optimizedModelCacheMaxBytes: limits.optimizedModelCacheMaxBytes,
     log,
   });
-  const registry = new ModelRegistry({ config, log, caches });
+  const registry = new ModelRegistry({
+    config,
+    log,
+    caches,
+    ...(options.readMemoryBytes ? { readMemoryBytes: options.readMemoryBytes } : {}),
+  });
 
   const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes });
   await inference.register(inferenceRoutes, {

@@ -83,6 +83,8 @@ export interface ModelRegistryOptions {
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** Told when a version opens or is removed, to bound and clean the extraction caches. */
   caches?: ModelCaches;
+  /** The process's memory now, bytes, measured around each load (default: PSS from /proc/self/smaps_rollup). */
+  readMemoryBytes?: () => number;
   /** Environment read for MARINA_ORT_CACHE_OPTIMIZED_MODEL (default process.env). */
   env?: Record<string, string | undefined>;
 }
@@ -124,6 +126,7 @@ export class ModelRegistry implements ModelRegistryApi {
       stopWorkers: (version) => this.#stopWorkers(version),
       events: this.events,
       log: this.#log,
+      ...(options.readMemoryBytes ? { readMemoryBytes: options.readMemoryBytes } : {}),
     });
     this.#cacheOptimizedModelDefault = cacheOptimizedModelDefaultFrom(options.env ?? process.env);
     this.#allowSpinningDefault = allowSpinningDefaultFrom(options.env ?? process.env);

@@ -72,7 +72,8 @@ export class ModelResidency {
         this.#reserved.has(v) ||
         state === 'resident' ||
         state === 'unloading' ||
-        (state === 'loading' && !this.#loads.has(v))
+        // A load still making room holds nothing yet; workers started outside a load (a scale call) do.
+        (state === 'loading' && v.transition === undefined)
       )
         used += this.needOf(v);
     }
@@ -151,6 +152,9 @@ export class ModelResidency {
       this.#endMeasure(version);
       this.#loadedAt.set(version, Date.now());
       version.setTransition(undefined);
+      // A first load counts its estimate until measured: when the measure came out larger, the
+      // least recently used idle versions make up the difference.
+      await this.#trimToBudget(version);
       this.#armIdle(version);
       this.#emit(version, 'resident', reason, {
         residentBytes: this.needOf(version),
@@ -206,6 +210,21 @@ export class ModelResidency {
           `${version.label} needs about ${mib(need)} MiB to load, and model_memory_budget (${mib(budget)} MiB, ${mib(this.usedBytes())} MiB in use) stayed full of models that are pinned, busy or loading for its startupTimeout (${version.settings.startupTimeoutMs / 1000} s). Retry later, unpin a model, or raise model_memory_budget`,
           { details: { neededBytes: need, memoryBudgetBytes: budget, usedBytes: this.usedBytes() } },
         );
+    }
+  }
+
+  /** Unloads least recently used idle versions (never `keep`) while more than the budget is in use. */
+  async #trimToBudget(keep: ModelVersion): Promise<void> {
+    const budget = this.memoryBudgetBytes;
+    if (budget === undefined) return;
+    for (;;) {
+      const over = this.usedBytes() - budget;
+      if (over <= 0) return;
+      const lru = [...this.#options.versions()]
+        .filter((v) => v !== keep && this.#isEvictable(v))
+        .sort((a, b) => this.#lastUse(a) - this.#lastUse(b))[0];
+      if (lru === undefined) return;
+      await this.unload(lru, 'evicted');
     }
   }
 

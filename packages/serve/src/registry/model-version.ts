@@ -222,6 +222,11 @@ export class ModelVersion extends EventEmitter<{
     return this.pool.readyCount > 0 ? 'resident' : 'loading';
   }
 
+  /** The load or unload the registry's residency runs now, if any. */
+  get transition(): 'loading' | 'unloading' | undefined {
+    return this.#transition;
+  }
+
   /** Set by the registry's residency while it loads or unloads the version (undefined: settled). */
   setTransition(transition: 'loading' | 'unloading' | undefined): void {
     this.#transition = transition;
