@@ -27,7 +27,7 @@ import {
 } from '@marina/handlers';
 import { createServeError } from '../errors.ts';
 import type { JobResult } from '../scheduling/job.ts';
-import type { ModelRegistry, PredictOptions } from '../registry/model-registry.ts';
+import type { ModelRegistry, PredictOptions, PredictResult } from '../registry/model-registry.ts';
 import type { ModelVersion } from '../registry/model-version.ts';
 import { readOnnxSignature } from './onnx-signature.ts';
 
@@ -167,6 +167,23 @@ export class DataPlane {
       this.#signatures.set(version, signature);
     }
     return { version, signature };
+  }
+
+  /** The names of the registered models, in registration order. */
+  modelNames(): string[] {
+    return this.#registry.list().map((m) => m.modelName);
+  }
+
+  /**
+   * Explanations: Marina's handlers have no explain(); TorchServe answers a handler without one
+   * with 503 "Prediction failed" (its BaseHandler has no get_insights), and so does Marina.
+   * @throws MARINA_ERR_EXPLAIN_NOT_SUPPORTED, or not found (404).
+   */
+  explain(modelName: string, modelVersion?: string): never {
+    const version = this.#registry.getVersion(modelName, modelVersion);
+    throw createServeError.MARINA_ERR_EXPLAIN_NOT_SUPPORTED(
+      `Prediction failed: the handler '${version.handler}' of model ${modelName} version ${version.modelVersion} has no explain; Marina's handlers do not implement explanations (use /predictions)`,
+    );
   }
 
   /** OIP model metadata; `versions` lists every version when none was asked for. */
@@ -334,9 +351,10 @@ export class DataPlane {
    * predict path, with the answer bounded by max_response_size.
    * @throws as ModelRegistry.predict, and MARINA_ERR_RESPONSE_TOO_LARGE.
    */
-  async predict(options: PredictOptions): Promise<JobResult> {
+  async predict(options: PredictOptions): Promise<PredictResult> {
     const result = await this.#registry.predict(this.admitTorchServeInput(options));
-    assertResponseSize(result.body.length, this.#maxResponseBytes);
+    const { text } = result;
+    assertResponseSize(text === undefined ? result.body.length : Buffer.byteLength(text), this.#maxResponseBytes);
     return result;
   }
 
