@@ -49,6 +49,5 @@ export {
   type ModelMetadata,
   type TensorMetadata,
 } from './protocols/data-plane.ts';
-export { readOnnxSignature } from './protocols/onnx-signature.ts';
 export { startGrpcServers, type GrpcServers, type StartGrpcServersOptions } from './protocols/grpc-server.ts';
 export { loadProto, PROTO_LOADER_OPTIONS } from './protocols/grpc-common.ts';
