@@ -60,7 +60,7 @@ describe('many models in a memory budget', () => {
     const isImage = Buffer.isBuffer(body);
     const response = await fetch(`${base}/predictions/${model}`, {
       method: 'POST',
-      body: isImage ? body : JSON.stringify(body),
+      body: isImage ? new Uint8Array(body as Buffer) : JSON.stringify(body),
       headers: { 'content-type': isImage ? 'image/jpeg' : 'application/json' },
     });
     const text = await response.text();
