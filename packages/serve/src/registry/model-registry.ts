@@ -36,8 +36,7 @@ import type {
 } from './model-registry-api.ts';
 import { ModelVersion } from './model-version.ts';
 import { readModelSignature } from './read-model-signature.ts';
-
-const SERVER_VERSION = '0.1.0';
+import { MARINA_VERSION } from '../version.ts';
 
 interface Model {
   versions: Map<string, ModelVersion>;
@@ -338,7 +337,7 @@ export class ModelRegistry implements ModelRegistryApi {
       forceSpinningStopDefault: this.#forceSpinningStopDefault,
       limitMaxImagePixels: this.#config.limitMaxImagePixels,
       maxResponseBytes: this.#config.maxResponseBytes,
-      serverVersion: SERVER_VERSION,
+      serverVersion: MARINA_VERSION,
     };
   }
 
