@@ -21,7 +21,10 @@ describe('thread budget with many models on 2 cores', () => {
     for (const name of ['one', 'two', 'three']) await writeSleepyModel(`${dir.path}/store`, name, 'batchSize: 1\n');
     await writeSleepyModel(dir.path, 'yaml-two', 'minWorkers: 2\nmaxWorkers: 2\n');
     app = await buildApp(
-      testConfig({ modelStore: `${dir.path}/store`, loadModels: 'all', defaultWorkersPerModel: 2, cpuCount: 2 }, dir.path),
+      testConfig(
+        { modelStore: `${dir.path}/store`, loadModels: 'all', defaultWorkersPerModel: 2, cpuCount: 2 },
+        dir.path,
+      ),
       { log: (level, message) => level === 'warn' && warnings.push(message) },
     );
   });
@@ -46,7 +49,7 @@ describe('thread budget with many models on 2 cores', () => {
     expect(warnings.filter((w) => w.includes('oversubscribed'))).toHaveLength(1);
   });
 
-  it("registers an archive whose model-config.yaml asks for minWorkers: 2, and scales another to min_worker=2, warning no more", async () => {
+  it('registers an archive whose model-config.yaml asks for minWorkers: 2, and scales another to min_worker=2, warning no more', async () => {
     const registered = await app.registry.register({ url: 'yaml-two', archivePath: `${dir.path}/yaml-two` });
     expect(registered).toMatchObject({ workersRequested: 2, workersReady: 2 });
     await app.registry.scale('one', undefined, { minWorkers: 3, maxWorkers: 3, synchronous: true });
