@@ -53,6 +53,7 @@ describe.runIf(isLinux)('memory after an unload', () => {
         join(dir.path, 'resnet18'),
         join(dir.path, 'sample.jpg'),
         '4',
+        dir.path,
       ],
       { env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '1048576' }, stdio: ['ignore', 'pipe', 'inherit'] },
     );

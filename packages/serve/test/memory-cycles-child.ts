@@ -2,7 +2,7 @@
  * Run by memory-after-unload.test.ts in a process of its own (so its memory is only the server's,
  * with the environment serve sets): registers the model folder given, then `cycles` times sends
  * one request (a demand load) and unloads it, printing the process's PSS at each step as JSON.
- * Usage: node --expose-gc --conditions=development --import tsx memory-cycles-child.ts <modelDir> <jpeg> <cycles>
+ * Usage: node --expose-gc --conditions=development --import tsx memory-cycles-child.ts <modelDir> <jpeg> <cycles> <rootDir>
  */
 import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -10,7 +10,7 @@ import { buildApp } from '../src/index.ts';
 import { readProcessMemoryBytes } from '../src/metrics/process-memory.ts';
 import { testConfig } from './helpers.ts';
 
-const [modelDir, jpegPath, cyclesText] = process.argv.slice(2);
+const [modelDir, jpegPath, cyclesText, rootDir] = process.argv.slice(2);
 const jpeg = await readFile(jpegPath!);
 const settle = async () => {
   // Collect what JavaScript let go of, twice, so PSS shows native memory, not garbage waiting.
@@ -18,7 +18,7 @@ const settle = async () => {
   await new Promise((resolve) => setTimeout(resolve, 200));
   (globalThis as { gc?: () => void }).gc?.();
 };
-const app = await buildApp(testConfig({ cpuCount: 2 }, tmpdir()));
+const app = await buildApp(testConfig({ cpuCount: 2 }, rootDir ?? tmpdir()));
 const base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
 await app.registry.register({ url: 'model', archivePath: modelDir!, modelName: 'model', load: false });
 await settle();
