@@ -169,6 +169,8 @@ interface RawConfig {
   grpc_inference_max_connection_age_grace_ms?: number;
   grpc_management_max_connection_age_grace_ms?: number;
   enable_grpc_ssl: boolean;
+  modelmesh_runtime_port?: number;
+  modelmesh_runtime_address: string;
   autoscale_interval_ms: number;
   autoscale_scale_up_queue_depth: number;
   autoscale_scale_up_after_ms: number;
@@ -411,6 +413,10 @@ export function resolveServerConfig(
     for (const key of ['private_key_file', 'certificate_file'] as const)
       assertReadableTlsFile({ key, value: checked[key]!, origin: origin(key), cwd });
   }
+  if (checked.modelmesh_runtime_port !== undefined && !isLoopbackHost(checked.modelmesh_runtime_address))
+    warnings.push(
+      `${origin('modelmesh_runtime_address')}: the ModelMesh model-runtime SPI (no token authorization: ModelMesh sends no key) listens on ${checked.modelmesh_runtime_address}, which other machines can reach; keep it on 127.0.0.1, where ModelMesh's container calls it`,
+    );
   if (checked.disable_token_authorization) {
     const exposed = [inferenceAddress, managementAddress].filter((address) => !isLoopbackHost(address.host));
     if (exposed.length > 0)
@@ -531,6 +537,9 @@ export function resolveServerConfig(
       },
       isSslEnabled: checked.enable_grpc_ssl,
     },
+    ...(checked.modelmesh_runtime_port === undefined
+      ? {}
+      : { modelMeshRuntime: { host: checked.modelmesh_runtime_address, port: checked.modelmesh_runtime_port } }),
     resourceLimits: {
       requestTimeoutMs: checked.request_timeout_ms,
       downloadTimeoutMs: checked.download_timeout_ms,
