@@ -126,7 +126,8 @@ export class ModelRuntimeService {
 
   async #load(request: LoadModelRequest): Promise<LoadModelResponse> {
     const { modelId } = request;
-    if (this.#owned.has(modelId) && this.#isRegistered(modelId)) return this.#answer(await this.#registry.load(modelId));
+    if (this.#owned.has(modelId) && this.#isRegistered(modelId))
+      return this.#answer(await this.#registry.load(modelId));
     let resolved: ResolvedModelPath;
     try {
       assertModelIdentity(modelId, '1.0');
@@ -185,7 +186,9 @@ export class ModelRuntimeService {
   /** The model's measured resident bytes. @throws MARINA_ERR_MODEL_NOT_FOUND */
   modelSize(request: { modelId: string }): { sizeInBytes: number } {
     if (!this.#owned.has(request.modelId))
-      throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${request.modelId} (ModelMesh loaded no such model)`);
+      throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(
+        `Model not found: ${request.modelId} (ModelMesh loaded no such model)`,
+      );
     const [description] = this.#registry.describe(request.modelId);
     return { sizeInBytes: Math.max(0, Math.round(description?.residentBytes ?? 0)) };
   }

@@ -136,7 +136,8 @@ export async function resolveModelPath(options: ResolveModelPathOptions): Promis
     for (const entry of await readdir(real)) {
       if (entry.startsWith('.')) continue;
       names.push(entry);
-      if (names.length > MAX_FOLDER_ENTRIES) throw invalid(modelPath, `is a folder with more than ${MAX_FOLDER_ENTRIES} entries`);
+      if (names.length > MAX_FOLDER_ENTRIES)
+        throw invalid(modelPath, `is a folder with more than ${MAX_FOLDER_ENTRIES} entries`);
     }
     const candidates = names.filter((name) => ARCHIVE_NAME.test(name) || ONNX_NAME.test(name));
     if (candidates.length !== 1)
@@ -156,7 +157,8 @@ export async function resolveModelPath(options: ResolveModelPathOptions): Promis
     if (options.isWrapping === false) return { archivePath: real, kind: 'wrapped-onnx', diskBytes: stats.size };
     return { archivePath: await wrapOnnx(real, options), kind: 'wrapped-onnx', diskBytes: stats.size };
   }
-  if (!(await isArchiveFile(real))) throw invalid(modelPath, 'is a file that is neither a zip (.mar) nor a gzip (.tar.gz) archive nor an .onnx');
+  if (!(await isArchiveFile(real)))
+    throw invalid(modelPath, 'is a file that is neither a zip (.mar) nor a gzip (.tar.gz) archive nor an .onnx');
   return { archivePath: real, kind: 'archive', diskBytes: stats.size };
 }
 

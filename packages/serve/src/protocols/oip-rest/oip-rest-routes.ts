@@ -191,7 +191,9 @@ function repositoryBody(body: unknown, allowed: readonly string[]): Record<strin
       `unknown field${unknown.length === 1 ? '' : 's'} ${unknown
         .slice(0, 5)
         .map((key) => JSON.stringify(key.slice(0, 100)))
-        .join(', ')}; this request takes ${allowed.length === 0 ? 'no fields' : allowed.map((key) => `"${key}"`).join(', ')}`,
+        .join(
+          ', ',
+        )}; this request takes ${allowed.length === 0 ? 'no fields' : allowed.map((key) => `"${key}"`).join(', ')}`,
     );
   return value as Record<string, unknown>;
 }
