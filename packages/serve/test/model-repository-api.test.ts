@@ -119,7 +119,7 @@ describe('register with initial_workers=0 and the pin', () => {
         headers: { authorization: `Bearer ${keys.management}` },
       });
     const minWorkers = app.registry.describe('alpha')[0]!.minWorkers;
-    const pinned = await put('pinned=true&synchronous=true');
+    const pinned = await put('pinned=true');
     expect(pinned.status).toBe(200);
     expect(((await pinned.json()) as { status: string }).status).toMatch(/^Model "alpha" Version: 1.0 pinned/);
     expect(app.registry.describe('alpha')[0]).toMatchObject({ pinned: true, state: 'resident', minWorkers });

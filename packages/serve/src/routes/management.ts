@@ -504,8 +504,8 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   /**
    * PUT /models/{name}[/{version}]?pinned=true|false: the pin is one more serving setting of the
    * version, next to its workers, so it lives on the route that sets those (same key, same version
-   * addressing, one snapshot per change); TorchServe's clients never send it. With synchronous=true
-   * a pin answers once the version is resident.
+   * addressing, one snapshot per change); TorchServe's clients never send it. Pinning a version that
+   * is not resident loads it; the call answers once it is.
    */
   const pin = async (
     request: FastifyRequest,
@@ -516,7 +516,6 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   ) => {
     const isPinned = query.pinned === true;
     await registry.setPinned(modelName, modelVersion, isPinned);
-    if (isPinned && isTrue(query.synchronous, false)) await registry.load(modelName, modelVersion, { reason: 'api' });
     const [description] = registry.describe(modelName, modelVersion);
     return status(
       request,

@@ -40,7 +40,7 @@ export interface ModelRuntimeRegistry {
   /** model_memory_budget in bytes; undefined without a budget. */
   readonly memoryBudgetBytes: number | undefined;
   /** A conservative size before anything is loaded (predictModelSize). */
-  estimateModelBytes(options: { archivePath: string }): Promise<number>;
+  estimateModelBytes(options: { modelDir: string }): Promise<number>;
 }
 
 export interface ModelRuntimeServiceOptions {
@@ -151,6 +151,8 @@ export class ModelRuntimeService {
         url: request.modelPath.slice(0, 1000),
         archivePath: resolved.archivePath,
         modelName: modelId,
+        // Registered first, then loaded once: a load that waits for room in the budget waits one startupTimeout, not two.
+        load: false,
         synchronous: true,
         // A wrapped .onnx folder is Marina's own copy: unregister deletes it.
         isDownloaded: resolved.kind === 'wrapped-onnx',
@@ -203,7 +205,7 @@ export class ModelRuntimeService {
       wrapDir: this.#wrapDir,
       isWrapping: false,
     });
-    return { sizeInBytes: Math.round(await this.#registry.estimateModelBytes({ archivePath: resolved.archivePath })) };
+    return { sizeInBytes: Math.round(await this.#registry.estimateModelBytes({ modelDir: resolved.archivePath })) };
   }
 
   /**
