@@ -38,7 +38,8 @@ beforeAll(async () => {
     ...configFromProperties(
       {
         inference_address: 'http://127.0.0.1:0',
-        management_address: 'http://127.0.0.1:0',
+        // Another host name than the inference address: two listeners (both bound to 127.0.0.1 below), as by default.
+        management_address: 'http://localhost:0',
         grpc_inference_port: '0',
         grpc_management_port: '0',
         enable_metrics_api: 'false',

@@ -40,6 +40,8 @@ beforeAll(async () => {
   dir = await tempDir('marina-modelmesh-');
   store = join(dir.path, 'models');
   // /models/<modelId>/ as ModelMesh's storage helper leaves it: one .mar, an extracted archive, one .onnx.
+  for (const folder of ['src', 'outside', 'models/mm-onnx', 'models/two-models'])
+    await mkdir(join(dir.path, folder), { recursive: true });
   await writeTinyTensorModel({ outputPath: join(dir.path, 'src', 'model.onnx') });
   await packArchive({
     modelName: 'packed',
@@ -56,9 +58,7 @@ beforeAll(async () => {
     writeModel: (path) => writeTinyTensorModel({ outputPath: path }),
   });
   await writeTinyTensorModel({ outputPath: join(store, 'mm-onnx', 'model.onnx') });
-  await mkdir(join(dir.path, 'outside'), { recursive: true });
   await writeTinyTensorModel({ outputPath: join(dir.path, 'outside', 'model.onnx') });
-  await mkdir(join(store, 'two-models'), { recursive: true });
   await writeTinyTensorModel({ outputPath: join(store, 'two-models', 'a.onnx') });
   await writeTinyTensorModel({ outputPath: join(store, 'two-models', 'b.onnx') });
   await writeFile(join(store, 'not-a-model.onnx.txt'), 'text');

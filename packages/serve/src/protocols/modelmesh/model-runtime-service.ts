@@ -97,6 +97,8 @@ export class ModelRuntimeService {
   readonly #owned = new Map<string, ResolvedModelPath>();
   /** modelId → its loadModel in progress: a second call shares it, unloadModel waits for it. */
   readonly #loading = new Map<string, Promise<LoadModelResponse>>();
+  /** Errors of loadModel calls that failed before registering anything (answered as such, see beforeAttempt). */
+  readonly #beforeAttempt = new WeakSet<object>();
 
   constructor(options: ModelRuntimeServiceOptions) {
     this.#registry = options.registry;
@@ -143,7 +145,8 @@ export class ModelRuntimeService {
         wrapDir: this.#wrapDir,
       });
     } catch (error) {
-      throw Object.assign(new Error('before attempt'), { grpc: beforeAttempt(error) });
+      if (error !== null && typeof error === 'object') this.#beforeAttempt.add(error);
+      throw error;
     }
     this.#owned.set(modelId, resolved);
     try {
@@ -243,8 +246,8 @@ export class ModelRuntimeService {
           .then(
             (value) => callback(null, value),
             (error: unknown) => {
-              const early = (error as { grpc?: Partial<grpc.StatusObject> }).grpc;
-              callback((early ?? toGrpcError(error)) as grpc.ServiceError);
+              const isEarly = error !== null && typeof error === 'object' && this.#beforeAttempt.has(error);
+              callback((isEarly ? beforeAttempt(error) : toGrpcError(error)) as grpc.ServiceError);
             },
           );
       };
