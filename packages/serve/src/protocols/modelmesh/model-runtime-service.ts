@@ -16,7 +16,7 @@ import type { ServerConfig } from '../../config/server-config.ts';
 import { createServeError, toMarinaError } from '../../errors.ts';
 import type { ModelDescription, RegisterModelOptions } from '../../registry/model-registry-api.ts';
 import { SERVER_VERSION } from '../data-plane.ts';
-import { toGrpcError } from '../grpc-common.ts';
+import { grpcError } from '../error-map.ts';
 import { removeWrapped, resolveModelPath, type ResolvedModelPath } from './resolve-model-path.ts';
 
 /**
@@ -81,9 +81,9 @@ const UINT32_MAX = 2 ** 32 - 1;
  * A gRPC error for a loadModel that failed before anything was registered: ModelMesh reads
  * INVALID_ARGUMENT / FAILED_PRECONDITION as "no attempt to load was made, no space is used".
  */
-function beforeAttempt(error: unknown): Partial<grpc.StatusObject> {
+function beforeAttempt(error: unknown): grpc.StatusObject {
   const e: MarinaError = toMarinaError(error);
-  const status = toGrpcError(e);
+  const status = grpcError(e);
   if (e.statusCode >= 400 && e.statusCode < 500)
     status.code = e.statusCode === 400 ? grpc.status.INVALID_ARGUMENT : grpc.status.FAILED_PRECONDITION;
   return status;
@@ -247,7 +247,8 @@ export class ModelRuntimeService {
             (value) => callback(null, value),
             (error: unknown) => {
               const isEarly = error !== null && typeof error === 'object' && this.#beforeAttempt.has(error);
-              callback((isEarly ? beforeAttempt(error) : toGrpcError(error)) as grpc.ServiceError);
+              const status = isEarly ? beforeAttempt(error) : grpcError(error);
+              callback(Object.assign(new Error(status.details), status));
             },
           );
       };
