@@ -228,6 +228,23 @@ describe('ModelMesh model-runtime SPI', () => {
     expect(names.filter((name) => name.startsWith('mm-'))).toEqual([]);
   });
 
+  it('is configured with modelmesh_runtime_port (needs model_memory_budget) and warns when off loopback', () => {
+    const base = { model_store: store, modelmesh_runtime_port: '8085' };
+    expect(() => configFromProperties(base, { cwd: dir.path, env: {} })).toThrow(
+      expect.objectContaining({
+        code: 'MARINA_ERR_CONFIG_VALUE_INVALID',
+        message: expect.stringMatching(/model_memory_budget/),
+      }),
+    );
+    const exposed = configFromProperties(
+      { ...base, model_memory_budget: '1GB', modelmesh_runtime_address: '0.0.0.0' },
+      { cwd: dir.path, env: {} },
+    );
+    expect(exposed.modelMeshRuntime).toEqual({ host: '0.0.0.0', port: 8085 });
+    expect(exposed.warnings.join('\n')).toMatch(/ModelMesh model-runtime SPI .* listens on 0\.0\.0\.0/);
+    expect(configFromProperties({ model_store: store }, { cwd: dir.path, env: {} }).modelMeshRuntime).toBeUndefined();
+  });
+
   it('fails with MARINA_ERR_ADDRESS_IN_USE when its port is taken', async () => {
     const blocker = createServer();
     await new Promise<void>((resolve) => blocker.listen({ host: '127.0.0.1', port: 0 }, resolve));
