@@ -39,8 +39,7 @@ import { estimateModelBytes } from './memory-estimate.ts';
 import { ModelResidency } from './model-residency.ts';
 import { ModelVersion } from './model-version.ts';
 import { readModelSignature } from './read-model-signature.ts';
-
-const SERVER_VERSION = '0.1.0';
+import { MARINA_VERSION } from '../version.ts';
 
 interface Model {
   versions: Map<string, ModelVersion>;
@@ -477,7 +476,7 @@ export class ModelRegistry implements ModelRegistryApi {
       forceSpinningStopDefault: this.#forceSpinningStopDefault,
       limitMaxImagePixels: this.#config.limitMaxImagePixels,
       maxResponseBytes: this.#config.maxResponseBytes,
-      serverVersion: SERVER_VERSION,
+      serverVersion: MARINA_VERSION,
     };
   }
 

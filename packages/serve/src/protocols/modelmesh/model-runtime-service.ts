@@ -15,7 +15,7 @@ import type { MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../../config/server-config.ts';
 import { createServeError, toMarinaError } from '../../errors.ts';
 import type { ModelDescription, RegisterModelOptions } from '../../registry/model-registry-api.ts';
-import { SERVER_VERSION } from '../data-plane.ts';
+import { MARINA_VERSION } from '../../version.ts';
 import { grpcError } from '../error-map.ts';
 import { removeWrapped, resolveModelPath, type ResolvedModelPath } from './resolve-model-path.ts';
 
@@ -226,7 +226,7 @@ export class ModelRuntimeService {
       // A load may first wait for room in the budget (up to startupTimeout), then load (up to startupTimeout).
       modelLoadingTimeoutMs: Math.min(UINT32_MAX, 2 * startupMs),
       defaultModelSizeInBytes: DEFAULT_MODEL_SIZE_BYTES,
-      runtimeVersion: SERVER_VERSION,
+      runtimeVersion: MARINA_VERSION,
       numericRuntimeVersion: 0,
       methodInfos: Object.fromEntries(
         Object.entries(ID_INJECTED_METHODS).map(([name, path]) => [name, { idInjectionPath: path }]),
