@@ -129,7 +129,7 @@ describe('register with initial_workers=0 and the pin', () => {
     expect(app.registry.describe('alpha')[0]).toMatchObject({ pinned: false, minWorkers });
     const bad = await put('pinned=maybe');
     expect(bad.status).toBe(400);
-    expect(((await bad.json()) as { marinaCode: string }).marinaCode).toBe('MARINA_ERR_MANAGEMENT_BAD_REQUEST');
+    expect(((await bad.json()) as { marinaCode: string }).marinaCode).toBe('MARINA_ERR_BAD_REQUEST');
   });
 });
 
