@@ -16,6 +16,7 @@ import { authErrors } from '../packages/serve/src/auth/auth-errors.ts';
 import { downloadErrors } from '../packages/serve/src/model-download/download-errors.ts';
 import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
 import { managementErrors } from '../packages/serve/src/routes/management.ts';
+import { trafficErrors } from '../packages/serve/src/registry/traffic-policy.ts';
 import { clientErrorDefinitions } from '../packages/client/src/errors.ts';
 import { quantizeErrors } from '../packages/quantize/src/errors.ts';
 import { repoRoot } from './helpers.ts';
@@ -31,6 +32,7 @@ const registries: Record<string, Record<string, ErrorDefinition>> = {
   'serve/model-download': downloadErrors.definitions,
   'serve/snapshot': snapshotErrors.definitions,
   'serve/management': managementErrors.definitions,
+  'serve/traffic': trafficErrors.definitions,
   client: clientErrorDefinitions,
   quantize: quantizeErrors.definitions,
 };

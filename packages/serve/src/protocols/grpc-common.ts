@@ -5,6 +5,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import type { MarinaError } from '@marina/errors';
 import type { TokenAuthorization } from '../auth/token-authorization.ts';
 import { toMarinaError } from '../errors.ts';
+import { MODEL_VERSION_HEADER } from './data-plane.ts';
 
 const PROTO_DIR = fileURLToPath(new URL('../../protos/', import.meta.url));
 
@@ -20,7 +21,12 @@ export const PROTO_LOADER_OPTIONS: protoLoader.Options = {
 
 /** Loads one of the .proto files shipped in packages/serve/protos (for servers and test clients). */
 export function loadProto(
-  file: 'grpc_predict_v2.proto' | 'open_inference_grpc.proto' | 'inference.proto' | 'management.proto',
+  file:
+    | 'grpc_predict_v2.proto'
+    | 'open_inference_grpc.proto'
+    | 'inference.proto'
+    | 'management.proto'
+    | 'marina_management.proto',
 ): grpc.GrpcObject {
   return grpc.loadPackageDefinition(protoLoader.loadSync(file, PROTO_LOADER_OPTIONS));
 }
@@ -52,6 +58,21 @@ export function toGrpcError(error: unknown): Partial<grpc.StatusObject> {
   const metadata = new grpc.Metadata();
   metadata.set('marina-error-code', e.code);
   return { code: grpcStatusOf(e.statusCode), details: e.message, metadata };
+}
+
+/** A call's metadata as request headers (string values, without `authorization`): the sticky key, for the handler. */
+export function headersOf(metadata: grpc.Metadata): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries(metadata.getMap()))
+    if (k !== 'authorization') headers[k] = typeof v === 'string' ? v : v.toString('utf8');
+  return headers;
+}
+
+/** Response metadata saying which model version answered (`x-marina-model-version`). */
+export function versionMetadata(modelVersion: string): grpc.Metadata {
+  const metadata = new grpc.Metadata();
+  metadata.set(MODEL_VERSION_HEADER, modelVersion);
+  return metadata;
 }
 
 export type KeyCheck = (call: { metadata: grpc.Metadata }) => Partial<grpc.StatusObject> | undefined;

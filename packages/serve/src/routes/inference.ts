@@ -3,7 +3,7 @@ import multipart from '@fastify/multipart';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createServeError, errorBody, isMarinaError, toMarinaError, type MarinaError } from '../errors.ts';
 import type { ModelRegistry } from '../registry/model-registry.ts';
-import { assertResponseSize, type DataPlane } from '../protocols/data-plane.ts';
+import { assertResponseSize, MODEL_VERSION_HEADER, type DataPlane } from '../protocols/data-plane.ts';
 import type { JobInput } from '../scheduling/job.ts';
 import { serverTimingHeader } from './server-timing.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
@@ -235,6 +235,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         const { text } = result;
         assertResponseSize(text === undefined ? result.body.length : Buffer.byteLength(text), maxResponseBytes);
         reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
+        reply.header(MODEL_VERSION_HEADER, result.modelVersion);
         for (const k in result.headers) reply.header(k, result.headers[k]!);
         // Text goes as it is (node writes it with the head in one write); fastify would call a string
         // without a type text/plain, so an untyped answer keeps the type its bytes would get.

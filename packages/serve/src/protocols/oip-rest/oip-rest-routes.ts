@@ -20,7 +20,7 @@ import {
 } from '@marina/handlers';
 import { declareRouteAuth } from '../../auth/token-authorization.ts';
 import { createServeError, toMarinaError } from '../../errors.ts';
-import type { DataPlane, InferRequest, InferResponse } from '../data-plane.ts';
+import { MODEL_VERSION_HEADER, type DataPlane, type InferRequest, type InferResponse } from '../data-plane.ts';
 
 export interface OipRestRoutesOptions {
   dataPlane: DataPlane;
@@ -332,6 +332,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         headers: headersOf(request),
         arrivedAt,
       });
+      reply.header(MODEL_VERSION_HEADER, response.modelVersion);
       const encoded = encodeInferResponse(response, decoded.binaryOutputs, dataPlane.maxResponseBytes);
       assertResponseSize(encoded.body.length, dataPlane.maxResponseBytes);
       if (encoded.headerLength !== undefined) {

@@ -6,9 +6,9 @@
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { createServeError, toMarinaError } from '../../errors.ts';
-import type { JobResult } from '../../scheduling/job.ts';
+import type { PredictResult } from '../../registry/model-registry.ts';
 import type { DataPlane } from '../data-plane.ts';
-import { grpcStatusOf, toGrpcError, unary, type KeyCheck } from '../grpc-common.ts';
+import { grpcStatusOf, headersOf, toGrpcError, unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
 
 interface PredictionsRequest {
   model_name: string;
@@ -23,7 +23,7 @@ export function createTorchServeInferenceService(options: {
 }): grpc.UntypedServiceImplementation {
   const { dataPlane, checkKey } = options;
 
-  const predict = (request: PredictionsRequest, metadata: grpc.Metadata): Promise<JobResult> => {
+  const predict = (request: PredictionsRequest, metadata: grpc.Metadata): Promise<PredictResult> => {
     const arrivedAt = performance.now();
     if (!request.model_name)
       return Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter model_name is required.'));
@@ -33,15 +33,12 @@ export function createTorchServeInferenceService(options: {
           "the request's input map is empty; put the model input under the key 'data'",
         ),
       );
-    const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(metadata.getMap()))
-      if (k !== 'authorization') headers[k] = typeof v === 'string' ? v : v.toString('utf8');
     return dataPlane.predict({
       modelName: request.model_name,
       modelVersion: request.model_version || undefined,
       requestId: randomUUID(),
       input: { ...request.input },
-      headers,
+      headers: headersOf(metadata),
       arrivedAt,
     });
   };
@@ -52,15 +49,18 @@ export function createTorchServeInferenceService(options: {
     Ping: unary(checkKey, () => ({
       health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2),
     })),
-    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => ({
-      prediction: (await predict(request, call.metadata)).body,
-    })),
+    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => {
+      const result = await predict(request, call.metadata);
+      call.sendMetadata(versionMetadata(result.modelVersion));
+      return { prediction: result.body };
+    }),
     /** Marina's handlers answer once, so the stream carries one message. */
     StreamPredictions: (call: grpc.ServerWritableStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
       if (denied) return call.destroy(Object.assign(new Error(denied.details), denied));
       predict(call.request, call.metadata).then(
         (result) => {
+          call.sendMetadata(versionMetadata(result.modelVersion));
           call.write({ prediction: result.body });
           call.end();
         },
