@@ -17,7 +17,8 @@ import {
   type V2Datatype,
 } from '@marina/handlers';
 import type { DataPlane } from '../data-plane.ts';
-import { headersOf, unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
+import { unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
+import { metadataHeaders } from '../request-headers.ts';
 
 type Contents = Partial<
   Record<
@@ -179,7 +180,7 @@ export function createOipGrpcService(options: {
         ...(r.outputs.length > 0 ? { outputs: r.outputs.map((o) => ({ name: o.name })) } : {}),
         ...(parameters ? { parameters } : {}),
         requestId: randomUUID(),
-        headers: headersOf(call.metadata),
+        headers: metadataHeaders(call.metadata),
         arrivedAt,
       });
       call.sendMetadata(versionMetadata(response.modelVersion));

@@ -6,8 +6,10 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { FastifyInstance } from 'fastify';
+import { MarinaError } from '@marina/errors';
 import { createServeError } from '../../errors.ts';
-import { grpcStatusOf, type KeyCheck } from '../grpc-common.ts';
+import { grpcServiceError } from '../error-map.ts';
+import type { KeyCheck } from '../grpc-common.ts';
 
 type Query = Record<string, string | number | boolean | undefined>;
 
@@ -25,14 +27,13 @@ function given(value: string | number | undefined): string | number | undefined 
 
 /**
  * One gRPC management call as a REST management request on the same server (fastify `inject`, in
- * process): `msg` carries the REST body; a REST error becomes the gRPC status of its HTTP code with
- * the REST message and `marina-error-code` metadata.
+ * process): `msg` carries the REST body; a REST error keeps its code on the gRPC side.
  */
 function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
   return (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}, body?: unknown) =>
     (rpc: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       const denied = checkKey(rpc);
-      if (denied) return callback(denied as grpc.ServiceError);
+      if (denied) return callback(grpcServiceError(denied));
       const search = new URLSearchParams();
       for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
       const authorization = rpc.metadata.get('authorization')[0];
@@ -58,12 +59,10 @@ function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
             } catch {
               /* not JSON: keep the body */
             }
-            const metadata = new grpc.Metadata();
-            if (code) metadata.set('marina-error-code', code);
-            callback({ code: grpcStatusOf(res.statusCode), details: message, metadata } as grpc.ServiceError);
+            // The REST answer's error, as it was before the REST form: one map gives its gRPC form.
+            callback(grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode)));
           },
-          (error: unknown) =>
-            callback({ code: grpc.status.INTERNAL, details: (error as Error).message } as grpc.ServiceError),
+          (error: unknown) => callback(grpcServiceError(error)),
         );
     };
 }
@@ -71,10 +70,7 @@ function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
 /** Answers INVALID_ARGUMENT when a required field is empty (proto3 has no "unset"). */
 function requiredField(name: string | undefined, field: string, callback: grpc.sendUnaryData<unknown>): boolean {
   if (name) return true;
-  const e = createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`);
-  const metadata = new grpc.Metadata();
-  metadata.set('marina-error-code', e.code);
-  callback({ code: grpc.status.INVALID_ARGUMENT, details: e.message, metadata } as grpc.ServiceError);
+  callback(grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`)));
   return false;
 }
 
