@@ -23,6 +23,8 @@ export interface ErrorRegistryEntry {
   owner: string;
   where: string;
   definitions: Readonly<Record<string, ErrorDefinition>>;
+  /** Old names of merged codes → the code each became (still created by the registry's factories). */
+  aliases?: Readonly<Record<string, string>>;
   /** Whether its errors can reach a server's answer (REST or gRPC), so the per-protocol table covers them. */
   isServed: boolean;
 }
@@ -40,7 +42,13 @@ export const errorRegistries: readonly ErrorRegistryEntry[] = [
     definitions: configErrors.definitions,
     isServed: false,
   },
-  { owner: 'serve', where: 'serve: inference and workers', definitions: serveErrors.definitions, isServed: true },
+  {
+    owner: 'serve',
+    where: 'serve: inference and workers',
+    definitions: serveErrors.definitions,
+    aliases: serveErrors.aliases,
+    isServed: true,
+  },
   { owner: 'handlers', where: 'handlers', definitions: handlerErrors.definitions, isServed: true },
   {
     owner: 'serve/management',
@@ -79,4 +87,11 @@ export function allErrorCodes(): Array<{ code: string; definition: ErrorDefiniti
       out.push({ code, definition, registry });
     }
   return out;
+}
+
+/** Every alias once: the old name, the code it became, and the registry that keeps it. */
+export function allErrorAliases(): Array<{ alias: string; code: string; registry: ErrorRegistryEntry }> {
+  return errorRegistries.flatMap((registry) =>
+    Object.entries(registry.aliases ?? {}).map(([alias, code]) => ({ alias, code, registry })),
+  );
 }

@@ -25,6 +25,7 @@ import {
   type V2Datatype,
 } from '@marina/handlers';
 import { createServeError } from '../errors.ts';
+import { MARINA_VERSION } from '../version.ts';
 import type { JobResult } from '../scheduling/job.ts';
 import type { ModelRegistry, PredictOptions, PredictResult } from '../registry/model-registry.ts';
 import type { ModelVersion } from '../registry/model-version.ts';
@@ -33,7 +34,6 @@ import type { ModelVersion } from '../registry/model-version.ts';
 const SMALL_JSON_BODY_BYTES = 64 * 1024;
 
 export const SERVER_NAME = 'marina';
-export const SERVER_VERSION = '0.1.0';
 /** The response header (and gRPC metadata key) that says which model version answered. */
 export const MODEL_VERSION_HEADER = 'x-marina-model-version';
 /** Open Inference Protocol extensions Marina implements. */
@@ -129,7 +129,7 @@ export class DataPlane {
   }
 
   serverMetadata(): { name: string; version: string; extensions: string[] } {
-    return { name: SERVER_NAME, version: SERVER_VERSION, extensions: [...SERVER_EXTENSIONS] };
+    return { name: SERVER_NAME, version: MARINA_VERSION, extensions: [...SERVER_EXTENSIONS] };
   }
 
   /** The process serves requests (false once closing). */

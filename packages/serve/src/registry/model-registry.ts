@@ -39,8 +39,7 @@ import { ModelVersion } from './model-version.ts';
 import { readModelSignature } from './read-model-signature.ts';
 import { ShadowTraffic, type ShadowStats } from './shadow-traffic.ts';
 import { checkTrafficPolicy, TrafficRoute, trafficErrors, type TrafficPolicy } from './traffic-policy.ts';
-
-const SERVER_VERSION = '0.1.0';
+import { MARINA_VERSION } from '../version.ts';
 
 interface Model {
   versions: Map<string, ModelVersion>;
@@ -359,7 +358,7 @@ export class ModelRegistry implements ModelRegistryApi {
       forceSpinningStopDefault: this.#forceSpinningStopDefault,
       limitMaxImagePixels: this.#config.limitMaxImagePixels,
       maxResponseBytes: this.#config.maxResponseBytes,
-      serverVersion: SERVER_VERSION,
+      serverVersion: MARINA_VERSION,
     };
   }
 

@@ -13,6 +13,7 @@ import { sendTorchServeJson } from '../auth/torchserve-response.ts';
 import { sendTorchServeError } from '../protocols/error-map.ts';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createModelUrlResolver, DownloadSlots, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
+import { createServeError } from '../errors.ts';
 import { managementErrors } from './management-errors.ts';
 import { workflowsNotImplemented } from './inference.ts';
 import { downloadErrors } from '../model-download/download-errors.ts';
@@ -225,13 +226,10 @@ export async function managementRoutes(app: FastifyInstance, options: Management
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error.validation) {
-      return sendTorchServeError(
-        reply,
-        create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(`Invalid parameter: ${error.message}`),
-      );
+      return sendTorchServeError(reply, createServeError.MARINA_ERR_BAD_REQUEST(`Invalid parameter: ${error.message}`));
     }
     if (!isMarinaError(error) && typeof error.statusCode === 'number' && error.statusCode < 500) {
-      return sendTorchServeError(reply, create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(error.message));
+      return sendTorchServeError(reply, createServeError.MARINA_ERR_BAD_REQUEST(error.message));
     }
     const body = sendTorchServeError(reply, error);
     if (!isMarinaError(error) || error.statusCode >= 500) options.onError?.(error);
@@ -323,7 +321,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
         throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
       }
       if (params.runtime !== undefined && !REGISTER_RUNTIMES.includes(params.runtime)) {
-        throw create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(
+        throw createServeError.MARINA_ERR_BAD_REQUEST(
           `Invalid RuntimeType value: ${params.runtime} (one of ${REGISTER_RUNTIMES.join(', ')})`,
         );
       }
@@ -465,7 +463,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     const minWorkers = query.min_worker ?? 1;
     const maxWorkers = query.max_worker ?? minWorkers;
     if (maxWorkers < minWorkers)
-      throw create.MARINA_ERR_WORKER_RANGE_INVALID('max_worker cannot be less than min_worker.');
+      throw createServeError.MARINA_ERR_INVALID_WORKER_COUNT('max_worker cannot be less than min_worker.');
     const synchronous = isTrue(query.synchronous, false);
     // With synchronous=false the registry resolves once the change is accepted (after checking
     // name and version, so an unknown model is still a 404 as in TorchServe).
