@@ -123,6 +123,21 @@ export class StandInRegistry implements ModelRegistryApi {
     return { workers: entry.workers };
   }
 
+  async load(name: string, version?: string): Promise<ModelDescription> {
+    this.calls.push(`load ${name}`);
+    return this.describe(name, version)[0]!;
+  }
+
+  async unload(name: string, version?: string): Promise<void> {
+    this.version(name, version);
+    this.calls.push(`unload ${name}`);
+  }
+
+  async setPinned(name: string, version: string | undefined, pinned: boolean): Promise<void> {
+    this.version(name, version);
+    this.calls.push(`pin ${name} ${pinned}`);
+  }
+
   setDefault(name: string, version: string): void {
     this.version(name, version);
     this.models.get(name)!.defaultVersion = version;

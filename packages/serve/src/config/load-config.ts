@@ -11,6 +11,7 @@ import { configError } from './config-errors.ts';
 import { parseProperties, type ParsedProperties, type PropertyEntry } from './properties-parser.ts';
 import { parseListenAddress, isLoopbackHost } from './parse-listen-address.ts';
 import { parseLoadModels } from './parse-load-models.ts';
+import { parseMemoryBudget } from './parse-memory-budget.ts';
 import { parseSnapshot } from '../snapshot/snapshot-store.ts';
 import { parseTrafficPolicy, type TrafficPolicy } from '../registry/traffic-policy.ts';
 import {
@@ -181,6 +182,9 @@ interface RawConfig {
   max_concurrent_downloads: number;
   extraction_cache_max_bytes: number;
   optimized_model_cache_max_bytes: number;
+  model_memory_budget?: string;
+  idle_unload_seconds: number;
+  unload_grace_seconds: number;
 }
 
 interface RawValue {
@@ -557,6 +561,18 @@ export function resolveServerConfig(
       maxConcurrentDownloads: checked.max_concurrent_downloads,
       extractionCacheMaxBytes: checked.extraction_cache_max_bytes,
       optimizedModelCacheMaxBytes: checked.optimized_model_cache_max_bytes,
+    },
+    residency: {
+      ...(checked.model_memory_budget !== undefined
+        ? {
+            memoryBudgetBytes: parseMemoryBudget({
+              value: checked.model_memory_budget,
+              origin: origin('model_memory_budget'),
+            }),
+          }
+        : {}),
+      idleUnloadSeconds: checked.idle_unload_seconds,
+      unloadGraceSeconds: checked.unload_grace_seconds,
     },
     ...(checked.private_key_file ? { privateKeyFile: path.resolve(cwd, checked.private_key_file) } : {}),
     ...(checked.certificate_file ? { certificateFile: path.resolve(cwd, checked.certificate_file) } : {}),

@@ -108,7 +108,10 @@ export function normaliseModels(
           if (typeof value === 'number' && value > 0)
             normalised[POSITIVE_INTEGER_KEYS[key as keyof typeof POSITIVE_INTEGER_KEYS]] = value;
         } else if (key === 'defaultVersion') normalised.defaultVersion = value === true;
-        else if (key === 'marName') normalised.marName = String(value);
+        else if (key === 'pinned') normalised.pinned = value === true;
+        else if (key === 'idleUnloadSeconds') {
+          if (typeof value === 'number' && value >= 0) normalised.idleUnloadSeconds = value;
+        } else if (key === 'marName') normalised.marName = String(value);
         else if (!IGNORED_VERSION_KEYS.has(key)) unknown.push(key);
       }
       if (unknown.length > 0)

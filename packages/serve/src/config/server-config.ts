@@ -29,6 +29,10 @@ export interface ModelVersionSettings {
   jobQueueSize?: number;
   /** Intra-op threads per worker (Marina's extension; TorchServe has none). */
   intraOpNumThreads?: number;
+  /** Keep this version resident: never evicted nor idle-unloaded (Marina extension). */
+  pinned?: boolean;
+  /** Unload this version after this many seconds without a request; 0 = never (Marina extension). */
+  idleUnloadSeconds?: number;
 }
 
 /** One entry of load_models / --models: `file.mar`, `name=file.mar`, a URL, or a folder. */
@@ -138,6 +142,8 @@ export interface ServerConfig {
    * "Security model"). Undefined or a missing field means the default given with each field.
    */
   resourceLimits?: ResourceLimits;
+  /** Which models stay in memory (Marina extension; see docs/guides/many-models.md). Undefined: no budget, no idle unload, 10 s grace. */
+  residency?: ResidencySettings;
   /** Absolute path of the config file that was read; undefined when only defaults, CLI and env applied. */
   configFile?: string;
   /** Where `configFile` was found (TorchServe's order); undefined when there is none. */
@@ -150,6 +156,16 @@ export interface GrpcListenAddress {
   port: number;
   maxConnectionAgeMs?: number;
   maxConnectionAgeGraceMs?: number;
+}
+
+/** The `residency` of a ServerConfig: how many models stay resident and how they leave. */
+export interface ResidencySettings {
+  /** model_memory_budget, bytes; undefined = no budget (every registered model stays resident). */
+  memoryBudgetBytes?: number;
+  /** idle_unload_seconds: unload a model nobody called for this long; 0 = never. Default 0. */
+  idleUnloadSeconds?: number;
+  /** unload_grace_seconds: how long an unload waits for a running batch before answering it 503. Default 10. */
+  unloadGraceSeconds?: number;
 }
 
 /** The `resourceLimits` of a ServerConfig. */

@@ -4,6 +4,7 @@
  * Uses its own prom-client Registry, never the global one, so two servers in one process
  * (tests) do not share counters.
  */
+import { registerResidencyMetrics } from './residency-metrics.ts';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type {
   BatchDoneEvent,
@@ -471,6 +472,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
   };
   registry.events.on('request', onRequest);
   registry.events.on('batch', onBatch);
+  const offResidency = registerResidencyMetrics({ promRegistry, registry });
   registry.events.on('workerLoaded', onWorkerLoaded);
   const writeSystemMetrics = (): void => {
     for (const [name, unit, value] of systemGauges) {
@@ -518,6 +520,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
       registry.events.off('request', onRequest);
       registry.events.off('batch', onBatch);
       registry.events.off('workerLoaded', onWorkerLoaded);
+      offResidency();
     },
   };
 }
