@@ -173,6 +173,16 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     const restored = await restoreSnapshotModels(app, registrations, snapshot?.path);
     const startup = await app.loadStartupModels(options.onProgress ? { onProgress: options.onProgress } : {});
     await restored.start();
+    // The snapshot's traffic policies, once their versions are back; a policy whose versions did not all come back is reported and left out (100 % to the default version).
+    for (const [modelName, policy] of Object.entries(snapshot?.traffic ?? {})) {
+      try {
+        app.registry.setTrafficPolicy(modelName, policy);
+      } catch (error) {
+        warnings.push(
+          `the snapshot's traffic policy of model '${modelName}' was not restored: ${(error as Error).message}`,
+        );
+      }
+    }
     const loaded = [
       ...restored.loaded,
       ...startup.loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`),

@@ -13,9 +13,11 @@ import { parseListenAddress, isLoopbackHost } from './parse-listen-address.ts';
 import { parseLoadModels } from './parse-load-models.ts';
 import { parseMemoryBudget } from './parse-memory-budget.ts';
 import { parseSnapshot } from '../snapshot/snapshot-store.ts';
+import { parseTrafficPolicy, type TrafficPolicy } from '../registry/traffic-policy.ts';
 import {
   findWorkerRangeProblem,
   normaliseModels,
+  TRAFFIC_KEY,
   parseModelsJsonSyntax,
   positionOfJsonPath,
   type ModelsJsonLocation,
@@ -435,6 +437,22 @@ export function resolveServerConfig(
   }
 
   const models = checked.models ? normaliseModels(checked.models, (message) => warnings.push(message)) : {};
+  const trafficPolicies: Record<string, TrafficPolicy> = {};
+  for (const [modelName, entries] of Object.entries(checked.models ?? {})) {
+    if (entries[TRAFFIC_KEY] === undefined) continue;
+    try {
+      trafficPolicies[modelName] = parseTrafficPolicy(entries[TRAFFIC_KEY], `models: ${modelName} > ${TRAFFIC_KEY}`);
+    } catch (error) {
+      const position =
+        modelsTree && modelsLocation
+          ? positionOfJsonPath(modelsTree, [modelName, TRAFFIC_KEY], modelsLocation)
+          : undefined;
+      throw configError.MARINA_ERR_CONFIG_MODELS_INVALID(
+        `${position ? `${fileName}:${position.line}:${position.column}: ` : ''}${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+  }
   const rangeProblem = findWorkerRangeProblem(models);
   if (rangeProblem && modelsTree && modelsLocation) {
     const position = positionOfJsonPath(modelsTree, rangeProblem.path, modelsLocation);
@@ -494,6 +512,7 @@ export function resolveServerConfig(
     modelStore,
     loadModels,
     models,
+    trafficPolicies,
     defaultWorkersPerModel: checked.default_workers_per_model ? checked.default_workers_per_model : undefined,
     jobQueueSize: checked.job_queue_size,
     numberOfNettyThreads: checked.number_of_netty_threads,

@@ -17,6 +17,7 @@ import { createServeError } from '../errors.ts';
 import { managementErrors } from './management-errors.ts';
 import { workflowsNotImplemented } from './inference.ts';
 import { downloadErrors } from '../model-download/download-errors.ts';
+import { parseTrafficPolicy, TRAFFIC_POLICY_SCHEMA, type TrafficPolicy } from '../registry/traffic-policy.ts';
 
 /** Whether the request target's query names `key`, even with an empty value (which the query parser drops). */
 function hasQueryKey(target: string, key: string): boolean {
@@ -167,6 +168,10 @@ const describeSchema = {
     },
   },
 } as const;
+const TRAFFIC_RESPONSE_SCHEMA = {
+  ...TRAFFIC_POLICY_SCHEMA,
+  properties: { ...TRAFFIC_POLICY_SCHEMA.properties, status: { type: 'string', description: 'What was done (PUT).' } },
+} as const;
 const readinessSchema = {
   type: 'object',
   required: ['name', 'ready'],
@@ -256,7 +261,13 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     done();
   });
 
-  const status = async (request: FastifyRequest, reply: FastifyReply, code: number, text: string) => {
+  const status = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    code: number,
+    text: string,
+    extra: Record<string, unknown> = {},
+  ) => {
     release(request);
     const problem = request.method === 'GET' ? undefined : await options.afterChange?.();
     const warning =
@@ -267,7 +278,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       request,
       reply,
       code,
-      warning === undefined ? { status: text } : { status: text, warning },
+      warning === undefined ? { status: text, ...extra } : { status: text, ...extra, warning },
     );
   };
   const assertModelApi = (action: string) => {
@@ -545,6 +556,56 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       registry.setDefault(name, version);
       return status(request, reply, 200, `Default version successfully updated for model "${name}" to "${version}"`);
     },
+  );
+
+  // Traffic policy: a static segment, so it wins over the /models/{name}/{version} routes (a version
+  // named 'traffic' is still reachable with ?model_version= on scale, and through describe 'all').
+  const trafficSchema = (description: string, body?: object) =>
+    ({
+      description,
+      params: nameParams,
+      ...(body ? { body } : {}),
+      response: { 200: TRAFFIC_RESPONSE_SCHEMA, ...errorResponses, 409: errorSchema },
+    }) as FastifySchema;
+  app.get(
+    '/models/:model_name/traffic',
+    { schema: trafficSchema("The model's traffic policy in force (without one: 100% to the default version).") },
+    async (request, reply) => {
+      const { model_name: name } = request.params as { model_name: string };
+      return sendTorchServeJson(request, reply, 200, registry.getTrafficPolicy(name));
+    },
+  );
+  const setTraffic = async (request: FastifyRequest, reply: FastifyReply, policy: TrafficPolicy) => {
+    const { model_name: name } = request.params as { model_name: string };
+    const inForce = registry.setTrafficPolicy(name, policy);
+    return status(request, reply, 200, `Traffic policy of model "${name}" updated`, { ...inForce });
+  };
+  app.put(
+    '/models/:model_name/traffic',
+    {
+      schema: trafficSchema(
+        'Set the traffic policy: weights per version for unversioned requests (integers summing to 100), an optional shadow and sticky header. Requests in flight keep their version.',
+        TRAFFIC_POLICY_SCHEMA,
+      ),
+      // The body is checked by the policy's own strict schema (no coercion, unknown keys refused),
+      // and a bad one is answered with MARINA_ERR_TRAFFIC_POLICY_INVALID, not the generic code.
+      validatorCompiler:
+        ({ httpPart }) =>
+        (data: unknown) => {
+          if (httpPart !== 'body') return { value: data };
+          try {
+            return { value: parseTrafficPolicy(data) };
+          } catch (error) {
+            return { error: error as Error };
+          }
+        },
+    },
+    async (request, reply) => setTraffic(request, reply, request.body as TrafficPolicy),
+  );
+  app.delete(
+    '/models/:model_name/traffic',
+    { schema: trafficSchema('Remove the traffic policy: every unversioned request goes to the default version.') },
+    async (request, reply) => setTraffic(request, reply, {}),
   );
 
   // KServe v1 readiness: ready when the default version has at least one worker.
