@@ -19,6 +19,8 @@ import type {
   ScaleOptions,
   SnapshotModelVersion,
 } from '../src/registry/model-registry-api.ts';
+import type { ShadowStats } from '../src/registry/shadow-traffic.ts';
+import type { TrafficPolicy } from '../src/registry/traffic-policy.ts';
 
 interface Version {
   url: string;
@@ -218,6 +220,29 @@ export class StandInRegistry implements ModelRegistryApi {
       }
     }
     return out;
+  }
+
+  /** Policies as given (the stand-in checks only that the model exists). */
+  readonly traffic = new Map<string, TrafficPolicy>();
+
+  setTrafficPolicy(name: string, policy: TrafficPolicy): TrafficPolicy {
+    this.version(name);
+    this.traffic.set(name, policy);
+    this.events.emit('changed');
+    return policy;
+  }
+
+  getTrafficPolicy(name: string): TrafficPolicy {
+    const [defaultVersion] = this.version(name);
+    return this.traffic.get(name) ?? { weights: { [defaultVersion]: 100 } };
+  }
+
+  trafficPolicies(): Record<string, TrafficPolicy> {
+    return Object.fromEntries(this.traffic);
+  }
+
+  shadowStats(): ShadowStats[] {
+    return [];
   }
 
   snapshot(): Record<string, Record<string, SnapshotModelVersion>> {

@@ -3,6 +3,8 @@
  * merged and validated (see load-config.ts). Frozen once built; nothing below the edges re-checks it.
  * Units are in the names. Keys follow TorchServe's config.properties (snake_case there, camelCase here).
  */
+import type { TrafficPolicy } from '../registry/traffic-policy.ts';
+
 export interface ListenAddress {
   /** 'http' or 'https' (TLS); unix sockets are not supported yet. */
   protocol: 'http' | 'https';
@@ -49,6 +51,8 @@ export interface ServerConfig {
   loadModels: 'all' | LoadModelSpec[];
   /** models JSON: name -> version -> settings. */
   models: Record<string, Record<string, ModelVersionSettings>>;
+  /** The models JSON's `$traffic` entries: model name -> traffic policy (applied once its versions are registered). */
+  trafficPolicies?: Record<string, TrafficPolicy>;
   /** default_workers_per_model; undefined means 1 worker per model (not TorchServe's one per core, see README). */
   defaultWorkersPerModel: number | undefined;
   /** job_queue_size, per model version. Default 100. */
@@ -115,6 +119,11 @@ export interface ServerConfig {
     management: GrpcListenAddress;
     isSslEnabled: boolean;
   };
+  /**
+   * KServe ModelMesh's model-runtime SPI (modelmesh_runtime_port, modelmesh_runtime_address, default
+   * 127.0.0.1): undefined = not served (the default). Plain gRPC: ModelMesh calls it inside the pod.
+   */
+  modelMeshRuntime?: GrpcListenAddress;
   /** private_key_file (PEM), required with an https:// address. */
   privateKeyFile?: string;
   /** certificate_file (PEM), required with an https:// address. */

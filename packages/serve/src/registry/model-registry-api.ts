@@ -5,6 +5,8 @@
  */
 import type { EventEmitter } from 'node:events';
 import type { QuantizationSummary } from '@marina/archive';
+import type { ShadowOutcome, ShadowStats } from './shadow-traffic.ts';
+import type { TrafficPolicy } from './traffic-policy.ts';
 
 export interface RegisterModelOptions {
   /** What the user asked for (file name in the store, folder, or URL); reported as modelUrl. */
@@ -135,6 +137,33 @@ export interface ModelDescription {
   precision?: string;
   /** Marina extension: the archive's quantization.json summary (method, agreement, kept-fp32 nodes). */
   quantization?: QuantizationSummary;
+  /** Marina extension: the model's traffic policy and this version's part in it; absent without a policy. */
+  traffic?: VersionTraffic;
+}
+
+/** A version's part in its model's traffic policy (describe's `traffic`). */
+export interface VersionTraffic {
+  /** This version's share of requests that name no version, percent. */
+  weight: number;
+  /** The whole policy in force. */
+  policy: TrafficPolicy;
+  /** On the shadow version: what its copies did, and how far its answers agreed with the live ones. */
+  shadow?: {
+    percent: number;
+    /** Copies answered or failed. */
+    requests: number;
+    failed: number;
+    /** Copies shed before they ran (no headroom, queue full). */
+    dropped: number;
+    /** Copies compared with the live answer. */
+    compared: number;
+    /** Mean agreement 0–1 over the compared copies (top-1, IoU or cosine); absent before the first. */
+    agreement?: number;
+    /** Largest absolute difference between tensor answers. */
+    maxAbsDiff?: number;
+    /** 'top1', 'iou' or 'cosine'; absent where the answers cannot be compared. */
+    method?: string;
+  };
 }
 
 export interface ModelListEntry {
@@ -246,6 +275,8 @@ export interface WorkerLoadedEvent {
 
 export interface RegistryEvents {
   request: [RequestDoneEvent];
+  /** A shadow copy was answered, failed or dropped. */
+  shadow: [ShadowOutcome];
   workerLoaded: [WorkerLoadedEvent];
   batch: [BatchDoneEvent];
   /** Registration, unregistration, default version or worker settings changed. */
@@ -270,6 +301,18 @@ export interface ModelRegistryApi {
   snapshot(): Record<string, Record<string, SnapshotModelVersion>>;
   /** Adds or removes workers of one version within [min,max] (used by the autoscaler). */
   setWorkerCount(modelName: string, modelVersion: string, count: number): Promise<void>;
+  /**
+   * Replaces the model's traffic policy (`{}` removes it: every unversioned request to the default
+   * version); the version with the largest weight becomes the default. Requests in flight keep their version.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_TRAFFIC_POLICY_INVALID
+   */
+  setTrafficPolicy(modelName: string, policy: TrafficPolicy): TrafficPolicy;
+  /** The policy in force; without one, 100 % to the default version. @throws MARINA_ERR_MODEL_NOT_FOUND */
+  getTrafficPolicy(modelName: string): TrafficPolicy;
+  /** Model name → policy, for models that have one (snapshots). */
+  trafficPolicies(): Record<string, TrafficPolicy>;
+  /** Shadow numbers of every registered version, for the metrics (zeros where a version never shadowed). */
+  shadowStats(): ShadowStats[];
   /** Makes a version resident (within model_memory_budget, evicting idle LRU versions); see ModelRegistry.load. */
   load(modelName: string, modelVersion?: string, options?: { reason?: LoadReason }): Promise<ModelDescription>;
   /** Back to registered: no worker, no session; see ModelRegistry.unload. */

@@ -29,6 +29,7 @@ import type {
   ModelRegistryApi,
   ModelVersionStats,
   RegisterModelOptions,
+  VersionTraffic,
   RegisterResult,
   LoadReason,
   RegistryEvents,
@@ -39,17 +40,28 @@ import { estimateModelBytes } from './memory-estimate.ts';
 import { ModelResidency } from './model-residency.ts';
 import { ModelVersion } from './model-version.ts';
 import { readModelSignature } from './read-model-signature.ts';
+import { ShadowTraffic, type ShadowStats } from './shadow-traffic.ts';
+import { checkTrafficPolicy, TrafficRoute, trafficErrors, type TrafficPolicy } from './traffic-policy.ts';
 import { MARINA_VERSION } from '../version.ts';
 
 interface Model {
   versions: Map<string, ModelVersion>;
   defaultVersion: string;
+  /** The traffic policy in force; undefined: every unversioned request goes to the default version. */
+  traffic?: TrafficRoute;
+  /** Set once the API (or a snapshot) gave a policy: the models JSON's `$traffic` no longer applies. */
+  isTrafficSet?: boolean;
 }
 
 export interface PredictOptions {
   modelName: string;
-  /** undefined = the default version. */
+  /** undefined = the version the model's traffic policy picks (the default version without one). */
   modelVersion?: string;
+  /**
+   * The version the client named, for the metrics' TorchServe label; default `modelVersion ?? 'default'`.
+   * The data plane resolves an unversioned request once, then passes the version it picked with 'default' here.
+   */
+  requestedVersion?: string;
   requestId: string;
   input: JobInput;
   headers?: Record<string, string>;
@@ -73,9 +85,11 @@ export interface PredictTimingsMs {
   waitedForLoad?: boolean;
 }
 
-/** A prediction's answer and where its time went. */
+/** A prediction's answer, the version that served it and where its time went. */
 export interface PredictResult extends JobResult {
   timings: PredictTimingsMs;
+  /** The version that answered (the one named, or the one the traffic policy picked). */
+  modelVersion: string;
 }
 
 export interface ModelRegistryOptions {
@@ -97,6 +111,8 @@ export { ABSURD_THREADS_FACTOR as PINNED_THREAD_BUDGET_FACTOR } from '../workers
  */
 export class ModelRegistry implements ModelRegistryApi {
   readonly events = new EventEmitter<RegistryEvents>();
+  /** Copies of live requests for shadow versions, and their agreement. */
+  readonly shadow: ShadowTraffic;
   readonly #config: ServerConfig;
   readonly #log: (level: 'info' | 'warn' | 'error', message: string) => void;
   readonly #caches: ModelCaches | undefined;
@@ -131,6 +147,10 @@ export class ModelRegistry implements ModelRegistryApi {
     this.#cacheOptimizedModelDefault = cacheOptimizedModelDefaultFrom(options.env ?? process.env);
     this.#allowSpinningDefault = allowSpinningDefaultFrom(options.env ?? process.env);
     this.#forceSpinningStopDefault = forceSpinningStopDefaultFrom(options.env ?? process.env);
+    this.shadow = new ShadowTraffic({
+      onOutcome: (outcome) => this.events.emit('shadow', outcome),
+      log: (level, message) => this.#log(level, message),
+    });
   }
 
   /** Extractions of opens in progress (not yet versions): the caches must not remove them. */
@@ -303,6 +323,7 @@ export class ModelRegistry implements ModelRegistryApi {
       const isJsonDefault =
         options.loadedAtStartup === true && this.#config.models[modelName]?.[modelVersion]?.defaultVersion === true;
       if (options.isDefault || isJsonDefault) model.defaultVersion = modelVersion;
+      this.#applyConfiguredTraffic(modelName, model);
       this.events.emit('changed');
       await this.#caches?.opened(version.modelDir, this.#modelDirsInUse());
       return version;
@@ -583,6 +604,108 @@ export class ModelRegistry implements ModelRegistryApi {
   }
 
   /**
+   * The one place a request's version is chosen: the version it names, else the one the model's
+   * traffic policy picks (by weight, or by the sticky header's value), else the default version.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404).
+   */
+  resolveVersion(modelName: string, modelVersion?: string, headers?: Record<string, string>): ModelVersion {
+    if (modelVersion !== undefined) return this.getVersion(modelName, modelVersion);
+    const model = this.#models.get(modelName);
+    if (!model) throw this.#modelNotFound(modelName);
+    return this.getVersion(modelName, model.traffic?.pick(headers));
+  }
+
+  /** The models JSON's `$traffic` for a model, once every version it names is registered and no API call replaced it. */
+  #applyConfiguredTraffic(modelName: string, model: Model): void {
+    const configured = this.#config.trafficPolicies?.[modelName];
+    if (!configured || model.isTrafficSet || model.traffic) return;
+    try {
+      checkTrafficPolicy(modelName, configured, [...model.versions.keys()]);
+    } catch {
+      return; // Not every version it names is registered yet.
+    }
+    this.#setTraffic(model, configured);
+    this.#log(
+      'info',
+      `model '${modelName}': traffic policy from the models JSON in force: ${JSON.stringify(configured)}`,
+    );
+  }
+
+  /** Puts a checked policy in force; the version with the largest weight becomes the default. */
+  #setTraffic(model: Model, policy: TrafficPolicy): void {
+    const route = new TrafficRoute(policy);
+    model.traffic = route.hasWeights || policy.shadow ? route : undefined;
+    const weights = policy.weights ?? {};
+    let heaviest = model.defaultVersion;
+    for (const [version, weight] of Object.entries(weights)) if (weight > (weights[heaviest] ?? -1)) heaviest = version;
+    if (model.versions.has(heaviest)) model.defaultVersion = heaviest;
+  }
+
+  setTrafficPolicy(modelName: string, policy: TrafficPolicy): TrafficPolicy {
+    const model = this.#models.get(modelName);
+    if (!model) throw this.#modelNotFound(modelName);
+    checkTrafficPolicy(modelName, policy, [...model.versions.keys()]);
+    this.#setTraffic(model, policy);
+    model.isTrafficSet = true;
+    this.events.emit('changed');
+    return this.getTrafficPolicy(modelName);
+  }
+
+  getTrafficPolicy(modelName: string): TrafficPolicy {
+    const model = this.#models.get(modelName);
+    if (!model) throw this.#modelNotFound(modelName);
+    const policy = model.traffic?.policy ?? {};
+    return {
+      ...policy,
+      weights: model.traffic?.hasWeights ? { ...policy.weights } : { [model.defaultVersion]: 100 },
+    };
+  }
+
+  trafficPolicies(): Record<string, TrafficPolicy> {
+    const out: Record<string, TrafficPolicy> = {};
+    for (const [name, model] of this.#models) if (model.traffic) out[name] = model.traffic.policy;
+    return out;
+  }
+
+  shadowStats(): ShadowStats[] {
+    return [...this.#versions()].map(
+      (v) =>
+        this.shadow.stats(v.modelName, v.modelVersion) ?? {
+          modelName: v.modelName,
+          modelVersion: v.modelVersion,
+          requests: 0,
+          failed: 0,
+          dropped: 0,
+          compared: 0,
+          agreementSum: 0,
+          maxAbsDiff: 0,
+          method: undefined,
+        },
+    );
+  }
+
+  /** Hands a copy of an answered request to the model's shadow version, when the policy asks for one. */
+  #offerShadow(version: ModelVersion, options: PredictOptions, result: JobResult): void {
+    const route = this.#models.get(version.modelName)?.traffic;
+    const shadowName = route?.policy.shadow?.version;
+    if (shadowName === undefined || shadowName === version.modelVersion || !route!.isShadowed()) return;
+    const shadow = this.#models.get(version.modelName)?.versions.get(shadowName);
+    if (!shadow) return;
+    // After the live answer is on its way: the adapter sends it in this same turn.
+    setImmediate(() =>
+      this.shadow.offer({
+        live: version,
+        shadow,
+        requestId: options.requestId,
+        input: options.input,
+        headers: options.headers,
+        bodyDecoding: options.bodyDecoding,
+        liveResult: result,
+      }),
+    );
+  }
+
+  /**
    * Runs one inference request: queues a job on the version and waits for its result.
    * Emits 'request' when it is answered (also for errors after the model was found).
    * @throws MarinaError: not found (404), queue full / no workers (503), handler errors, timeouts.
@@ -593,7 +716,7 @@ export class ModelRegistry implements ModelRegistryApi {
       throw createServeError.MARINA_ERR_SERVER_CLOSING(
         'the server is shutting down and accepts no new inference requests; retry against another replica',
       );
-    const version = this.getVersion(options.modelName, options.modelVersion);
+    const version = this.resolveVersion(options.modelName, options.modelVersion, options.headers);
     const job = new Job({
       requestId: options.requestId,
       input: options.input,
@@ -616,8 +739,9 @@ export class ModelRegistry implements ModelRegistryApi {
       if (t.stages) timings.stages = t.stages;
       if (t.handlerMs !== undefined) timings.handlerMs = t.handlerMs;
       if (t.waitedForLoad) timings.waitedForLoad = true;
+      if (statusCode < 400) this.#offerShadow(version, options, result);
       // Not a spread: a TextJobResult's body is a getter, which a spread would drop.
-      return Object.assign(result, { timings });
+      return Object.assign(result, { timings, modelVersion: version.modelVersion });
     } catch (error) {
       const e = toMarinaError(error);
       statusCode = e.statusCode;
@@ -629,7 +753,7 @@ export class ModelRegistry implements ModelRegistryApi {
       if (this.events.listenerCount('request') > 0)
         this.events.emit('request', {
           modelName: version.modelName,
-          requestedVersion: options.modelVersion ?? 'default',
+          requestedVersion: options.requestedVersion ?? options.modelVersion ?? 'default',
           modelVersion: version.modelVersion,
           statusCode,
           queueMs: (t.dispatchedAt ?? end) - t.arrivedAt,
@@ -654,6 +778,15 @@ export class ModelRegistry implements ModelRegistryApi {
         `Cannot remove default version for model ${modelName}; set another default first (PUT /models/${modelName}/{version}/set-default)`,
       );
     }
+    if (model.traffic?.isInUse(versionId)) {
+      const isShadow = model.traffic.policy.shadow?.version === versionId;
+      throw trafficErrors.create.MARINA_ERR_VERSION_IN_TRAFFIC_POLICY(
+        `Cannot remove version ${versionId} of model ${modelName}: its traffic policy ${isShadow ? 'shadows it' : `sends it ${model.traffic.policy.weights?.[versionId]}% of unversioned requests`}; change the policy first (PUT /models/${modelName}/traffic), then unregister it`,
+        { details: { modelName, modelVersion: versionId, policy: model.traffic.policy } },
+      );
+    }
+    if (model.traffic) model.traffic = model.traffic.without(versionId);
+    this.shadow.forget(modelName, versionId);
     await this.#remove(version);
     if (version.isDownloaded) {
       await rm(version.archivePath, { recursive: true, force: true });
@@ -743,6 +876,16 @@ export class ModelRegistry implements ModelRegistryApi {
         `Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
       );
     model.defaultVersion = modelVersion;
+    // TorchServe's meaning: every unversioned request to this version. A shadow (of another version) stays.
+    if (model.traffic) {
+      const { shadow, stickyHeader } = model.traffic.policy;
+      this.#setTraffic(model, {
+        weights: { [modelVersion]: 100 },
+        ...(shadow && shadow.version !== modelVersion ? { shadow } : {}),
+        ...(stickyHeader ? { stickyHeader } : {}),
+      });
+      model.isTrafficSet = true;
+    }
     this.events.emit('changed');
   }
 
@@ -750,9 +893,36 @@ export class ModelRegistry implements ModelRegistryApi {
     if (modelVersion === 'all') {
       const model = this.#models.get(modelName);
       if (!model) throw this.#modelNotFound(modelName);
-      return [...model.versions.values()].map((v) => v.describe());
+      return [...model.versions.values()].map((v) => this.#describeVersion(model, v));
     }
-    return [this.getVersion(modelName, modelVersion).describe()];
+    const version = this.getVersion(modelName, modelVersion);
+    return [this.#describeVersion(this.#models.get(modelName)!, version)];
+  }
+
+  #describeVersion(model: Model, version: ModelVersion): ModelDescription {
+    const description = version.describe();
+    const route = model.traffic;
+    if (!route) return description;
+    const policy = route.policy;
+    const weight = route.hasWeights
+      ? (policy.weights?.[version.modelVersion] ?? 0)
+      : version.modelVersion === model.defaultVersion
+        ? 100
+        : 0;
+    const traffic: VersionTraffic = { weight, policy };
+    if (policy.shadow?.version === version.modelVersion) {
+      const s = this.shadow.stats(version.modelName, version.modelVersion);
+      traffic.shadow = {
+        percent: policy.shadow.percent,
+        requests: s?.requests ?? 0,
+        failed: s?.failed ?? 0,
+        dropped: s?.dropped ?? 0,
+        compared: s?.compared ?? 0,
+        ...(s && s.compared > 0 ? { agreement: s.agreementSum / s.compared, maxAbsDiff: s.maxAbsDiff } : {}),
+        ...(s?.method ? { method: s.method } : {}),
+      };
+    }
+    return { ...description, traffic };
   }
 
   list(): ModelListEntry[] {
@@ -795,6 +965,7 @@ export class ModelRegistry implements ModelRegistryApi {
   async close(): Promise<void> {
     this.#isClosing = true;
     this.#residency.close();
+    this.shadow.close();
     const versions = [...this.#versions()];
     this.#models.clear();
     await Promise.all(versions.map((v) => v.drain()));
