@@ -1,4 +1,5 @@
 import type { MachineInfo } from './machine-info.ts';
+import type { ManyModelsSummary } from './experiments/many-models.ts';
 import type { Int8Summary } from './experiments/int8.ts';
 
 /** The experiments of the bench, in the order they run. */
@@ -13,6 +14,7 @@ export const experimentNames = [
   'memory',
   'protocols',
   'int8',
+  'many-models',
 ] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 
@@ -131,6 +133,8 @@ export interface BenchResult {
   targets: TargetCheck[];
   /** The int8 experiment's numbers; undefined when it did not run. */
   int8?: Int8Summary;
+  /** The many-models experiment's summary, when it ran. */
+  manyModels?: ManyModelsSummary;
   /** The configuration the sweep ran on. */
   bestServerConfig: string | undefined;
   notes: string[];

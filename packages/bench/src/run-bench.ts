@@ -18,6 +18,7 @@ import { median, readLoadAverage } from './stats.ts';
 import { runDecentralized } from './experiments/decentralized.ts';
 import type { BenchProgressEvent, ExperimentContext, RunPlan } from './experiments/experiment-context.ts';
 import { runMemory } from './experiments/memory.ts';
+import { manyModelsPlan, runManyModels, type ManyModelsSummary } from './experiments/many-models.ts';
 import { measureTensorOwnTime, runOverhead } from './experiments/overhead.ts';
 import {
   runBatched,
@@ -30,7 +31,13 @@ import { runProtocols } from './experiments/protocols.ts';
 import { explainInt8Time, INT8_ROUNDS, runInt8, type Int8Summary } from './experiments/int8.ts';
 import { prepareInt8Assets } from './int8-assets.ts';
 import { getMachineInfo } from './machine-info.ts';
-import { benchModelNames, prepareAssets, prepareTensorAssets, type BenchModelName } from './model-assets.ts';
+import {
+  benchModelNames,
+  defaultCacheDir,
+  prepareAssets,
+  prepareTensorAssets,
+  type BenchModelName,
+} from './model-assets.ts';
 import { writeReports, type ReportFiles } from './report/write-reports.ts';
 import { bestOf, bestServerRow, checkTargets } from './targets.ts';
 
@@ -162,16 +169,25 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
       `unknown experiment(s) ${unknown.join(', ')}; choose from ${experimentNames.join(', ')}`,
     );
   const selected = new Set(
-    options.experiments ?? experimentNames.filter((e) => !(mode === 'smoke' && (e === 'memory' || e === 'int8'))),
+    options.experiments ??
+      experimentNames.filter((e) => !(mode === 'smoke' && (e === 'memory' || e === 'int8' || e === 'many-models'))),
   );
   const plan: RunPlan = {
     ...plans[mode].plan,
     ...(options.images ? { images: options.images } : {}),
     ...(options.concurrency ? { concurrency: options.concurrency } : {}),
   };
-  const needsServer = ['centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols', 'int8'].some(
-    (e) => selected.has(e as ExperimentName),
-  );
+  const needsServer = [
+    'centralized',
+    'batched',
+    'workers',
+    'sweep',
+    'overhead',
+    'memory',
+    'protocols',
+    'int8',
+    'many-models',
+  ].some((e) => selected.has(e as ExperimentName));
   const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
   if (needsServer && !existsSync(serveBin)) {
     throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(
@@ -291,6 +307,15 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     memory = measured.variants;
   }
 
+  let manyModels: ManyModelsSummary | undefined;
+  if (selected.has('many-models')) {
+    const measured = await withLoadAverage('many-models', () =>
+      runManyModels(context, manyModelsPlan(mode), options.cacheDir ?? defaultCacheDir()),
+    );
+    rows.push(...measured.rows);
+    manyModels = measured.summary;
+  }
+
   let int8: Int8Summary | undefined;
   if (selected.has('int8') && int8Assets) {
     const measured = await withLoadAverage('int8', () => runInt8(context, int8Assets, { rounds: INT8_ROUNDS[mode] }));
@@ -304,7 +329,13 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const ceiling = bestOf(rows, 'ceiling');
   const decentralized = bestOf(rows, 'decentralized');
   for (const row of rows) {
-    if (row.experiment === 'overhead' || row.experiment === 'memory' || row.config.startsWith('1 MB')) continue;
+    if (
+      row.experiment === 'overhead' ||
+      row.experiment === 'memory' ||
+      row.experiment === 'many-models' ||
+      row.config.startsWith('1 MB')
+    )
+      continue;
     // The int8 rows' ratio is to the int8 ceiling (set by the experiment); the fp32 server's to the fp32 ceiling, when measured.
     if (row.experiment === 'int8') {
       if (ceiling && row.config.startsWith('fp32'))
@@ -343,6 +374,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     bestServerConfig,
     notes,
     ...(int8 ? { int8 } : {}),
+    ...(manyModels ? { manyModels } : {}),
     targets: checkTargets({ model, rows, references, memory, modelSizeMb, cpuCount, int8, cpuFlags: machine.cpuFlags }),
   };
   const files = await writeReports(result, outDir);

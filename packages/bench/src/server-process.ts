@@ -42,6 +42,10 @@ export interface StartServerOptions {
    * serverTmpDir); a caller whose servers may run beside the bench's (tune) passes its own.
    */
   tmpDir?: string;
+  /** `load_models` instead of `<modelName>=<archiveFileName>` (e.g. `all`). */
+  loadModels?: string;
+  /** More config.properties keys (e.g. model_memory_budget), written as given. */
+  properties?: Record<string, string>;
   /** How long to wait for /ping, ms. Default 180000 (ResNet-152 with several workers loads slowly on 2 cores). */
   startTimeoutMs?: number;
 }
@@ -49,6 +53,8 @@ export interface StartServerOptions {
 export interface RunningServer {
   pid: number;
   origin: string;
+  /** Base URL of the management API (describe: GET /models/{name}). */
+  managementOrigin: string;
   /** host:port of the gRPC inference API. */
   grpcTarget: string;
   /** Path of the server's combined stdout/stderr. */
@@ -70,10 +76,11 @@ export async function writeServerConfig(
     'grpc_management_port=0',
     'enable_metrics_api=false',
     `model_store=${options.modelStoreDir}`,
-    `load_models=${options.modelName}=${options.archiveFileName}`,
+    `load_models=${options.loadModels ?? `${options.modelName}=${options.archiveFileName}`}`,
     'disable_token_authorization=true',
   ];
   if (options.jobQueueSize !== undefined) lines.push(`job_queue_size=${options.jobQueueSize}`);
+  for (const [key, value] of Object.entries(options.properties ?? {})) lines.push(`${key}=${value}`);
   if (options.settings !== undefined && Object.keys(options.settings).length > 0) {
     lines.push(`models=${JSON.stringify({ [options.modelName]: { [options.modelVersion]: options.settings } })}`);
   }
@@ -151,7 +158,14 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
       const response = await fetch(`${origin}/ping`, { signal: AbortSignal.timeout(2_000) });
       await response.arrayBuffer();
       if (response.status === 200)
-        return { pid: child.pid!, origin, grpcTarget: `127.0.0.1:${grpcInferencePort}`, logPath, stop };
+        return {
+          pid: child.pid!,
+          origin,
+          managementOrigin: `http://127.0.0.1:${ports[1]}`,
+          grpcTarget: `127.0.0.1:${grpcInferencePort}`,
+          logPath,
+          stop,
+        };
     } catch {
       // not listening yet
     }
