@@ -830,6 +830,17 @@ export class ModelRegistry implements ModelRegistryApi {
       this.#assertWithinThreadBudget(version, target, `PUT /models/${modelName}?min_worker=${options.minWorkers}`);
     version.minWorkers = options.minWorkers;
     version.maxWorkers = options.maxWorkers;
+    // Workers for a version with none go through a load, so model_memory_budget makes room for it first.
+    if (target > 0 && current === 0 && this.#residency.memoryBudgetBytes !== undefined) {
+      const loading = this.#residency.load(version, 'api');
+      this.events.emit('changed');
+      if (!options.synchronous) {
+        void loading.catch(() => undefined);
+        return { workers: target };
+      }
+      await loading;
+      return { workers: version.pool.readyCount };
+    }
     version.plannedWorkers = target;
     this.#reviewThreads();
     const done = version.pool.setTarget(target);
