@@ -126,6 +126,8 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
     requests: number;
     label: string;
     unit: string;
+    /** Called after each with-policy round, while the policy is still in force (describe shows the shadow's counts only then). */
+    afterWith?: () => Promise<void>;
   }) => {
     const without: ResultRow[] = [];
     const withPolicy: ResultRow[] = [];
@@ -145,6 +147,7 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
           label: `${options.label}, ${side === 'with' ? 'with policy' : 'no policy'}`,
           experiment: 'traffic',
         });
+        if (side === 'with') await options.afterWith?.();
       }
       without.push(measured.without!);
       withPolicy.push(measured.with!);
@@ -170,7 +173,7 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
       handler: 'tensor',
     });
     await withTwoVersions('traffic split', store, t.modelName, async (server) => {
-      const requests = Math.max(500, plan.images * 10);
+      const requests = Math.max(3000, plan.images * 20);
       const split = await alternate({
         server,
         modelName: t.modelName,
@@ -202,7 +205,12 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
   await withTwoVersions('traffic shadow', store, a.modelName, async (server) => {
     const shadowPolicy = { weights: { '1.0': 100 }, shadow: { version: '2.0', percent: 100 } };
     const headroomRequests = Math.max(20, Math.ceil(plan.images / 4));
-    const before = await shadowCounts(server, a.modelName);
+    // Cumulative counts, read while the shadow is in force; each phase's copies are the difference.
+    let latest = { requests: 0, dropped: 0 } as Awaited<ReturnType<typeof shadowCounts>>;
+    const afterWith = async () => {
+      latest = await shadowCounts(server, a.modelName);
+    };
+    const before = latest;
     const headroom = await alternate({
       server,
       modelName: a.modelName,
@@ -214,8 +222,9 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
       requests: headroomRequests,
       label: `${a.model} 100% shadow @ 1 client`,
       unit: 'img/s',
+      afterWith,
     });
-    const afterHeadroom = await shadowCounts(server, a.modelName);
+    const afterHeadroom = latest;
     const loadedRequests = Math.max(plan.concurrency, plan.images);
     const loaded = await alternate({
       server,
@@ -228,8 +237,9 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
       requests: loadedRequests,
       label: `${a.model} 100% shadow @ ${plan.concurrency} clients`,
       unit: 'img/s',
+      afterWith,
     });
-    const afterLoaded = await shadowCounts(server, a.modelName);
+    const afterLoaded = latest;
     // Warm-up requests are shadowed too; the counts are the shadow's copies in each phase.
     const copies = (from: typeof before, to: typeof before) => ({
       ran: to.requests - from.requests,
