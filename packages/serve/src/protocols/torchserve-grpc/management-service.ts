@@ -35,7 +35,7 @@ export function createTorchServeManagementService(options: {
     (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}) =>
     (rpc: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       const denied = checkKey(rpc);
-      if (denied) return callback(grpcServiceError(denied));
+      if (denied) return callback(grpcServiceError(denied, 'torchserve'));
       const search = new URLSearchParams();
       for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
       const authorization = rpc.metadata.get('authorization')[0];
@@ -58,15 +58,19 @@ export function createTorchServeManagementService(options: {
               /* not JSON: keep the body */
             }
             // The REST answer's error, as it was before the REST form: one map gives its gRPC form.
-            callback(grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode)));
+            callback(
+              grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode), 'torchserve'),
+            );
           },
-          (error: unknown) => callback(grpcServiceError(error)),
+          (error: unknown) => callback(grpcServiceError(error, 'torchserve')),
         );
     };
 
   const required = (name: string | undefined, field: string, callback: grpc.sendUnaryData<unknown>): boolean => {
     if (name) return true;
-    callback(grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`)));
+    callback(
+      grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`), 'torchserve'),
+    );
     return false;
   };
 
