@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { errorRegistries } from '../scripts/error-registries.ts';
+import { allErrorAliases, errorRegistries } from '../scripts/error-registries.ts';
 import { repoRoot } from './helpers.ts';
 
 const allCodes = errorRegistries.flatMap(({ owner, definitions }) =>
@@ -31,5 +31,17 @@ describe('error codes', () => {
     const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
     const missing = [...new Set(allCodes.map(({ code }) => code))].filter((code) => !readme.includes(`\`${code}\``));
     expect(missing).toEqual([]);
+  });
+
+  it('keep merged codes working as aliases: each names a defined code, is no code itself, and is listed in the README', () => {
+    const codes = new Set(allCodes.map(({ code }) => code));
+    const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
+    const aliases = allErrorAliases();
+    expect(aliases.length).toBeGreaterThan(0);
+    for (const { alias, code } of aliases) {
+      expect(codes.has(code), `${alias} -> ${code}`).toBe(true);
+      expect(codes.has(alias), alias).toBe(false);
+      expect(readme, alias).toContain(`| \`${alias}\` |`);
+    }
   });
 });

@@ -27,6 +27,7 @@ const RETRY_AFTER = [
   'MARINA_ERR_SERVER_CLOSING',
   'MARINA_ERR_MODEL_UNLOADING',
   'MARINA_ERR_DOWNLOADS_BUSY',
+  'MARINA_ERR_MEMORY_BUDGET_FULL',
 ];
 
 /** HTTP status → the gRPC status the same error gets. */
@@ -115,7 +116,7 @@ beforeAll(async () => {
   const checkKey = () => undefined;
   server.addService(
     serviceOf(loadProto('grpc_predict_v2.proto'), 'inference.GRPCInferenceService'),
-    createOipGrpcService({ dataPlane: failingDataPlane, checkKey }),
+    createOipGrpcService({ dataPlane: failingDataPlane, checkKey, checkManagementKey: checkKey }),
   );
   server.addService(
     serviceOf(loadProto('inference.proto'), 'org.pytorch.serve.grpc.inference.InferenceAPIsService'),

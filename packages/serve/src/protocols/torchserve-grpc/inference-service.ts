@@ -9,7 +9,7 @@ import { createServeError } from '../../errors.ts';
 import type { PredictResult } from '../../registry/model-registry.ts';
 import type { DataPlane } from '../data-plane.ts';
 import { grpcServiceError, torchServeGrpcStreamStatus } from '../error-map.ts';
-import { unary, type KeyCheck } from '../grpc-common.ts';
+import { unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
 import { metadataHeaders } from '../request-headers.ts';
 
 interface PredictionsRequest {
@@ -56,7 +56,11 @@ export function createTorchServeInferenceService(options: {
     ),
     Predictions: unary<PredictionsRequest, unknown>(
       checkKey,
-      async (request, call) => ({ prediction: (await predict(request, call.metadata)).body }),
+      async (request, call) => {
+        const result = await predict(request, call.metadata);
+        call.sendMetadata(versionMetadata(result.modelVersion));
+        return { prediction: result.body };
+      },
       'torchserve',
     ),
     /** Marina's handlers answer once, so the stream carries one message. */
@@ -65,6 +69,7 @@ export function createTorchServeInferenceService(options: {
       if (denied) return call.destroy(grpcServiceError(denied, 'torchserve'));
       predict(call.request, call.metadata).then(
         (result) => {
+          call.sendMetadata(versionMetadata(result.modelVersion));
           call.write({ prediction: result.body });
           call.end();
         },
