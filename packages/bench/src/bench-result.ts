@@ -14,6 +14,7 @@ export const experimentNames = [
   'memory',
   'protocols',
   'int8',
+  'traffic',
   'many-models',
 ] as const;
 export type ExperimentName = (typeof experimentNames)[number];

@@ -42,21 +42,23 @@ export interface StartServerOptions {
    * serverTmpDir); a caller whose servers may run beside the bench's (tune) passes its own.
    */
   tmpDir?: string;
-  /** `load_models` instead of `<modelName>=<archiveFileName>` (e.g. `all`). */
-  loadModels?: string;
   /** More config.properties keys (e.g. model_memory_budget), written as given. */
   properties?: Record<string, string>;
   /** How long to wait for /ping, ms. Default 180000 (ResNet-152 with several workers loads slowly on 2 cores). */
   startTimeoutMs?: number;
+  /** load_models as written in config.properties; default `<modelName>=<archiveFileName>`. */
+  loadModels?: string;
+  /** The whole `models` JSON (several versions, a `$traffic` policy); replaces the one built from `settings`. */
+  modelsJson?: Record<string, unknown>;
 }
 
 export interface RunningServer {
   pid: number;
   origin: string;
-  /** Base URL of the management API (describe: GET /models/{name}). */
-  managementOrigin: string;
   /** host:port of the gRPC inference API. */
   grpcTarget: string;
+  /** Base URL of the management API. */
+  managementOrigin: string;
   /** Path of the server's combined stdout/stderr. */
   logPath: string;
   /** SIGTERM to the server's process group, SIGKILL after 10 s. */
@@ -81,7 +83,8 @@ export async function writeServerConfig(
   ];
   if (options.jobQueueSize !== undefined) lines.push(`job_queue_size=${options.jobQueueSize}`);
   for (const [key, value] of Object.entries(options.properties ?? {})) lines.push(`${key}=${value}`);
-  if (options.settings !== undefined && Object.keys(options.settings).length > 0) {
+  if (options.modelsJson !== undefined) lines.push(`models=${JSON.stringify(options.modelsJson)}`);
+  else if (options.settings !== undefined && Object.keys(options.settings).length > 0) {
     lines.push(`models=${JSON.stringify({ [options.modelName]: { [options.modelVersion]: options.settings } })}`);
   }
   const path = join(options.workDir, 'config.properties');
