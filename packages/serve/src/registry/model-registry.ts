@@ -532,9 +532,9 @@ export class ModelRegistry implements ModelRegistryApi {
    */
   plannedWorkerCount(): number {
     let n = 0;
-    // A version with no worker planned or running (registered, not loaded) holds no thread.
-    for (const v of this.#versions())
-      if (v.plannedWorkers > 0 || v.pool.workers.length > 0) n += Math.max(v.plannedWorkers, v.maxWorkers);
+    // Registered versions that are not loaded count too: the split then stays the same as models
+    // are loaded and evicted, and no running worker is replaced (its session reloaded) for it.
+    for (const v of this.#versions()) n += Math.max(v.plannedWorkers, v.maxWorkers);
     return n;
   }
 

@@ -52,7 +52,7 @@ export class ModelResidency {
   #group: MeasureGroup | undefined;
   /** Counts loads and unloads: a first-batch measure is only kept when nothing else moved meanwhile. */
   #moves = 0;
-  readonly #firstBatch = new Map<ModelVersion, () => void>();
+  readonly #firstBatch = new Map<ModelVersion, { onProgress: () => void; onBatch: () => void }>();
   #isClosed = false;
 
   constructor(options: ModelResidencyOptions) {
@@ -354,21 +354,32 @@ export class ModelResidency {
    * or unload happened meanwhile (their memory would be mixed in).
    */
   #measureFirstBatch(version: ModelVersion): void {
-    const readyBytes = this.#readMemory();
     const moves = this.#moves;
+    let startBytes: number | undefined;
+    // The baseline is read when the first batch starts (the worker has not begun it yet), so other
+    // models' traffic since the load is not counted.
+    const onProgress = () => {
+      if (startBytes !== undefined || version.runningJobs === 0) return;
+      startBytes = this.#readMemory();
+      version.off('progress', onProgress);
+    };
     const onBatch = () => {
-      this.#firstBatch.delete(version);
-      if (this.#moves !== moves || version.state !== 'resident') return;
-      const grown = this.#readMemory() - readyBytes;
+      this.#forgetFirstBatch(version);
+      if (startBytes === undefined || this.#moves !== moves || version.state !== 'resident') return;
+      const grown = this.#readMemory() - startBytes;
       if (grown > 0) version.residentBytes += grown;
     };
-    this.#firstBatch.set(version, onBatch);
+    this.#firstBatch.set(version, { onProgress, onBatch });
+    version.on('progress', onProgress);
     version.once('batch', onBatch);
   }
 
   #forgetFirstBatch(version: ModelVersion): void {
-    const onBatch = this.#firstBatch.get(version);
-    if (onBatch) version.off('batch', onBatch);
+    const listeners = this.#firstBatch.get(version);
+    if (listeners) {
+      version.off('progress', listeners.onProgress);
+      version.off('batch', listeners.onBatch);
+    }
     this.#firstBatch.delete(version);
   }
 
