@@ -169,7 +169,10 @@ describe('many models in a memory budget', () => {
       if (e.modelName === 'shared' && e.state === 'resident') loads.push(e);
     };
     app.registry.events.on('residency', onResidency);
+    // The load says it is resident once it has made room for its measured size, maybe after answering.
+    const loaded = residency(app, { modelName: 'shared', state: 'resident' });
     const replies = await Promise.all([1, 2, 3, 4, 5].map(() => classify('shared')));
+    await loaded;
     app.registry.events.off('residency', onResidency);
     expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
     expect(loads).toHaveLength(1);

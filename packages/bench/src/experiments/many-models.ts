@@ -222,16 +222,15 @@ async function residentSizes(
   return { bytes, threads, states };
 }
 
-/** The newest optimised copy the server wrote (its TMPDIR's marina/ort-optimized/<key>/model.onnx). */
-async function newestOptimizedCopy(tmpDir: string, since: number): Promise<string | undefined> {
+/** The newest optimised copy in the many-models servers' TMPDIR (marina/ort-optimized/<key>/model.onnx): all are of one architecture. */
+async function newestOptimizedCopy(tmpDir: string): Promise<string | undefined> {
   const root = join(tmpDir, 'marina', 'ort-optimized');
   const keys = await readdir(root).catch(() => [] as string[]);
   let best: { path: string; mtime: number } | undefined;
   for (const key of keys) {
     const path = join(root, key, 'model.onnx');
     const info = await stat(path).catch(() => undefined);
-    if (info && info.mtimeMs >= since - 1000 && (!best || info.mtimeMs > best.mtime))
-      best = { path, mtime: info.mtimeMs };
+    if (info && (!best || info.mtimeMs > best.mtime)) best = { path, mtime: info.mtimeMs };
   }
   return best?.path;
 }
@@ -265,7 +264,7 @@ export async function runManyModels(
       modelName: modelName(0),
       modelVersion: '1.0',
       loadModels: 'all',
-      properties: { enable_metrics_api: 'false', job_queue_size: String(plan.clients * 2), ...properties },
+      properties: { job_queue_size: String(plan.clients * 2), ...properties },
       tmpDir,
       workDir: join(context.workDir, `many-models-${label}`),
       startTimeoutMs: 600_000,
@@ -292,7 +291,6 @@ export async function runManyModels(
   };
 
   // 1. All resident.
-  const startedAt = Date.now();
   context.onProgress({ type: 'log', message: `many-models: all ${plan.models} resident` });
   const all = await serve('all-resident', {});
   let allResidentSumMb: number;
@@ -339,7 +337,7 @@ export async function runManyModels(
   // The floor of a cold start: from the optimised copy the all-resident server wrote.
   let floorCreateMs = Number.NaN;
   let floorRunMs = Number.NaN;
-  const optimized = await newestOptimizedCopy(tmpDir, startedAt);
+  const optimized = await newestOptimizedCopy(tmpDir);
   if (optimized) {
     const { messages } = await runJsonChild({ scriptPath: floorScript, args: [optimized, String(threads), '3'] });
     const result = messages[0] as { createMs: number[]; runMs: number[] };
