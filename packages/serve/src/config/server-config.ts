@@ -73,6 +73,12 @@ export interface ServerConfig {
   isAllowedUrlsDefault: boolean;
   disableTokenAuthorization: boolean;
   enableModelApi: boolean;
+  /**
+   * strict_parameters. false (default): register parameters are read as TorchServe reads them (a
+   * non-integer number is its default, a negative initial_workers is none, a timeout of 0 is the
+   * default); true: such values are refused with 400 naming the parameter.
+   */
+  strictParameters: boolean;
   enableMetricsApi: boolean;
   /** token_expiration_min. Default 60. */
   tokenExpirationMin: number;

@@ -79,6 +79,55 @@ const registerProperties = {
   s3_sse_kms: { type: 'boolean' },
 } as const;
 
+/**
+ * TorchServe's leniency with numbers (`NettyUtils.getIntParameter`: a value that is not an integer
+ * is its default), the default unless `strict_parameters=true`. The schemas then also take any
+ * string for these fields, and `lenientInteger` turns it into TorchServe's reading.
+ */
+const LENIENT_INTEGER = { anyOf: [{ type: 'integer' }, { type: 'string' }] } as const;
+const LENIENT_REGISTER_INTEGERS = [
+  'batch_size',
+  'max_batch_delay',
+  'initial_workers',
+  'response_timeout',
+  'startup_timeout',
+] as const;
+
+/** The schema properties with TorchServe's lenient integers in place of the strict ones. */
+function lenientProperties<T extends Record<string, unknown>>(properties: T, names: readonly string[]): T {
+  const copy: Record<string, unknown> = { ...properties };
+  for (const name of names) copy[name] = LENIENT_INTEGER;
+  return copy as T;
+}
+
+/** Java's Integer.parseInt reading of a parameter: an integer, or undefined (TorchServe then uses its default). */
+function lenientInteger(value: unknown): number | undefined {
+  if (typeof value === 'number') return Number.isInteger(value) ? value : undefined;
+  if (typeof value !== 'string' || !/^[+-]?\d+$/.test(value.trim())) return undefined;
+  const parsed = Number(value.trim());
+  return Number.isSafeInteger(parsed) && Math.abs(parsed) <= 2 ** 31 - 1 ? parsed : undefined;
+}
+
+/**
+ * Register parameters read as TorchServe reads them: a non-integer number is its default, a
+ * negative `initial_workers` means none, and a `startup_timeout` or `response_timeout` below 1 s,
+ * which TorchServe accepts, is the server's default (a zero timeout would fail every start).
+ */
+function lenientRegisterParams(params: RegisterParams): RegisterParams {
+  const out: Record<string, unknown> = { ...params };
+  for (const name of LENIENT_REGISTER_INTEGERS) {
+    const value = lenientInteger(params[name]);
+    if (value === undefined) delete out[name];
+    else out[name] = value;
+  }
+  if (typeof out['initial_workers'] === 'number' && out['initial_workers'] < 0) out['initial_workers'] = 0;
+  if (typeof out['batch_size'] === 'number' && out['batch_size'] < 1) delete out['batch_size'];
+  if (typeof out['max_batch_delay'] === 'number' && out['max_batch_delay'] < 0) delete out['max_batch_delay'];
+  for (const name of ['startup_timeout', 'response_timeout'])
+    if (typeof out[name] === 'number' && (out[name] as number) < 1) delete out[name];
+  return out as RegisterParams;
+}
+
 interface RegisterParams {
   url?: string;
   model_name?: string;
@@ -218,6 +267,9 @@ const scaleQuery = {
  */
 export async function managementRoutes(app: FastifyInstance, options: ManagementRoutesOptions): Promise<void> {
   const { registry, config } = options;
+  const registerSchemaProperties = config.strictParameters
+    ? registerProperties
+    : lenientProperties(registerProperties, LENIENT_REGISTER_INTEGERS);
   declareRouteAuth(app, 'management');
   const limits = resourceLimitsOf(config);
   const resolve =
@@ -304,16 +356,17 @@ export async function managementRoutes(app: FastifyInstance, options: Management
           409: errorSchema,
           ...errorResponses,
         },
-        querystring: { type: 'object', properties: registerProperties },
-        body: { type: ['object', 'null'], properties: registerProperties },
+        querystring: { type: 'object', properties: registerSchemaProperties },
+        body: { type: ['object', 'null'], properties: registerSchemaProperties },
       },
     },
     async (request, reply) => {
       assertModelApi('Registering models');
-      const params: RegisterParams = {
+      const given: RegisterParams = {
         ...(request.query as RegisterParams),
         ...((request.body as RegisterParams | null) ?? {}),
       };
+      const params = config.strictParameters ? given : lenientRegisterParams(given);
       if (params.url === undefined || params.url === '') {
         // TorchServe: no url is a 400; `url=` with an empty value reaches its model lookup, a 404 (its Postman suite).
         if (hasQueryKey(request.url, 'url')) {
