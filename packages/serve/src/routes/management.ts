@@ -84,7 +84,6 @@ const registerProperties = {
  * is its default), the default unless `strict_parameters=true`. The schemas then also take any
  * string for these fields, and `lenientInteger` turns it into TorchServe's reading.
  */
-const LENIENT_INTEGER = { anyOf: [{ type: 'integer' }, { type: 'string' }] } as const;
 const LENIENT_REGISTER_INTEGERS = [
   'batch_size',
   'max_batch_delay',
@@ -92,13 +91,6 @@ const LENIENT_REGISTER_INTEGERS = [
   'response_timeout',
   'startup_timeout',
 ] as const;
-
-/** The schema properties with TorchServe's lenient integers in place of the strict ones. */
-function lenientProperties<T extends Record<string, unknown>>(properties: T, names: readonly string[]): T {
-  const copy: Record<string, unknown> = { ...properties };
-  for (const name of names) copy[name] = LENIENT_INTEGER;
-  return copy as T;
-}
 
 /** Java's Integer.parseInt reading of a parameter: an integer, or undefined (TorchServe then uses its default). */
 function lenientInteger(value: unknown): number | undefined {
@@ -113,7 +105,7 @@ function lenientInteger(value: unknown): number | undefined {
  * negative `initial_workers` means none, and a `startup_timeout` or `response_timeout` below 1 s,
  * which TorchServe accepts, is the server's default (a zero timeout would fail every start).
  */
-function lenientRegisterParams(params: RegisterParams): RegisterParams {
+function lenientRegisterParams(params: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = { ...params };
   for (const name of LENIENT_REGISTER_INTEGERS) {
     const value = lenientInteger(params[name]);
@@ -125,7 +117,7 @@ function lenientRegisterParams(params: RegisterParams): RegisterParams {
   if (typeof out['max_batch_delay'] === 'number' && out['max_batch_delay'] < 0) delete out['max_batch_delay'];
   for (const name of ['startup_timeout', 'response_timeout'])
     if (typeof out[name] === 'number' && (out[name] as number) < 1) delete out[name];
-  return out as RegisterParams;
+  return out;
 }
 
 interface RegisterParams {
@@ -267,9 +259,13 @@ const scaleQuery = {
  */
 export async function managementRoutes(app: FastifyInstance, options: ManagementRoutesOptions): Promise<void> {
   const { registry, config } = options;
-  const registerSchemaProperties = config.strictParameters
-    ? registerProperties
-    : lenientProperties(registerProperties, LENIENT_REGISTER_INTEGERS);
+  // Before the schemas check them (they stay TorchServe's integers, and describe the API so).
+  const lenientRegister = async (request: FastifyRequest) => {
+    if (config.strictParameters) return;
+    request.query = lenientRegisterParams(request.query as Record<string, unknown>);
+    if (request.body && typeof request.body === 'object')
+      request.body = lenientRegisterParams(request.body as Record<string, unknown>);
+  };
   declareRouteAuth(app, 'management');
   const limits = resourceLimitsOf(config);
   const resolve =
@@ -356,17 +352,17 @@ export async function managementRoutes(app: FastifyInstance, options: Management
           409: errorSchema,
           ...errorResponses,
         },
-        querystring: { type: 'object', properties: registerSchemaProperties },
-        body: { type: ['object', 'null'], properties: registerSchemaProperties },
+        querystring: { type: 'object', properties: registerProperties },
+        body: { type: ['object', 'null'], properties: registerProperties },
       },
+      preValidation: lenientRegister,
     },
     async (request, reply) => {
       assertModelApi('Registering models');
-      const given: RegisterParams = {
+      const params: RegisterParams = {
         ...(request.query as RegisterParams),
         ...((request.body as RegisterParams | null) ?? {}),
       };
-      const params = config.strictParameters ? given : lenientRegisterParams(given);
       if (params.url === undefined || params.url === '') {
         // TorchServe: no url is a 400; `url=` with an empty value reaches its model lookup, a 404 (its Postman suite).
         if (hasQueryKey(request.url, 'url')) {
