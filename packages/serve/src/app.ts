@@ -12,6 +12,7 @@ import { createServeError, toMarinaError } from './errors.ts';
 import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
 import { inferenceRoutes, sendError } from './routes/inference.ts';
+import { answeredPriority } from './routes/server-timing.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
 import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts';
 import { apiExplorerRoutes } from './routes/api-explorer.ts';
@@ -167,6 +168,7 @@ function createInstance(
         statusCode: reply.statusCode,
         durationMs: reply.elapsedTime,
         requestId: request.id,
+        priority: answeredPriority.get(request),
       });
       if (reply.statusCode >= 500)
         logs.ts('error', `${request.method} ${request.url} answered ${reply.statusCode}`, request.id);

@@ -45,6 +45,26 @@ export const serveErrors = defineErrors({
     description:
       "The request waited longer than the model's clientTimeoutInMills before a worker could start it, and was answered without running; retry later or add workers.",
   },
+  MARINA_ERR_DEADLINE_EXCEEDED: {
+    statusCode: 504,
+    description:
+      "The request's own timeout (x-marina-timeout-ms, OIP's `timeout` parameter, a gRPC deadline) ran out before a worker could start it, and it was answered without running; allow more time, send it at a higher priority, or add workers.",
+  },
+  MARINA_ERR_CLIENT_GONE: {
+    statusCode: 499,
+    description:
+      'The client closed the connection (or cancelled the gRPC call) while its request waited in the queue; it was dropped without running. Nobody reads this answer; it appears in logs and metrics only.',
+  },
+  MARINA_ERR_PRIORITY_INVALID: {
+    statusCode: 400,
+    description:
+      "The request's priority (x-marina-priority, OIP's `priority` parameter, gRPC metadata) is not an integer between 1 and the model's priorityLevels (0 means the model's defaultPriorityLevel); the message says the model's range.",
+  },
+  MARINA_ERR_TIMEOUT_INVALID: {
+    statusCode: 400,
+    description:
+      "The request's timeout (x-marina-timeout-ms in ms, OIP's `timeout` parameter in microseconds as Triton's) is not a non-negative integer; 0 means none.",
+  },
   MARINA_ERR_THREAD_BUDGET_EXCEEDED: {
     statusCode: 400,
     description:
@@ -162,6 +182,10 @@ export const TORCHSERVE_ERROR_TYPES: Readonly<Record<string, string>> = {
   MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
   MARINA_ERR_NO_WORKERS: 'ServiceUnavailableException',
   MARINA_ERR_CLIENT_TIMEOUT: 'ServiceUnavailableException',
+  MARINA_ERR_DEADLINE_EXCEEDED: 'RequestTimeoutException',
+  MARINA_ERR_CLIENT_GONE: 'ServiceUnavailableException',
+  MARINA_ERR_PRIORITY_INVALID: 'BadRequestException',
+  MARINA_ERR_TIMEOUT_INVALID: 'BadRequestException',
   MARINA_ERR_THREAD_BUDGET_EXCEEDED: 'BadRequestException',
   MARINA_ERR_SERVER_CLOSING: 'ServiceUnavailableException',
   MARINA_ERR_MODEL_UNLOADING: 'ServiceUnavailableException',

@@ -27,6 +27,11 @@ export interface ModelVersionSettings {
   jobQueueSize?: number;
   /** Intra-op threads per worker (Marina's extension; TorchServe has none). */
   intraOpNumThreads?: number;
+  /** Priority levels and queue policies (Triton's structure in camelCase; checked when the version opens). */
+  priorityLevels?: number;
+  defaultPriorityLevel?: number;
+  defaultQueuePolicy?: Record<string, unknown>;
+  priorityQueuePolicy?: Record<string, Record<string, unknown>>;
 }
 
 /** One entry of load_models / --models: `file.mar`, `name=file.mar`, a URL, or a folder. */

@@ -30,6 +30,23 @@ import type { JobResult } from '../scheduling/job.ts';
 import type { ModelRegistry, PredictOptions } from '../registry/model-registry.ts';
 import type { ModelVersion } from '../registry/model-version.ts';
 import { readOnnxSignature } from './onnx-signature.ts';
+import { requestSchedulingOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
+
+/**
+ * A request's priority and timeout, from the one place every protocol passes through: its
+ * headers (REST headers, gRPC metadata), OIP `parameters`, and what the transport knows (a gRPC
+ * deadline). undefined when it names none (the model's defaults apply).
+ * @throws MARINA_ERR_PRIORITY_INVALID, MARINA_ERR_TIMEOUT_INVALID (400)
+ */
+function schedulingOf(
+  headers: Readonly<Record<string, string>> | undefined,
+  parameters: Readonly<Record<string, unknown>> | undefined,
+  transport: RequestScheduling | undefined,
+): RequestScheduling | undefined {
+  const asked = requestSchedulingOf(headers, parameters);
+  if (transport === undefined) return asked;
+  return asked === undefined ? transport : { ...asked, ...transport };
+}
 
 /** A checked JSON tensor body up to this size reaches the worker as it came (see #encodeTorchServeInput). */
 const SMALL_JSON_BODY_BYTES = 64 * 1024;
@@ -52,9 +69,15 @@ export interface InferRequest {
   parameters?: Record<string, unknown>;
   /** Server request id (logs, x-request-id). */
   requestId: string;
-  /** Forwarded to the handler (lower-case names). */
+  /** Forwarded to the handler (lower-case names); `x-marina-priority` and `x-marina-timeout-ms` are read here. */
   headers?: Record<string, string>;
   arrivedAt?: number;
+  /** What the transport knows of the request's time (a gRPC deadline); merged with its headers and parameters. */
+  scheduling?: RequestScheduling;
+  /** See PredictOptions.onClientGone. */
+  onClientGone?: PredictOptions['onClientGone'];
+  /** See PredictOptions.trace. */
+  trace?: unknown;
 }
 
 export interface InferResponse {
@@ -62,6 +85,8 @@ export interface InferResponse {
   modelVersion: string;
   id: string;
   outputs: RawTensor[];
+  /** The priority level the request waited at, for a model with more than one. */
+  priority?: number;
 }
 
 export interface TensorMetadata {
@@ -230,8 +255,10 @@ export class DataPlane {
    * inputs pass as they came.
    * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN (400), not found (404).
    */
-  admitTorchServeInput(options: PredictOptions): PredictOptions {
-    const { version, signature } = this.signature(options.modelName, options.modelVersion);
+  admitTorchServeInput(request: PredictOptions): PredictOptions {
+    const { version, signature } = this.signature(request.modelName, request.modelVersion);
+    const scheduling = schedulingOf(request.headers, undefined, request.scheduling);
+    const options = scheduling === request.scheduling ? request : { ...request, scheduling };
     if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
     try {
       return this.#encodeTorchServeInput(options, signature);
@@ -372,6 +399,7 @@ export class DataPlane {
       header,
       request.inputs.map((t) => t.raw),
     );
+    const scheduling = schedulingOf(request.headers, request.parameters, request.scheduling);
     const result = await this.#registry.predict({
       modelName: request.modelName,
       modelVersion: request.modelVersion,
@@ -383,6 +411,9 @@ export class DataPlane {
         [INFERENCE_HEADER_CONTENT_LENGTH]: String(headerLength),
       },
       arrivedAt,
+      ...(scheduling ? { scheduling } : {}),
+      ...(request.onClientGone ? { onClientGone: request.onClientGone } : {}),
+      ...(request.trace !== undefined ? { trace: request.trace } : {}),
     });
     assertResponseSize(result.body.length, this.#maxResponseBytes);
     return {
@@ -390,6 +421,7 @@ export class DataPlane {
       modelVersion: version.modelVersion,
       id: request.id ?? request.requestId,
       outputs: this.#outputsOf(result),
+      ...(result.timings.priority !== undefined ? { priority: result.timings.priority } : {}),
     };
   }
 

@@ -5,6 +5,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import type { MarinaError } from '@marina/errors';
 import type { TokenAuthorization } from '../auth/token-authorization.ts';
 import { toMarinaError } from '../errors.ts';
+import type { RequestScheduling } from '../scheduling/queue-policy.ts';
 
 const PROTO_DIR = fileURLToPath(new URL('../../protos/', import.meta.url));
 
@@ -35,6 +36,7 @@ export function serviceOf(pkg: grpc.GrpcObject, dotted: string): grpc.ServiceDef
 /** HTTP status of a MarinaError → gRPC status code. */
 export function grpcStatusOf(statusCode: number): grpc.status {
   if (statusCode === 400) return grpc.status.INVALID_ARGUMENT;
+  if (statusCode === 499) return grpc.status.CANCELLED;
   if (statusCode === 401) return grpc.status.UNAUTHENTICATED;
   if (statusCode === 403) return grpc.status.PERMISSION_DENIED;
   if (statusCode === 404) return grpc.status.NOT_FOUND;
@@ -101,4 +103,40 @@ export function unary<Req, Res>(
         (error: unknown) => callback(toGrpcError(error) as grpc.ServiceError),
       );
   };
+}
+
+/** A server call of any kind: its metadata, deadline and cancellation. */
+interface AnyServerCall {
+  readonly metadata: grpc.Metadata;
+  getDeadline(): grpc.Deadline;
+  once(event: 'cancelled', listener: () => void): unknown;
+  off(event: 'cancelled', listener: () => void): unknown;
+}
+
+/**
+ * What a call tells the data plane beyond its message: its metadata as request headers (without
+ * `authorization`; `x-marina-priority`, `x-marina-timeout-ms` and `traceparent` are read below the
+ * protocols), its deadline (always honoured: a request not started by then is answered unrun),
+ * and its cancellation (a queued request is dropped).
+ */
+export function callContext(
+  call: AnyServerCall,
+  arrivedAt: number,
+): {
+  headers: Record<string, string>;
+  scheduling?: RequestScheduling;
+  onClientGone: (cancel: () => void) => () => void;
+} {
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries(call.metadata.getMap()))
+    if (k !== 'authorization') headers[k] = typeof v === 'string' ? v : v.toString('utf8');
+  const deadline = call.getDeadline();
+  const deadlineMs = deadline instanceof Date ? deadline.getTime() : deadline;
+  // A stream carries many requests: each one's listener goes when it is answered.
+  const onClientGone = (cancel: () => void) => {
+    call.once('cancelled', cancel);
+    return () => void call.off('cancelled', cancel);
+  };
+  if (!Number.isFinite(deadlineMs)) return { headers, onClientGone };
+  return { headers, scheduling: { deadlineAt: arrivedAt + (deadlineMs - Date.now()) }, onClientGone };
 }

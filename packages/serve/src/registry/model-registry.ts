@@ -34,6 +34,7 @@ import type {
   SnapshotModelVersion,
 } from './model-registry-api.ts';
 import { ModelVersion } from './model-version.ts';
+import { scheduleOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
 import { fixedBatchNotice } from './fixed-batch-notice.ts';
 
 const SERVER_VERSION = '0.1.0';
@@ -54,6 +55,15 @@ export interface PredictOptions {
   arrivedAt?: number;
   /** How the worker decodes raw `input.body` bytes for the handler ('json', 'text'); undefined passes the input as it is. */
   bodyDecoding?: BodyDecoding;
+  /** The request's priority, timeout and deadline as its protocol carried them (checked against the model here). */
+  scheduling?: RequestScheduling;
+  /**
+   * Registers what to do when the client goes away (connection closed, call cancelled): a queued
+   * job is dropped. May return a function that unregisters it, called once the job is answered.
+   */
+  onClientGone?: (cancel: () => void) => (() => void) | void;
+  /** The request's trace (tracing/tracing.ts), carried by the job to its batch; undefined when tracing is off. */
+  trace?: unknown;
 }
 
 /** Where one prediction's time went, ms (the Server-Timing header). */
@@ -66,6 +76,8 @@ export interface PredictTimingsMs {
   stages?: HandlerStagesMs;
   /** The handler's whole time for the job's batch, measured in the worker thread (workerMs adds the hand-offs). */
   handlerMs?: number;
+  /** The priority level the job waited at, when the model has more than one. */
+  priority?: number;
 }
 
 /** A prediction's answer and where its time went. */
@@ -463,11 +475,14 @@ export class ModelRegistry implements ModelRegistryApi {
       headers: options.headers,
       arrivedAt,
       bodyDecoding: options.bodyDecoding,
-      clientTimeoutMs: version.settings.clientTimeoutMs,
+      schedule: scheduleOf(version.settings.queue, options.scheduling, arrivedAt, version.label),
+      trace: options.trace,
     });
     let statusCode = 500;
+    let stopWatching: (() => void) | void = undefined;
     try {
       version.submit(job);
+      stopWatching = options.onClientGone?.(() => version.cancel(job));
       const result = await job.promise;
       statusCode = result.statusCode;
       const t = job.timings;
@@ -478,6 +493,7 @@ export class ModelRegistry implements ModelRegistryApi {
       };
       if (t.stages) timings.stages = t.stages;
       if (t.handlerMs !== undefined) timings.handlerMs = t.handlerMs;
+      if (version.queue.levelCount > 1) timings.priority = job.priority;
       // Not a spread: a TextJobResult's body is a getter, which a spread would drop.
       return Object.assign(result, { timings });
     } catch (error) {
@@ -485,6 +501,7 @@ export class ModelRegistry implements ModelRegistryApi {
       statusCode = e.statusCode;
       throw e;
     } finally {
+      stopWatching?.();
       const t = job.timings;
       const end = t.finishedAt ?? performance.now();
       // Listened to by the metrics, when they are on: no event object per request otherwise.
@@ -497,6 +514,7 @@ export class ModelRegistry implements ModelRegistryApi {
           queueMs: (t.dispatchedAt ?? end) - t.arrivedAt,
           inferenceMs: t.dispatchedAt === undefined ? 0 : end - t.dispatchedAt,
           totalMs: end - t.arrivedAt,
+          ...(version.queue.levelCount > 1 ? { priority: job.priority } : {}),
         });
     }
   }

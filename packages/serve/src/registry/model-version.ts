@@ -8,7 +8,12 @@ import { JobQueue } from '../scheduling/job-queue.ts';
 import type { Worker } from '../workers/worker.ts';
 import { WorkerPool } from '../workers/worker-pool.ts';
 import type { WorkerInit } from '../workers/worker-protocol.ts';
-import type { ModelDescription, ModelVersionStats, SnapshotModelVersion } from './model-registry-api.ts';
+import type {
+  ModelDescription,
+  ModelVersionStats,
+  PriorityLevelStatus,
+  SnapshotModelVersion,
+} from './model-registry-api.ts';
 import type { HandlerStagesMs } from './model-registry-api.ts';
 
 /** A batch that left the aggregator and came back from a worker. */
@@ -89,6 +94,8 @@ export class ModelVersion extends EventEmitter<{
   maxWorkers: number;
   plannedWorkers: number;
   #runningJobs = 0;
+  /** Per priority level: jobs that started running and their summed time in the queue, ms (describe, metrics). */
+  readonly #levelStats: Array<{ started: number; queueMs: number }>;
   #isAccepting = true;
   #isDraining = false;
   readonly #startOnDemand: (version: ModelVersion, requestId: string) => void;
@@ -114,7 +121,12 @@ export class ModelVersion extends EventEmitter<{
     this.maxWorkers = options.settings.maxWorkers;
     this.plannedWorkers = options.plannedWorkers;
     this.#startOnDemand = options.startOnDemand;
-    this.queue = new JobQueue({ capacity: options.settings.jobQueueSize, label: this.label });
+    this.queue = new JobQueue({
+      capacity: options.settings.jobQueueSize,
+      label: this.label,
+      levels: options.settings.queue.levels,
+    });
+    this.#levelStats = options.settings.queue.levels.map(() => ({ started: 0, queueMs: 0 }));
     this.pool = new WorkerPool({
       label: this.label,
       startupTimeoutMs: options.settings.startupTimeoutMs,
@@ -136,7 +148,7 @@ export class ModelVersion extends EventEmitter<{
         // The aggregator also dispatches from its own timers (delay, end of turn): say so.
         this.emit('progress');
       },
-      expired: () => this.#expiredError(),
+      expired: (job) => this.#expiredError(job),
     });
     this.pool.on('ready', () => this.#pump());
     this.pool.on('started', (_worker, jobs) => {
@@ -185,9 +197,31 @@ export class ModelVersion extends EventEmitter<{
     this.#pump();
   }
 
-  #expiredError() {
+  /**
+   * A queued job's client went away: it leaves the queue unrun (a job already in a worker's hands
+   * runs, and its answer is dropped).
+   */
+  cancel(job: Job): void {
+    if (job.isSettled || job.timings.dispatchedAt !== undefined) return;
+    const error = createServeError.MARINA_ERR_CLIENT_GONE(
+      `the client of request ${job.requestId} went away while it waited in the queue of ${this.label}; it was dropped without running`,
+    );
+    if (this.queue.remove(job, error)) this.#pump();
+  }
+
+  #expiredError(job: Job) {
+    const waitedMs = Math.round(performance.now() - job.timings.arrivedAt);
+    if (job.isRequestDeadline)
+      return createServeError.MARINA_ERR_DEADLINE_EXCEEDED(
+        `${this.label} could not start this request within its own timeout or deadline (waited ${waitedMs} ms at priority ${job.priority}); it was answered without running. Allow more time, send it at a higher priority, or add workers`,
+        { details: { priority: job.priority } },
+      );
+    const policyMs = this.settings.queue.levels[job.priority - 1]?.timeoutMs ?? this.settings.clientTimeoutMs;
     return createServeError.MARINA_ERR_CLIENT_TIMEOUT(
-      `${this.label} could not start this request within clientTimeoutInMills (${this.settings.clientTimeoutMs} ms); it was answered without running. Retry later, add workers, or raise clientTimeoutInMills`,
+      this.queue.levelCount > 1
+        ? `${this.label} could not start this request within priority ${job.priority}'s timeoutMs (${policyMs} ms); it was answered without running. Retry later, add workers, or raise timeoutMs`
+        : `${this.label} could not start this request within clientTimeoutInMills (${policyMs} ms); it was answered without running. Retry later, add workers, or raise clientTimeoutInMills`,
+      { details: { priority: job.priority } },
     );
   }
 
@@ -208,7 +242,7 @@ export class ModelVersion extends EventEmitter<{
         let expired = 0;
         for (const job of waiting) {
           if (job.deadline !== undefined && job.deadline <= now) {
-            job.reject(this.#expiredError());
+            job.reject(this.#expiredError(job));
             expired++;
           }
         }
@@ -226,6 +260,24 @@ export class ModelVersion extends EventEmitter<{
   #countStarted(jobs: readonly Job[]): void {
     this.queue.markStarted(jobs.length);
     this.#runningJobs += jobs.length;
+    if (this.#levelStats.length > 1) {
+      for (const job of jobs) {
+        const stats = this.#levelStats[job.priority - 1]!;
+        stats.started++;
+        stats.queueMs += (job.timings.dispatchedAt ?? performance.now()) - job.timings.arrivedAt;
+      }
+    }
+  }
+
+  /** Per priority level (models with more than one): jobs queued now, jobs started so far and their mean time in the queue. */
+  priorityLevels(): Array<{ level: number; queued: number; started: number; meanQueueMs: number }> | undefined {
+    if (this.#levelStats.length <= 1) return undefined;
+    return this.#levelStats.map((stats, i) => ({
+      level: i + 1,
+      queued: this.queue.sizeOf(i + 1),
+      started: stats.started,
+      meanQueueMs: stats.started === 0 ? 0 : stats.queueMs / stats.started,
+    }));
   }
 
   #noWorkersError() {
@@ -343,9 +395,30 @@ export class ModelVersion extends EventEmitter<{
         intraOpNumThreads: w.intraOpNumThreads,
         ...(w.warmupMs !== undefined ? { warmupMs: Math.round(w.warmupMs) } : {}),
       })),
-      jobQueueStatus: { remainingCapacity: this.queue.remainingCapacity, pendingRequests: this.queue.waiting },
+      jobQueueStatus: {
+        remainingCapacity: this.queue.remainingCapacity,
+        pendingRequests: this.queue.waiting,
+        ...this.#describePriorities(),
+      },
       precision: this.quantization?.precision ?? 'fp32',
       ...(this.quantization ? { quantization: this.quantization } : {}),
+    };
+  }
+
+  /** describe's jobQueueStatus additions for a model with priority levels: each level's policy, depth and queue time. */
+  #describePriorities(): { priorityLevels?: PriorityLevelStatus[] } {
+    const levels = this.priorityLevels();
+    if (levels === undefined) return {};
+    const q = this.settings.queue;
+    return {
+      priorityLevels: levels.map((l) => ({
+        level: l.level,
+        isDefault: l.level === q.defaultPriorityLevel,
+        pendingRequests: l.queued,
+        startedRequests: l.started,
+        meanQueueMs: Math.round(l.meanQueueMs * 100) / 100,
+        ...q.levels[l.level - 1]!,
+      })),
     };
   }
 

@@ -5,7 +5,7 @@ import { createServeError, errorBody, isMarinaError, toMarinaError, type MarinaE
 import type { ModelRegistry } from '../registry/model-registry.ts';
 import { assertResponseSize, type DataPlane } from '../protocols/data-plane.ts';
 import type { JobInput } from '../scheduling/job.ts';
-import { serverTimingHeader } from './server-timing.ts';
+import { answeredPriority, serverTimingHeader } from './server-timing.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
 export interface InferenceRoutesOptions {
@@ -228,6 +228,11 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
           headers,
           arrivedAt,
           bodyDecoding,
+          onClientGone: (cancel: () => void) => {
+            reply.raw.once('close', () => {
+              if (!reply.raw.writableFinished) cancel();
+            });
+          },
         };
         const result = await registry.predict(
           options.dataPlane ? options.dataPlane.admitTorchServeInput(predictOptions) : predictOptions,
@@ -235,6 +240,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         const { text } = result;
         assertResponseSize(text === undefined ? result.body.length : Buffer.byteLength(text), maxResponseBytes);
         reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
+        if (result.timings.priority !== undefined) answeredPriority.set(request, result.timings.priority);
         for (const k in result.headers) reply.header(k, result.headers[k]!);
         // Text goes as it is (node writes it with the head in one write); fastify would call a string
         // without a type text/plain, so an untyped answer keeps the type its bytes would get.
@@ -253,6 +259,8 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
             ),
           );
         }
+        const priority = (error as { details?: { priority?: unknown } }).details?.priority;
+        if (typeof priority === 'number') answeredPriority.set(request, priority);
         return sendError(reply, error);
       }
     };

@@ -17,7 +17,7 @@ import {
   type V2Datatype,
 } from '@marina/handlers';
 import type { DataPlane } from '../data-plane.ts';
-import { unary, type KeyCheck } from '../grpc-common.ts';
+import { callContext, unary, type KeyCheck } from '../grpc-common.ts';
 
 type Contents = Partial<
   Record<
@@ -160,8 +160,9 @@ export function createOipGrpcService(options: {
     ModelMetadata: unary<{ name: string; version: string }, unknown>(checkKey, (r) =>
       dataPlane.modelMetadata(r.name, version(r.version)),
     ),
-    ModelInfer: unary<ModelInferRequest, unknown>(checkKey, async (r) => {
+    ModelInfer: unary<ModelInferRequest, unknown>(checkKey, async (r, call) => {
       const arrivedAt = performance.now();
+      const { headers, scheduling, onClientGone } = callContext(call, arrivedAt);
       let decoded: ReturnType<typeof decodeModelInferRequest>;
       try {
         decoded = decodeModelInferRequest(r);
@@ -180,6 +181,9 @@ export function createOipGrpcService(options: {
         ...(parameters ? { parameters } : {}),
         requestId: randomUUID(),
         arrivedAt,
+        headers,
+        ...(scheduling ? { scheduling } : {}),
+        onClientGone,
       });
       return {
         model_name: response.modelName,

@@ -21,6 +21,7 @@ import {
 import { declareRouteAuth } from '../../auth/token-authorization.ts';
 import { createServeError, toMarinaError } from '../../errors.ts';
 import type { DataPlane, InferRequest, InferResponse } from '../data-plane.ts';
+import { answeredPriority } from '../../routes/server-timing.ts';
 
 export interface OipRestRoutesOptions {
   dataPlane: DataPlane;
@@ -331,7 +332,13 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         requestId: request.id,
         headers: headersOf(request),
         arrivedAt,
+        onClientGone: (cancel) => {
+          reply.raw.once('close', () => {
+            if (!reply.raw.writableFinished) cancel();
+          });
+        },
       });
+      if (response.priority !== undefined) answeredPriority.set(request, response.priority);
       const encoded = encodeInferResponse(response, decoded.binaryOutputs, dataPlane.maxResponseBytes);
       assertResponseSize(encoded.body.length, dataPlane.maxResponseBytes);
       if (encoded.headerLength !== undefined) {
@@ -340,6 +347,8 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       } else reply.type('application/json');
       return reply.code(200).send(encoded.body);
     } catch (error) {
+      const priority = (error as { details?: { priority?: unknown } }).details?.priority;
+      if (typeof priority === 'number') answeredPriority.set(request, priority);
       return sendOipError(reply, error);
     }
   };

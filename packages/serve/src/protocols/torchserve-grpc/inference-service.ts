@@ -8,7 +8,7 @@ import * as grpc from '@grpc/grpc-js';
 import { createServeError, toMarinaError } from '../../errors.ts';
 import type { JobResult } from '../../scheduling/job.ts';
 import type { DataPlane } from '../data-plane.ts';
-import { grpcStatusOf, toGrpcError, unary, type KeyCheck } from '../grpc-common.ts';
+import { callContext, grpcStatusOf, toGrpcError, unary, type KeyCheck } from '../grpc-common.ts';
 
 interface PredictionsRequest {
   model_name: string;
@@ -23,7 +23,7 @@ export function createTorchServeInferenceService(options: {
 }): grpc.UntypedServiceImplementation {
   const { dataPlane, checkKey } = options;
 
-  const predict = (request: PredictionsRequest, metadata: grpc.Metadata): Promise<JobResult> => {
+  const predict = (request: PredictionsRequest, call: Parameters<typeof callContext>[0]): Promise<JobResult> => {
     const arrivedAt = performance.now();
     if (!request.model_name)
       return Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter model_name is required.'));
@@ -33,9 +33,7 @@ export function createTorchServeInferenceService(options: {
           "the request's input map is empty; put the model input under the key 'data'",
         ),
       );
-    const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(metadata.getMap()))
-      if (k !== 'authorization') headers[k] = typeof v === 'string' ? v : v.toString('utf8');
+    const { headers, scheduling, onClientGone } = callContext(call, arrivedAt);
     return dataPlane.predict({
       modelName: request.model_name,
       modelVersion: request.model_version || undefined,
@@ -43,6 +41,8 @@ export function createTorchServeInferenceService(options: {
       input: { ...request.input },
       headers,
       arrivedAt,
+      ...(scheduling ? { scheduling } : {}),
+      onClientGone,
     });
   };
 
@@ -53,13 +53,13 @@ export function createTorchServeInferenceService(options: {
       health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2),
     })),
     Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => ({
-      prediction: (await predict(request, call.metadata)).body,
+      prediction: (await predict(request, call)).body,
     })),
     /** Marina's handlers answer once, so the stream carries one message. */
     StreamPredictions: (call: grpc.ServerWritableStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
       if (denied) return call.destroy(Object.assign(new Error(denied.details), denied));
-      predict(call.request, call.metadata).then(
+      predict(call.request, call).then(
         (result) => {
           call.write({ prediction: result.body });
           call.end();
@@ -76,7 +76,7 @@ export function createTorchServeInferenceService(options: {
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};
         const done = (
           request.sequence_id
-            ? predict(request, call.metadata)
+            ? predict(request, call)
             : Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter sequenceId is required.'))
         ).then(
           (result) => void call.write({ prediction: result.body, ...sequence }),
