@@ -114,6 +114,8 @@ export interface ModelListEntry {
 export interface ModelVersionStats {
   modelName: string;
   modelVersion: string;
+  /** For a model with priority levels: requests queued at each level now, level 1 first. */
+  queueDepthByPriority?: number[];
   /** Requests admitted that have not started running (queued, or in a worker's prefetched batch): describe's pendingRequests. */
   queueDepth: number;
   /** Requests whose batch is running in a worker now. */

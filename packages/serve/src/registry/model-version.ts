@@ -98,6 +98,7 @@ export class ModelVersion extends EventEmitter<{
   readonly #levelStats: Array<{ started: number; queueMs: number }>;
   #isAccepting = true;
   #isDraining = false;
+  #isProgressDue = false;
   readonly #startOnDemand: (version: ModelVersion, requestId: string) => void;
 
   constructor(options: ModelVersionOptions) {
@@ -148,7 +149,17 @@ export class ModelVersion extends EventEmitter<{
         // The aggregator also dispatches from its own timers (delay, end of turn): say so.
         this.emit('progress');
       },
-      expired: (job) => this.#expiredError(job),
+      expired: (job) => {
+        // Answered from the aggregator's own deadline timer: say so once this pass is over.
+        if (!this.#isProgressDue) {
+          this.#isProgressDue = true;
+          queueMicrotask(() => {
+            this.#isProgressDue = false;
+            this.emit('progress');
+          });
+        }
+        return this.#expiredError(job);
+      },
     });
     this.pool.on('ready', () => this.#pump());
     this.pool.on('started', (_worker, jobs) => {
@@ -426,6 +437,9 @@ export class ModelVersion extends EventEmitter<{
     return {
       modelName: this.modelName,
       modelVersion: this.modelVersion,
+      ...(this.queue.levelCount > 1
+        ? { queueDepthByPriority: Array.from({ length: this.queue.levelCount }, (_, i) => this.queue.sizeOf(i + 1)) }
+        : {}),
       queueDepth: this.queue.waiting,
       runningJobs: this.#runningJobs,
       jobQueueSize: this.queue.capacity,
