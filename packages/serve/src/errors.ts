@@ -65,6 +65,11 @@ export const serveErrors = defineErrors({
     description:
       "The request's timeout (x-marina-timeout-ms in ms, OIP's `timeout` parameter in microseconds as Triton's) is not a non-negative integer; 0 means none.",
   },
+  MARINA_ERR_TRACING_CONFIG_INVALID: {
+    statusCode: 500,
+    description:
+      'An OTEL_* variable that configures tracing has a value Marina does not support (OTEL_TRACES_EXPORTER other than otlp, console or none; a protocol other than http/protobuf or http/json; an unknown OTEL_TRACES_SAMPLER or a ratio outside 0..1; an endpoint that is not a URL); the server does not start. Fix or unset the variable named in the message.',
+  },
   MARINA_ERR_THREAD_BUDGET_EXCEEDED: {
     statusCode: 400,
     description:

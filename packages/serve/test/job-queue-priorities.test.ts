@@ -149,7 +149,12 @@ describe('queue policies and request timeouts', () => {
 
   it('names the key and source of a bad setting', () => {
     const error = marinaErrorOf(() =>
-      resolveQueueSettings({ where: "model 'm'", yaml: {}, json: { priorityLevels: 2, defaultPriorityLevel: 3 }, clientTimeoutMs: 0 }),
+      resolveQueueSettings({
+        where: "model 'm'",
+        yaml: {},
+        json: { priorityLevels: 2, defaultPriorityLevel: 3 },
+        clientTimeoutMs: 0,
+      }),
     );
     expect(error.code).toBe('MARINA_ERR_MODEL_SETTINGS_INVALID');
     expect(error.message).toContain('defaultPriorityLevel from models JSON must be an integer from 1 to 2');

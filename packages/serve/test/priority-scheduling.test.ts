@@ -168,7 +168,11 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     await until(version, () => version.queue.sizeOf(1) === 10);
     const refused = await post({ name: 'high-10', log: s.log }, high);
     expect(refused.status).toBe(503);
-    expect(refused.json).toMatchObject({ code: 503, type: 'ServiceUnavailableException', marinaCode: 'MARINA_ERR_QUEUE_FULL' });
+    expect(refused.json).toMatchObject({
+      code: 503,
+      type: 'ServiceUnavailableException',
+      marinaCode: 'MARINA_ERR_QUEUE_FULL',
+    });
     expect(refused.json['message']).toContain('priority 1');
     const low = post({ name: 'low', log: s.log });
     await until(version, () => version.queue.sizeOf(2) === 1);
@@ -182,7 +186,11 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     const held = await holdWorker(s);
     const late = await post({ name: 'late', log: s.log }, { 'x-marina-timeout-ms': '200' });
     expect(late.status).toBe(504);
-    expect(late.json).toMatchObject({ code: 504, type: 'RequestTimeoutException', marinaCode: 'MARINA_ERR_DEADLINE_EXCEEDED' });
+    expect(late.json).toMatchObject({
+      code: 504,
+      type: 'RequestTimeoutException',
+      marinaCode: 'MARINA_ERR_DEADLINE_EXCEEDED',
+    });
     expect(version.queue.size).toBe(0);
     await s.open();
     await Promise.all(held);

@@ -71,6 +71,11 @@ export interface ServerConfig {
   disableTokenAuthorization: boolean;
   enableModelApi: boolean;
   enableMetricsApi: boolean;
+  /**
+   * enable_tracing: OpenTelemetry traces when the OTEL_* environment does not say (OTEL_TRACES_EXPORTER
+   * decides when set). Default false.
+   */
+  enableTracing?: boolean;
   /** token_expiration_min. Default 60. */
   tokenExpirationMin: number;
   /** Where key_file.json is written (TorchServe: the working directory), or token_key_file. */

@@ -31,6 +31,7 @@ import type { ModelRegistry, PredictOptions } from '../registry/model-registry.t
 import type { ModelVersion } from '../registry/model-version.ts';
 import { readOnnxSignature } from './onnx-signature.ts';
 import { requestSchedulingOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
+import type { Tracing } from '../tracing/tracing.ts';
 
 /**
  * A request's priority and timeout, from the one place every protocol passes through: its
@@ -77,7 +78,7 @@ export interface InferRequest {
   /** See PredictOptions.onClientGone. */
   onClientGone?: PredictOptions['onClientGone'];
   /** See PredictOptions.trace. */
-  trace?: unknown;
+  trace?: PredictOptions['trace'];
 }
 
 export interface InferResponse {
@@ -108,6 +109,8 @@ export interface DataPlaneOptions {
   registry: ModelRegistry;
   /** max_response_size, bytes. */
   maxResponseBytes: number;
+  /** OpenTelemetry tracing, when on: the gRPC adapters start their request spans from it. */
+  tracing?: Tracing;
 }
 
 /** Handlers that feed the request's tensors to the model as they are, so the signature check applies. */
@@ -145,9 +148,13 @@ export class DataPlane {
   readonly #maxResponseBytes: number;
   readonly #signatures = new WeakMap<ModelVersion, ModelSignature>();
 
+  /** OpenTelemetry tracing, when on; undefined when off. */
+  readonly tracing: Tracing | undefined;
+
   constructor(options: DataPlaneOptions) {
     this.#registry = options.registry;
     this.#maxResponseBytes = options.maxResponseBytes;
+    this.tracing = options.tracing;
   }
 
   get maxResponseBytes(): number {
@@ -413,7 +420,7 @@ export class DataPlane {
       arrivedAt,
       ...(scheduling ? { scheduling } : {}),
       ...(request.onClientGone ? { onClientGone: request.onClientGone } : {}),
-      ...(request.trace !== undefined ? { trace: request.trace } : {}),
+      ...(request.trace ? { trace: request.trace } : {}),
     });
     assertResponseSize(result.body.length, this.#maxResponseBytes);
     return {

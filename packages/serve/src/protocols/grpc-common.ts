@@ -6,6 +6,7 @@ import type { MarinaError } from '@marina/errors';
 import type { TokenAuthorization } from '../auth/token-authorization.ts';
 import { toMarinaError } from '../errors.ts';
 import type { RequestScheduling } from '../scheduling/queue-policy.ts';
+import type { RequestTrace, TracedProtocol, Tracing } from '../tracing/tracing.ts';
 
 const PROTO_DIR = fileURLToPath(new URL('../../protos/', import.meta.url));
 
@@ -88,19 +89,94 @@ export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 
   };
 }
 
-/** Wraps a unary handler: token check, then the handler; a thrown MarinaError becomes its gRPC status. */
+/** A traced gRPC method: the server's tracing (undefined when off) and the method's names. */
+export interface TracedMethod {
+  tracing: Tracing | undefined;
+  /** `inference.GRPCInferenceService`, `org.pytorch.serve.grpc.inference.InferenceAPIsService`. */
+  service: string;
+  method: string;
+  protocol: TracedProtocol;
+}
+
+/**
+ * A call's server span, joined to the `traceparent`/`tracestate` in its metadata; its response
+ * metadata carries the span's `traceparent`. undefined when tracing is off.
+ */
+export function startCallTrace(
+  call: { metadata: grpc.Metadata; sendMetadata(metadata: grpc.Metadata): void; getPeer(): string },
+  traced: TracedMethod | undefined,
+): RequestTrace | undefined {
+  if (traced?.tracing === undefined) return undefined;
+  const text = (key: string) => {
+    const value = call.metadata.get(key)[0];
+    return value === undefined ? undefined : typeof value === 'string' ? value : value.toString('utf8');
+  };
+  const requestTrace = traced.tracing.startRequest({
+    name: `${traced.service}/${traced.method}`,
+    protocol: traced.protocol,
+    headers: { traceparent: text('traceparent'), tracestate: text('tracestate') },
+    startedAt: performance.now(),
+    attributes: {
+      'rpc.system': 'grpc',
+      'rpc.service': traced.service,
+      'rpc.method': traced.method,
+      'network.peer.address': call.getPeer(),
+    },
+  });
+  const metadata = new grpc.Metadata();
+  metadata.set('traceparent', requestTrace.traceparent);
+  call.sendMetadata(metadata);
+  return requestTrace;
+}
+
+/** Ends a call's span with its gRPC status (an error status for server faults: INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED …). */
+export function endCallTrace(requestTrace: RequestTrace | undefined, code: grpc.status): void {
+  if (requestTrace === undefined) return;
+  requestTrace.end({
+    attributes: { 'rpc.grpc.status_code': code },
+    isError: SERVER_FAULTS.has(code),
+    errorType: grpc.status[code],
+  });
+}
+
+/** Status codes that are the server's fault, per OpenTelemetry's gRPC conventions (a span status of Error). */
+const SERVER_FAULTS = new Set([
+  grpc.status.UNKNOWN,
+  grpc.status.DEADLINE_EXCEEDED,
+  grpc.status.UNIMPLEMENTED,
+  grpc.status.INTERNAL,
+  grpc.status.UNAVAILABLE,
+  grpc.status.DATA_LOSS,
+]);
+
+/**
+ * Wraps a unary handler: token check, then the handler; a thrown MarinaError becomes its gRPC
+ * status. A traced method gets a server span (see startCallTrace), passed to the handler.
+ */
 export function unary<Req, Res>(
   checkKey: KeyCheck,
-  run: (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Res | Promise<Res>,
+  run: (request: Req, call: grpc.ServerUnaryCall<Req, Res>, trace: RequestTrace | undefined) => Res | Promise<Res>,
+  traced?: TracedMethod,
 ): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
+    const requestTrace = startCallTrace(call, traced);
     const denied = checkKey(call);
-    if (denied) return callback(denied as grpc.ServiceError);
+    if (denied) {
+      endCallTrace(requestTrace, denied.code ?? grpc.status.UNAUTHENTICATED);
+      return callback(denied as grpc.ServiceError);
+    }
     Promise.resolve()
-      .then(() => run(call.request, call))
+      .then(() => run(call.request, call, requestTrace))
       .then(
-        (value) => callback(null, value),
-        (error: unknown) => callback(toGrpcError(error) as grpc.ServiceError),
+        (value) => {
+          endCallTrace(requestTrace, grpc.status.OK);
+          callback(null, value);
+        },
+        (error: unknown) => {
+          const status = toGrpcError(error);
+          endCallTrace(requestTrace, status.code ?? grpc.status.UNKNOWN);
+          callback(status as grpc.ServiceError);
+        },
       );
   };
 }

@@ -35,6 +35,7 @@ import type {
 } from './model-registry-api.ts';
 import { ModelVersion } from './model-version.ts';
 import { scheduleOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
+import type { RequestTrace } from '../tracing/tracing.ts';
 import { fixedBatchNotice } from './fixed-batch-notice.ts';
 
 const SERVER_VERSION = '0.1.0';
@@ -63,7 +64,7 @@ export interface PredictOptions {
    */
   onClientGone?: (cancel: () => void) => (() => void) | void;
   /** The request's trace (tracing/tracing.ts), carried by the job to its batch; undefined when tracing is off. */
-  trace?: unknown;
+  trace?: RequestTrace;
 }
 
 /** Where one prediction's time went, ms (the Server-Timing header). */
@@ -478,6 +479,8 @@ export class ModelRegistry implements ModelRegistryApi {
       schedule: scheduleOf(version.settings.queue, options.scheduling, arrivedAt, version.label),
       trace: options.trace,
     });
+    options.trace?.setModel(version.modelName, version.modelVersion, options.requestId);
+    let errorCode: string | undefined;
     let statusCode = 500;
     let stopWatching: (() => void) | void = undefined;
     try {
@@ -499,9 +502,11 @@ export class ModelRegistry implements ModelRegistryApi {
     } catch (error) {
       const e = toMarinaError(error);
       statusCode = e.statusCode;
+      errorCode = e.code;
       throw e;
     } finally {
       stopWatching?.();
+      options.trace?.recordJob(job, { isOk: errorCode === undefined, errorCode });
       const t = job.timings;
       const end = t.finishedAt ?? performance.now();
       // Listened to by the metrics, when they are on: no event object per request otherwise.

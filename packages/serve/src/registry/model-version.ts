@@ -7,6 +7,7 @@ import type { Job } from '../scheduling/job.ts';
 import { JobQueue } from '../scheduling/job-queue.ts';
 import type { Worker } from '../workers/worker.ts';
 import { WorkerPool } from '../workers/worker-pool.ts';
+import { recordBatchSpan } from '../tracing/tracing.ts';
 import type { WorkerInit } from '../workers/worker-protocol.ts';
 import type {
   ModelDescription,
@@ -169,6 +170,12 @@ export class ModelVersion extends EventEmitter<{
     });
     this.pool.on('finished', (worker, outcome) => {
       this.#runningJobs -= outcome.jobs.length;
+      recordBatchSpan(outcome.jobs, {
+        workerId: worker.id,
+        modelName: this.modelName,
+        modelVersion: this.modelVersion,
+        isOk: outcome.isOk,
+      });
       this.emit('batch', {
         batchSize: outcome.jobs.length,
         inferenceMs: outcome.inferenceMs,

@@ -6,6 +6,7 @@ import type { ModelRegistry } from '../registry/model-registry.ts';
 import { assertResponseSize, type DataPlane } from '../protocols/data-plane.ts';
 import type { JobInput } from '../scheduling/job.ts';
 import { answeredPriority, serverTimingHeader } from './server-timing.ts';
+import { requestTraces } from '../tracing/tracing.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
 export interface InferenceRoutesOptions {
@@ -228,6 +229,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
           headers,
           arrivedAt,
           bodyDecoding,
+          trace: requestTraces.get(request),
           onClientGone: (cancel: () => void) => {
             reply.raw.once('close', () => {
               if (!reply.raw.writableFinished) cancel();

@@ -1,5 +1,6 @@
 import type { MarinaError } from '@marina/errors';
 import type { BodyDecoding, HandlerStagesMs } from '../workers/worker-protocol.ts';
+import type { RequestTrace } from '../tracing/tracing.ts';
 
 /** One request's input as the handler sees it: `{ body }` for a raw body, one key per multipart field otherwise. */
 export type JobInput = Record<string, unknown>;
@@ -89,7 +90,7 @@ export class Job {
   /** performance.now() after which the job moves behind its level's others (timeoutAction 'delay'); cleared when it does. */
   delayAt: number | undefined;
   /** The request's trace, when tracing is on (see tracing/tracing.ts); the scheduler only carries it. */
-  trace: unknown;
+  readonly trace: RequestTrace | undefined;
   #resolve!: (result: JobResult) => void;
   #reject!: (error: MarinaError) => void;
   #isSettled = false;
@@ -103,7 +104,7 @@ export class Job {
     clientTimeoutMs?: number;
     /** Priority and deadlines (overrides clientTimeoutMs). */
     schedule?: JobSchedule;
-    trace?: unknown;
+    trace?: RequestTrace;
   }) {
     this.requestId = options.requestId;
     this.input = options.input;
@@ -111,8 +112,11 @@ export class Job {
     this.headers = options.headers ?? {};
     this.timings = {
       arrivedAt: options.arrivedAt ?? performance.now(),
+      queuedAt: undefined,
       dispatchedAt: undefined,
       finishedAt: undefined,
+      workerId: undefined,
+      batchSize: undefined,
     };
     const schedule = options.schedule;
     this.deadline =

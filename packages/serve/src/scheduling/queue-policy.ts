@@ -87,7 +87,12 @@ export function resolveQueueSettings(options: {
     const raw = value as RawPolicy;
     for (const name of Object.keys(raw))
       if (!['maxQueueSize', 'timeoutMs', 'timeoutAction', 'allowTimeoutOverride'].includes(name))
-        throw invalid(`${key}.${name}`, source, raw[name], 'one of maxQueueSize, timeoutMs, timeoutAction, allowTimeoutOverride');
+        throw invalid(
+          `${key}.${name}`,
+          source,
+          raw[name],
+          'one of maxQueueSize, timeoutMs, timeoutAction, allowTimeoutOverride',
+        );
     const action = raw['timeoutAction'];
     if (action !== undefined && action !== 'reject' && action !== 'delay')
       throw invalid(`${key}.timeoutAction`, source, action, "'reject' or 'delay'");

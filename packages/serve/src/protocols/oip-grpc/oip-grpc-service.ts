@@ -160,39 +160,49 @@ export function createOipGrpcService(options: {
     ModelMetadata: unary<{ name: string; version: string }, unknown>(checkKey, (r) =>
       dataPlane.modelMetadata(r.name, version(r.version)),
     ),
-    ModelInfer: unary<ModelInferRequest, unknown>(checkKey, async (r, call) => {
-      const arrivedAt = performance.now();
-      const { headers, scheduling, onClientGone } = callContext(call, arrivedAt);
-      let decoded: ReturnType<typeof decodeModelInferRequest>;
-      try {
-        decoded = decodeModelInferRequest(r);
-      } catch (error) {
-        dataPlane.recordUndecodable(r.model_name, version(r.model_version), arrivedAt, error);
-        throw error;
-      }
-      const { inputs, isRaw } = decoded;
-      const parameters = parameterValues(r.parameters);
-      const response = await dataPlane.infer({
-        modelName: r.model_name,
-        modelVersion: version(r.model_version),
-        ...(r.id ? { id: r.id } : {}),
-        inputs,
-        ...(r.outputs.length > 0 ? { outputs: r.outputs.map((o) => ({ name: o.name })) } : {}),
-        ...(parameters ? { parameters } : {}),
-        requestId: randomUUID(),
-        arrivedAt,
-        headers,
-        ...(scheduling ? { scheduling } : {}),
-        onClientGone,
-      });
-      return {
-        model_name: response.modelName,
-        model_version: response.modelVersion,
-        id: r.id,
-        parameters: {},
-        ...encodeModelInferOutputs(response.outputs, isRaw),
-      };
-    }),
+    ModelInfer: unary<ModelInferRequest, unknown>(
+      checkKey,
+      async (r, call, trace) => {
+        const arrivedAt = performance.now();
+        const { headers, scheduling, onClientGone } = callContext(call, arrivedAt);
+        let decoded: ReturnType<typeof decodeModelInferRequest>;
+        try {
+          decoded = decodeModelInferRequest(r);
+        } catch (error) {
+          dataPlane.recordUndecodable(r.model_name, version(r.model_version), arrivedAt, error);
+          throw error;
+        }
+        const { inputs, isRaw } = decoded;
+        const parameters = parameterValues(r.parameters);
+        const response = await dataPlane.infer({
+          modelName: r.model_name,
+          modelVersion: version(r.model_version),
+          ...(r.id ? { id: r.id } : {}),
+          inputs,
+          ...(r.outputs.length > 0 ? { outputs: r.outputs.map((o) => ({ name: o.name })) } : {}),
+          ...(parameters ? { parameters } : {}),
+          requestId: randomUUID(),
+          arrivedAt,
+          headers,
+          ...(scheduling ? { scheduling } : {}),
+          onClientGone,
+          trace,
+        });
+        return {
+          model_name: response.modelName,
+          model_version: response.modelVersion,
+          id: r.id,
+          parameters: {},
+          ...encodeModelInferOutputs(response.outputs, isRaw),
+        };
+      },
+      {
+        tracing: dataPlane.tracing,
+        service: 'inference.GRPCInferenceService',
+        method: 'ModelInfer',
+        protocol: 'oip-grpc',
+      },
+    ),
     RepositoryModelLoad: (_call: unknown, callback: grpc.sendUnaryData<unknown>) =>
       callback({
         code: grpc.status.UNIMPLEMENTED,

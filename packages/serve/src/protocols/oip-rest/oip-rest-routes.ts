@@ -22,6 +22,7 @@ import { declareRouteAuth } from '../../auth/token-authorization.ts';
 import { createServeError, toMarinaError } from '../../errors.ts';
 import type { DataPlane, InferRequest, InferResponse } from '../data-plane.ts';
 import { answeredPriority } from '../../routes/server-timing.ts';
+import { requestTraces } from '../../tracing/tracing.ts';
 
 export interface OipRestRoutesOptions {
   dataPlane: DataPlane;
@@ -332,6 +333,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         requestId: request.id,
         headers: headersOf(request),
         arrivedAt,
+        trace: requestTraces.get(request),
         onClientGone: (cancel) => {
           reply.raw.once('close', () => {
             if (!reply.raw.writableFinished) cancel();

@@ -8,7 +8,18 @@ import * as grpc from '@grpc/grpc-js';
 import { createServeError, toMarinaError } from '../../errors.ts';
 import type { JobResult } from '../../scheduling/job.ts';
 import type { DataPlane } from '../data-plane.ts';
-import { callContext, grpcStatusOf, toGrpcError, unary, type KeyCheck } from '../grpc-common.ts';
+import {
+  callContext,
+  endCallTrace,
+  grpcStatusOf,
+  startCallTrace,
+  toGrpcError,
+  unary,
+  type KeyCheck,
+} from '../grpc-common.ts';
+import type { RequestTrace } from '../../tracing/tracing.ts';
+
+const SERVICE = 'org.pytorch.serve.grpc.inference.InferenceAPIsService';
 
 interface PredictionsRequest {
   model_name: string;
@@ -23,7 +34,11 @@ export function createTorchServeInferenceService(options: {
 }): grpc.UntypedServiceImplementation {
   const { dataPlane, checkKey } = options;
 
-  const predict = (request: PredictionsRequest, call: Parameters<typeof callContext>[0]): Promise<JobResult> => {
+  const predict = (
+    request: PredictionsRequest,
+    call: Parameters<typeof callContext>[0],
+    trace?: RequestTrace,
+  ): Promise<JobResult> => {
     const arrivedAt = performance.now();
     if (!request.model_name)
       return Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter model_name is required.'));
@@ -43,6 +58,7 @@ export function createTorchServeInferenceService(options: {
       arrivedAt,
       ...(scheduling ? { scheduling } : {}),
       onClientGone,
+      ...(trace ? { trace } : {}),
     });
   };
 
@@ -52,19 +68,35 @@ export function createTorchServeInferenceService(options: {
     Ping: unary(checkKey, () => ({
       health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2),
     })),
-    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => ({
-      prediction: (await predict(request, call)).body,
-    })),
+    Predictions: unary<PredictionsRequest, unknown>(
+      checkKey,
+      async (request, call, trace) => ({ prediction: (await predict(request, call, trace)).body }),
+      { tracing: dataPlane.tracing, service: SERVICE, method: 'Predictions', protocol: 'torchserve-grpc' },
+    ),
     /** Marina's handlers answer once, so the stream carries one message. */
     StreamPredictions: (call: grpc.ServerWritableStream<PredictionsRequest, unknown>) => {
+      const trace = startCallTrace(call, {
+        tracing: dataPlane.tracing,
+        service: SERVICE,
+        method: 'StreamPredictions',
+        protocol: 'torchserve-grpc',
+      });
       const denied = checkKey(call);
-      if (denied) return call.destroy(Object.assign(new Error(denied.details), denied));
-      predict(call.request, call).then(
+      if (denied) {
+        endCallTrace(trace, denied.code ?? grpc.status.UNAUTHENTICATED);
+        return call.destroy(Object.assign(new Error(denied.details), denied));
+      }
+      predict(call.request, call, trace).then(
         (result) => {
+          endCallTrace(trace, grpc.status.OK);
           call.write({ prediction: result.body });
           call.end();
         },
-        (error: unknown) => call.destroy(Object.assign(new Error(toMarinaError(error).message), toGrpcError(error))),
+        (error: unknown) => {
+          const status = toGrpcError(error);
+          endCallTrace(trace, status.code ?? grpc.status.UNKNOWN);
+          call.destroy(Object.assign(new Error(toMarinaError(error).message), status));
+        },
       );
     },
     /** Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does. */
