@@ -20,6 +20,10 @@ export interface ModelSettings {
   maxWorkerHeapMb: number;
   /** Priority levels and their queue policies (model-config.yaml, else the models JSON); one level by default. */
   queue: QueueSettings;
+  /** Kept resident: never evicted under model_memory_budget, never idle-unloaded. */
+  pinned: boolean;
+  /** Unload after this long without a request, ms; 0 = never. */
+  idleUnloadMs: number;
   /** Where each value came from, for logs and describe. */
   sources: Record<
     | 'batchSize'
@@ -53,6 +57,10 @@ export interface ApiModelSettings {
    * get default_workers_per_model, else 1.
    */
   fallbackWorkers?: number;
+  /** Keep resident (Marina: register with pinned=true, or the management pin call). */
+  pinned?: boolean;
+  /** Idle unload, seconds; 0 = never. */
+  idleUnloadSeconds?: number;
 }
 
 export interface ResolveModelSettingsOptions {
@@ -60,7 +68,7 @@ export interface ResolveModelSettingsOptions {
   modelVersion: string;
   server: Pick<
     ServerConfig,
-    'defaultWorkersPerModel' | 'jobQueueSize' | 'defaultResponseTimeoutSec' | 'defaultStartupTimeoutSec'
+    'defaultWorkersPerModel' | 'jobQueueSize' | 'defaultResponseTimeoutSec' | 'defaultStartupTimeoutSec' | 'residency'
   >;
   /** model-config.yaml from the archive, as parsed (TorchServe's keys: batchSize, maxBatchDelay, responseTimeout, ...). */
   modelYamlConfig?: Record<string, unknown>;
@@ -236,6 +244,25 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   if (maxWorkers === undefined || maxWorkers < minWorkers) maxWorkers = minWorkers;
 
   const queue = resolveQueueSettings({ where, yaml, json, clientTimeoutMs });
+  const yamlPinned = yaml['pinned'];
+  if (yamlPinned !== undefined && typeof yamlPinned !== 'boolean')
+    throw createServeError.MARINA_ERR_MODEL_SETTINGS_INVALID(
+      `${where}: pinned from model-config.yaml must be true or false, got ${JSON.stringify(yamlPinned).slice(0, 40)}`,
+      { details: { key: 'pinned', source: 'model-config.yaml' } },
+    );
+  const pinned = api.pinned ?? (yamlPinned as boolean | undefined) ?? json.pinned ?? false;
+  let idleUnloadSeconds = server.residency?.idleUnloadSeconds ?? 0;
+  for (const [value, key, source] of [
+    [api.idleUnloadSeconds, 'idle_unload_seconds', 'api'],
+    [yaml['idleUnloadSeconds'], 'idleUnloadSeconds', 'model-config.yaml'],
+    [json.idleUnloadSeconds, 'idleUnloadSeconds', 'models JSON'],
+  ] as Candidate[]) {
+    const n = num(value, key, source, 'number');
+    if (n !== undefined && n >= 0) {
+      idleUnloadSeconds = n;
+      break;
+    }
+  }
 
   return {
     batchSize,
@@ -249,6 +276,8 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
     clientTimeoutMs,
     maxWorkerHeapMb,
     queue,
+    pinned,
+    idleUnloadMs: idleUnloadSeconds * 1000,
     sources: {
       batchSize: batchSizeSource,
       maxBatchDelayMs: maxBatchDelaySource,

@@ -1,10 +1,12 @@
-/** What every gRPC adapter shares: the protos, status mapping, token checks and the unary wrapper. */
+/** What every gRPC adapter shares: the protos, token checks and the unary wrapper (errors map to gRPC in error-map.ts). */
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { MarinaError } from '@marina/errors';
+import { authErrors } from '../auth/auth-errors.ts';
 import type { TokenAuthorization } from '../auth/token-authorization.ts';
-import { toMarinaError } from '../errors.ts';
+import { grpcServiceError } from './error-map.ts';
+import { MODEL_VERSION_HEADER } from './data-plane.ts';
 import type { RequestScheduling } from '../scheduling/queue-policy.ts';
 import type { RequestTrace, TracedProtocol, Tracing } from '../tracing/tracing.ts';
 
@@ -22,7 +24,12 @@ export const PROTO_LOADER_OPTIONS: protoLoader.Options = {
 
 /** Loads one of the .proto files shipped in packages/serve/protos (for servers and test clients). */
 export function loadProto(
-  file: 'grpc_predict_v2.proto' | 'open_inference_grpc.proto' | 'inference.proto' | 'management.proto',
+  file:
+    | 'grpc_predict_v2.proto'
+    | 'open_inference_grpc.proto'
+    | 'inference.proto'
+    | 'management.proto'
+    | 'marina_management.proto',
 ): grpc.GrpcObject {
   return grpc.loadPackageDefinition(protoLoader.loadSync(file, PROTO_LOADER_OPTIONS));
 }
@@ -34,32 +41,16 @@ export function serviceOf(pkg: grpc.GrpcObject, dotted: string): grpc.ServiceDef
   return (node as { service: grpc.ServiceDefinition }).service;
 }
 
-/** HTTP status of a MarinaError → gRPC status code. */
-export function grpcStatusOf(statusCode: number): grpc.status {
-  if (statusCode === 400) return grpc.status.INVALID_ARGUMENT;
-  if (statusCode === 499) return grpc.status.CANCELLED;
-  if (statusCode === 401) return grpc.status.UNAUTHENTICATED;
-  if (statusCode === 403) return grpc.status.PERMISSION_DENIED;
-  if (statusCode === 404) return grpc.status.NOT_FOUND;
-  if (statusCode === 405) return grpc.status.UNIMPLEMENTED;
-  if (statusCode === 409) return grpc.status.ALREADY_EXISTS;
-  if (statusCode === 413) return grpc.status.RESOURCE_EXHAUSTED;
-  if (statusCode === 503) return grpc.status.UNAVAILABLE;
-  if (statusCode === 504) return grpc.status.DEADLINE_EXCEEDED;
-  return grpc.status.INTERNAL;
-}
-
-/** A MarinaError as a gRPC error: the mapped status, the message, and the code in `marina-error-code` metadata. */
-export function toGrpcError(error: unknown): Partial<grpc.StatusObject> {
-  const e: MarinaError = toMarinaError(error);
+/** Response metadata saying which model version answered (`x-marina-model-version`). */
+export function versionMetadata(modelVersion: string): grpc.Metadata {
   const metadata = new grpc.Metadata();
-  metadata.set('marina-error-code', e.code);
-  return { code: grpcStatusOf(e.statusCode), details: e.message, metadata };
+  metadata.set(MODEL_VERSION_HEADER, modelVersion);
+  return metadata;
 }
 
-export type KeyCheck = (call: { metadata: grpc.Metadata }) => Partial<grpc.StatusObject> | undefined;
+export type KeyCheck = (call: { metadata: grpc.Metadata }) => MarinaError | undefined;
 
-/** Token authorization for one API: undefined when the call carries the key, else the UNAUTHENTICATED error. */
+/** Token authorization for one API: undefined when the call carries the key, else the token error (UNAUTHENTICATED on the wire). */
 export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 'inference' | 'management'): KeyCheck {
   return (call) => {
     if (!tokens) return undefined;
@@ -72,20 +63,13 @@ export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 
         : result === 'expired'
           ? `the ${keyType} key expired (keys last ${tokens.tokenExpirationMin} min); rotate it with /token?type=${keyType}`
           : `the key is incorrect for the ${keyType} API`;
-    const metadata = new grpc.Metadata();
-    metadata.set(
-      'marina-error-code',
+    const create =
       result === 'missing'
-        ? 'MARINA_ERR_TOKEN_MISSING'
+        ? authErrors.create.MARINA_ERR_TOKEN_MISSING
         : result === 'expired'
-          ? 'MARINA_ERR_TOKEN_EXPIRED'
-          : 'MARINA_ERR_TOKEN_INVALID',
-    );
-    return {
-      code: grpc.status.UNAUTHENTICATED,
-      details: `Token Authorization failed: ${why}; the ${keyType} key is in '${tokens.keyFilePath}'`,
-      metadata,
-    };
+          ? authErrors.create.MARINA_ERR_TOKEN_EXPIRED
+          : authErrors.create.MARINA_ERR_TOKEN_INVALID;
+    return create(`Token Authorization failed: ${why}; the ${keyType} key is in '${tokens.keyFilePath}'`);
   };
 }
 
@@ -100,7 +84,8 @@ export interface TracedMethod {
 
 /**
  * A call's server span, joined to the `traceparent`/`tracestate` in its metadata; its response
- * metadata carries the span's `traceparent`. undefined when tracing is off.
+ * metadata carries the span's `traceparent` (added to whatever metadata the call sends: a call
+ * sends its response metadata once). undefined when tracing is off.
  */
 export function startCallTrace(
   call: { metadata: grpc.Metadata; sendMetadata(metadata: grpc.Metadata): void; getPeer(): string },
@@ -123,11 +108,29 @@ export function startCallTrace(
       'network.peer.address': call.getPeer(),
     },
   });
-  const metadata = new grpc.Metadata();
-  metadata.set('traceparent', requestTrace.traceparent);
-  call.sendMetadata(metadata);
+  const send = call.sendMetadata.bind(call);
+  call.sendMetadata = (metadata: grpc.Metadata) => {
+    metadata.set('traceparent', requestTrace.traceparent);
+    send(metadata);
+  };
   return requestTrace;
 }
+
+/** An error answered on a traced call carries its `traceparent` too (in the status metadata: an error may be sent without response headers). */
+export function withTraceparent(error: grpc.ServiceError, requestTrace: RequestTrace | undefined): grpc.ServiceError {
+  if (requestTrace !== undefined) (error.metadata ??= new grpc.Metadata()).set('traceparent', requestTrace.traceparent);
+  return error;
+}
+
+/** Status codes that are the server's fault, per OpenTelemetry's gRPC conventions (a span status of Error). */
+const SERVER_FAULTS: ReadonlySet<grpc.status> = new Set([
+  grpc.status.UNKNOWN,
+  grpc.status.DEADLINE_EXCEEDED,
+  grpc.status.UNIMPLEMENTED,
+  grpc.status.INTERNAL,
+  grpc.status.UNAVAILABLE,
+  grpc.status.DATA_LOSS,
+]);
 
 /** Ends a call's span with its gRPC status (an error status for server faults: INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED …). */
 export function endCallTrace(requestTrace: RequestTrace | undefined, code: grpc.status): void {
@@ -138,16 +141,6 @@ export function endCallTrace(requestTrace: RequestTrace | undefined, code: grpc.
     errorType: grpc.status[code],
   });
 }
-
-/** Status codes that are the server's fault, per OpenTelemetry's gRPC conventions (a span status of Error). */
-const SERVER_FAULTS = new Set([
-  grpc.status.UNKNOWN,
-  grpc.status.DEADLINE_EXCEEDED,
-  grpc.status.UNIMPLEMENTED,
-  grpc.status.INTERNAL,
-  grpc.status.UNAVAILABLE,
-  grpc.status.DATA_LOSS,
-]);
 
 /**
  * Wraps a unary handler: token check, then the handler; a thrown MarinaError becomes its gRPC
@@ -162,20 +155,25 @@ export function unary<Req, Res>(
     const requestTrace = startCallTrace(call, traced);
     const denied = checkKey(call);
     if (denied) {
-      endCallTrace(requestTrace, denied.code ?? grpc.status.UNAUTHENTICATED);
-      return callback(denied as grpc.ServiceError);
+      const error = withTraceparent(grpcServiceError(denied), requestTrace);
+      endCallTrace(requestTrace, error.code);
+      return callback(error);
     }
     Promise.resolve()
       .then(() => run(call.request, call, requestTrace))
       .then(
         (value) => {
-          endCallTrace(requestTrace, grpc.status.OK);
+          if (requestTrace !== undefined) {
+            endCallTrace(requestTrace, grpc.status.OK);
+            // No-op when the handler already sent its metadata (with the traceparent added).
+            call.sendMetadata(new grpc.Metadata());
+          }
           callback(null, value);
         },
         (error: unknown) => {
-          const status = toGrpcError(error);
-          endCallTrace(requestTrace, status.code ?? grpc.status.UNKNOWN);
-          callback(status as grpc.ServiceError);
+          const serviceError = withTraceparent(grpcServiceError(error), requestTrace);
+          endCallTrace(requestTrace, serviceError.code);
+          callback(serviceError);
         },
       );
   };
@@ -190,22 +188,15 @@ interface AnyServerCall {
 }
 
 /**
- * What a call tells the data plane beyond its message: its metadata as request headers (without
- * `authorization`; `x-marina-priority`, `x-marina-timeout-ms` and `traceparent` are read below the
- * protocols), its deadline (always honoured: a request not started by then is answered unrun),
- * and its cancellation (a queued request is dropped).
+ * What a call tells the data plane beyond its message: its deadline (always honoured: a request
+ * not started by then is answered unrun) and its cancellation (a queued request is dropped).
+ * Its metadata's `x-marina-priority`, `x-marina-timeout-ms` and `traceparent` are read below
+ * the protocols, with the request's headers.
  */
-export function callContext(
+export function callScheduling(
   call: AnyServerCall,
   arrivedAt: number,
-): {
-  headers: Record<string, string>;
-  scheduling?: RequestScheduling;
-  onClientGone: (cancel: () => void) => () => void;
-} {
-  const headers: Record<string, string> = {};
-  for (const [k, v] of Object.entries(call.metadata.getMap()))
-    if (k !== 'authorization') headers[k] = typeof v === 'string' ? v : v.toString('utf8');
+): { scheduling?: RequestScheduling; onClientGone: (cancel: () => void) => () => void } {
   const deadline = call.getDeadline();
   const deadlineMs = deadline instanceof Date ? deadline.getTime() : deadline;
   // A stream carries many requests: each one's listener goes when it is answered.
@@ -213,6 +204,6 @@ export function callContext(
     call.once('cancelled', cancel);
     return () => void call.off('cancelled', cancel);
   };
-  if (!Number.isFinite(deadlineMs)) return { headers, onClientGone };
-  return { headers, scheduling: { deadlineAt: arrivedAt + (deadlineMs - Date.now()) }, onClientGone };
+  if (!Number.isFinite(deadlineMs)) return { onClientGone };
+  return { scheduling: { deadlineAt: arrivedAt + (deadlineMs - Date.now()) }, onClientGone };
 }

@@ -7,11 +7,13 @@ import type { PredictTimingsMs } from '../registry/model-registry.ts';
  * handler's whole time, measured in the worker thread), and `total` from arrival to the response. Durations in ms, 2 decimals.
  */
 export function serverTimingHeader(timings: PredictTimingsMs, totalMs: number): string {
-  // A model with priority levels names the level the request waited at.
+  // A request that waited for its model to load says so: its queue time includes the load. A
+  // model with priority levels names the level the request waited at.
+  const where = timings.waitedForLoad ? 'job queue, waiting for the model to load' : 'job queue';
   const queue =
     timings.priority === undefined
-      ? `queue;dur=${ms(timings.queueMs)};desc="job queue", `
-      : `queue;dur=${ms(timings.queueMs)};desc="job queue, priority ${timings.priority}", priority;desc="${timings.priority}", `;
+      ? `queue;dur=${ms(timings.queueMs)};desc="${where}", `
+      : `queue;dur=${ms(timings.queueMs)};desc="${where}, priority ${timings.priority}", priority;desc="${timings.priority}", `;
   const total = `total;dur=${ms(totalMs)};desc="total"`;
   const { stages } = timings;
   if (stages) {

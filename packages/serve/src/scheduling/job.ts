@@ -51,6 +51,8 @@ export interface JobTimings {
   /** The worker that ran this job's batch, and the batch's size (traces). */
   workerId?: string;
   batchSize?: number;
+  /** It arrived while its model version was not resident, and waited for the load. */
+  waitedForLoad?: boolean;
 }
 
 /**

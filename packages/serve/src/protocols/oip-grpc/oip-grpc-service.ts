@@ -17,7 +17,8 @@ import {
   type V2Datatype,
 } from '@marina/handlers';
 import type { DataPlane } from '../data-plane.ts';
-import { callContext, unary, type KeyCheck } from '../grpc-common.ts';
+import { callScheduling, unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
+import { metadataHeaders } from '../request-headers.ts';
 
 type Contents = Partial<
   Record<
@@ -164,7 +165,7 @@ export function createOipGrpcService(options: {
       checkKey,
       async (r, call, trace) => {
         const arrivedAt = performance.now();
-        const { headers, scheduling, onClientGone } = callContext(call, arrivedAt);
+        const { scheduling, onClientGone } = callScheduling(call, arrivedAt);
         let decoded: ReturnType<typeof decodeModelInferRequest>;
         try {
           decoded = decodeModelInferRequest(r);
@@ -182,12 +183,13 @@ export function createOipGrpcService(options: {
           ...(r.outputs.length > 0 ? { outputs: r.outputs.map((o) => ({ name: o.name })) } : {}),
           ...(parameters ? { parameters } : {}),
           requestId: randomUUID(),
+          headers: metadataHeaders(call.metadata),
           arrivedAt,
-          headers,
           ...(scheduling ? { scheduling } : {}),
           onClientGone,
           trace,
         });
+        call.sendMetadata(versionMetadata(response.modelVersion));
         return {
           model_name: response.modelName,
           model_version: response.modelVersion,

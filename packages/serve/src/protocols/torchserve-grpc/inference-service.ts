@@ -5,21 +5,26 @@
  */
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
-import { createServeError, toMarinaError } from '../../errors.ts';
-import type { JobResult } from '../../scheduling/job.ts';
+import { createServeError } from '../../errors.ts';
+import type { PredictResult } from '../../registry/model-registry.ts';
 import type { DataPlane } from '../data-plane.ts';
+import { grpcServiceError, torchServeGrpcStreamStatus } from '../error-map.ts';
 import {
-  callContext,
+  callScheduling,
   endCallTrace,
-  grpcStatusOf,
   startCallTrace,
-  toGrpcError,
   unary,
+  versionMetadata,
+  withTraceparent,
   type KeyCheck,
 } from '../grpc-common.ts';
+import { metadataHeaders } from '../request-headers.ts';
 import type { RequestTrace } from '../../tracing/tracing.ts';
 
 const SERVICE = 'org.pytorch.serve.grpc.inference.InferenceAPIsService';
+
+/** A call of any kind: what predict reads from it. */
+type PredictCall = Parameters<typeof callScheduling>[0];
 
 interface PredictionsRequest {
   model_name: string;
@@ -34,11 +39,7 @@ export function createTorchServeInferenceService(options: {
 }): grpc.UntypedServiceImplementation {
   const { dataPlane, checkKey } = options;
 
-  const predict = (
-    request: PredictionsRequest,
-    call: Parameters<typeof callContext>[0],
-    trace?: RequestTrace,
-  ): Promise<JobResult> => {
+  const predict = (request: PredictionsRequest, call: PredictCall, trace?: RequestTrace): Promise<PredictResult> => {
     const arrivedAt = performance.now();
     if (!request.model_name)
       return Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter model_name is required.'));
@@ -48,7 +49,8 @@ export function createTorchServeInferenceService(options: {
           "the request's input map is empty; put the model input under the key 'data'",
         ),
       );
-    const { headers, scheduling, onClientGone } = callContext(call, arrivedAt);
+    const headers = metadataHeaders(call.metadata);
+    const { scheduling, onClientGone } = callScheduling(call, arrivedAt);
     return dataPlane.predict({
       modelName: request.model_name,
       modelVersion: request.model_version || undefined,
@@ -70,7 +72,11 @@ export function createTorchServeInferenceService(options: {
     })),
     Predictions: unary<PredictionsRequest, unknown>(
       checkKey,
-      async (request, call, trace) => ({ prediction: (await predict(request, call, trace)).body }),
+      async (request, call, trace) => {
+        const result = await predict(request, call, trace);
+        call.sendMetadata(versionMetadata(result.modelVersion));
+        return { prediction: result.body };
+      },
       { tracing: dataPlane.tracing, service: SERVICE, method: 'Predictions', protocol: 'torchserve-grpc' },
     ),
     /** Marina's handlers answer once, so the stream carries one message. */
@@ -81,28 +87,24 @@ export function createTorchServeInferenceService(options: {
         method: 'StreamPredictions',
         protocol: 'torchserve-grpc',
       });
+      const fail = (error: unknown) => {
+        const serviceError = withTraceparent(grpcServiceError(error), trace);
+        endCallTrace(trace, serviceError.code);
+        call.destroy(serviceError);
+      };
       const denied = checkKey(call);
-      if (denied) {
-        endCallTrace(trace, denied.code ?? grpc.status.UNAUTHENTICATED);
-        return call.destroy(Object.assign(new Error(denied.details), denied));
-      }
-      predict(call.request, call, trace).then(
-        (result) => {
-          endCallTrace(trace, grpc.status.OK);
-          call.write({ prediction: result.body });
-          call.end();
-        },
-        (error: unknown) => {
-          const status = toGrpcError(error);
-          endCallTrace(trace, status.code ?? grpc.status.UNKNOWN);
-          call.destroy(Object.assign(new Error(toMarinaError(error).message), status));
-        },
-      );
+      if (denied) return fail(denied);
+      predict(call.request, call, trace).then((result) => {
+        endCallTrace(trace, grpc.status.OK);
+        call.sendMetadata(versionMetadata(result.modelVersion));
+        call.write({ prediction: result.body });
+        call.end();
+      }, fail);
     },
     /** Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does. */
     StreamPredictions2: (call: grpc.ServerDuplexStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
-      if (denied) return call.destroy(Object.assign(new Error(denied.details), denied));
+      if (denied) return call.destroy(grpcServiceError(denied));
       const running = new Set<Promise<void>>();
       call.on('data', (request: PredictionsRequest) => {
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};
@@ -112,10 +114,7 @@ export function createTorchServeInferenceService(options: {
             : Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter sequenceId is required.'))
         ).then(
           (result) => void call.write({ prediction: result.body, ...sequence }),
-          (error: unknown) => {
-            const e = toMarinaError(error);
-            call.write({ ...sequence, status: { code: grpcStatusOf(e.statusCode), message: e.message, details: [] } });
-          },
+          (error: unknown) => void call.write({ ...sequence, status: torchServeGrpcStreamStatus(error) }),
         );
         running.add(done);
         void done.finally(() => running.delete(done));
