@@ -100,7 +100,7 @@ beforeAll(async () => {
   const checkKey = () => undefined;
   server.addService(
     serviceOf(loadProto('grpc_predict_v2.proto'), 'inference.GRPCInferenceService'),
-    createOipGrpcService({ dataPlane: failingDataPlane, checkKey }),
+    createOipGrpcService({ dataPlane: failingDataPlane, checkKey, checkManagementKey: checkKey }),
   );
   server.addService(
     serviceOf(loadProto('inference.proto'), 'org.pytorch.serve.grpc.inference.InferenceAPIsService'),

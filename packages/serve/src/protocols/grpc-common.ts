@@ -29,7 +29,8 @@ export function loadProto(
     | 'open_inference_grpc.proto'
     | 'inference.proto'
     | 'management.proto'
-    | 'marina_management.proto',
+    | 'marina_management.proto'
+    | 'model-runtime.proto',
 ): grpc.GrpcObject {
   return grpc.loadPackageDefinition(protoLoader.loadSync(file, PROTO_LOADER_OPTIONS));
 }

@@ -77,7 +77,11 @@ export async function startGrpcServers(options: StartGrpcServersOptions): Promis
 
   const inference = new grpc.Server(serverOptions(config, addresses.inference));
   const inferenceKey = createKeyCheck(tokens, 'inference');
-  const oip = createOipGrpcService({ dataPlane, checkKey: inferenceKey });
+  const oip = createOipGrpcService({
+    dataPlane,
+    checkKey: inferenceKey,
+    checkManagementKey: createKeyCheck(tokens, 'management'),
+  });
   inference.addService(serviceOf(loadProto('grpc_predict_v2.proto'), 'inference.GRPCInferenceService'), oip);
   inference.addService(
     serviceOf(loadProto('open_inference_grpc.proto'), 'org.pytorch.serve.grpc.openinference.GRPCInferenceService'),
