@@ -30,6 +30,7 @@ export function loadProto(
     | 'inference.proto'
     | 'management.proto'
     | 'marina_management.proto'
+    | 'marina_residency.proto'
     | 'model-runtime.proto',
 ): grpc.GrpcObject {
   return grpc.loadPackageDefinition(protoLoader.loadSync(file, PROTO_LOADER_OPTIONS));

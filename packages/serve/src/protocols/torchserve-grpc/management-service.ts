@@ -193,3 +193,24 @@ export function createTrafficManagementService(options: {
     },
   };
 }
+
+/**
+ * Marina's ResidencyAPIsService (protos/marina_residency.proto): SetPinned, translated to
+ * `PUT /models/{name}[/{version}]?pinned=true|false` on the REST management API.
+ */
+export function createResidencyManagementService(options: {
+  management: FastifyInstance;
+  checkKey: KeyCheck;
+}): grpc.UntypedServiceImplementation {
+  const call = createRestCall(options.management, options.checkKey);
+  return {
+    SetPinned: (
+      rpc: grpc.ServerUnaryCall<{ model_name: string; model_version: string; pinned: boolean }, unknown>,
+      cb: grpc.sendUnaryData<unknown>,
+    ) => {
+      const r = rpc.request;
+      if (!requiredField(r.model_name, 'model_name', cb)) return;
+      call('PUT', path('models', r.model_name, r.model_version), { pinned: r.pinned === true })(rpc, cb);
+    },
+  };
+}
