@@ -5,7 +5,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import type { MarinaError } from '@marina/errors';
 import { authErrors } from '../auth/auth-errors.ts';
 import type { TokenAuthorization } from '../auth/token-authorization.ts';
-import { grpcServiceError } from './error-map.ts';
+import { grpcServiceError, type GrpcErrorForm } from './error-map.ts';
 import { MODEL_VERSION_HEADER } from './data-plane.ts';
 import type { RequestScheduling } from '../scheduling/queue-policy.ts';
 import type { RequestTrace, TracedProtocol, Tracing } from '../tracing/tracing.ts';
@@ -146,18 +146,20 @@ export function endCallTrace(requestTrace: RequestTrace | undefined, code: grpc.
 
 /**
  * Wraps a unary handler: token check, then the handler; a thrown MarinaError becomes its gRPC
- * status. A traced method gets a server span (see startCallTrace), passed to the handler.
+ * status, with the text of the service's protocol (`form`: TorchServe's service sends TorchServe's
+ * texts). A traced method gets a server span (see startCallTrace), passed to the handler.
  */
 export function unary<Req, Res>(
   checkKey: KeyCheck,
   run: (request: Req, call: grpc.ServerUnaryCall<Req, Res>, trace: RequestTrace | undefined) => Res | Promise<Res>,
+  form: GrpcErrorForm = 'oip',
   traced?: TracedMethod,
 ): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
     const requestTrace = startCallTrace(call, traced);
     const denied = checkKey(call);
     if (denied) {
-      const error = withTraceparent(grpcServiceError(denied), requestTrace);
+      const error = withTraceparent(grpcServiceError(denied, form), requestTrace);
       endCallTrace(requestTrace, error.code);
       return callback(error);
     }
@@ -173,7 +175,7 @@ export function unary<Req, Res>(
           callback(null, value);
         },
         (error: unknown) => {
-          const serviceError = withTraceparent(grpcServiceError(error), requestTrace);
+          const serviceError = withTraceparent(grpcServiceError(error, form), requestTrace);
           endCallTrace(requestTrace, serviceError.code);
           callback(serviceError);
         },

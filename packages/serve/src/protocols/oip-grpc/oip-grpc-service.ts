@@ -200,6 +200,7 @@ export function createOipGrpcService(options: {
           ...encodeModelInferOutputs(response.outputs, isRaw),
         };
       },
+      'oip',
       {
         tracing: dataPlane.tracing,
         service: 'inference.GRPCInferenceService',

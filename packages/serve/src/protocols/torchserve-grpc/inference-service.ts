@@ -67,9 +67,11 @@ export function createTorchServeInferenceService(options: {
   const isHealthy = () => dataPlane.isReady();
 
   return {
-    Ping: unary(checkKey, () => ({
-      health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2),
-    })),
+    Ping: unary(
+      checkKey,
+      () => ({ health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2) }),
+      'torchserve',
+    ),
     Predictions: unary<PredictionsRequest, unknown>(
       checkKey,
       async (request, call, trace) => {
@@ -77,6 +79,7 @@ export function createTorchServeInferenceService(options: {
         call.sendMetadata(versionMetadata(result.modelVersion));
         return { prediction: result.body };
       },
+      'torchserve',
       { tracing: dataPlane.tracing, service: SERVICE, method: 'Predictions', protocol: 'torchserve-grpc' },
     ),
     /** Marina's handlers answer once, so the stream carries one message. */
@@ -88,7 +91,7 @@ export function createTorchServeInferenceService(options: {
         protocol: 'torchserve-grpc',
       });
       const fail = (error: unknown) => {
-        const serviceError = withTraceparent(grpcServiceError(error), trace);
+        const serviceError = withTraceparent(grpcServiceError(error, 'torchserve'), trace);
         endCallTrace(trace, serviceError.code);
         call.destroy(serviceError);
       };
@@ -104,7 +107,7 @@ export function createTorchServeInferenceService(options: {
     /** Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does. */
     StreamPredictions2: (call: grpc.ServerDuplexStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
-      if (denied) return call.destroy(grpcServiceError(denied));
+      if (denied) return call.destroy(grpcServiceError(denied, 'torchserve'));
       const running = new Set<Promise<void>>();
       call.on('data', (request: PredictionsRequest) => {
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};
