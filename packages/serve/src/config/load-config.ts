@@ -154,6 +154,7 @@ interface RawConfig {
   enable_model_api: boolean;
   strict_parameters: boolean;
   enable_metrics_api: boolean;
+  enable_tracing: boolean;
   enable_envvars_config: boolean;
   limit_max_image_pixels: boolean;
   metrics_mode: 'log' | 'prometheus' | 'legacy';
@@ -527,6 +528,7 @@ export function resolveServerConfig(
     enableModelApi: checked.enable_model_api,
     strictParameters: checked.strict_parameters,
     enableMetricsApi: checked.enable_metrics_api,
+    enableTracing: checked.enable_tracing,
     tokenExpirationMin: checked.token_expiration_min,
     keyFilePath: checked.token_key_file ? path.resolve(cwd, checked.token_key_file) : path.join(cwd, 'key_file.json'),
     isKeyFileProvided: Boolean(checked.token_key_file),
