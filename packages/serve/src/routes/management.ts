@@ -288,9 +288,6 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       );
     }
   };
-  const methodNotAllowed = async () => {
-    throw create.MARINA_ERR_METHOD_NOT_ALLOWED(METHOD_NOT_ALLOWED);
-  };
 
   // Register: parameters from the query string, or from a JSON body with the same names.
   app.post(
@@ -643,12 +640,6 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     handler: notImplemented,
   });
 
-  app.route({ method: ['PUT', 'DELETE', 'PATCH'], url: '/models', handler: methodNotAllowed });
-  app.route({ method: ['POST', 'PATCH'], url: '/models/:model_name', handler: methodNotAllowed });
-  app.route({ method: ['POST', 'PATCH'], url: '/models/:model_name/:model_version', handler: methodNotAllowed });
-  app.route({
-    method: ['GET', 'POST', 'DELETE', 'PATCH'],
-    url: '/models/:model_name/:model_version/set-default',
-    handler: methodNotAllowed,
-  });
+  // A path of this API asked with a method it does not accept is answered 405 by the listener's
+  // not-found handler (app.ts), the same way on every API.
 }

@@ -33,7 +33,7 @@ function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
   return (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}, body?: unknown) =>
     (rpc: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       const denied = checkKey(rpc);
-      if (denied) return callback(grpcServiceError(denied));
+      if (denied) return callback(grpcServiceError(denied, 'torchserve'));
       const search = new URLSearchParams();
       for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
       const authorization = rpc.metadata.get('authorization')[0];
@@ -60,9 +60,11 @@ function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
               /* not JSON: keep the body */
             }
             // The REST answer's error, as it was before the REST form: one map gives its gRPC form.
-            callback(grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode)));
+            callback(
+              grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode), 'torchserve'),
+            );
           },
-          (error: unknown) => callback(grpcServiceError(error)),
+          (error: unknown) => callback(grpcServiceError(error, 'torchserve')),
         );
     };
 }
@@ -70,7 +72,7 @@ function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
 /** Answers INVALID_ARGUMENT when a required field is empty (proto3 has no "unset"). */
 function requiredField(name: string | undefined, field: string, callback: grpc.sendUnaryData<unknown>): boolean {
   if (name) return true;
-  callback(grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`)));
+  callback(grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`), 'torchserve'));
   return false;
 }
 
