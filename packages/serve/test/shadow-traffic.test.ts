@@ -13,6 +13,7 @@ import { createCpuPressureReader } from '../src/registry/cpu-pressure.ts';
 import type { ModelVersion } from '../src/registry/model-version.ts';
 import { SHADOW_QUEUE_CAPACITY, ShadowTraffic, type ShadowOutcome } from '../src/registry/shadow-traffic.ts';
 import { TextJobResult } from '../src/scheduling/job.ts';
+import { resolveQueueSettings } from '../src/scheduling/queue-policy.ts';
 import type { Job } from '../src/scheduling/job.ts';
 
 /** A version with `workers` idle workers; submitted jobs wait until `answer()` settles them. */
@@ -24,7 +25,10 @@ function standIn(name: string, version: string, workers: number) {
     modelVersion: version,
     label: `model '${name}' version '${version}'`,
     handler: 'tensor',
-    settings: { clientTimeoutMs: 0 },
+    settings: {
+      clientTimeoutMs: 0,
+      queue: resolveQueueSettings({ where: 'test', yaml: {}, json: {}, clientTimeoutMs: 0 }),
+    },
     pool: { readyCount: workers },
     queue: { waiting: 0 },
     submit(job: Job) {
