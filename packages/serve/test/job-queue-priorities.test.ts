@@ -165,8 +165,17 @@ describe('queue policies and request timeouts', () => {
 
 describe('the level in logs and headers', () => {
   it('ends the access log line with the level and names it in Server-Timing, only for models with levels', () => {
-    const entry = { client: '127.0.0.1:5000', method: 'POST', url: '/predictions/m', statusCode: 200, durationMs: 3, requestId: 'r' };
-    expect(formatAccessMessage({ ...entry, priority: 2 })).toBe('/127.0.0.1:5000 "POST /predictions/m HTTP/1.1" 200 3 priority=2');
+    const entry = {
+      client: '127.0.0.1:5000',
+      method: 'POST',
+      url: '/predictions/m',
+      statusCode: 200,
+      durationMs: 3,
+      requestId: 'r',
+    };
+    expect(formatAccessMessage({ ...entry, priority: 2 })).toBe(
+      '/127.0.0.1:5000 "POST /predictions/m HTTP/1.1" 200 3 priority=2',
+    );
     expect(formatAccessMessage(entry)).toBe('/127.0.0.1:5000 "POST /predictions/m HTTP/1.1" 200 3');
     expect(serverTimingHeader({ queueMs: 1, workerMs: 2, priority: 1 }, 4)).toContain('priority;desc="1"');
     expect(serverTimingHeader({ queueMs: 1, workerMs: 2 }, 4)).not.toContain('priority');
