@@ -179,6 +179,7 @@ interface RawConfig {
   autoscale_scale_up_queue_depth: number;
   autoscale_scale_up_after_ms: number;
   autoscale_scale_down_idle_ms: number;
+  shadow_max_cpu_pressure: number;
   request_timeout_ms: number;
   download_timeout_ms: number;
   download_idle_timeout_ms: number;
@@ -514,6 +515,7 @@ export function resolveServerConfig(
     loadModels,
     models,
     trafficPolicies,
+    shadowMaxCpuPressurePercent: checked.shadow_max_cpu_pressure,
     defaultWorkersPerModel: checked.default_workers_per_model ? checked.default_workers_per_model : undefined,
     jobQueueSize: checked.job_queue_size,
     numberOfNettyThreads: checked.number_of_netty_threads,
