@@ -15,6 +15,8 @@ export const experimentNames = [
   'protocols',
   'int8',
   'traffic',
+  'tracing',
+  'priorities',
   'many-models',
 ] as const;
 export type ExperimentName = (typeof experimentNames)[number];
