@@ -179,6 +179,11 @@ interface RawConfig {
   max_concurrent_downloads: number;
   extraction_cache_max_bytes: number;
   optimized_model_cache_max_bytes: number;
+  response_write_timeout: number;
+  max_pending_response_bytes: number;
+  log_max_line_bytes: number;
+  log_max_file_bytes: number;
+  log_max_backup_files: number;
 }
 
 interface RawValue {
@@ -538,6 +543,11 @@ export function resolveServerConfig(
       maxConcurrentDownloads: checked.max_concurrent_downloads,
       extractionCacheMaxBytes: checked.extraction_cache_max_bytes,
       optimizedModelCacheMaxBytes: checked.optimized_model_cache_max_bytes,
+      responseWriteTimeoutMs: Math.round(checked.response_write_timeout * 1000),
+      maxPendingResponseBytes: checked.max_pending_response_bytes,
+      logMaxLineBytes: checked.log_max_line_bytes,
+      logMaxFileBytes: checked.log_max_file_bytes,
+      logMaxBackupFiles: checked.log_max_backup_files,
     },
     ...(checked.private_key_file ? { privateKeyFile: path.resolve(cwd, checked.private_key_file) } : {}),
     ...(checked.certificate_file ? { certificateFile: path.resolve(cwd, checked.certificate_file) } : {}),
