@@ -5,6 +5,7 @@
  * one predict path. Adapters only translate their wire form into an InferRequest and the
  * InferResponse back; they never talk to the registry for inference themselves.
  */
+import { assertJsonDepth } from './json-depth.ts';
 import { join } from 'node:path';
 import {
   assertResponseSize,
@@ -284,6 +285,8 @@ export class DataPlane {
       throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(
         `Inference-Header-Content-Length must be a non-negative integer, got '${headerText}'`,
       );
+    if (headerLength === undefined) assertJsonDepth(payload, 'the JSON input');
+    else if (Buffer.isBuffer(payload)) assertJsonDepth(payload.subarray(0, headerLength), 'the JSON header of the input');
     const value =
       headerLength === undefined && payload.length <= SMALL_JSON_BODY_BYTES ? jsonValueOf(payload) : payload;
     if (value !== payload && isPlainFloatTensorBody(value, signature.inputs)) return options;
@@ -335,6 +338,9 @@ export class DataPlane {
    * @throws as ModelRegistry.predict, and MARINA_ERR_RESPONSE_TOO_LARGE.
    */
   async predict(options: PredictOptions): Promise<JobResult> {
+    const body = options.input['body'];
+    if (options.bodyDecoding === 'json' && (Buffer.isBuffer(body) || typeof body === 'string'))
+      assertJsonDepth(body, 'the JSON body');
     const result = await this.#registry.predict(this.admitTorchServeInput(options));
     assertResponseSize(result.body.length, this.#maxResponseBytes);
     return result;

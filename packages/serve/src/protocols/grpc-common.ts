@@ -1,9 +1,11 @@
 /** What every gRPC adapter shares: the protos, status mapping, token checks and the unary wrapper. */
+import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { MarinaError } from '@marina/errors';
 import type { TokenAuthorization } from '../auth/token-authorization.ts';
+import { boundText } from '../bounded-text.ts';
 import { toMarinaError } from '../errors.ts';
 
 const PROTO_DIR = fileURLToPath(new URL('../../protos/', import.meta.url));
@@ -46,12 +48,19 @@ export function grpcStatusOf(statusCode: number): grpc.status {
   return grpc.status.INTERNAL;
 }
 
-/** A MarinaError as a gRPC error: the mapped status, the message, and the code in `marina-error-code` metadata. */
+/**
+ * Longest status message sent, characters. The message travels in the `grpc-message` trailer: a
+ * trailer larger than the client's header-list limit (16 KiB in grpc-js) is a protocol error that
+ * fails the call and the calls after it on the same channel, so an echoed input must never grow it.
+ */
+export const MAX_STATUS_CHARS = 1024;
+
+/** A MarinaError as a gRPC error: the mapped status, the message (bounded), and the code in `marina-error-code` metadata. */
 export function toGrpcError(error: unknown): Partial<grpc.StatusObject> {
   const e: MarinaError = toMarinaError(error);
   const metadata = new grpc.Metadata();
   metadata.set('marina-error-code', e.code);
-  return { code: grpcStatusOf(e.statusCode), details: e.message, metadata };
+  return { code: grpcStatusOf(e.statusCode), details: boundText(e.message, MAX_STATUS_CHARS), metadata };
 }
 
 export type KeyCheck = (call: { metadata: grpc.Metadata }) => Partial<grpc.StatusObject> | undefined;
@@ -68,7 +77,9 @@ export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 
         ? `the call has no 'authorization: Bearer <key>' metadata`
         : result === 'expired'
           ? `the ${keyType} key expired (keys last ${tokens.tokenExpirationMin} min); rotate it with /token?type=${keyType}`
-          : `the key is incorrect for the ${keyType} API`;
+          : result === 'malformed'
+            ? `the 'authorization' metadata must be 'Bearer <key>', one key without spaces`
+            : `the key is incorrect for the ${keyType} API`;
     const metadata = new grpc.Metadata();
     metadata.set(
       'marina-error-code',
@@ -80,7 +91,8 @@ export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 
     );
     return {
       code: grpc.status.UNAUTHENTICATED,
-      details: `Token Authorization failed: ${why}; the ${keyType} key is in '${tokens.keyFilePath}'`,
+      // The file's name only: a client without a key must not learn the server's paths.
+      details: `Token Authorization failed: ${why}; the ${keyType} key is in the server's ${basename(tokens.keyFilePath)}`,
       metadata,
     };
   };

@@ -134,8 +134,10 @@ export async function apiExplorerRoutes(app: FastifyInstance, options: ApiExplor
       return reply
         .header(
           'content-security-policy',
-          `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; base-uri 'none'; form-action 'none'`,
+          `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
         )
+        // No other site may frame the page (clickjacking its "Try it" buttons); X-Frame-Options for browsers without CSP 2.
+        .header('x-frame-options', 'DENY')
         .header('x-content-type-options', 'nosniff')
         .type('text/html; charset=utf-8')
         .send(renderPage(documents, nonce));

@@ -8,13 +8,26 @@ import * as grpc from '@grpc/grpc-js';
 import { createServeError, toMarinaError } from '../../errors.ts';
 import type { JobResult } from '../../scheduling/job.ts';
 import type { DataPlane } from '../data-plane.ts';
-import { grpcStatusOf, toGrpcError, unary, type KeyCheck } from '../grpc-common.ts';
+import { boundText } from '../../bounded-text.ts';
+import { grpcStatusOf, MAX_STATUS_CHARS, toGrpcError, unary, type KeyCheck } from '../grpc-common.ts';
 
 interface PredictionsRequest {
   model_name: string;
   model_version: string;
   input: Record<string, Buffer>;
   sequence_id?: string;
+}
+
+/**
+ * Ends a stream with a status, the way grpc-js sends one from a server stream: an `error` event
+ * carrying `code`, `details` and `metadata` (`destroy(error)` only resets the stream, and the
+ * client is left waiting for its deadline).
+ */
+function failStream(
+  call: grpc.ServerWritableStream<PredictionsRequest, unknown> | grpc.ServerDuplexStream<PredictionsRequest, unknown>,
+  status: Partial<grpc.StatusObject>,
+): void {
+  call.emit('error', Object.assign(new Error(status.details ?? ''), status));
 }
 
 export function createTorchServeInferenceService(options: {
@@ -58,19 +71,19 @@ export function createTorchServeInferenceService(options: {
     /** Marina's handlers answer once, so the stream carries one message. */
     StreamPredictions: (call: grpc.ServerWritableStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
-      if (denied) return call.destroy(Object.assign(new Error(denied.details), denied));
+      if (denied) return failStream(call, denied);
       predict(call.request, call.metadata).then(
         (result) => {
           call.write({ prediction: result.body });
           call.end();
         },
-        (error: unknown) => call.destroy(Object.assign(new Error(toMarinaError(error).message), toGrpcError(error))),
+        (error: unknown) => failStream(call, toGrpcError(error)),
       );
     },
     /** Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does. */
     StreamPredictions2: (call: grpc.ServerDuplexStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
-      if (denied) return call.destroy(Object.assign(new Error(denied.details), denied));
+      if (denied) return failStream(call, denied);
       const running = new Set<Promise<void>>();
       call.on('data', (request: PredictionsRequest) => {
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};
@@ -82,7 +95,10 @@ export function createTorchServeInferenceService(options: {
           (result) => void call.write({ prediction: result.body, ...sequence }),
           (error: unknown) => {
             const e = toMarinaError(error);
-            call.write({ ...sequence, status: { code: grpcStatusOf(e.statusCode), message: e.message, details: [] } });
+            call.write({
+              ...sequence,
+              status: { code: grpcStatusOf(e.statusCode), message: boundText(e.message, MAX_STATUS_CHARS), details: [] },
+            });
           },
         );
         running.add(done);

@@ -7,7 +7,8 @@
 import * as grpc from '@grpc/grpc-js';
 import type { FastifyInstance } from 'fastify';
 import { createServeError } from '../../errors.ts';
-import { grpcStatusOf, type KeyCheck } from '../grpc-common.ts';
+import { boundText } from '../../bounded-text.ts';
+import { grpcStatusOf, MAX_STATUS_CHARS, type KeyCheck } from '../grpc-common.ts';
 
 type Query = Record<string, string | number | boolean | undefined>;
 
@@ -57,10 +58,17 @@ export function createTorchServeManagementService(options: {
             }
             const metadata = new grpc.Metadata();
             if (code) metadata.set('marina-error-code', code);
-            callback({ code: grpcStatusOf(res.statusCode), details: message, metadata } as grpc.ServiceError);
+            callback({
+              code: grpcStatusOf(res.statusCode),
+              details: boundText(message, MAX_STATUS_CHARS),
+              metadata,
+            } as grpc.ServiceError);
           },
           (error: unknown) =>
-            callback({ code: grpc.status.INTERNAL, details: (error as Error).message } as grpc.ServiceError),
+            callback({
+              code: grpc.status.INTERNAL,
+              details: boundText((error as Error).message, MAX_STATUS_CHARS),
+            } as grpc.ServiceError),
         );
     };
 
