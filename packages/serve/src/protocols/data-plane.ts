@@ -229,10 +229,14 @@ export class DataPlane {
    * here, so a bad one is refused before it is queued, and travels on in the v2 binary layout so
    * the worker does not parse it again (the answer keeps the form the client used). Other handlers'
    * inputs pass as they came.
-   * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN (400), not found (404).
+   * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN, MARINA_ERR_JSON_TOO_DEEP (400), not found (404).
    */
   admitTorchServeInput(options: PredictOptions): PredictOptions {
     const { version, signature } = this.signature(options.modelName, options.modelVersion);
+    // Any handler: a JSON body is parsed in the worker, and a custom handler walks what it gets.
+    const body = options.input['body'];
+    if (options.bodyDecoding === 'json' && (Buffer.isBuffer(body) || typeof body === 'string'))
+      assertJsonDepth(body, 'the JSON body');
     if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
     try {
       return this.#encodeTorchServeInput(options, signature);
@@ -338,9 +342,6 @@ export class DataPlane {
    * @throws as ModelRegistry.predict, and MARINA_ERR_RESPONSE_TOO_LARGE.
    */
   async predict(options: PredictOptions): Promise<JobResult> {
-    const body = options.input['body'];
-    if (options.bodyDecoding === 'json' && (Buffer.isBuffer(body) || typeof body === 'string'))
-      assertJsonDepth(body, 'the JSON body');
     const result = await this.#registry.predict(this.admitTorchServeInput(options));
     assertResponseSize(result.body.length, this.#maxResponseBytes);
     return result;
