@@ -313,7 +313,13 @@ export function isPlainFloatTensorBody(body: unknown, inputs: readonly TensorSig
     if (!Array.isArray(data)) return false;
   }
   const lengths: number[] = [];
-  return isPlainFloatArray(data as unknown[], input.shape, 0, lengths, datatype === 'FP32' ? FP32_MAX : Number.MAX_VALUE);
+  return isPlainFloatArray(
+    data as unknown[],
+    input.shape,
+    0,
+    lengths,
+    datatype === 'FP32' ? FP32_MAX : Number.MAX_VALUE,
+  );
 }
 
 /** One level of isPlainFloatTensorBody's walk: every array at `depth` has the same length (`lengths[depth]`, the first one seen), a fixed dimension's size, and holds arrays down to the last dimension, numbers there. */

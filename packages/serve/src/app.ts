@@ -196,7 +196,11 @@ function createInstance(
     // TorchServe's router: `/models/` is `/models`. Path parameters of any length reach the routes
     // (fastify's default cut-off of 100 characters is below the 128 the name rule allows): the
     // token check runs first, and an overlong one is answered 414 below (limitPathParams).
-    routerOptions: { ignoreTrailingSlash: true, querystringParser: parseQueryString, maxParamLength: ROUTER_MAX_PARAM_LENGTH },
+    routerOptions: {
+      ignoreTrailingSlash: true,
+      querystringParser: parseQueryString,
+      maxParamLength: ROUTER_MAX_PARAM_LENGTH,
+    },
     clientErrorHandler,
     // Also given to node's createServer: in node 20 a requestTimeout set only after construction is not enforced.
     ...(tls

@@ -50,7 +50,12 @@ interface UrlSyntax {
 }
 
 const PLAIN: UrlSyntax = { separator: '://', at: '@', colon: ':', stops: ['/', '?', '#', ' ', '\n', '"', "'"] };
-const ENCODED: UrlSyntax = { separator: '%3a%2f%2f', at: '%40', colon: '%3a', stops: ['%2f', '%3f', '%23', '&', '/', ' ', '"', "'"] };
+const ENCODED: UrlSyntax = {
+  separator: '%3a%2f%2f',
+  at: '%40',
+  colon: '%3a',
+  stops: ['%2f', '%3f', '%23', '&', '/', ' ', '"', "'"],
+};
 
 const MAX_AUTHORITY_CHARS = 2048;
 
@@ -101,6 +106,9 @@ export function capLogLine(line: string, maxBytes: number): string {
   const marker = `… [truncated: ${bytes} bytes]${hasNewline ? '\n' : ''}`;
   const room = Math.max(0, maxBytes - Buffer.byteLength(marker, 'utf8'));
   // Cut by bytes, then drop a split character at the end.
-  const kept = Buffer.from(line, 'utf8').subarray(0, room).toString('utf8').replace(/\uFFFD$/, '');
+  const kept = Buffer.from(line, 'utf8')
+    .subarray(0, room)
+    .toString('utf8')
+    .replace(/\uFFFD$/, '');
   return `${kept}${marker}`;
 }

@@ -12,7 +12,15 @@ import { createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call, createWorkspace, opsConfig, packModel, startOps, type OpsServer, type Workspace } from './ops-harness.ts';
+import {
+  call,
+  createWorkspace,
+  opsConfig,
+  packModel,
+  startOps,
+  type OpsServer,
+  type Workspace,
+} from './ops-harness.ts';
 
 const register = (ops: OpsServer, url: string) => call(ops.api, 'POST', `/models?url=${encodeURIComponent(url)}`);
 
@@ -104,7 +112,7 @@ describe('register urls that name special files, links and secrets', { timeout: 
     expect((await readdir(ws.store)).filter((name) => /zero|null|sock/.test(name))).toEqual([]);
   });
 
-  it("quotes no byte of a file that is not an archive, and copies nothing of it into the store", async () => {
+  it('quotes no byte of a file that is not an archive, and copies nothing of it into the store', async () => {
     await writeFile(join(allowed, 'shadow.mar'), 'root:$6$secret-hash:19000:0:99999:7:::\n');
     const answer = await register(ops, `file://${join(allowed, 'shadow.mar')}`);
     expect(answer.status).toBe(400);
@@ -269,10 +277,14 @@ describe('SIGTERM while FIFOs are being registered', { timeout: 60_000 }, () => 
     };
     delete env.MALLOC_MMAP_THRESHOLD_;
     const bin = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
-    const child = spawn(process.execPath, [bin, '--foreground', '--disable-token-auth', '--enable-model-api', '--model-store', ws.store], {
-      cwd,
-      env,
-    });
+    const child = spawn(
+      process.execPath,
+      [bin, '--foreground', '--disable-token-auth', '--enable-model-api', '--model-store', ws.store],
+      {
+        cwd,
+        env,
+      },
+    );
     try {
       let output = '';
       child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));

@@ -32,11 +32,7 @@ beforeAll(async () => {
     'org.pytorch.serve.grpc.management.ManagementAPIsService',
     server.grpc.managementUrl,
   );
-  oip = grpcClient(
-    clientPackage('grpc_predict_v2.proto'),
-    'inference.GRPCInferenceService',
-    server.grpc.inferenceUrl,
-  );
+  oip = grpcClient(clientPackage('grpc_predict_v2.proto'), 'inference.GRPCInferenceService', server.grpc.inferenceUrl);
   const archive = await packModel(join(server.root, 'store'), { modelName: longest, fileName: 'longest.mar' });
   await rename(archive, join(server.root, 'store', 'longest.mar'));
 }, 60_000);
@@ -68,10 +64,9 @@ function streamStatus(
   // The deadline only makes a hang fail the test instead of blocking it; an answer comes long before.
   const deadline = Date.now() + 20_000;
   return new Promise((resolve) => {
-    const stream = (inference[method] as (m: grpc.Metadata, o: grpc.CallOptions) => grpc.ClientDuplexStream<unknown, unknown>)(
-      metadata,
-      { deadline },
-    ) as grpc.ClientDuplexStream<unknown, unknown>;
+    const stream = (
+      inference[method] as (m: grpc.Metadata, o: grpc.CallOptions) => grpc.ClientDuplexStream<unknown, unknown>
+    )(metadata, { deadline }) as grpc.ClientDuplexStream<unknown, unknown>;
     stream.on('data', () => undefined);
     stream.on('error', (error: grpc.ServiceError) =>
       resolve({
@@ -81,7 +76,8 @@ function streamStatus(
       }),
     );
     stream.on('status', (status: grpc.StatusObject) => {
-      if (status.code === grpc.status.OK) resolve({ code: status.code, details: status.details, marinaCode: undefined });
+      if (status.code === grpc.status.OK)
+        resolve({ code: status.code, details: status.details, marinaCode: undefined });
     });
     if (method === 'StreamPredictions2') {
       stream.write(request);
@@ -95,7 +91,11 @@ function serverStream(request: Record<string, unknown>, token: string | undefine
   if (token !== undefined) metadata.set('authorization', `Bearer ${token}`);
   return new Promise<{ code: grpc.status; marinaCode: string | undefined }>((resolve) => {
     const stream = (
-      inference['StreamPredictions'] as (r: unknown, m: grpc.Metadata, o: grpc.CallOptions) => grpc.ClientReadableStream<unknown>
+      inference['StreamPredictions'] as (
+        r: unknown,
+        m: grpc.Metadata,
+        o: grpc.CallOptions,
+      ) => grpc.ClientReadableStream<unknown>
     )(request, metadata, { deadline: Date.now() + 20_000 });
     stream.on('data', () => undefined);
     stream.on('error', (error: grpc.ServiceError) =>
@@ -224,7 +224,7 @@ describe('the longest name the rule accepts works everywhere', { timeout: 60_000
     expect(removed.status).toBe(200);
   });
 
-  it('a name longer than any rule allows is 414 in TorchServe\'s body, after the token check, not echoed', async () => {
+  it("a name longer than any rule allows is 414 in TorchServe's body, after the token check, not echoed", async () => {
     const name = 'z'.repeat(5000);
     expect((await rest(`/models/${name}`)).status).toBe(401);
     const answer = await rest(`/models/${name}`, { key: 'management' });
@@ -276,7 +276,12 @@ describe('inputs the models cannot take', { timeout: 60_000 }, () => {
     expect(v2.status).toBe(400);
     expect(v2.headers.get('x-marina-error-code')).toBe('MARINA_ERR_JSON_TOO_DEEP');
     const error = await grpcErrorOf(
-      unaryCall(inference, 'Predictions', { model_name: 'mixed', input: { data: Buffer.from(deep) } }, server.keys.inference),
+      unaryCall(
+        inference,
+        'Predictions',
+        { model_name: 'mixed', input: { data: Buffer.from(deep) } },
+        server.keys.inference,
+      ),
     );
     expect(error.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(error.metadata.get('marina-error-code')[0]).toBe('MARINA_ERR_JSON_TOO_DEEP');

@@ -137,7 +137,8 @@ export async function createTokenAuthorization(options: CreateTokenAuthorization
     keyFile,
     check(keyType, authorizationHeader) {
       const match = authorizationHeader === undefined ? null : BEARER.exec(authorizationHeader);
-      if (!match) return authorizationHeader !== undefined && BEARER_SCHEME.test(authorizationHeader) ? 'malformed' : 'missing';
+      if (!match)
+        return authorizationHeader !== undefined && BEARER_SCHEME.test(authorizationHeader) ? 'malformed' : 'missing';
       const token = match[1]!;
       if (keyType === 'API') return isSameKey(token, keys.api) ? 'ok' : 'wrong';
       const expected = keys[keyType];

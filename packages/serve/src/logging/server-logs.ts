@@ -13,7 +13,16 @@
  * are redacted; a file that reaches log_max_file_bytes is rolled over to `<file>.1` … `<file>.N`
  * (log_max_backup_files), as TorchServe's log4j2 RollingFile (100 MB, 5 files) does.
  */
-import { createWriteStream, fstatSync, mkdirSync, openSync, renameSync, rmSync, writeSync, type WriteStream } from 'node:fs';
+import {
+  createWriteStream,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  renameSync,
+  rmSync,
+  writeSync,
+  type WriteStream,
+} from 'node:fs';
 import { join } from 'node:path';
 import { boundText, capLogLine } from '../bounded-text.ts';
 
@@ -209,6 +218,7 @@ export function createServerLogs(options: {
     stream.write(chunk);
     const size = (sizes.get(file) ?? 0) + (typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length);
     sizes.set(file, size);
+    // A single line larger than the limit (log_max_line_bytes above log_max_file_bytes) gets a file of its own.
     if (size >= limits.maxFileBytes) rotate(file);
   };
   const flushFile = (file: LogFileName) => {
@@ -226,6 +236,13 @@ export function createServerLogs(options: {
   const write = (file: LogFileName, line: string) => {
     if (isClosed) return;
     const text = capLogLine(line, limits.maxLineBytes);
+    // Roll over before the line that would take the file past its limit (lines wait in a buffer of
+    // up to 64 KiB, so checking only after a write could let a file pass the limit by that much).
+    const projected = (sizes.get(file) ?? 0) + (pending.get(file)?.used ?? 0);
+    if (projected > 0 && projected + Buffer.byteLength(text) > limits.maxFileBytes) {
+      flushFile(file);
+      if (streams.has(file)) rotate(file);
+    }
     // At most 3 bytes per UTF-16 unit: a line that may not fit goes after the buffer's lines.
     const maxBytes = text.length * 3;
     let buffered = pending.get(file);

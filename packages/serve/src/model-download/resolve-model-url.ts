@@ -62,9 +62,12 @@ export function normaliseModelUrl(url: string): NormalisedModelUrl {
     try {
       decoded = decodeURIComponent(segment);
     } catch (cause) {
-      throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${shown}' has a malformed percent-encoding in '${boundText(segment, 40)}'`, {
-        cause,
-      });
+      throw create.MARINA_ERR_MODEL_URL_INVALID(
+        `model url '${shown}' has a malformed percent-encoding in '${boundText(segment, 40)}'`,
+        {
+          cause,
+        },
+      );
     }
     if (decoded === '.' || decoded === '..') throw relative();
     if (/[/\\]/.test(decoded)) {

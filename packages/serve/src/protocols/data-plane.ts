@@ -290,7 +290,8 @@ export class DataPlane {
         `Inference-Header-Content-Length must be a non-negative integer, got '${headerText}'`,
       );
     if (headerLength === undefined) assertJsonDepth(payload, 'the JSON input');
-    else if (Buffer.isBuffer(payload)) assertJsonDepth(payload.subarray(0, headerLength), 'the JSON header of the input');
+    else if (Buffer.isBuffer(payload))
+      assertJsonDepth(payload.subarray(0, headerLength), 'the JSON header of the input');
     const value =
       headerLength === undefined && payload.length <= SMALL_JSON_BODY_BYTES ? jsonValueOf(payload) : payload;
     if (value !== payload && isPlainFloatTensorBody(value, signature.inputs)) return options;

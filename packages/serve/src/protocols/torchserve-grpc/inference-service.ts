@@ -97,7 +97,11 @@ export function createTorchServeInferenceService(options: {
             const e = toMarinaError(error);
             call.write({
               ...sequence,
-              status: { code: grpcStatusOf(e.statusCode), message: boundText(e.message, MAX_STATUS_CHARS), details: [] },
+              status: {
+                code: grpcStatusOf(e.statusCode),
+                message: boundText(e.message, MAX_STATUS_CHARS),
+                details: [],
+              },
             });
           },
         );
