@@ -1,12 +1,13 @@
-/** What every gRPC adapter shares: the protos, status mapping, token checks and the unary wrapper. */
+/** What every gRPC adapter shares: the protos, token checks and the unary wrapper (errors map to gRPC in error-map.ts). */
 import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { MarinaError } from '@marina/errors';
+import { authErrors } from '../auth/auth-errors.ts';
 import type { TokenAuthorization } from '../auth/token-authorization.ts';
-import { boundText } from '../bounded-text.ts';
-import { toMarinaError } from '../errors.ts';
+import { grpcServiceError, type GrpcErrorForm } from './error-map.ts';
+import { MODEL_VERSION_HEADER } from './data-plane.ts';
 
 const PROTO_DIR = fileURLToPath(new URL('../../protos/', import.meta.url));
 
@@ -22,7 +23,14 @@ export const PROTO_LOADER_OPTIONS: protoLoader.Options = {
 
 /** Loads one of the .proto files shipped in packages/serve/protos (for servers and test clients). */
 export function loadProto(
-  file: 'grpc_predict_v2.proto' | 'open_inference_grpc.proto' | 'inference.proto' | 'management.proto',
+  file:
+    | 'grpc_predict_v2.proto'
+    | 'open_inference_grpc.proto'
+    | 'inference.proto'
+    | 'management.proto'
+    | 'marina_management.proto'
+    | 'marina_residency.proto'
+    | 'model-runtime.proto',
 ): grpc.GrpcObject {
   return grpc.loadPackageDefinition(protoLoader.loadSync(file, PROTO_LOADER_OPTIONS));
 }
@@ -34,39 +42,16 @@ export function serviceOf(pkg: grpc.GrpcObject, dotted: string): grpc.ServiceDef
   return (node as { service: grpc.ServiceDefinition }).service;
 }
 
-/** HTTP status of a MarinaError → gRPC status code. */
-export function grpcStatusOf(statusCode: number): grpc.status {
-  if (statusCode === 400) return grpc.status.INVALID_ARGUMENT;
-  if (statusCode === 401) return grpc.status.UNAUTHENTICATED;
-  if (statusCode === 403) return grpc.status.PERMISSION_DENIED;
-  if (statusCode === 404) return grpc.status.NOT_FOUND;
-  if (statusCode === 405) return grpc.status.UNIMPLEMENTED;
-  if (statusCode === 409) return grpc.status.ALREADY_EXISTS;
-  if (statusCode === 413 || statusCode === 507) return grpc.status.RESOURCE_EXHAUSTED;
-  if (statusCode === 414 || statusCode === 431) return grpc.status.INVALID_ARGUMENT;
-  if (statusCode === 503) return grpc.status.UNAVAILABLE;
-  if (statusCode === 504) return grpc.status.DEADLINE_EXCEEDED;
-  return grpc.status.INTERNAL;
-}
-
-/**
- * Longest status message sent, characters. The message travels in the `grpc-message` trailer: a
- * trailer larger than the client's header-list limit (16 KiB in grpc-js) is a protocol error that
- * fails the call and the calls after it on the same channel, so an echoed input must never grow it.
- */
-export const MAX_STATUS_CHARS = 1024;
-
-/** A MarinaError as a gRPC error: the mapped status, the message (bounded), and the code in `marina-error-code` metadata. */
-export function toGrpcError(error: unknown): Partial<grpc.StatusObject> {
-  const e: MarinaError = toMarinaError(error);
+/** Response metadata saying which model version answered (`x-marina-model-version`). */
+export function versionMetadata(modelVersion: string): grpc.Metadata {
   const metadata = new grpc.Metadata();
-  metadata.set('marina-error-code', e.code);
-  return { code: grpcStatusOf(e.statusCode), details: boundText(e.message, MAX_STATUS_CHARS), metadata };
+  metadata.set(MODEL_VERSION_HEADER, modelVersion);
+  return metadata;
 }
 
-export type KeyCheck = (call: { metadata: grpc.Metadata }) => Partial<grpc.StatusObject> | undefined;
+export type KeyCheck = (call: { metadata: grpc.Metadata }) => MarinaError | undefined;
 
-/** Token authorization for one API: undefined when the call carries the key, else the UNAUTHENTICATED error. */
+/** Token authorization for one API: undefined when the call carries the key, else the token error (UNAUTHENTICATED on the wire). */
 export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 'inference' | 'management'): KeyCheck {
   return (call) => {
     if (!tokens) return undefined;
@@ -81,37 +66,34 @@ export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 
           : result === 'malformed'
             ? `the 'authorization' metadata must be 'Bearer <key>', one key without spaces`
             : `the key is incorrect for the ${keyType} API`;
-    const metadata = new grpc.Metadata();
-    metadata.set(
-      'marina-error-code',
+    const create =
       result === 'missing'
-        ? 'MARINA_ERR_TOKEN_MISSING'
+        ? authErrors.create.MARINA_ERR_TOKEN_MISSING
         : result === 'expired'
-          ? 'MARINA_ERR_TOKEN_EXPIRED'
-          : 'MARINA_ERR_TOKEN_INVALID',
-    );
-    return {
-      code: grpc.status.UNAUTHENTICATED,
-      // The file's name only: a client without a key must not learn the server's paths.
-      details: `Token Authorization failed: ${why}; the ${keyType} key is in the server's ${basename(tokens.keyFilePath)}`,
-      metadata,
-    };
+          ? authErrors.create.MARINA_ERR_TOKEN_EXPIRED
+          : authErrors.create.MARINA_ERR_TOKEN_INVALID;
+    // The file's name only: a client without a key must not learn the server's paths.
+    return create(`Token Authorization failed: ${why}; the ${keyType} key is in the server's ${basename(tokens.keyFilePath)}`);
   };
 }
 
-/** Wraps a unary handler: token check, then the handler; a thrown MarinaError becomes its gRPC status. */
+/**
+ * Wraps a unary handler: token check, then the handler; a thrown MarinaError becomes its gRPC
+ * status, with the text of the service's protocol (`form`: TorchServe's service sends TorchServe's texts).
+ */
 export function unary<Req, Res>(
   checkKey: KeyCheck,
   run: (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Res | Promise<Res>,
+  form: GrpcErrorForm = 'oip',
 ): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
     const denied = checkKey(call);
-    if (denied) return callback(denied as grpc.ServiceError);
+    if (denied) return callback(grpcServiceError(denied, form));
     Promise.resolve()
       .then(() => run(call.request, call))
       .then(
         (value) => callback(null, value),
-        (error: unknown) => callback(toGrpcError(error) as grpc.ServiceError),
+        (error: unknown) => callback(grpcServiceError(error, form)),
       );
   };
 }
