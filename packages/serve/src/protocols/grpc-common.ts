@@ -73,7 +73,9 @@ export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 
           ? authErrors.create.MARINA_ERR_TOKEN_EXPIRED
           : authErrors.create.MARINA_ERR_TOKEN_INVALID;
     // The file's name only: a client without a key must not learn the server's paths.
-    return create(`Token Authorization failed: ${why}; the ${keyType} key is in the server's ${basename(tokens.keyFilePath)}`);
+    return create(
+      `Token Authorization failed: ${why}; the ${keyType} key is in the server's ${basename(tokens.keyFilePath)}`,
+    );
   };
 }
 
