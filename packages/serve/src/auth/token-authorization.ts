@@ -198,7 +198,9 @@ function failure(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<T
       );
     case 'wrong':
       return authErrors.create.MARINA_ERR_TOKEN_INVALID(
-        `Token Authorization failed: the token is not the ${keyType} key; ${where}.`,
+        keyType === 'API'
+          ? `Token Authorization failed: the token is not the API key, which /token needs; ${where}.`
+          : `Token Authorization failed: the token is incorrect for the ${keyType} API; ${where}.`,
       );
     case 'expired':
       return authErrors.create.MARINA_ERR_TOKEN_EXPIRED(

@@ -43,9 +43,6 @@ export interface LogLimits {
   maxBackupFiles: number;
 }
 
-/** How much of a request's target an access line quotes: well below the line cap, so the line keeps its status and time. */
-const ACCESS_URL_CHARS = 1024;
-
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
 export type LogFileName = 'access_log.log' | 'ts_log.log' | 'model_log.log' | 'ts_metrics.log' | 'model_metrics.log';
@@ -113,8 +110,8 @@ export function formatLogLine(options: {
 }
 
 /** TorchServe's access log message: `/ip:port "METHOD path HTTP/1.1" status durationMs`. */
-export function formatAccessMessage(entry: AccessLogEntry): string {
-  return `/${entry.client} "${entry.method} ${boundText(entry.url, ACCESS_URL_CHARS)} HTTP/1.1" ${entry.statusCode} ${Math.round(entry.durationMs)}`;
+export function formatAccessMessage(entry: AccessLogEntry, maxUrlChars = 1024): string {
+  return `/${entry.client} "${entry.method} ${boundText(entry.url, maxUrlChars)} HTTP/1.1" ${entry.statusCode} ${Math.round(entry.durationMs)}`;
 }
 
 /**
@@ -297,7 +294,8 @@ export function createServerLogs(options: {
           level: 'info',
           thread: entry.requestId,
           logger: 'ACCESS_LOG',
-          message: formatAccessMessage(entry),
+          // A quarter of the line cap (1024 characters by default): the line keeps its status and time.
+          message: formatAccessMessage(entry, Math.floor(limits.maxLineBytes / 4)),
         }),
       );
     },

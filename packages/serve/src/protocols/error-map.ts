@@ -177,7 +177,8 @@ export function grpcStatusOf(statusCode: number): grpc.status {
   if (statusCode === 404) return grpc.status.NOT_FOUND;
   if (statusCode === 405) return grpc.status.UNIMPLEMENTED;
   if (statusCode === 409) return grpc.status.ALREADY_EXISTS;
-  if (statusCode === 413 || statusCode === 507) return grpc.status.RESOURCE_EXHAUSTED;
+  if (statusCode === 413) return grpc.status.RESOURCE_EXHAUSTED;
+  // A name or headers too long to be anything: the argument is wrong, not the server.
   if (statusCode === 414 || statusCode === 431) return grpc.status.INVALID_ARGUMENT;
   if (statusCode === 501) return grpc.status.UNIMPLEMENTED;
   if (statusCode === 503) return grpc.status.UNAVAILABLE;
