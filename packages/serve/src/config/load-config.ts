@@ -152,6 +152,7 @@ interface RawConfig {
   token_expiration_min: number;
   token_key_file?: string;
   enable_model_api: boolean;
+  strict_parameters: boolean;
   enable_metrics_api: boolean;
   enable_tracing: boolean;
   enable_envvars_config: boolean;
@@ -527,6 +528,7 @@ export function resolveServerConfig(
     isAllowedUrlsDefault,
     disableTokenAuthorization: checked.disable_token_authorization,
     enableModelApi: checked.enable_model_api,
+    strictParameters: checked.strict_parameters,
     enableMetricsApi: checked.enable_metrics_api,
     enableTracing: checked.enable_tracing,
     tokenExpirationMin: checked.token_expiration_min,

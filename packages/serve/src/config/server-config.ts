@@ -83,6 +83,12 @@ export interface ServerConfig {
   isAllowedUrlsDefault: boolean;
   disableTokenAuthorization: boolean;
   enableModelApi: boolean;
+  /**
+   * strict_parameters. false (default): register parameters are read as TorchServe reads them (a
+   * non-integer number is its default, a negative initial_workers is none, a timeout of 0 is the
+   * default); true: such values are refused with 400 naming the parameter.
+   */
+  strictParameters: boolean;
   enableMetricsApi: boolean;
   /**
    * enable_tracing: OpenTelemetry traces when the OTEL_* environment does not say (OTEL_TRACES_EXPORTER
