@@ -320,7 +320,10 @@ export async function runManyModels(
     // The hot set: the most popular models whose sizes fit the budget together.
     let used = 0;
     hotSetModels = 0;
-    while (hotSetModels < plan.models && used + sizes[hotSetModels]! <= budgetBytes) used += sizes[hotSetModels++]!;
+    // Each model's share of the all-resident PSS (its measured size scaled up to the PSS).
+    const scale = allZipf.usage.lastPssBytes / Math.max(1, allResidentSumMb * MB);
+    while (hotSetModels < plan.models && used + sizes[hotSetModels]! * scale <= budgetBytes)
+      used += sizes[hotSetModels++]! * scale;
     hotSetModels = Math.max(1, hotSetModels);
     allHot = await zipfLoad({
       server: all,
@@ -417,7 +420,7 @@ export function formatManyModelsSection(s: ManyModelsSummary): string[] {
   const lines = [
     '## Many models',
     '',
-    `${s.plan.models} ResNet-${s.plan.depth} models (${fmt(s.modelSizeMb)} MB each on disk, different seeds), ${s.plan.clients} clients, Zipf(${s.plan.zipfExponent}) over the models, ${s.plan.requests} requests per phase. All resident, the server's PSS was ${fmt(s.allResidentSumMb + s.baselinePssMb)} MB, of which describe's residentBytes of the models summed to ${fmt(s.allResidentSumMb)} MB; the budget is a ${s.plan.budgetDivisor}rd of the PSS: ${fmt(s.budgetMb)} MB. Hot set: the ${s.hotSetModels} most popular models, which fit the budget.`,
+    `${s.plan.models} ResNet-${s.plan.depth} models (${fmt(s.modelSizeMb)} MB each on disk, different seeds), ${s.plan.clients} clients, Zipf(${s.plan.zipfExponent}) over the models, ${s.plan.requests} requests per phase. All resident, the server's PSS was ${fmt(s.allResidentSumMb + s.baselinePssMb)} MB, of which describe's residentBytes of the models summed to ${fmt(s.allResidentSumMb)} MB; the budget is a ${s.plan.budgetDivisor}rd of the PSS: ${fmt(s.budgetMb)} MB. Hot set: the ${s.hotSetModels} most popular models, whose shares of that PSS fit the budget.`,
     '',
     '![many models](many-models.svg)',
     '',
