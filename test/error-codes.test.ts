@@ -1,42 +1,17 @@
 /**
- * Every error a user can meet has one stable code: unique across all of Marina's packages,
- * with one meaning and one HTTP status, and listed in the README's error table.
+ * Every error a user can meet has one stable code: with one meaning and one HTTP status across all of
+ * Marina's packages, a description that says when it happens, and a row in docs/reference/errors.md,
+ * which scripts/docs-gen.ts writes from the registries (this test fails when the page is not what the
+ * script writes now: run `npx -y pnpm@10.34.9 docs:gen`).
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { ErrorDefinition } from '@marina/errors';
-import { archiveErrors } from '../packages/archive/src/errors.ts';
-import { benchErrors } from '../packages/bench/src/errors.ts';
-import { handlerErrors } from '../packages/handlers/src/errors.ts';
-import { modelZooErrors } from '../packages/model-zoo/src/errors.ts';
-import { serveErrors } from '../packages/serve/src/errors.ts';
-import { configErrors } from '../packages/serve/src/config/config-errors.ts';
-import { authErrors } from '../packages/serve/src/auth/auth-errors.ts';
-import { downloadErrors } from '../packages/serve/src/model-download/download-errors.ts';
-import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
-import { managementErrors } from '../packages/serve/src/routes/management.ts';
-import { clientErrorDefinitions } from '../packages/client/src/errors.ts';
-import { quantizeErrors } from '../packages/quantize/src/errors.ts';
-import { repoRoot } from './helpers.ts';
+import { generateReference, referenceDir } from '../scripts/docs-gen.ts';
+import { errorRegistryGroups } from '../scripts/error-registries.ts';
 
-const registries: Record<string, Record<string, ErrorDefinition>> = {
-  archive: archiveErrors.definitions,
-  bench: benchErrors.definitions,
-  handlers: handlerErrors.definitions,
-  'model-zoo': modelZooErrors.definitions,
-  serve: serveErrors.definitions,
-  'serve/config': configErrors.definitions,
-  'serve/auth': authErrors.definitions,
-  'serve/model-download': downloadErrors.definitions,
-  'serve/snapshot': snapshotErrors.definitions,
-  'serve/management': managementErrors.definitions,
-  client: clientErrorDefinitions,
-  quantize: quantizeErrors.definitions,
-};
-
-const allCodes = Object.entries(registries).flatMap(([owner, defs]) =>
-  Object.entries(defs).map(([code, def]) => ({ owner, code, def })),
+const allCodes = errorRegistryGroups.flatMap((group) =>
+  Object.entries(group.definitions).map(([code, def]) => ({ owner: group.where, code, def })),
 );
 
 describe('error codes', () => {
@@ -54,9 +29,11 @@ describe('error codes', () => {
     expect(undescribed).toEqual([]);
   });
 
-  it('are all listed in the README', () => {
-    const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
-    const missing = [...new Set(allCodes.map(({ code }) => code))].filter((code) => !readme.includes(`\`${code}\``));
+  it('are all in docs/reference/errors.md, exactly as docs:gen writes it', async () => {
+    const page = readFileSync(path.join(referenceDir, 'errors.md'), 'utf8');
+    const missing = [...new Set(allCodes.map(({ code }) => code))].filter((code) => !page.includes(`| \`${code}\` |`));
     expect(missing).toEqual([]);
+    const generated = (await generateReference(['errors.md'])).get('errors.md');
+    expect(page === generated, 'docs/reference/errors.md is out of date: run npx -y pnpm@10.34.9 docs:gen').toBe(true);
   });
 });

@@ -116,7 +116,7 @@ export interface ServerConfig {
   /** certificate_file (PEM), required with an https:// address. */
   certificateFile?: string;
   /**
-   * The autoscaler's knobs from `autoscale_*` keys (Marina extension; see ERRORS-OPS.md). Undefined
+   * The autoscaler's knobs from `autoscale_*` keys (Marina extension; see docs/guides/management.md). Undefined
    * or a missing field means the autoscaler's default.
    */
   autoscaling?: {

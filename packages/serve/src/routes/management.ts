@@ -21,7 +21,7 @@ function hasQueryKey(target: string, key: string): boolean {
   return at >= 0 && new URLSearchParams(target.slice(at + 1)).has(key);
 }
 
-/** Error codes of the management routes (see ERRORS-OPS.md). */
+/** Error codes of the management routes (listed in docs/reference/errors.md). */
 export const managementErrors = defineErrors({
   MARINA_ERR_MODEL_API_DISABLED: {
     statusCode: 405,
