@@ -1,7 +1,8 @@
 /**
- * Every package's error registry, in the order the error-code reference lists them. The reference page
- * (docs/reference/errors.md, written by scripts/docs-gen.ts) and its drift test read this list: a new
- * registry added here is documented and checked from then on.
+ * The one index of Marina's error registries: every package's `defineErrors` registry, with the
+ * heading its codes get in the error reference. The error reference (docs/reference/errors.md, written by
+ * scripts/docs-gen.ts), the error-code tests and the per-protocol error table test all read it, so a new
+ * registry is added here once.
  */
 import type { ErrorDefinition } from '../packages/errors/src/index.ts';
 import { archiveErrors } from '../packages/archive/src/errors.ts';
@@ -14,26 +15,62 @@ import { authErrors } from '../packages/serve/src/auth/auth-errors.ts';
 import { configErrors } from '../packages/serve/src/config/config-errors.ts';
 import { serveErrors } from '../packages/serve/src/errors.ts';
 import { downloadErrors } from '../packages/serve/src/model-download/download-errors.ts';
-import { managementErrors } from '../packages/serve/src/routes/management.ts';
+import { managementErrors } from '../packages/serve/src/routes/management-errors.ts';
 import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
 
-export interface ErrorRegistryGroup {
-  /** Who reports these codes, as the reference's "Where" column says it. */
+/** One registry: who owns it, where its codes come from (the reference's column), and its codes. */
+export interface ErrorRegistryEntry {
+  owner: string;
   where: string;
-  definitions: Record<string, ErrorDefinition>;
+  definitions: Readonly<Record<string, ErrorDefinition>>;
+  /** Whether its errors can reach a server's answer (REST or gRPC), so the per-protocol table covers them. */
+  isServed: boolean;
 }
 
-export const errorRegistryGroups: readonly ErrorRegistryGroup[] = [
-  { where: 'model-archiver and the validator', definitions: archiveErrors.definitions },
-  { where: 'serve: configuration and launcher', definitions: configErrors.definitions },
-  { where: 'serve: inference and workers', definitions: serveErrors.definitions },
-  { where: 'handlers', definitions: handlerErrors.definitions },
-  { where: 'serve: management API', definitions: managementErrors.definitions },
-  { where: 'serve: token authorization', definitions: authErrors.definitions },
-  { where: 'serve: model download', definitions: downloadErrors.definitions },
-  { where: 'serve: snapshots', definitions: snapshotErrors.definitions },
-  { where: 'marina-models', definitions: modelZooErrors.definitions },
-  { where: 'bench', definitions: benchErrors.definitions },
-  { where: 'clients (Node and Python)', definitions: clientErrorDefinitions },
-  { where: 'model-archiver --quantize', definitions: quantizeErrors.definitions },
+export const errorRegistries: readonly ErrorRegistryEntry[] = [
+  {
+    owner: 'archive',
+    where: 'model-archiver and the validator',
+    definitions: archiveErrors.definitions,
+    isServed: true,
+  },
+  {
+    owner: 'serve/config',
+    where: 'serve: configuration and launcher',
+    definitions: configErrors.definitions,
+    isServed: false,
+  },
+  { owner: 'serve', where: 'serve: inference and workers', definitions: serveErrors.definitions, isServed: true },
+  { owner: 'handlers', where: 'handlers', definitions: handlerErrors.definitions, isServed: true },
+  {
+    owner: 'serve/management',
+    where: 'serve: management API',
+    definitions: managementErrors.definitions,
+    isServed: true,
+  },
+  { owner: 'serve/auth', where: 'serve: token authorization', definitions: authErrors.definitions, isServed: true },
+  {
+    owner: 'serve/model-download',
+    where: 'serve: model download',
+    definitions: downloadErrors.definitions,
+    isServed: true,
+  },
+  { owner: 'serve/snapshot', where: 'serve: snapshots', definitions: snapshotErrors.definitions, isServed: true },
+  { owner: 'model-zoo', where: 'marina-models', definitions: modelZooErrors.definitions, isServed: false },
+  { owner: 'bench', where: 'bench', definitions: benchErrors.definitions, isServed: false },
+  { owner: 'client', where: 'clients (Node and Python)', definitions: clientErrorDefinitions, isServed: false },
+  { owner: 'quantize', where: 'model-archiver --quantize', definitions: quantizeErrors.definitions, isServed: false },
 ];
+
+/** Every code once, with its definition and the first registry that defines it. */
+export function allErrorCodes(): Array<{ code: string; definition: ErrorDefinition; registry: ErrorRegistryEntry }> {
+  const seen = new Set<string>();
+  const out: Array<{ code: string; definition: ErrorDefinition; registry: ErrorRegistryEntry }> = [];
+  for (const registry of errorRegistries)
+    for (const [code, definition] of Object.entries(registry.definitions)) {
+      if (seen.has(code)) continue;
+      seen.add(code);
+      out.push({ code, definition, registry });
+    }
+  return out;
+}

@@ -8,10 +8,10 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { generateReference, referenceDir } from '../scripts/docs-gen.ts';
-import { errorRegistryGroups } from '../scripts/error-registries.ts';
+import { errorRegistries } from '../scripts/error-registries.ts';
 
-const allCodes = errorRegistryGroups.flatMap((group) =>
-  Object.entries(group.definitions).map(([code, def]) => ({ owner: group.where, code, def })),
+const allCodes = errorRegistries.flatMap(({ owner, definitions }) =>
+  Object.entries(definitions).map(([code, def]) => ({ owner, code, def })),
 );
 
 describe('error codes', () => {

@@ -261,3 +261,17 @@ describe('links of README.md and docs/', () => {
     expect(broken).toEqual([]);
   });
 });
+
+describe('docs/explanation/architecture.md', () => {
+  it('names only source files and folders that exist', () => {
+    const text = texts.get('docs/explanation/architecture.md')!;
+    // Source files with their folder (`workers/worker.ts`), relative to the root or to packages/serve(/src).
+    const named = new Set(text.match(/\b[a-z-]+\/(?:[a-z-]+\/)*[a-z-]+\.(?:ts|mjs)\b/g) ?? []);
+    const missing = [...named].filter((name) => {
+      const candidates = ['', 'packages/serve', 'packages/serve/src'].map((base) => path.join(repoRoot, base, name));
+      return !candidates.some((candidate) => existsSync(candidate));
+    });
+    expect(named.size).toBeGreaterThan(15);
+    expect(missing).toEqual([]);
+  });
+});

@@ -11,7 +11,8 @@ import { createModelCaches } from './cache/model-caches.ts';
 import { createServeError, toMarinaError } from './errors.ts';
 import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
-import { inferenceRoutes, sendError } from './routes/inference.ts';
+import { inferenceRoutes } from './routes/inference.ts';
+import { sendError } from './protocols/error-map.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
 import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts';
 import { apiExplorerRoutes } from './routes/api-explorer.ts';
@@ -193,7 +194,7 @@ function createInstance(
     if (error.validation || (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500)) {
       return sendError(reply, createServeError.MARINA_ERR_BAD_REQUEST(error.message, { cause: error }));
     }
-    return sendError(reply, toMarinaError(error));
+    return sendError(reply, error);
   });
   // The routes of this listener, for the 404 answer's hints (onRoute sees the routes of every plugin registered later).
   const routes: Array<{ method: string; url: string }> = [];
@@ -310,12 +311,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const registry = new ModelRegistry({ config, log, caches });
 
   const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes });
-  await inference.register(inferenceRoutes, {
-    registry,
-    maxRequestBytes: config.maxRequestBytes,
-    maxResponseBytes: config.maxResponseBytes,
-    dataPlane,
-  });
+  await inference.register(inferenceRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   await inference.register(oipRestRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };
   for (const p of options.plugins ?? []) {

@@ -1,8 +1,8 @@
 /**
  * The serve package's error registry: every error the server can answer with, its
  * HTTP status and what it means. Each code is listed in docs/reference/errors.md (generated; a test checks it).
- * Where TorchServe fixes a status code, the code below keeps it; `torchServeTypes` holds
- * the `type` field TorchServe puts in its error bodies.
+ * Where TorchServe fixes a status code, the code below keeps it; protocols/error-map.ts turns
+ * an error into each protocol's wire form.
  */
 import { defineErrors, isMarinaError, MarinaError } from '@marina/errors';
 
@@ -148,105 +148,6 @@ export const serveErrors = defineErrors({
 
 export type ServeErrorCode = keyof typeof serveErrors.definitions;
 export const createServeError = serveErrors.create;
-
-/**
- * The one map from Marina's codes to the `type` TorchServe puts in its error body (the name of
- * the Java exception it throws for that case). Every error body of every listener takes its
- * `type` from here (errorBody, and toTorchServeError in auth/torchserve-response.ts).
- */
-export const TORCHSERVE_ERROR_TYPES: Readonly<Record<string, string>> = {
-  // Inference (serve errors)
-  MARINA_ERR_MODEL_NOT_FOUND: 'ModelNotFoundException',
-  MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
-  MARINA_ERR_ROUTE_NOT_FOUND: 'ResourceNotFoundException',
-  MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
-  MARINA_ERR_NO_WORKERS: 'ServiceUnavailableException',
-  MARINA_ERR_CLIENT_TIMEOUT: 'ServiceUnavailableException',
-  MARINA_ERR_THREAD_BUDGET_EXCEEDED: 'BadRequestException',
-  MARINA_ERR_SERVER_CLOSING: 'ServiceUnavailableException',
-  MARINA_ERR_MODEL_UNLOADING: 'ServiceUnavailableException',
-  MARINA_ERR_RESPONSE_TIMEOUT: 'RequestTimeoutException',
-  MARINA_ERR_WORKER_DIED: 'InternalServerException',
-  MARINA_ERR_WORKER_START_FAILED: 'InternalServerException',
-  MARINA_ERR_WORKER_STARTUP_TIMEOUT: 'InternalServerException',
-  // TorchServe answers a handler failure with 503 and InternalServerException ("Prediction failed").
-  MARINA_ERR_HANDLER_FAILED: 'InternalServerException',
-  MARINA_ERR_HANDLER_RESULT_COUNT: 'InternalServerException',
-  MARINA_ERR_HANDLER_OUTPUT_INVALID: 'InternalServerException',
-  MARINA_ERR_EXPLAIN_NOT_SUPPORTED: 'InternalServerException',
-  MARINA_ERR_REQUEST_TOO_LARGE: 'RequestEntityTooLargeException',
-  MARINA_ERR_BAD_REQUEST: 'BadRequestException',
-  MARINA_ERR_MODEL_LOAD_FAILED: 'BadRequestException',
-  MARINA_ERR_MODEL_VERSION_CONFLICT: 'ConflictStatusException',
-  MARINA_ERR_DEFAULT_VERSION_REMOVAL: 'InvalidModelVersionException',
-  MARINA_ERR_INVALID_WORKER_COUNT: 'BadRequestException',
-  MARINA_ERR_MODEL_SETTINGS_INVALID: 'BadRequestException',
-  MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED: 'NotImplementedException',
-  MARINA_ERR_INTERNAL: 'InternalServerException',
-  // Management
-  MARINA_ERR_MODEL_API_DISABLED: 'MethodNotAllowedException',
-  MARINA_ERR_METHOD_NOT_ALLOWED: 'MethodNotAllowedException',
-  MARINA_ERR_URL_REQUIRED: 'BadRequestException',
-  MARINA_ERR_WORKER_RANGE_INVALID: 'BadRequestException',
-  MARINA_ERR_MANAGEMENT_BAD_REQUEST: 'BadRequestException',
-  // Model URLs and downloads (TorchServe's ModelArchive.downloadModel)
-  MARINA_ERR_MODEL_STORE_NOT_CONFIGURED: 'ModelNotFoundException',
-  MARINA_ERR_URL_RELATIVE_PATH: 'ModelNotFoundException',
-  MARINA_ERR_URL_NOT_ALLOWED: 'ModelNotFoundException',
-  MARINA_ERR_MODEL_URL_INVALID: 'ModelNotFoundException',
-  MARINA_ERR_MODEL_FILE_NOT_FOUND: 'ModelNotFoundException',
-  MARINA_ERR_MODEL_FILE_EXISTS: 'FileAlreadyExistsException',
-  MARINA_ERR_DOWNLOAD_FAILED: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOAD_TOO_LARGE: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOAD_TIMEOUT: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: 'DownloadArchiveException',
-  // Token authorization
-  MARINA_ERR_TOKEN_MISSING: 'InvalidKeyException',
-  MARINA_ERR_TOKEN_INVALID: 'InvalidKeyException',
-  MARINA_ERR_TOKEN_EXPIRED: 'InvalidKeyException',
-  MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException',
-};
-
-/** TorchServe's exception name for a status, for codes the map does not list (and errors without a code). */
-const TYPE_BY_STATUS: Readonly<Record<number, string>> = {
-  400: 'BadRequestException',
-  401: 'InvalidKeyException',
-  403: 'InvalidModelVersionException',
-  404: 'ModelNotFoundException',
-  405: 'MethodNotAllowedException',
-  408: 'RequestTimeoutException',
-  409: 'ConflictStatusException',
-  413: 'RequestEntityTooLargeException',
-  501: 'NotImplementedException',
-  503: 'ServiceUnavailableException',
-  507: 'OutOfMemoryError',
-};
-
-/** The `type` field of TorchServe's error body for an error of this code (or, without a listed code, this status). */
-export function torchServeErrorType(code: string | undefined, statusCode: number): string {
-  return (
-    (code !== undefined ? TORCHSERVE_ERROR_TYPES[code] : undefined) ??
-    TYPE_BY_STATUS[statusCode] ??
-    'InternalServerException'
-  );
-}
-
-/** TorchServe's error body plus Marina's stable code: `{code, type, message, marinaCode}`. */
-export function errorBody(error: MarinaError): {
-  code: number;
-  type: string;
-  message: string;
-  marinaCode: string;
-  details?: Record<string, unknown>;
-} {
-  return {
-    code: error.statusCode,
-    type: torchServeErrorType(error.code, error.statusCode),
-    message: error.message,
-    marinaCode: error.code,
-    ...(error.details ? { details: error.details } : {}),
-  };
-}
 
 /** Wraps anything thrown into a MarinaError (unknown errors become MARINA_ERR_INTERNAL). */
 export function toMarinaError(error: unknown): MarinaError {

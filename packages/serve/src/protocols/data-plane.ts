@@ -5,7 +5,6 @@
  * one predict path. Adapters only translate their wire form into an InferRequest and the
  * InferResponse back; they never talk to the registry for inference themselves.
  */
-import { join } from 'node:path';
 import {
   assertResponseSize,
   checkRawSize,
@@ -27,9 +26,8 @@ import {
 } from '@marina/handlers';
 import { createServeError } from '../errors.ts';
 import type { JobResult } from '../scheduling/job.ts';
-import type { ModelRegistry, PredictOptions } from '../registry/model-registry.ts';
+import type { ModelRegistry, PredictOptions, PredictResult } from '../registry/model-registry.ts';
 import type { ModelVersion } from '../registry/model-version.ts';
-import { readOnnxSignature } from './onnx-signature.ts';
 
 /** A checked JSON tensor body up to this size reaches the worker as it came (see #encodeTorchServeInput). */
 const SMALL_JSON_BODY_BYTES = 64 * 1024;
@@ -118,7 +116,6 @@ function jsonValueOf(payload: Buffer | string): unknown {
 export class DataPlane {
   readonly #registry: ModelRegistry;
   readonly #maxResponseBytes: number;
-  readonly #signatures = new WeakMap<ModelVersion, ModelSignature>();
 
   constructor(options: DataPlaneOptions) {
     this.#registry = options.registry;
@@ -154,19 +151,31 @@ export class DataPlane {
 
   /**
    * The model's signature: the ONNX graph's inputs and outputs (empty for a custom handler's
-   * archive without an ONNX serializedFile). Read once per version.
+   * archive without an ONNX serializedFile), read when the version was registered.
    * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND, MARINA_ERR_MODEL_SIGNATURE_UNREADABLE
    */
   signature(modelName: string, modelVersion?: string): { version: ModelVersion; signature: ModelSignature } {
     const version = this.#registry.getVersion(modelName, modelVersion);
-    let signature = this.#signatures.get(version);
-    if (!signature) {
-      const file = version.manifest.model.serializedFile;
-      signature =
-        file && /\.onnx$/i.test(file) ? readOnnxSignature(join(version.modelDir, file)) : { inputs: [], outputs: [] };
-      this.#signatures.set(version, signature);
-    }
-    return { version, signature };
+    const read = version.signature;
+    if ('error' in read) throw read.error;
+    return { version, signature: read.signature };
+  }
+
+  /** The names of the registered models, in registration order. */
+  modelNames(): string[] {
+    return this.#registry.list().map((m) => m.modelName);
+  }
+
+  /**
+   * Explanations: Marina's handlers have no explain(); TorchServe answers a handler without one
+   * with 503 "Prediction failed" (its BaseHandler has no get_insights), and so does Marina.
+   * @throws MARINA_ERR_EXPLAIN_NOT_SUPPORTED, or not found (404).
+   */
+  explain(modelName: string, modelVersion?: string): never {
+    const version = this.#registry.getVersion(modelName, modelVersion);
+    throw createServeError.MARINA_ERR_EXPLAIN_NOT_SUPPORTED(
+      `Prediction failed: the handler '${version.handler}' of model ${modelName} version ${version.modelVersion} has no explain; Marina's handlers do not implement explanations (use /predictions)`,
+    );
   }
 
   /** OIP model metadata; `versions` lists every version when none was asked for. */
@@ -334,9 +343,10 @@ export class DataPlane {
    * predict path, with the answer bounded by max_response_size.
    * @throws as ModelRegistry.predict, and MARINA_ERR_RESPONSE_TOO_LARGE.
    */
-  async predict(options: PredictOptions): Promise<JobResult> {
+  async predict(options: PredictOptions): Promise<PredictResult> {
     const result = await this.#registry.predict(this.admitTorchServeInput(options));
-    assertResponseSize(result.body.length, this.#maxResponseBytes);
+    const { text } = result;
+    assertResponseSize(text === undefined ? result.body.length : Buffer.byteLength(text), this.#maxResponseBytes);
     return result;
   }
 

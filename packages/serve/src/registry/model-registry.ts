@@ -15,6 +15,7 @@ import {
   forceSpinningStopDefaultFrom,
 } from '../backend/ort-session.ts';
 import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
+import { fixedBatchWarning } from '@marina/handlers';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
 import type { ModelCaches } from '../cache/model-caches.ts';
@@ -34,7 +35,7 @@ import type {
   SnapshotModelVersion,
 } from './model-registry-api.ts';
 import { ModelVersion } from './model-version.ts';
-import { fixedBatchNotice } from './fixed-batch-notice.ts';
+import { readModelSignature } from './read-model-signature.ts';
 
 const SERVER_VERSION = '0.1.0';
 
@@ -197,15 +198,20 @@ export class ModelRegistry implements ModelRegistryApi {
           fallbackWorkers: options.fallbackWorkers,
         },
       });
-      // The same rule and words as model-archiver validate: served, with a warning.
-      const batchNotice = await fixedBatchNotice({
+      // Read once here, off the request path: the data plane's metadata and input checks use it.
+      const signature = await readModelSignature({
         modelDir: extracted.modelDir,
         serializedFile: manifest.model.serializedFile,
-        batchSize: settings.batchSize,
       });
       this.#assertOpen();
-      if (batchNotice !== undefined)
-        this.#log('warn', `model '${modelName}' version '${modelVersion}': ${batchNotice}`);
+      // The same rule and words as model-archiver validate: served, with a warning.
+      const batchWarning =
+        'signature' in signature ? fixedBatchWarning(signature.signature, settings.batchSize) : undefined;
+      if (batchWarning !== undefined)
+        this.#log(
+          'warn',
+          `model '${modelName}' version '${modelVersion}': ${batchWarning.code}: ${batchWarning.message}`,
+        );
       const handler = manifest.model.handler;
       if (!handler) {
         throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
@@ -221,6 +227,7 @@ export class ModelRegistry implements ModelRegistryApi {
         digest: extracted.digest,
         manifest,
         modelYamlConfig,
+        signature,
         handler,
         runtime: options.runtime ?? manifest.runtime ?? 'python',
         settings,

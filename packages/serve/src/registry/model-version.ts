@@ -10,6 +10,7 @@ import { WorkerPool } from '../workers/worker-pool.ts';
 import type { WorkerInit } from '../workers/worker-protocol.ts';
 import type { ModelDescription, ModelVersionStats, SnapshotModelVersion } from './model-registry-api.ts';
 import type { HandlerStagesMs } from './model-registry-api.ts';
+import type { SignatureRead } from './read-model-signature.ts';
 
 /** A batch that left the aggregator and came back from a worker. */
 export interface BatchEvent {
@@ -29,6 +30,8 @@ export interface ModelVersionOptions {
   digest: string;
   manifest: Manifest;
   modelYamlConfig: Record<string, unknown>;
+  /** The ONNX graph's inputs and outputs, read at registration (readModelSignature). */
+  signature: SignatureRead;
   handler: string;
   runtime: string;
   settings: ModelSettings;
@@ -74,6 +77,8 @@ export class ModelVersion extends EventEmitter<{
   readonly digest: string;
   readonly manifest: Manifest;
   readonly modelYamlConfig: Record<string, unknown>;
+  /** The ONNX graph's inputs and outputs, read at registration; the data plane checks inputs against it. */
+  readonly signature: SignatureRead;
   readonly handler: string;
   readonly runtime: string;
   readonly settings: ModelSettings;
@@ -103,6 +108,7 @@ export class ModelVersion extends EventEmitter<{
     this.digest = options.digest;
     this.manifest = options.manifest;
     this.modelYamlConfig = options.modelYamlConfig;
+    this.signature = options.signature;
     this.handler = options.handler;
     this.runtime = options.runtime;
     this.settings = options.settings;

@@ -6,12 +6,14 @@
  */
 import { unlink } from 'node:fs/promises';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, FastifySchema } from 'fastify';
-import { defineErrors, isMarinaError } from '@marina/errors';
+import { isMarinaError } from '@marina/errors';
 import type { ModelRegistryApi, RegisterModelOptions } from '../registry/model-registry-api.ts';
 import { resourceLimitsOf, type ServerConfig } from '../config/server-config.ts';
-import { sendTorchServeError, sendTorchServeJson } from '../auth/torchserve-response.ts';
+import { sendTorchServeJson } from '../auth/torchserve-response.ts';
+import { sendTorchServeError } from '../protocols/error-map.ts';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createModelUrlResolver, DownloadSlots, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
+import { managementErrors } from './management-errors.ts';
 import { workflowsNotImplemented } from './inference.ts';
 import { downloadErrors } from '../model-download/download-errors.ts';
 
@@ -21,30 +23,6 @@ function hasQueryKey(target: string, key: string): boolean {
   return at >= 0 && new URLSearchParams(target.slice(at + 1)).has(key);
 }
 
-/** Error codes of the management routes (listed in docs/reference/errors.md). */
-export const managementErrors = defineErrors({
-  MARINA_ERR_MODEL_API_DISABLED: {
-    statusCode: 405,
-    description: 'Register and unregister are off by default; start with --enable-model-api or enable_model_api=true.',
-  },
-  MARINA_ERR_METHOD_NOT_ALLOWED: {
-    statusCode: 405,
-    description: 'The path exists but not with this HTTP method; see the management API table in the README.',
-  },
-  MARINA_ERR_URL_REQUIRED: {
-    statusCode: 400,
-    description: 'Register was called without the `url` parameter (query string or JSON body).',
-  },
-  MARINA_ERR_WORKER_RANGE_INVALID: {
-    statusCode: 400,
-    description: 'Scale was called with max_worker below min_worker.',
-  },
-  MARINA_ERR_MANAGEMENT_BAD_REQUEST: {
-    statusCode: 400,
-    description:
-      'A management parameter has the wrong type or range, or the body is not valid JSON; the message names the parameter.',
-  },
-});
 const { create } = managementErrors;
 
 const METHOD_NOT_ALLOWED = 'Requested method is not allowed, please refer to API document.';
@@ -243,15 +221,14 @@ export async function managementRoutes(app: FastifyInstance, options: Management
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error.validation) {
       return sendTorchServeError(
-        request,
         reply,
         create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(`Invalid parameter: ${error.message}`),
       );
     }
     if (!isMarinaError(error) && typeof error.statusCode === 'number' && error.statusCode < 500) {
-      return sendTorchServeError(request, reply, create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(error.message));
+      return sendTorchServeError(reply, create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(error.message));
     }
-    const body = sendTorchServeError(request, reply, error);
+    const body = sendTorchServeError(reply, error);
     if (!isMarinaError(error) || error.statusCode >= 500) options.onError?.(error);
     return body;
   });

@@ -3,7 +3,7 @@
  * and model metadata, readiness and infer, with JSON tensors and the binary tensor data
  * extension in both directions. A thin adapter: wire form → InferRequest → DataPlane → wire form.
  * Errors are the protocol's `{"error": "..."}` with the MarinaError's status (and its code in
- * the `x-marina-error-code` header).
+ * the `x-marina-error-code` header), from the one error map (every route declares `errorBody: 'oip'`).
  */
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import {
@@ -19,32 +19,16 @@ import {
   type RawTensor,
 } from '@marina/handlers';
 import { declareRouteAuth } from '../../auth/token-authorization.ts';
-import { createServeError, toMarinaError } from '../../errors.ts';
+import { createServeError } from '../../errors.ts';
+import { modelParamsSchema } from '../../routes/model-params-schema.ts';
 import type { DataPlane, InferRequest, InferResponse } from '../data-plane.ts';
+import { sendError } from '../error-map.ts';
+import { flattenHeaders } from '../request-headers.ts';
 
 export interface OipRestRoutesOptions {
   dataPlane: DataPlane;
   /** max_request_size, bytes. */
   maxRequestBytes: number;
-}
-
-const retryableCodes = new Set([
-  'MARINA_ERR_QUEUE_FULL',
-  'MARINA_ERR_NO_WORKERS',
-  'MARINA_ERR_SERVER_CLOSING',
-  'MARINA_ERR_MODEL_UNLOADING',
-]);
-
-/** Sends an error as the protocol's `{"error": message}`. */
-export function sendOipError(reply: FastifyReply, error: unknown): FastifyReply {
-  const e = toMarinaError(error);
-  if (e.code === 'MARINA_ERR_INTERNAL') reply.log.error({ err: error }, e.message);
-  if (retryableCodes.has(e.code)) reply.header('retry-after', '1');
-  reply.header('x-marina-error-code', e.code);
-  return reply
-    .code(e.statusCode)
-    .type('application/json')
-    .send(JSON.stringify({ error: e.message }));
 }
 
 function invalid(message: string) {
@@ -151,23 +135,7 @@ export function encodeInferResponse(
   return joinBinaryBody(header, binaries);
 }
 
-/** Forwarded request headers (lower-case), as the TorchServe route forwards them. */
-function headersOf(request: FastifyRequest): Record<string, string> {
-  const headers: Record<string, string> = {};
-  for (const k in request.headers) {
-    const v = request.headers[k];
-    if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
-  }
-  return headers;
-}
-
 type ModelParams = { Params: { model_name: string; model_version?: string } };
-
-const paramsSchema = {
-  type: 'object',
-  properties: { model_name: { type: 'string', minLength: 1 }, model_version: { type: 'string', minLength: 1 } },
-  required: ['model_name'],
-} as const;
 
 export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (app: FastifyInstance, options) => {
   const { dataPlane, maxRequestBytes } = options;
@@ -186,7 +154,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       (error as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE' ||
       (error as { statusCode?: number }).statusCode === 413
     ) {
-      return sendOipError(
+      return sendError(
         reply,
         createServeError.MARINA_ERR_REQUEST_TOO_LARGE(
           `the request body is larger than max_request_size (${maxRequestBytes} bytes); use the binary tensor data extension (about 4 bytes per FP32 value instead of 10–20 in JSON), send fewer rows, or raise max_request_size`,
@@ -195,9 +163,9 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     }
     const status = (error as { statusCode?: number }).statusCode;
     if ((error as { validation?: unknown }).validation || (status !== undefined && status >= 400 && status < 500)) {
-      return sendOipError(reply, createServeError.MARINA_ERR_BAD_REQUEST((error as Error).message, { cause: error }));
+      return sendError(reply, createServeError.MARINA_ERR_BAD_REQUEST((error as Error).message, { cause: error }));
     }
-    return sendOipError(reply, error);
+    return sendError(reply, error);
   });
   const json = (reply: FastifyReply, code: number, value: unknown) =>
     reply.code(code).type('application/json').send(JSON.stringify(value));
@@ -301,7 +269,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     try {
       return json(reply, 200, dataPlane.modelMetadata(request.params.model_name, request.params.model_version));
     } catch (error) {
-      return sendOipError(reply, error);
+      return sendError(reply, error);
     }
   };
   const ready = async (request: FastifyRequest<ModelParams>, reply: FastifyReply) => {
@@ -309,7 +277,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       const isReady = dataPlane.isModelReady(request.params.model_name, request.params.model_version);
       return json(reply, isReady ? 200 : 503, { name: request.params.model_name, ready: isReady });
     } catch (error) {
-      return sendOipError(reply, error);
+      return sendError(reply, error);
     }
   };
   const infer = async (request: FastifyRequest<ModelParams>, reply: FastifyReply) => {
@@ -329,7 +297,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         modelName: request.params.model_name,
         modelVersion: request.params.model_version,
         requestId: request.id,
-        headers: headersOf(request),
+        headers: flattenHeaders(request.headers),
         arrivedAt,
       });
       const encoded = encodeInferResponse(response, decoded.binaryOutputs, dataPlane.maxResponseBytes);
@@ -340,7 +308,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       } else reply.type('application/json');
       return reply.code(200).send(encoded.body);
     } catch (error) {
-      return sendOipError(reply, error);
+      return sendError(reply, error);
     }
   };
 
@@ -350,7 +318,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       {
         schema: {
           description: "Open Inference Protocol: the model's metadata, inputs and outputs from its ONNX signature.",
-          params: paramsSchema,
+          params: modelParamsSchema,
           response: { 200: modelMetadataSchema, 404: oipError, 500: oipError },
         },
       },
@@ -361,7 +329,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       {
         schema: {
           description: 'Open Inference Protocol: whether the model version has its minimum workers up.',
-          params: paramsSchema,
+          params: modelParamsSchema,
           response: { 200: modelReadySchema, 503: modelReadySchema, 404: oipError },
         },
       },
@@ -373,7 +341,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         schema: {
           description:
             'Open Inference Protocol: inference on JSON tensors, or the binary tensor extension (Inference-Header-Content-Length).',
-          params: paramsSchema,
+          params: modelParamsSchema,
           response: { 200: inferResponseSchema, 400: oipError, 404: oipError, 500: oipError, 503: oipError },
         },
       },

@@ -6,8 +6,10 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { FastifyInstance } from 'fastify';
+import { MarinaError } from '@marina/errors';
 import { createServeError } from '../../errors.ts';
-import { grpcStatusOf, type KeyCheck } from '../grpc-common.ts';
+import { grpcServiceError } from '../error-map.ts';
+import type { KeyCheck } from '../grpc-common.ts';
 
 type Query = Record<string, string | number | boolean | undefined>;
 
@@ -33,7 +35,7 @@ export function createTorchServeManagementService(options: {
     (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}) =>
     (rpc: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       const denied = checkKey(rpc);
-      if (denied) return callback(denied as grpc.ServiceError);
+      if (denied) return callback(grpcServiceError(denied));
       const search = new URLSearchParams();
       for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
       const authorization = rpc.metadata.get('authorization')[0];
@@ -55,21 +57,16 @@ export function createTorchServeManagementService(options: {
             } catch {
               /* not JSON: keep the body */
             }
-            const metadata = new grpc.Metadata();
-            if (code) metadata.set('marina-error-code', code);
-            callback({ code: grpcStatusOf(res.statusCode), details: message, metadata } as grpc.ServiceError);
+            // The REST answer's error, as it was before the REST form: one map gives its gRPC form.
+            callback(grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode)));
           },
-          (error: unknown) =>
-            callback({ code: grpc.status.INTERNAL, details: (error as Error).message } as grpc.ServiceError),
+          (error: unknown) => callback(grpcServiceError(error)),
         );
     };
 
   const required = (name: string | undefined, field: string, callback: grpc.sendUnaryData<unknown>): boolean => {
     if (name) return true;
-    const e = createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`);
-    const metadata = new grpc.Metadata();
-    metadata.set('marina-error-code', e.code);
-    callback({ code: grpc.status.INVALID_ARGUMENT, details: e.message, metadata } as grpc.ServiceError);
+    callback(grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`)));
     return false;
   };
 

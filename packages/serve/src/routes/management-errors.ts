@@ -1,0 +1,26 @@
+import { defineErrors } from '@marina/errors';
+
+/** Error codes of the management routes (listed in docs/reference/errors.md). */
+export const managementErrors = defineErrors({
+  MARINA_ERR_MODEL_API_DISABLED: {
+    statusCode: 405,
+    description: 'Register and unregister are off by default; start with --enable-model-api or enable_model_api=true.',
+  },
+  MARINA_ERR_METHOD_NOT_ALLOWED: {
+    statusCode: 405,
+    description: 'The path exists but not with this HTTP method; see docs/reference/http-api.md for its methods.',
+  },
+  MARINA_ERR_URL_REQUIRED: {
+    statusCode: 400,
+    description: 'Register was called without the `url` parameter (query string or JSON body).',
+  },
+  MARINA_ERR_WORKER_RANGE_INVALID: {
+    statusCode: 400,
+    description: 'Scale was called with max_worker below min_worker.',
+  },
+  MARINA_ERR_MANAGEMENT_BAD_REQUEST: {
+    statusCode: 400,
+    description:
+      'A management parameter has the wrong type or range, or the body is not valid JSON; the message names the parameter.',
+  },
+});
