@@ -21,7 +21,8 @@ import { createProgram as createModelsProgram } from '../packages/model-zoo/src/
 import { configFromProperties } from '../packages/serve/src/config/load-config.ts';
 import { createServerMetrics } from '../packages/serve/src/metrics/server-metrics.ts';
 import { startServer } from '../packages/serve/src/start-server.ts';
-import { allErrorCodes } from './error-registries.ts';
+import { RETRYABLE_CODES } from '../packages/serve/src/protocols/error-map.ts';
+import { allErrorAliases, allErrorCodes } from './error-registries.ts';
 
 /** commander's Command and Option, as the CLIs' own commander builds them (the root has no commander of its own). */
 type Command = ReturnType<typeof createArchiverProgram>;
@@ -403,7 +404,10 @@ async function grpcPage(): Promise<string> {
 // ---------------------------------------------------------------------------------------------
 // Metrics: the server's prom-client registry
 
-/** What each metric means, for the reader; a metric missing here (or listed and gone) fails the generator. */
+/**
+ * What TorchServe's metrics mean: their own help strings only name the unit. Every other metric is
+ * described by its help string. An entry whose metric is gone fails the generator.
+ */
 const METRIC_MEANINGS: Record<string, string> = {
   ts_inference_requests_total:
     "TorchServe's. Inference requests received; `model_version` is the version in the URL, or `default`.",
@@ -424,43 +428,36 @@ const METRIC_MEANINGS: Record<string, string> = {
   WorkerLoadTime: "TorchServe's. Time a worker (`W-<id>-<model>_<version>`) took to load its model, ms.",
   HandlerTime: "TorchServe's. The last batch's handler time, ms.",
   PredictionTime: "TorchServe's. The last batch's model run time, ms.",
-  marina_requests_total: 'Answered inference requests, by HTTP status.',
-  marina_queue_latency_seconds: 'Time in the job queue.',
-  marina_inference_latency_seconds: 'Time in a worker (handler and model).',
-  marina_request_latency_seconds: 'End-to-end latency, from arrival to response, every status.',
-  marina_batch_size: 'Jobs per batch sent to a worker.',
-  marina_handler_stage_seconds:
-    'Per batch, inside the worker: `preprocess_wait`, `inference`, `postprocess` (handlers with stages).',
-  marina_queue_depth: 'Jobs waiting in the queue (admitted, not started). What KEDA and the autoscaler watch.',
-  marina_queue_capacity: "The queue's size, `job_queue_size`.",
-  marina_workers: 'Live workers.',
-  marina_busy_workers: 'Workers running a batch.',
-  marina_min_workers: 'The scale range: `minWorkers`.',
-  marina_max_workers: 'The scale range: `maxWorkers`.',
 };
 
 async function metricsPage(): Promise<string> {
-  const stubRegistry = { events: new EventEmitter(), stats: () => [] };
+  // A registry with no models: its events never fire, and every read the metrics make at scrape time
+  // (stats(), and whatever later features add) answers an empty list.
+  const events = new EventEmitter();
+  const stubRegistry = new Proxy({}, { get: (_target, key) => (key === 'events' ? events : () => []) });
   const metrics = createServerMetrics({
     registry: stubRegistry as unknown as Parameters<typeof createServerMetrics>[0]['registry'],
     hostname: 'docs',
     collectProcessMetrics: false,
   });
-  const found: Array<{ name: string; type: string; labelNames: string[] }> = [];
+  const found: Array<{ name: string; type: string; labelNames: string[]; meaning: string }> = [];
   for (const metric of metrics.promRegistry.getMetricsAsArray()) {
     // prom-client's metrics all have get(); its MetricObject type leaves it out.
-    const { name, type } = await (metric as unknown as { get(): Promise<{ name: string; type: string }> }).get();
-    found.push({ name, type: String(type), labelNames: (metric as unknown as { labelNames: string[] }).labelNames });
+    const { name, type, help } = await (
+      metric as unknown as { get(): Promise<{ name: string; type: string; help: string }> }
+    ).get();
+    found.push({
+      name,
+      type: String(type),
+      labelNames: (metric as unknown as { labelNames: string[] }).labelNames,
+      meaning: METRIC_MEANINGS[name] ?? help,
+    });
   }
   metrics.close();
   const names = found.map((m) => m.name);
-  const undocumented = names.filter((name) => METRIC_MEANINGS[name] === undefined);
   const gone = Object.keys(METRIC_MEANINGS).filter((name) => !names.includes(name));
-  if (undocumented.length > 0 || gone.length > 0) {
-    throw new Error(
-      `scripts/docs-gen.ts METRIC_MEANINGS is out of date: add ${undocumented.join(', ') || 'nothing'}; remove ${gone.join(', ') || 'nothing'}`,
-    );
-  }
+  if (gone.length > 0)
+    throw new Error(`scripts/docs-gen.ts METRIC_MEANINGS names metrics that are gone: ${gone.join(', ')}`);
   return page(
     'Metrics',
     [
@@ -472,9 +469,7 @@ async function metricsPage(): Promise<string> {
     [
       '| Name | Type | Labels | Meaning |',
       '|---|---|---|---|',
-      ...found.map(
-        (m) => `| ${code(m.name)} | ${m.type} | ${cell(m.labelNames.join(', '))} | ${cell(METRIC_MEANINGS[m.name])} |`,
-      ),
+      ...found.map((m) => `| ${code(m.name)} | ${m.type} | ${cell(m.labelNames.join(', '))} | ${cell(m.meaning)} |`),
     ],
   );
 }
@@ -484,19 +479,47 @@ async function metricsPage(): Promise<string> {
 
 function errorsPage(): string {
   // A code that several registries define is listed once (test/error-codes.test.ts checks they agree).
-  const rows = allErrorCodes().map(
+  const codes = allErrorCodes();
+  const rows = codes.map(
     ({ code: errorCode, definition, registry }) =>
       `| ${code(errorCode)} | ${definition.statusCode} | ${cell(registry.where)} | ${cell(definition.description)} |`,
+  );
+  const statusOf = new Map(codes.map(({ code: errorCode, definition }) => [errorCode, definition.statusCode]));
+  const aliases = allErrorAliases().map(
+    ({ alias, code: target }) => `| ${code(alias)} | ${code(target)} | ${statusOf.get(target) ?? ''} |`,
   );
   return page(
     'Error codes',
     [
-      'Every error Marina reports carries a stable code. Over HTTP it is `marinaCode` in the body (TorchServe routes) or',
-      'the `x-marina-error-code` header (Open Inference Protocol); over gRPC the `marina-error-code` trailing metadata; in',
-      "the CLIs the start of the message. The table comes from every package's `defineErrors` registry. HTTP is the",
-      'status the code answers with (for CLI-only codes, the status it would have).',
+      "Every error Marina reports carries a stable code, from every package's `defineErrors` registry",
+      '([the index](../../scripts/error-registries.ts)). The same code means the same on every protocol:',
+      '',
+      '- TorchServe REST: TorchServe\'s body `{"code", "type", "message"}` plus `"marinaCode"`.',
+      '- Open Inference Protocol REST: `{"error": "..."}` with the code in the `x-marina-error-code` header.',
+      '- gRPC: the matching status, with the code in the `marina-error-code` trailing metadata.',
+      '- The CLIs: the message starts with the code.',
+      '',
+      `\`Retry-After\` (gRPC: \`retry-after\` metadata) comes only with the codes where sending the same request again can succeed: ${[...RETRYABLE_CODES].sort().map(code).join(', ')}.`,
+      'HTTP is the status the code answers with (for codes only the CLIs report, the status it would have).',
     ].join('\n'),
-    ['| Code | HTTP | Where | When it happens, and what to do |', '|---|---|---|---|', ...rows],
+    [
+      '| Code | HTTP | Where | When it happens, and what to do |',
+      '|---|---|---|---|',
+      ...rows,
+      ...(aliases.length > 0
+        ? [
+            '',
+            '## Aliases',
+            '',
+            'Codes that were merged into another of the same meaning. The server answers with the new code; the old name',
+            'still works where a program creates or matches errors through the registry.',
+            '',
+            '| Old code | Answered as | HTTP |',
+            '|---|---|---|',
+            ...aliases,
+          ]
+        : []),
+    ],
   );
 }
 

@@ -17,12 +17,15 @@ import { serveErrors } from '../packages/serve/src/errors.ts';
 import { downloadErrors } from '../packages/serve/src/model-download/download-errors.ts';
 import { managementErrors } from '../packages/serve/src/routes/management-errors.ts';
 import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
+import { trafficErrors } from '../packages/serve/src/registry/traffic-policy.ts';
 
 /** One registry: who owns it, where its codes come from (the reference's column), and its codes. */
 export interface ErrorRegistryEntry {
   owner: string;
   where: string;
   definitions: Readonly<Record<string, ErrorDefinition>>;
+  /** Old names of merged codes → the code each became (still created by the registry's factories). */
+  aliases?: Readonly<Record<string, string>>;
   /** Whether its errors can reach a server's answer (REST or gRPC), so the per-protocol table covers them. */
   isServed: boolean;
 }
@@ -40,7 +43,13 @@ export const errorRegistries: readonly ErrorRegistryEntry[] = [
     definitions: configErrors.definitions,
     isServed: false,
   },
-  { owner: 'serve', where: 'serve: inference and workers', definitions: serveErrors.definitions, isServed: true },
+  {
+    owner: 'serve',
+    where: 'serve: inference and workers',
+    definitions: serveErrors.definitions,
+    aliases: serveErrors.aliases,
+    isServed: true,
+  },
   { owner: 'handlers', where: 'handlers', definitions: handlerErrors.definitions, isServed: true },
   {
     owner: 'serve/management',
@@ -56,6 +65,12 @@ export const errorRegistries: readonly ErrorRegistryEntry[] = [
     isServed: true,
   },
   { owner: 'serve/snapshot', where: 'serve: snapshots', definitions: snapshotErrors.definitions, isServed: true },
+  {
+    owner: 'serve/traffic',
+    where: 'serve: traffic policies',
+    definitions: trafficErrors.definitions,
+    isServed: true,
+  },
   { owner: 'model-zoo', where: 'marina-models', definitions: modelZooErrors.definitions, isServed: false },
   { owner: 'bench', where: 'bench', definitions: benchErrors.definitions, isServed: false },
   { owner: 'client', where: 'clients (Node and Python)', definitions: clientErrorDefinitions, isServed: false },
@@ -73,4 +88,11 @@ export function allErrorCodes(): Array<{ code: string; definition: ErrorDefiniti
       out.push({ code, definition, registry });
     }
   return out;
+}
+
+/** Every alias once: the old name, the code it became, and the registry that keeps it. */
+export function allErrorAliases(): Array<{ alias: string; code: string; registry: ErrorRegistryEntry }> {
+  return errorRegistries.flatMap((registry) =>
+    Object.entries(registry.aliases ?? {}).map(([alias, code]) => ({ alias, code, registry })),
+  );
 }

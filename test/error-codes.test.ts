@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { generateReference, referenceDir } from '../scripts/docs-gen.ts';
-import { errorRegistries } from '../scripts/error-registries.ts';
+import { allErrorAliases, errorRegistries } from '../scripts/error-registries.ts';
 
 const allCodes = errorRegistries.flatMap(({ owner, definitions }) =>
   Object.entries(definitions).map(([code, def]) => ({ owner, code, def })),
@@ -35,5 +35,17 @@ describe('error codes', () => {
     expect(missing).toEqual([]);
     const generated = (await generateReference(['errors.md'])).get('errors.md');
     expect(page === generated, 'docs/reference/errors.md is out of date: run npx -y pnpm@10.34.9 docs:gen').toBe(true);
+  });
+
+  it('keep merged codes working as aliases: each names a defined code, is no code itself, and is in the reference', () => {
+    const codes = new Set(allCodes.map(({ code }) => code));
+    const page = readFileSync(path.join(referenceDir, 'errors.md'), 'utf8');
+    const aliases = allErrorAliases();
+    expect(aliases.length).toBeGreaterThan(0);
+    for (const { alias, code } of aliases) {
+      expect(codes.has(code), `${alias} -> ${code}`).toBe(true);
+      expect(codes.has(alias), alias).toBe(false);
+      expect(page, alias).toContain(`| \`${alias}\` | \`${code}\` |`);
+    }
   });
 });

@@ -9,7 +9,8 @@ export {
 } from './app.ts';
 export { startServer, type StartServerOptions, type RunningServer } from './start-server.ts';
 export { createServerPlugins, type OperatorContext } from './server-plugins.ts';
-export { createProgram, runCli, MARINA_VERSION, type ServeCommand } from './cli.ts';
+export { createProgram, runCli, type ServeCommand } from './cli.ts';
+export { MARINA_VERSION } from './version.ts';
 export {
   loadConfig,
   configFromProperties,
@@ -43,7 +44,6 @@ export { createSessionOptions } from './backend/ort-session.ts';
 export {
   DataPlane,
   SERVER_NAME,
-  SERVER_VERSION,
   type InferRequest,
   type InferResponse,
   type ModelMetadata,

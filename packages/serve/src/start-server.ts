@@ -16,6 +16,7 @@ import {
   snapshotPropertiesFromConfigFile,
   type SnapshotRegistration,
 } from './snapshot/restore-snapshot.ts';
+import { startOpenedModels } from './startup-loading.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerLogs } from './logging/server-logs.ts';
@@ -163,6 +164,16 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     const restored = await restoreSnapshotModels(app, registrations, snapshot?.path);
     const startup = await app.loadStartupModels(options.onProgress ? { onProgress: options.onProgress } : {});
     await restored.start();
+    // The snapshot's traffic policies, once their versions are back; a policy whose versions did not all come back is reported and left out (100 % to the default version).
+    for (const [modelName, policy] of Object.entries(snapshot?.traffic ?? {})) {
+      try {
+        app.registry.setTrafficPolicy(modelName, policy);
+      } catch (error) {
+        warnings.push(
+          `the snapshot's traffic policy of model '${modelName}' was not restored: ${(error as Error).message}`,
+        );
+      }
+    }
     const loaded = [
       ...restored.loaded,
       ...startup.loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`),
@@ -309,16 +320,29 @@ async function restoreSnapshotModels(
     loaded,
     failed,
     async start(): Promise<void> {
-      await Promise.all(
-        opened.map(async ({ registration, version }) => {
-          try {
-            const result = await app.registry.start(version, { synchronous: true });
-            loaded.push(`${result.modelName} (version ${result.modelVersion})`);
-          } catch (error) {
-            failed.push(describeFailure(registration, error));
-          }
-        }),
-      );
+      // Under a budget, pinned versions first, then the most recently used: those are what fits.
+      const lastUsed = (r: SnapshotRegistration) => (r.lastUsed ? Date.parse(r.lastUsed) || 0 : 0);
+      const ordered =
+        app.registry.memoryBudgetBytes === undefined
+          ? opened
+          : [...opened].sort(
+              (a, b) =>
+                Number(b.registration.pinned === true) - Number(a.registration.pinned === true) ||
+                lastUsed(b.registration) - lastUsed(a.registration),
+            );
+      const byVersion = new Map(ordered.map((o) => [o.version, o.registration]));
+      for (const { registration, version } of ordered)
+        if (registration.lastUsed) version.lastUsedAt = lastUsed(registration) || undefined;
+      await startOpenedModels({
+        registry: app.registry,
+        versions: ordered.map((o) => o.version),
+        reason: 'startup',
+        log: (level, message) => app.inference.log[level](message),
+        onDone: (version, outcome) => {
+          if (outcome.outcome === 'failed') failed.push(describeFailure(byVersion.get(version)!, outcome.error));
+          else loaded.push(`${version.modelName} (version ${version.modelVersion})`);
+        },
+      });
     },
   };
 }

@@ -27,6 +27,7 @@ const RETRY_AFTER = [
   'MARINA_ERR_SERVER_CLOSING',
   'MARINA_ERR_MODEL_UNLOADING',
   'MARINA_ERR_DOWNLOADS_BUSY',
+  'MARINA_ERR_MEMORY_BUDGET_FULL',
 ];
 
 /** HTTP status → the gRPC status the same error gets. */

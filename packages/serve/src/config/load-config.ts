@@ -11,10 +11,13 @@ import { configError } from './config-errors.ts';
 import { parseProperties, type ParsedProperties, type PropertyEntry } from './properties-parser.ts';
 import { parseListenAddress, isLoopbackHost } from './parse-listen-address.ts';
 import { parseLoadModels } from './parse-load-models.ts';
+import { parseMemoryBudget } from './parse-memory-budget.ts';
 import { parseSnapshot } from '../snapshot/snapshot-store.ts';
+import { parseTrafficPolicy, type TrafficPolicy } from '../registry/traffic-policy.ts';
 import {
   findWorkerRangeProblem,
   normaliseModels,
+  TRAFFIC_KEY,
   parseModelsJsonSyntax,
   positionOfJsonPath,
   type ModelsJsonLocation,
@@ -179,6 +182,9 @@ interface RawConfig {
   max_concurrent_downloads: number;
   extraction_cache_max_bytes: number;
   optimized_model_cache_max_bytes: number;
+  model_memory_budget?: string;
+  idle_unload_seconds: number;
+  unload_grace_seconds: number;
 }
 
 interface RawValue {
@@ -420,6 +426,22 @@ export function resolveServerConfig(
   }
 
   const models = checked.models ? normaliseModels(checked.models, (message) => warnings.push(message)) : {};
+  const trafficPolicies: Record<string, TrafficPolicy> = {};
+  for (const [modelName, entries] of Object.entries(checked.models ?? {})) {
+    if (entries[TRAFFIC_KEY] === undefined) continue;
+    try {
+      trafficPolicies[modelName] = parseTrafficPolicy(entries[TRAFFIC_KEY], `models: ${modelName} > ${TRAFFIC_KEY}`);
+    } catch (error) {
+      const position =
+        modelsTree && modelsLocation
+          ? positionOfJsonPath(modelsTree, [modelName, TRAFFIC_KEY], modelsLocation)
+          : undefined;
+      throw configError.MARINA_ERR_CONFIG_MODELS_INVALID(
+        `${position ? `${fileName}:${position.line}:${position.column}: ` : ''}${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+  }
   const rangeProblem = findWorkerRangeProblem(models);
   if (rangeProblem && modelsTree && modelsLocation) {
     const position = positionOfJsonPath(modelsTree, rangeProblem.path, modelsLocation);
@@ -479,6 +501,7 @@ export function resolveServerConfig(
     modelStore,
     loadModels,
     models,
+    trafficPolicies,
     defaultWorkersPerModel: checked.default_workers_per_model ? checked.default_workers_per_model : undefined,
     jobQueueSize: checked.job_queue_size,
     numberOfNettyThreads: checked.number_of_netty_threads,
@@ -538,6 +561,18 @@ export function resolveServerConfig(
       maxConcurrentDownloads: checked.max_concurrent_downloads,
       extractionCacheMaxBytes: checked.extraction_cache_max_bytes,
       optimizedModelCacheMaxBytes: checked.optimized_model_cache_max_bytes,
+    },
+    residency: {
+      ...(checked.model_memory_budget !== undefined
+        ? {
+            memoryBudgetBytes: parseMemoryBudget({
+              value: checked.model_memory_budget,
+              origin: origin('model_memory_budget'),
+            }),
+          }
+        : {}),
+      idleUnloadSeconds: checked.idle_unload_seconds,
+      unloadGraceSeconds: checked.unload_grace_seconds,
     },
     ...(checked.private_key_file ? { privateKeyFile: path.resolve(cwd, checked.private_key_file) } : {}),
     ...(checked.certificate_file ? { certificateFile: path.resolve(cwd, checked.certificate_file) } : {}),

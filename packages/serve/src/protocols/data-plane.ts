@@ -25,6 +25,7 @@ import {
   type V2Datatype,
 } from '@marina/handlers';
 import { createServeError } from '../errors.ts';
+import { MARINA_VERSION } from '../version.ts';
 import type { JobResult } from '../scheduling/job.ts';
 import type { ModelRegistry, PredictOptions, PredictResult } from '../registry/model-registry.ts';
 import type { ModelVersion } from '../registry/model-version.ts';
@@ -33,7 +34,8 @@ import type { ModelVersion } from '../registry/model-version.ts';
 const SMALL_JSON_BODY_BYTES = 64 * 1024;
 
 export const SERVER_NAME = 'marina';
-export const SERVER_VERSION = '0.1.0';
+/** The response header (and gRPC metadata key) that says which model version answered. */
+export const MODEL_VERSION_HEADER = 'x-marina-model-version';
 /** Open Inference Protocol extensions Marina implements. */
 export const SERVER_EXTENSIONS = ['binary_tensor_data'] as const;
 
@@ -127,7 +129,7 @@ export class DataPlane {
   }
 
   serverMetadata(): { name: string; version: string; extensions: string[] } {
-    return { name: SERVER_NAME, version: SERVER_VERSION, extensions: [...SERVER_EXTENSIONS] };
+    return { name: SERVER_NAME, version: MARINA_VERSION, extensions: [...SERVER_EXTENSIONS] };
   }
 
   /** The process serves requests (false once closing). */
@@ -155,7 +157,22 @@ export class DataPlane {
    * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND, MARINA_ERR_MODEL_SIGNATURE_UNREADABLE
    */
   signature(modelName: string, modelVersion?: string): { version: ModelVersion; signature: ModelSignature } {
-    const version = this.#registry.getVersion(modelName, modelVersion);
+    return this.#signatureOf(this.#registry.getVersion(modelName, modelVersion));
+  }
+
+  /**
+   * The version that serves a request, chosen once (the registry's resolveVersion: the one named,
+   * else the traffic policy's pick, else the default), with its signature.
+   */
+  #route(
+    modelName: string,
+    modelVersion: string | undefined,
+    headers: Record<string, string> | undefined,
+  ): { version: ModelVersion; signature: ModelSignature } {
+    return this.#signatureOf(this.#registry.resolveVersion(modelName, modelVersion, headers));
+  }
+
+  #signatureOf(version: ModelVersion): { version: ModelVersion; signature: ModelSignature } {
     const read = version.signature;
     if ('error' in read) throw read.error;
     return { version, signature: read.signature };
@@ -239,8 +256,14 @@ export class DataPlane {
    * inputs pass as they came.
    * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN (400), not found (404).
    */
-  admitTorchServeInput(options: PredictOptions): PredictOptions {
-    const { version, signature } = this.signature(options.modelName, options.modelVersion);
+  admitTorchServeInput(request: PredictOptions): PredictOptions {
+    const { version, signature } = this.#route(request.modelName, request.modelVersion, request.headers);
+    // From here on the version is fixed: the predict path must not pick again.
+    const options: PredictOptions = {
+      ...request,
+      modelVersion: version.modelVersion,
+      requestedVersion: request.requestedVersion ?? request.modelVersion ?? 'default',
+    };
     if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
     try {
       return this.#encodeTorchServeInput(options, signature);
@@ -255,11 +278,15 @@ export class DataPlane {
    * for the metrics; it is reported on the registry's `request` event the same way (queue and
    * inference time 0), so ts_inference_requests_total and the status classes still see it.
    */
-  #recordRefused(version: ModelVersion, options: { modelVersion?: string; arrivedAt?: number }, error: unknown): void {
+  #recordRefused(
+    version: ModelVersion,
+    options: { modelVersion?: string; requestedVersion?: string; arrivedAt?: number },
+    error: unknown,
+  ): void {
     const totalMs = performance.now() - (options.arrivedAt ?? performance.now());
     this.#registry.events.emit('request', {
       modelName: version.modelName,
-      requestedVersion: options.modelVersion ?? 'default',
+      requestedVersion: options.requestedVersion ?? options.modelVersion ?? 'default',
       modelVersion: version.modelVersion,
       statusCode: (error as { statusCode?: number }).statusCode ?? 500,
       queueMs: 0,
@@ -357,7 +384,7 @@ export class DataPlane {
    */
   async infer(request: InferRequest): Promise<InferResponse> {
     const arrivedAt = request.arrivedAt ?? performance.now();
-    const { version, signature } = this.signature(request.modelName, request.modelVersion);
+    const { version, signature } = this.#route(request.modelName, request.modelVersion, request.headers);
     try {
       this.#admit(request, version, signature);
     } catch (error) {
@@ -384,7 +411,8 @@ export class DataPlane {
     );
     const result = await this.#registry.predict({
       modelName: request.modelName,
-      modelVersion: request.modelVersion,
+      modelVersion: version.modelVersion,
+      requestedVersion: request.modelVersion ?? 'default',
       requestId: request.requestId,
       input: { body },
       headers: {

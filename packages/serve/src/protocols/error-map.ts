@@ -28,8 +28,8 @@ export const RETRY_AFTER_SECONDS = 1;
 /**
  * Codes where a retry of the same request can succeed, so the answer carries `Retry-After`:
  * a full queue, a request that waited past clientTimeoutInMills, a replica shutting down, a
- * version being unregistered (another replica or version can answer), and the download slots all
- * taken. Not MARINA_ERR_NO_WORKERS: max_worker=0 or a model that cannot load stays so until an
+ * version being unregistered (another replica or version can answer), the download slots all
+ * taken, and a model that could not be loaded in time because model_memory_budget was full. Not MARINA_ERR_NO_WORKERS: max_worker=0 or a model that cannot load stays so until an
  * operator acts, and a client that retries it only adds load.
  */
 export const RETRYABLE_CODES: ReadonlySet<string> = new Set([
@@ -38,6 +38,7 @@ export const RETRYABLE_CODES: ReadonlySet<string> = new Set([
   'MARINA_ERR_SERVER_CLOSING',
   'MARINA_ERR_MODEL_UNLOADING',
   'MARINA_ERR_DOWNLOADS_BUSY',
+  'MARINA_ERR_MEMORY_BUDGET_FULL',
 ]);
 
 /** Whether an error of this code carries `Retry-After`. */

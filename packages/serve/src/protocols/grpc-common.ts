@@ -6,6 +6,7 @@ import type { MarinaError } from '@marina/errors';
 import { authErrors } from '../auth/auth-errors.ts';
 import type { TokenAuthorization } from '../auth/token-authorization.ts';
 import { grpcServiceError } from './error-map.ts';
+import { MODEL_VERSION_HEADER } from './data-plane.ts';
 
 const PROTO_DIR = fileURLToPath(new URL('../../protos/', import.meta.url));
 
@@ -21,7 +22,12 @@ export const PROTO_LOADER_OPTIONS: protoLoader.Options = {
 
 /** Loads one of the .proto files shipped in packages/serve/protos (for servers and test clients). */
 export function loadProto(
-  file: 'grpc_predict_v2.proto' | 'open_inference_grpc.proto' | 'inference.proto' | 'management.proto',
+  file:
+    | 'grpc_predict_v2.proto'
+    | 'open_inference_grpc.proto'
+    | 'inference.proto'
+    | 'management.proto'
+    | 'marina_management.proto',
 ): grpc.GrpcObject {
   return grpc.loadPackageDefinition(protoLoader.loadSync(file, PROTO_LOADER_OPTIONS));
 }
@@ -31,6 +37,13 @@ export function serviceOf(pkg: grpc.GrpcObject, dotted: string): grpc.ServiceDef
   let node: unknown = pkg;
   for (const part of dotted.split('.')) node = (node as Record<string, unknown>)[part];
   return (node as { service: grpc.ServiceDefinition }).service;
+}
+
+/** Response metadata saying which model version answered (`x-marina-model-version`). */
+export function versionMetadata(modelVersion: string): grpc.Metadata {
+  const metadata = new grpc.Metadata();
+  metadata.set(MODEL_VERSION_HEADER, modelVersion);
+  return metadata;
 }
 
 export type KeyCheck = (call: { metadata: grpc.Metadata }) => MarinaError | undefined;

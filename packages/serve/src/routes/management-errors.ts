@@ -14,13 +14,4 @@ export const managementErrors = defineErrors({
     statusCode: 400,
     description: 'Register was called without the `url` parameter (query string or JSON body).',
   },
-  MARINA_ERR_WORKER_RANGE_INVALID: {
-    statusCode: 400,
-    description: 'Scale was called with max_worker below min_worker.',
-  },
-  MARINA_ERR_MANAGEMENT_BAD_REQUEST: {
-    statusCode: 400,
-    description:
-      'A management parameter has the wrong type or range, or the body is not valid JSON; the message names the parameter.',
-  },
 });

@@ -13,9 +13,11 @@ import { sendTorchServeJson } from '../auth/torchserve-response.ts';
 import { sendTorchServeError } from '../protocols/error-map.ts';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createModelUrlResolver, DownloadSlots, type ModelUrlResolver } from '../model-download/resolve-model-url.ts';
+import { createServeError } from '../errors.ts';
 import { managementErrors } from './management-errors.ts';
 import { workflowsNotImplemented } from './inference.ts';
 import { downloadErrors } from '../model-download/download-errors.ts';
+import { parseTrafficPolicy, TRAFFIC_POLICY_SCHEMA, type TrafficPolicy } from '../registry/traffic-policy.ts';
 
 /** Whether the request target's query names `key`, even with an empty value (which the query parser drops). */
 function hasQueryKey(target: string, key: string): boolean {
@@ -165,6 +167,10 @@ const describeSchema = {
     },
   },
 } as const;
+const TRAFFIC_RESPONSE_SCHEMA = {
+  ...TRAFFIC_POLICY_SCHEMA,
+  properties: { ...TRAFFIC_POLICY_SCHEMA.properties, status: { type: 'string', description: 'What was done (PUT).' } },
+} as const;
 const readinessSchema = {
   type: 'object',
   required: ['name', 'ready'],
@@ -220,13 +226,10 @@ export async function managementRoutes(app: FastifyInstance, options: Management
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error.validation) {
-      return sendTorchServeError(
-        reply,
-        create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(`Invalid parameter: ${error.message}`),
-      );
+      return sendTorchServeError(reply, createServeError.MARINA_ERR_BAD_REQUEST(`Invalid parameter: ${error.message}`));
     }
     if (!isMarinaError(error) && typeof error.statusCode === 'number' && error.statusCode < 500) {
-      return sendTorchServeError(reply, create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(error.message));
+      return sendTorchServeError(reply, createServeError.MARINA_ERR_BAD_REQUEST(error.message));
     }
     const body = sendTorchServeError(reply, error);
     if (!isMarinaError(error) || error.statusCode >= 500) options.onError?.(error);
@@ -252,7 +255,13 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     done();
   });
 
-  const status = async (request: FastifyRequest, reply: FastifyReply, code: number, text: string) => {
+  const status = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    code: number,
+    text: string,
+    extra: Record<string, unknown> = {},
+  ) => {
     release(request);
     const problem = request.method === 'GET' ? undefined : await options.afterChange?.();
     const warning =
@@ -263,7 +272,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       request,
       reply,
       code,
-      warning === undefined ? { status: text } : { status: text, warning },
+      warning === undefined ? { status: text, ...extra } : { status: text, ...extra, warning },
     );
   };
   const assertModelApi = (action: string) => {
@@ -312,7 +321,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
         throw create.MARINA_ERR_URL_REQUIRED('Parameter url is required.');
       }
       if (params.runtime !== undefined && !REGISTER_RUNTIMES.includes(params.runtime)) {
-        throw create.MARINA_ERR_MANAGEMENT_BAD_REQUEST(
+        throw createServeError.MARINA_ERR_BAD_REQUEST(
           `Invalid RuntimeType value: ${params.runtime} (one of ${REGISTER_RUNTIMES.join(', ')})`,
         );
       }
@@ -454,7 +463,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     const minWorkers = query.min_worker ?? 1;
     const maxWorkers = query.max_worker ?? minWorkers;
     if (maxWorkers < minWorkers)
-      throw create.MARINA_ERR_WORKER_RANGE_INVALID('max_worker cannot be less than min_worker.');
+      throw createServeError.MARINA_ERR_INVALID_WORKER_COUNT('max_worker cannot be less than min_worker.');
     const synchronous = isTrue(query.synchronous, false);
     // With synchronous=false the registry resolves once the change is accepted (after checking
     // name and version, so an unknown model is still a 404 as in TorchServe).
@@ -513,6 +522,56 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       registry.setDefault(name, version);
       return status(request, reply, 200, `Default version successfully updated for model "${name}" to "${version}"`);
     },
+  );
+
+  // Traffic policy: a static segment, so it wins over the /models/{name}/{version} routes (a version
+  // named 'traffic' is still reachable with ?model_version= on scale, and through describe 'all').
+  const trafficSchema = (description: string, body?: object) =>
+    ({
+      description,
+      params: nameParams,
+      ...(body ? { body } : {}),
+      response: { 200: TRAFFIC_RESPONSE_SCHEMA, ...errorResponses, 409: errorSchema },
+    }) as FastifySchema;
+  app.get(
+    '/models/:model_name/traffic',
+    { schema: trafficSchema("The model's traffic policy in force (without one: 100% to the default version).") },
+    async (request, reply) => {
+      const { model_name: name } = request.params as { model_name: string };
+      return sendTorchServeJson(request, reply, 200, registry.getTrafficPolicy(name));
+    },
+  );
+  const setTraffic = async (request: FastifyRequest, reply: FastifyReply, policy: TrafficPolicy) => {
+    const { model_name: name } = request.params as { model_name: string };
+    const inForce = registry.setTrafficPolicy(name, policy);
+    return status(request, reply, 200, `Traffic policy of model "${name}" updated`, { ...inForce });
+  };
+  app.put(
+    '/models/:model_name/traffic',
+    {
+      schema: trafficSchema(
+        'Set the traffic policy: weights per version for unversioned requests (integers summing to 100), an optional shadow and sticky header. Requests in flight keep their version.',
+        TRAFFIC_POLICY_SCHEMA,
+      ),
+      // The body is checked by the policy's own strict schema (no coercion, unknown keys refused),
+      // and a bad one is answered with MARINA_ERR_TRAFFIC_POLICY_INVALID, not the generic code.
+      validatorCompiler:
+        ({ httpPart }) =>
+        (data: unknown) => {
+          if (httpPart !== 'body') return { value: data };
+          try {
+            return { value: parseTrafficPolicy(data) };
+          } catch (error) {
+            return { error: error as Error };
+          }
+        },
+    },
+    async (request, reply) => setTraffic(request, reply, request.body as TrafficPolicy),
+  );
+  app.delete(
+    '/models/:model_name/traffic',
+    { schema: trafficSchema('Remove the traffic policy: every unversioned request goes to the default version.') },
+    async (request, reply) => setTraffic(request, reply, {}),
   );
 
   // KServe v1 readiness: ready when the default version has at least one worker.

@@ -17,7 +17,8 @@ import {
   type V2Datatype,
 } from '@marina/handlers';
 import type { DataPlane } from '../data-plane.ts';
-import { unary, type KeyCheck } from '../grpc-common.ts';
+import { unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
+import { metadataHeaders } from '../request-headers.ts';
 
 type Contents = Partial<
   Record<
@@ -160,7 +161,7 @@ export function createOipGrpcService(options: {
     ModelMetadata: unary<{ name: string; version: string }, unknown>(checkKey, (r) =>
       dataPlane.modelMetadata(r.name, version(r.version)),
     ),
-    ModelInfer: unary<ModelInferRequest, unknown>(checkKey, async (r) => {
+    ModelInfer: unary<ModelInferRequest, unknown>(checkKey, async (r, call) => {
       const arrivedAt = performance.now();
       let decoded: ReturnType<typeof decodeModelInferRequest>;
       try {
@@ -179,8 +180,10 @@ export function createOipGrpcService(options: {
         ...(r.outputs.length > 0 ? { outputs: r.outputs.map((o) => ({ name: o.name })) } : {}),
         ...(parameters ? { parameters } : {}),
         requestId: randomUUID(),
+        headers: metadataHeaders(call.metadata),
         arrivedAt,
       });
+      call.sendMetadata(versionMetadata(response.modelVersion));
       return {
         model_name: response.modelName,
         model_version: response.modelVersion,

@@ -21,7 +21,7 @@ import {
 import { declareRouteAuth } from '../../auth/token-authorization.ts';
 import { createServeError } from '../../errors.ts';
 import { modelParamsSchema } from '../../routes/model-params-schema.ts';
-import type { DataPlane, InferRequest, InferResponse } from '../data-plane.ts';
+import { MODEL_VERSION_HEADER, type DataPlane, type InferRequest, type InferResponse } from '../data-plane.ts';
 import { sendError } from '../error-map.ts';
 import { flattenHeaders } from '../request-headers.ts';
 
@@ -300,6 +300,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         headers: flattenHeaders(request.headers),
         arrivedAt,
       });
+      reply.header(MODEL_VERSION_HEADER, response.modelVersion);
       const encoded = encodeInferResponse(response, decoded.binaryOutputs, dataPlane.maxResponseBytes);
       assertResponseSize(encoded.body.length, dataPlane.maxResponseBytes);
       if (encoded.headerLength !== undefined) {

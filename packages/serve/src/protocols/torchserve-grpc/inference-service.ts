@@ -9,7 +9,7 @@ import { createServeError } from '../../errors.ts';
 import type { PredictResult } from '../../registry/model-registry.ts';
 import type { DataPlane } from '../data-plane.ts';
 import { grpcServiceError, torchServeGrpcStreamStatus } from '../error-map.ts';
-import { unary, type KeyCheck } from '../grpc-common.ts';
+import { unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
 import { metadataHeaders } from '../request-headers.ts';
 
 interface PredictionsRequest {
@@ -52,15 +52,18 @@ export function createTorchServeInferenceService(options: {
     Ping: unary(checkKey, () => ({
       health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2),
     })),
-    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => ({
-      prediction: (await predict(request, call.metadata)).body,
-    })),
+    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => {
+      const result = await predict(request, call.metadata);
+      call.sendMetadata(versionMetadata(result.modelVersion));
+      return { prediction: result.body };
+    }),
     /** Marina's handlers answer once, so the stream carries one message. */
     StreamPredictions: (call: grpc.ServerWritableStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
       if (denied) return call.destroy(grpcServiceError(denied));
       predict(call.request, call.metadata).then(
         (result) => {
+          call.sendMetadata(versionMetadata(result.modelVersion));
           call.write({ prediction: result.body });
           call.end();
         },
