@@ -140,6 +140,10 @@ const expectedOutput: Record<string, RegExp[]> = {
     /"modelName": "resnet-18"/,
   ],
   'docs/guides/serving.md': [/^2$/m, /"batchSize": 8/, /"maxBatchDelay": 20/, /"Healthy"[\s\S]*"Healthy"/],
+  'docs/guides/protocols.md': [
+    /"name":"mixed","versions":\["1\.0"\],"platform":"onnxruntime_onnx"/,
+    /"outputs":\[\{"name":"output","datatype":"FP32","shape":\[1,4\],"data":\[3,5,7,9\]\}\]/,
+  ],
   'docs/guides/custom-handler.md': [/"result": \[\s*3,\s*5,\s*7,\s*9\s*\]/],
 };
 
