@@ -13,6 +13,7 @@ export const experimentNames = [
   'memory',
   'protocols',
   'int8',
+  'traffic',
 ] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 

@@ -14,6 +14,8 @@ import { ModelRegistry } from './registry/model-registry.ts';
 import { loadStartupModels, type StartupLoadResult } from './startup-loading.ts';
 import { inferenceRoutes } from './routes/inference.ts';
 import { sendError } from './protocols/error-map.ts';
+import { managementErrors } from './routes/management-errors.ts';
+import { TS_METHOD_NOT_ALLOWED, TS_RESOURCE_NOT_FOUND } from './protocols/torchserve-texts.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
 import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts';
 import { apiExplorerRoutes } from './routes/api-explorer.ts';
@@ -205,11 +207,54 @@ function createInstance(
     for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method, url: route.url });
   });
   app.setNotFoundHandler((request, reply) => {
-    // TorchServe's body and message, then which routes this API has near the one asked for.
-    const message = `Requested resource is not found, please refer to API document. ${notFoundHint(request.method, request.url, routes)}`;
+    // TorchServe's bodies and sentences (405 where the path exists with other methods, as its
+    // handlers throw MethodNotAllowedException; GET / among them), the hints in `hint`.
+    const allowed = methodsOfPath(request.url, routes);
+    if (allowed.length > 0) {
+      reply.header('allow', allowed.join(', '));
+      return sendError(
+        reply,
+        managementErrors.create.MARINA_ERR_METHOD_NOT_ALLOWED(
+          `${TS_METHOD_NOT_ALLOWED} ${request.method} is not accepted on this path; it accepts ${allowed.join(', ')}.`,
+        ),
+      );
+    }
+    const message = `${TS_RESOURCE_NOT_FOUND} ${notFoundHint(request.method, request.url, routes)}`;
     return sendError(reply, createServeError.MARINA_ERR_ROUTE_NOT_FOUND(message));
   });
   return app;
+}
+
+/**
+ * The methods the routes of this listener accept on `url`'s path (path parameters match one
+ * segment, a trailing `*` the rest), HEAD left out; empty when no route has that path.
+ */
+export function methodsOfPath(url: string, routes: ReadonlyArray<{ method: string; url: string }>): string[] {
+  const path = url.split('?')[0] ?? '/';
+  const methods = new Set<string>();
+  for (const route of routes) if (routePattern(route.url).test(path)) methods.add(route.method);
+  return [...methods].sort();
+}
+
+const routePatterns = new Map<string, RegExp>();
+function routePattern(routeUrl: string): RegExp {
+  let pattern = routePatterns.get(routeUrl);
+  if (!pattern) {
+    const source = routeUrl
+      .split('/')
+      .map((segment) =>
+        segment === '*'
+          ? '.*'
+          : segment
+              .split(/(:[A-Za-z_][A-Za-z0-9_]*)/)
+              .map((part) => (part.startsWith(':') ? '[^/]+' : part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+              .join(''),
+      )
+      .join('/');
+    pattern = new RegExp(`^${source}/?$`);
+    routePatterns.set(routeUrl, pattern);
+  }
+  return pattern;
 }
 
 /**

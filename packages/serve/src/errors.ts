@@ -149,6 +149,11 @@ export const serveErrors = defineErrors(
       description:
         "The workflow routes (/workflows, /wfpredict) are TorchServe's and not implemented in Marina yet; register the models of the workflow and call /predictions for each.",
     },
+    MARINA_ERR_MODEL_PATH_INVALID: {
+      statusCode: 400,
+      description:
+        "A ModelMesh loadModel's modelPath is not a model Marina can serve: it must name a .mar (or .tar.gz) archive, an extracted archive folder (with MAR-INF/MANIFEST.json), a bare .onnx file (served by the tensor handler), or a folder holding exactly one of those.",
+    },
     MARINA_ERR_MODEL_SIGNATURE_UNREADABLE: {
       statusCode: 500,
       description:

@@ -24,12 +24,16 @@ import { createServerPlugins, isSameAddress, type OperatorContext } from './serv
 import { assertAddressesFree, listenTargets, toListenError } from './config/assert-addresses-free.ts';
 import type { StartupProgressEvent } from './startup-progress.ts';
 import type { GrpcBindError, GrpcServers } from './protocols/grpc-server.ts';
+import type { ModelMeshRuntimeServer } from './protocols/modelmesh/modelmesh-runtime-server.ts';
 import { createRequestLog, type RequestLog } from './request-log.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
   /** One line per API, e.g. `Inference API bound to http://127.0.0.1:8080`. */
-  listening: Array<{ api: 'inference' | 'management' | 'metrics' | 'grpc-inference' | 'grpc-management'; url: string }>;
+  listening: Array<{
+    api: 'inference' | 'management' | 'metrics' | 'grpc-inference' | 'grpc-management' | 'modelmesh-runtime';
+    url: string;
+  }>;
   /** `name (version v)` of every model version serving after start-up. */
   loaded: string[];
   /** `url: code: message` of every model version that could not be loaded; the server runs without it. */
@@ -142,6 +146,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   let snapshots: SnapshotStore | undefined;
   let isChangedSinceStart = false;
   let grpcServers: GrpcServers | undefined;
+  let modelMesh: ModelMeshRuntimeServer | undefined;
   let closing: Promise<void> | undefined;
   const close = () => {
     closing ??= (async () => {
@@ -154,7 +159,11 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         await snapshots?.write('shutdown').catch((error: Error) => log('error', error.message));
       await snapshots?.close();
       const appClosed = app.close();
-      await Promise.all([grpcServers?.close({ drained: appClosed }), appClosed]);
+      await Promise.all([
+        grpcServers?.close({ drained: appClosed }),
+        modelMesh?.close({ drained: appClosed }),
+        appClosed,
+      ]);
       logs.ts('info', 'Marina has stopped.');
       await logs.close();
     })();
@@ -271,6 +280,16 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         { api: 'grpc-inference', url: `${scheme}://${grpcServers.inferenceUrl}` },
         { api: 'grpc-management', url: `${scheme}://${grpcServers.managementUrl}` },
       );
+    }
+    if (effectiveConfig.modelMeshRuntime) {
+      const { startModelMeshRuntime } = await import('./protocols/modelmesh/modelmesh-runtime-server.ts');
+      modelMesh = await startModelMeshRuntime({
+        registry: app.registry,
+        config: effectiveConfig,
+        address: effectiveConfig.modelMeshRuntime,
+        log,
+      });
+      listening.push({ api: 'modelmesh-runtime', url: `grpc://${modelMesh.url}` });
     }
     // ts_log.log only: the launcher prints its own start-up report on the terminal.
     for (const l of listening) logs.ts('info', `${l.api} API bound to ${l.url}`);

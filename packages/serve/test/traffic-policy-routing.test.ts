@@ -510,5 +510,12 @@ describe('traffic policies', () => {
       expect((await post('/predictions/tiny', torchServeBody(inputOf(0)), { [ROUTE_KEY]: `u${i}` })).version).toBe(
         '2.0',
       );
+
+    // A policy removed through the API stays removed: the snapshot says so ({}), so a restart does
+    // not bring back the models JSON's.
+    expect((await call(ops.api, 'DELETE', '/models/gated/traffic')).status).toBe(200);
+    expect((await call(ops.api, 'GET', '/models/gated/traffic')).json).toEqual({ weights: { '2.0': 100 } });
+    await ops.close();
+    expect((await readLatestSnapshot(config.snapshotDir))?.traffic.gated).toEqual({});
   });
 });

@@ -4,14 +4,32 @@ import { configError } from './config-errors.ts';
 
 /** One address the server will listen on, with the config key that sets it. */
 export interface ListenTarget {
-  api: 'inference' | 'management' | 'metrics' | 'gRPC inference' | 'gRPC management';
-  key: 'inference_address' | 'management_address' | 'metrics_address' | 'grpc_inference_port' | 'grpc_management_port';
+  api: 'inference' | 'management' | 'metrics' | 'gRPC inference' | 'gRPC management' | 'modelmesh-runtime';
+  key:
+    | 'inference_address'
+    | 'management_address'
+    | 'metrics_address'
+    | 'grpc_inference_port'
+    | 'grpc_management_port'
+    | 'modelmesh_runtime_port';
   address: Pick<ListenAddress, 'host' | 'port'> & { protocol: ListenAddress['protocol'] | 'grpc' | 'grpcs' };
+}
+
+/** The ModelMesh model-runtime SPI's listener as a ListenTarget, when modelmesh_runtime_port is set. */
+export function modelMeshRuntimeTarget(config: Pick<ServerConfig, 'modelMeshRuntime'>): ListenTarget | undefined {
+  const address = config.modelMeshRuntime;
+  if (!address) return undefined;
+  return {
+    api: 'modelmesh-runtime',
+    key: 'modelmesh_runtime_port',
+    address: { protocol: 'grpc', host: address.host, port: address.port },
+  };
 }
 
 /**
  * The distinct addresses startServer listens on: the HTTP APIs (metrics only with enable_metrics_api;
- * inference and management may share one) and the two gRPC listeners when gRPC is on.
+ * inference and management may share one) and the two gRPC listeners when gRPC is on. (The ModelMesh
+ * SPI's listener is modelMeshRuntimeTarget.)
  */
 export function listenTargets(config: ServerConfig): ListenTarget[] {
   const http: ListenTarget[] = [
@@ -45,7 +63,10 @@ export function listenTargets(config: ServerConfig): ListenTarget[] {
  * management APIs may share: the second would find the port in use, so this is reported first.
  */
 function sharedPortError(config: ServerConfig): Error | undefined {
-  const targets = listenTargets(config).filter((target) => target.address.port !== 0);
+  const modelMesh = modelMeshRuntimeTarget(config);
+  const targets = [...listenTargets(config), ...(modelMesh ? [modelMesh] : [])].filter(
+    (target) => target.address.port !== 0,
+  );
   for (const [index, target] of targets.entries()) {
     const other = targets.slice(0, index).find((t) => sameHostPort(t.address, target.address));
     if (!other) continue;
@@ -68,7 +89,8 @@ function sharedPortError(config: ServerConfig): Error | undefined {
 export async function assertAddressesFree(config: ServerConfig): Promise<void> {
   const shared = sharedPortError(config);
   if (shared) throw shared;
-  for (const target of listenTargets(config)) {
+  const modelMesh = modelMeshRuntimeTarget(config);
+  for (const target of [...listenTargets(config), ...(modelMesh ? [modelMesh] : [])]) {
     if (target.address.port === 0) continue;
     await new Promise<void>((resolve, reject) => {
       const probe = createServer();

@@ -172,6 +172,8 @@ interface RawConfig {
   grpc_inference_max_connection_age_grace_ms?: number;
   grpc_management_max_connection_age_grace_ms?: number;
   enable_grpc_ssl: boolean;
+  modelmesh_runtime_port?: number;
+  modelmesh_runtime_address: string;
   autoscale_interval_ms: number;
   autoscale_scale_up_queue_depth: number;
   autoscale_scale_up_after_ms: number;
@@ -417,6 +419,15 @@ export function resolveServerConfig(
     for (const key of ['private_key_file', 'certificate_file'] as const)
       assertReadableTlsFile({ key, value: checked[key]!, origin: origin(key), cwd });
   }
+  if (checked.modelmesh_runtime_port !== undefined && checked.model_memory_budget === undefined)
+    throw configError.MARINA_ERR_CONFIG_VALUE_INVALID(
+      `${origin('modelmesh_runtime_port')}: modelmesh_runtime_port needs model_memory_budget: ModelMesh places models by the capacity the runtime reports, and Marina reports its budget. Set model_memory_budget (e.g. 60% or 3GB), or remove modelmesh_runtime_port`,
+      { details: { key: 'modelmesh_runtime_port' } },
+    );
+  if (checked.modelmesh_runtime_port !== undefined && !isLoopbackHost(checked.modelmesh_runtime_address))
+    warnings.push(
+      `${origin('modelmesh_runtime_address')}: the ModelMesh model-runtime SPI (no token authorization: ModelMesh sends no key) listens on ${checked.modelmesh_runtime_address}, which other machines can reach; keep it on 127.0.0.1, where ModelMesh's container calls it`,
+    );
   if (checked.disable_token_authorization) {
     const exposed = [inferenceAddress, managementAddress].filter((address) => !isLoopbackHost(address.host));
     if (exposed.length > 0)
@@ -554,6 +565,9 @@ export function resolveServerConfig(
       },
       isSslEnabled: checked.enable_grpc_ssl,
     },
+    ...(checked.modelmesh_runtime_port === undefined
+      ? {}
+      : { modelMeshRuntime: { host: checked.modelmesh_runtime_address, port: checked.modelmesh_runtime_port } }),
     resourceLimits: {
       requestTimeoutMs: checked.request_timeout_ms,
       downloadTimeoutMs: checked.download_timeout_ms,

@@ -119,6 +119,11 @@ export interface ServerConfig {
     management: GrpcListenAddress;
     isSslEnabled: boolean;
   };
+  /**
+   * KServe ModelMesh's model-runtime SPI (modelmesh_runtime_port, modelmesh_runtime_address, default
+   * 127.0.0.1): undefined = not served (the default). Plain gRPC: ModelMesh calls it inside the pod.
+   */
+  modelMeshRuntime?: GrpcListenAddress;
   /** private_key_file (PEM), required with an https:// address. */
   privateKeyFile?: string;
   /** certificate_file (PEM), required with an https:// address. */

@@ -4,6 +4,7 @@
  * Uses its own prom-client Registry, never the global one, so two servers in one process
  * (tests) do not share counters.
  */
+import { toTorchServeExposition } from './torchserve-exposition.ts';
 import { registerResidencyMetrics } from './residency-metrics.ts';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type {
@@ -491,7 +492,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     promRegistry,
     contentType: promRegistry.contentType,
     async render(names) {
-      if (names === undefined || names.length === 0) return promRegistry.metrics();
+      if (names === undefined || names.length === 0) return toTorchServeExposition(await promRegistry.metrics());
       // Gauges share one collector hanging off marina_queue_depth; run it for filtered scrapes too.
       collectStats();
       const parts: string[] = [];
@@ -499,7 +500,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
         if (promRegistry.getSingleMetric(name) === undefined) continue;
         parts.push(await promRegistry.getSingleMetricAsString(name));
       }
-      return parts.length === 0 ? '' : `${parts.join('\n\n')}\n`;
+      return parts.length === 0 ? '' : toTorchServeExposition(`${parts.join('\n\n')}\n`);
     },
     recordResponse(statusCode) {
       const statusClass =

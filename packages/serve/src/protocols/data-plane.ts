@@ -37,7 +37,7 @@ export const SERVER_NAME = 'marina';
 /** The response header (and gRPC metadata key) that says which model version answered. */
 export const MODEL_VERSION_HEADER = 'x-marina-model-version';
 /** Open Inference Protocol extensions Marina implements. */
-export const SERVER_EXTENSIONS = ['binary_tensor_data'] as const;
+export const SERVER_EXTENSIONS = ['binary_tensor_data', 'model_repository'] as const;
 
 /** A protocol-neutral inference request (KServe's InferRequest): tensors as raw bytes. */
 export interface InferRequest {
@@ -77,6 +77,30 @@ export interface ModelMetadata {
   platform: string;
   inputs: TensorMetadata[];
   outputs: TensorMetadata[];
+}
+
+/**
+ * One entry of the model repository extension's index (Triton's `$repository_index_response`):
+ * `state` is Triton's READY, LOADING, UNLOADING or UNAVAILABLE; `reason` says why a version is not READY.
+ */
+export interface RepositoryIndexEntry {
+  name: string;
+  version: string;
+  state: 'READY' | 'LOADING' | 'UNLOADING' | 'UNAVAILABLE';
+  reason: string;
+}
+
+/** Triton's state for a version's life state (and, for a description without one, its workers). */
+function repositoryStateOf(description: {
+  state?: 'registered' | 'loading' | 'resident' | 'unloading';
+  workers: Array<{ status: string }>;
+}): Pick<RepositoryIndexEntry, 'state' | 'reason'> {
+  const hasWorker = description.workers.some((w) => w.status === 'READY' || w.status === 'BUSY');
+  const state = description.state ?? (hasWorker ? 'resident' : 'registered');
+  if (state === 'resident') return { state: 'READY', reason: '' };
+  if (state === 'loading') return { state: 'LOADING', reason: 'loading' };
+  if (state === 'unloading') return { state: 'UNLOADING', reason: 'unloading' };
+  return { state: 'UNAVAILABLE', reason: 'unloaded: registered, not resident; a request or load loads it' };
 }
 
 export interface DataPlaneOptions {
@@ -209,6 +233,47 @@ export class DataPlane {
       inputs: tensorMetadata(signature.inputs),
       outputs: tensorMetadata(signature.outputs),
     };
+  }
+
+  /**
+   * The model repository extension's index: every registered version with its state, sorted by
+   * name; `ready` keeps only the READY ones (Triton's and KServe's `ready` filter).
+   */
+  repositoryIndex(options: { ready?: boolean } = {}): RepositoryIndexEntry[] {
+    const entries: RepositoryIndexEntry[] = [];
+    for (const model of this.#registry.list()) {
+      let descriptions;
+      try {
+        descriptions = this.#registry.describe(model.modelName, 'all');
+      } catch {
+        continue; // unregistered between list() and describe()
+      }
+      for (const d of descriptions) {
+        const entry = { name: d.modelName, version: d.modelVersion, ...repositoryStateOf(d) };
+        if (!options.ready || entry.state === 'READY') entries.push(entry);
+      }
+    }
+    return entries;
+  }
+
+  /**
+   * The repository extension's load: makes the model's default version (or the version named)
+   * resident; answers at once when it is.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404), MARINA_ERR_MEMORY_BUDGET_FULL (503), load failures.
+   */
+  async loadModel(modelName: string, modelVersion?: string): Promise<void> {
+    this.#registry.getVersion(modelName, modelVersion);
+    await this.#registry.load(modelName, modelVersion, { reason: 'api' });
+  }
+
+  /**
+   * The repository extension's unload: back to registered (no worker, no session); the model stays
+   * known, and a later request or load loads it again.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404).
+   */
+  async unloadModel(modelName: string, modelVersion?: string): Promise<void> {
+    this.#registry.getVersion(modelName, modelVersion);
+    await this.#registry.unload(modelName, modelVersion);
   }
 
   /**

@@ -309,7 +309,7 @@ export interface ModelRegistryApi {
   setTrafficPolicy(modelName: string, policy: TrafficPolicy): TrafficPolicy;
   /** The policy in force; without one, 100 % to the default version. @throws MARINA_ERR_MODEL_NOT_FOUND */
   getTrafficPolicy(modelName: string): TrafficPolicy;
-  /** Model name → policy, for models that have one (snapshots). */
+  /** Model name → policy, for models that have one or whose policy was removed through the API (`{}`), for snapshots. */
   trafficPolicies(): Record<string, TrafficPolicy>;
   /** Shadow numbers of every registered version, for the metrics (zeros where a version never shadowed). */
   shadowStats(): ShadowStats[];

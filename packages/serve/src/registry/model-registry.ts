@@ -663,7 +663,9 @@ export class ModelRegistry implements ModelRegistryApi {
 
   trafficPolicies(): Record<string, TrafficPolicy> {
     const out: Record<string, TrafficPolicy> = {};
-    for (const [name, model] of this.#models) if (model.traffic) out[name] = model.traffic.policy;
+    // A policy removed through the API is kept as {}, so a restart does not bring back the models JSON's.
+    for (const [name, model] of this.#models)
+      if (model.traffic || model.isTrafficSet) out[name] = model.traffic?.policy ?? {};
     return out;
   }
 
@@ -778,7 +780,8 @@ export class ModelRegistry implements ModelRegistryApi {
         `Cannot remove default version for model ${modelName}; set another default first (PUT /models/${modelName}/{version}/set-default)`,
       );
     }
-    if (model.traffic?.isInUse(versionId)) {
+    // The last version takes its model, and the policy, with it.
+    if (model.versions.size > 1 && model.traffic?.isInUse(versionId)) {
       const isShadow = model.traffic.policy.shadow?.version === versionId;
       throw trafficErrors.create.MARINA_ERR_VERSION_IN_TRAFFIC_POLICY(
         `Cannot remove version ${versionId} of model ${modelName}: its traffic policy ${isShadow ? 'shadows it' : `sends it ${model.traffic.policy.weights?.[versionId]}% of unversioned requests`}; change the policy first (PUT /models/${modelName}/traffic), then unregister it`,

@@ -97,6 +97,7 @@ interface ScaleQuery {
   max_worker?: number;
   synchronous?: boolean | string;
   model_version?: string;
+  pinned?: boolean;
 }
 
 /** Response schemas (documentation; the handlers send TorchServe's pretty-printed JSON text as is). */
@@ -203,6 +204,11 @@ const scaleQuery = {
     model_version: { type: 'string', minLength: 1 },
     number_gpu: { type: 'integer' },
     timeout: { type: 'integer' },
+    pinned: {
+      type: 'boolean',
+      description:
+        'Marina extension: true keeps the version resident (never evicted nor idle-unloaded; a version not resident is loaded), false lets it go again. Alone it changes only the pin, no workers.',
+    },
   },
 } as const;
 
@@ -281,9 +287,6 @@ export async function managementRoutes(app: FastifyInstance, options: Management
         `${METHOD_NOT_ALLOWED} ${action} is disabled: start the server with --enable-model-api or set enable_model_api=true.`,
       );
     }
-  };
-  const methodNotAllowed = async () => {
-    throw create.MARINA_ERR_METHOD_NOT_ALLOWED(METHOD_NOT_ALLOWED);
   };
 
   // Register: parameters from the query string, or from a JSON body with the same names.
@@ -460,6 +463,9 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     const params = { name: paramName, version: paramVersion };
     const query = request.query as ScaleQuery;
     const modelVersion = params.version ?? query.model_version;
+    // `pinned` alone changes only the pin: TorchServe's min_worker default of 1 applies to a scale, not to a pin.
+    if (query.pinned !== undefined && query.min_worker === undefined && query.max_worker === undefined)
+      return pin(request, reply, params.name, modelVersion, query);
     const minWorkers = query.min_worker ?? 1;
     const maxWorkers = query.max_worker ?? minWorkers;
     if (maxWorkers < minWorkers)
@@ -468,6 +474,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     // With synchronous=false the registry resolves once the change is accepted (after checking
     // name and version, so an unknown model is still a 404 as in TorchServe).
     const { workers } = await registry.scale(params.name, modelVersion, { minWorkers, maxWorkers, synchronous });
+    if (query.pinned !== undefined) await registry.setPinned(params.name, modelVersion, query.pinned);
     if (!synchronous) return status(request, reply, 202, 'Processing worker updates...');
     if (workers < minWorkers) return status(request, reply, 206, 'Workers scaling in progress...');
     return status(
@@ -477,9 +484,33 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       `Workers scaled to ${workers} for model: ${params.name}${modelVersion === undefined ? '' : `, version: ${modelVersion}`}`,
     );
   };
+  /**
+   * PUT /models/{name}[/{version}]?pinned=true|false: the pin is one more serving setting of the
+   * version, next to its workers, so it lives on the route that sets those (same key, same version
+   * addressing, one snapshot per change); TorchServe's clients never send it. Pinning a version that
+   * is not resident loads it; the call answers once it is.
+   */
+  const pin = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    modelName: string,
+    modelVersion: string | undefined,
+    query: ScaleQuery,
+  ) => {
+    const isPinned = query.pinned === true;
+    await registry.setPinned(modelName, modelVersion, isPinned);
+    const [description] = registry.describe(modelName, modelVersion);
+    return status(
+      request,
+      reply,
+      200,
+      `Model "${modelName}" Version: ${description?.modelVersion ?? modelVersion ?? ''} ${isPinned ? 'pinned' : 'unpinned'} (state: ${description?.state ?? 'unknown'})`,
+    );
+  };
   const scaleSchema = (params: typeof nameParams | typeof versionParams) =>
     ({
-      description: 'Scale the workers of a model version (min_worker, max_worker); synchronous=true waits for them.',
+      description:
+        'Scale the workers of a model version (min_worker, max_worker); synchronous=true waits for them. pinned=true|false (Marina) pins or unpins it.',
       params,
       querystring: scaleQuery,
       response: { 200: statusSchema, 202: statusSchema, 206: statusSchema, ...errorResponses },
@@ -609,12 +640,6 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     handler: notImplemented,
   });
 
-  app.route({ method: ['PUT', 'DELETE', 'PATCH'], url: '/models', handler: methodNotAllowed });
-  app.route({ method: ['POST', 'PATCH'], url: '/models/:model_name', handler: methodNotAllowed });
-  app.route({ method: ['POST', 'PATCH'], url: '/models/:model_name/:model_version', handler: methodNotAllowed });
-  app.route({
-    method: ['GET', 'POST', 'DELETE', 'PATCH'],
-    url: '/models/:model_name/:model_version/set-default',
-    handler: methodNotAllowed,
-  });
+  // A path of this API asked with a method it does not accept is answered 405 by the listener's
+  // not-found handler (app.ts), the same way on every API.
 }
