@@ -275,28 +275,39 @@ async function httpPage(): Promise<string> {
   const root = await mkdtemp(path.join(tmpdir(), 'marina-docs-gen-'));
   const store = path.join(root, 'model-store');
   await mkdir(store);
-  // Three addresses, so that each API gets its own listener (one address would serve inference and management together).
-  const [inferencePort, managementPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
-  const config = configFromProperties(
-    {
-      inference_address: `http://127.0.0.1:${inferencePort}`,
-      management_address: `http://127.0.0.1:${managementPort}`,
-      metrics_address: `http://127.0.0.1:${metricsPort}`,
-      grpc_inference_port: '0',
-      grpc_management_port: '0',
-      model_store: store,
-      enable_model_api: 'true',
-      disable_token_authorization: 'true',
-    },
-    { cwd: root },
-  );
-  const server = await startServer({
-    ...config,
-    isSnapshotEnabled: false,
-    extractionCacheDir: path.join(root, 'cache'),
-    logDir: path.join(root, 'logs'),
-    keyFilePath: path.join(root, 'key_file.json'),
-  });
+  // Three addresses, so that each API gets its own listener (one address would serve inference and management
+  // together). A port found free can be taken by another process before the server binds it: try again.
+  const start = async () => {
+    const [inferencePort, managementPort, metricsPort] = [await freePort(), await freePort(), await freePort()];
+    const config = configFromProperties(
+      {
+        inference_address: `http://127.0.0.1:${inferencePort}`,
+        management_address: `http://127.0.0.1:${managementPort}`,
+        metrics_address: `http://127.0.0.1:${metricsPort}`,
+        grpc_inference_port: '0',
+        grpc_management_port: '0',
+        model_store: store,
+        enable_model_api: 'true',
+        disable_token_authorization: 'true',
+      },
+      { cwd: root },
+    );
+    return startServer({
+      ...config,
+      isSnapshotEnabled: false,
+      extractionCacheDir: path.join(root, 'cache'),
+      logDir: path.join(root, 'logs'),
+      keyFilePath: path.join(root, 'key_file.json'),
+    });
+  };
+  let server: Awaited<ReturnType<typeof startServer>> | undefined;
+  for (let attempt = 1; server === undefined; attempt++) {
+    try {
+      server = await start();
+    } catch (error) {
+      if (attempt >= 5 || (error as { code?: string }).code !== 'MARINA_ERR_ADDRESS_IN_USE') throw error;
+    }
+  }
   const sections: string[] = [];
   try {
     const titles = { inference: 'Inference API', management: 'Management API', metrics: 'Metrics API' } as const;

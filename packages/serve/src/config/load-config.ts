@@ -153,6 +153,7 @@ interface RawConfig {
   token_key_file?: string;
   enable_model_api: boolean;
   enable_metrics_api: boolean;
+  enable_tracing: boolean;
   enable_envvars_config: boolean;
   limit_max_image_pixels: boolean;
   metrics_mode: 'log' | 'prometheus' | 'legacy';
@@ -525,6 +526,7 @@ export function resolveServerConfig(
     disableTokenAuthorization: checked.disable_token_authorization,
     enableModelApi: checked.enable_model_api,
     enableMetricsApi: checked.enable_metrics_api,
+    enableTracing: checked.enable_tracing,
     tokenExpirationMin: checked.token_expiration_min,
     keyFilePath: checked.token_key_file ? path.resolve(cwd, checked.token_key_file) : path.join(cwd, 'key_file.json'),
     isKeyFileProvided: Boolean(checked.token_key_file),

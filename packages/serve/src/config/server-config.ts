@@ -29,6 +29,11 @@ export interface ModelVersionSettings {
   jobQueueSize?: number;
   /** Intra-op threads per worker (Marina's extension; TorchServe has none). */
   intraOpNumThreads?: number;
+  /** Priority levels and queue policies (Triton's structure in camelCase; checked when the version opens). */
+  priorityLevels?: number;
+  defaultPriorityLevel?: number;
+  defaultQueuePolicy?: Record<string, unknown>;
+  priorityQueuePolicy?: Record<string, Record<string, unknown>>;
   /** Keep this version resident: never evicted nor idle-unloaded (Marina extension). */
   pinned?: boolean;
   /** Unload this version after this many seconds without a request; 0 = never (Marina extension). */
@@ -74,6 +79,11 @@ export interface ServerConfig {
   disableTokenAuthorization: boolean;
   enableModelApi: boolean;
   enableMetricsApi: boolean;
+  /**
+   * enable_tracing: OpenTelemetry traces when the OTEL_* environment does not say (OTEL_TRACES_EXPORTER
+   * decides when set). Default false.
+   */
+  enableTracing?: boolean;
   /** token_expiration_min. Default 60. */
   tokenExpirationMin: number;
   /** Where key_file.json is written (TorchServe: the working directory), or token_key_file. */

@@ -9,6 +9,7 @@
  * that waited longer than SHADOW_MAX_WAIT_MS, or that the shadow version refused.
  */
 import type { MarinaError } from '@marina/errors';
+import { scheduleOf } from '../scheduling/queue-policy.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 import { agreementMethodOf, compareAnswers, type AgreementMethod } from './output-agreement.ts';
@@ -191,7 +192,13 @@ export class ShadowTraffic {
       input: copy.input,
       ...(copy.headers ? { headers: copy.headers } : {}),
       bodyDecoding: copy.bodyDecoding,
-      clientTimeoutMs: shadow.settings.clientTimeoutMs,
+      // A copy nobody waits for goes at the shadow's lowest priority level (its policy's timeout applies).
+      schedule: scheduleOf(
+        shadow.settings.queue,
+        { priority: shadow.settings.queue.priorityLevels },
+        performance.now(),
+        shadow.label,
+      ),
     });
     try {
       shadow.submit(job);

@@ -7,7 +7,8 @@ import { sendError } from '../protocols/error-map.ts';
 import { flattenHeaders } from '../protocols/request-headers.ts';
 import { modelParamsSchema } from './model-params-schema.ts';
 import type { JobInput } from '../scheduling/job.ts';
-import { serverTimingHeader } from './server-timing.ts';
+import { answeredPriority, serverTimingHeader } from './server-timing.ts';
+import { requestTraces } from '../tracing/tracing.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
 export interface InferenceRoutesOptions {
@@ -184,10 +185,17 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
           headers,
           arrivedAt,
           bodyDecoding,
+          trace: requestTraces.get(request),
+          onClientGone: (cancel: () => void) => {
+            reply.raw.once('close', () => {
+              if (!reply.raw.writableFinished) cancel();
+            });
+          },
         };
         const result = await dataPlane.predict(predictOptions);
         const { text } = result;
         reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
+        if (result.timings.priority !== undefined) answeredPriority.set(request, result.timings.priority);
         reply.header(MODEL_VERSION_HEADER, result.modelVersion);
         for (const k in result.headers) reply.header(k, result.headers[k]!);
         // Text goes as it is (node writes it with the head in one write); fastify would call a string
@@ -207,6 +215,8 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
             ),
           );
         }
+        const priority = (error as { details?: { priority?: unknown } }).details?.priority;
+        if (typeof priority === 'number') answeredPriority.set(request, priority);
         return sendError(reply, error);
       }
     };
