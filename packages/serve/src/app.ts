@@ -205,14 +205,15 @@ function createInstance(
   // A callback hook, not an async one: no promise per request.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
+    // TorchServe's NettyUtils.sendHttpResponse sets the configured methods and headers on every answer.
+    if (config.corsAllowedMethods) reply.header('access-control-allow-methods', config.corsAllowedMethods);
+    if (config.corsAllowedHeaders) reply.header('access-control-allow-headers', config.corsAllowedHeaders);
     const origin = request.headers.origin;
     if (corsOrigin === undefined || origin === undefined || !isOriginAllowed(corsOrigin, origin)) return done();
     // TorchServe's CORS (Netty's CorsHandler, set up from the cors_* keys): the allowed origin on
     // every answer; a preflight (OPTIONS with Access-Control-Request-Method) answered here, before auth.
     reply.header('access-control-allow-origin', corsOrigin.trim() === '*' ? '*' : origin).header('vary', 'Origin');
     if (request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined) {
-      if (config.corsAllowedMethods) reply.header('access-control-allow-methods', config.corsAllowedMethods);
-      if (config.corsAllowedHeaders) reply.header('access-control-allow-headers', config.corsAllowedHeaders);
       reply.code(200).send();
       return;
     }

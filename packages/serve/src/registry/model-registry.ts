@@ -42,7 +42,8 @@ import { ModelVersion } from './model-version.ts';
 import { scheduleOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
 import type { RequestTrace } from '../tracing/tracing.ts';
 import { readModelSignature } from './read-model-signature.ts';
-import { ShadowTraffic, type ShadowStats } from './shadow-traffic.ts';
+import { createCpuPressureReader } from './cpu-pressure.ts';
+import { DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT, ShadowTraffic, type ShadowStats } from './shadow-traffic.ts';
 import { checkTrafficPolicy, TrafficRoute, trafficErrors, type TrafficPolicy } from './traffic-policy.ts';
 import { MARINA_VERSION } from '../version.ts';
 
@@ -112,6 +113,8 @@ export interface ModelRegistryOptions {
   caches?: ModelCaches;
   /** The process's memory now, bytes, measured around each load (default: PSS from /proc/self/smaps_rollup). */
   readMemoryBytes?: () => number;
+  /** The machine's CPU pressure for the shadow's gate (default: Linux PSI, read at most once a second). */
+  cpuPressure?: () => number | undefined;
   /** Environment read for MARINA_ORT_CACHE_OPTIMIZED_MODEL (default process.env). */
   env?: Record<string, string | undefined>;
 }
@@ -163,6 +166,8 @@ export class ModelRegistry implements ModelRegistryApi {
     this.shadow = new ShadowTraffic({
       onOutcome: (outcome) => this.events.emit('shadow', outcome),
       log: (level, message) => this.#log(level, message),
+      cpuPressure: options.cpuPressure ?? createCpuPressureReader(),
+      maxCpuPressurePercent: options.config.shadowMaxCpuPressurePercent ?? DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT,
     });
   }
 
