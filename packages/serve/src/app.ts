@@ -481,7 +481,11 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   });
 
   const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes, tracing });
-  await inference.register(inferenceRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
+  await inference.register(inferenceRoutes, {
+    dataPlane,
+    maxRequestBytes: config.maxRequestBytes,
+    pingRequiresToken: config.pingRequiresToken,
+  });
   await inference.register(oipRestRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };
   for (const p of options.plugins ?? []) {
@@ -496,6 +500,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const isShared = inference === management;
   await inference.register(apiDescriptionRoutes, {
     instance: inference,
+    torchServeApis: isShared ? ['inference', 'management'] : ['inference'],
     registry,
     perModel: [
       {
@@ -511,11 +516,12 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   if (!isShared) {
     await management.register(apiDescriptionRoutes, {
       instance: management,
+      torchServeApis: ['management'],
       registry,
       perModel: [{ url: '/models/:model_name', auth: 'management', prefixes: ['/models/'] }],
     });
   }
-  await metrics.register(apiDescriptionRoutes, { instance: metrics, registry, perModel: [] });
+  await metrics.register(apiDescriptionRoutes, { instance: metrics, torchServeApis: [], registry, perModel: [] });
   await management.register(apiExplorerRoutes, {
     instances,
     apis: config.enableMetricsApi ? ['inference', 'management', 'metrics'] : ['inference', 'management'],

@@ -12,6 +12,7 @@ import {
   type SnapshotStore,
 } from './snapshot/snapshot-store.ts';
 import {
+  assertSnapshotArchivesExist,
   registrationsFromSnapshot,
   snapshotPropertiesFromConfigFile,
   type SnapshotRegistration,
@@ -21,9 +22,9 @@ import { resourceLimitsOf, type ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerLogs } from './logging/server-logs.ts';
 import { createServerPlugins, isSameAddress, type OperatorContext } from './server-plugins.ts';
-import { assertAddressesFree, toListenError } from './config/assert-addresses-free.ts';
+import { assertAddressesFree, listenTargets, toListenError } from './config/assert-addresses-free.ts';
 import type { StartupProgressEvent } from './startup-progress.ts';
-import type { GrpcServers } from './protocols/grpc-server.ts';
+import type { GrpcBindError, GrpcServers } from './protocols/grpc-server.ts';
 import type { ModelMeshRuntimeServer } from './protocols/modelmesh/modelmesh-runtime-server.ts';
 import { createRequestLog, type RequestLog } from './request-log.ts';
 import { removeStaleDownloads } from './model-download/resolve-model-url.ts';
@@ -112,6 +113,16 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     : undefined;
   const snapshot = await snapshotOfConfigFile(config.configFile, log);
   const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
+  // TorchServe stops a start whose snapshot names a missing archive; Marina's lenient start is asked for.
+  if (!config.snapshotSkipMissingArchives) {
+    await assertSnapshotArchivesExist(registrations).catch((error: Error) => {
+      log(
+        'error',
+        `${error.message} (snapshot ${snapshot?.path}): put the archive back in the model store, set snapshot_skip_missing_archives=true to start without that model, or start with --ncs to ignore snapshots`,
+      );
+      throw error;
+    });
+  }
   // Writing a snapshot now would put a model-less one on top of snapshots this start could not use.
   let isSnapshotKept = false;
   const snapshotFiles = isSnapshotFolderRead ? await listSnapshots(config.snapshotDir).catch(() => []) : [];
@@ -283,6 +294,10 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         dataPlane: app.dataPlane,
         management: app.management,
         tokens: operator.tokens,
+      }).catch((error: GrpcBindError) => {
+        // A port taken after assertAddressesFree looked: the same answer as for HTTP, not grpc-js's sentence.
+        const target = listenTargets(effectiveConfig).find((t) => t.key === error.key);
+        throw target && error.code ? toListenError(error, target, effectiveConfig) : error;
       });
       const scheme = effectiveConfig.grpc.isSslEnabled ? 'grpcs' : 'grpc';
       listening.push(

@@ -153,6 +153,9 @@ interface RawConfig {
   token_key_file?: string;
   enable_model_api: boolean;
   strict_parameters: boolean;
+  snapshot_skip_missing_archives: boolean;
+  token_failure_status: 400 | 401;
+  ping_requires_token: boolean;
   enable_metrics_api: boolean;
   enable_tracing: boolean;
   enable_envvars_config: boolean;
@@ -211,7 +214,7 @@ interface RawValue {
  * the `TS_*` variables; validates every value against schemas/config.schema.json and returns a
  * deeply frozen ServerConfig. Warnings (unknown keys, ignored TorchServe keys, ...) are in `warnings`.
  *
- * @throws MarinaError with a MARINA_ERR_CONFIG_* code (see CONFIG.md) naming the key, where it
+ * @throws MarinaError with a MARINA_ERR_CONFIG_* code (see docs/reference/errors.md) naming the key, where it
  *   came from (file:line, flag or variable) and what is allowed.
  */
 export async function loadConfig(options: LoadConfigOptions): Promise<ServerConfig> {
@@ -534,6 +537,9 @@ export function resolveServerConfig(
     disableTokenAuthorization: checked.disable_token_authorization,
     enableModelApi: checked.enable_model_api,
     strictParameters: checked.strict_parameters,
+    snapshotSkipMissingArchives: checked.snapshot_skip_missing_archives,
+    tokenFailureStatus: checked.token_failure_status,
+    pingRequiresToken: checked.ping_requires_token,
     enableMetricsApi: checked.enable_metrics_api,
     enableTracing: checked.enable_tracing,
     tokenExpirationMin: checked.token_expiration_min,

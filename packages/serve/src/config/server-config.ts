@@ -63,7 +63,7 @@ export interface ServerConfig {
   shadowMaxCpuPressurePercent?: number;
   /** The models JSON's `$traffic` entries: model name -> traffic policy (applied once its versions are registered). */
   trafficPolicies?: Record<string, TrafficPolicy>;
-  /** default_workers_per_model; undefined means 1 worker per model (not TorchServe's one per core, see README). */
+  /** default_workers_per_model; undefined means 1 worker per model (not TorchServe's one per core, see docs/guides/serving.md). */
   defaultWorkersPerModel: number | undefined;
   /** job_queue_size, per model version. Default 100. */
   jobQueueSize: number;
@@ -89,6 +89,15 @@ export interface ServerConfig {
    * default); true: such values are refused with 400 naming the parameter.
    */
   strictParameters: boolean;
+  /**
+   * snapshot_skip_missing_archives. false (default, TorchServe): a snapshot naming an archive that
+   * is gone stops the start; true: the other versions are restored and the missing one is reported.
+   */
+  snapshotSkipMissingArchives: boolean;
+  /** token_failure_status: 401 (default) or 400 (TorchServe's status for a token failure). */
+  tokenFailureStatus: 400 | 401;
+  /** ping_requires_token: false (default, `/ping` open for probes) or true (TorchServe: the inference key). */
+  pingRequiresToken: boolean;
   enableMetricsApi: boolean;
   /**
    * enable_tracing: OpenTelemetry traces when the OTEL_* environment does not say (OTEL_TRACES_EXPORTER
@@ -150,7 +159,7 @@ export interface ServerConfig {
   /** certificate_file (PEM), required with an https:// address. */
   certificateFile?: string;
   /**
-   * The autoscaler's knobs from `autoscale_*` keys (Marina extension; see ERRORS-OPS.md). Undefined
+   * The autoscaler's knobs from `autoscale_*` keys (Marina extension; see docs/guides/management.md). Undefined
    * or a missing field means the autoscaler's default.
    */
   autoscaling?: {
@@ -164,8 +173,8 @@ export interface ServerConfig {
     scaleDownIdleMs?: number;
   };
   /**
-   * Bounds on what clients and archives may consume (Marina extension keys; see the README's
-   * "Security model"). Undefined or a missing field means the default given with each field.
+   * Bounds on what clients and archives may consume (Marina extension keys; see docs/explanation/security.md,
+   * "Bounded resources"). Undefined or a missing field means the default given with each field.
    */
   resourceLimits?: ResourceLimits;
   /** Which models stay in memory (Marina extension; see docs/guides/many-models.md). Undefined: no budget, no idle unload, 10 s grace. */

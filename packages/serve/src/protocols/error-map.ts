@@ -81,6 +81,10 @@ const TORCHSERVE_TYPE_BY_CODE: Readonly<Record<string, string>> = {
   MARINA_ERR_HEADERS_TOO_LARGE: 'BadRequestException',
   // TorchServe's token plugin throws InvalidKeyException for a bad /token?type= too.
   MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException',
+  // The same type whatever token_failure_status gives them (401, or TorchServe's 400).
+  MARINA_ERR_TOKEN_MISSING: 'InvalidKeyException',
+  MARINA_ERR_TOKEN_INVALID: 'InvalidKeyException',
+  MARINA_ERR_TOKEN_EXPIRED: 'InvalidKeyException',
 };
 
 /** TorchServe's exception name for a status. */
@@ -125,11 +129,17 @@ export function torchServeErrorBody(error: MarinaError): TorchServeErrorBody {
   return {
     code: error.statusCode,
     type: torchServeErrorType(error.code, error.statusCode),
-    message,
+    message: boundText(message, MAX_REST_MESSAGE_CHARS),
     marinaCode: error.code,
-    ...(hint !== undefined ? { hint } : {}),
+    ...(hint !== undefined ? { hint: boundText(hint, MAX_REST_MESSAGE_CHARS) } : {}),
   };
 }
+
+/**
+ * Longest message (and hint) a REST error body carries, characters: whatever a message quotes
+ * from a request, the answer stays small, and credentials in URLs are redacted (boundText).
+ */
+export const MAX_REST_MESSAGE_CHARS = 4096;
 
 /**
  * The headers every HTTP error answer carries besides its body: `Retry-After` where a retry can
@@ -166,7 +176,7 @@ export function oipRestError(error: unknown): HttpErrorAnswer {
   return {
     statusCode: e.statusCode,
     headers: { ...errorHeaders(e), 'x-marina-error-code': e.code },
-    body: JSON.stringify({ error: e.message }),
+    body: JSON.stringify({ error: boundText(e.message, MAX_REST_MESSAGE_CHARS) }),
   };
 }
 

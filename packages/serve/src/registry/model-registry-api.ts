@@ -126,7 +126,7 @@ export interface ModelDescription {
     /** Marina: for a model with priority levels, each level's policy, queued requests and mean queue time. */
     priorityLevels?: PriorityLevelStatus[];
   };
-  /** Marina extension: the autoscaling policy in force (see README). */
+  /** Marina extension: the autoscaling policy in force (see docs/guides/management.md). */
   autoscaling?: Record<string, unknown>;
   /** Marina extension: where the version is in its life (registered, loading, resident, unloading). */
   state?: 'registered' | 'loading' | 'resident' | 'unloading';
@@ -217,6 +217,8 @@ export interface SnapshotModelVersion {
   batchSize: number;
   maxBatchDelay: number;
   responseTimeout: number;
+  /** Seconds; TorchServe's startupTimeout (optional when reading older snapshots). */
+  startupTimeout?: number;
   /** TorchServe's runtimeType (the manifest's runtime); optional when reading older snapshots. */
   runtimeType?: string;
   /** Marina: kept resident. */

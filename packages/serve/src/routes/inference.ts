@@ -17,6 +17,8 @@ export interface InferenceRoutesOptions {
   dataPlane: DataPlane;
   /** max_request_size, bytes. */
   maxRequestBytes: number;
+  /** ping_requires_token: `/ping` needs the inference key as in TorchServe (default: open, for probes). */
+  pingRequiresToken?: boolean;
 }
 
 /** The serializer of an answer the worker sent as text: it is sent as it is. */
@@ -93,7 +95,7 @@ function readBodyInput(request: FastifyRequest): { input: JobInput; bodyDecoding
 /** The answer of every workflow route, until workflows are implemented. */
 export function workflowsNotImplemented(): MarinaError {
   return createServeError.MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED(
-    'Workflows are not implemented in Marina yet: register the models of the workflow and call /predictions/{model_name} for each (see the README, "Where Marina differs from TorchServe").',
+    'Workflows are not implemented in Marina yet: register the models of the workflow and call /predictions/{model_name} for each (see docs/explanation/torchserve-differences.md).',
   );
 }
 
@@ -155,7 +157,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
   app.get(
     '/ping',
     {
-      config: { auth: 'none' },
+      config: { auth: options.pingRequiresToken ? 'inference' : 'none' },
       schema: {
         description: "Health of the server: Healthy when every model's default version has its minimum workers up.",
         response: { 200: statusResponse, 500: statusResponse },

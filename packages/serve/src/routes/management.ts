@@ -153,8 +153,9 @@ const errorSchema = {
   properties: {
     code: { type: 'integer', description: 'Error code.' },
     type: { type: 'string', description: 'Error type.' },
-    message: { type: 'string', description: "Error message: TorchServe's first, then what to do." },
+    message: { type: 'string', description: "Error message: TorchServe's exact text where it has one." },
     marinaCode: { type: 'string', description: "Marina's stable MARINA_ERR_* code." },
+    hint: { type: 'string', description: "What Marina knows beyond TorchServe's text: what was wrong and what to do." },
   },
 } as const;
 const errorResponses = { 400: errorSchema, 404: errorSchema, 500: errorSchema } as const;
@@ -564,8 +565,24 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       querystring: scaleQuery,
       response: { 200: statusSchema, 202: statusSchema, 206: statusSchema, ...errorResponses },
     }) as FastifySchema;
-  app.put('/models/:model_name', { schema: scaleSchema(nameParams) }, scale);
-  app.put('/models/:model_name/:model_version', { schema: scaleSchema(versionParams) }, scale);
+  // TorchServe reads min_worker and max_worker with getIntParameter too: not an integer is the default.
+  const lenientScale = async (request: FastifyRequest) => {
+    if (config.strictParameters) return;
+    const query = { ...(request.query as Record<string, unknown>) };
+    for (const name of ['min_worker', 'max_worker']) {
+      if (query[name] === undefined) continue;
+      const value = lenientInteger(query[name]);
+      if (value === undefined) delete query[name];
+      else query[name] = value;
+    }
+    request.query = query;
+  };
+  app.put('/models/:model_name', { schema: scaleSchema(nameParams), preValidation: lenientScale }, scale);
+  app.put(
+    '/models/:model_name/:model_version',
+    { schema: scaleSchema(versionParams), preValidation: lenientScale },
+    scale,
+  );
 
   const unregister = async (request: FastifyRequest, reply: FastifyReply) => {
     assertModelApi('Unregistering models');
