@@ -151,3 +151,134 @@ export function chooseRange(
       : entropyThreshold(histogram.counts, histogram.absMax, range.min >= 0 ? 255 : 128);
   return { min: Math.max(range.min, -threshold), max: Math.min(range.max, threshold) };
 }
+
+/** `--calibration-method`: one method for every tensor, or `auto` to choose per tensor by the error it gives. */
+export type CalibrationChoice = CalibrationMethod | 'auto';
+
+export const CALIBRATION_CHOICES: readonly CalibrationChoice[] = ['auto', ...CALIBRATION_METHODS];
+
+/**
+ * Mean squared error that uint8 quantisation with `range` gives the values a |x| histogram
+ * describes: values beyond the range are clipped (error (|x| − edge)², the edge on that
+ * value's side), values inside are rounded to a step of (max − min) / 255 (error step² / 12).
+ * Signed tensors only have |x| here, so each value is charged the nearer edge's clip: a
+ * slight overestimate where the range is asymmetric, the same for every method compared.
+ */
+export function rangeError(histogram: { counts: ArrayLike<number>; absMax: number }, range: TensorRange): number {
+  const lo = Math.min(range.min, 0);
+  const hi = Math.max(range.max, 0);
+  const step = (hi - lo) / 255;
+  const rounding = (step * step) / 12;
+  const edge = lo < 0 ? Math.min(-lo, hi) : hi;
+  const width = histogram.absMax / histogram.counts.length;
+  let sum = 0;
+  let total = 0;
+  for (let i = 0; i < histogram.counts.length; i++) {
+    const n = histogram.counts[i]!;
+    if (n === 0) continue;
+    const v = (i + 0.5) * width;
+    sum += n * (v > edge ? (v - edge) ** 2 : rounding);
+    total += n;
+  }
+  return total === 0 ? 0 : sum / total;
+}
+
+/** The range of one tensor under `choice`, and the method it came from (for `auto`, the one with the least `rangeError`). */
+export function chooseRangeByError(
+  choice: CalibrationChoice,
+  range: TensorRange,
+  histogram: { counts: Float64Array; absMax: number } | undefined,
+  options: { percentile?: number } = {},
+): { range: TensorRange; method: CalibrationMethod } {
+  if (choice !== 'auto') return { range: chooseRange(choice, range, histogram, options), method: choice };
+  if (!histogram) return { range: { min: range.min, max: range.max }, method: 'minmax' };
+  let best: { range: TensorRange; method: CalibrationMethod; error: number } | undefined;
+  for (const method of CALIBRATION_METHODS) {
+    const candidate = chooseRange(method, range, histogram, options);
+    const error = rangeError(histogram, candidate);
+    // Ties go to the earlier method (min/max first): it clips nothing.
+    if (!best || error < best.error) best = { range: candidate, method, error };
+  }
+  return { range: best!.range, method: best!.method };
+}
+
+/**
+ * Calibration statistics kept per sample, so ranges can be computed for any subset of the
+ * samples (each fold of a k-fold evaluation calibrates on the samples it does not evaluate)
+ * from one pass of the model over every sample. Histograms share one binning per tensor
+ * (over the |x| maximum of all samples), so summing them over a subset is exact.
+ */
+export class CalibrationStats {
+  /** Per sample: tensor → min/max. */
+  private readonly minMax: Array<Map<string, TensorRange>> = [];
+  /** Per sample: tensor → |x| histogram counts, once `addHistogram` ran. */
+  private readonly counts: Array<Map<string, Float64Array>> = [];
+  private readonly absMax = new Map<string, number>();
+
+  constructor(private readonly bins = HISTOGRAM_BINS) {}
+
+  get sampleCount(): number {
+    return this.minMax.length;
+  }
+
+  /** First pass: the range of `values` for tensor `name` in sample `sample`. */
+  addRange(sample: number, name: string, values: ArrayLike<number>): void {
+    const collector = new MinMaxCollector();
+    collector.add(name, values);
+    const r = collector.ranges.get(name)!;
+    while (this.minMax.length <= sample) this.minMax.push(new Map());
+    this.minMax[sample]!.set(name, r);
+    this.absMax.set(name, Math.max(this.absMax.get(name) ?? 0, Math.abs(r.min), Math.abs(r.max)));
+  }
+
+  /** Second pass (after every `addRange`): the |x| histogram of `values`. */
+  addHistogram(sample: number, name: string, values: ArrayLike<number>): void {
+    const absMax = this.absMax.get(name);
+    if (absMax === undefined) return;
+    while (this.counts.length <= sample) this.counts.push(new Map());
+    const counts = new Float64Array(this.bins);
+    if (absMax === 0) counts[0] = values.length;
+    else {
+      const scale = this.bins / absMax;
+      for (let i = 0; i < values.length; i++)
+        counts[Math.min(this.bins - 1, Math.floor(Math.abs(values[i]!) * scale))]! += 1;
+    }
+    this.counts[sample]!.set(name, counts);
+  }
+
+  /**
+   * Ranges calibrated on the samples in `samples` (indices), each tensor's by `choice`;
+   * `methods` counts how often each method was chosen.
+   */
+  ranges(
+    samples: readonly number[],
+    choice: CalibrationChoice,
+    options: { percentile?: number } = {},
+  ): { ranges: Map<string, TensorRange>; methods: Record<CalibrationMethod, number> } {
+    const ranges = new Map<string, TensorRange>();
+    const methods: Record<CalibrationMethod, number> = { minmax: 0, percentile: 0, entropy: 0 };
+    for (const name of this.absMax.keys()) {
+      let min = Infinity;
+      let max = -Infinity;
+      let counts: Float64Array | undefined;
+      for (const s of samples) {
+        const r = this.minMax[s]?.get(name);
+        if (r) {
+          min = Math.min(min, r.min);
+          max = Math.max(max, r.max);
+        }
+        const c = this.counts[s]?.get(name);
+        if (c) {
+          counts ??= new Float64Array(this.bins);
+          for (let i = 0; i < c.length; i++) counts[i]! += c[i]!;
+        }
+      }
+      if (min > max) continue;
+      const histogram = counts ? { counts, absMax: this.absMax.get(name)! } : undefined;
+      const chosen = chooseRangeByError(choice, { min, max }, histogram, options);
+      ranges.set(name, chosen.range);
+      methods[chosen.method]++;
+    }
+    return { ranges, methods };
+  }
+}
