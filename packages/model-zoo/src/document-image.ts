@@ -26,20 +26,21 @@ const WORDS = [
 /**
  * A JPEG (quality 90) of a generated text document: lines of dark words on a light page,
  * with font size, ink, margins and paper tint varied by `seed`; what a text detector serves.
- * Text is sized to the page (about 11 lines a page). Deterministic for a seed. Default 320×320.
+ * Text is sized to the page (`linesPerPage`, default 9; 1.3 gives one text line, as an OCR
+ * classifier sees it). Deterministic for a seed. Default 320×320.
  *
  * @throws MARINA_ERR_MODEL_ZOO_INVALID_OPTION for a bad size.
  */
 export async function renderDocumentJpeg(
-  options: { seed?: number; width?: number; height?: number } = {},
+  options: { seed?: number; width?: number; height?: number; linesPerPage?: number } = {},
 ): Promise<Buffer> {
   const width = integerOption('width', options.width, 320, 32, 4096);
   const height = integerOption('height', options.height, 320, 32, 4096);
   const prng = createPrng(seedOption(options.seed, 7));
   const r = (): number => prng.next();
-  const lineHeight = height / 9;
+  const lineHeight = height / (options.linesPerPage ?? 9);
   const lines: string[] = [];
-  for (let y = lineHeight; y < height - lineHeight / 3; y += lineHeight * (0.8 + r() * 0.5)) {
+  for (let y = lineHeight * 0.85; y < height - lineHeight * 0.1; y += lineHeight * (0.8 + r() * 0.5)) {
     const ink = (): number => Math.floor(r() * 70);
     const fontSize = Math.round(lineHeight * (0.45 + r() * 0.3));
     const words = Array.from({ length: 2 + Math.floor(r() * 4) }, () => WORDS[Math.floor(r() * WORDS.length)]);

@@ -158,44 +158,54 @@ export type CalibrationChoice = CalibrationMethod | 'auto';
 export const CALIBRATION_CHOICES: readonly CalibrationChoice[] = ['auto', ...CALIBRATION_METHODS];
 
 /**
- * Mean squared error that uint8 quantisation with `range` gives the values a |x| histogram
- * describes: values beyond the range are clipped (error (|x| − edge)², the edge on that
- * value's side), values inside are rounded to a step of (max − min) / 255 (error step² / 12).
- * Signed tensors only have |x| here, so each value is charged the nearer edge's clip: a
- * slight overestimate where the range is asymmetric, the same for every method compared.
+ * Mean squared error that uint8 quantisation with `range` gives the values a signed histogram
+ * describes (`counts` over [−absMax, absMax], bins of equal width): values beyond the range
+ * are clipped (error: distance to the edge, squared), values inside are rounded to a step of
+ * (max − min) / 255 (error step² / 12).
  */
-export function rangeError(histogram: { counts: ArrayLike<number>; absMax: number }, range: TensorRange): number {
+export function rangeError(signed: { counts: ArrayLike<number>; absMax: number }, range: TensorRange): number {
   const lo = Math.min(range.min, 0);
   const hi = Math.max(range.max, 0);
   const step = (hi - lo) / 255;
   const rounding = (step * step) / 12;
-  const edge = lo < 0 ? Math.min(-lo, hi) : hi;
-  const width = histogram.absMax / histogram.counts.length;
+  const width = (2 * signed.absMax) / signed.counts.length;
   let sum = 0;
   let total = 0;
-  for (let i = 0; i < histogram.counts.length; i++) {
-    const n = histogram.counts[i]!;
+  for (let i = 0; i < signed.counts.length; i++) {
+    const n = signed.counts[i]!;
     if (n === 0) continue;
-    const v = (i + 0.5) * width;
-    sum += n * (v > edge ? (v - edge) ** 2 : rounding);
+    const v = -signed.absMax + (i + 0.5) * width;
+    sum += n * (v > hi ? (v - hi) ** 2 : v < lo ? (lo - v) ** 2 : rounding);
     total += n;
   }
   return total === 0 ? 0 : sum / total;
 }
 
-/** The range of one tensor under `choice`, and the method it came from (for `auto`, the one with the least `rangeError`). */
+/** The |x| histogram (`bins` bins over [0, absMax]) of a signed one with 2 × `bins` bins over [−absMax, absMax]. */
+export function foldHistogram(signed: ArrayLike<number>): Float64Array {
+  const half = signed.length / 2;
+  const folded = new Float64Array(half);
+  for (let i = 0; i < half; i++) folded[i] = signed[half + i]! + signed[half - 1 - i]!;
+  return folded;
+}
+
+/**
+ * The range of one tensor under `choice` from its signed histogram, and the method it came
+ * from: for `auto`, whichever of min/max, percentile and entropy gives the least `rangeError`.
+ */
 export function chooseRangeByError(
   choice: CalibrationChoice,
   range: TensorRange,
-  histogram: { counts: Float64Array; absMax: number } | undefined,
+  signed: { counts: Float64Array; absMax: number } | undefined,
   options: { percentile?: number } = {},
 ): { range: TensorRange; method: CalibrationMethod } {
+  const histogram = signed ? { counts: foldHistogram(signed.counts), absMax: signed.absMax } : undefined;
   if (choice !== 'auto') return { range: chooseRange(choice, range, histogram, options), method: choice };
-  if (!histogram) return { range: { min: range.min, max: range.max }, method: 'minmax' };
+  if (!signed) return { range: { min: range.min, max: range.max }, method: 'minmax' };
   let best: { range: TensorRange; method: CalibrationMethod; error: number } | undefined;
   for (const method of CALIBRATION_METHODS) {
     const candidate = chooseRange(method, range, histogram, options);
-    const error = rangeError(histogram, candidate);
+    const error = rangeError(signed, candidate);
     // Ties go to the earlier method (min/max first): it clips nothing.
     if (!best || error < best.error) best = { range: candidate, method, error };
   }
@@ -211,8 +221,8 @@ export function chooseRangeByError(
 export class CalibrationStats {
   /** Per sample: tensor → min/max. */
   private readonly minMax: Array<Map<string, TensorRange>> = [];
-  /** Per sample: tensor → |x| histogram counts, once `addHistogram` ran. */
-  private readonly counts: Array<Map<string, Float64Array>> = [];
+  /** Per sample: tensor → signed histogram counts, once `addHistogram` ran. */
+  private readonly counts: Array<Map<string, Float32Array>> = [];
   private readonly absMax = new Map<string, number>();
 
   constructor(private readonly bins = HISTOGRAM_BINS) {}
@@ -231,17 +241,19 @@ export class CalibrationStats {
     this.absMax.set(name, Math.max(this.absMax.get(name) ?? 0, Math.abs(r.min), Math.abs(r.max)));
   }
 
-  /** Second pass (after every `addRange`): the |x| histogram of `values`. */
+  /** Second pass (after every `addRange`): the histogram of `values`. */
   addHistogram(sample: number, name: string, values: ArrayLike<number>): void {
     const absMax = this.absMax.get(name);
     if (absMax === undefined) return;
     while (this.counts.length <= sample) this.counts.push(new Map());
-    const counts = new Float64Array(this.bins);
-    if (absMax === 0) counts[0] = values.length;
+    // Signed: 2 × bins over [−absMax, absMax]; float32 counts keep many samples' histograms affordable.
+    const counts = new Float32Array(2 * this.bins);
+    if (absMax === 0) counts[this.bins] = values.length;
     else {
       const scale = this.bins / absMax;
+      const last = 2 * this.bins - 1;
       for (let i = 0; i < values.length; i++)
-        counts[Math.min(this.bins - 1, Math.floor(Math.abs(values[i]!) * scale))]! += 1;
+        counts[Math.max(0, Math.min(last, Math.floor(values[i]! * scale) + this.bins))]! += 1;
     }
     this.counts[sample]!.set(name, counts);
   }
@@ -269,7 +281,7 @@ export class CalibrationStats {
         }
         const c = this.counts[s]?.get(name);
         if (c) {
-          counts ??= new Float64Array(this.bins);
+          counts ??= new Float64Array(2 * this.bins);
           for (let i = 0; i < c.length; i++) counts[i]! += c[i]!;
         }
       }
