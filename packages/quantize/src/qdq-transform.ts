@@ -45,6 +45,11 @@ export interface QdqOptions {
   isReducedRange?: boolean;
   /** Also quantise graph outputs produced by quantised nodes. Default false: outputs stay fp32, as users read them. */
   isGraphOutputQuantized?: boolean;
+  /**
+   * Quantised weights by initializer name, filled and reused across calls on one model (weights do not depend on
+   * the activation ranges): a search that builds the model many times quantises each weight once.
+   */
+  weightCache?: Map<string, { q: Int8Array; scales: Float32Array }>;
 }
 
 export interface QdqResult {
@@ -391,12 +396,13 @@ class QdqWriter {
     if (cached) return cached;
     const tensor = this.facts.initializers.get(w.name)!;
     const dims = dimsOf(tensor);
-    const { q, scales } = quantizeWeights(
-      floatValues(tensor),
-      dims,
-      w.axis,
-      this.facts.options.isReducedRange ?? false,
-    );
+    const cache = this.facts.options.weightCache;
+    let quantized = cache?.get(w.name);
+    if (!quantized) {
+      quantized = quantizeWeights(floatValues(tensor), dims, w.axis, this.facts.options.isReducedRange ?? false);
+      cache?.set(w.name, quantized);
+    }
+    const { q, scales } = quantized;
     const shape = w.axis === undefined ? [] : [scales.length];
     this.addDequantize(
       w.name,

@@ -36,6 +36,14 @@ export function probabilityOutputs(model: ModelProto): Array<{ node: string; opT
   return found;
 }
 
+/** The probability outputs, as kept in fp32 (they are never quantised: Sigmoid/Softmax are not int8 operators here). */
+export function probabilityKept(model: ModelProto): KeptFp32[] {
+  return probabilityOutputs(model).map((p) => ({
+    nodes: [p.node],
+    reason: `${p.opType} producing a probability output: fp32, reading a dequantised input`,
+  }));
+}
+
 /** Convolutions reading a graph input directly: they see the raw input's whole range. */
 export function firstConvolutions(model: ModelProto): string[] {
   const inputs = new Set((model.graph?.input ?? []).map((i) => i.name ?? ''));
@@ -50,10 +58,10 @@ export function isMeasurablyBetter(candidate: Measurement, base: Measurement): b
 }
 
 /**
- * The defaults that keep nodes in fp32: probability outputs (Sigmoid/Softmax) always stay fp32
- * and read a dequantised input; the node feeding them and the first convolutions on raw inputs
- * are kept in fp32 only when that measurably helps on the search samples (measured one after
- * the other, each on top of what was kept before).
+ * The defaults that keep nodes in fp32 when all int8 misses the target: probability outputs
+ * (Sigmoid/Softmax) always stay fp32 and read a dequantised input; the node feeding them and
+ * the first convolutions on raw inputs are kept in fp32 only when that measurably helps on the
+ * search samples (measured one after the other, each on top of what was kept before).
  */
 export async function measuredDefaults(options: {
   model: ModelProto;
@@ -66,11 +74,7 @@ export async function measuredDefaults(options: {
   const nodes = new Set<string>();
   let current = options.start;
   const probabilities = probabilityOutputs(options.model);
-  for (const p of probabilities)
-    kept.push({
-      nodes: [p.node],
-      reason: `${p.opType} producing a probability output: fp32, reading a dequantised input`,
-    });
+  kept.push(...probabilityKept(options.model));
   const candidates: Array<{ nodes: string[]; reason: string }> = [];
   const feeders = probabilities.flatMap((p) => (p.feeder && options.quantized.has(p.feeder) ? [p.feeder] : []));
   if (feeders.length > 0) candidates.push({ nodes: feeders, reason: 'feeds a probability output' });

@@ -6,7 +6,7 @@ import { createFolds, heldOutFold, type Fold } from './k-fold.ts';
 import { createSession, runAll, withOutputs, type Feeds } from './model-runner.ts';
 import { DataType, encodeModel, loadModel, type LoadedModel, type ModelProto } from './onnx-model.ts';
 import { QUANTIZABLE_OP_TYPES, quantizeToQdq, type QdqResult } from './qdq-transform.ts';
-import { measuredDefaults, type DefaultTried, type KeptFp32 } from './quantize-defaults.ts';
+import { measuredDefaults, probabilityKept, type DefaultTried, type KeptFp32 } from './quantize-defaults.ts';
 import {
   rankBySensitivity,
   searchFp32Set,
@@ -444,6 +444,7 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
   const fp32 = await runAll(fp32Session, samples, outputNames).finally(() => fp32Session.release());
   const manual = new Set(options.excludedNodes ?? []);
   const excludedOpTypes = new Set(options.excludedOpTypes ?? []);
+  const weightCache = new Map<string, { q: Int8Array; scales: Float32Array }>();
   const measurer = new Measurer({
     loaded,
     build: (ranges, kept) =>
@@ -452,6 +453,7 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
         excludedNodes: new Set([...manual, ...kept]),
         excludedOpTypes,
         isReducedRange,
+        weightCache,
       }),
     stats,
     samples,
@@ -469,16 +471,27 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
     `all int8: ${first.agreement.metric} ${first.agreement.value.toFixed(4)} out of sample (target ${minAgreement})`,
   );
   const allInt8 = measurer.final(new Set());
-  const defaults = await measuredDefaults({
-    model: loaded.model,
-    quantized: new Set(allInt8.quantizedNodes),
-    start: await measurer.measure(new Set()),
-    measure: (kept) => measurer.measure(kept),
-  });
-  let kept = defaults.nodes;
-  let last = kept.size > 0 ? await measurer.evaluate(kept) : first;
+  let kept = new Set<string>();
+  let defaults: Awaited<ReturnType<typeof measuredDefaults>> = {
+    kept: probabilityKept(loaded.model),
+    tried: [],
+    nodes: kept,
+    measurement: { value: first.agreement.value, tieBreak: 0 },
+  };
+  let last = first;
   let autoKept: string[] = [];
   let search: SearchReport | undefined;
+  // All int8 already meets the target: nothing more is kept in fp32 (each fp32 node costs speed).
+  if (first.agreement.value < minAgreement && (options.isAutoFallback ?? true)) {
+    defaults = await measuredDefaults({
+      model: loaded.model,
+      quantized: new Set(allInt8.quantizedNodes),
+      start: await measurer.measure(new Set()),
+      measure: (nodes) => measurer.measure(nodes),
+    });
+    kept = defaults.nodes;
+    if (kept.size > 0) last = await measurer.evaluate(kept);
+  }
   if (last.agreement.value < minAgreement && (options.isAutoFallback ?? true)) {
     const groups = quantizedGroups(allInt8, kept);
     progress(`below target: measuring ${groups.length} quantised groups alone in int8 to rank them`);
