@@ -1,42 +1,17 @@
-// Prints the README's error-code table from the packages' error registries (the source of truth).
+// Prints the error-code table from the packages' error registries (the source of truth, indexed in error-registries.ts).
 // Run: node --conditions=development --import tsx scripts/error-table.ts
-import type { ErrorDefinition } from '@marina/errors';
-import { archiveErrors } from '../packages/archive/src/errors.ts';
-import { benchErrors } from '../packages/bench/src/errors.ts';
-import { handlerErrors } from '../packages/handlers/src/errors.ts';
-import { modelZooErrors } from '../packages/model-zoo/src/errors.ts';
-import { serveErrors } from '../packages/serve/src/errors.ts';
-import { configErrors } from '../packages/serve/src/config/config-errors.ts';
-import { authErrors } from '../packages/serve/src/auth/auth-errors.ts';
-import { downloadErrors } from '../packages/serve/src/model-download/download-errors.ts';
-import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
-import { managementErrors } from '../packages/serve/src/routes/management.ts';
-import { clientErrorDefinitions } from '../packages/client/src/errors.ts';
-import { quantizeErrors } from '../packages/quantize/src/errors.ts';
+import { allErrorAliases, allErrorCodes } from './error-registries.ts';
 
-const groups: Array<[string, Record<string, ErrorDefinition>]> = [
-  ['model-archiver and the validator', archiveErrors.definitions],
-  ['serve: configuration and launcher', configErrors.definitions],
-  ['serve: inference and workers', serveErrors.definitions],
-  ['handlers', handlerErrors.definitions],
-  ['serve: management API', managementErrors.definitions],
-  ['serve: token authorization', authErrors.definitions],
-  ['serve: model download', downloadErrors.definitions],
-  ['serve: snapshots', snapshotErrors.definitions],
-  ['marina-models', modelZooErrors.definitions],
-  ['bench', benchErrors.definitions],
-  ['clients (Node and Python)', clientErrorDefinitions],
-  ['model-archiver --quantize', quantizeErrors.definitions],
-];
-const seen = new Set<string>();
 const lines = ['| code | HTTP | where | when it happens, what to do |', '|---|---|---|---|'];
-for (const [where, defs] of groups) {
-  for (const [code, def] of Object.entries(defs)) {
-    if (seen.has(code)) continue;
-    seen.add(code);
-    lines.push(
-      `| \`${code}\` | ${def.statusCode} | ${where} | ${def.description.replaceAll('|', '\\|').replaceAll('\n', ' ')} |`,
-    );
-  }
+for (const { code, definition, registry } of allErrorCodes()) {
+  lines.push(
+    `| \`${code}\` | ${definition.statusCode} | ${registry.where} | ${definition.description.replaceAll('|', '\\|').replaceAll('\n', ' ')} |`,
+  );
 }
-process.stdout.write(lines.join('\n') + '\n');
+const statusOf = new Map(allErrorCodes().map(({ code, definition }) => [code, definition.statusCode]));
+for (const { alias, code, registry } of allErrorAliases()) {
+  lines.push(
+    `| \`${alias}\` | ${statusOf.get(code)} | ${registry.where} | Alias of \`${code}\`, into which it was merged: the server answers with \`${code}\`; match on that code. |`,
+  );
+}
+process.stdout.write(`${lines.join('\n')}\n`);

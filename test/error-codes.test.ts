@@ -5,38 +5,11 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { ErrorDefinition } from '@marina/errors';
-import { archiveErrors } from '../packages/archive/src/errors.ts';
-import { benchErrors } from '../packages/bench/src/errors.ts';
-import { handlerErrors } from '../packages/handlers/src/errors.ts';
-import { modelZooErrors } from '../packages/model-zoo/src/errors.ts';
-import { serveErrors } from '../packages/serve/src/errors.ts';
-import { configErrors } from '../packages/serve/src/config/config-errors.ts';
-import { authErrors } from '../packages/serve/src/auth/auth-errors.ts';
-import { downloadErrors } from '../packages/serve/src/model-download/download-errors.ts';
-import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
-import { managementErrors } from '../packages/serve/src/routes/management.ts';
-import { clientErrorDefinitions } from '../packages/client/src/errors.ts';
-import { quantizeErrors } from '../packages/quantize/src/errors.ts';
+import { allErrorAliases, errorRegistries } from '../scripts/error-registries.ts';
 import { repoRoot } from './helpers.ts';
 
-const registries: Record<string, Record<string, ErrorDefinition>> = {
-  archive: archiveErrors.definitions,
-  bench: benchErrors.definitions,
-  handlers: handlerErrors.definitions,
-  'model-zoo': modelZooErrors.definitions,
-  serve: serveErrors.definitions,
-  'serve/config': configErrors.definitions,
-  'serve/auth': authErrors.definitions,
-  'serve/model-download': downloadErrors.definitions,
-  'serve/snapshot': snapshotErrors.definitions,
-  'serve/management': managementErrors.definitions,
-  client: clientErrorDefinitions,
-  quantize: quantizeErrors.definitions,
-};
-
-const allCodes = Object.entries(registries).flatMap(([owner, defs]) =>
-  Object.entries(defs).map(([code, def]) => ({ owner, code, def })),
+const allCodes = errorRegistries.flatMap(({ owner, definitions }) =>
+  Object.entries(definitions).map(([code, def]) => ({ owner, code, def })),
 );
 
 describe('error codes', () => {
@@ -58,5 +31,17 @@ describe('error codes', () => {
     const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
     const missing = [...new Set(allCodes.map(({ code }) => code))].filter((code) => !readme.includes(`\`${code}\``));
     expect(missing).toEqual([]);
+  });
+
+  it('keep merged codes working as aliases: each names a defined code, is no code itself, and is listed in the README', () => {
+    const codes = new Set(allCodes.map(({ code }) => code));
+    const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
+    const aliases = allErrorAliases();
+    expect(aliases.length).toBeGreaterThan(0);
+    for (const { alias, code } of aliases) {
+      expect(codes.has(code), `${alias} -> ${code}`).toBe(true);
+      expect(codes.has(alias), alias).toBe(false);
+      expect(readme, alias).toContain(`| \`${alias}\` |`);
+    }
   });
 });

@@ -27,6 +27,24 @@ describe('defineErrors', () => {
     });
   });
 
+  it('keeps a merged code working under its old name: the alias creates the code it was merged into', () => {
+    const merged = defineErrors(
+      { MARINA_ERR_EXAMPLE_BAD: { statusCode: 400, description: 'The example request is malformed.' } },
+      { aliases: { MARINA_ERR_EXAMPLE_OLD_BAD: 'MARINA_ERR_EXAMPLE_BAD' } },
+    );
+    expect(merged.create.MARINA_ERR_EXAMPLE_OLD_BAD('bad')).toMatchObject({
+      code: 'MARINA_ERR_EXAMPLE_BAD',
+      statusCode: 400,
+    });
+    expect(merged.aliases).toEqual({ MARINA_ERR_EXAMPLE_OLD_BAD: 'MARINA_ERR_EXAMPLE_BAD' });
+    expect(() =>
+      defineErrors(
+        { MARINA_ERR_EXAMPLE_BAD: { statusCode: 400, description: 'x' } },
+        { aliases: { MARINA_ERR_EXAMPLE_OTHER: 'MARINA_ERR_EXAMPLE_MISSING' as 'MARINA_ERR_EXAMPLE_BAD' } },
+      ),
+    ).toThrow(/not defined/);
+  });
+
   it('refuses a code that does not follow MARINA_ERR_*', () => {
     expect(() => defineErrors({ QUEUE_FULL: { statusCode: 503, description: 'no prefix' } })).toThrow(/MARINA_ERR_/);
   });

@@ -11,7 +11,9 @@ import { createModelCaches } from './cache/model-caches.ts';
 import { createServeError, toMarinaError } from './errors.ts';
 import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
-import { inferenceRoutes, sendError } from './routes/inference.ts';
+import { loadStartupModels, type StartupLoadResult } from './startup-loading.ts';
+import { inferenceRoutes } from './routes/inference.ts';
+import { sendError } from './protocols/error-map.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
 import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts';
 import { apiExplorerRoutes } from './routes/api-explorer.ts';
@@ -35,14 +37,16 @@ export interface BuildAppOptions {
   logger?: boolean | Record<string, unknown>;
   /** Where the registry, the workers and start-up loading report (worker crashes, failed starts, cache evictions); Fastify's logger when not given. */
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /**
+   * The process's memory now, bytes, measured before and after each model load (default: PSS
+   * from /proc/self/smaps_rollup). Tests that check eviction order pass a deterministic one.
+   */
+  readMemoryBytes?: () => number;
   /** TorchServe's log files (access_log.log, ts_log.log, model_log.log); startServer passes them, tests may leave them out. */
   logs?: ServerLogs;
 }
 
-export interface StartupLoadResult {
-  loaded: Array<{ modelName: string; modelVersion: string }>;
-  failed: Array<{ url: string; error: MarinaError }>;
-}
+export { listStartupModels, type StartupLoadResult } from './startup-loading.ts';
 
 export interface MarinaApp {
   config: ServerConfig;
@@ -193,7 +197,7 @@ function createInstance(
     if (error.validation || (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500)) {
       return sendError(reply, createServeError.MARINA_ERR_BAD_REQUEST(error.message, { cause: error }));
     }
-    return sendError(reply, toMarinaError(error));
+    return sendError(reply, error);
   });
   // The routes of this listener, for the 404 answer's hints (onRoute sees the routes of every plugin registered later).
   const routes: Array<{ method: string; url: string }> = [];
@@ -239,50 +243,6 @@ export function notFoundHint(
   return `${method} ${path} is not a route of this API, whose paths start with ${firsts.map((segment) => `/${segment}`).join(', ')}. ${see}`;
 }
 
-const archivePattern = /\.(mar|model|tar\.gz|tgz)$/i;
-
-/** The archives `load_models` names: `all` = every .mar/.model/.tar.gz or folder in the store. */
-export async function listStartupModels(config: ServerConfig): Promise<Array<LoadModelSpec & { archivePath: string }>> {
-  const specs = config.loadModels;
-  if (specs !== 'all' && specs.length === 0) return [];
-  const store = config.modelStore;
-  if (specs === 'all') {
-    if (!store)
-      throw createServeError.MARINA_ERR_MODEL_STORE_MISSING(
-        'load_models=all needs a model store; set model_store or --model-store',
-      );
-    let entries;
-    try {
-      entries = await readdir(store, { withFileTypes: true });
-    } catch (error) {
-      throw createServeError.MARINA_ERR_MODEL_STORE_MISSING(
-        `cannot read the model store ${store}: ${(error as Error).message}`,
-        { cause: error },
-      );
-    }
-    return entries
-      .filter((e) => !e.name.startsWith('.') && (e.isDirectory() || (e.isFile() && archivePattern.test(e.name))))
-      .sort((a, b) => (a.name < b.name ? -1 : 1))
-      .map((e) => ({ url: e.name, archivePath: join(store, e.name) }));
-  }
-  return specs.map((spec) => ({ ...spec, archivePath: startupArchivePath(spec.url, store) }));
-}
-
-/**
- * Where a `load_models` entry points, decoded and normalised like a register url (no encoded dot
- * segments); a relative name stays inside the model store. An entry that is refused gets an
- * empty path, so loading it fails on its own (`Model not found`) without stopping the others.
- */
-function startupArchivePath(url: string, store: string | undefined): string {
-  try {
-    if (/^file:\/\//i.test(url)) return normaliseModelUrl(url).filePath!;
-    if (isAbsolute(url)) return normalize(url);
-    return store ? resolveInside(store, url, 'load_models entry') : resolve(url);
-  } catch {
-    return '';
-  }
-}
-
 /**
  * Builds the server: the model registry and the fastify instances for the inference,
  * management and metrics APIs, with the inference routes registered. Never listens
@@ -307,15 +267,15 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     optimizedModelCacheMaxBytes: limits.optimizedModelCacheMaxBytes,
     log,
   });
-  const registry = new ModelRegistry({ config, log, caches });
+  const registry = new ModelRegistry({
+    config,
+    log,
+    caches,
+    ...(options.readMemoryBytes ? { readMemoryBytes: options.readMemoryBytes } : {}),
+  });
 
   const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes });
-  await inference.register(inferenceRoutes, {
-    registry,
-    maxRequestBytes: config.maxRequestBytes,
-    maxResponseBytes: config.maxResponseBytes,
-    dataPlane,
-  });
+  await inference.register(inferenceRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   await inference.register(oipRestRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };
   for (const p of options.plugins ?? []) {
@@ -369,78 +329,8 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     management,
     metrics,
 
-    async loadStartupModels(loadOptions = {}) {
-      const onProgress = loadOptions.onProgress ?? (() => undefined);
-      const result: StartupLoadResult = { loaded: [], failed: [] };
-      let specs: Array<LoadModelSpec & { archivePath: string }>;
-      try {
-        specs = await listStartupModels(config);
-      } catch (error) {
-        result.failed.push({ url: String(config.modelStore), error: toMarinaError(error) });
-        return result;
-      }
-      // Open every archive first, so each worker's thread count knows all the workers to come.
-      const opened = [];
-      const startedAt = new Map<string, number>();
-      for (const spec of specs) {
-        try {
-          if (/^https?:\/\//i.test(spec.url))
-            throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
-              `${spec.url}: loading models from a URL at startup is not supported; download it into the model store`,
-            );
-          if (spec.archivePath === '')
-            throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
-              `load_models entry '${spec.url}' leaves the model store or has an encoded '..'; name an archive inside the model store or an absolute path`,
-            );
-          const archive = await stat(spec.archivePath);
-          startedAt.set(spec.url, performance.now());
-          onProgress({ phase: 'loading', url: spec.url, ...(archive.isFile() ? { sizeBytes: archive.size } : {}) });
-          opened.push({
-            spec,
-            version: await registry.open({
-              url: spec.url,
-              archivePath: spec.archivePath,
-              modelName: spec.name,
-              loadedAtStartup: true,
-              synchronous: true,
-            }),
-          });
-        } catch (error) {
-          const e = toMarinaError(error);
-          const wrapped =
-            (error as NodeJS.ErrnoException).code === 'ENOENT'
-              ? createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
-                  `Model not found at: ${spec.archivePath} (load_models entry '${spec.url}')`,
-                  { cause: error },
-                )
-              : e;
-          log('error', `model ${spec.url} was not loaded: ${wrapped.message}`);
-          if (startedAt.has(spec.url))
-            onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
-          result.failed.push({ url: spec.url, error: wrapped });
-        }
-      }
-      await Promise.all(
-        opened.map(async ({ spec, version }) => {
-          try {
-            const r = await registry.start(version, { synchronous: true });
-            onProgress({
-              phase: 'loaded',
-              url: spec.url,
-              modelName: r.modelName,
-              modelVersion: r.modelVersion,
-              elapsedMs: performance.now() - startedAt.get(spec.url)!,
-            });
-            result.loaded.push({ modelName: r.modelName, modelVersion: r.modelVersion });
-          } catch (error) {
-            const e = toMarinaError(error);
-            log('error', `model ${spec.url} was not loaded: ${e.message}`);
-            onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
-            result.failed.push({ url: spec.url, error: e });
-          }
-        }),
-      );
-      return result;
+    loadStartupModels(loadOptions = {}) {
+      return loadStartupModels({ registry, config, log, ...loadOptions });
     },
 
     close() {

@@ -1,12 +1,6 @@
-import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
 import type { ServeCliOptions } from './config/load-config.ts';
 import { configError } from './config/config-errors.ts';
-
-/** Marina's version (packages/serve/package.json), printed by `serve --version`. */
-export const MARINA_VERSION = (
-  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
-).version;
 
 /** What one `serve` invocation asks for, after flag normalisation. */
 export type ServeCommand =

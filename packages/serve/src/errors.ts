@@ -1,252 +1,180 @@
 /**
  * The serve package's error registry: every error the server can answer with, its
  * HTTP status and what it means. Each code is listed in ../ERRORS.md (a test checks it).
- * Where TorchServe fixes a status code, the code below keeps it; `torchServeTypes` holds
- * the `type` field TorchServe puts in its error bodies.
+ * Where TorchServe fixes a status code, the code below keeps it; protocols/error-map.ts turns
+ * an error into each protocol's wire form.
  */
 import { defineErrors, isMarinaError, MarinaError } from '@marina/errors';
 
-export const serveErrors = defineErrors({
-  MARINA_ERR_MODEL_NOT_FOUND: {
-    statusCode: 404,
-    description: 'No model of that name is registered; check the name with GET /models on the management API.',
+export const serveErrors = defineErrors(
+  {
+    MARINA_ERR_MODEL_NOT_FOUND: {
+      statusCode: 404,
+      description: 'No model of that name is registered; check the name with GET /models on the management API.',
+    },
+    MARINA_ERR_ROUTE_NOT_FOUND: {
+      statusCode: 404,
+      description:
+        "No route of this API has that method and path (TorchServe's 'Requested resource is not found'); the message lists the API's routes under the same or the closest first path segment. Check the port: predictions go to the inference API, /models to the management API.",
+    },
+    MARINA_ERR_MODEL_VERSION_NOT_FOUND: {
+      statusCode: 404,
+      description: 'The model exists but not in the version asked for; the message lists the versions there are.',
+    },
+    MARINA_ERR_QUEUE_FULL: {
+      statusCode: 503,
+      description:
+        "The model version's job queue (job_queue_size) is full; retry after the Retry-After header, add workers, or raise jobQueueSize.",
+    },
+    MARINA_ERR_NO_WORKERS: {
+      statusCode: 503,
+      description:
+        'The model version has no workers and will get none by itself (max_worker=0, or every start failed); scale it up with PUT /models/{name}, or fix the model and register it again.',
+    },
+    MARINA_ERR_RESPONSE_TIMEOUT: {
+      statusCode: 504,
+      description:
+        'The batch did not finish within responseTimeout; the worker was replaced. Raise responseTimeout or use a faster model or fewer threads per worker.',
+    },
+    MARINA_ERR_WORKER_OUT_OF_MEMORY: {
+      statusCode: 507,
+      description:
+        "The worker running the request outgrew its JavaScript heap limit (model-config.yaml maxWorkerHeapMb, default 1024 MB) and was replaced; only its batch failed (TorchServe's 507 'Out of resources'). Send smaller inputs or raise the limit.",
+    },
+    MARINA_ERR_CLIENT_TIMEOUT: {
+      statusCode: 503,
+      description:
+        "The request waited longer than the model's clientTimeoutInMills before a worker could start it, and was answered without running; retry later or add workers.",
+    },
+    MARINA_ERR_THREAD_BUDGET_EXCEEDED: {
+      statusCode: 400,
+      description:
+        'A scale or register asked for more workers than the thread budget allows: a model may always have one worker, more must keep the sum of workers × intra-op threads over all models within the cores (4 × the cores where threads are pinned); ask for fewer workers.',
+    },
+    MARINA_ERR_WORKER_DIED: {
+      statusCode: 500,
+      description:
+        'The worker running the request crashed; it is restarted with back-off. The server log has the cause.',
+    },
+    MARINA_ERR_WORKER_START_FAILED: {
+      statusCode: 500,
+      description:
+        'A worker could not load the model or its handler (the message has the cause); fix the archive and register it again.',
+    },
+    MARINA_ERR_WARMUP_FAILED: {
+      statusCode: 500,
+      description:
+        "A worker's warm-up (model-config.yaml `warmup:`) failed, so the model never became ready: warmup.input is missing or unreadable, a custom handler has no warmup.input, or the handler failed on it. The message has the cause.",
+    },
+    MARINA_ERR_WORKER_STARTUP_TIMEOUT: {
+      statusCode: 500,
+      description: 'A worker did not finish loading within startupTimeout; raise startupTimeout for large models.',
+    },
+    MARINA_ERR_HANDLER_FAILED: {
+      statusCode: 503,
+      description:
+        "The handler threw while processing the batch (TorchServe's 'Prediction failed'); the message has the handler's error.",
+    },
+    MARINA_ERR_HANDLER_RESULT_COUNT: {
+      statusCode: 503,
+      description:
+        "The handler returned a different number of results than requests in the batch (TorchServe's 'number of batch response mismatched'); return one item per request.",
+    },
+    MARINA_ERR_HANDLER_OUTPUT_INVALID: {
+      statusCode: 503,
+      description: 'The handler returned something that is not a list, or an item that cannot be serialised to JSON.',
+    },
+    MARINA_ERR_REQUEST_TOO_LARGE: {
+      statusCode: 413,
+      description: 'The request body is larger than max_request_size; send a smaller body or raise max_request_size.',
+    },
+    MARINA_ERR_BAD_REQUEST: {
+      statusCode: 400,
+      description:
+        'The request is malformed: a multipart body that cannot be parsed or has no fields, a parameter of the wrong type or range, or a body that is not valid JSON; the message names what was wrong.',
+    },
+    MARINA_ERR_MODEL_LOAD_FAILED: {
+      statusCode: 400,
+      description:
+        'A model could not be opened or its settings are invalid; the message names the archive and the cause. Other models still load.',
+    },
+    MARINA_ERR_MODEL_VERSION_CONFLICT: {
+      statusCode: 409,
+      description: 'That model version is already registered; unregister it first or give another version.',
+    },
+    MARINA_ERR_DEFAULT_VERSION_REMOVAL: {
+      statusCode: 403,
+      description: 'The default version cannot be unregistered while other versions exist; set another default first.',
+    },
+    MARINA_ERR_INVALID_WORKER_COUNT: {
+      statusCode: 400,
+      description:
+        'A worker count is negative, or max_worker is less than min_worker (on register, scale or the models JSON).',
+    },
+    MARINA_ERR_MODEL_SETTINGS_INVALID: {
+      statusCode: 400,
+      description:
+        'A batchSize, maxBatchDelay, timeout or queue size from model-config.yaml, the models JSON or the register call is not a valid number.',
+    },
+    MARINA_ERR_MODEL_STORE_MISSING: {
+      statusCode: 500,
+      description: 'load_models was set but there is no model_store, or it is not a readable folder.',
+    },
+    MARINA_ERR_SERVER_CLOSING: {
+      statusCode: 503,
+      description: 'The server is shutting down and accepts no new requests; retry against another replica.',
+    },
+    MARINA_ERR_MODEL_UNLOADING: {
+      statusCode: 503,
+      description:
+        'The model version is being unregistered, unloaded or evicted (or the server is stopping): it takes no new requests, queued ones that no worker is left to run are answered with this, and so is a running batch still running when unload_grace_seconds ran out (its thread is abandoned).',
+    },
+    MARINA_ERR_MEMORY_BUDGET_FULL: {
+      statusCode: 503,
+      description:
+        'The model version had to be loaded to answer, but model_memory_budget was full of models that are pinned, busy or loading, and none became free within its startupTimeout; retry after the Retry-After header, unpin a model, or raise model_memory_budget.',
+    },
+    MARINA_ERR_MODEL_LARGER_THAN_BUDGET: {
+      statusCode: 400,
+      description:
+        'The model version alone needs more memory than the whole model_memory_budget (its estimate before a load, or what its last load measured), so it could never be loaded; raise model_memory_budget or give it fewer workers.',
+    },
+    MARINA_ERR_EXPLAIN_NOT_SUPPORTED: {
+      statusCode: 503,
+      description:
+        "POST /explanations (or /v1/models/{m}:explain) on a model whose handler has no explain: Marina's handlers do not implement explanations, and TorchServe answers a handler without one with 503 'Prediction failed'. Use /predictions.",
+    },
+    MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED: {
+      statusCode: 501,
+      description:
+        "The workflow routes (/workflows, /wfpredict) are TorchServe's and not implemented in Marina yet; register the models of the workflow and call /predictions for each.",
+    },
+    MARINA_ERR_MODEL_PATH_INVALID: {
+      statusCode: 400,
+      description:
+        "A ModelMesh loadModel's modelPath is not a model Marina can serve: it must name a .mar (or .tar.gz) archive, an extracted archive folder (with MAR-INF/MANIFEST.json), a bare .onnx file (served by the tensor handler), or a folder holding exactly one of those.",
+    },
+    MARINA_ERR_MODEL_SIGNATURE_UNREADABLE: {
+      statusCode: 500,
+      description:
+        "The model's ONNX file could not be read for its inputs and outputs (model metadata, input checks); the message names the file. Check the archive with `model-archiver validate`.",
+    },
+    MARINA_ERR_INTERNAL: {
+      statusCode: 500,
+      description: 'An unexpected error inside the server; the server log has the stack. Please report it.',
+    },
   },
-  MARINA_ERR_ROUTE_NOT_FOUND: {
-    statusCode: 404,
-    description:
-      "No route of this API has that method and path (TorchServe's 'Requested resource is not found'); the message lists the API's routes under the same or the closest first path segment. Check the port: predictions go to the inference API, /models to the management API.",
+  {
+    // Codes merged into one with the same meaning: the old names still create (and document) the code they became.
+    aliases: {
+      MARINA_ERR_MANAGEMENT_BAD_REQUEST: 'MARINA_ERR_BAD_REQUEST',
+      MARINA_ERR_WORKER_RANGE_INVALID: 'MARINA_ERR_INVALID_WORKER_COUNT',
+    },
   },
-  MARINA_ERR_MODEL_VERSION_NOT_FOUND: {
-    statusCode: 404,
-    description: 'The model exists but not in the version asked for; the message lists the versions there are.',
-  },
-  MARINA_ERR_QUEUE_FULL: {
-    statusCode: 503,
-    description:
-      "The model version's job queue (job_queue_size) is full; retry after the Retry-After header, add workers, or raise jobQueueSize.",
-  },
-  MARINA_ERR_NO_WORKERS: {
-    statusCode: 503,
-    description:
-      'The model version has no workers and will get none by itself (max_worker=0, or every start failed); scale it up with PUT /models/{name}, or fix the model and register it again.',
-  },
-  MARINA_ERR_RESPONSE_TIMEOUT: {
-    statusCode: 504,
-    description:
-      'The batch did not finish within responseTimeout; the worker was replaced. Raise responseTimeout or use a faster model or fewer threads per worker.',
-  },
-  MARINA_ERR_WORKER_OUT_OF_MEMORY: {
-    statusCode: 507,
-    description:
-      "The worker running the request outgrew its JavaScript heap limit (model-config.yaml maxWorkerHeapMb, default 1024 MB) and was replaced; only its batch failed (TorchServe's 507 'Out of resources'). Send smaller inputs or raise the limit.",
-  },
-  MARINA_ERR_CLIENT_TIMEOUT: {
-    statusCode: 503,
-    description:
-      "The request waited longer than the model's clientTimeoutInMills before a worker could start it, and was answered without running; retry later or add workers.",
-  },
-  MARINA_ERR_THREAD_BUDGET_EXCEEDED: {
-    statusCode: 400,
-    description:
-      'A scale or register asked for more workers than the thread budget allows: a model may always have one worker, more must keep the sum of workers × intra-op threads over all models within the cores (4 × the cores where threads are pinned); ask for fewer workers.',
-  },
-  MARINA_ERR_WORKER_DIED: {
-    statusCode: 500,
-    description: 'The worker running the request crashed; it is restarted with back-off. The server log has the cause.',
-  },
-  MARINA_ERR_WORKER_START_FAILED: {
-    statusCode: 500,
-    description:
-      'A worker could not load the model or its handler (the message has the cause); fix the archive and register it again.',
-  },
-  MARINA_ERR_WARMUP_FAILED: {
-    statusCode: 500,
-    description:
-      "A worker's warm-up (model-config.yaml `warmup:`) failed, so the model never became ready: warmup.input is missing or unreadable, a custom handler has no warmup.input, or the handler failed on it. The message has the cause.",
-  },
-  MARINA_ERR_WORKER_STARTUP_TIMEOUT: {
-    statusCode: 500,
-    description: 'A worker did not finish loading within startupTimeout; raise startupTimeout for large models.',
-  },
-  MARINA_ERR_HANDLER_FAILED: {
-    statusCode: 503,
-    description:
-      "The handler threw while processing the batch (TorchServe's 'Prediction failed'); the message has the handler's error.",
-  },
-  MARINA_ERR_HANDLER_RESULT_COUNT: {
-    statusCode: 503,
-    description:
-      "The handler returned a different number of results than requests in the batch (TorchServe's 'number of batch response mismatched'); return one item per request.",
-  },
-  MARINA_ERR_HANDLER_OUTPUT_INVALID: {
-    statusCode: 503,
-    description: 'The handler returned something that is not a list, or an item that cannot be serialised to JSON.',
-  },
-  MARINA_ERR_REQUEST_TOO_LARGE: {
-    statusCode: 413,
-    description: 'The request body is larger than max_request_size; send a smaller body or raise max_request_size.',
-  },
-  MARINA_ERR_BAD_REQUEST: {
-    statusCode: 400,
-    description: 'The request is malformed (for example a multipart body that cannot be parsed or has no fields).',
-  },
-  MARINA_ERR_MODEL_LOAD_FAILED: {
-    statusCode: 400,
-    description:
-      'A model could not be opened or its settings are invalid; the message names the archive and the cause. Other models still load.',
-  },
-  MARINA_ERR_MODEL_VERSION_CONFLICT: {
-    statusCode: 409,
-    description: 'That model version is already registered; unregister it first or give another version.',
-  },
-  MARINA_ERR_DEFAULT_VERSION_REMOVAL: {
-    statusCode: 403,
-    description: 'The default version cannot be unregistered while other versions exist; set another default first.',
-  },
-  MARINA_ERR_INVALID_WORKER_COUNT: {
-    statusCode: 400,
-    description: 'A worker count is negative, or max_worker is less than min_worker.',
-  },
-  MARINA_ERR_MODEL_SETTINGS_INVALID: {
-    statusCode: 400,
-    description:
-      'A batchSize, maxBatchDelay, timeout or queue size from model-config.yaml, the models JSON or the register call is not a valid number.',
-  },
-  MARINA_ERR_MODEL_STORE_MISSING: {
-    statusCode: 500,
-    description: 'load_models was set but there is no model_store, or it is not a readable folder.',
-  },
-  MARINA_ERR_SERVER_CLOSING: {
-    statusCode: 503,
-    description: 'The server is shutting down and accepts no new requests; retry against another replica.',
-  },
-  MARINA_ERR_MODEL_UNLOADING: {
-    statusCode: 503,
-    description:
-      'The model version is being unregistered (or the server is stopping): it takes no new requests, and queued ones that no worker is left to run are answered with this.',
-  },
-  MARINA_ERR_EXPLAIN_NOT_SUPPORTED: {
-    statusCode: 503,
-    description:
-      "POST /explanations (or /v1/models/{m}:explain) on a model whose handler has no explain: Marina's handlers do not implement explanations, and TorchServe answers a handler without one with 503 'Prediction failed'. Use /predictions.",
-  },
-  MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED: {
-    statusCode: 501,
-    description:
-      "The workflow routes (/workflows, /wfpredict) are TorchServe's and not implemented in Marina yet; register the models of the workflow and call /predictions for each.",
-  },
-  MARINA_ERR_MODEL_SIGNATURE_UNREADABLE: {
-    statusCode: 500,
-    description:
-      "The model's ONNX file could not be read for its inputs and outputs (model metadata, input checks); the message names the file. Check the archive with `model-archiver validate`.",
-  },
-  MARINA_ERR_INTERNAL: {
-    statusCode: 500,
-    description: 'An unexpected error inside the server; the server log has the stack. Please report it.',
-  },
-});
+);
 
 export type ServeErrorCode = keyof typeof serveErrors.definitions;
 export const createServeError = serveErrors.create;
-
-/**
- * The one map from Marina's codes to the `type` TorchServe puts in its error body (the name of
- * the Java exception it throws for that case). Every error body of every listener takes its
- * `type` from here (errorBody, and toTorchServeError in auth/torchserve-response.ts).
- */
-export const TORCHSERVE_ERROR_TYPES: Readonly<Record<string, string>> = {
-  // Inference (serve errors)
-  MARINA_ERR_MODEL_NOT_FOUND: 'ModelNotFoundException',
-  MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
-  MARINA_ERR_ROUTE_NOT_FOUND: 'ResourceNotFoundException',
-  MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
-  MARINA_ERR_NO_WORKERS: 'ServiceUnavailableException',
-  MARINA_ERR_CLIENT_TIMEOUT: 'ServiceUnavailableException',
-  MARINA_ERR_THREAD_BUDGET_EXCEEDED: 'BadRequestException',
-  MARINA_ERR_SERVER_CLOSING: 'ServiceUnavailableException',
-  MARINA_ERR_MODEL_UNLOADING: 'ServiceUnavailableException',
-  MARINA_ERR_RESPONSE_TIMEOUT: 'RequestTimeoutException',
-  MARINA_ERR_WORKER_DIED: 'InternalServerException',
-  MARINA_ERR_WORKER_START_FAILED: 'InternalServerException',
-  MARINA_ERR_WORKER_STARTUP_TIMEOUT: 'InternalServerException',
-  // TorchServe answers a handler failure with 503 and InternalServerException ("Prediction failed").
-  MARINA_ERR_HANDLER_FAILED: 'InternalServerException',
-  MARINA_ERR_HANDLER_RESULT_COUNT: 'InternalServerException',
-  MARINA_ERR_HANDLER_OUTPUT_INVALID: 'InternalServerException',
-  MARINA_ERR_EXPLAIN_NOT_SUPPORTED: 'InternalServerException',
-  MARINA_ERR_REQUEST_TOO_LARGE: 'RequestEntityTooLargeException',
-  MARINA_ERR_BAD_REQUEST: 'BadRequestException',
-  MARINA_ERR_MODEL_LOAD_FAILED: 'BadRequestException',
-  MARINA_ERR_MODEL_VERSION_CONFLICT: 'ConflictStatusException',
-  MARINA_ERR_DEFAULT_VERSION_REMOVAL: 'InvalidModelVersionException',
-  MARINA_ERR_INVALID_WORKER_COUNT: 'BadRequestException',
-  MARINA_ERR_MODEL_SETTINGS_INVALID: 'BadRequestException',
-  MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED: 'NotImplementedException',
-  MARINA_ERR_INTERNAL: 'InternalServerException',
-  // Management
-  MARINA_ERR_MODEL_API_DISABLED: 'MethodNotAllowedException',
-  MARINA_ERR_METHOD_NOT_ALLOWED: 'MethodNotAllowedException',
-  MARINA_ERR_URL_REQUIRED: 'BadRequestException',
-  MARINA_ERR_WORKER_RANGE_INVALID: 'BadRequestException',
-  MARINA_ERR_MANAGEMENT_BAD_REQUEST: 'BadRequestException',
-  // Model URLs and downloads (TorchServe's ModelArchive.downloadModel)
-  MARINA_ERR_MODEL_STORE_NOT_CONFIGURED: 'ModelNotFoundException',
-  MARINA_ERR_URL_RELATIVE_PATH: 'ModelNotFoundException',
-  MARINA_ERR_URL_NOT_ALLOWED: 'ModelNotFoundException',
-  MARINA_ERR_MODEL_URL_INVALID: 'ModelNotFoundException',
-  MARINA_ERR_MODEL_FILE_NOT_FOUND: 'ModelNotFoundException',
-  MARINA_ERR_MODEL_FILE_EXISTS: 'FileAlreadyExistsException',
-  MARINA_ERR_DOWNLOAD_FAILED: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOAD_TOO_LARGE: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOAD_TIMEOUT: 'DownloadArchiveException',
-  MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: 'DownloadArchiveException',
-  // Token authorization
-  MARINA_ERR_TOKEN_MISSING: 'InvalidKeyException',
-  MARINA_ERR_TOKEN_INVALID: 'InvalidKeyException',
-  MARINA_ERR_TOKEN_EXPIRED: 'InvalidKeyException',
-  MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException',
-};
-
-/** TorchServe's exception name for a status, for codes the map does not list (and errors without a code). */
-const TYPE_BY_STATUS: Readonly<Record<number, string>> = {
-  400: 'BadRequestException',
-  401: 'InvalidKeyException',
-  403: 'InvalidModelVersionException',
-  404: 'ModelNotFoundException',
-  405: 'MethodNotAllowedException',
-  408: 'RequestTimeoutException',
-  409: 'ConflictStatusException',
-  413: 'RequestEntityTooLargeException',
-  501: 'NotImplementedException',
-  503: 'ServiceUnavailableException',
-  507: 'OutOfMemoryError',
-};
-
-/** The `type` field of TorchServe's error body for an error of this code (or, without a listed code, this status). */
-export function torchServeErrorType(code: string | undefined, statusCode: number): string {
-  return (
-    (code !== undefined ? TORCHSERVE_ERROR_TYPES[code] : undefined) ??
-    TYPE_BY_STATUS[statusCode] ??
-    'InternalServerException'
-  );
-}
-
-/** TorchServe's error body plus Marina's stable code: `{code, type, message, marinaCode}`. */
-export function errorBody(error: MarinaError): {
-  code: number;
-  type: string;
-  message: string;
-  marinaCode: string;
-  details?: Record<string, unknown>;
-} {
-  return {
-    code: error.statusCode,
-    type: torchServeErrorType(error.code, error.statusCode),
-    message: error.message,
-    marinaCode: error.code,
-    ...(error.details ? { details: error.details } : {}),
-  };
-}
 
 /** Wraps anything thrown into a MarinaError (unknown errors become MARINA_ERR_INTERNAL). */
 export function toMarinaError(error: unknown): MarinaError {

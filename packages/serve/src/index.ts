@@ -9,7 +9,8 @@ export {
 } from './app.ts';
 export { startServer, type StartServerOptions, type RunningServer } from './start-server.ts';
 export { createServerPlugins, type OperatorContext } from './server-plugins.ts';
-export { createProgram, runCli, MARINA_VERSION, type ServeCommand } from './cli.ts';
+export { createProgram, runCli, type ServeCommand } from './cli.ts';
+export { MARINA_VERSION } from './version.ts';
 export {
   loadConfig,
   configFromProperties,
@@ -20,14 +21,15 @@ export {
 } from './config/load-config.ts';
 export { configErrors, configError } from './config/config-errors.ts';
 export type * from './config/server-config.ts';
+export { serveErrors, createServeError, toMarinaError, type ServeErrorCode } from './errors.ts';
 export {
-  serveErrors,
-  createServeError,
-  errorBody,
+  sendError,
+  torchServeErrorBody,
   torchServeErrorType,
-  toMarinaError,
-  type ServeErrorCode,
-} from './errors.ts';
+  isRetryable,
+  RETRYABLE_CODES,
+  type TorchServeErrorBody,
+} from './protocols/error-map.ts';
 export { ModelRegistry, type PredictOptions, type ModelRegistryOptions } from './registry/model-registry.ts';
 export type * from './registry/model-registry-api.ts';
 export {
@@ -39,16 +41,13 @@ export {
 } from './model-settings.ts';
 export { resolveIntraOpThreads, type ThreadSource } from './workers/thread-defaults.ts';
 export { createSessionOptions } from './backend/ort-session.ts';
-export { sendError } from './routes/inference.ts';
 export {
   DataPlane,
   SERVER_NAME,
-  SERVER_VERSION,
   type InferRequest,
   type InferResponse,
   type ModelMetadata,
   type TensorMetadata,
 } from './protocols/data-plane.ts';
-export { readOnnxSignature } from './protocols/onnx-signature.ts';
 export { startGrpcServers, type GrpcServers, type StartGrpcServersOptions } from './protocols/grpc-server.ts';
 export { loadProto, PROTO_LOADER_OPTIONS } from './protocols/grpc-common.ts';

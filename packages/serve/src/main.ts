@@ -10,7 +10,8 @@ import {
   stopBackgroundServer,
   writeStartupReport,
 } from './launcher.ts';
-import { MARINA_VERSION, type ServeCommand } from './cli.ts';
+import type { ServeCommand } from './cli.ts';
+import { MARINA_VERSION } from './version.ts';
 import { configError } from './config/config-errors.ts';
 import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';
 import { formatTerminalLine } from './request-log.ts';

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { createProgram, MARINA_VERSION, type ServeCommand } from '../src/cli.ts';
+import { createProgram, type ServeCommand } from '../src/cli.ts';
+import { MARINA_VERSION } from '../src/version.ts';
 
 async function parse(args: string[]): Promise<ServeCommand> {
   let command: ServeCommand | undefined;

@@ -14,7 +14,7 @@ describe('error codes', () => {
       ...Object.entries(serveErrors.definitions),
       ...Object.entries(handlerErrors.definitions),
     ]) {
-      const row = doc.split('\n').find((line) => line.includes(`\`${code}\``));
+      const row = doc.split('\n').find((line) => line.startsWith(`| \`${code}\` |`));
       if (!row || !row.includes(`| ${def.statusCode} |`)) missing.push(`${code} (${def.statusCode})`);
     }
     expect(missing).toEqual([]);

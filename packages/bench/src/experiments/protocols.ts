@@ -1,10 +1,10 @@
+import { readOnnxGraph } from '@marina/handlers';
 import { emptyRow, type ResultRow } from '../bench-result.ts';
 import { runGrpcLoad } from '../grpc-load-generator.ts';
 import { runLoad } from '../load-generator.ts';
 import { listProcessTree, startProcessSampler } from '../process-sampler.ts';
 import type { RunningServer } from '../server-process.ts';
 import { summarizeLatencies } from '../stats.ts';
-import { readOnnxSignature } from '@marina/serve';
 import {
   bestRound,
   measureServerLoad,
@@ -80,7 +80,7 @@ async function measureGrpc(
 export async function runProtocols(context: ExperimentContext): Promise<{ rows: ResultRow[]; notes: string[] }> {
   const rows: ResultRow[] = [];
   const notes: string[] = [];
-  const input = readOnnxSignature(context.assets.modelPath).inputs[0]!;
+  const input = (await readOnnxGraph(context.assets.modelPath)).inputs[0]!;
   const size = typeof input.shape[2] === 'number' && input.shape[2] > 0 ? input.shape[2] : 224;
   const shape = [1, 3, size, size];
   const raw = randomFloats(3 * size * size);

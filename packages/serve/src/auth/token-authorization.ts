@@ -7,7 +7,8 @@ import { chmod, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, onRequestHookHandler } from 'fastify';
 import { authErrors } from './auth-errors.ts';
-import { sendTorchServeError, setTorchServeHeaders } from './torchserve-response.ts';
+import { sendTorchServeError } from '../protocols/error-map.ts';
+import { setTorchServeHeaders } from './torchserve-response.ts';
 
 /** Which key a request must carry: `API` only guards `/token`. */
 export type KeyType = 'inference' | 'management' | 'API';
@@ -245,7 +246,7 @@ export function createTokenHook(options: CreateTokenHookOptions): onRequestHookH
       'WWW-Authenticate',
       `Bearer realm="marina-${keyType}"${result === 'missing' ? '' : ', error="invalid_token"'}`,
     );
-    sendTorchServeError(request, reply, failure(tokens, keyType, result));
+    sendTorchServeError(reply, failure(tokens, keyType, result));
   };
 }
 
@@ -272,12 +273,11 @@ export async function tokenRoutes(app: FastifyInstance, options: { tokens: Token
           'WWW-Authenticate',
           `Bearer realm="marina-API"${result === 'missing' ? '' : ', error="invalid_token"'}`,
         );
-        return sendTorchServeError(request, reply, failure(tokens, 'API', result));
+        return sendTorchServeError(reply, failure(tokens, 'API', result));
       }
       const type = (request.query as Record<string, unknown>).type;
       if (type !== 'inference' && type !== 'management') {
         return sendTorchServeError(
-          request,
           reply,
           authErrors.create.MARINA_ERR_TOKEN_TYPE_INVALID(
             `'/token' needs type=inference or type=management, got ${type === undefined ? 'none' : `'${String(type)}'`}`,
@@ -287,7 +287,7 @@ export async function tokenRoutes(app: FastifyInstance, options: { tokens: Token
       try {
         await tokens.rotate(type);
       } catch (error) {
-        return sendTorchServeError(request, reply, error);
+        return sendTorchServeError(reply, error);
       }
       setTorchServeHeaders(request, reply, 200);
       return reply.code(200).send('');

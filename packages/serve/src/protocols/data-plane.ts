@@ -5,7 +5,6 @@
  * one predict path. Adapters only translate their wire form into an InferRequest and the
  * InferResponse back; they never talk to the registry for inference themselves.
  */
-import { join } from 'node:path';
 import {
   assertResponseSize,
   checkRawSize,
@@ -26,18 +25,19 @@ import {
   type V2Datatype,
 } from '@marina/handlers';
 import { createServeError } from '../errors.ts';
+import { MARINA_VERSION } from '../version.ts';
 import type { JobResult } from '../scheduling/job.ts';
-import type { ModelRegistry, PredictOptions } from '../registry/model-registry.ts';
+import type { ModelRegistry, PredictOptions, PredictResult } from '../registry/model-registry.ts';
 import type { ModelVersion } from '../registry/model-version.ts';
-import { readOnnxSignature } from './onnx-signature.ts';
 
 /** A checked JSON tensor body up to this size reaches the worker as it came (see #encodeTorchServeInput). */
 const SMALL_JSON_BODY_BYTES = 64 * 1024;
 
 export const SERVER_NAME = 'marina';
-export const SERVER_VERSION = '0.1.0';
+/** The response header (and gRPC metadata key) that says which model version answered. */
+export const MODEL_VERSION_HEADER = 'x-marina-model-version';
 /** Open Inference Protocol extensions Marina implements. */
-export const SERVER_EXTENSIONS = ['binary_tensor_data'] as const;
+export const SERVER_EXTENSIONS = ['binary_tensor_data', 'model_repository'] as const;
 
 /** A protocol-neutral inference request (KServe's InferRequest): tensors as raw bytes. */
 export interface InferRequest {
@@ -79,6 +79,30 @@ export interface ModelMetadata {
   outputs: TensorMetadata[];
 }
 
+/**
+ * One entry of the model repository extension's index (Triton's `$repository_index_response`):
+ * `state` is Triton's READY, LOADING, UNLOADING or UNAVAILABLE; `reason` says why a version is not READY.
+ */
+export interface RepositoryIndexEntry {
+  name: string;
+  version: string;
+  state: 'READY' | 'LOADING' | 'UNLOADING' | 'UNAVAILABLE';
+  reason: string;
+}
+
+/** Triton's state for a version's life state (and, for a description without one, its workers). */
+function repositoryStateOf(description: {
+  state?: 'registered' | 'loading' | 'resident' | 'unloading';
+  workers: Array<{ status: string }>;
+}): Pick<RepositoryIndexEntry, 'state' | 'reason'> {
+  const hasWorker = description.workers.some((w) => w.status === 'READY' || w.status === 'BUSY');
+  const state = description.state ?? (hasWorker ? 'resident' : 'registered');
+  if (state === 'resident') return { state: 'READY', reason: '' };
+  if (state === 'loading') return { state: 'LOADING', reason: 'loading' };
+  if (state === 'unloading') return { state: 'UNLOADING', reason: 'unloading' };
+  return { state: 'UNAVAILABLE', reason: 'unloaded: registered, not resident; a request or load loads it' };
+}
+
 export interface DataPlaneOptions {
   registry: ModelRegistry;
   /** max_response_size, bytes. */
@@ -118,7 +142,6 @@ function jsonValueOf(payload: Buffer | string): unknown {
 export class DataPlane {
   readonly #registry: ModelRegistry;
   readonly #maxResponseBytes: number;
-  readonly #signatures = new WeakMap<ModelVersion, ModelSignature>();
 
   constructor(options: DataPlaneOptions) {
     this.#registry = options.registry;
@@ -130,7 +153,7 @@ export class DataPlane {
   }
 
   serverMetadata(): { name: string; version: string; extensions: string[] } {
-    return { name: SERVER_NAME, version: SERVER_VERSION, extensions: [...SERVER_EXTENSIONS] };
+    return { name: SERVER_NAME, version: MARINA_VERSION, extensions: [...SERVER_EXTENSIONS] };
   }
 
   /** The process serves requests (false once closing). */
@@ -154,19 +177,46 @@ export class DataPlane {
 
   /**
    * The model's signature: the ONNX graph's inputs and outputs (empty for a custom handler's
-   * archive without an ONNX serializedFile). Read once per version.
+   * archive without an ONNX serializedFile), read when the version was registered.
    * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND, MARINA_ERR_MODEL_SIGNATURE_UNREADABLE
    */
   signature(modelName: string, modelVersion?: string): { version: ModelVersion; signature: ModelSignature } {
+    return this.#signatureOf(this.#registry.getVersion(modelName, modelVersion));
+  }
+
+  /**
+   * The version that serves a request, chosen once (the registry's resolveVersion: the one named,
+   * else the traffic policy's pick, else the default), with its signature.
+   */
+  #route(
+    modelName: string,
+    modelVersion: string | undefined,
+    headers: Record<string, string> | undefined,
+  ): { version: ModelVersion; signature: ModelSignature } {
+    return this.#signatureOf(this.#registry.resolveVersion(modelName, modelVersion, headers));
+  }
+
+  #signatureOf(version: ModelVersion): { version: ModelVersion; signature: ModelSignature } {
+    const read = version.signature;
+    if ('error' in read) throw read.error;
+    return { version, signature: read.signature };
+  }
+
+  /** The names of the registered models, in registration order. */
+  modelNames(): string[] {
+    return this.#registry.list().map((m) => m.modelName);
+  }
+
+  /**
+   * Explanations: Marina's handlers have no explain(); TorchServe answers a handler without one
+   * with 503 "Prediction failed" (its BaseHandler has no get_insights), and so does Marina.
+   * @throws MARINA_ERR_EXPLAIN_NOT_SUPPORTED, or not found (404).
+   */
+  explain(modelName: string, modelVersion?: string): never {
     const version = this.#registry.getVersion(modelName, modelVersion);
-    let signature = this.#signatures.get(version);
-    if (!signature) {
-      const file = version.manifest.model.serializedFile;
-      signature =
-        file && /\.onnx$/i.test(file) ? readOnnxSignature(join(version.modelDir, file)) : { inputs: [], outputs: [] };
-      this.#signatures.set(version, signature);
-    }
-    return { version, signature };
+    throw createServeError.MARINA_ERR_EXPLAIN_NOT_SUPPORTED(
+      `Prediction failed: the handler '${version.handler}' of model ${modelName} version ${version.modelVersion} has no explain; Marina's handlers do not implement explanations (use /predictions)`,
+    );
   }
 
   /** OIP model metadata; `versions` lists every version when none was asked for. */
@@ -183,6 +233,47 @@ export class DataPlane {
       inputs: tensorMetadata(signature.inputs),
       outputs: tensorMetadata(signature.outputs),
     };
+  }
+
+  /**
+   * The model repository extension's index: every registered version with its state, sorted by
+   * name; `ready` keeps only the READY ones (Triton's and KServe's `ready` filter).
+   */
+  repositoryIndex(options: { ready?: boolean } = {}): RepositoryIndexEntry[] {
+    const entries: RepositoryIndexEntry[] = [];
+    for (const model of this.#registry.list()) {
+      let descriptions;
+      try {
+        descriptions = this.#registry.describe(model.modelName, 'all');
+      } catch {
+        continue; // unregistered between list() and describe()
+      }
+      for (const d of descriptions) {
+        const entry = { name: d.modelName, version: d.modelVersion, ...repositoryStateOf(d) };
+        if (!options.ready || entry.state === 'READY') entries.push(entry);
+      }
+    }
+    return entries;
+  }
+
+  /**
+   * The repository extension's load: makes the model's default version (or the version named)
+   * resident; answers at once when it is.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404), MARINA_ERR_MEMORY_BUDGET_FULL (503), load failures.
+   */
+  async loadModel(modelName: string, modelVersion?: string): Promise<void> {
+    this.#registry.getVersion(modelName, modelVersion);
+    await this.#registry.load(modelName, modelVersion, { reason: 'api' });
+  }
+
+  /**
+   * The repository extension's unload: back to registered (no worker, no session); the model stays
+   * known, and a later request or load loads it again.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404).
+   */
+  async unloadModel(modelName: string, modelVersion?: string): Promise<void> {
+    this.#registry.getVersion(modelName, modelVersion);
+    await this.#registry.unload(modelName, modelVersion);
   }
 
   /**
@@ -230,8 +321,14 @@ export class DataPlane {
    * inputs pass as they came.
    * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN (400), not found (404).
    */
-  admitTorchServeInput(options: PredictOptions): PredictOptions {
-    const { version, signature } = this.signature(options.modelName, options.modelVersion);
+  admitTorchServeInput(request: PredictOptions): PredictOptions {
+    const { version, signature } = this.#route(request.modelName, request.modelVersion, request.headers);
+    // From here on the version is fixed: the predict path must not pick again.
+    const options: PredictOptions = {
+      ...request,
+      modelVersion: version.modelVersion,
+      requestedVersion: request.requestedVersion ?? request.modelVersion ?? 'default',
+    };
     if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
     try {
       return this.#encodeTorchServeInput(options, signature);
@@ -246,11 +343,15 @@ export class DataPlane {
    * for the metrics; it is reported on the registry's `request` event the same way (queue and
    * inference time 0), so ts_inference_requests_total and the status classes still see it.
    */
-  #recordRefused(version: ModelVersion, options: { modelVersion?: string; arrivedAt?: number }, error: unknown): void {
+  #recordRefused(
+    version: ModelVersion,
+    options: { modelVersion?: string; requestedVersion?: string; arrivedAt?: number },
+    error: unknown,
+  ): void {
     const totalMs = performance.now() - (options.arrivedAt ?? performance.now());
     this.#registry.events.emit('request', {
       modelName: version.modelName,
-      requestedVersion: options.modelVersion ?? 'default',
+      requestedVersion: options.requestedVersion ?? options.modelVersion ?? 'default',
       modelVersion: version.modelVersion,
       statusCode: (error as { statusCode?: number }).statusCode ?? 500,
       queueMs: 0,
@@ -334,9 +435,10 @@ export class DataPlane {
    * predict path, with the answer bounded by max_response_size.
    * @throws as ModelRegistry.predict, and MARINA_ERR_RESPONSE_TOO_LARGE.
    */
-  async predict(options: PredictOptions): Promise<JobResult> {
+  async predict(options: PredictOptions): Promise<PredictResult> {
     const result = await this.#registry.predict(this.admitTorchServeInput(options));
-    assertResponseSize(result.body.length, this.#maxResponseBytes);
+    const { text } = result;
+    assertResponseSize(text === undefined ? result.body.length : Buffer.byteLength(text), this.#maxResponseBytes);
     return result;
   }
 
@@ -347,7 +449,7 @@ export class DataPlane {
    */
   async infer(request: InferRequest): Promise<InferResponse> {
     const arrivedAt = request.arrivedAt ?? performance.now();
-    const { version, signature } = this.signature(request.modelName, request.modelVersion);
+    const { version, signature } = this.#route(request.modelName, request.modelVersion, request.headers);
     try {
       this.#admit(request, version, signature);
     } catch (error) {
@@ -374,7 +476,8 @@ export class DataPlane {
     );
     const result = await this.#registry.predict({
       modelName: request.modelName,
-      modelVersion: request.modelVersion,
+      modelVersion: version.modelVersion,
+      requestedVersion: request.modelVersion ?? 'default',
       requestId: request.requestId,
       input: { body },
       headers: {

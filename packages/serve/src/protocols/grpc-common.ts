@@ -1,10 +1,12 @@
-/** What every gRPC adapter shares: the protos, status mapping, token checks and the unary wrapper. */
+/** What every gRPC adapter shares: the protos, token checks and the unary wrapper (errors map to gRPC in error-map.ts). */
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { MarinaError } from '@marina/errors';
+import { authErrors } from '../auth/auth-errors.ts';
 import type { TokenAuthorization } from '../auth/token-authorization.ts';
-import { toMarinaError } from '../errors.ts';
+import { grpcServiceError } from './error-map.ts';
+import { MODEL_VERSION_HEADER } from './data-plane.ts';
 
 const PROTO_DIR = fileURLToPath(new URL('../../protos/', import.meta.url));
 
@@ -20,7 +22,13 @@ export const PROTO_LOADER_OPTIONS: protoLoader.Options = {
 
 /** Loads one of the .proto files shipped in packages/serve/protos (for servers and test clients). */
 export function loadProto(
-  file: 'grpc_predict_v2.proto' | 'open_inference_grpc.proto' | 'inference.proto' | 'management.proto',
+  file:
+    | 'grpc_predict_v2.proto'
+    | 'open_inference_grpc.proto'
+    | 'inference.proto'
+    | 'management.proto'
+    | 'marina_management.proto'
+    | 'model-runtime.proto',
 ): grpc.GrpcObject {
   return grpc.loadPackageDefinition(protoLoader.loadSync(file, PROTO_LOADER_OPTIONS));
 }
@@ -32,31 +40,16 @@ export function serviceOf(pkg: grpc.GrpcObject, dotted: string): grpc.ServiceDef
   return (node as { service: grpc.ServiceDefinition }).service;
 }
 
-/** HTTP status of a MarinaError → gRPC status code. */
-export function grpcStatusOf(statusCode: number): grpc.status {
-  if (statusCode === 400) return grpc.status.INVALID_ARGUMENT;
-  if (statusCode === 401) return grpc.status.UNAUTHENTICATED;
-  if (statusCode === 403) return grpc.status.PERMISSION_DENIED;
-  if (statusCode === 404) return grpc.status.NOT_FOUND;
-  if (statusCode === 405) return grpc.status.UNIMPLEMENTED;
-  if (statusCode === 409) return grpc.status.ALREADY_EXISTS;
-  if (statusCode === 413) return grpc.status.RESOURCE_EXHAUSTED;
-  if (statusCode === 503) return grpc.status.UNAVAILABLE;
-  if (statusCode === 504) return grpc.status.DEADLINE_EXCEEDED;
-  return grpc.status.INTERNAL;
-}
-
-/** A MarinaError as a gRPC error: the mapped status, the message, and the code in `marina-error-code` metadata. */
-export function toGrpcError(error: unknown): Partial<grpc.StatusObject> {
-  const e: MarinaError = toMarinaError(error);
+/** Response metadata saying which model version answered (`x-marina-model-version`). */
+export function versionMetadata(modelVersion: string): grpc.Metadata {
   const metadata = new grpc.Metadata();
-  metadata.set('marina-error-code', e.code);
-  return { code: grpcStatusOf(e.statusCode), details: e.message, metadata };
+  metadata.set(MODEL_VERSION_HEADER, modelVersion);
+  return metadata;
 }
 
-export type KeyCheck = (call: { metadata: grpc.Metadata }) => Partial<grpc.StatusObject> | undefined;
+export type KeyCheck = (call: { metadata: grpc.Metadata }) => MarinaError | undefined;
 
-/** Token authorization for one API: undefined when the call carries the key, else the UNAUTHENTICATED error. */
+/** Token authorization for one API: undefined when the call carries the key, else the token error (UNAUTHENTICATED on the wire). */
 export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 'inference' | 'management'): KeyCheck {
   return (call) => {
     if (!tokens) return undefined;
@@ -69,20 +62,13 @@ export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 
         : result === 'expired'
           ? `the ${keyType} key expired (keys last ${tokens.tokenExpirationMin} min); rotate it with /token?type=${keyType}`
           : `the key is incorrect for the ${keyType} API`;
-    const metadata = new grpc.Metadata();
-    metadata.set(
-      'marina-error-code',
+    const create =
       result === 'missing'
-        ? 'MARINA_ERR_TOKEN_MISSING'
+        ? authErrors.create.MARINA_ERR_TOKEN_MISSING
         : result === 'expired'
-          ? 'MARINA_ERR_TOKEN_EXPIRED'
-          : 'MARINA_ERR_TOKEN_INVALID',
-    );
-    return {
-      code: grpc.status.UNAUTHENTICATED,
-      details: `Token Authorization failed: ${why}; the ${keyType} key is in '${tokens.keyFilePath}'`,
-      metadata,
-    };
+          ? authErrors.create.MARINA_ERR_TOKEN_EXPIRED
+          : authErrors.create.MARINA_ERR_TOKEN_INVALID;
+    return create(`Token Authorization failed: ${why}; the ${keyType} key is in '${tokens.keyFilePath}'`);
   };
 }
 
@@ -93,12 +79,12 @@ export function unary<Req, Res>(
 ): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
     const denied = checkKey(call);
-    if (denied) return callback(denied as grpc.ServiceError);
+    if (denied) return callback(grpcServiceError(denied));
     Promise.resolve()
       .then(() => run(call.request, call))
       .then(
         (value) => callback(null, value),
-        (error: unknown) => callback(toGrpcError(error) as grpc.ServiceError),
+        (error: unknown) => callback(grpcServiceError(error)),
       );
   };
 }

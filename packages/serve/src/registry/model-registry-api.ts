@@ -5,6 +5,8 @@
  */
 import type { EventEmitter } from 'node:events';
 import type { QuantizationSummary } from '@marina/archive';
+import type { ShadowOutcome, ShadowStats } from './shadow-traffic.ts';
+import type { TrafficPolicy } from './traffic-policy.ts';
 
 export interface RegisterModelOptions {
   /** What the user asked for (file name in the store, folder, or URL); reported as modelUrl. */
@@ -31,6 +33,35 @@ export interface RegisterModelOptions {
   synchronous?: boolean;
   /** True when the archive was downloaded into the store by register (deleted again on unregister). */
   isDownloaded?: boolean;
+  /**
+   * false: register only (state `registered`, no worker, no session); the first request, or
+   * `load`, loads it. Default true: load now (within model_memory_budget, evicting idle models).
+   */
+  load?: boolean;
+  /** Keep resident: never evicted nor idle-unloaded (overrides model-config.yaml and the models JSON). */
+  pinned?: boolean;
+  /** Idle unload after this many seconds without a request; 0 = never (overrides model-config.yaml and the models JSON). */
+  idleUnloadSeconds?: number;
+  /** Why a load happens, for marina_model_loads_total (default 'api'; start-up loading passes 'startup'). */
+  loadReason?: LoadReason;
+}
+
+/** Why a model version was loaded: marina_model_loads_total's `reason` label. */
+export type LoadReason = 'startup' | 'demand' | 'api';
+
+/** A version changed state (registered, loading, resident, unloading). */
+export interface ResidencyEvent {
+  modelName: string;
+  modelVersion: string;
+  state: 'registered' | 'loading' | 'resident' | 'unloading';
+  /** Why it loads ('loading', 'resident') or leaves ('unloading', 'registered'): a LoadReason, or 'evicted', 'idle', 'api', 'failed'. */
+  reason: string;
+  /** Measured process memory the load added, bytes ('resident'). */
+  residentBytes?: number;
+  /** From the start of the load to resident, ms ('resident'). */
+  loadMs?: number;
+  /** Requests that were waiting in the queue for this load when it finished ('resident', demand loads). */
+  waitingRequests?: number;
 }
 
 export interface RegisterResult {
@@ -92,10 +123,47 @@ export interface ModelDescription {
   jobQueueStatus: { remainingCapacity: number; pendingRequests: number };
   /** Marina extension: the autoscaling policy in force (see README). */
   autoscaling?: Record<string, unknown>;
+  /** Marina extension: where the version is in its life (registered, loading, resident, unloading). */
+  state?: 'registered' | 'loading' | 'resident' | 'unloading';
+  /** Marina extension: process memory its load added, bytes (measured before and after; the estimate while loading); 0 when not resident. */
+  residentBytes?: number;
+  /** Marina extension: when a request last arrived (ISO 8601), null if never. */
+  lastUsed?: string | null;
+  /** Marina extension: kept resident (never evicted nor idle-unloaded). */
+  pinned?: boolean;
+  /** Marina extension: idle unload after this many seconds without a request; 0 = never. */
+  idleUnloadSeconds?: number;
   /** Marina extension: 'int8' for archives written by model-archiver --quantize, else 'fp32'. */
   precision?: string;
   /** Marina extension: the archive's quantization.json summary (method, agreement, kept-fp32 nodes). */
   quantization?: QuantizationSummary;
+  /** Marina extension: the model's traffic policy and this version's part in it; absent without a policy. */
+  traffic?: VersionTraffic;
+}
+
+/** A version's part in its model's traffic policy (describe's `traffic`). */
+export interface VersionTraffic {
+  /** This version's share of requests that name no version, percent. */
+  weight: number;
+  /** The whole policy in force. */
+  policy: TrafficPolicy;
+  /** On the shadow version: what its copies did, and how far its answers agreed with the live ones. */
+  shadow?: {
+    percent: number;
+    /** Copies answered or failed. */
+    requests: number;
+    failed: number;
+    /** Copies shed before they ran (no headroom, queue full). */
+    dropped: number;
+    /** Copies compared with the live answer. */
+    compared: number;
+    /** Mean agreement 0–1 over the compared copies (top-1, IoU or cosine); absent before the first. */
+    agreement?: number;
+    /** Largest absolute difference between tensor answers. */
+    maxAbsDiff?: number;
+    /** 'top1', 'iou' or 'cosine'; absent where the answers cannot be compared. */
+    method?: string;
+  };
 }
 
 export interface ModelListEntry {
@@ -119,6 +187,10 @@ export interface ModelVersionStats {
   minWorkers: number;
   maxWorkers: number;
   intraOpNumThreads: number;
+  /** Where the version is in its life (registered, loading, resident, unloading). */
+  state?: 'registered' | 'loading' | 'resident' | 'unloading';
+  /** Process memory its load added, bytes (measured), when resident or leaving; 0 otherwise. */
+  residentBytes?: number;
   /**
    * Intra-op threads this version's workers hold now, counting workers that are leaving but whose
    * thread has not ended (a timed-out native run() keeps its cores until it returns). Absent:
@@ -140,6 +212,12 @@ export interface SnapshotModelVersion {
   responseTimeout: number;
   /** TorchServe's runtimeType (the manifest's runtime); optional when reading older snapshots. */
   runtimeType?: string;
+  /** Marina: kept resident. */
+  pinned?: boolean;
+  /** Marina: idle unload, seconds. */
+  idleUnloadSeconds?: number;
+  /** Marina: when a request last arrived (ISO 8601): a restart under a budget loads the most recently used first. */
+  lastUsed?: string;
 }
 
 /** Events the core emits; metrics and snapshots subscribe. */
@@ -155,6 +233,8 @@ export interface RequestDoneEvent {
   inferenceMs: number;
   /** From request arrival to response, ms. */
   totalMs: number;
+  /** Marina: it arrived while the version was not resident and waited for its load. */
+  waitedForLoad?: boolean;
 }
 
 export interface BatchDoneEvent {
@@ -195,10 +275,14 @@ export interface WorkerLoadedEvent {
 
 export interface RegistryEvents {
   request: [RequestDoneEvent];
+  /** A shadow copy was answered, failed or dropped. */
+  shadow: [ShadowOutcome];
   workerLoaded: [WorkerLoadedEvent];
   batch: [BatchDoneEvent];
   /** Registration, unregistration, default version or worker settings changed. */
   changed: [];
+  /** A version's life state changed (see ResidencyEvent). */
+  residency: [ResidencyEvent];
 }
 
 export interface ModelRegistryApi {
@@ -217,4 +301,22 @@ export interface ModelRegistryApi {
   snapshot(): Record<string, Record<string, SnapshotModelVersion>>;
   /** Adds or removes workers of one version within [min,max] (used by the autoscaler). */
   setWorkerCount(modelName: string, modelVersion: string, count: number): Promise<void>;
+  /**
+   * Replaces the model's traffic policy (`{}` removes it: every unversioned request to the default
+   * version); the version with the largest weight becomes the default. Requests in flight keep their version.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_TRAFFIC_POLICY_INVALID
+   */
+  setTrafficPolicy(modelName: string, policy: TrafficPolicy): TrafficPolicy;
+  /** The policy in force; without one, 100 % to the default version. @throws MARINA_ERR_MODEL_NOT_FOUND */
+  getTrafficPolicy(modelName: string): TrafficPolicy;
+  /** Model name → policy, for models that have one (snapshots). */
+  trafficPolicies(): Record<string, TrafficPolicy>;
+  /** Shadow numbers of every registered version, for the metrics (zeros where a version never shadowed). */
+  shadowStats(): ShadowStats[];
+  /** Makes a version resident (within model_memory_budget, evicting idle LRU versions); see ModelRegistry.load. */
+  load(modelName: string, modelVersion?: string, options?: { reason?: LoadReason }): Promise<ModelDescription>;
+  /** Back to registered: no worker, no session; see ModelRegistry.unload. */
+  unload(modelName: string, modelVersion?: string): Promise<void>;
+  /** Pinned versions are never evicted nor idle-unloaded; pinning a registered one loads it. */
+  setPinned(modelName: string, modelVersion: string | undefined, pinned: boolean): Promise<void>;
 }

@@ -1,56 +1,20 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import multipart from '@fastify/multipart';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
-import { createServeError, errorBody, isMarinaError, toMarinaError, type MarinaError } from '../errors.ts';
-import type { ModelRegistry } from '../registry/model-registry.ts';
-import { assertResponseSize, type DataPlane } from '../protocols/data-plane.ts';
+import { createServeError, isMarinaError, type MarinaError } from '../errors.ts';
+import { MODEL_VERSION_HEADER, type DataPlane } from '../protocols/data-plane.ts';
+import { sendError } from '../protocols/error-map.ts';
+import { flattenHeaders } from '../protocols/request-headers.ts';
+import { modelParamsSchema } from './model-params-schema.ts';
 import type { JobInput } from '../scheduling/job.ts';
 import { serverTimingHeader } from './server-timing.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
 export interface InferenceRoutesOptions {
-  registry: ModelRegistry;
+  /** The one way into inference: admission, the registry's predict path and the max_response_size bound. */
+  dataPlane: DataPlane;
   /** max_request_size, bytes. */
   maxRequestBytes: number;
-  /** max_response_size, bytes: a larger answer is refused with MARINA_ERR_RESPONSE_TOO_LARGE. Default: unbounded. */
-  maxResponseBytes?: number;
-  /** Admission below the protocols (strict tensor checks before the queue); without it, inputs go to the handler as they came. */
-  dataPlane?: DataPlane;
-}
-
-/** Codes whose 503 should tell clients when to come back: those where a retry can succeed (not MARINA_ERR_NO_WORKERS: max_worker=0 or a model that cannot load). */
-const retryableCodes = new Set([
-  'MARINA_ERR_QUEUE_FULL',
-  'MARINA_ERR_CLIENT_TIMEOUT',
-  'MARINA_ERR_SERVER_CLOSING',
-  'MARINA_ERR_MODEL_UNLOADING',
-]);
-
-/** Sends a MarinaError as TorchServe's error body (plus `marinaCode`), with Retry-After on overload. */
-export function sendError(reply: FastifyReply, error: unknown): FastifyReply {
-  const e = toMarinaError(error);
-  if (e.statusCode >= 500 && e.code === 'MARINA_ERR_INTERNAL') reply.log.error({ err: error }, e.message);
-  if (retryableCodes.has(e.code)) reply.header('retry-after', '1');
-  const headers = e.details?.['headers'];
-  if (headers && typeof headers === 'object') for (const [k, v] of Object.entries(headers)) reply.header(k, String(v));
-  return reply
-    .code(e.statusCode)
-    .type('application/json')
-    .send(`${JSON.stringify(errorBody(e), null, 2)}\n`);
-}
-
-/** The request's headers as strings (lower-case names), a repeated one joined with ', ': node's own object when none is a list (nearly always). */
-function stringHeaders(headers: FastifyRequest['headers']): Record<string, string> {
-  for (const k in headers) {
-    if (typeof headers[k] === 'string') continue;
-    const copy: Record<string, string> = {};
-    for (const name in headers) {
-      const v = headers[name];
-      if (v !== undefined) copy[name] = Array.isArray(v) ? v.join(', ') : v;
-    }
-    return copy;
-  }
-  return headers as Record<string, string>;
 }
 
 /** The serializer of an answer the worker sent as text: it is sent as it is. */
@@ -121,12 +85,6 @@ function readBodyInput(request: FastifyRequest): { input: JobInput; bodyDecoding
     : { input: { body }, bodyDecoding: undefined };
 }
 
-const paramsSchema = {
-  type: 'object',
-  properties: { model_name: { type: 'string', minLength: 1 }, model_version: { type: 'string', minLength: 1 } },
-  required: ['model_name'],
-} as const;
-
 /** The answer of every workflow route, until workflows are implemented. */
 export function workflowsNotImplemented(): MarinaError {
   return createServeError.MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED(
@@ -158,7 +116,6 @@ const predictionResponses = {
   503: errorResponse,
   504: errorResponse,
 } as const;
-const legacyParams = paramsSchema;
 const invocationsQuery = { type: 'object', properties: { model_name: { type: 'string', minLength: 1 } } } as const;
 
 /**
@@ -171,8 +128,7 @@ const invocationsQuery = { type: 'object', properties: { model_name: { type: 'st
  * fields, as TorchServe.
  */
 export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async (app: FastifyInstance, options) => {
-  const { registry, maxRequestBytes } = options;
-  const maxResponseBytes = options.maxResponseBytes ?? Infinity;
+  const { dataPlane, maxRequestBytes } = options;
   declareRouteAuth(app, 'inference');
 
   app.removeAllContentTypeParsers();
@@ -199,7 +155,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
       },
     },
     async (_request, reply) => {
-      const isHealthy = registry.isHealthy() && !registry.isClosing;
+      const isHealthy = dataPlane.isReady();
       return reply
         .code(isHealthy ? 200 : 500)
         .type('application/json')
@@ -219,7 +175,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
           for (const [k, v] of Object.entries(request.query as Record<string, string | string[]>))
             if (!(k in input)) input[k] = Array.isArray(v) ? v.join(',') : v;
         }
-        const headers = stringHeaders(request.headers);
+        const headers = flattenHeaders(request.headers);
         const predictOptions = {
           modelName,
           modelVersion,
@@ -229,12 +185,10 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
           arrivedAt,
           bodyDecoding,
         };
-        const result = await registry.predict(
-          options.dataPlane ? options.dataPlane.admitTorchServeInput(predictOptions) : predictOptions,
-        );
+        const result = await dataPlane.predict(predictOptions);
         const { text } = result;
-        assertResponseSize(text === undefined ? result.body.length : Buffer.byteLength(text), maxResponseBytes);
         reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
+        reply.header(MODEL_VERSION_HEADER, result.modelVersion);
         for (const k in result.headers) reply.header(k, result.headers[k]!);
         // Text goes as it is (node writes it with the head in one write); fastify would call a string
         // without a type text/plain, so an untyped answer keeps the type its bytes would get.
@@ -264,10 +218,10 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
   const fromQueryOrOnly: ModelFrom = (request) => {
     const name = (request.query as { model_name?: string }).model_name;
     if (name !== undefined) return { modelName: name, modelVersion: undefined };
-    const models = registry.list();
-    if (models.length === 1) return { modelName: models[0]!.modelName, modelVersion: undefined };
+    const names = dataPlane.modelNames();
+    if (names.length === 1) return { modelName: names[0]!, modelVersion: undefined };
     throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(
-      `Model not found: ${models.length === 0 ? 'no model is registered' : `give model_name= (registered: ${models.map((m) => m.modelName).join(', ')})`}`,
+      `Model not found: ${names.length === 0 ? 'no model is registered' : `give model_name= (registered: ${names.join(', ')})`}`,
     );
   };
 
@@ -278,7 +232,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     app.route({
       method: ['POST', 'PUT'],
       url,
-      schema: { description: predictDescription, params: paramsSchema, response: predictionResponses },
+      schema: { description: predictDescription, params: modelParamsSchema, response: predictionResponses },
       handler: predict,
     });
   }
@@ -288,7 +242,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     {
       schema: {
         description: 'SageMaker-style invoke: the same as POST /predictions/{model_name}.',
-        params: paramsSchema,
+        params: modelParamsSchema,
         response: predictionResponses,
       },
     },
@@ -314,7 +268,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         schema: {
           description:
             'The legacy predict route: the same as POST /predictions/{model_name}, with query parameters as input fields.',
-          params: legacyParams,
+          params: modelParamsSchema,
           response: predictionResponses,
         },
       },
@@ -322,15 +276,11 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     );
   }
 
-  // Explanations: Marina's JavaScript handlers have no explain(); TorchServe answers a handler
-  // without one with 503 "Prediction failed" (its BaseHandler has no get_insights), and so does Marina.
+  // Explanations: DataPlane.explain answers as TorchServe does for a handler without explain.
   const explain = async (request: FastifyRequest, reply: FastifyReply) => {
     try {
       const { modelName, modelVersion } = fromParams(request);
-      const version = registry.getVersion(modelName, modelVersion);
-      throw createServeError.MARINA_ERR_EXPLAIN_NOT_SUPPORTED(
-        `Prediction failed: the handler '${version.handler}' of model ${modelName} version ${version.modelVersion} has no explain; Marina's handlers do not implement explanations (use /predictions)`,
-      );
+      dataPlane.explain(modelName, modelVersion);
     } catch (error) {
       return sendError(reply, error);
     }
@@ -341,7 +291,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     app.route({
       method: ['POST', 'PUT'],
       url,
-      schema: { description: explainDescription, params: paramsSchema, response: predictionResponses },
+      schema: { description: explainDescription, params: modelParamsSchema, response: predictionResponses },
       handler: explain,
     });
   }

@@ -3,7 +3,7 @@
  * and model metadata, readiness and infer, with JSON tensors and the binary tensor data
  * extension in both directions. A thin adapter: wire form → InferRequest → DataPlane → wire form.
  * Errors are the protocol's `{"error": "..."}` with the MarinaError's status (and its code in
- * the `x-marina-error-code` header).
+ * the `x-marina-error-code` header), from the one error map (every route declares `errorBody: 'oip'`).
  */
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import {
@@ -19,32 +19,16 @@ import {
   type RawTensor,
 } from '@marina/handlers';
 import { declareRouteAuth } from '../../auth/token-authorization.ts';
-import { createServeError, toMarinaError } from '../../errors.ts';
-import type { DataPlane, InferRequest, InferResponse } from '../data-plane.ts';
+import { createServeError } from '../../errors.ts';
+import { modelParamsSchema } from '../../routes/model-params-schema.ts';
+import { MODEL_VERSION_HEADER, type DataPlane, type InferRequest, type InferResponse } from '../data-plane.ts';
+import { sendError } from '../error-map.ts';
+import { flattenHeaders } from '../request-headers.ts';
 
 export interface OipRestRoutesOptions {
   dataPlane: DataPlane;
   /** max_request_size, bytes. */
   maxRequestBytes: number;
-}
-
-const retryableCodes = new Set([
-  'MARINA_ERR_QUEUE_FULL',
-  'MARINA_ERR_NO_WORKERS',
-  'MARINA_ERR_SERVER_CLOSING',
-  'MARINA_ERR_MODEL_UNLOADING',
-]);
-
-/** Sends an error as the protocol's `{"error": message}`. */
-export function sendOipError(reply: FastifyReply, error: unknown): FastifyReply {
-  const e = toMarinaError(error);
-  if (e.code === 'MARINA_ERR_INTERNAL') reply.log.error({ err: error }, e.message);
-  if (retryableCodes.has(e.code)) reply.header('retry-after', '1');
-  reply.header('x-marina-error-code', e.code);
-  return reply
-    .code(e.statusCode)
-    .type('application/json')
-    .send(JSON.stringify({ error: e.message }));
 }
 
 function invalid(message: string) {
@@ -151,23 +135,55 @@ export function encodeInferResponse(
   return joinBinaryBody(header, binaries);
 }
 
-/** Forwarded request headers (lower-case), as the TorchServe route forwards them. */
-function headersOf(request: FastifyRequest): Record<string, string> {
-  const headers: Record<string, string> = {};
-  for (const k in request.headers) {
-    const v = request.headers[k];
-    if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
-  }
-  return headers;
-}
-
 type ModelParams = { Params: { model_name: string; model_version?: string } };
 
-const paramsSchema = {
-  type: 'object',
-  properties: { model_name: { type: 'string', minLength: 1 }, model_version: { type: 'string', minLength: 1 } },
-  required: ['model_name'],
-} as const;
+/**
+ * A repository extension body: empty, or a JSON object with only the `allowed` keys. Each route
+ * checks the values; an unknown key is refused rather than ignored, so a Triton client's
+ * `config` or `file:` load parameters never pass silently.
+ * @throws MARINA_ERR_BAD_REQUEST
+ */
+function repositoryBody(body: unknown, allowed: readonly string[]): Record<string, unknown> {
+  if (body === undefined || body === null || (Buffer.isBuffer(body) && body.length === 0)) return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.isBuffer(body) ? body.toString('utf8') : String(body));
+  } catch (error) {
+    throw createServeError.MARINA_ERR_BAD_REQUEST(`the body is not valid JSON: ${(error as Error).message}`);
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw createServeError.MARINA_ERR_BAD_REQUEST('the body must be empty or a JSON object');
+  const unknown = Object.keys(value).filter((key) => !allowed.includes(key));
+  if (unknown.length > 0)
+    throw createServeError.MARINA_ERR_BAD_REQUEST(
+      `unknown field${unknown.length === 1 ? '' : 's'} ${unknown
+        .slice(0, 5)
+        .map((key) => JSON.stringify(key.slice(0, 100)))
+        .join(
+          ', ',
+        )}; this request takes ${allowed.length === 0 ? 'no fields' : allowed.map((key) => `"${key}"`).join(', ')}`,
+    );
+  return value as Record<string, unknown>;
+}
+
+/** A repository load's or unload's `parameters`: an object whose keys are in `allowed`, each boolean. @throws MARINA_ERR_BAD_REQUEST */
+function repositoryParameters(value: unknown, allowed: readonly string[]): void {
+  if (value === undefined) return;
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw createServeError.MARINA_ERR_BAD_REQUEST('"parameters" must be an object');
+  for (const [key, parameter] of Object.entries(value)) {
+    if (!allowed.includes(key))
+      throw createServeError.MARINA_ERR_BAD_REQUEST(
+        `parameter ${JSON.stringify(key.slice(0, 100))} is not supported: ${
+          allowed.length === 0
+            ? "a load takes no parameters (Marina loads the model with its archive's settings; Triton's config and file: overrides are not accepted)"
+            : `this request takes ${allowed.map((k) => `"${k}"`).join(', ')}`
+        }`,
+      );
+    if (typeof parameter !== 'boolean')
+      throw createServeError.MARINA_ERR_BAD_REQUEST(`parameter "${key}" must be a boolean`);
+  }
+}
 
 export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (app: FastifyInstance, options) => {
   const { dataPlane, maxRequestBytes } = options;
@@ -186,7 +202,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       (error as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE' ||
       (error as { statusCode?: number }).statusCode === 413
     ) {
-      return sendOipError(
+      return sendError(
         reply,
         createServeError.MARINA_ERR_REQUEST_TOO_LARGE(
           `the request body is larger than max_request_size (${maxRequestBytes} bytes); use the binary tensor data extension (about 4 bytes per FP32 value instead of 10–20 in JSON), send fewer rows, or raise max_request_size`,
@@ -195,9 +211,9 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     }
     const status = (error as { statusCode?: number }).statusCode;
     if ((error as { validation?: unknown }).validation || (status !== undefined && status >= 400 && status < 500)) {
-      return sendOipError(reply, createServeError.MARINA_ERR_BAD_REQUEST((error as Error).message, { cause: error }));
+      return sendError(reply, createServeError.MARINA_ERR_BAD_REQUEST((error as Error).message, { cause: error }));
     }
-    return sendOipError(reply, error);
+    return sendError(reply, error);
   });
   const json = (reply: FastifyReply, code: number, value: unknown) =>
     reply.code(code).type('application/json').send(JSON.stringify(value));
@@ -301,7 +317,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     try {
       return json(reply, 200, dataPlane.modelMetadata(request.params.model_name, request.params.model_version));
     } catch (error) {
-      return sendOipError(reply, error);
+      return sendError(reply, error);
     }
   };
   const ready = async (request: FastifyRequest<ModelParams>, reply: FastifyReply) => {
@@ -309,7 +325,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       const isReady = dataPlane.isModelReady(request.params.model_name, request.params.model_version);
       return json(reply, isReady ? 200 : 503, { name: request.params.model_name, ready: isReady });
     } catch (error) {
-      return sendOipError(reply, error);
+      return sendError(reply, error);
     }
   };
   const infer = async (request: FastifyRequest<ModelParams>, reply: FastifyReply) => {
@@ -329,9 +345,10 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         modelName: request.params.model_name,
         modelVersion: request.params.model_version,
         requestId: request.id,
-        headers: headersOf(request),
+        headers: flattenHeaders(request.headers),
         arrivedAt,
       });
+      reply.header(MODEL_VERSION_HEADER, response.modelVersion);
       const encoded = encodeInferResponse(response, decoded.binaryOutputs, dataPlane.maxResponseBytes);
       assertResponseSize(encoded.body.length, dataPlane.maxResponseBytes);
       if (encoded.headerLength !== undefined) {
@@ -340,7 +357,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       } else reply.type('application/json');
       return reply.code(200).send(encoded.body);
     } catch (error) {
-      return sendOipError(reply, error);
+      return sendError(reply, error);
     }
   };
 
@@ -350,7 +367,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       {
         schema: {
           description: "Open Inference Protocol: the model's metadata, inputs and outputs from its ONNX signature.",
-          params: paramsSchema,
+          params: modelParamsSchema,
           response: { 200: modelMetadataSchema, 404: oipError, 500: oipError },
         },
       },
@@ -361,7 +378,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       {
         schema: {
           description: 'Open Inference Protocol: whether the model version has its minimum workers up.',
-          params: paramsSchema,
+          params: modelParamsSchema,
           response: { 200: modelReadySchema, 503: modelReadySchema, 404: oipError },
         },
       },
@@ -373,11 +390,100 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         schema: {
           description:
             'Open Inference Protocol: inference on JSON tensors, or the binary tensor extension (Inference-Header-Content-Length).',
-          params: paramsSchema,
+          params: modelParamsSchema,
           response: { 200: inferResponseSchema, 400: oipError, 404: oipError, 500: oipError, 503: oipError },
         },
       },
       infer,
     );
   }
+  // The model repository extension (Triton's and KServe's): index, load, unload. They change which
+  // models are in memory, so they need the management key, as the management API does.
+  const repositoryEntrySchema = {
+    type: 'object',
+    required: ['name', 'state'],
+    properties: {
+      name: { type: 'string' },
+      version: { type: 'string' },
+      state: { type: 'string', description: 'READY, LOADING, UNLOADING or UNAVAILABLE (Triton).' },
+      reason: { type: 'string', description: 'Why the version is not READY.' },
+    },
+  } as const;
+  const nameOnly = {
+    type: 'object',
+    properties: { model_name: { type: 'string', minLength: 1 } },
+    required: ['model_name'],
+  } as const;
+  app.post(
+    '/v2/repository/index',
+    {
+      config: { auth: 'management' },
+      schema: {
+        description:
+          'Model repository extension: every registered model version and its state; {"ready": true} keeps the READY ones. Needs the management key.',
+        response: { 200: { type: 'array', items: repositoryEntrySchema }, 400: oipError },
+      },
+    },
+    async (request, reply) => {
+      try {
+        const body = repositoryBody(request.body, ['ready', 'repository_name']);
+        if (body['ready'] !== undefined && typeof body['ready'] !== 'boolean')
+          throw createServeError.MARINA_ERR_BAD_REQUEST('"ready" must be a boolean');
+        return json(reply, 200, dataPlane.repositoryIndex({ ready: body['ready'] === true }));
+      } catch (error) {
+        return sendError(reply, error);
+      }
+    },
+  );
+  app.post(
+    '/v2/repository/models/:model_name/load',
+    {
+      config: { auth: 'management' },
+      schema: {
+        description:
+          "Model repository extension: load the model's default version (answers once it is resident; at once if it is). Needs the management key.",
+        params: nameOnly,
+        response: {
+          200: { type: 'object', properties: { name: { type: 'string' }, load: { type: 'boolean' } } },
+          400: oipError,
+          404: oipError,
+          503: oipError,
+        },
+      },
+    },
+    async (request: FastifyRequest<ModelParams>, reply) => {
+      try {
+        repositoryParameters(repositoryBody(request.body, ['parameters'])['parameters'], []);
+        await dataPlane.loadModel(request.params.model_name);
+        return json(reply, 200, { name: request.params.model_name, load: true });
+      } catch (error) {
+        return sendError(reply, error);
+      }
+    },
+  );
+  app.post(
+    '/v2/repository/models/:model_name/unload',
+    {
+      config: { auth: 'management' },
+      schema: {
+        description:
+          "Model repository extension: unload the model's default version (back to registered: no worker, no session; a request loads it again). Needs the management key.",
+        params: nameOnly,
+        response: {
+          200: { type: 'object', properties: { name: { type: 'string' }, unload: { type: 'boolean' } } },
+          400: oipError,
+          404: oipError,
+        },
+      },
+    },
+    async (request: FastifyRequest<ModelParams>, reply) => {
+      try {
+        repositoryParameters(repositoryBody(request.body, ['parameters'])['parameters'], ['unload_dependents']);
+        await dataPlane.unloadModel(request.params.model_name);
+        return json(reply, 200, { name: request.params.model_name, unload: true });
+      } catch (error) {
+        return sendError(reply, error);
+      }
+    },
+  );
 };

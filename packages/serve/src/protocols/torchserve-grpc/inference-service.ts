@@ -5,10 +5,12 @@
  */
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
-import { createServeError, toMarinaError } from '../../errors.ts';
-import type { JobResult } from '../../scheduling/job.ts';
+import { createServeError } from '../../errors.ts';
+import type { PredictResult } from '../../registry/model-registry.ts';
 import type { DataPlane } from '../data-plane.ts';
-import { grpcStatusOf, toGrpcError, unary, type KeyCheck } from '../grpc-common.ts';
+import { grpcServiceError, torchServeGrpcStreamStatus } from '../error-map.ts';
+import { unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
+import { metadataHeaders } from '../request-headers.ts';
 
 interface PredictionsRequest {
   model_name: string;
@@ -23,7 +25,7 @@ export function createTorchServeInferenceService(options: {
 }): grpc.UntypedServiceImplementation {
   const { dataPlane, checkKey } = options;
 
-  const predict = (request: PredictionsRequest, metadata: grpc.Metadata): Promise<JobResult> => {
+  const predict = (request: PredictionsRequest, metadata: grpc.Metadata): Promise<PredictResult> => {
     const arrivedAt = performance.now();
     if (!request.model_name)
       return Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter model_name is required.'));
@@ -33,9 +35,7 @@ export function createTorchServeInferenceService(options: {
           "the request's input map is empty; put the model input under the key 'data'",
         ),
       );
-    const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(metadata.getMap()))
-      if (k !== 'authorization') headers[k] = typeof v === 'string' ? v : v.toString('utf8');
+    const headers = metadataHeaders(metadata);
     return dataPlane.predict({
       modelName: request.model_name,
       modelVersion: request.model_version || undefined,
@@ -52,25 +52,28 @@ export function createTorchServeInferenceService(options: {
     Ping: unary(checkKey, () => ({
       health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2),
     })),
-    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => ({
-      prediction: (await predict(request, call.metadata)).body,
-    })),
+    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => {
+      const result = await predict(request, call.metadata);
+      call.sendMetadata(versionMetadata(result.modelVersion));
+      return { prediction: result.body };
+    }),
     /** Marina's handlers answer once, so the stream carries one message. */
     StreamPredictions: (call: grpc.ServerWritableStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
-      if (denied) return call.destroy(Object.assign(new Error(denied.details), denied));
+      if (denied) return call.destroy(grpcServiceError(denied));
       predict(call.request, call.metadata).then(
         (result) => {
+          call.sendMetadata(versionMetadata(result.modelVersion));
           call.write({ prediction: result.body });
           call.end();
         },
-        (error: unknown) => call.destroy(Object.assign(new Error(toMarinaError(error).message), toGrpcError(error))),
+        (error: unknown) => call.destroy(grpcServiceError(error)),
       );
     },
     /** Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does. */
     StreamPredictions2: (call: grpc.ServerDuplexStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
-      if (denied) return call.destroy(Object.assign(new Error(denied.details), denied));
+      if (denied) return call.destroy(grpcServiceError(denied));
       const running = new Set<Promise<void>>();
       call.on('data', (request: PredictionsRequest) => {
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};
@@ -80,10 +83,7 @@ export function createTorchServeInferenceService(options: {
             : Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter sequenceId is required.'))
         ).then(
           (result) => void call.write({ prediction: result.body, ...sequence }),
-          (error: unknown) => {
-            const e = toMarinaError(error);
-            call.write({ ...sequence, status: { code: grpcStatusOf(e.statusCode), message: e.message, details: [] } });
-          },
+          (error: unknown) => void call.write({ ...sequence, status: torchServeGrpcStreamStatus(error) }),
         );
         running.add(done);
         void done.finally(() => running.delete(done));

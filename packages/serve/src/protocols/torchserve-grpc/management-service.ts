@@ -6,8 +6,10 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { FastifyInstance } from 'fastify';
+import { MarinaError } from '@marina/errors';
 import { createServeError } from '../../errors.ts';
-import { grpcStatusOf, type KeyCheck } from '../grpc-common.ts';
+import { grpcServiceError } from '../error-map.ts';
+import type { KeyCheck } from '../grpc-common.ts';
 
 type Query = Record<string, string | number | boolean | undefined>;
 
@@ -23,17 +25,15 @@ function given(value: string | number | undefined): string | number | undefined 
   return value === 0 || value === '' ? undefined : value;
 }
 
-export function createTorchServeManagementService(options: {
-  management: FastifyInstance;
-  checkKey: KeyCheck;
-}): grpc.UntypedServiceImplementation {
-  const { management, checkKey } = options;
-
-  const call =
-    (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}) =>
+/**
+ * One gRPC management call as a REST management request on the same server (fastify `inject`, in
+ * process): `msg` carries the REST body; a REST error keeps its code on the gRPC side.
+ */
+function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
+  return (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}, body?: unknown) =>
     (rpc: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       const denied = checkKey(rpc);
-      if (denied) return callback(denied as grpc.ServiceError);
+      if (denied) return callback(grpcServiceError(denied));
       const search = new URLSearchParams();
       for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
       const authorization = rpc.metadata.get('authorization')[0];
@@ -41,7 +41,11 @@ export function createTorchServeManagementService(options: {
         .inject({
           method,
           url: `${url}${search.size > 0 ? `?${search}` : ''}`,
-          headers: authorization ? { authorization: String(authorization) } : {},
+          headers: {
+            ...(authorization ? { authorization: String(authorization) } : {}),
+            ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+          },
+          ...(body === undefined ? {} : { payload: JSON.stringify(body) }),
         })
         .then(
           (res) => {
@@ -55,23 +59,29 @@ export function createTorchServeManagementService(options: {
             } catch {
               /* not JSON: keep the body */
             }
-            const metadata = new grpc.Metadata();
-            if (code) metadata.set('marina-error-code', code);
-            callback({ code: grpcStatusOf(res.statusCode), details: message, metadata } as grpc.ServiceError);
+            // The REST answer's error, as it was before the REST form: one map gives its gRPC form.
+            callback(grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode)));
           },
-          (error: unknown) =>
-            callback({ code: grpc.status.INTERNAL, details: (error as Error).message } as grpc.ServiceError),
+          (error: unknown) => callback(grpcServiceError(error)),
         );
     };
+}
 
-  const required = (name: string | undefined, field: string, callback: grpc.sendUnaryData<unknown>): boolean => {
-    if (name) return true;
-    const e = createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`);
-    const metadata = new grpc.Metadata();
-    metadata.set('marina-error-code', e.code);
-    callback({ code: grpc.status.INVALID_ARGUMENT, details: e.message, metadata } as grpc.ServiceError);
-    return false;
-  };
+/** Answers INVALID_ARGUMENT when a required field is empty (proto3 has no "unset"). */
+function requiredField(name: string | undefined, field: string, callback: grpc.sendUnaryData<unknown>): boolean {
+  if (name) return true;
+  callback(grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`)));
+  return false;
+}
+
+export function createTorchServeManagementService(options: {
+  management: FastifyInstance;
+  checkKey: KeyCheck;
+}): grpc.UntypedServiceImplementation {
+  const { management, checkKey } = options;
+
+  const call = createRestCall(management, checkKey);
+  const required = requiredField;
 
   type R<T> = grpc.ServerUnaryCall<T, unknown>;
   return {
@@ -144,6 +154,42 @@ export function createTorchServeManagementService(options: {
       const r = rpc.request;
       if (required(r.model_name, 'model_name', cb))
         call('DELETE', path('models', r.model_name, r.model_version))(rpc, cb);
+    },
+  };
+}
+
+/**
+ * Marina's TrafficAPIsService (marina_management.proto): SetTrafficPolicy and GetTrafficPolicy,
+ * translated to PUT and GET /models/{name}/traffic.
+ */
+export function createTrafficManagementService(options: {
+  management: FastifyInstance;
+  checkKey: KeyCheck;
+}): grpc.UntypedServiceImplementation {
+  const call = createRestCall(options.management, options.checkKey);
+  type R<T> = grpc.ServerUnaryCall<T, unknown>;
+  return {
+    SetTrafficPolicy: (
+      rpc: R<{
+        model_name: string;
+        weights: Record<string, number>;
+        shadow: { version: string; percent: number } | null;
+        sticky_header: string;
+      }>,
+      cb: grpc.sendUnaryData<unknown>,
+    ) => {
+      const r = rpc.request;
+      if (!requiredField(r.model_name, 'model_name', cb)) return;
+      const body = {
+        ...(Object.keys(r.weights ?? {}).length > 0 ? { weights: r.weights } : {}),
+        ...(r.shadow ? { shadow: { version: r.shadow.version, percent: r.shadow.percent || 100 } } : {}),
+        ...(r.sticky_header ? { stickyHeader: r.sticky_header } : {}),
+      };
+      call('PUT', `${path('models', r.model_name)}/traffic`, {}, body)(rpc, cb);
+    },
+    GetTrafficPolicy: (rpc: R<{ model_name: string }>, cb: grpc.sendUnaryData<unknown>) => {
+      if (requiredField(rpc.request.model_name, 'model_name', cb))
+        call('GET', `${path('models', rpc.request.model_name)}/traffic`)(rpc, cb);
     },
   };
 }
