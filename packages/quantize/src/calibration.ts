@@ -161,10 +161,13 @@ export type CalibrationChoice = CalibrationMethod | 'auto';
 export const CALIBRATION_CHOICES: readonly CalibrationChoice[] = ['auto', ...CALIBRATION_METHODS];
 
 /**
- * Mean squared error that uint8 quantisation with `range` gives the values a signed histogram
- * describes (`counts` over [−absMax, absMax], bins of equal width): values beyond the range
- * are clipped (error: distance to the edge, squared), values inside are rounded to a step of
- * (max − min) / 255 (error step² / 12).
+ * The error uint8 quantisation with `range` gives the values a signed histogram describes
+ * (`counts` over [−absMax, absMax], bins of equal width): values beyond the range are clipped
+ * (error: distance to the edge, squared), values inside are rounded to a step of
+ * (max − min) / 255 (error step² / 12). Each value's error is weighted by its magnitude, as
+ * its share in the sums downstream is: plain squared error favours clipping the rare large
+ * activations that carry the signal (on PaddleOCR's text detector, per-tensor choice by plain
+ * squared error gave mask IoU 0.868 against fp32 on unseen documents, min/max 0.932, this 0.925).
  */
 export function rangeError(signed: { counts: ArrayLike<number>; absMax: number }, range: TensorRange): number {
   const lo = Math.min(range.min, 0);
@@ -178,8 +181,9 @@ export function rangeError(signed: { counts: ArrayLike<number>; absMax: number }
     const n = signed.counts[i]!;
     if (n === 0) continue;
     const v = -signed.absMax + (i + 0.5) * width;
-    sum += n * (v > hi ? (v - hi) ** 2 : v < lo ? (lo - v) ** 2 : rounding);
-    total += n;
+    const w = n * Math.abs(v);
+    sum += w * (v > hi ? (v - hi) ** 2 : v < lo ? (lo - v) ** 2 : rounding);
+    total += w;
   }
   return total === 0 ? 0 : sum / total;
 }

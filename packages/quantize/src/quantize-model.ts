@@ -321,18 +321,57 @@ class Measurer {
   }
 }
 
-/** Groups that quantise together: each quantised node with the Relu/Clip folded into it. */
-function quantizedGroups(qdq: QdqResult, skip: ReadonlySet<string>): string[][] {
+/** Operators whose int8 kernels are where int8 gains its speed. */
+const COMPUTE_OPS = new Set(['Conv', 'ConvTranspose', 'Gemm', 'MatMul']);
+
+/**
+ * Groups that quantise together: each quantised node with the Relu/Clip folded into it. Each
+ * also says what reverting it reverts: the node, and the other quantised nodes that share an
+ * activation tensor with it unless they are convolutions or matrix products. A tensor keeps
+ * its Q/DQ pair while any node beside it is int8, so reverting a node alone would leave the
+ * tensors whose quantisation hurt still quantised; the elementwise neighbours cost little
+ * speed in fp32, the convolutions keep their int8 kernels.
+ */
+function quantizedGroups(
+  model: ModelProto,
+  qdq: QdqResult,
+  skip: ReadonlySet<string>,
+): Array<{ nodes: string[]; revert: string[] }> {
   const folded = new Map<string, string[]>();
   for (const [act, producer] of Object.entries(qdq.fusedInto))
     folded.set(producer, [...(folded.get(producer) ?? []), act]);
-  return qdq.quantizedNodes.filter((n) => !skip.has(n)).map((n) => [n, ...(folded.get(n) ?? [])]);
+  const quantized = new Set(qdq.quantizedNodes);
+  const nodes = model.graph?.node ?? [];
+  const byName = new Map(nodes.map((n) => [n.name ?? '', n]));
+  const touching = new Map<string, string[]>(); // tensor → quantised nodes (by group name) reading or writing it
+  const groupOf = (name: string): string => qdq.fusedInto[name] ?? name;
+  for (const node of nodes) {
+    const name = node.name ?? '';
+    if (!quantized.has(groupOf(name))) continue;
+    for (const t of [...(node.input ?? []), ...(node.output ?? [])])
+      if (t) touching.set(t, [...(touching.get(t) ?? []), groupOf(name)]);
+  }
+  const withFolded = (name: string): string[] => [name, ...(folded.get(name) ?? [])];
+  return qdq.quantizedNodes
+    .filter((n) => !skip.has(n))
+    .map((name) => {
+      const tensors = withFolded(name).flatMap((n) => [
+        ...(byName.get(n)?.input ?? []),
+        ...(byName.get(n)?.output ?? []),
+      ]);
+      const neighbours = new Set(
+        tensors
+          .flatMap((t) => touching.get(t) ?? [])
+          .filter((n) => n !== name && !COMPUTE_OPS.has(byName.get(n)?.opType ?? '')),
+      );
+      return { nodes: withFolded(name), revert: [...withFolded(name), ...[...neighbours].flatMap(withFolded)] };
+    });
 }
 
 /** Ranks the groups by measurement, then searches for the fp32 set; returns the set and the evaluation that verified it. */
 async function fallBack(options: {
   measurer: Measurer;
-  groups: string[][];
+  groups: Array<{ nodes: string[]; revert: string[] }>;
   defaults: ReadonlySet<string>;
   start: Measurement;
   minAgreement: number;
@@ -377,7 +416,7 @@ async function fallBack(options: {
     rankMs: Math.round(rankMs),
     searchMs: Math.round(performance.now() - searchStart),
   };
-  const autoKept = result.kept.flat();
+  const autoKept = [...new Set(result.kept.flat())];
   // Without a verified success, the last verification may be of another set: evaluate the one kept.
   if (!result.isTargetMet) evaluation = undefined;
   return { kept: withDefaults(result.kept), autoKept, search, evaluation };
@@ -493,7 +532,7 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
     if (kept.size > 0) last = await measurer.evaluate(kept);
   }
   if (last.agreement.value < minAgreement && (options.isAutoFallback ?? true)) {
-    const groups = quantizedGroups(allInt8, kept);
+    const groups = quantizedGroups(loaded.model, allInt8, kept);
     progress(`below target: measuring ${groups.length} quantised groups alone in int8 to rank them`);
     const fallback = await fallBack({
       measurer,

@@ -7,6 +7,11 @@ export interface Measurement {
 /** One group of nodes that are quantised or kept fp32 together (a node and the Relu/Clip folded into it). */
 export interface RankedGroup {
   nodes: string[];
+  /**
+   * What reverting this group to fp32 reverts (default `nodes`): the QDQ form puts one Q/DQ pair on a
+   * tensor while any node beside it is int8, so the caller may add the neighbours that share its tensors.
+   */
+  revert?: string[];
   /** Agreement with only this group in int8 (everything else fp32). */
   aloneInt8: Measurement;
 }
@@ -38,13 +43,17 @@ function isBetter(a: Measurement, b: Measurement): boolean {
  * the headline metric is measured; the groups that lose most agreement come first.
  */
 export async function rankBySensitivity(options: {
-  groups: readonly string[][];
+  groups: ReadonlyArray<{ nodes: readonly string[]; revert?: readonly string[] }>;
   measureAloneInt8: (group: readonly string[]) => Promise<Measurement>;
   onProgress?: (done: number, total: number) => void;
 }): Promise<RankedGroup[]> {
   const ranked: RankedGroup[] = [];
-  for (const nodes of options.groups) {
-    ranked.push({ nodes: [...nodes], aloneInt8: await options.measureAloneInt8(nodes) });
+  for (const group of options.groups) {
+    ranked.push({
+      nodes: [...group.nodes],
+      ...(group.revert ? { revert: [...group.revert] } : {}),
+      aloneInt8: await options.measureAloneInt8(group.nodes),
+    });
     options.onProgress?.(ranked.length, options.groups.length);
   }
   // Stable: equal measurements keep graph order.
@@ -80,7 +89,9 @@ export async function searchFp32Set(options: {
   let next = 0;
   while (next < options.ranked.length && steps.length < options.maxSteps) {
     const size = steps.length < SINGLE_GROUP_STEPS ? 1 : 2 ** (steps.length - SINGLE_GROUP_STEPS + 1);
-    const block = options.ranked.slice(next, next + Math.min(size, options.maxKept - kept.length)).map((g) => g.nodes);
+    const block = options.ranked
+      .slice(next, next + Math.min(size, options.maxKept - kept.length))
+      .map((g) => g.revert ?? g.nodes);
     if (block.length === 0) break;
     next += block.length;
     const measurement = await options.measure([...kept, ...block]);

@@ -164,10 +164,11 @@ describe('per-tensor calibration by error', () => {
     // Signed histograms: 2 × 2048 bins over [−absMax, absMax].
     const uniform = { counts: new Float64Array(4096).fill(10), absMax: 8 };
     expect(chooseRangeByError('auto', { min: -8, max: 8 }, uniform).method).toBe('minmax');
-    // Ten million values within ±0.5 and one at 1000: min/max rounds them all to steps of ~3.9.
+    // Four billion values within ±0.5 and one at 1000: min/max rounds them all to steps of ~3.9. (The error is
+    // weighted by magnitude, so one far value outweighs the rounding of many small ones unless they are this many.)
     const tailed = new Float64Array(4096);
-    tailed[2047] = 5e6;
-    tailed[2048] = 5e6;
+    tailed[2047] = 2e9;
+    tailed[2048] = 2e9;
     tailed[4095] = 1;
     const histogram = { counts: tailed, absMax: 1000 };
     const full = { min: -0.5, max: 1000 };
