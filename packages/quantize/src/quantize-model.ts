@@ -4,7 +4,14 @@ import { compareOutputs, DEFAULT_MIN_AGREEMENT, type Agreement, type OutputValue
 import { createError } from './errors.ts';
 import { createFolds, heldOutFold, type Fold } from './k-fold.ts';
 import { createSession, runAll, withOutputs, type Feeds } from './model-runner.ts';
-import { DataType, encodeModel, loadModel, type LoadedModel, type ModelProto } from './onnx-model.ts';
+import {
+  DataType,
+  encodeModel,
+  loadModel,
+  upgradeOpset9To10,
+  type LoadedModel,
+  type ModelProto,
+} from './onnx-model.ts';
 import { QUANTIZABLE_OP_TYPES, quantizeToQdq, type QdqResult } from './qdq-transform.ts';
 import { measuredDefaults, probabilityKept, type DefaultTried, type KeptFp32 } from './quantize-defaults.ts';
 import {
@@ -465,7 +472,7 @@ export async function quantizeModel(options: QuantizeModelOptions): Promise<Quan
   const method = options.method ?? 'auto';
   const threads = options.intraOpNumThreads ?? 1;
   const progress = options.onProgress ?? (() => undefined);
-  const loaded = await loadModel(options.modelPath);
+  const loaded = upgradeOpset9To10(await loadModel(options.modelPath), options.modelPath);
   checkExcludedNodes(loaded, options.excludedNodes ?? []);
   const { isReducedRange, reducedRangeReason } = reducedRangeOf(options);
   const calibrationCount = options.calibrationFeeds.length;
