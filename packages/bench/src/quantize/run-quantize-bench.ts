@@ -226,7 +226,8 @@ async function depthwiseShare(modelPath: string): Promise<number> {
   return convs.length === 0 ? 0 : depthwise.length / convs.length;
 }
 
-function verdictOf(r: Omit<QuantizeBenchModelResult, 'verdict'>): string {
+/** One model's verdict in words: whether int8 pays in the server (≥ 1.15x), and whether it met its accuracy target. */
+export function quantizeVerdict(r: Omit<QuantizeBenchModelResult, 'verdict'>): string {
   const accuracy = r.isTargetMet
     ? `meets its target (${r.metric} ${r.agreement.toFixed(3)} ≥ ${r.minAgreement})`
     : `misses its target (${r.metric} ${r.agreement.toFixed(3)} < ${r.minAgreement}): the archiver refuses it without --force`;
@@ -283,7 +284,7 @@ export async function runQuantizeBench(options: QuantizeBenchOptions): Promise<Q
       quantizeSeconds,
       searchSeconds: q.search ? (q.search.rankMs + q.search.searchMs) / 1000 : 0,
     };
-    results.push({ ...partial, verdict: verdictOf(partial) });
+    results.push({ ...partial, verdict: quantizeVerdict(partial) });
   }
   return {
     startedAt,
