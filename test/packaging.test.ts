@@ -126,6 +126,7 @@ describe('npm install -g of the packed tarballs', () => {
       'inference.proto',
       'management.proto',
       'model-runtime.proto',
+      'marina_residency.proto',
       'google/rpc/status.proto',
     ]) {
       expect(existsSync(path.join(modules, '@marina', 'serve', 'protos', proto)), proto).toBe(true);

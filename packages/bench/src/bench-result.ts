@@ -13,6 +13,9 @@ export const experimentNames = [
   'memory',
   'protocols',
   'int8',
+  'traffic',
+  'tracing',
+  'priorities',
 ] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 

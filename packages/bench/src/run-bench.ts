@@ -27,6 +27,8 @@ import {
   type ServerRunResult,
 } from './experiments/server-experiments.ts';
 import { runProtocols } from './experiments/protocols.ts';
+import { runTraffic } from './experiments/traffic.ts';
+import { runPriorities, runTracing } from './experiments/tracing-priorities.ts';
 import { explainInt8Time, INT8_ROUNDS, runInt8, type Int8Summary } from './experiments/int8.ts';
 import { prepareInt8Assets } from './int8-assets.ts';
 import { getMachineInfo } from './machine-info.ts';
@@ -45,7 +47,7 @@ export interface BenchOptions {
   images?: number;
   /** Client concurrency of the server experiments. Default 100 (smoke: 8). */
   concurrency?: number;
-  /** Which experiments to run, in the fixed order of `experimentNames`. Default all (smoke: all but memory and int8). */
+  /** Which experiments to run, in the fixed order of `experimentNames`. Default all (smoke: all but memory, int8, traffic, tracing and priorities). */
   experiments?: readonly ExperimentName[];
   /** Output folder. Default `bench-results/<timestamp>` under the directory pnpm was started from. */
   outDir?: string;
@@ -162,16 +164,33 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
       `unknown experiment(s) ${unknown.join(', ')}; choose from ${experimentNames.join(', ')}`,
     );
   const selected = new Set(
-    options.experiments ?? experimentNames.filter((e) => !(mode === 'smoke' && (e === 'memory' || e === 'int8'))),
+    options.experiments ??
+      experimentNames.filter(
+        (e) =>
+          !(
+            mode === 'smoke' &&
+            (e === 'memory' || e === 'int8' || e === 'traffic' || e === 'tracing' || e === 'priorities')
+          ),
+      ),
   );
   const plan: RunPlan = {
     ...plans[mode].plan,
     ...(options.images ? { images: options.images } : {}),
     ...(options.concurrency ? { concurrency: options.concurrency } : {}),
   };
-  const needsServer = ['centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols', 'int8'].some(
-    (e) => selected.has(e as ExperimentName),
-  );
+  const needsServer = [
+    'centralized',
+    'batched',
+    'workers',
+    'sweep',
+    'overhead',
+    'memory',
+    'protocols',
+    'int8',
+    'traffic',
+    'tracing',
+    'priorities',
+  ].some((e) => selected.has(e as ExperimentName));
   const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
   if (needsServer && !existsSync(serveBin)) {
     throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(
@@ -189,7 +208,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     onStatus: (message) => onProgress({ type: 'log', message }),
   });
   const tensorAssets =
-    selected.has('overhead') || selected.has('protocols')
+    selected.has('overhead') || selected.has('protocols') || selected.has('traffic') || selected.has('tracing')
       ? await prepareTensorAssets({ cacheDir: options.cacheDir })
       : undefined;
   const modelBytes = (await stat(assets.modelPath)).size;
@@ -285,6 +304,21 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     rows.push(...measured.rows);
     notes.push(...measured.notes);
   }
+  if (selected.has('traffic')) {
+    const measured = await withLoadAverage('traffic', () => runTraffic(context));
+    rows.push(...measured.rows);
+    notes.push(...measured.notes);
+  }
+  if (selected.has('tracing')) {
+    const measured = await withLoadAverage('tracing', () => runTracing(context));
+    rows.push(...measured.rows);
+    notes.push(...measured.notes);
+  }
+  if (selected.has('priorities')) {
+    const measured = await withLoadAverage('priorities', () => runPriorities(context));
+    rows.push(...measured.rows);
+    notes.push(...measured.notes);
+  }
   if (selected.has('memory')) {
     const measured = await withLoadAverage('memory', () => runMemory(context));
     rows.push(...measured.rows);
@@ -304,7 +338,13 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const ceiling = bestOf(rows, 'ceiling');
   const decentralized = bestOf(rows, 'decentralized');
   for (const row of rows) {
-    if (row.experiment === 'overhead' || row.experiment === 'memory' || row.config.startsWith('1 MB')) continue;
+    if (
+      row.experiment === 'overhead' ||
+      row.experiment === 'memory' ||
+      row.config.startsWith('1 MB') ||
+      row.config.startsWith('tensor model')
+    )
+      continue;
     // The int8 rows' ratio is to the int8 ceiling (set by the experiment); the fp32 server's to the fp32 ceiling, when measured.
     if (row.experiment === 'int8') {
       if (ceiling && row.config.startsWith('fp32'))

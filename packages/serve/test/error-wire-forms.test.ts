@@ -33,6 +33,7 @@ const RETRY_AFTER = [
 /** HTTP status → the gRPC status the same error gets. */
 const GRPC_STATUS: Record<number, grpc.status> = {
   400: grpc.status.INVALID_ARGUMENT,
+  499: grpc.status.CANCELLED,
   401: grpc.status.UNAUTHENTICATED,
   403: grpc.status.PERMISSION_DENIED,
   404: grpc.status.NOT_FOUND,
@@ -53,6 +54,8 @@ const TORCHSERVE_TYPE: Record<string, string> = {
   MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
   MARINA_ERR_NO_WORKERS: 'ServiceUnavailableException',
   MARINA_ERR_RESPONSE_TIMEOUT: 'RequestTimeoutException',
+  MARINA_ERR_DEADLINE_EXCEEDED: 'RequestTimeoutException',
+  MARINA_ERR_PRIORITY_INVALID: 'BadRequestException',
   MARINA_ERR_HANDLER_FAILED: 'InternalServerException',
   MARINA_ERR_REQUEST_TOO_LARGE: 'RequestEntityTooLargeException',
   MARINA_ERR_MODEL_VERSION_CONFLICT: 'ConflictStatusException',
@@ -61,13 +64,32 @@ const TORCHSERVE_TYPE: Record<string, string> = {
   MARINA_ERR_WORKER_OUT_OF_MEMORY: 'OutOfMemoryError',
   MARINA_ERR_TOKEN_MISSING: 'InvalidKeyException',
   MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException',
-  MARINA_ERR_MODEL_FILE_EXISTS: 'FileAlreadyExistsException',
+  MARINA_ERR_MODEL_FILE_EXISTS: 'InternalServerException',
   MARINA_ERR_DOWNLOAD_FAILED: 'DownloadArchiveException',
   MARINA_ERR_URL_NOT_ALLOWED: 'ModelNotFoundException',
   MARINA_ERR_MODEL_API_DISABLED: 'MethodNotAllowedException',
 };
 
 const messageOf = (code: string) => `the request failed with ${code}`;
+
+/**
+ * TorchServe's fixed texts, copied from pytorch/serve: http/ResourceNotFoundException.java,
+ * http/MethodNotAllowedException.java, http/TokenAuthorizationHandler.java (one text for a missing,
+ * wrong or expired token) and ts/service.py ("Prediction failed"). TorchServe's forms (its REST body
+ * and its gRPC service) carry this text as `message`, and Marina's own message as `hint`.
+ */
+const TOKEN_FAILED = 'Token Authorization failed. Token either incorrect, expired, or not provided correctly';
+const TORCHSERVE_TEXT: Record<string, string> = {
+  MARINA_ERR_ROUTE_NOT_FOUND: 'Requested resource is not found, please refer to API document.',
+  MARINA_ERR_METHOD_NOT_ALLOWED: 'Requested method is not allowed, please refer to API document.',
+  // ManagementRequestHandler.java: the model API switched off throws MethodNotAllowedException.
+  MARINA_ERR_MODEL_API_DISABLED: 'Requested method is not allowed, please refer to API document.',
+  MARINA_ERR_TOKEN_MISSING: TOKEN_FAILED,
+  MARINA_ERR_TOKEN_INVALID: TOKEN_FAILED,
+  MARINA_ERR_TOKEN_EXPIRED: TOKEN_FAILED,
+  MARINA_ERR_HANDLER_FAILED: 'Prediction failed',
+};
+const torchServeMessageOf = (code: string) => TORCHSERVE_TEXT[code] ?? messageOf(code);
 function fail(code: string): never {
   throw new MarinaError(code, messageOf(code), statusOf.get(code) ?? 500);
 }
@@ -138,7 +160,13 @@ describe('the error table: every code on every protocol', () => {
       expect(torchServe.statusCode).toBe(statusCode);
       expect(torchServe.headers['retry-after']).toBe(retryAfter);
       const body = JSON.parse(torchServe.body) as Record<string, unknown>;
-      expect(body).toEqual({ code: statusCode, type: expect.any(String), message: messageOf(code), marinaCode: code });
+      expect(body).toEqual({
+        code: statusCode,
+        type: expect.any(String),
+        message: torchServeMessageOf(code),
+        marinaCode: code,
+        ...(TORCHSERVE_TEXT[code] ? { hint: messageOf(code) } : {}),
+      });
       expect(body['type']).toMatch(/^[A-Z][A-Za-z]+(Exception|Error)$/);
       if (TORCHSERVE_TYPE[code]) expect(body['type']).toBe(TORCHSERVE_TYPE[code]);
 
@@ -167,7 +195,8 @@ describe('the error table: every code on every protocol', () => {
         unaryCall(torchServeClient, 'Predictions', { model_name: code, input: { data: Buffer.from('x') } }),
       );
       expect(torchServeGrpc.code).toBe(grpcStatusFor(statusCode));
-      expect(torchServeGrpc.details).toBe(messageOf(code));
+      expect(torchServeGrpc.details).toBe(torchServeMessageOf(code));
+      expect(torchServeGrpc.metadata.get('marina-hint')).toEqual(TORCHSERVE_TEXT[code] ? [messageOf(code)] : []);
       expect(torchServeGrpc.metadata.get('marina-error-code')).toEqual([code]);
       expect(torchServeGrpc.metadata.get('retry-after')).toEqual(retryAfter ? [retryAfter] : []);
     },
@@ -193,7 +222,7 @@ describe('the error table: every code on every protocol', () => {
     for (const { code, definition } of served)
       expect(answers.get(code), code).toEqual({
         code: grpcStatusFor(definition.statusCode),
-        message: messageOf(code),
+        message: torchServeMessageOf(code),
         details: [],
       });
   });

@@ -305,6 +305,7 @@ export function testConfig(
     isAllowedUrlsDefault: true,
     disableTokenAuthorization: false,
     enableModelApi: true,
+    strictParameters: false,
     enableMetricsApi: true,
     tokenExpirationMin: 60,
     keyFilePath: 'key_file.json',

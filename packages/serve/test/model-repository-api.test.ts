@@ -221,4 +221,35 @@ describe('OIP model repository extension (gRPC)', () => {
     const denied = await grpcErrorOf(unaryCall(oip, 'RepositoryModelLoad', { model_name: 'beta' }, keys.inference));
     expect(denied.code).toBe(grpc.status.UNAUTHENTICATED);
   });
+
+  it("pins and unpins with Marina's ResidencyAPIsService on the management port", async () => {
+    const residency = grpcClient(
+      clientPackage('marina_residency.proto'),
+      'marina.management.ResidencyAPIsService',
+      grpcServers.managementUrl,
+    );
+    try {
+      expect(stateOf('beta')).toBe('registered');
+      const pinned = await unaryCall<{ msg: string }>(
+        residency,
+        'SetPinned',
+        { model_name: 'beta', model_version: '1.0', pinned: true },
+        keys.management,
+      );
+      expect((JSON.parse(pinned.msg) as { status: string }).status).toMatch(/^Model "beta" Version: 1.0 pinned/);
+      expect(app.registry.describe('beta')[0]).toMatchObject({ pinned: true, state: 'resident' });
+      await unaryCall(residency, 'SetPinned', { model_name: 'beta', pinned: false }, keys.management);
+      expect(app.registry.describe('beta')[0]!.pinned).toBe(false);
+      const unknown = await grpcErrorOf(
+        unaryCall(residency, 'SetPinned', { model_name: 'nope', pinned: true }, keys.management),
+      );
+      expect(unknown.code).toBe(grpc.status.NOT_FOUND);
+      const denied = await grpcErrorOf(
+        unaryCall(residency, 'SetPinned', { model_name: 'beta', pinned: true }, keys.inference),
+      );
+      expect(denied.code).toBe(grpc.status.UNAUTHENTICATED);
+    } finally {
+      residency.close();
+    }
+  });
 });

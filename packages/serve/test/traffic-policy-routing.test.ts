@@ -188,6 +188,9 @@ beforeAll(async () => {
     workspace,
     {
       load_models: 'all',
+      // The CI machine is shared and its CPU contended: the pressure gate would shed every copy
+      // here (test/shadow-traffic.test.ts covers it); this file tests everything else the shadow does.
+      shadow_max_cpu_pressure: '100',
       // The models JSON's policy for `gated`: every live request to 1.0, a copy of each to 2.0.
       models: JSON.stringify({
         gated: { $traffic: { weights: { '1.0': 100 }, shadow: { version: '2.0', percent: 100 } } },
@@ -510,5 +513,12 @@ describe('traffic policies', () => {
       expect((await post('/predictions/tiny', torchServeBody(inputOf(0)), { [ROUTE_KEY]: `u${i}` })).version).toBe(
         '2.0',
       );
+
+    // A policy removed through the API stays removed: the snapshot says so ({}), so a restart does
+    // not bring back the models JSON's.
+    expect((await call(ops.api, 'DELETE', '/models/gated/traffic')).status).toBe(200);
+    expect((await call(ops.api, 'GET', '/models/gated/traffic')).json).toEqual({ weights: { '2.0': 100 } });
+    await ops.close();
+    expect((await readLatestSnapshot(config.snapshotDir))?.traffic.gated).toEqual({});
   });
 });

@@ -10,6 +10,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { MarinaError } from '@marina/errors';
 import { setTorchServeHeaders } from '../auth/torchserve-response.ts';
 import { toMarinaError } from '../errors.ts';
+import { torchServeText } from './torchserve-texts.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -54,6 +55,7 @@ const TORCHSERVE_TYPE_BY_CODE: Readonly<Record<string, string>> = {
   MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
   MARINA_ERR_ROUTE_NOT_FOUND: 'ResourceNotFoundException',
   MARINA_ERR_RESPONSE_TIMEOUT: 'RequestTimeoutException',
+  MARINA_ERR_DEADLINE_EXCEEDED: 'RequestTimeoutException',
   // TorchServe answers a handler failure with 503 and InternalServerException ("Prediction failed").
   MARINA_ERR_HANDLER_FAILED: 'InternalServerException',
   MARINA_ERR_HANDLER_RESULT_COUNT: 'InternalServerException',
@@ -65,7 +67,8 @@ const TORCHSERVE_TYPE_BY_CODE: Readonly<Record<string, string>> = {
   MARINA_ERR_URL_NOT_ALLOWED: 'ModelNotFoundException',
   MARINA_ERR_MODEL_URL_INVALID: 'ModelNotFoundException',
   MARINA_ERR_MODEL_FILE_NOT_FOUND: 'ModelNotFoundException',
-  MARINA_ERR_MODEL_FILE_EXISTS: 'FileAlreadyExistsException',
+  // TorchServe's Postman collection (management_api_test_new_collection.json, "Model Re-Registration"): 500 InternalServerException.
+  MARINA_ERR_MODEL_FILE_EXISTS: 'InternalServerException',
   MARINA_ERR_DOWNLOAD_FAILED: 'DownloadArchiveException',
   MARINA_ERR_DOWNLOAD_TOO_LARGE: 'DownloadArchiveException',
   MARINA_ERR_DOWNLOAD_TIMEOUT: 'DownloadArchiveException',
@@ -98,21 +101,27 @@ export function torchServeErrorType(code: string | undefined, statusCode: number
   );
 }
 
-/** TorchServe's error body, plus Marina's stable code. */
+/**
+ * TorchServe's error body, plus Marina's stable code and, where TorchServe's exact text leaves out
+ * what Marina knows, Marina's guidance in `hint` (see torchserve-texts.ts).
+ */
 export interface TorchServeErrorBody {
   code: number;
   type: string;
   message: string;
   marinaCode: string;
+  hint?: string;
 }
 
-/** TorchServe's error body of a MarinaError. */
+/** TorchServe's error body of a MarinaError: TorchServe's exact message where it has one, Marina's guidance in `hint`. */
 export function torchServeErrorBody(error: MarinaError): TorchServeErrorBody {
+  const { message, hint } = torchServeText(error);
   return {
     code: error.statusCode,
     type: torchServeErrorType(error.code, error.statusCode),
-    message: error.message,
+    message,
     marinaCode: error.code,
+    ...(hint !== undefined ? { hint } : {}),
   };
 }
 
@@ -158,6 +167,8 @@ export function oipRestError(error: unknown): HttpErrorAnswer {
 /** The HTTP status of a MarinaError → gRPC status code (as KServe and Triton map them). */
 export function grpcStatusOf(statusCode: number): grpc.status {
   if (statusCode === 400) return grpc.status.INVALID_ARGUMENT;
+  // The client went away (MARINA_ERR_CLIENT_GONE): nobody reads it, but logs and spans name it.
+  if (statusCode === 499) return grpc.status.CANCELLED;
   if (statusCode === 401) return grpc.status.UNAUTHENTICATED;
   if (statusCode === 403) return grpc.status.PERMISSION_DENIED;
   if (statusCode === 404) return grpc.status.NOT_FOUND;
@@ -170,28 +181,43 @@ export function grpcStatusOf(statusCode: number): grpc.status {
   return grpc.status.INTERNAL;
 }
 
+/**
+ * The text a gRPC answer carries: the OIP service sends Marina's message; TorchServe's gRPC
+ * service sends TorchServe's exact text where it has one (its InferenceImpl sends the same
+ * exception messages as its REST handlers), with Marina's guidance in `marina-hint` metadata.
+ */
+export type GrpcErrorForm = 'oip' | 'torchserve';
+
 /** An error as both gRPC services send it: the mapped status, the message, and metadata with the code (and `retry-after` where a retry can succeed). */
-export function grpcError(error: unknown): grpc.StatusObject {
+export function grpcError(error: unknown, form: GrpcErrorForm = 'oip'): grpc.StatusObject {
   const e = toMarinaError(error);
   const metadata = new grpc.Metadata();
   metadata.set('marina-error-code', e.code);
   if (isRetryable(e.code)) metadata.set('retry-after', String(RETRY_AFTER_SECONDS));
-  return { code: grpcStatusOf(e.statusCode), details: e.message, metadata };
+  const text = form === 'torchserve' ? torchServeText(e) : { message: e.message };
+  if (text.hint !== undefined) metadata.set('marina-hint', asciiHeaderValue(text.hint));
+  return { code: grpcStatusOf(e.statusCode), details: text.message, metadata };
+}
+
+/** A metadata value as HTTP/2 allows it: printable ASCII only, and bounded. */
+function asciiHeaderValue(text: string): string {
+  const ascii = text.replace(/[^\x20-\x7e]/g, '?');
+  return ascii.length > 1024 ? `${ascii.slice(0, 1024)}… (${ascii.length} characters)` : ascii;
 }
 
 /** The same as a `ServiceError` to hand to a gRPC callback or a stream's `destroy`. */
-export function grpcServiceError(error: unknown): grpc.ServiceError {
-  const status = grpcError(error);
+export function grpcServiceError(error: unknown, form: GrpcErrorForm = 'oip'): grpc.ServiceError {
+  const status = grpcError(error, form);
   return Object.assign(new Error(status.details), status);
 }
 
 /**
  * TorchServe gRPC's StreamPredictions2: a failed request is answered in the stream by a message
- * whose `status` is a google.rpc.Status (the call itself goes on).
+ * whose `status` is a google.rpc.Status (the call itself goes on), with TorchServe's text.
  */
 export function torchServeGrpcStreamStatus(error: unknown): { code: number; message: string; details: [] } {
   const e = toMarinaError(error);
-  return { code: grpcStatusOf(e.statusCode), message: e.message, details: [] };
+  return { code: grpcStatusOf(e.statusCode), message: torchServeText(e).message, details: [] };
 }
 
 /**

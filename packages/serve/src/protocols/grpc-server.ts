@@ -2,7 +2,7 @@
  * The gRPC listeners, as TorchServe has them: `grpc_inference_port` (default 127.0.0.1:7070) serves
  * TorchServe's InferenceAPIsService and the Open Inference Protocol's GRPCInferenceService (under
  * KServe's package `inference` and TorchServe's `org.pytorch.serve.grpc.openinference`);
- * `grpc_management_port` (7071) serves ManagementAPIsService and Marina's TrafficAPIsService. TLS with enable_grpc_ssl
+ * `grpc_management_port` (7071) serves ManagementAPIsService and Marina's TrafficAPIsService and ResidencyAPIsService. TLS with enable_grpc_ssl
  * (private_key_file, certificate_file); token authorization from the `authorization: Bearer <key>`
  * metadata, as on REST. Message sizes are bounded by max_request_size and max_response_size.
  */
@@ -17,6 +17,7 @@ import { createOipGrpcService } from './oip-grpc/oip-grpc-service.ts';
 import { createTorchServeInferenceService } from './torchserve-grpc/inference-service.ts';
 import {
   createTorchServeManagementService,
+  createResidencyManagementService,
   createTrafficManagementService,
 } from './torchserve-grpc/management-service.ts';
 
@@ -104,6 +105,14 @@ export async function startGrpcServers(options: StartGrpcServersOptions): Promis
   management.addService(
     serviceOf(loadProto('marina_management.proto'), 'marina.management.TrafficAPIsService'),
     createTrafficManagementService({
+      management: options.management,
+      checkKey: createKeyCheck(tokens, 'management'),
+    }),
+  );
+
+  management.addService(
+    serviceOf(loadProto('marina_residency.proto'), 'marina.management.ResidencyAPIsService'),
+    createResidencyManagementService({
       management: options.management,
       checkKey: createKeyCheck(tokens, 'management'),
     }),

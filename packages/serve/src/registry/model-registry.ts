@@ -39,8 +39,11 @@ import type {
 import { estimateModelBytes } from './memory-estimate.ts';
 import { ModelResidency } from './model-residency.ts';
 import { ModelVersion } from './model-version.ts';
+import { scheduleOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
+import type { RequestTrace } from '../tracing/tracing.ts';
 import { readModelSignature } from './read-model-signature.ts';
-import { ShadowTraffic, type ShadowStats } from './shadow-traffic.ts';
+import { createCpuPressureReader } from './cpu-pressure.ts';
+import { DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT, ShadowTraffic, type ShadowStats } from './shadow-traffic.ts';
 import { checkTrafficPolicy, TrafficRoute, trafficErrors, type TrafficPolicy } from './traffic-policy.ts';
 import { MARINA_VERSION } from '../version.ts';
 
@@ -69,6 +72,15 @@ export interface PredictOptions {
   arrivedAt?: number;
   /** How the worker decodes raw `input.body` bytes for the handler ('json', 'text'); undefined passes the input as it is. */
   bodyDecoding?: BodyDecoding;
+  /** The request's priority, timeout and deadline as its protocol carried them (checked against the model here). */
+  scheduling?: RequestScheduling;
+  /**
+   * Registers what to do when the client goes away (connection closed, call cancelled): a queued
+   * job is dropped. May return a function that unregisters it, called once the job is answered.
+   */
+  onClientGone?: (cancel: () => void) => (() => void) | void;
+  /** The request's trace (tracing/tracing.ts), carried by the job to its batch; undefined when tracing is off. */
+  trace?: RequestTrace;
 }
 
 /** Where one prediction's time went, ms (the Server-Timing header). */
@@ -81,6 +93,8 @@ export interface PredictTimingsMs {
   stages?: HandlerStagesMs;
   /** The handler's whole time for the job's batch, measured in the worker thread (workerMs adds the hand-offs). */
   handlerMs?: number;
+  /** The priority level the job waited at, when the model has more than one. */
+  priority?: number;
   /** The request arrived while its model version was not resident and waited for its load (queueMs includes the load). */
   waitedForLoad?: boolean;
 }
@@ -99,6 +113,8 @@ export interface ModelRegistryOptions {
   caches?: ModelCaches;
   /** The process's memory now, bytes, measured around each load (default: PSS from /proc/self/smaps_rollup). */
   readMemoryBytes?: () => number;
+  /** The machine's CPU pressure for the shadow's gate (default: Linux PSI, read at most once a second). */
+  cpuPressure?: () => number | undefined;
   /** Environment read for MARINA_ORT_CACHE_OPTIMIZED_MODEL (default process.env). */
   env?: Record<string, string | undefined>;
 }
@@ -150,6 +166,8 @@ export class ModelRegistry implements ModelRegistryApi {
     this.shadow = new ShadowTraffic({
       onOutcome: (outcome) => this.events.emit('shadow', outcome),
       log: (level, message) => this.#log(level, message),
+      cpuPressure: options.cpuPressure ?? createCpuPressureReader(),
+      maxCpuPressurePercent: options.config.shadowMaxCpuPressurePercent ?? DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT,
     });
   }
 
@@ -663,7 +681,9 @@ export class ModelRegistry implements ModelRegistryApi {
 
   trafficPolicies(): Record<string, TrafficPolicy> {
     const out: Record<string, TrafficPolicy> = {};
-    for (const [name, model] of this.#models) if (model.traffic) out[name] = model.traffic.policy;
+    // A policy removed through the API is kept as {}, so a restart does not bring back the models JSON's.
+    for (const [name, model] of this.#models)
+      if (model.traffic || model.isTrafficSet) out[name] = model.traffic?.policy ?? {};
     return out;
   }
 
@@ -723,11 +743,16 @@ export class ModelRegistry implements ModelRegistryApi {
       headers: options.headers,
       arrivedAt,
       bodyDecoding: options.bodyDecoding,
-      clientTimeoutMs: version.settings.clientTimeoutMs,
+      schedule: scheduleOf(version.settings.queue, options.scheduling, arrivedAt, version.label),
+      trace: options.trace,
     });
+    options.trace?.setModel(version.modelName, version.modelVersion, options.requestId);
+    let errorCode: string | undefined;
     let statusCode = 500;
+    let stopWatching: (() => void) | void = undefined;
     try {
       version.submit(job);
+      stopWatching = options.onClientGone?.(() => version.cancel(job));
       const result = await job.promise;
       statusCode = result.statusCode;
       const t = job.timings;
@@ -738,6 +763,7 @@ export class ModelRegistry implements ModelRegistryApi {
       };
       if (t.stages) timings.stages = t.stages;
       if (t.handlerMs !== undefined) timings.handlerMs = t.handlerMs;
+      if (version.queue.levelCount > 1) timings.priority = job.priority;
       if (t.waitedForLoad) timings.waitedForLoad = true;
       if (statusCode < 400) this.#offerShadow(version, options, result);
       // Not a spread: a TextJobResult's body is a getter, which a spread would drop.
@@ -745,8 +771,11 @@ export class ModelRegistry implements ModelRegistryApi {
     } catch (error) {
       const e = toMarinaError(error);
       statusCode = e.statusCode;
+      errorCode = e.code;
       throw e;
     } finally {
+      stopWatching?.();
+      options.trace?.recordJob(job, { isOk: errorCode === undefined, errorCode });
       const t = job.timings;
       const end = t.finishedAt ?? performance.now();
       // Listened to by the metrics, when they are on: no event object per request otherwise.
@@ -759,6 +788,7 @@ export class ModelRegistry implements ModelRegistryApi {
           queueMs: (t.dispatchedAt ?? end) - t.arrivedAt,
           inferenceMs: t.dispatchedAt === undefined ? 0 : end - t.dispatchedAt,
           totalMs: end - t.arrivedAt,
+          ...(version.queue.levelCount > 1 ? { priority: job.priority } : {}),
           ...(t.waitedForLoad ? { waitedForLoad: true } : {}),
         });
     }
@@ -778,7 +808,8 @@ export class ModelRegistry implements ModelRegistryApi {
         `Cannot remove default version for model ${modelName}; set another default first (PUT /models/${modelName}/{version}/set-default)`,
       );
     }
-    if (model.traffic?.isInUse(versionId)) {
+    // The last version takes its model, and the policy, with it.
+    if (model.versions.size > 1 && model.traffic?.isInUse(versionId)) {
       const isShadow = model.traffic.policy.shadow?.version === versionId;
       throw trafficErrors.create.MARINA_ERR_VERSION_IN_TRAFFIC_POLICY(
         `Cannot remove version ${versionId} of model ${modelName}: its traffic policy ${isShadow ? 'shadows it' : `sends it ${model.traffic.policy.weights?.[versionId]}% of unversioned requests`}; change the policy first (PUT /models/${modelName}/traffic), then unregister it`,

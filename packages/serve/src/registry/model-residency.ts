@@ -50,6 +50,9 @@ export class ModelResidency {
   readonly #idleTimers = new Map<ModelVersion, ReturnType<typeof setTimeout>>();
   readonly #loadedAt = new Map<ModelVersion, number>();
   #group: MeasureGroup | undefined;
+  /** Counts loads and unloads: a first-batch measure is only kept when nothing else moved meanwhile. */
+  #moves = 0;
+  readonly #firstBatch = new Map<ModelVersion, () => void>();
   #isClosed = false;
 
   constructor(options: ModelResidencyOptions) {
@@ -152,6 +155,7 @@ export class ModelResidency {
       this.#endMeasure(version);
       this.#loadedAt.set(version, Date.now());
       version.setTransition(undefined);
+      this.#measureFirstBatch(version);
       // A first load counts its estimate until measured: when the measure came out larger, the
       // least recently used idle versions make up the difference.
       await this.#trimToBudget(version);
@@ -278,6 +282,7 @@ export class ModelResidency {
     if (loading) await loading.catch(() => undefined);
     if (version.state === 'registered') return;
     this.#disarmIdle(version);
+    this.#forgetFirstBatch(version);
     version.setTransition('unloading');
     this.#emit(version, 'unloading', reason);
     if (reason === 'api')
@@ -291,6 +296,7 @@ export class ModelResidency {
       await this.#options.stopWorkers(version);
     } finally {
       this.#loadedAt.delete(version);
+      this.#moves++;
       version.setTransition(undefined);
       this.#emit(version, 'registered', reason);
     }
@@ -303,6 +309,7 @@ export class ModelResidency {
   /** A version was removed from the registry: forget its timers. */
   forget(version: ModelVersion): void {
     this.#disarmIdle(version);
+    this.#forgetFirstBatch(version);
     this.#loadedAt.delete(version);
   }
 
@@ -341,7 +348,32 @@ export class ModelResidency {
     this.#idleTimers.delete(version);
   }
 
+  /**
+   * onnxruntime allocates its arena for activations at the first run, not at session creation: the
+   * growth over the version's first batch is added to what its load measured, when no other load
+   * or unload happened meanwhile (their memory would be mixed in).
+   */
+  #measureFirstBatch(version: ModelVersion): void {
+    const readyBytes = this.#readMemory();
+    const moves = this.#moves;
+    const onBatch = () => {
+      this.#firstBatch.delete(version);
+      if (this.#moves !== moves || version.state !== 'resident') return;
+      const grown = this.#readMemory() - readyBytes;
+      if (grown > 0) version.residentBytes += grown;
+    };
+    this.#firstBatch.set(version, onBatch);
+    version.once('batch', onBatch);
+  }
+
+  #forgetFirstBatch(version: ModelVersion): void {
+    const onBatch = this.#firstBatch.get(version);
+    if (onBatch) version.off('batch', onBatch);
+    this.#firstBatch.delete(version);
+  }
+
   #beginMeasure(): void {
+    this.#moves++;
     if (!this.#group) this.#group = { baseBytes: this.#readMemory(), active: 0, done: [] };
     this.#group.active++;
   }

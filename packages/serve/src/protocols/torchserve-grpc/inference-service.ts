@@ -9,8 +9,22 @@ import { createServeError } from '../../errors.ts';
 import type { PredictResult } from '../../registry/model-registry.ts';
 import type { DataPlane } from '../data-plane.ts';
 import { grpcServiceError, torchServeGrpcStreamStatus } from '../error-map.ts';
-import { unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
+import {
+  callScheduling,
+  endCallTrace,
+  startCallTrace,
+  unary,
+  versionMetadata,
+  withTraceparent,
+  type KeyCheck,
+} from '../grpc-common.ts';
 import { metadataHeaders } from '../request-headers.ts';
+import type { RequestTrace } from '../../tracing/tracing.ts';
+
+const SERVICE = 'org.pytorch.serve.grpc.inference.InferenceAPIsService';
+
+/** A call of any kind: what predict reads from it. */
+type PredictCall = Parameters<typeof callScheduling>[0];
 
 interface PredictionsRequest {
   model_name: string;
@@ -25,7 +39,7 @@ export function createTorchServeInferenceService(options: {
 }): grpc.UntypedServiceImplementation {
   const { dataPlane, checkKey } = options;
 
-  const predict = (request: PredictionsRequest, metadata: grpc.Metadata): Promise<PredictResult> => {
+  const predict = (request: PredictionsRequest, call: PredictCall, trace?: RequestTrace): Promise<PredictResult> => {
     const arrivedAt = performance.now();
     if (!request.model_name)
       return Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter model_name is required.'));
@@ -35,7 +49,8 @@ export function createTorchServeInferenceService(options: {
           "the request's input map is empty; put the model input under the key 'data'",
         ),
       );
-    const headers = metadataHeaders(metadata);
+    const headers = metadataHeaders(call.metadata);
+    const { scheduling, onClientGone } = callScheduling(call, arrivedAt);
     return dataPlane.predict({
       modelName: request.model_name,
       modelVersion: request.model_version || undefined,
@@ -43,43 +58,62 @@ export function createTorchServeInferenceService(options: {
       input: { ...request.input },
       headers,
       arrivedAt,
+      ...(scheduling ? { scheduling } : {}),
+      onClientGone,
+      ...(trace ? { trace } : {}),
     });
   };
 
   const isHealthy = () => dataPlane.isReady();
 
   return {
-    Ping: unary(checkKey, () => ({
-      health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2),
-    })),
-    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => {
-      const result = await predict(request, call.metadata);
-      call.sendMetadata(versionMetadata(result.modelVersion));
-      return { prediction: result.body };
-    }),
+    Ping: unary(
+      checkKey,
+      () => ({ health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2) }),
+      'torchserve',
+    ),
+    Predictions: unary<PredictionsRequest, unknown>(
+      checkKey,
+      async (request, call, trace) => {
+        const result = await predict(request, call, trace);
+        call.sendMetadata(versionMetadata(result.modelVersion));
+        return { prediction: result.body };
+      },
+      'torchserve',
+      { tracing: dataPlane.tracing, service: SERVICE, method: 'Predictions', protocol: 'torchserve-grpc' },
+    ),
     /** Marina's handlers answer once, so the stream carries one message. */
     StreamPredictions: (call: grpc.ServerWritableStream<PredictionsRequest, unknown>) => {
+      const trace = startCallTrace(call, {
+        tracing: dataPlane.tracing,
+        service: SERVICE,
+        method: 'StreamPredictions',
+        protocol: 'torchserve-grpc',
+      });
+      const fail = (error: unknown) => {
+        const serviceError = withTraceparent(grpcServiceError(error, 'torchserve'), trace);
+        endCallTrace(trace, serviceError.code);
+        call.destroy(serviceError);
+      };
       const denied = checkKey(call);
-      if (denied) return call.destroy(grpcServiceError(denied));
-      predict(call.request, call.metadata).then(
-        (result) => {
-          call.sendMetadata(versionMetadata(result.modelVersion));
-          call.write({ prediction: result.body });
-          call.end();
-        },
-        (error: unknown) => call.destroy(grpcServiceError(error)),
-      );
+      if (denied) return fail(denied);
+      predict(call.request, call, trace).then((result) => {
+        endCallTrace(trace, grpc.status.OK);
+        call.sendMetadata(versionMetadata(result.modelVersion));
+        call.write({ prediction: result.body });
+        call.end();
+      }, fail);
     },
     /** Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does. */
     StreamPredictions2: (call: grpc.ServerDuplexStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
-      if (denied) return call.destroy(grpcServiceError(denied));
+      if (denied) return call.destroy(grpcServiceError(denied, 'torchserve'));
       const running = new Set<Promise<void>>();
       call.on('data', (request: PredictionsRequest) => {
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};
         const done = (
           request.sequence_id
-            ? predict(request, call.metadata)
+            ? predict(request, call)
             : Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter sequenceId is required.'))
         ).then(
           (result) => void call.write({ prediction: result.body, ...sequence }),

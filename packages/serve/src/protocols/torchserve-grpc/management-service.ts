@@ -33,7 +33,7 @@ function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
   return (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}, body?: unknown) =>
     (rpc: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       const denied = checkKey(rpc);
-      if (denied) return callback(grpcServiceError(denied));
+      if (denied) return callback(grpcServiceError(denied, 'torchserve'));
       const search = new URLSearchParams();
       for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
       const authorization = rpc.metadata.get('authorization')[0];
@@ -60,9 +60,11 @@ function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
               /* not JSON: keep the body */
             }
             // The REST answer's error, as it was before the REST form: one map gives its gRPC form.
-            callback(grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode)));
+            callback(
+              grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode), 'torchserve'),
+            );
           },
-          (error: unknown) => callback(grpcServiceError(error)),
+          (error: unknown) => callback(grpcServiceError(error, 'torchserve')),
         );
     };
 }
@@ -70,7 +72,7 @@ function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
 /** Answers INVALID_ARGUMENT when a required field is empty (proto3 has no "unset"). */
 function requiredField(name: string | undefined, field: string, callback: grpc.sendUnaryData<unknown>): boolean {
   if (name) return true;
-  callback(grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`)));
+  callback(grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`), 'torchserve'));
   return false;
 }
 
@@ -190,6 +192,27 @@ export function createTrafficManagementService(options: {
     GetTrafficPolicy: (rpc: R<{ model_name: string }>, cb: grpc.sendUnaryData<unknown>) => {
       if (requiredField(rpc.request.model_name, 'model_name', cb))
         call('GET', `${path('models', rpc.request.model_name)}/traffic`)(rpc, cb);
+    },
+  };
+}
+
+/**
+ * Marina's ResidencyAPIsService (protos/marina_residency.proto): SetPinned, translated to
+ * `PUT /models/{name}[/{version}]?pinned=true|false` on the REST management API.
+ */
+export function createResidencyManagementService(options: {
+  management: FastifyInstance;
+  checkKey: KeyCheck;
+}): grpc.UntypedServiceImplementation {
+  const call = createRestCall(options.management, options.checkKey);
+  return {
+    SetPinned: (
+      rpc: grpc.ServerUnaryCall<{ model_name: string; model_version: string; pinned: boolean }, unknown>,
+      cb: grpc.sendUnaryData<unknown>,
+    ) => {
+      const r = rpc.request;
+      if (!requiredField(r.model_name, 'model_name', cb)) return;
+      call('PUT', path('models', r.model_name, r.model_version), { pinned: r.pinned === true })(rpc, cb);
     },
   };
 }
