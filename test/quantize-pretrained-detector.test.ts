@@ -129,11 +129,11 @@ describe('PaddleOCR text detector, quantised from a folder of eight documents', 
     expect(record.minAgreement).toBe(0.95);
     expect(record.evaluation).toBe('k-fold');
     expect(record.folds).toHaveLength(4);
-    expect(record.isTargetMet).toBe(true);
+    expect(record.isTargetMet, output).toBe(true);
     expect(record.agreement.value).toBeGreaterThanOrEqual(0.95);
     expect(record.convolutions.int8 / record.convolutions.total).toBeGreaterThanOrEqual(0.8);
     expect(output).toMatch(/mask IoU [0-9.]+ \(target 0\.95\) met; folds: worst/);
-    expect(output).toContain('fp32: sigmoid');
+    expect(output).toMatch(/fp32: \S+: Sigmoid producing a probability output/);
   }, 900_000);
 
   it('got there by a fall-back that raised agreement at every kept step', () => {
@@ -180,6 +180,6 @@ describe('PaddleOCR text detector, quantised from a folder of eight documents', 
     await Promise.all([fp32.release(), int8.release()]);
     // There is text to find, and int8 finds the same.
     expect(union).toBeGreaterThan(1000);
-    expect(intersection / union).toBeGreaterThanOrEqual(0.95);
+    expect(intersection / union, `mask IoU ${intersection / union} over ${union} pixels`).toBeGreaterThanOrEqual(0.95);
   }, 120_000);
 });
