@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { defaultCacheDir } from '../model-assets.ts';
 import { defaultServeBin } from '../run-bench.ts';
 import type { QuantizeBenchModelName } from './quantize-models.ts';
-import { formatQuantizeReport, runQuantizeBench } from './run-quantize-bench.ts';
+import { formatQuantizeReport, runQuantizeBench, type QuantizeBenchResult } from './run-quantize-bench.ts';
 
 function defaultModelArchiverBin(): string {
   const packageDir = dirname(dirname(dirname(fileURLToPath(import.meta.url))));
@@ -26,6 +26,12 @@ export async function runQuantizeCommand(options: {
     options.out ?? join(base, 'bench-results', `quantize-${new Date().toISOString().replace(/[:.]/g, '-')}`),
   );
   await mkdir(outDir, { recursive: true });
+  const write = async (result: QuantizeBenchResult): Promise<string> => {
+    const report = formatQuantizeReport(result);
+    await writeFile(join(outDir, 'quantize-report.md'), report);
+    await writeFile(join(outDir, 'quantize-result.json'), `${JSON.stringify(result, null, 2)}\n`);
+    return report;
+  };
   const result = await runQuantizeBench({
     ...(options.models ? { models: options.models } : {}),
     cacheDir: options.cacheDir ?? defaultCacheDir(),
@@ -35,9 +41,9 @@ export async function runQuantizeCommand(options: {
     rounds: options.rounds,
     requestsPerRound: options.requests,
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+    onModelDone: async (partial) => {
+      await write(partial);
+    },
   });
-  const report = formatQuantizeReport(result);
-  await writeFile(join(outDir, 'quantize-report.md'), report);
-  await writeFile(join(outDir, 'quantize-result.json'), `${JSON.stringify(result, null, 2)}\n`);
-  return { report, outDir };
+  return { report: await write(result), outDir };
 }

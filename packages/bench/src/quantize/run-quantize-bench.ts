@@ -28,6 +28,8 @@ export interface QuantizeBenchOptions {
   /** Measured requests per round, one client (batch 1). Default 20. */
   requestsPerRound?: number;
   onProgress?: (message: string) => void;
+  /** Called after each model with the results so far (the command rewrites its report, so a long run keeps what it measured). */
+  onModelDone?: (partial: QuantizeBenchResult) => Promise<void> | void;
 }
 
 /** What the archiver's quantization.json says, in the fields the report uses. */
@@ -254,6 +256,16 @@ export async function runQuantizeBench(options: QuantizeBenchOptions): Promise<Q
   const before = os.loadavg()[0]!;
   const machine = getMachineInfo();
   const results: QuantizeBenchModelResult[] = [];
+  const summary = (): QuantizeBenchResult => ({
+    startedAt,
+    cpuModel: machine.cpuModel,
+    cores: machine.cores,
+    cpuFlags: describeCpuFlags(machine.cpuFlags),
+    loadAverage: [before, os.loadavg()[0]!],
+    rounds: options.rounds ?? 3,
+    requestsPerRound: options.requestsPerRound ?? 20,
+    models: [...results],
+  });
   for (const name of options.models ?? quantizeBenchModelNames) {
     const model = await prepareQuantizeModel({ name, cacheDir: options.cacheDir, onStatus: options.onProgress });
     const storeDir = join(options.cacheDir, `quantize-${name}`, 'model-store');
@@ -285,17 +297,9 @@ export async function runQuantizeBench(options: QuantizeBenchOptions): Promise<Q
       searchSeconds: q.search ? (q.search.rankMs + q.search.searchMs) / 1000 : 0,
     };
     results.push({ ...partial, verdict: quantizeVerdict(partial) });
+    await options.onModelDone?.(summary());
   }
-  return {
-    startedAt,
-    cpuModel: machine.cpuModel,
-    cores: machine.cores,
-    cpuFlags: describeCpuFlags(machine.cpuFlags),
-    loadAverage: [before, os.loadavg()[0]!],
-    rounds: options.rounds ?? 3,
-    requestsPerRound: options.requestsPerRound ?? 20,
-    models: results,
-  };
+  return summary();
 }
 
 /** The result as a Markdown report: one table row per model, then each model's verdict. No single headline. */
