@@ -187,8 +187,13 @@ export function createProgram(): Command {
     .option('--cache-dir <dir>', 'where models, samples and archives are kept between runs')
     .option('--out <dir>', 'where the report is written (default bench-results/quantize-<time>)')
     .option('--serve-bin <path>', "the serve CLI (default: this workspace's @marina/serve)")
+    .option(
+      '--reuse-archives',
+      'measure the archives an earlier run left in --cache-dir again, without quantising again',
+    )
     .action(
       async (flags: {
+        reuseArchives?: boolean;
         models?: QuantizeBenchModelName[];
         rounds: number;
         requests: number;
@@ -196,8 +201,10 @@ export function createProgram(): Command {
         out?: string;
         serveBin?: string;
       }) => {
+        const { reuseArchives, ...rest } = flags;
         const { report, outDir } = await runQuantizeCommand({
-          ...flags,
+          ...rest,
+          ...(reuseArchives ? { isReusingArchives: true } : {}),
           onProgress: (message) => process.stderr.write(`  ${message}\n`),
         });
         process.stdout.write(`${report}\nwritten to ${outDir}\n`);

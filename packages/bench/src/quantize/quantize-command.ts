@@ -19,6 +19,7 @@ export async function runQuantizeCommand(options: {
   cacheDir?: string;
   out?: string;
   serveBin?: string;
+  isReusingArchives?: boolean;
   onProgress?: (message: string) => void;
 }): Promise<{ report: string; outDir: string }> {
   const base = process.env.INIT_CWD ?? process.cwd();
@@ -39,6 +40,7 @@ export async function runQuantizeCommand(options: {
     serveBin: resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin()),
     modelArchiverBin: defaultModelArchiverBin(),
     rounds: options.rounds,
+    ...(options.isReusingArchives ? { isReusingArchives: true } : {}),
     requestsPerRound: options.requests,
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
     onModelDone: async (partial) => {

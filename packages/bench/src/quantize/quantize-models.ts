@@ -23,6 +23,8 @@ export interface QuantizeBenchModel {
   /** model-config.yaml for the handler, when it needs one. */
   configPath?: string;
   extraFiles: string[];
+  /** Extra model-archiver arguments (a target for a model whose top-1 is not meaningful). */
+  archiverArgs: string[];
   /** Folder of request bodies to calibrate on (k-fold evaluated). */
   calibrationDir: string;
   /** The request body the servers are measured with (not among the calibration samples). */
@@ -82,7 +84,9 @@ export async function prepareQuantizeModel(options: {
     const indexPath = join(dirname(assets.imagePath), 'index_to_name.json');
     return {
       name: 'resnet-152',
-      description: 'ResNet-152 (generated weights, torchvision layout), image_classifier, 640×480 JPEG',
+      description:
+        'ResNet-152 (seeded, untrained weights, torchvision layout), image_classifier, 640×480 JPEG; --min-agreement 0.75, as near-ties between untrained classes make top-1 flip',
+      archiverArgs: ['--min-agreement', '0.75'],
       modelPath: assets.modelPath,
       handler: 'image_classifier',
       extraFiles: (await exists(indexPath)) ? [indexPath] : [],
@@ -116,6 +120,7 @@ export async function prepareQuantizeModel(options: {
       : 'PaddleOCR mobile v2.0 text direction classifier (npm), image_classifier at 48×192, text-line JPEG',
     modelPath: join(assets, isDetector ? 'ch_PP-OCRv4_det_infer.onnx' : 'ch_ppocr_mobile_v2.0_cls_infer.onnx'),
     handler: isDetector ? 'image_segmenter' : 'image_classifier',
+    archiverArgs: [],
     configPath,
     extraFiles: [],
     calibrationDir,
