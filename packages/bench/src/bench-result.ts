@@ -1,4 +1,5 @@
 import type { MachineInfo } from './machine-info.ts';
+import type { ManyModelsSummary } from './experiments/many-models.ts';
 import type { Int8Summary } from './experiments/int8.ts';
 
 /** The experiments of the bench, in the order they run. */
@@ -16,6 +17,7 @@ export const experimentNames = [
   'traffic',
   'tracing',
   'priorities',
+  'many-models',
 ] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 
@@ -134,6 +136,8 @@ export interface BenchResult {
   targets: TargetCheck[];
   /** The int8 experiment's numbers; undefined when it did not run. */
   int8?: Int8Summary;
+  /** The many-models experiment's summary, when it ran. */
+  manyModels?: ManyModelsSummary;
   /** The configuration the sweep ran on. */
   bestServerConfig: string | undefined;
   notes: string[];

@@ -34,7 +34,7 @@ export interface Agreement {
 /**
  * Default `--min-agreement` per headline metric: top-1 0.99 for classifiers, mask IoU 0.95 for
  * segmenters and detectors, lowest cosine 0.99 otherwise (the measurements behind them are in
- * docs/guides/quantisation-accuracy.md).
+ * docs/guides/quantisation.md).
  */
 export const DEFAULT_MIN_AGREEMENT: Record<Agreement['metric'], number> = { top1: 0.99, iou: 0.95, cosine: 0.99 };
 

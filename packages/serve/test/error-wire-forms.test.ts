@@ -40,6 +40,8 @@ const GRPC_STATUS: Record<number, grpc.status> = {
   405: grpc.status.UNIMPLEMENTED,
   409: grpc.status.ALREADY_EXISTS,
   413: grpc.status.RESOURCE_EXHAUSTED,
+  414: grpc.status.INVALID_ARGUMENT,
+  431: grpc.status.INVALID_ARGUMENT,
   501: grpc.status.UNIMPLEMENTED,
   503: grpc.status.UNAVAILABLE,
   504: grpc.status.DEADLINE_EXCEEDED,
@@ -88,6 +90,7 @@ const TORCHSERVE_TEXT: Record<string, string> = {
   MARINA_ERR_TOKEN_INVALID: TOKEN_FAILED,
   MARINA_ERR_TOKEN_EXPIRED: TOKEN_FAILED,
   MARINA_ERR_HANDLER_FAILED: 'Prediction failed',
+  MARINA_ERR_EXPLAIN_NOT_SUPPORTED: 'Prediction failed',
 };
 const torchServeMessageOf = (code: string) => TORCHSERVE_TEXT[code] ?? messageOf(code);
 function fail(code: string): never {

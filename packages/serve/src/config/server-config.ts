@@ -63,7 +63,7 @@ export interface ServerConfig {
   shadowMaxCpuPressurePercent?: number;
   /** The models JSON's `$traffic` entries: model name -> traffic policy (applied once its versions are registered). */
   trafficPolicies?: Record<string, TrafficPolicy>;
-  /** default_workers_per_model; undefined means 1 worker per model (not TorchServe's one per core, see README). */
+  /** default_workers_per_model; undefined means 1 worker per model (not TorchServe's one per core, see docs/guides/serving.md). */
   defaultWorkersPerModel: number | undefined;
   /** job_queue_size, per model version. Default 100. */
   jobQueueSize: number;
@@ -150,7 +150,7 @@ export interface ServerConfig {
   /** certificate_file (PEM), required with an https:// address. */
   certificateFile?: string;
   /**
-   * The autoscaler's knobs from `autoscale_*` keys (Marina extension; see ERRORS-OPS.md). Undefined
+   * The autoscaler's knobs from `autoscale_*` keys (Marina extension; see docs/guides/management.md). Undefined
    * or a missing field means the autoscaler's default.
    */
   autoscaling?: {
@@ -164,8 +164,8 @@ export interface ServerConfig {
     scaleDownIdleMs?: number;
   };
   /**
-   * Bounds on what clients and archives may consume (Marina extension keys; see the README's
-   * "Security model"). Undefined or a missing field means the default given with each field.
+   * Bounds on what clients and archives may consume (Marina extension keys; see docs/explanation/security.md,
+   * "Bounded resources"). Undefined or a missing field means the default given with each field.
    */
   resourceLimits?: ResourceLimits;
   /** Which models stay in memory (Marina extension; see docs/guides/many-models.md). Undefined: no budget, no idle unload, 10 s grace. */
@@ -208,6 +208,16 @@ export interface ResourceLimits {
   extractionCacheMaxBytes?: number;
   /** optimized_model_cache_max_bytes. Default 16 GiB. */
   optimizedModelCacheMaxBytes?: number;
+  /** response_write_timeout (seconds in the file): most time a response write may make no progress, ms. Default 30000. */
+  responseWriteTimeoutMs?: number;
+  /** max_pending_response_bytes: answers' bytes not yet taken by their clients, over all connections. Default 256 MiB. */
+  maxPendingResponseBytes?: number;
+  /** log_max_line_bytes: longest log line. Default 4096. */
+  logMaxLineBytes?: number;
+  /** log_max_file_bytes: a log file this large is rolled over. Default 100 MiB (TorchServe's). */
+  logMaxFileBytes?: number;
+  /** log_max_backup_files: rolled-over files kept per log. Default 5 (TorchServe's). */
+  logMaxBackupFiles?: number;
 }
 
 /** The defaults of `ResourceLimits`. */
@@ -218,6 +228,11 @@ export const DEFAULT_RESOURCE_LIMITS: Readonly<Required<ResourceLimits>> = Objec
   maxConcurrentDownloads: 2,
   extractionCacheMaxBytes: 16 * 1024 ** 3,
   optimizedModelCacheMaxBytes: 16 * 1024 ** 3,
+  responseWriteTimeoutMs: 30_000,
+  maxPendingResponseBytes: 256 * 1024 ** 2,
+  logMaxLineBytes: 4096,
+  logMaxFileBytes: 100 * 1024 ** 2,
+  logMaxBackupFiles: 5,
 });
 
 /** `config.resourceLimits` with every default filled in. */

@@ -1,6 +1,6 @@
 import { defineErrors } from '@marina/errors';
 
-/** Error codes of model URL resolution and downloads (see ERRORS-OPS.md). Statuses and messages follow TorchServe. */
+/** Error codes of model URL resolution and downloads (listed in docs/reference/errors.md). Statuses and messages follow TorchServe. */
 export const downloadErrors = defineErrors({
   MARINA_ERR_MODEL_STORE_NOT_CONFIGURED: {
     statusCode: 404,
@@ -50,6 +50,11 @@ export const downloadErrors = defineErrors({
     statusCode: 400,
     description:
       'The management client closed its connection while its archive was downloading; the download was stopped and its partial file removed.',
+  },
+  MARINA_ERR_MODEL_STORE_FULL: {
+    statusCode: 507,
+    description:
+      "The model store's disk (or quota) filled up while an archive was downloaded or copied into it (TorchServe's 507, insufficient storage); the partial file was removed. Free space in the model store and register again.",
   },
   MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: {
     statusCode: 400,
