@@ -306,6 +306,7 @@ export function testConfig(
     disableTokenAuthorization: false,
     enableModelApi: true,
     strictParameters: false,
+    snapshotSkipMissingArchives: false,
     enableMetricsApi: true,
     tokenExpirationMin: 60,
     keyFilePath: 'key_file.json',
