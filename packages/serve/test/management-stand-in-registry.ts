@@ -307,6 +307,8 @@ export function testConfig(
     enableModelApi: true,
     strictParameters: false,
     snapshotSkipMissingArchives: false,
+    tokenFailureStatus: 401,
+    pingRequiresToken: false,
     enableMetricsApi: true,
     tokenExpirationMin: 60,
     keyFilePath: 'key_file.json',
