@@ -27,7 +27,8 @@ import {
   type ServerRunResult,
 } from './experiments/server-experiments.ts';
 import { runProtocols } from './experiments/protocols.ts';
-import { explainInt8Time, INT8_ROUNDS, runInt8, type Int8Summary } from './experiments/int8.ts';
+import type { Int8Summary } from './bench-result.ts';
+import { explainInt8Time, INT8_ROUNDS, runInt8 } from './experiments/int8.ts';
 import { prepareInt8Assets } from './int8-assets.ts';
 import { getMachineInfo } from './machine-info.ts';
 import { benchModelNames, prepareAssets, prepareTensorAssets, type BenchModelName } from './model-assets.ts';

@@ -16,11 +16,11 @@ import { sendError } from './protocols/error-map.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
 import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts';
 import { apiExplorerRoutes } from './routes/api-explorer.ts';
+import type { ApiName } from './api-name.ts';
 import { DataPlane } from './protocols/data-plane.ts';
 import { oipRestRoutes } from './protocols/oip-rest/oip-rest-routes.ts';
 
-/** Which listener a plugin goes on. */
-export type ApiName = 'inference' | 'management' | 'metrics';
+export type { ApiName };
 
 export interface AppPlugin {
   api: ApiName;
