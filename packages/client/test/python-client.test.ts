@@ -28,8 +28,8 @@ describe('clients/python/marina_client.py against a real server', { timeout: 180
       MARINA_TEST_QUEUE_SIZE: String(server.jobQueueSize),
       PYTHONDONTWRITEBYTECODE: '1',
     };
-    delete env['MARINA_TOKEN'];
-    delete env['MARINA_KEY_FILE'];
+    delete env.MARINA_TOKEN;
+    delete env.MARINA_KEY_FILE;
     const child = spawn('python3', ['-m', 'unittest', '-v', 'test_marina_client'], {
       cwd: PYTHON_DIR,
       env,

@@ -1,4 +1,4 @@
-import * as ort from 'onnxruntime-node';
+import type * as ort from 'onnxruntime-node';
 import { isMarinaError, type MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
 import { isDynamicDim } from './signature-checks.ts';
@@ -150,9 +150,8 @@ export function createTensorHandler(): Handler {
           : { name: m.name, type: 'non-tensor', shape: [] };
       inputs = session.inputMetadata.map(signatureOf);
       outputs = session.outputMetadata.map(signatureOf);
-      const configured = (context.modelYamlConfig?.['handler'] as Record<string, unknown> | undefined)?.[
-        'maxTensorBytesPerRequest'
-      ];
+      const configured = (context.modelYamlConfig?.handler as Record<string, unknown> | undefined)
+        ?.maxTensorBytesPerRequest;
       if (configured !== undefined) {
         if (typeof configured !== 'number' || !Number.isInteger(configured) || configured <= 0) {
           throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
@@ -182,7 +181,9 @@ export function createTensorHandler(): Handler {
       const canStack = good.length > 1 && isStackable && canStackRequests(inputs, good);
       if (canStack) {
         const answers = await run(good, context);
-        good.forEach((g, i) => (results[g.index] = answers[i]!));
+        good.forEach((g, i) => {
+          results[g.index] = answers[i]!;
+        });
       } else {
         for (const g of good) {
           try {

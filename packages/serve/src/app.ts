@@ -1,6 +1,6 @@
 import type { StartupProgressEvent } from './startup-progress.ts';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { type Dirent, readFileSync } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import { isAbsolute, join, normalize, resolve } from 'node:path';
 import { resolveInside } from '@marina/archive';
@@ -24,6 +24,7 @@ export type { ApiName };
 
 export interface AppPlugin {
   api: ApiName;
+  // biome-ignore lint/suspicious/noExplicitAny: each plugin declares its own options (registry and config, plus `options`); fastify's plugin type is contravariant in them.
   plugin: FastifyPluginAsync<{ registry: ModelRegistry; config: ServerConfig }> | FastifyPluginAsync<any>;
   /** Extra options for the plugin (registry and config are always passed). */
   options?: Record<string, unknown>;
@@ -252,7 +253,7 @@ export async function listStartupModels(config: ServerConfig): Promise<Array<Loa
       throw createServeError.MARINA_ERR_MODEL_STORE_MISSING(
         'load_models=all needs a model store; set model_store or --model-store',
       );
-    let entries;
+    let entries: Dirent[];
     try {
       entries = await readdir(store, { withFileTypes: true });
     } catch (error) {

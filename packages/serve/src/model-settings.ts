@@ -130,7 +130,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   const [batchSize, batchSizeSource] = pick(
     [
       [api.batchSize, 'batch_size', 'api'],
-      [yaml['batchSize'], 'batchSize', 'model-config.yaml'],
+      [yaml.batchSize, 'batchSize', 'model-config.yaml'],
       [json.batchSize, 'batchSize', 'models JSON'],
     ],
     'int',
@@ -140,7 +140,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   const [maxBatchDelayMs, maxBatchDelaySource] = pick(
     [
       [api.maxBatchDelayMs, 'max_batch_delay', 'api'],
-      [yaml['maxBatchDelay'], 'maxBatchDelay', 'model-config.yaml'],
+      [yaml.maxBatchDelay, 'maxBatchDelay', 'model-config.yaml'],
       [json.maxBatchDelayMs, 'maxBatchDelay', 'models JSON'],
     ],
     'number',
@@ -151,7 +151,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   const [responseTimeoutSec, responseTimeoutSource] = pick(
     [
       [api.responseTimeoutSec, 'response_timeout', 'api'],
-      [yaml['responseTimeout'], 'responseTimeout', 'model-config.yaml'],
+      [yaml.responseTimeout, 'responseTimeout', 'model-config.yaml'],
       [json.responseTimeoutSec, 'responseTimeout', 'models JSON'],
     ],
     'number',
@@ -161,7 +161,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   const [startupTimeoutSec, startupTimeoutSource] = pick(
     [
       [api.startupTimeoutSec, 'startup_timeout', 'api'],
-      [yaml['startupTimeout'], 'startupTimeout', 'model-config.yaml'],
+      [yaml.startupTimeout, 'startupTimeout', 'model-config.yaml'],
       [json.startupTimeoutSec, 'startupTimeout', 'models JSON'],
     ],
     'number',
@@ -170,7 +170,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
 
   const [jobQueueSize, jobQueueSizeSource] = pick(
     [
-      [yaml['jobQueueSize'], 'jobQueueSize', 'model-config.yaml'],
+      [yaml.jobQueueSize, 'jobQueueSize', 'model-config.yaml'],
       [json.jobQueueSize, 'jobQueueSize', 'models JSON'],
     ],
     'int',
@@ -179,21 +179,17 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
 
   const [intraOp, intraOpSource] = pick(
     [
-      [yaml['intraOpNumThreads'], 'intraOpNumThreads', 'model-config.yaml'],
+      [yaml.intraOpNumThreads, 'intraOpNumThreads', 'model-config.yaml'],
       [json.intraOpNumThreads, 'intraOpNumThreads', 'models JSON'],
     ],
     'int',
     0,
   );
 
-  const [clientTimeoutMs] = pick(
-    [[yaml['clientTimeoutInMills'], 'clientTimeoutInMills', 'model-config.yaml']],
-    'int',
-    0,
-  );
+  const [clientTimeoutMs] = pick([[yaml.clientTimeoutInMills, 'clientTimeoutInMills', 'model-config.yaml']], 'int', 0);
 
   const [maxWorkerHeapMb] = pick(
-    [[yaml['maxWorkerHeapMb'], 'maxWorkerHeapMb', 'model-config.yaml']],
+    [[yaml.maxWorkerHeapMb, 'maxWorkerHeapMb', 'model-config.yaml']],
     'int',
     DEFAULT_MAX_WORKER_HEAP_MB,
   );
@@ -206,8 +202,8 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   let minWorkers = defaultWorkers;
   let maxWorkers: number | undefined;
   let workersSource: SettingSource = 'server default';
-  const yamlMin = num(yaml['minWorkers'], 'minWorkers', 'model-config.yaml', 'int');
-  const yamlMax = num(yaml['maxWorkers'], 'maxWorkers', 'model-config.yaml', 'int');
+  const yamlMin = num(yaml.minWorkers, 'minWorkers', 'model-config.yaml', 'int');
+  const yamlMax = num(yaml.maxWorkers, 'maxWorkers', 'model-config.yaml', 'int');
   const jsonMin = num(json.minWorkers, 'minWorkers', 'models JSON', 'int');
   const jsonMax = num(json.maxWorkers, 'maxWorkers', 'models JSON', 'int');
   const apiMin = num(

@@ -138,8 +138,8 @@ describe('the error table: every code on every protocol', () => {
       expect(torchServe.headers['retry-after']).toBe(retryAfter);
       const body = JSON.parse(torchServe.body) as Record<string, unknown>;
       expect(body).toEqual({ code: statusCode, type: expect.any(String), message: messageOf(code), marinaCode: code });
-      expect(body['type']).toMatch(/^[A-Z][A-Za-z]+(Exception|Error)$/);
-      if (TORCHSERVE_TYPE[code]) expect(body['type']).toBe(TORCHSERVE_TYPE[code]);
+      expect(body.type).toMatch(/^[A-Z][A-Za-z]+(Exception|Error)$/);
+      if (TORCHSERVE_TYPE[code]) expect(body.type).toBe(TORCHSERVE_TYPE[code]);
 
       const oip = await rest.inject({
         method: 'POST',

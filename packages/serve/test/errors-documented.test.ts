@@ -15,7 +15,7 @@ describe('error codes', () => {
       ...Object.entries(handlerErrors.definitions),
     ]) {
       const row = doc.split('\n').find((line) => line.startsWith(`| \`${code}\` |`));
-      if (!row || !row.includes(`| ${def.statusCode} |`)) missing.push(`${code} (${def.statusCode})`);
+      if (!row?.includes(`| ${def.statusCode} |`)) missing.push(`${code} (${def.statusCode})`);
     }
     expect(missing).toEqual([]);
   });

@@ -56,7 +56,7 @@ function torchServeSnapshot(store: string): string {
     2,
   );
   // java.util.Properties.store: '#' comment lines, ':' and '=' escaped, newlines as \n.
-  const escape = (value: string) =>
+  const escapeValue = (value: string) =>
     value
       .replace(/\\/g, '\\\\')
       .replace(/\n/g, '\\n')
@@ -64,12 +64,12 @@ function torchServeSnapshot(store: string): string {
   return [
     '#Saving snapshot',
     '#Mon Jan 01 12:00:00 UTC 2024',
-    `inference_address=${escape('http://127.0.0.1:0')}`,
-    `management_address=${escape('http://127.0.0.1:0')}`,
-    `metrics_address=${escape('http://127.0.0.1:0')}`,
-    `model_store=${escape(store)}`,
+    `inference_address=${escapeValue('http://127.0.0.1:0')}`,
+    `management_address=${escapeValue('http://127.0.0.1:0')}`,
+    `metrics_address=${escapeValue('http://127.0.0.1:0')}`,
+    `model_store=${escapeValue(store)}`,
     'disable_token_authorization=true',
-    `model_snapshot=${escape(json)}`,
+    `model_snapshot=${escapeValue(json)}`,
     'tsConfigFile=logs/config/20240101115900000-startup.cfg',
     '',
   ].join('\n');
@@ -117,7 +117,7 @@ describe("--ts-config with a snapshot in TorchServe's own format", () => {
       const names = await readdir(join(workspace.root, 'logs', 'config'));
       const startup = names.find((n) => /^\d{17}-startup\.cfg$/.test(n))!;
       const written = parseSnapshot(startup, await readFile(join(workspace.root, 'logs', 'config', startup), 'utf8'));
-      expect(Object.keys(written.models['m']!['2.0']!).sort()).toEqual([
+      expect(Object.keys(written.models.m!['2.0']!).sort()).toEqual([
         'batchSize',
         'defaultVersion',
         'marName',

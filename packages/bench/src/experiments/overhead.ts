@@ -157,9 +157,9 @@ export async function runOverhead(context: ExperimentContext): Promise<{ rows: R
                   await targets[i]!.measure(concurrency, Math.ceil(durationMs * OVERHEAD_ROUND_SHARE), warmup),
                 );
             }
-            targets.forEach((target, i) =>
-              rows.push({ ...bestRound(rounds[i]!, 'req/s', 0), config: `${target.name}, ${concurrency} clients` }),
-            );
+            targets.forEach((target, i) => {
+              rows.push({ ...bestRound(rounds[i]!, 'req/s', 0), config: `${target.name}, ${concurrency} clients` });
+            });
             for (const target of targets.slice(0, 2)) {
               const row = await target.measure(1, durationMs);
               rows.push({ ...row, config: `${target.name}, 1 client` });

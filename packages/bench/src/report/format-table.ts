@@ -105,10 +105,10 @@ export function formatTable(rows: readonly ResultRow[], options: { maxWidth?: nu
 
 /** The same table in GitHub Markdown. */
 export function formatMarkdownTable(rows: readonly ResultRow[]): string {
-  const escape = (c: string) => c.replace(/\|/g, '\\|');
+  const escapeCell = (c: string) => c.replace(/\|/g, '\\|');
   return [
     `| ${tableHeaders.join(' | ')} |`,
     `|${tableHeaders.map((_, i) => (i < 2 ? '---' : '---:')).join('|')}|`,
-    ...rows.map((row) => `| ${tableCells(row).map(escape).join(' | ')} |`),
+    ...rows.map((row) => `| ${tableCells(row).map(escapeCell).join(' | ')} |`),
   ].join('\n');
 }

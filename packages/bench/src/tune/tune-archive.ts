@@ -8,7 +8,7 @@ import { runLoad } from '../load-generator.ts';
 import { getMachineInfo, type MachineInfo } from '../machine-info.ts';
 import { openModel, warmupSamplePath } from '../profile/profile-model.ts';
 import { defaultServeBin } from '../run-bench.ts';
-import { startServer, type ServerModelSettings } from '../server-process.ts';
+import { type RunningServer, startServer, type ServerModelSettings } from '../server-process.ts';
 import { readLoadAverage, summarizeLatencies } from '../stats.ts';
 
 /** One configuration of a model version on the server. */
@@ -209,7 +209,7 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
       `--max-batch-size must be a whole number of 1 or more, got ${maxBatchSize}`,
     );
   const archivePath = resolve(options.archivePath);
-  const serveBin = resolve(options.serveBin ?? process.env['MARINA_SERVE_BIN'] ?? defaultServeBin());
+  const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
   const loadStart = readLoadAverage();
   const input = await requestBody(options, archivePath);
   const modelStoreDir = dirname(archivePath);
@@ -227,7 +227,7 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
     body: (origin: string) => Promise<T>,
   ): Promise<{ value: T; startMs: number } | undefined> => {
     const t0 = performance.now();
-    let server;
+    let server: RunningServer;
     try {
       server = await startServer({
         serveBin,

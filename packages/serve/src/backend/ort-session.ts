@@ -107,19 +107,18 @@ export function cacheOptimizedModelDefaultFrom(env: Record<string, string | unde
  * the wrong type are ignored here: the archive loader has already rejected them against the schema.
  */
 export function readOrtModelSettings(modelYamlConfig: Record<string, unknown> | undefined): OrtModelSettings {
-  const raw = modelYamlConfig?.['onnxruntime'];
+  const raw = modelYamlConfig?.onnxruntime;
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return {};
   const section = raw as Record<string, unknown>;
   const settings: OrtModelSettings = {};
-  const level = section['graphOptimizationLevel'];
+  const level = section.graphOptimizationLevel;
   if (typeof level === 'string' && (GRAPH_OPTIMIZATION_LEVELS as readonly string[]).includes(level))
     settings.graphOptimizationLevel = level as GraphOptimizationLevel;
-  if (typeof section['enableCpuMemArena'] === 'boolean') settings.enableCpuMemArena = section['enableCpuMemArena'];
-  if (typeof section['enableMemPattern'] === 'boolean') settings.enableMemPattern = section['enableMemPattern'];
-  if (typeof section['allowSpinning'] === 'boolean') settings.allowSpinning = section['allowSpinning'];
-  if (typeof section['forceSpinningStop'] === 'boolean') settings.forceSpinningStop = section['forceSpinningStop'];
-  if (typeof section['cacheOptimizedModel'] === 'boolean')
-    settings.cacheOptimizedModel = section['cacheOptimizedModel'];
+  if (typeof section.enableCpuMemArena === 'boolean') settings.enableCpuMemArena = section.enableCpuMemArena;
+  if (typeof section.enableMemPattern === 'boolean') settings.enableMemPattern = section.enableMemPattern;
+  if (typeof section.allowSpinning === 'boolean') settings.allowSpinning = section.allowSpinning;
+  if (typeof section.forceSpinningStop === 'boolean') settings.forceSpinningStop = section.forceSpinningStop;
+  if (typeof section.cacheOptimizedModel === 'boolean') settings.cacheOptimizedModel = section.cacheOptimizedModel;
   return settings;
 }
 

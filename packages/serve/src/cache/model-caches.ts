@@ -43,7 +43,7 @@ function isInside(root: string, path: string): boolean {
 }
 
 async function sizeOf(path: string): Promise<number> {
-  let stats;
+  let stats: Awaited<ReturnType<typeof lstat>>;
   try {
     stats = await lstat(path);
   } catch {

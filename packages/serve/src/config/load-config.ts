@@ -252,9 +252,7 @@ export async function findConfigFile(options: LoadConfigOptions): Promise<Config
       try {
         parseSnapshot(file, await readFile(file, 'utf8'));
         return { path: file, origin: 'snapshot' };
-      } catch {
-        continue;
-      }
+      } catch {}
     }
   }
   const local = path.join(options.cwd, 'config.properties');

@@ -73,6 +73,7 @@ export function normaliseModelUrl(url: string): NormalisedModelUrl {
       );
     }
     // eslint-disable-next-line no-control-regex
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: a URL that decodes to control characters is refused, so the regex names them.
     if (/[\u0000-\u001f\u007f]/.test(decoded)) {
       throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${url}' has a control character in its path`);
     }

@@ -285,7 +285,7 @@ export class DataPlane {
 
   #encodeTorchServeInput(options: PredictOptions, signature: ModelSignature): PredictOptions {
     const keys = Object.keys(options.input);
-    const payload = options.input['data'] ?? options.input['body'];
+    const payload = options.input.data ?? options.input.body;
     if (keys.length !== 1 || (!Buffer.isBuffer(payload) && typeof payload !== 'string')) return options;
     const headerText = options.headers?.[INFERENCE_HEADER_CONTENT_LENGTH];
     const headerLength = headerText === undefined ? undefined : Number(headerText);
@@ -410,8 +410,8 @@ export class DataPlane {
       return [{ name: 'output', datatype: 'BYTES', shape: [1], raw: encodeBytesElements([result.body]) }];
     }
     const { header, binaries } = splitBinaryBody(result.body, Number(headerLength), 'outputs');
-    const list = Array.isArray(header['outputs'])
-      ? (header['outputs'] as Array<{ name: string; datatype: unknown; shape: number[]; data?: unknown }>)
+    const list = Array.isArray(header.outputs)
+      ? (header.outputs as Array<{ name: string; datatype: unknown; shape: number[]; data?: unknown }>)
       : [];
     return list.map((o, i) => {
       if (!isV2Datatype(o.datatype))

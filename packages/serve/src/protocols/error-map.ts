@@ -6,7 +6,7 @@
  * where the same request sent again can succeed (see RETRYABLE_CODES).
  */
 import * as grpc from '@grpc/grpc-js';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply } from 'fastify';
 import type { MarinaError } from '@marina/errors';
 import { setTorchServeHeaders } from '../auth/torchserve-response.ts';
 import { toMarinaError } from '../errors.ts';
@@ -121,7 +121,7 @@ export function torchServeErrorBody(error: MarinaError): TorchServeErrorBody {
  */
 export function errorHeaders(error: MarinaError): Record<string, string> {
   const headers: Record<string, string> = {};
-  const own = error.details?.['headers'];
+  const own = error.details?.headers;
   if (own && typeof own === 'object') for (const [k, v] of Object.entries(own)) headers[k.toLowerCase()] = String(v);
   if (isRetryable(error.code)) headers['retry-after'] = String(RETRY_AFTER_SECONDS);
   return headers;

@@ -169,7 +169,9 @@ export function buildOpenApi(routes: readonly DescribedRoute[]): OpenApiDocument
     const path = openApiPath(route.url);
     const schema = route.schema!;
     for (const method of route.methods) {
-      (paths[path] ??= {})[method.toLowerCase()] = {
+      const item = paths[path] ?? {};
+      paths[path] = item;
+      item[method.toLowerCase()] = {
         description: schema.description,
         operationId: operationId(method, path),
         parameters: parametersOf(schema, path),

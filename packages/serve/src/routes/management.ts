@@ -219,7 +219,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       downloadSlots: new DownloadSlots(limits.maxConcurrentDownloads),
     });
 
-  app.setErrorHandler((error: FastifyError, request, reply) => {
+  app.setErrorHandler((error: FastifyError, _request, reply) => {
     if (error.validation) {
       return sendTorchServeError(reply, createServeError.MARINA_ERR_BAD_REQUEST(`Invalid parameter: ${error.message}`));
     }
@@ -320,7 +320,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
         if (!reply.raw.writableFinished) clientGone.abort();
       };
       reply.raw.once('close', onClose);
-      let resolved;
+      let resolved: Awaited<ReturnType<ModelUrlResolver>>;
       try {
         resolved = await resolve(params.url, { signal: clientGone.signal });
       } finally {
@@ -347,7 +347,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
         ...(params.response_timeout !== undefined && { responseTimeoutSec: params.response_timeout }),
         ...(params.startup_timeout !== undefined && { startupTimeoutSec: params.startup_timeout }),
       };
-      let result;
+      let result: Awaited<ReturnType<ModelRegistryApi['register']>>;
       try {
         result = await registry.register(registerOptions);
       } catch (error) {

@@ -30,7 +30,8 @@ export class TextJobResult implements JobResult {
   ) {}
 
   get body(): Buffer {
-    return (this.#body ??= Buffer.from(this.text, 'utf8'));
+    this.#body ??= Buffer.from(this.text, 'utf8');
+    return this.#body;
   }
 }
 

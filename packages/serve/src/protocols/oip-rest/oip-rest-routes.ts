@@ -64,7 +64,7 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
     if (!header || typeof header !== 'object' || Array.isArray(header))
       throw invalid('the body must be a JSON object with an "inputs" list');
   }
-  const list = header['inputs'];
+  const list = header.inputs;
   if (!Array.isArray(list) || list.length === 0)
     throw invalid('the request needs a non-empty "inputs" list of {"name", "shape", "datatype", "data"}');
   const inputs: RawTensor[] = list.map((entry, i) => {
@@ -83,18 +83,18 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
     if (e.data === undefined) throw invalid(`${where} has no "data" and no binary_data_size parameter`);
     return { name: e.name, datatype: e.datatype, shape, raw: jsonToRaw(e.datatype, e.data, shape, where) };
   });
-  const parameters = header['parameters'] as Record<string, unknown> | undefined;
+  const parameters = header.parameters as Record<string, unknown> | undefined;
   if (parameters !== undefined && (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters)))
     throw invalid('"parameters" must be an object');
-  const outputsValue = header['outputs'];
+  const outputsValue = header.outputs;
   if (outputsValue !== undefined && !Array.isArray(outputsValue))
     throw invalid('"outputs" must be a list of {"name", "parameters"}');
   const outputs = (outputsValue as WireOutput[] | undefined)?.map((o, i) => {
     if (typeof o?.name !== 'string') throw invalid(`outputs[${i}] needs a "name"`);
     return o;
   });
-  const isBinaryDefault = parameters?.['binary_data_output'] === true;
-  const id = header['id'];
+  const isBinaryDefault = parameters?.binary_data_output === true;
+  const id = header.id;
   if (id !== undefined && typeof id !== 'string') throw invalid('"id" must be a string');
   return {
     request: {

@@ -4,7 +4,7 @@
  * REST) and goes through the registry's predict path like `/predictions`.
  */
 import { randomUUID } from 'node:crypto';
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import { createServeError } from '../../errors.ts';
 import type { PredictResult } from '../../registry/model-registry.ts';
 import type { DataPlane } from '../data-plane.ts';
