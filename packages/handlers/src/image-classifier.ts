@@ -12,8 +12,6 @@ import {
 } from './image-batch.ts';
 import {
   handlerSection,
-  IMAGENET_MEAN,
-  IMAGENET_STD,
   positiveInt,
   resolveImagePreprocessOptions,
   type ImagePreprocessOptions,
@@ -29,8 +27,6 @@ import {
 } from './tensor-request.ts';
 import type { Handler, HandlerContext, RequestRow } from './types.ts';
 import { rawToOrt } from './v2-tensors.ts';
-
-export { IMAGENET_MEAN, IMAGENET_STD };
 
 /**
  * How the classifier turns a row of outputs into probabilities: `softmax` applies one

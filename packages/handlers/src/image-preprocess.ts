@@ -7,7 +7,7 @@ export const IMAGENET_MEAN = [0.485, 0.456, 0.406] as const;
 export const IMAGENET_STD = [0.229, 0.224, 0.225] as const;
 
 /** sharp's own default pixel limit (TorchServe follows PIL's, of the same order). */
-export const DEFAULT_PIXEL_LIMIT = 268_402_689;
+const DEFAULT_PIXEL_LIMIT = 268_402_689;
 
 /**
  * How an image becomes the model's input size:

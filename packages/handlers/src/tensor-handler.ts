@@ -23,7 +23,7 @@ function invalid(message: string): MarinaError {
 }
 
 /** Default of `handler.maxTensorBytesPerRequest`: 256 MiB of input and output tensors per request. */
-export const DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST = 256 * 1024 * 1024;
+const DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST = 256 * 1024 * 1024;
 
 /**
  * The bytes one request's tensors will take: its inputs, and each output it asked for whose shape
@@ -31,7 +31,7 @@ export const DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST = 256 * 1024 * 1024;
  * dimension N). An output with a dimension only the data decides (e.g. a detector's box count)
  * cannot be computed before run(); it is left out, and `isExact` is false.
  */
-export function tensorBytesOf(
+function tensorBytesOf(
   request: ParsedTensorRequest,
   inputs: readonly TensorSignature[],
   outputs: readonly TensorSignature[],

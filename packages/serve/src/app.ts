@@ -83,7 +83,7 @@ function tlsOptions(
  * empty value (`?limit=&next_page_token=`) is absent, as if not sent, instead of failing validation.
  * A repeated key becomes an array. Prototype keys are harmless (null-prototype object).
  */
-export function parseQueryString(query: string): Record<string, string | string[]> {
+function parseQueryString(query: string): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = Object.create(null);
   for (const [key, value] of new URLSearchParams(query)) {
     if (value === '') continue;

@@ -24,7 +24,7 @@ interface OwnTimeMessage {
 }
 
 /** A ceiling row's configuration: `batch N`. */
-export function ceilingBatchLabel(batchSize: number): string {
+function ceilingBatchLabel(batchSize: number): string {
   return `batch ${batchSize}`;
 }
 

@@ -64,7 +64,7 @@ async function startBareServer(): Promise<{ pid: number; origin: string; stop: (
  * 8 formed from the queue under load; the no-wasted-wait rule sends a lone request at once, so
  * the delay costs a lone client nothing.
  */
-export const OVERHEAD_BEST_SETTINGS = {
+const OVERHEAD_BEST_SETTINGS = {
   minWorkers: 1,
   maxWorkers: 1,
   batchSize: 8,
@@ -88,7 +88,7 @@ const OVERHEAD_WARMUP_REQUESTS = 5000;
  * phases. Twelve short rounds rather than six long ones (the same time in all): the two sides of a
  * pair are measured closer together, and the median of twelve moves less between runs.
  */
-export const OVERHEAD_ROUNDS = 12;
+const OVERHEAD_ROUNDS = 12;
 
 /** Each many-clients round runs this share of the planned time per server (OVERHEAD_ROUNDS × share = twice the planned time). */
 const OVERHEAD_ROUND_SHARE = 2 / OVERHEAD_ROUNDS;

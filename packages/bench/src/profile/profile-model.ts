@@ -45,7 +45,7 @@ export interface ProfileOptions {
   onProgress?: (message: string) => void;
 }
 
-export interface ProfileInput {
+interface ProfileInput {
   name: string;
   type: string;
   shape: number[];

@@ -8,7 +8,7 @@ const n = (value: number, digits = 1): string => {
 const ratio = (value: number): string => (Number.isFinite(value) ? `${value.toFixed(2)}×` : '–');
 
 /** Column headers and cells of the results table, shared by the terminal and Markdown forms. */
-export const tableHeaders = [
+const tableHeaders = [
   'experiment',
   'configuration',
   'n',
@@ -23,7 +23,7 @@ export const tableHeaders = [
   '× best decentr.',
 ];
 
-export function tableCells(row: ResultRow): string[] {
+function tableCells(row: ResultRow): string[] {
   return [
     row.experiment,
     row.config,

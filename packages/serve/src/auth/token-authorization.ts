@@ -11,7 +11,7 @@ import { sendTorchServeError } from '../protocols/error-map.ts';
 import { setTorchServeHeaders } from './torchserve-response.ts';
 
 /** Which key a request must carry: `API` only guards `/token`. */
-export type KeyType = 'inference' | 'management' | 'API';
+type KeyType = 'inference' | 'management' | 'API';
 
 /** Which key a route needs (`none`: open, e.g. the API description), declared in the route's fastify `config.auth`. */
 export type RouteAuth = KeyType | 'none';
@@ -29,7 +29,7 @@ declare module 'fastify' {
  * offline; 24 bytes (192 bits, 32 URL-safe characters) costs nothing and puts guessing out of
  * reach. The file format is unchanged: keys are opaque strings.
  */
-export const KEY_BYTES = 24;
+const KEY_BYTES = 24;
 
 interface ExpiringKey {
   key: string;
@@ -44,7 +44,7 @@ export interface KeyFile {
   API: { key: string };
 }
 
-export type TokenCheckResult = 'ok' | 'missing' | 'wrong' | 'expired';
+type TokenCheckResult = 'ok' | 'missing' | 'wrong' | 'expired';
 
 export interface TokenAuthorization {
   /** Absolute path of key_file.json, quoted in error messages. */

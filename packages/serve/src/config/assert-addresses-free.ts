@@ -10,7 +10,7 @@ export interface ListenTarget {
 }
 
 /** The distinct addresses startServer listens on (metrics only with enable_metrics_api). */
-export function listenTargets(config: ServerConfig): ListenTarget[] {
+function listenTargets(config: ServerConfig): ListenTarget[] {
   const all: ListenTarget[] = [
     { api: 'inference', key: 'inference_address', address: config.inferenceAddress },
     { api: 'management', key: 'management_address', address: config.managementAddress },

@@ -20,7 +20,7 @@ export const LATENCY_BUCKETS_SECONDS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
 ];
 /** Buckets for batch sizes: powers of two up to 256. */
-export const BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+const BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 export interface ServerMetrics {
   /** The prom-client registry holding every metric below. */

@@ -35,7 +35,7 @@ const SMALL_JSON_BODY_BYTES = 64 * 1024;
 
 export const SERVER_NAME = 'marina';
 /** Open Inference Protocol extensions Marina implements. */
-export const SERVER_EXTENSIONS = ['binary_tensor_data'] as const;
+const SERVER_EXTENSIONS = ['binary_tensor_data'] as const;
 
 /** A protocol-neutral inference request (KServe's InferRequest): tensors as raw bytes. */
 export interface InferRequest {
@@ -93,10 +93,6 @@ function tensorMetadata(signature: ModelSignature['inputs']): TensorMetadata[] {
     shape: t.shape.map((d) => (typeof d === 'number' && d >= 0 ? d : -1)),
   }));
 }
-
-/** The max_response_size check (MARINA_ERR_RESPONSE_TOO_LARGE), shared with the tensor handler, which applies it before it builds an answer. */
-export { assertResponseSize };
-
 /**
  * A small JSON body's value, parsed once for both checks of admission: the one-walk check of the
  * common body (isPlainFloatTensorBody) and, when that is not sure, parseTensorRequest. The payload

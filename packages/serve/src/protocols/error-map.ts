@@ -23,7 +23,7 @@ declare module 'fastify' {
 }
 
 /** Seconds a client is told to wait before it retries (the `Retry-After` header and gRPC metadata). */
-export const RETRY_AFTER_SECONDS = 1;
+const RETRY_AFTER_SECONDS = 1;
 
 /**
  * Codes where a retry of the same request can succeed, so the answer carries `Retry-After`:
@@ -119,7 +119,7 @@ export function torchServeErrorBody(error: MarinaError): TorchServeErrorBody {
  * The headers every HTTP error answer carries besides its body: `Retry-After` where a retry can
  * succeed, and the headers a custom handler set on the error it answered with (`details.headers`).
  */
-export function errorHeaders(error: MarinaError): Record<string, string> {
+function errorHeaders(error: MarinaError): Record<string, string> {
   const headers: Record<string, string> = {};
   const own = error.details?.headers;
   if (own && typeof own === 'object') for (const [k, v] of Object.entries(own)) headers[k.toLowerCase()] = String(v);
@@ -128,14 +128,14 @@ export function errorHeaders(error: MarinaError): Record<string, string> {
 }
 
 /** One HTTP error answer, protocol-neutral: status, headers and the body's text. */
-export interface HttpErrorAnswer {
+interface HttpErrorAnswer {
   statusCode: number;
   headers: Record<string, string>;
   body: string;
 }
 
 /** TorchServe REST: pretty-printed JSON ending in a newline, as TorchServe writes it. */
-export function torchServeRestError(error: unknown): HttpErrorAnswer {
+function torchServeRestError(error: unknown): HttpErrorAnswer {
   const e = toMarinaError(error);
   return {
     statusCode: e.statusCode,
@@ -145,7 +145,7 @@ export function torchServeRestError(error: unknown): HttpErrorAnswer {
 }
 
 /** Open Inference Protocol REST: `{"error": message}`, the stable code in `x-marina-error-code`. */
-export function oipRestError(error: unknown): HttpErrorAnswer {
+function oipRestError(error: unknown): HttpErrorAnswer {
   const e = toMarinaError(error);
   return {
     statusCode: e.statusCode,
@@ -155,7 +155,7 @@ export function oipRestError(error: unknown): HttpErrorAnswer {
 }
 
 /** The HTTP status of a MarinaError → gRPC status code (as KServe and Triton map them). */
-export function grpcStatusOf(statusCode: number): grpc.status {
+function grpcStatusOf(statusCode: number): grpc.status {
   if (statusCode === 400) return grpc.status.INVALID_ARGUMENT;
   if (statusCode === 401) return grpc.status.UNAUTHENTICATED;
   if (statusCode === 403) return grpc.status.PERMISSION_DENIED;
@@ -170,7 +170,7 @@ export function grpcStatusOf(statusCode: number): grpc.status {
 }
 
 /** An error as both gRPC services send it: the mapped status, the message, and metadata with the code (and `retry-after` where a retry can succeed). */
-export function grpcError(error: unknown): grpc.StatusObject {
+function grpcError(error: unknown): grpc.StatusObject {
   const e = toMarinaError(error);
   const metadata = new grpc.Metadata();
   metadata.set('marina-error-code', e.code);

@@ -14,7 +14,7 @@ import {
   cacheOptimizedModelDefaultFrom,
   forceSpinningStopDefaultFrom,
 } from '../backend/ort-session.ts';
-import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
+import { didYouMean, MarinaError } from '@marina/errors';
 import { fixedBatchWarning } from '@marina/handlers';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
@@ -83,7 +83,7 @@ export interface ModelRegistryOptions {
 }
 
 /** Where threads are pinned (OMP_NUM_THREADS, a model's intraOpNumThreads), manual scaling may oversubscribe the cores up to this factor, no further. */
-export const PINNED_THREAD_BUDGET_FACTOR = 4;
+const PINNED_THREAD_BUDGET_FACTOR = 4;
 
 /**
  * Model name → versions, default version, and each version's queue and workers.
@@ -665,4 +665,4 @@ export class ModelRegistry implements ModelRegistryApi {
   }
 }
 
-export { MarinaError, isMarinaError };
+export { MarinaError };

@@ -17,7 +17,7 @@ import { snapshotErrors } from './snapshot-errors.ts';
 export const SNAPSHOT_FILE_PATTERN = /^(\d{17})-(snapshot|startup|shutdown)\.cfg$/;
 
 /** TorchServe's three snapshot kinds, the suffix of the file name. */
-export type SnapshotKind = 'snapshot' | 'startup' | 'shutdown';
+type SnapshotKind = 'snapshot' | 'startup' | 'shutdown';
 
 export type SnapshotModels = Record<string, Record<string, SnapshotModelVersion>>;
 
@@ -35,7 +35,7 @@ export interface Snapshot {
 }
 
 /** `yyyyMMddHHmmssSSS` in UTC, TorchServe's snapshot name stamp. */
-export function formatSnapshotTimestamp(epochMs: number): string {
+function formatSnapshotTimestamp(epochMs: number): string {
   return new Date(epochMs).toISOString().replace(/[-:TZ.]/g, '');
 }
 

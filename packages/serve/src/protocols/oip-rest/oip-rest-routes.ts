@@ -47,7 +47,7 @@ interface DecodedRequest {
 }
 
 /** Reads a v2 infer body (JSON, or JSON header + binary tensors). @throws MARINA_ERR_TENSOR_INPUT_INVALID */
-export function decodeInferBody(body: Buffer, headerLengthText: string | undefined): DecodedRequest {
+function decodeInferBody(body: Buffer, headerLengthText: string | undefined): DecodedRequest {
   let header: Record<string, unknown>;
   let binaries = new Map<number, Buffer>();
   if (headerLengthText !== undefined) {
