@@ -16,6 +16,7 @@ import { serveErrors } from '../packages/serve/src/errors.ts';
 import { downloadErrors } from '../packages/serve/src/model-download/download-errors.ts';
 import { managementErrors } from '../packages/serve/src/routes/management-errors.ts';
 import { snapshotErrors } from '../packages/serve/src/snapshot/snapshot-errors.ts';
+import { trafficErrors } from '../packages/serve/src/registry/traffic-policy.ts';
 
 /** One registry: who owns it, where its codes come from (the reference's column), and its codes. */
 export interface ErrorRegistryEntry {
@@ -63,6 +64,12 @@ export const errorRegistries: readonly ErrorRegistryEntry[] = [
     isServed: true,
   },
   { owner: 'serve/snapshot', where: 'serve: snapshots', definitions: snapshotErrors.definitions, isServed: true },
+  {
+    owner: 'serve/traffic',
+    where: 'serve: traffic policies',
+    definitions: trafficErrors.definitions,
+    isServed: true,
+  },
   { owner: 'model-zoo', where: 'marina-models', definitions: modelZooErrors.definitions, isServed: false },
   { owner: 'bench', where: 'bench', definitions: benchErrors.definitions, isServed: false },
   { owner: 'client', where: 'clients (Node and Python)', definitions: clientErrorDefinitions, isServed: false },

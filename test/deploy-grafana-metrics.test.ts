@@ -122,7 +122,7 @@ describe('deploy/grafana/marina-dashboard.json against a live server', { timeout
     templating: { list: Array<{ name: string; query: unknown }> };
   };
 
-  it('covers throughput, latency quantiles, queue depth, batch size, workers and memory', () => {
+  it('covers throughput, latency quantiles, queue depth, batch size, workers, memory, and versions (split, weights, shadow agreement and drops)', () => {
     const exprs = dashboard.panels.flatMap((panel) => panel.targets.map((target) => target.expr)).join('\n');
     for (const metric of [
       'marina_requests_total',
@@ -131,6 +131,11 @@ describe('deploy/grafana/marina-dashboard.json against a live server', { timeout
       'marina_batch_size_sum',
       'marina_workers',
       'process_resident_memory_bytes',
+      'marina_shadow_agreement_sum',
+      'marina_shadow_compared_total',
+      'marina_shadow_requests_total',
+      'marina_shadow_dropped_total',
+      'marina_traffic_weight',
     ])
       expect(exprs).toContain(metric);
     expect(exprs).toMatch(/histogram_quantile\(0\.99,/);

@@ -9,7 +9,10 @@
  * - deploy/kserve/ validates against KServe's CRD schemas (deploy/kserve/crds/, copied from
  *   kserve/kserve, source in their README), read as the API server reads them: unknown fields are
  *   errors; its ports (REST v2 on 8080, gRPC v2 on the h2c port 7070, metrics) and key mount match
- *   the config.properties it ships, which Marina's loader accepts.
+ *   the config.properties it ships, which Marina's loader accepts;
+ * - deploy/modelmesh/ renders with `kubectl kustomize` and its ServingRuntime validates against KServe's
+ *   ServingRuntime CRD: multi-model, its gRPC endpoints the ports its config.properties gives the
+ *   ModelMesh model-runtime SPI and OIP gRPC.
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -282,5 +285,66 @@ describe('deploy/kserve against KServe CRD schemas', { timeout: 120_000 }, () =>
       (candidate) => candidate.name === mount!.name,
     );
     expect(volume?.secret?.secretName).toBe('marina-keys');
+  });
+});
+
+describe('deploy/modelmesh (kubectl kustomize) against the ServingRuntime CRD', () => {
+  const rendered = parseAllDocuments(
+    execFileSync('kubectl', ['kustomize', path.join(repoRoot, 'deploy/modelmesh')], { encoding: 'utf8' }),
+  ).map((document) => document.toJS() as Record<string, any>);
+  const runtime = rendered.find((manifest) => manifest.kind === 'ServingRuntime')!;
+  const configMap = rendered.find((manifest) => manifest.kind === 'ConfigMap')!;
+  const kserveRuntime = parse(
+    readFileSync(path.join(repoRoot, 'deploy/kserve/cluster-serving-runtime.yaml'), 'utf8'),
+  ) as Record<string, any>;
+
+  it('renders a ConfigMap and a multi-model ServingRuntime that validate (strictly, as the API server would)', () => {
+    expect(rendered.map((manifest) => manifest.kind).sort()).toEqual(['ConfigMap', 'ServingRuntime']);
+    expect(() => new ConfigMap(configMap as never).validate()).not.toThrow();
+    const { kind, validate } = crdValidator('serving.kserve.io_servingruntimes.yaml', 'v1alpha1');
+    expect(runtime.kind).toBe(kind);
+    expect(runtime.apiVersion).toBe('serving.kserve.io/v1alpha1');
+    expect(validate(runtime), JSON.stringify(validate.errors)).toBe(true);
+    const misspelt = structuredClone(runtime);
+    misspelt.spec.multiModels = true;
+    expect(validate(misspelt)).toBe(false);
+    expect(runtime.spec.multiModel).toBe(true);
+    expect(runtime.spec.supportedModelFormats.map((format: { name: string }) => format.name)).toEqual(['onnx']);
+    // The same image as the other runtime manifests.
+    expect(runtime.spec.containers[0].image).toBe(kserveRuntime.spec.containers[0].image);
+  });
+
+  it('points grpcEndpoint at the model-runtime SPI and grpcDataEndpoint at OIP gRPC, from the config.properties it mounts, which Marina loads without a warning', () => {
+    const [container] = runtime.spec.containers as Array<Record<string, any>>;
+    const mount = (container!.volumeMounts as Array<{ name: string; mountPath: string }>)[0]!;
+    expect(container!.args).toEqual(['--ts-config', `${mount.mountPath}/config.properties`, '--ncs']);
+    const volume = (runtime.spec.volumes as Array<{ name: string; configMap?: { name: string } }>).find(
+      (candidate) => candidate.name === mount.name,
+    );
+    expect(volume?.configMap?.name).toBe(configMap.metadata.name);
+    const properties = configMap.data['config.properties'] as string;
+    const values = Object.fromEntries(
+      properties
+        .split('\n')
+        .filter((line) => line.trim() !== '' && !line.startsWith('#'))
+        .map((line) => line.split(/=(.*)/s).slice(0, 2) as [string, string]),
+    );
+    // The storage helper's /models is the model store; the loader needs it to exist, so the repository stands in.
+    expect(values.model_store).toBe('/models');
+    expect(values.allowed_urls).toBe('file:///models/.*');
+    const config = configFromProperties({ ...values, model_store: repoRoot }, { cwd: '/home/marina', env: {} });
+    expect(config.warnings).toEqual([]);
+    expect(runtime.spec.grpcEndpoint).toBe(`port:${config.modelMeshRuntime!.port}`);
+    expect(runtime.spec.grpcDataEndpoint).toBe(`port:${config.grpc!.inference.port}`);
+    // Only the ModelMesh container of the pod calls Marina.
+    for (const host of [
+      config.modelMeshRuntime!.host,
+      config.grpc!.inference.host,
+      config.inferenceAddress.host,
+      config.managementAddress.host,
+    ])
+      expect(host).toBe('127.0.0.1');
+    // The capacity Marina reports to ModelMesh.
+    expect(config.residency?.memoryBudgetBytes).toBeGreaterThan(0);
   });
 });

@@ -125,6 +125,8 @@ describe('npm install -g of the packed tarballs', () => {
       'open_inference_grpc.proto',
       'inference.proto',
       'management.proto',
+      'model-runtime.proto',
+      'marina_residency.proto',
       'google/rpc/status.proto',
     ]) {
       expect(existsSync(path.join(modules, '@marina', 'serve', 'protos', proto)), proto).toBe(true);

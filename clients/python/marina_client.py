@@ -189,6 +189,9 @@ class MarinaClient:
             body = None
         body = body if isinstance(body, dict) else {}
         message = body.get("message") if isinstance(body.get("message"), str) else (text[:300] or str(status))
+        if isinstance(body.get("hint"), str):
+            # TorchServe's exact sentence, then Marina's guidance.
+            message = f"{message} ({body['hint']})"
         code = body.get("marinaCode") if isinstance(body.get("marinaCode"), str) else "MARINA_ERR_CLIENT_HTTP_ERROR"
         return MarinaError(code, f"POST /predictions/{model}: {status} {message}", status_code=status,
                            type_=body.get("type") if isinstance(body.get("type"), str) else None,

@@ -12,6 +12,7 @@ export const experimentNames = [
   'memory',
   'protocols',
   'int8',
+  'traffic',
 ] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 

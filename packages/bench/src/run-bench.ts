@@ -28,6 +28,7 @@ import {
 } from './experiments/server-experiments.ts';
 import { runProtocols } from './experiments/protocols.ts';
 import type { Int8Summary } from './bench-result.ts';
+import { runTraffic } from './experiments/traffic.ts';
 import { explainInt8Time, INT8_ROUNDS, runInt8 } from './experiments/int8.ts';
 import { prepareInt8Assets } from './int8-assets.ts';
 import { getMachineInfo } from './machine-info.ts';
@@ -46,7 +47,7 @@ export interface BenchOptions {
   images?: number;
   /** Client concurrency of the server experiments. Default 100 (smoke: 8). */
   concurrency?: number;
-  /** Which experiments to run, in the fixed order of `experimentNames`. Default all (smoke: all but memory and int8). */
+  /** Which experiments to run, in the fixed order of `experimentNames`. Default all (smoke: all but memory, int8 and traffic). */
   experiments?: readonly ExperimentName[];
   /** Output folder. Default `bench-results/<timestamp>` under the directory pnpm was started from. */
   outDir?: string;
@@ -163,16 +164,25 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
       `unknown experiment(s) ${unknown.join(', ')}; choose from ${experimentNames.join(', ')}`,
     );
   const selected = new Set(
-    options.experiments ?? experimentNames.filter((e) => !(mode === 'smoke' && (e === 'memory' || e === 'int8'))),
+    options.experiments ??
+      experimentNames.filter((e) => !(mode === 'smoke' && (e === 'memory' || e === 'int8' || e === 'traffic'))),
   );
   const plan: RunPlan = {
     ...plans[mode].plan,
     ...(options.images ? { images: options.images } : {}),
     ...(options.concurrency ? { concurrency: options.concurrency } : {}),
   };
-  const needsServer = ['centralized', 'batched', 'workers', 'sweep', 'overhead', 'memory', 'protocols', 'int8'].some(
-    (e) => selected.has(e as ExperimentName),
-  );
+  const needsServer = [
+    'centralized',
+    'batched',
+    'workers',
+    'sweep',
+    'overhead',
+    'memory',
+    'protocols',
+    'int8',
+    'traffic',
+  ].some((e) => selected.has(e as ExperimentName));
   const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
   if (needsServer && !existsSync(serveBin)) {
     throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(
@@ -190,7 +200,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     onStatus: (message) => onProgress({ type: 'log', message }),
   });
   const tensorAssets =
-    selected.has('overhead') || selected.has('protocols')
+    selected.has('overhead') || selected.has('protocols') || selected.has('traffic')
       ? await prepareTensorAssets({ cacheDir: options.cacheDir })
       : undefined;
   const modelBytes = (await stat(assets.modelPath)).size;
@@ -283,6 +293,11 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   }
   if (selected.has('protocols')) {
     const measured = await withLoadAverage('protocols', () => runProtocols(context));
+    rows.push(...measured.rows);
+    notes.push(...measured.notes);
+  }
+  if (selected.has('traffic')) {
+    const measured = await withLoadAverage('traffic', () => runTraffic(context));
     rows.push(...measured.rows);
     notes.push(...measured.notes);
   }

@@ -44,6 +44,10 @@ export interface StartServerOptions {
   tmpDir?: string;
   /** How long to wait for /ping, ms. Default 180000 (ResNet-152 with several workers loads slowly on 2 cores). */
   startTimeoutMs?: number;
+  /** load_models as written in config.properties; default `<modelName>=<archiveFileName>`. */
+  loadModels?: string;
+  /** The whole `models` JSON (several versions, a `$traffic` policy); replaces the one built from `settings`. */
+  modelsJson?: Record<string, unknown>;
 }
 
 export interface RunningServer {
@@ -51,6 +55,8 @@ export interface RunningServer {
   origin: string;
   /** host:port of the gRPC inference API. */
   grpcTarget: string;
+  /** Base URL of the management API. */
+  managementOrigin: string;
   /** Path of the server's combined stdout/stderr. */
   logPath: string;
   /** SIGTERM to the server's process group, SIGKILL after 10 s. */
@@ -70,11 +76,12 @@ export async function writeServerConfig(
     'grpc_management_port=0',
     'enable_metrics_api=false',
     `model_store=${options.modelStoreDir}`,
-    `load_models=${options.modelName}=${options.archiveFileName}`,
+    `load_models=${options.loadModels ?? `${options.modelName}=${options.archiveFileName}`}`,
     'disable_token_authorization=true',
   ];
   if (options.jobQueueSize !== undefined) lines.push(`job_queue_size=${options.jobQueueSize}`);
-  if (options.settings !== undefined && Object.keys(options.settings).length > 0) {
+  if (options.modelsJson !== undefined) lines.push(`models=${JSON.stringify(options.modelsJson)}`);
+  else if (options.settings !== undefined && Object.keys(options.settings).length > 0) {
     lines.push(`models=${JSON.stringify({ [options.modelName]: { [options.modelVersion]: options.settings } })}`);
   }
   const path = join(options.workDir, 'config.properties');
@@ -151,7 +158,14 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
       const response = await fetch(`${origin}/ping`, { signal: AbortSignal.timeout(2_000) });
       await response.arrayBuffer();
       if (response.status === 200)
-        return { pid: child.pid!, origin, grpcTarget: `127.0.0.1:${grpcInferencePort}`, logPath, stop };
+        return {
+          pid: child.pid!,
+          origin,
+          managementOrigin: `http://127.0.0.1:${ports[1]}`,
+          grpcTarget: `127.0.0.1:${grpcInferencePort}`,
+          logPath,
+          stop,
+        };
     } catch {
       // not listening yet
     }

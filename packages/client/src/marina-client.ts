@@ -133,13 +133,16 @@ async function errorFromResponse(response: Response, model: string, attempts: nu
   const text = await response.text().catch(() => '');
   const retryAfterS = parseRetryAfter(response.headers.get('retry-after'));
   const requestId = response.headers.get('x-request-id') ?? undefined;
-  let body: { message?: unknown; type?: unknown; marinaCode?: unknown } | undefined;
+  let body: { message?: unknown; type?: unknown; marinaCode?: unknown; hint?: unknown } | undefined;
   try {
     body = JSON.parse(text) as typeof body;
   } catch {
     body = undefined;
   }
-  const message = typeof body?.message === 'string' ? body.message : text.slice(0, 300) || response.statusText;
+  // TorchServe's exact sentence, then Marina's guidance (the body's `hint`) where the server gave one.
+  const message =
+    (typeof body?.message === 'string' ? body.message : text.slice(0, 300) || response.statusText) +
+    (typeof body?.hint === 'string' ? ` (${body.hint})` : '');
   const code = typeof body?.marinaCode === 'string' ? body.marinaCode : 'MARINA_ERR_CLIENT_HTTP_ERROR';
   return new MarinaClientError(code, `POST /predictions/${model}: ${response.status} ${message}`, {
     statusCode: response.status,

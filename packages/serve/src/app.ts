@@ -1,18 +1,17 @@
 import type { StartupProgressEvent } from './startup-progress.ts';
 import { randomUUID } from 'node:crypto';
-import { type Dirent, readFileSync } from 'node:fs';
-import { readdir, stat } from 'node:fs/promises';
-import { isAbsolute, join, normalize, resolve } from 'node:path';
-import { resolveInside } from '@marina/archive';
+import { readFileSync } from 'node:fs';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
-import { closestName, type MarinaError } from '@marina/errors';
-import { resourceLimitsOf, type LoadModelSpec, type ServerConfig } from './config/server-config.ts';
+import { closestName } from '@marina/errors';
+import { resourceLimitsOf, type ServerConfig } from './config/server-config.ts';
 import { createModelCaches } from './cache/model-caches.ts';
-import { createServeError, toMarinaError } from './errors.ts';
-import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
+import { createServeError } from './errors.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
+import { loadStartupModels, type StartupLoadResult } from './startup-loading.ts';
 import { inferenceRoutes } from './routes/inference.ts';
 import { sendError } from './protocols/error-map.ts';
+import { managementErrors } from './routes/management-errors.ts';
+import { TS_METHOD_NOT_ALLOWED, TS_RESOURCE_NOT_FOUND } from './protocols/torchserve-texts.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
 import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts';
 import { apiExplorerRoutes } from './routes/api-explorer.ts';
@@ -37,14 +36,16 @@ export interface BuildAppOptions {
   logger?: boolean | Record<string, unknown>;
   /** Where the registry, the workers and start-up loading report (worker crashes, failed starts, cache evictions); Fastify's logger when not given. */
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /**
+   * The process's memory now, bytes, measured before and after each model load (default: PSS
+   * from /proc/self/smaps_rollup). Tests that check eviction order pass a deterministic one.
+   */
+  readMemoryBytes?: () => number;
   /** TorchServe's log files (access_log.log, ts_log.log, model_log.log); startServer passes them, tests may leave them out. */
   logs?: ServerLogs;
 }
 
-export interface StartupLoadResult {
-  loaded: Array<{ modelName: string; modelVersion: string }>;
-  failed: Array<{ url: string; error: MarinaError }>;
-}
+export { listStartupModels, type StartupLoadResult } from './startup-loading.ts';
 
 export interface MarinaApp {
   config: ServerConfig;
@@ -203,11 +204,54 @@ function createInstance(
     for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push({ method, url: route.url });
   });
   app.setNotFoundHandler((request, reply) => {
-    // TorchServe's body and message, then which routes this API has near the one asked for.
-    const message = `Requested resource is not found, please refer to API document. ${notFoundHint(request.method, request.url, routes)}`;
+    // TorchServe's bodies and sentences (405 where the path exists with other methods, as its
+    // handlers throw MethodNotAllowedException; GET / among them), the hints in `hint`.
+    const allowed = methodsOfPath(request.url, routes);
+    if (allowed.length > 0) {
+      reply.header('allow', allowed.join(', '));
+      return sendError(
+        reply,
+        managementErrors.create.MARINA_ERR_METHOD_NOT_ALLOWED(
+          `${TS_METHOD_NOT_ALLOWED} ${request.method} is not accepted on this path; it accepts ${allowed.join(', ')}.`,
+        ),
+      );
+    }
+    const message = `${TS_RESOURCE_NOT_FOUND} ${notFoundHint(request.method, request.url, routes)}`;
     return sendError(reply, createServeError.MARINA_ERR_ROUTE_NOT_FOUND(message));
   });
   return app;
+}
+
+/**
+ * The methods the routes of this listener accept on `url`'s path (path parameters match one
+ * segment, a trailing `*` the rest), HEAD left out; empty when no route has that path.
+ */
+function methodsOfPath(url: string, routes: ReadonlyArray<{ method: string; url: string }>): string[] {
+  const path = url.split('?')[0] ?? '/';
+  const methods = new Set<string>();
+  for (const route of routes) if (routePattern(route.url).test(path)) methods.add(route.method);
+  return [...methods].sort();
+}
+
+const routePatterns = new Map<string, RegExp>();
+function routePattern(routeUrl: string): RegExp {
+  let pattern = routePatterns.get(routeUrl);
+  if (!pattern) {
+    const source = routeUrl
+      .split('/')
+      .map((segment) =>
+        segment === '*'
+          ? '.*'
+          : segment
+              .split(/(:[A-Za-z_][A-Za-z0-9_]*)/)
+              .map((part) => (part.startsWith(':') ? '[^/]+' : part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+              .join(''),
+      )
+      .join('/');
+    pattern = new RegExp(`^${source}/?$`);
+    routePatterns.set(routeUrl, pattern);
+  }
+  return pattern;
 }
 
 /**
@@ -241,50 +285,6 @@ export function notFoundHint(
   return `${method} ${path} is not a route of this API, whose paths start with ${firsts.map((segment) => `/${segment}`).join(', ')}. ${see}`;
 }
 
-const archivePattern = /\.(mar|model|tar\.gz|tgz)$/i;
-
-/** The archives `load_models` names: `all` = every .mar/.model/.tar.gz or folder in the store. */
-export async function listStartupModels(config: ServerConfig): Promise<Array<LoadModelSpec & { archivePath: string }>> {
-  const specs = config.loadModels;
-  if (specs !== 'all' && specs.length === 0) return [];
-  const store = config.modelStore;
-  if (specs === 'all') {
-    if (!store)
-      throw createServeError.MARINA_ERR_MODEL_STORE_MISSING(
-        'load_models=all needs a model store; set model_store or --model-store',
-      );
-    let entries: Dirent[];
-    try {
-      entries = await readdir(store, { withFileTypes: true });
-    } catch (error) {
-      throw createServeError.MARINA_ERR_MODEL_STORE_MISSING(
-        `cannot read the model store ${store}: ${(error as Error).message}`,
-        { cause: error },
-      );
-    }
-    return entries
-      .filter((e) => !e.name.startsWith('.') && (e.isDirectory() || (e.isFile() && archivePattern.test(e.name))))
-      .sort((a, b) => (a.name < b.name ? -1 : 1))
-      .map((e) => ({ url: e.name, archivePath: join(store, e.name) }));
-  }
-  return specs.map((spec) => ({ ...spec, archivePath: startupArchivePath(spec.url, store) }));
-}
-
-/**
- * Where a `load_models` entry points, decoded and normalised like a register url (no encoded dot
- * segments); a relative name stays inside the model store. An entry that is refused gets an
- * empty path, so loading it fails on its own (`Model not found`) without stopping the others.
- */
-function startupArchivePath(url: string, store: string | undefined): string {
-  try {
-    if (/^file:\/\//i.test(url)) return normaliseModelUrl(url).filePath!;
-    if (isAbsolute(url)) return normalize(url);
-    return store ? resolveInside(store, url, 'load_models entry') : resolve(url);
-  } catch {
-    return '';
-  }
-}
-
 /**
  * Builds the server: the model registry and the fastify instances for the inference,
  * management and metrics APIs, with the inference routes registered. Never listens
@@ -309,7 +309,12 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     optimizedModelCacheMaxBytes: limits.optimizedModelCacheMaxBytes,
     log,
   });
-  const registry = new ModelRegistry({ config, log, caches });
+  const registry = new ModelRegistry({
+    config,
+    log,
+    caches,
+    ...(options.readMemoryBytes ? { readMemoryBytes: options.readMemoryBytes } : {}),
+  });
 
   const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes });
   await inference.register(inferenceRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
@@ -366,78 +371,8 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     management,
     metrics,
 
-    async loadStartupModels(loadOptions = {}) {
-      const onProgress = loadOptions.onProgress ?? (() => undefined);
-      const result: StartupLoadResult = { loaded: [], failed: [] };
-      let specs: Array<LoadModelSpec & { archivePath: string }>;
-      try {
-        specs = await listStartupModels(config);
-      } catch (error) {
-        result.failed.push({ url: String(config.modelStore), error: toMarinaError(error) });
-        return result;
-      }
-      // Open every archive first, so each worker's thread count knows all the workers to come.
-      const opened = [];
-      const startedAt = new Map<string, number>();
-      for (const spec of specs) {
-        try {
-          if (/^https?:\/\//i.test(spec.url))
-            throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
-              `${spec.url}: loading models from a URL at startup is not supported; download it into the model store`,
-            );
-          if (spec.archivePath === '')
-            throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
-              `load_models entry '${spec.url}' leaves the model store or has an encoded '..'; name an archive inside the model store or an absolute path`,
-            );
-          const archive = await stat(spec.archivePath);
-          startedAt.set(spec.url, performance.now());
-          onProgress({ phase: 'loading', url: spec.url, ...(archive.isFile() ? { sizeBytes: archive.size } : {}) });
-          opened.push({
-            spec,
-            version: await registry.open({
-              url: spec.url,
-              archivePath: spec.archivePath,
-              modelName: spec.name,
-              loadedAtStartup: true,
-              synchronous: true,
-            }),
-          });
-        } catch (error) {
-          const e = toMarinaError(error);
-          const wrapped =
-            (error as NodeJS.ErrnoException).code === 'ENOENT'
-              ? createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
-                  `Model not found at: ${spec.archivePath} (load_models entry '${spec.url}')`,
-                  { cause: error },
-                )
-              : e;
-          log('error', `model ${spec.url} was not loaded: ${wrapped.message}`);
-          if (startedAt.has(spec.url))
-            onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
-          result.failed.push({ url: spec.url, error: wrapped });
-        }
-      }
-      await Promise.all(
-        opened.map(async ({ spec, version }) => {
-          try {
-            const r = await registry.start(version, { synchronous: true });
-            onProgress({
-              phase: 'loaded',
-              url: spec.url,
-              modelName: r.modelName,
-              modelVersion: r.modelVersion,
-              elapsedMs: performance.now() - startedAt.get(spec.url)!,
-            });
-            result.loaded.push({ modelName: r.modelName, modelVersion: r.modelVersion });
-          } catch (error) {
-            const e = toMarinaError(error);
-            log('error', `model ${spec.url} was not loaded: ${e.message}`);
-            onProgress({ phase: 'failed', url: spec.url, elapsedMs: performance.now() - startedAt.get(spec.url)! });
-            result.failed.push({ url: spec.url, error: e });
-          }
-        }),
-      );
-      return result;
+    loadStartupModels(loadOptions = {}) {
+      return loadStartupModels({ registry, config, log, ...loadOptions });
     },
 
     close() {

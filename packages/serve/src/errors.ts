@@ -127,7 +127,17 @@ export const serveErrors = defineErrors(
     MARINA_ERR_MODEL_UNLOADING: {
       statusCode: 503,
       description:
-        'The model version is being unregistered (or the server is stopping): it takes no new requests, and queued ones that no worker is left to run are answered with this.',
+        'The model version is being unregistered, unloaded or evicted (or the server is stopping): it takes no new requests, queued ones that no worker is left to run are answered with this, and so is a running batch still running when unload_grace_seconds ran out (its thread is abandoned).',
+    },
+    MARINA_ERR_MEMORY_BUDGET_FULL: {
+      statusCode: 503,
+      description:
+        'The model version had to be loaded to answer, but model_memory_budget was full of models that are pinned, busy or loading, and none became free within its startupTimeout; retry after the Retry-After header, unpin a model, or raise model_memory_budget.',
+    },
+    MARINA_ERR_MODEL_LARGER_THAN_BUDGET: {
+      statusCode: 400,
+      description:
+        'The model version alone needs more memory than the whole model_memory_budget (its estimate before a load, or what its last load measured), so it could never be loaded; raise model_memory_budget or give it fewer workers.',
     },
     MARINA_ERR_EXPLAIN_NOT_SUPPORTED: {
       statusCode: 503,
@@ -138,6 +148,11 @@ export const serveErrors = defineErrors(
       statusCode: 501,
       description:
         "The workflow routes (/workflows, /wfpredict) are TorchServe's and not implemented in Marina yet; register the models of the workflow and call /predictions for each.",
+    },
+    MARINA_ERR_MODEL_PATH_INVALID: {
+      statusCode: 400,
+      description:
+        "A ModelMesh loadModel's modelPath is not a model Marina can serve: it must name a .mar (or .tar.gz) archive, an extracted archive folder (with MAR-INF/MANIFEST.json), a bare .onnx file (served by the tensor handler), or a folder holding exactly one of those.",
     },
     MARINA_ERR_MODEL_SIGNATURE_UNREADABLE: {
       statusCode: 500,

@@ -174,7 +174,11 @@ export function assertNoOtherServer(): PidFileContent | undefined {
 
 /** Prints the start-up report the same way in the foreground and for a background start. */
 export function writeStartupReport(report: StartupReport, config: ServerConfig): void {
-  const names: Record<string, string> = { 'grpc-inference': 'gRPC Inference', 'grpc-management': 'gRPC Management' };
+  const names: Record<string, string> = {
+    'grpc-inference': 'gRPC Inference',
+    'grpc-management': 'gRPC Management',
+    'modelmesh-runtime': 'ModelMesh model-runtime SPI',
+  };
   for (const { api, url } of report.listening)
     process.stdout.write(`${names[api] ?? `${api[0]!.toUpperCase()}${api.slice(1)}`} API bound to ${url}\n`);
   process.stdout.write(`${tokenNote(config)}\n`);

@@ -17,6 +17,10 @@ export interface ModelSettings {
   clientTimeoutMs: number;
   /** Each worker thread's V8 heap limit (model-config.yaml `maxWorkerHeapMb`), MB. Default DEFAULT_MAX_WORKER_HEAP_MB. */
   maxWorkerHeapMb: number;
+  /** Kept resident: never evicted under model_memory_budget, never idle-unloaded. */
+  pinned: boolean;
+  /** Unload after this long without a request, ms; 0 = never. */
+  idleUnloadMs: number;
   /** Where each value came from, for logs and describe. */
   sources: Record<
     | 'batchSize'
@@ -50,6 +54,10 @@ export interface ApiModelSettings {
    * get default_workers_per_model, else 1.
    */
   fallbackWorkers?: number;
+  /** Keep resident (Marina: register with pinned=true, or the management pin call). */
+  pinned?: boolean;
+  /** Idle unload, seconds; 0 = never. */
+  idleUnloadSeconds?: number;
 }
 
 export interface ResolveModelSettingsOptions {
@@ -57,7 +65,7 @@ export interface ResolveModelSettingsOptions {
   modelVersion: string;
   server: Pick<
     ServerConfig,
-    'defaultWorkersPerModel' | 'jobQueueSize' | 'defaultResponseTimeoutSec' | 'defaultStartupTimeoutSec'
+    'defaultWorkersPerModel' | 'jobQueueSize' | 'defaultResponseTimeoutSec' | 'defaultStartupTimeoutSec' | 'residency'
   >;
   /** model-config.yaml from the archive, as parsed (TorchServe's keys: batchSize, maxBatchDelay, responseTimeout, ...). */
   modelYamlConfig?: Record<string, unknown>;
@@ -228,6 +236,26 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   }
   if (maxWorkers === undefined || maxWorkers < minWorkers) maxWorkers = minWorkers;
 
+  const yamlPinned = yaml.pinned;
+  if (yamlPinned !== undefined && typeof yamlPinned !== 'boolean')
+    throw createServeError.MARINA_ERR_MODEL_SETTINGS_INVALID(
+      `${where}: pinned from model-config.yaml must be true or false, got ${JSON.stringify(yamlPinned).slice(0, 40)}`,
+      { details: { key: 'pinned', source: 'model-config.yaml' } },
+    );
+  const pinned = api.pinned ?? (yamlPinned as boolean | undefined) ?? json.pinned ?? false;
+  let idleUnloadSeconds = server.residency?.idleUnloadSeconds ?? 0;
+  for (const [value, key, source] of [
+    [api.idleUnloadSeconds, 'idle_unload_seconds', 'api'],
+    [yaml.idleUnloadSeconds, 'idleUnloadSeconds', 'model-config.yaml'],
+    [json.idleUnloadSeconds, 'idleUnloadSeconds', 'models JSON'],
+  ] as Candidate[]) {
+    const n = num(value, key, source, 'number');
+    if (n !== undefined && n >= 0) {
+      idleUnloadSeconds = n;
+      break;
+    }
+  }
+
   return {
     batchSize,
     maxBatchDelayMs,
@@ -239,6 +267,8 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
     intraOpNumThreads: intraOp > 0 ? intraOp : undefined,
     clientTimeoutMs,
     maxWorkerHeapMb,
+    pinned,
+    idleUnloadMs: idleUnloadSeconds * 1000,
     sources: {
       batchSize: batchSizeSource,
       maxBatchDelayMs: maxBatchDelaySource,

@@ -16,6 +16,7 @@ import {
   snapshotPropertiesFromConfigFile,
   type SnapshotRegistration,
 } from './snapshot/restore-snapshot.ts';
+import { startOpenedModels } from './startup-loading.ts';
 import type { ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerLogs } from './logging/server-logs.ts';
@@ -23,12 +24,16 @@ import { createServerPlugins, isSameAddress, type OperatorContext } from './serv
 import { assertAddressesFree, toListenError } from './config/assert-addresses-free.ts';
 import type { StartupProgressEvent } from './startup-progress.ts';
 import type { GrpcServers } from './protocols/grpc-server.ts';
+import type { ModelMeshRuntimeServer } from './protocols/modelmesh/modelmesh-runtime-server.ts';
 import { createRequestLog, type RequestLog } from './request-log.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
   /** One line per API, e.g. `Inference API bound to http://127.0.0.1:8080`. */
-  listening: Array<{ api: 'inference' | 'management' | 'metrics' | 'grpc-inference' | 'grpc-management'; url: string }>;
+  listening: Array<{
+    api: 'inference' | 'management' | 'metrics' | 'grpc-inference' | 'grpc-management' | 'modelmesh-runtime';
+    url: string;
+  }>;
   /** `name (version v)` of every model version serving after start-up. */
   loaded: string[];
   /** `url: code: message` of every model version that could not be loaded; the server runs without it. */
@@ -141,6 +146,7 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
   let snapshots: SnapshotStore | undefined;
   let isChangedSinceStart = false;
   let grpcServers: GrpcServers | undefined;
+  let modelMesh: ModelMeshRuntimeServer | undefined;
   let closing: Promise<void> | undefined;
   const close = () => {
     closing ??= (async () => {
@@ -153,7 +159,11 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         await snapshots?.write('shutdown').catch((error: Error) => log('error', error.message));
       await snapshots?.close();
       const appClosed = app.close();
-      await Promise.all([grpcServers?.close({ drained: appClosed }), appClosed]);
+      await Promise.all([
+        grpcServers?.close({ drained: appClosed }),
+        modelMesh?.close({ drained: appClosed }),
+        appClosed,
+      ]);
       logs.ts('info', 'Marina has stopped.');
       await logs.close();
     })();
@@ -163,6 +173,16 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     const restored = await restoreSnapshotModels(app, registrations, snapshot?.path);
     const startup = await app.loadStartupModels(options.onProgress ? { onProgress: options.onProgress } : {});
     await restored.start();
+    // The snapshot's traffic policies, once their versions are back; a policy whose versions did not all come back is reported and left out (100 % to the default version).
+    for (const [modelName, policy] of Object.entries(snapshot?.traffic ?? {})) {
+      try {
+        app.registry.setTrafficPolicy(modelName, policy);
+      } catch (error) {
+        warnings.push(
+          `the snapshot's traffic policy of model '${modelName}' was not restored: ${(error as Error).message}`,
+        );
+      }
+    }
     const loaded = [
       ...restored.loaded,
       ...startup.loaded.map((model) => `${model.modelName} (version ${model.modelVersion})`),
@@ -257,6 +277,16 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         { api: 'grpc-management', url: `${scheme}://${grpcServers.managementUrl}` },
       );
     }
+    if (effectiveConfig.modelMeshRuntime) {
+      const { startModelMeshRuntime } = await import('./protocols/modelmesh/modelmesh-runtime-server.ts');
+      modelMesh = await startModelMeshRuntime({
+        registry: app.registry,
+        config: effectiveConfig,
+        address: effectiveConfig.modelMeshRuntime,
+        log,
+      });
+      listening.push({ api: 'modelmesh-runtime', url: `grpc://${modelMesh.url}` });
+    }
     // ts_log.log only: the launcher prints its own start-up report on the terminal.
     for (const l of listening) logs.ts('info', `${l.api} API bound to ${l.url}`);
     for (const model of loaded) logs.ts('info', `Model loaded: ${model}`);
@@ -305,16 +335,29 @@ async function restoreSnapshotModels(
     loaded,
     failed,
     async start(): Promise<void> {
-      await Promise.all(
-        opened.map(async ({ registration, version }) => {
-          try {
-            const result = await app.registry.start(version, { synchronous: true });
-            loaded.push(`${result.modelName} (version ${result.modelVersion})`);
-          } catch (error) {
-            failed.push(describeFailure(registration, error));
-          }
-        }),
-      );
+      // Under a budget, pinned versions first, then the most recently used: those are what fits.
+      const lastUsed = (r: SnapshotRegistration) => (r.lastUsed ? Date.parse(r.lastUsed) || 0 : 0);
+      const ordered =
+        app.registry.memoryBudgetBytes === undefined
+          ? opened
+          : [...opened].sort(
+              (a, b) =>
+                Number(b.registration.pinned === true) - Number(a.registration.pinned === true) ||
+                lastUsed(b.registration) - lastUsed(a.registration),
+            );
+      const byVersion = new Map(ordered.map((o) => [o.version, o.registration]));
+      for (const { registration, version } of ordered)
+        if (registration.lastUsed) version.lastUsedAt = lastUsed(registration) || undefined;
+      await startOpenedModels({
+        registry: app.registry,
+        versions: ordered.map((o) => o.version),
+        reason: 'startup',
+        log: (level, message) => app.inference.log[level](message),
+        onDone: (version, outcome) => {
+          if (outcome.outcome === 'failed') failed.push(describeFailure(byVersion.get(version)!, outcome.error));
+          else loaded.push(`${version.modelName} (version ${version.modelVersion})`);
+        },
+      });
     },
   };
 }

@@ -2,7 +2,9 @@
 export type StartupProgressEvent =
   | { phase: 'loading'; url: string; sizeBytes?: number }
   | { phase: 'loaded'; url: string; modelName: string; modelVersion: string; elapsedMs: number }
-  | { phase: 'failed'; url: string; elapsedMs: number };
+  | { phase: 'failed'; url: string; elapsedMs: number }
+  /** Registered and not loaded: beyond model_memory_budget (it loads on its first request). */
+  | { phase: 'registered'; url: string; modelName: string; modelVersion: string; elapsedMs: number };
 
 export interface StartupProgressPrinter {
   onProgress(event: StartupProgressEvent): void;
@@ -64,6 +66,10 @@ export function createStartupProgress(options: {
       clearLive();
       if (event.phase === 'loaded')
         stream.write(`Model ${event.modelName} (version ${event.modelVersion}) ready in ${seconds(event.elapsedMs)}\n`);
+      if (event.phase === 'registered')
+        stream.write(
+          `Model ${event.modelName} (version ${event.modelVersion}) registered, not loaded: model_memory_budget is full; it loads on its first request\n`,
+        );
       if (loading.size === 0) stop();
       else if (isTty) drawLive();
     },

@@ -73,15 +73,17 @@ describe('bad request bodies', () => {
       type: 'ModelNotFoundException',
       marinaCode: 'MARINA_ERR_MODEL_NOT_FOUND',
     });
-    // TorchServe's message first, then what is registered.
-    expect(res.json().message).toBe('Model not found: nope (registered models: classifier)');
+    // TorchServe's exact message (wlm/ModelManager.java: "Model not found: " + name); what is registered in `hint`.
+    expect(res.json().message).toBe('Model not found: nope');
+    expect(res.json().hint).toBe('registered models: classifier');
     expect(res.headers['x-request-id']).toBeTruthy();
     const typo = await app.inference.inject({ method: 'POST', url: '/predictions/clasifier', payload: good });
-    expect(typo.json().message).toBe(
-      "Model not found: clasifier (registered models: classifier; did you mean 'classifier'?)",
-    );
+    expect(typo.json().message).toBe('Model not found: clasifier');
+    expect(typo.json().hint).toBe("registered models: classifier; did you mean 'classifier'?");
     const v = await app.inference.inject({ method: 'POST', url: '/predictions/classifier/9.9', payload: good });
     expect(v.statusCode).toBe(404);
-    expect(v.json().message).toContain('available: 1.0');
+    // TorchServe's ModelVersionNotFoundException text; the versions there are in `hint`.
+    expect(v.json().message).toBe('Model version: 9.9 does not exist for model: classifier');
+    expect(v.json().hint).toContain('available: 1.0');
   });
 });

@@ -27,6 +27,7 @@ const RETRY_AFTER = [
   'MARINA_ERR_SERVER_CLOSING',
   'MARINA_ERR_MODEL_UNLOADING',
   'MARINA_ERR_DOWNLOADS_BUSY',
+  'MARINA_ERR_MEMORY_BUDGET_FULL',
 ];
 
 /** HTTP status → the gRPC status the same error gets. */
@@ -60,13 +61,32 @@ const TORCHSERVE_TYPE: Record<string, string> = {
   MARINA_ERR_WORKER_OUT_OF_MEMORY: 'OutOfMemoryError',
   MARINA_ERR_TOKEN_MISSING: 'InvalidKeyException',
   MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException',
-  MARINA_ERR_MODEL_FILE_EXISTS: 'FileAlreadyExistsException',
+  MARINA_ERR_MODEL_FILE_EXISTS: 'InternalServerException',
   MARINA_ERR_DOWNLOAD_FAILED: 'DownloadArchiveException',
   MARINA_ERR_URL_NOT_ALLOWED: 'ModelNotFoundException',
   MARINA_ERR_MODEL_API_DISABLED: 'MethodNotAllowedException',
 };
 
 const messageOf = (code: string) => `the request failed with ${code}`;
+
+/**
+ * TorchServe's fixed texts, copied from pytorch/serve: http/ResourceNotFoundException.java,
+ * http/MethodNotAllowedException.java, http/TokenAuthorizationHandler.java (one text for a missing,
+ * wrong or expired token) and ts/service.py ("Prediction failed"). TorchServe's forms (its REST body
+ * and its gRPC service) carry this text as `message`, and Marina's own message as `hint`.
+ */
+const TOKEN_FAILED = 'Token Authorization failed. Token either incorrect, expired, or not provided correctly';
+const TORCHSERVE_TEXT: Record<string, string> = {
+  MARINA_ERR_ROUTE_NOT_FOUND: 'Requested resource is not found, please refer to API document.',
+  MARINA_ERR_METHOD_NOT_ALLOWED: 'Requested method is not allowed, please refer to API document.',
+  // ManagementRequestHandler.java: the model API switched off throws MethodNotAllowedException.
+  MARINA_ERR_MODEL_API_DISABLED: 'Requested method is not allowed, please refer to API document.',
+  MARINA_ERR_TOKEN_MISSING: TOKEN_FAILED,
+  MARINA_ERR_TOKEN_INVALID: TOKEN_FAILED,
+  MARINA_ERR_TOKEN_EXPIRED: TOKEN_FAILED,
+  MARINA_ERR_HANDLER_FAILED: 'Prediction failed',
+};
+const torchServeMessageOf = (code: string) => TORCHSERVE_TEXT[code] ?? messageOf(code);
 function fail(code: string): never {
   throw new MarinaError(code, messageOf(code), statusOf.get(code) ?? 500);
 }
@@ -96,7 +116,7 @@ beforeAll(async () => {
   const checkKey = () => undefined;
   server.addService(
     serviceOf(loadProto('grpc_predict_v2.proto'), 'inference.GRPCInferenceService'),
-    createOipGrpcService({ dataPlane: failingDataPlane, checkKey }),
+    createOipGrpcService({ dataPlane: failingDataPlane, checkKey, checkManagementKey: checkKey }),
   );
   server.addService(
     serviceOf(loadProto('inference.proto'), 'org.pytorch.serve.grpc.inference.InferenceAPIsService'),
@@ -137,7 +157,13 @@ describe('the error table: every code on every protocol', () => {
       expect(torchServe.statusCode).toBe(statusCode);
       expect(torchServe.headers['retry-after']).toBe(retryAfter);
       const body = JSON.parse(torchServe.body) as Record<string, unknown>;
-      expect(body).toEqual({ code: statusCode, type: expect.any(String), message: messageOf(code), marinaCode: code });
+      expect(body).toEqual({
+        code: statusCode,
+        type: expect.any(String),
+        message: torchServeMessageOf(code),
+        marinaCode: code,
+        ...(TORCHSERVE_TEXT[code] ? { hint: messageOf(code) } : {}),
+      });
       expect(body.type).toMatch(/^[A-Z][A-Za-z]+(Exception|Error)$/);
       if (TORCHSERVE_TYPE[code]) expect(body.type).toBe(TORCHSERVE_TYPE[code]);
 
@@ -166,7 +192,8 @@ describe('the error table: every code on every protocol', () => {
         unaryCall(torchServeClient, 'Predictions', { model_name: code, input: { data: Buffer.from('x') } }),
       );
       expect(torchServeGrpc.code).toBe(grpcStatusFor(statusCode));
-      expect(torchServeGrpc.details).toBe(messageOf(code));
+      expect(torchServeGrpc.details).toBe(torchServeMessageOf(code));
+      expect(torchServeGrpc.metadata.get('marina-hint')).toEqual(TORCHSERVE_TEXT[code] ? [messageOf(code)] : []);
       expect(torchServeGrpc.metadata.get('marina-error-code')).toEqual([code]);
       expect(torchServeGrpc.metadata.get('retry-after')).toEqual(retryAfter ? [retryAfter] : []);
     },
@@ -192,7 +219,7 @@ describe('the error table: every code on every protocol', () => {
     for (const { code, definition } of served)
       expect(answers.get(code), code).toEqual({
         code: grpcStatusFor(definition.statusCode),
-        message: messageOf(code),
+        message: torchServeMessageOf(code),
         details: [],
       });
   });

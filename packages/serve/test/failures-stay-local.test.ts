@@ -79,7 +79,8 @@ describe('a poison request', { timeout: 60_000 }, () => {
       expect(r.status).toBe(503);
       expect(r.json).toMatchObject({
         marinaCode: 'MARINA_ERR_HANDLER_FAILED',
-        message: 'Prediction failed: poison row',
+        message: 'Prediction failed',
+        hint: 'poison row',
       });
       expect(r.json.details).toBeUndefined();
     }

@@ -105,20 +105,20 @@ describe('metrics', () => {
         'WorkerThreadTime',
       ]) {
         expect(text, name).toContain(`# TYPE ${name} gauge`);
-        expect(text, name).toMatch(new RegExp(`^${name}\\{Level="Host",Hostname="[^"]+"\\} [0-9.e+-]+$`, 'm'));
+        expect(text, name).toMatch(new RegExp(`^${name}\\{Level="Host",Hostname="[^"]+",\\} [0-9.E+-]+$`, 'm'));
       }
       expect(text).toContain('# HELP CPUUtilization Torchserve prometheus gauge metric with unit: Percent');
       expect(text).toMatch(
-        /^WorkerLoadTime\{WorkerName="W-\d+-affine_1\.0",Level="Host",Hostname="[^"]+"\} [0-9.e+-]+$/m,
+        /^WorkerLoadTime\{WorkerName="W-\d+-affine_1\.0",Level="Host",Hostname="[^"]+",\} [0-9.E+-]+$/m,
       );
       for (const name of ['HandlerTime', 'PredictionTime'])
         expect(text, name).toMatch(
-          new RegExp(`^${name}\\{ModelName="affine",Level="Model",Hostname="[^"]+"\\} [0-9.e+-]+$`, 'm'),
+          new RegExp(`^${name}\\{ModelName="affine",Level="Model",Hostname="[^"]+",\\} [0-9.E+-]+$`, 'm'),
         );
       expect(text).toMatch(
-        /^ts_inference_requests_total\{model_name="affine",model_version="default",hostname="[^"]+"\} 1$/m,
+        /^ts_inference_requests_total\{model_name="affine",model_version="default",hostname="[^"]+",\} 1\.0$/m,
       );
-      expect(text).toMatch(/^Requests2XX\{Level="Host",Hostname="[^"]+"\} [1-9]\d*$/m);
+      expect(text).toMatch(/^Requests2XX\{Level="Host",Hostname="[^"]+",\} [1-9]\d*\.0$/m);
       expect(text).toContain('marina_request_latency_seconds_bucket');
     } finally {
       await server.close();

@@ -4,8 +4,9 @@ import { authErrors } from '../src/auth/auth-errors.ts';
 import { downloadErrors } from '../src/model-download/download-errors.ts';
 import { snapshotErrors } from '../src/snapshot/snapshot-errors.ts';
 import { managementErrors } from '../src/routes/management-errors.ts';
+import { trafficErrors } from '../src/registry/traffic-policy.ts';
 
-const registries = [authErrors, downloadErrors, snapshotErrors, managementErrors];
+const registries = [authErrors, downloadErrors, snapshotErrors, managementErrors, trafficErrors];
 
 describe('operator-facing error codes', () => {
   it('are unique across the modules', () => {

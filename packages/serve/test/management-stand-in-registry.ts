@@ -19,6 +19,8 @@ import type {
   ScaleOptions,
   SnapshotModelVersion,
 } from '../src/registry/model-registry-api.ts';
+import type { ShadowStats } from '../src/registry/model-registry-api.ts';
+import type { TrafficPolicy } from '../src/registry/traffic-policy.ts';
 
 interface Version {
   url: string;
@@ -121,6 +123,21 @@ export class StandInRegistry implements ModelRegistryApi {
     return { workers: entry.workers };
   }
 
+  async load(name: string, version?: string): Promise<ModelDescription> {
+    this.calls.push(`load ${name}`);
+    return this.describe(name, version)[0]!;
+  }
+
+  async unload(name: string, version?: string): Promise<void> {
+    this.version(name, version);
+    this.calls.push(`unload ${name}`);
+  }
+
+  async setPinned(name: string, version: string | undefined, pinned: boolean): Promise<void> {
+    this.version(name, version);
+    this.calls.push(`pin ${name} ${pinned}`);
+  }
+
   setDefault(name: string, version: string): void {
     this.version(name, version);
     this.models.get(name)!.defaultVersion = version;
@@ -203,6 +220,29 @@ export class StandInRegistry implements ModelRegistryApi {
       }
     }
     return out;
+  }
+
+  /** Policies as given (the stand-in checks only that the model exists). */
+  readonly traffic = new Map<string, TrafficPolicy>();
+
+  setTrafficPolicy(name: string, policy: TrafficPolicy): TrafficPolicy {
+    this.version(name);
+    this.traffic.set(name, policy);
+    this.events.emit('changed');
+    return policy;
+  }
+
+  getTrafficPolicy(name: string): TrafficPolicy {
+    const [defaultVersion] = this.version(name);
+    return this.traffic.get(name) ?? { weights: { [defaultVersion]: 100 } };
+  }
+
+  trafficPolicies(): Record<string, TrafficPolicy> {
+    return Object.fromEntries(this.traffic);
+  }
+
+  shadowStats(): ShadowStats[] {
+    return [];
   }
 
   snapshot(): Record<string, Record<string, SnapshotModelVersion>> {

@@ -39,20 +39,22 @@ describe('TorchServe counters', () => {
       '# HELP ts_queue_latency_microseconds Torchserve prometheus counter metric with unit: Microseconds',
     );
     expect(text).toContain(
-      'ts_inference_requests_total{model_name="resnet",model_version="default",hostname="host-a"} 2',
+      'ts_inference_requests_total{model_name="resnet",model_version="default",hostname="host-a",} 2.0',
     );
     expect(text).toContain(
-      'ts_inference_latency_microseconds{model_name="resnet",model_version="default",hostname="host-a"} 80000',
+      'ts_inference_latency_microseconds{model_name="resnet",model_version="default",hostname="host-a",} 80000.0',
     );
     expect(text).toContain(
-      'ts_queue_latency_microseconds{model_name="resnet",model_version="default",hostname="host-a"} 6000',
+      'ts_queue_latency_microseconds{model_name="resnet",model_version="default",hostname="host-a",} 6000.0',
     );
   });
 
   it('label a request by the version asked for, and count failures without adding their latency', async () => {
     request({ requestedVersion: '1.0', statusCode: 503, queueMs: 0, inferenceMs: 0, totalMs: 1 });
     const text = await metrics.render();
-    expect(text).toContain('ts_inference_requests_total{model_name="resnet",model_version="1.0",hostname="host-a"} 1');
+    expect(text).toContain(
+      'ts_inference_requests_total{model_name="resnet",model_version="1.0",hostname="host-a",} 1.0',
+    );
     expect(text).not.toMatch(/ts_inference_latency_microseconds\{[^}]*model_version="1.0"/);
     expect(text).toContain('marina_requests_total{model_name="resnet",model_version="1.0",status_code="503"} 1');
   });

@@ -50,7 +50,7 @@ describe('OIP gRPC', () => {
     expect(await call('ServerMetadata', {})).toEqual({
       name: 'marina',
       version: expect.any(String),
-      extensions: ['binary_tensor_data'],
+      extensions: ['binary_tensor_data', 'model_repository'],
     });
     expect(await call('ModelReady', { name: 'classifier', version: '' })).toEqual({ ready: true });
     const meta = await call('ModelMetadata', { name: 'classifier', version: '' });
@@ -262,12 +262,17 @@ describe('OIP gRPC', () => {
     ]);
   });
 
-  it('answers NOT_FOUND for metadata and readiness of an unknown model, UNIMPLEMENTED for the repository extension', async () => {
+  it('answers NOT_FOUND for metadata and readiness of an unknown model; the repository extension needs the management key', async () => {
     expect((await grpcErrorOf(call('ModelMetadata', { name: 'nope', version: '' }))).code).toBe(grpc.status.NOT_FOUND);
     expect((await grpcErrorOf(call('ModelReady', { name: 'classifier', version: '7' }))).code).toBe(
       grpc.status.NOT_FOUND,
     );
-    expect((await grpcErrorOf(call('RepositoryModelLoad', { model_name: 'x' }))).code).toBe(grpc.status.UNIMPLEMENTED);
+    const inferenceKey = await grpcErrorOf(call('RepositoryModelLoad', { model_name: 'x' }));
+    expect(inferenceKey.code).toBe(grpc.status.UNAUTHENTICATED);
+    expect(inferenceKey.details).toMatch(/management/);
+    const unknown = await grpcErrorOf(call('RepositoryModelUnload', { model_name: 'x' }, server.keys.management));
+    expect(unknown.code).toBe(grpc.status.NOT_FOUND);
+    expect(unknown.metadata.get('marina-error-code')).toEqual(['MARINA_ERR_MODEL_NOT_FOUND']);
   });
 
   it('needs the inference key in the authorization metadata', async () => {

@@ -98,7 +98,11 @@ describe('OIP REST: health and metadata', () => {
     expect(ready.status).toBe(200);
     expect(ready.json()).toEqual({ ready: true });
     const meta = await v2('GET', '/v2');
-    expect(meta.json()).toEqual({ name: 'marina', version: expect.any(String), extensions: ['binary_tensor_data'] });
+    expect(meta.json()).toEqual({
+      name: 'marina',
+      version: expect.any(String),
+      extensions: ['binary_tensor_data', 'model_repository'],
+    });
   });
 
   it('refuses every v2 route but /v2/health/live and /v2/health/ready (open, as /ping) without the inference key, as REST does', async () => {

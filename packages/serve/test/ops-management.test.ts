@@ -136,7 +136,8 @@ describe('management API with the model API on, token auth off', { timeout: 60_0
     const unknown = await call(ops.api, 'GET', '/models/nope');
     expect(unknown.status).toBe(404);
     expect(unknown.json).toMatchObject({ code: 404, type: 'ModelNotFoundException' });
-    expect(unknown.json.message).toMatch(/^Model not found: nope \(registered models: .*resnet-152/);
+    expect(unknown.json.message).toBe('Model not found: nope');
+    expect(unknown.json.hint).toMatch(/^registered models: .*resnet-152/);
     const version = await call(ops.api, 'GET', '/models/resnet-152/9.9');
     expect(version.status).toBe(404);
     expect(version.json).toMatchObject({ type: 'ModelVersionNotFoundException' });
@@ -149,7 +150,15 @@ describe('management API with the model API on, token auth off', { timeout: 60_0
     expect(scaleVersion.json.type).toBe('ModelVersionNotFoundException');
     const wrongMethod = await call(ops.api, 'POST', '/models/resnet-152');
     expect(wrongMethod.status).toBe(405);
-    expect(wrongMethod.json).toMatchObject({ code: 405, type: 'MethodNotAllowedException' });
+    expect(wrongMethod.json).toMatchObject({
+      code: 405,
+      type: 'MethodNotAllowedException',
+      message: 'Requested method is not allowed, please refer to API document.',
+    });
+    expect(wrongMethod.headers.get('allow')).toContain('GET');
+    const setDefaultGet = await call(ops.api, 'GET', '/models/resnet-152/1.0/set-default');
+    expect(setDefaultGet.status).toBe(405);
+    expect(setDefaultGet.headers.get('allow')).toBe('PUT');
     const badRange = await call(ops.api, 'PUT', '/models/resnet-152?min_worker=3&max_worker=1');
     expect(badRange.status).toBe(400);
     expect(badRange.json.message).toBe('max_worker cannot be less than min_worker.');

@@ -1,4 +1,5 @@
 /** The metrics API end to end: numbers that move with real traffic through real workers. */
+import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   affineInput,
@@ -90,6 +91,28 @@ describe('GET /metrics', { timeout: 60_000 }, () => {
 
     expect(sample(after, 'marina_workers', { model_name: 'affine', model_version: '1.0' })).toBe(1);
     expect(sample(after, 'marina_queue_capacity', { model_name: 'affine', model_version: '1.0' })).toBe(100);
+  });
+
+  it("writes TorchServe's metrics in TorchServe's exposition form, Marina's in the standard one", async () => {
+    expect((await call(ops.api, 'POST', '/predictions/affine', { body: affineInput([1, 2, 3, 4]) })).status).toBe(200);
+    const text = await scrape();
+    // TorchServe's form (its Prometheus Java simpleclient; docs/metrics_api.md in pytorch/serve):
+    //   ts_inference_requests_total{model_name="mnist",model_version="default",hostname="...",} 1.0
+    //   Requests2XX{Level="Host",Hostname="...",} 8.0
+    expect(text).toMatch(
+      /^ts_inference_requests_total\{model_name="affine",model_version="default",hostname="[^"]+",\} [1-9]\d*\.\d+(E\d+)?$/m,
+    );
+    expect(text).toMatch(/^Requests2XX\{Level="Host",Hostname="[^"]+",\} [1-9]\d*\.\d+(E\d+)?$/m);
+    expect(text).toMatch(/^ts_inference_latency_microseconds\{[^}]*hostname="[^"]+",\} \d+\.\d+(E\d+)?$/m);
+    for (const line of text.split('\n').filter((l) => l.startsWith('marina_'))) expect(line, line).not.toMatch(/,\} /);
+    // A Prometheus text parser reads both forms, with the same labels and values.
+    const families = new Map(parsePrometheusTextFormat(text).map((family) => [family.name, family]));
+    const requests = families.get('ts_inference_requests_total');
+    expect(requests?.type).toBe('COUNTER');
+    const affine = requests?.metrics.find((m) => m.labels?.model_name === 'affine');
+    expect(affine?.labels).toEqual({ model_name: 'affine', model_version: 'default', hostname: expect.any(String) });
+    expect(Number(affine?.value)).toBe(sample(text, 'ts_inference_requests_total', { model_name: 'affine' }));
+    expect(families.get('marina_request_latency_seconds')?.type).toBe('HISTOGRAM');
   });
 
   it('follows scale changes in the worker gauges and drops unregistered models', async () => {

@@ -106,7 +106,7 @@ describe('waiting and running, counted once', { timeout: 60_000 }, () => {
       const r = await t.call('PUT', `/models/counted?min_worker=${spelling}&synchronous=true`);
       expect(r.status).toBe(400);
       expect(r.json.marinaCode).toBe('MARINA_ERR_THREAD_BUDGET_EXCEEDED');
-      expect(r.json.message).toContain('at most 2 workers fit');
+      expect(r.json.message).toContain('at most 8 workers');
     }
     expect(t.app.registry.describe('counted')[0]!.minWorkers).toBe(1);
   });

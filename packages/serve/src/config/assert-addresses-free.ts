@@ -4,9 +4,20 @@ import { configError } from './config-errors.ts';
 
 /** One address the server will listen on, with the config key that sets it. */
 export interface ListenTarget {
-  api: 'inference' | 'management' | 'metrics';
-  key: 'inference_address' | 'management_address' | 'metrics_address';
+  api: 'inference' | 'management' | 'metrics' | 'modelmesh-runtime';
+  key: 'inference_address' | 'management_address' | 'metrics_address' | 'modelmesh_runtime_port';
   address: ListenAddress;
+}
+
+/** The ModelMesh model-runtime SPI's listener as a ListenTarget (its messages say grpc://), when modelmesh_runtime_port is set. */
+export function modelMeshRuntimeTarget(config: Pick<ServerConfig, 'modelMeshRuntime'>): ListenTarget | undefined {
+  const address = config.modelMeshRuntime;
+  if (!address) return undefined;
+  return {
+    api: 'modelmesh-runtime',
+    key: 'modelmesh_runtime_port',
+    address: { protocol: 'http', host: address.host, port: address.port, raw: `${address.host}:${address.port}` },
+  };
 }
 
 /** The distinct addresses startServer listens on (metrics only with enable_metrics_api). */
@@ -28,7 +39,8 @@ function listenTargets(config: ServerConfig): ListenTarget[] {
  * @throws MARINA_ERR_ADDRESS_IN_USE / MARINA_ERR_ADDRESS_UNAVAILABLE naming the address and its config key.
  */
 export async function assertAddressesFree(config: ServerConfig): Promise<void> {
-  for (const target of listenTargets(config)) {
+  const modelMesh = modelMeshRuntimeTarget(config);
+  for (const target of [...listenTargets(config), ...(modelMesh ? [modelMesh] : [])]) {
     if (target.address.port === 0) continue;
     await new Promise<void>((resolve, reject) => {
       const probe = createServer();
@@ -51,7 +63,8 @@ export function toListenError(
   config: Pick<ServerConfig, 'configFile'>,
 ): Error {
   const where = config.configFile ? `in ${config.configFile}` : 'in config.properties (pass it with --ts-config)';
-  const url = `${target.address.protocol}://${target.address.host.includes(':') ? `[${target.address.host}]` : target.address.host}:${target.address.port}`;
+  const scheme = target.api === 'modelmesh-runtime' ? 'grpc' : target.address.protocol;
+  const url = `${scheme}://${target.address.host.includes(':') ? `[${target.address.host}]` : target.address.host}:${target.address.port}`;
   const details = { key: target.key, address: url, errno: error.code };
   if (error.code === 'EADDRINUSE') {
     return configError.MARINA_ERR_ADDRESS_IN_USE(

@@ -11,10 +11,13 @@ import { configError } from './config-errors.ts';
 import { parseProperties, type ParsedProperties, type PropertyEntry } from './properties-parser.ts';
 import { parseListenAddress, isLoopbackHost } from './parse-listen-address.ts';
 import { parseLoadModels } from './parse-load-models.ts';
+import { parseMemoryBudget } from './parse-memory-budget.ts';
 import { parseSnapshot } from '../snapshot/snapshot-store.ts';
+import { parseTrafficPolicy, type TrafficPolicy } from '../registry/traffic-policy.ts';
 import {
   findWorkerRangeProblem,
   normaliseModels,
+  TRAFFIC_KEY,
   parseModelsJsonSyntax,
   positionOfJsonPath,
   type ModelsJsonLocation,
@@ -169,6 +172,8 @@ interface RawConfig {
   grpc_inference_max_connection_age_grace_ms?: number;
   grpc_management_max_connection_age_grace_ms?: number;
   enable_grpc_ssl: boolean;
+  modelmesh_runtime_port?: number;
+  modelmesh_runtime_address: string;
   autoscale_interval_ms: number;
   autoscale_scale_up_queue_depth: number;
   autoscale_scale_up_after_ms: number;
@@ -179,6 +184,9 @@ interface RawConfig {
   max_concurrent_downloads: number;
   extraction_cache_max_bytes: number;
   optimized_model_cache_max_bytes: number;
+  model_memory_budget?: string;
+  idle_unload_seconds: number;
+  unload_grace_seconds: number;
 }
 
 interface RawValue {
@@ -409,6 +417,15 @@ function resolveServerConfig(
     for (const key of ['private_key_file', 'certificate_file'] as const)
       assertReadableTlsFile({ key, value: checked[key]!, origin: origin(key), cwd });
   }
+  if (checked.modelmesh_runtime_port !== undefined && checked.model_memory_budget === undefined)
+    throw configError.MARINA_ERR_CONFIG_VALUE_INVALID(
+      `${origin('modelmesh_runtime_port')}: modelmesh_runtime_port needs model_memory_budget: ModelMesh places models by the capacity the runtime reports, and Marina reports its budget. Set model_memory_budget (e.g. 60% or 3GB), or remove modelmesh_runtime_port`,
+      { details: { key: 'modelmesh_runtime_port' } },
+    );
+  if (checked.modelmesh_runtime_port !== undefined && !isLoopbackHost(checked.modelmesh_runtime_address))
+    warnings.push(
+      `${origin('modelmesh_runtime_address')}: the ModelMesh model-runtime SPI (no token authorization: ModelMesh sends no key) listens on ${checked.modelmesh_runtime_address}, which other machines can reach; keep it on 127.0.0.1, where ModelMesh's container calls it`,
+    );
   if (checked.disable_token_authorization) {
     const exposed = [inferenceAddress, managementAddress].filter((address) => !isLoopbackHost(address.host));
     if (exposed.length > 0)
@@ -418,6 +435,22 @@ function resolveServerConfig(
   }
 
   const models = checked.models ? normaliseModels(checked.models, (message) => warnings.push(message)) : {};
+  const trafficPolicies: Record<string, TrafficPolicy> = {};
+  for (const [modelName, entries] of Object.entries(checked.models ?? {})) {
+    if (entries[TRAFFIC_KEY] === undefined) continue;
+    try {
+      trafficPolicies[modelName] = parseTrafficPolicy(entries[TRAFFIC_KEY], `models: ${modelName} > ${TRAFFIC_KEY}`);
+    } catch (error) {
+      const position =
+        modelsTree && modelsLocation
+          ? positionOfJsonPath(modelsTree, [modelName, TRAFFIC_KEY], modelsLocation)
+          : undefined;
+      throw configError.MARINA_ERR_CONFIG_MODELS_INVALID(
+        `${position ? `${fileName}:${position.line}:${position.column}: ` : ''}${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+  }
   const rangeProblem = findWorkerRangeProblem(models);
   if (rangeProblem && modelsTree && modelsLocation) {
     const position = positionOfJsonPath(modelsTree, rangeProblem.path, modelsLocation);
@@ -477,6 +510,7 @@ function resolveServerConfig(
     modelStore,
     loadModels,
     models,
+    trafficPolicies,
     defaultWorkersPerModel: checked.default_workers_per_model ? checked.default_workers_per_model : undefined,
     jobQueueSize: checked.job_queue_size,
     numberOfNettyThreads: checked.number_of_netty_threads,
@@ -529,6 +563,9 @@ function resolveServerConfig(
       },
       isSslEnabled: checked.enable_grpc_ssl,
     },
+    ...(checked.modelmesh_runtime_port === undefined
+      ? {}
+      : { modelMeshRuntime: { host: checked.modelmesh_runtime_address, port: checked.modelmesh_runtime_port } }),
     resourceLimits: {
       requestTimeoutMs: checked.request_timeout_ms,
       downloadTimeoutMs: checked.download_timeout_ms,
@@ -536,6 +573,18 @@ function resolveServerConfig(
       maxConcurrentDownloads: checked.max_concurrent_downloads,
       extractionCacheMaxBytes: checked.extraction_cache_max_bytes,
       optimizedModelCacheMaxBytes: checked.optimized_model_cache_max_bytes,
+    },
+    residency: {
+      ...(checked.model_memory_budget !== undefined
+        ? {
+            memoryBudgetBytes: parseMemoryBudget({
+              value: checked.model_memory_budget,
+              origin: origin('model_memory_budget'),
+            }),
+          }
+        : {}),
+      idleUnloadSeconds: checked.idle_unload_seconds,
+      unloadGraceSeconds: checked.unload_grace_seconds,
     },
     ...(checked.private_key_file ? { privateKeyFile: path.resolve(cwd, checked.private_key_file) } : {}),
     ...(checked.certificate_file ? { certificateFile: path.resolve(cwd, checked.certificate_file) } : {}),

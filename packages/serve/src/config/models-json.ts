@@ -80,6 +80,9 @@ const POSITIVE_INTEGER_KEYS = {
   intraOpNumThreads: 'intraOpNumThreads',
 } as const satisfies Record<string, keyof ModelVersionSettings>;
 
+/** The key of a model's traffic policy in the models JSON (and in snapshots): `{"resnet": {"1.0": {...}, "$traffic": {...}}}`. */
+export const TRAFFIC_KEY = '$traffic';
+
 /** Keys TorchServe reads that Marina accepts and does not use. */
 const IGNORED_VERSION_KEYS = new Set(['runtimeType', 'parallelLevel']);
 
@@ -96,6 +99,8 @@ export function normaliseModels(
   for (const [modelName, versions] of Object.entries(raw)) {
     models[modelName] = {};
     for (const [version, settings] of Object.entries(versions)) {
+      // The model's traffic policy, not a version (a version name starts with a letter or digit).
+      if (version === TRAFFIC_KEY) continue;
       const normalised: ModelVersionSettings = {};
       const unknown: string[] = [];
       for (const [key, value] of Object.entries(settings)) {
@@ -103,7 +108,10 @@ export function normaliseModels(
           if (typeof value === 'number' && value > 0)
             normalised[POSITIVE_INTEGER_KEYS[key as keyof typeof POSITIVE_INTEGER_KEYS]] = value;
         } else if (key === 'defaultVersion') normalised.defaultVersion = value === true;
-        else if (key === 'marName') normalised.marName = String(value);
+        else if (key === 'pinned') normalised.pinned = value === true;
+        else if (key === 'idleUnloadSeconds') {
+          if (typeof value === 'number' && value >= 0) normalised.idleUnloadSeconds = value;
+        } else if (key === 'marName') normalised.marName = String(value);
         else if (!IGNORED_VERSION_KEYS.has(key)) unknown.push(key);
       }
       if (unknown.length > 0)

@@ -3,6 +3,8 @@
  * merged and validated (see load-config.ts). Frozen once built; nothing below the edges re-checks it.
  * Units are in the names. Keys follow TorchServe's config.properties (snake_case there, camelCase here).
  */
+import type { TrafficPolicy } from '../registry/traffic-policy.ts';
+
 export interface ListenAddress {
   /** 'http' or 'https' (TLS); unix sockets are not supported yet. */
   protocol: 'http' | 'https';
@@ -27,6 +29,10 @@ export interface ModelVersionSettings {
   jobQueueSize?: number;
   /** Intra-op threads per worker (Marina's extension; TorchServe has none). */
   intraOpNumThreads?: number;
+  /** Keep this version resident: never evicted nor idle-unloaded (Marina extension). */
+  pinned?: boolean;
+  /** Unload this version after this many seconds without a request; 0 = never (Marina extension). */
+  idleUnloadSeconds?: number;
 }
 
 /** One entry of load_models / --models: `file.mar`, `name=file.mar`, a URL, or a folder. */
@@ -45,6 +51,8 @@ export interface ServerConfig {
   loadModels: 'all' | LoadModelSpec[];
   /** models JSON: name -> version -> settings. */
   models: Record<string, Record<string, ModelVersionSettings>>;
+  /** The models JSON's `$traffic` entries: model name -> traffic policy (applied once its versions are registered). */
+  trafficPolicies?: Record<string, TrafficPolicy>;
   /** default_workers_per_model; undefined means 1 worker per model (not TorchServe's one per core, see README). */
   defaultWorkersPerModel: number | undefined;
   /** job_queue_size, per model version. Default 100. */
@@ -111,6 +119,11 @@ export interface ServerConfig {
     management: GrpcListenAddress;
     isSslEnabled: boolean;
   };
+  /**
+   * KServe ModelMesh's model-runtime SPI (modelmesh_runtime_port, modelmesh_runtime_address, default
+   * 127.0.0.1): undefined = not served (the default). Plain gRPC: ModelMesh calls it inside the pod.
+   */
+  modelMeshRuntime?: GrpcListenAddress;
   /** private_key_file (PEM), required with an https:// address. */
   privateKeyFile?: string;
   /** certificate_file (PEM), required with an https:// address. */
@@ -134,6 +147,8 @@ export interface ServerConfig {
    * "Security model"). Undefined or a missing field means the default given with each field.
    */
   resourceLimits?: ResourceLimits;
+  /** Which models stay in memory (Marina extension; see docs/guides/many-models.md). Undefined: no budget, no idle unload, 10 s grace. */
+  residency?: ResidencySettings;
   /** Absolute path of the config file that was read; undefined when only defaults, CLI and env applied. */
   configFile?: string;
   /** Where `configFile` was found (TorchServe's order); undefined when there is none. */
@@ -146,6 +161,16 @@ export interface GrpcListenAddress {
   port: number;
   maxConnectionAgeMs?: number;
   maxConnectionAgeGraceMs?: number;
+}
+
+/** The `residency` of a ServerConfig: how many models stay resident and how they leave. */
+export interface ResidencySettings {
+  /** model_memory_budget, bytes; undefined = no budget (every registered model stays resident). */
+  memoryBudgetBytes?: number;
+  /** idle_unload_seconds: unload a model nobody called for this long; 0 = never. Default 0. */
+  idleUnloadSeconds?: number;
+  /** unload_grace_seconds: how long an unload waits for a running batch before answering it 503. Default 10. */
+  unloadGraceSeconds?: number;
 }
 
 /** The `resourceLimits` of a ServerConfig. */

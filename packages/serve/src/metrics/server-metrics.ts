@@ -4,6 +4,8 @@
  * Uses its own prom-client Registry, never the global one, so two servers in one process
  * (tests) do not share counters.
  */
+import { toTorchServeExposition } from './torchserve-exposition.ts';
+import { registerResidencyMetrics } from './residency-metrics.ts';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type {
   BatchDoneEvent,
@@ -14,6 +16,7 @@ import type {
 import type { ServerLogs } from '../logging/server-logs.ts';
 import { createSystemMetricsReader } from './system-metrics.ts';
 import { RequestHistogram, type HistogramCell } from './request-histogram.ts';
+import type { ShadowStats } from '../registry/model-registry-api.ts';
 
 /** Buckets for latencies, seconds: 0.5 ms to 2 minutes (TorchServe's default response timeout). */
 export const LATENCY_BUCKETS_SECONDS = [
@@ -266,6 +269,82 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
   // calling it only from the first gauge keeps it to one stats() call per scrape.
   (gauges.queueDepth as unknown as { collect: () => void }).collect = collectStats;
 
+  // Traffic per version: the policy's weights and the shadow's numbers, read at scrape time from
+  // their one owner (the registry); present at 0 for every registered version, so rate() and the
+  // dashboard's panels work before the first shadow copy.
+  const shadowCounter = (name: string, help: string, value: (s: ShadowStats) => number) =>
+    new Counter({
+      name,
+      help,
+      labelNames: modelLabels,
+      registers: [promRegistry],
+      collect() {
+        this.reset();
+        for (const s of registry.shadowStats())
+          this.inc({ model_name: s.modelName, model_version: s.modelVersion }, value(s));
+      },
+    });
+  new Counter({
+    name: 'marina_shadow_requests_total',
+    help: 'Shadow copies of live requests a shadow version ran, by result (ok: answered, error: failed); their answers reach no client.',
+    labelNames: [...modelLabels, 'result'] as const,
+    registers: [promRegistry],
+    collect() {
+      this.reset();
+      for (const s of registry.shadowStats()) {
+        const labels = { model_name: s.modelName, model_version: s.modelVersion };
+        this.inc({ ...labels, result: 'ok' }, s.requests - s.failed);
+        this.inc({ ...labels, result: 'error' }, s.failed);
+      }
+    },
+  });
+  shadowCounter(
+    'marina_shadow_dropped_total',
+    'Shadow copies shed before they ran: no idle worker of the shadow version or a busy live version (no headroom), or the shadow queue full.',
+    (s) => s.dropped,
+  );
+  shadowCounter(
+    'marina_shadow_compared_total',
+    "Shadow answers compared with the live answer (the same handler's output: top-1, IoU or cosine).",
+    (s) => s.compared,
+  );
+  shadowCounter(
+    'marina_shadow_agreement_sum',
+    'Sum of the per-request agreement (0 to 1) of the compared shadow answers; divided by marina_shadow_compared_total it is the mean agreement over any window.',
+    (s) => s.agreementSum,
+  );
+  new Gauge({
+    name: 'marina_shadow_agreement',
+    help: "A shadow version's mean agreement with the live answers so far, 0 to 1 (present once an answer was compared).",
+    labelNames: modelLabels,
+    registers: [promRegistry],
+    collect() {
+      this.reset();
+      for (const s of registry.shadowStats())
+        if (s.compared > 0)
+          this.set({ model_name: s.modelName, model_version: s.modelVersion }, s.agreementSum / s.compared);
+    },
+  });
+  new Gauge({
+    name: 'marina_traffic_weight',
+    help: "A version's share of the requests that name no version, percent, from its model's traffic policy (100 for the default version without one).",
+    labelNames: modelLabels,
+    registers: [promRegistry],
+    collect() {
+      this.reset();
+      for (const model of registry.list()) {
+        let weights: Record<string, number>;
+        try {
+          weights = registry.getTrafficPolicy(model.modelName).weights ?? {};
+        } catch {
+          continue; // Unregistered between list() and here.
+        }
+        for (const version of model.versions)
+          this.set({ model_name: model.modelName, model_version: version }, weights[version] ?? 0);
+      }
+    },
+  });
+
   if (options.collectProcessMetrics ?? true) collectDefaultMetrics({ register: promRegistry });
 
   /**
@@ -394,6 +473,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
   };
   registry.events.on('request', onRequest);
   registry.events.on('batch', onBatch);
+  const offResidency = registerResidencyMetrics({ promRegistry, registry });
   registry.events.on('workerLoaded', onWorkerLoaded);
   const writeSystemMetrics = (): void => {
     for (const [name, unit, value] of systemGauges) {
@@ -412,7 +492,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     promRegistry,
     contentType: promRegistry.contentType,
     async render(names) {
-      if (names === undefined || names.length === 0) return promRegistry.metrics();
+      if (names === undefined || names.length === 0) return toTorchServeExposition(await promRegistry.metrics());
       // Gauges share one collector hanging off marina_queue_depth; run it for filtered scrapes too.
       collectStats();
       const parts: string[] = [];
@@ -420,7 +500,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
         if (promRegistry.getSingleMetric(name) === undefined) continue;
         parts.push(await promRegistry.getSingleMetricAsString(name));
       }
-      return parts.length === 0 ? '' : `${parts.join('\n\n')}\n`;
+      return parts.length === 0 ? '' : toTorchServeExposition(`${parts.join('\n\n')}\n`);
     },
     recordResponse(statusCode) {
       const statusClass =
@@ -441,6 +521,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
       registry.events.off('request', onRequest);
       registry.events.off('batch', onBatch);
       registry.events.off('workerLoaded', onWorkerLoaded);
+      offResidency();
     },
   };
 }

@@ -34,8 +34,10 @@ import type { ModelVersion } from '../registry/model-version.ts';
 const SMALL_JSON_BODY_BYTES = 64 * 1024;
 
 export const SERVER_NAME = 'marina';
+/** The response header (and gRPC metadata key) that says which model version answered. */
+export const MODEL_VERSION_HEADER = 'x-marina-model-version';
 /** Open Inference Protocol extensions Marina implements. */
-const SERVER_EXTENSIONS = ['binary_tensor_data'] as const;
+const SERVER_EXTENSIONS = ['binary_tensor_data', 'model_repository'] as const;
 
 /** A protocol-neutral inference request (KServe's InferRequest): tensors as raw bytes. */
 export interface InferRequest {
@@ -75,6 +77,30 @@ export interface ModelMetadata {
   platform: string;
   inputs: TensorMetadata[];
   outputs: TensorMetadata[];
+}
+
+/**
+ * One entry of the model repository extension's index (Triton's `$repository_index_response`):
+ * `state` is Triton's READY, LOADING, UNLOADING or UNAVAILABLE; `reason` says why a version is not READY.
+ */
+export interface RepositoryIndexEntry {
+  name: string;
+  version: string;
+  state: 'READY' | 'LOADING' | 'UNLOADING' | 'UNAVAILABLE';
+  reason: string;
+}
+
+/** Triton's state for a version's life state (and, for a description without one, its workers). */
+function repositoryStateOf(description: {
+  state?: 'registered' | 'loading' | 'resident' | 'unloading';
+  workers: Array<{ status: string }>;
+}): Pick<RepositoryIndexEntry, 'state' | 'reason'> {
+  const hasWorker = description.workers.some((w) => w.status === 'READY' || w.status === 'BUSY');
+  const state = description.state ?? (hasWorker ? 'resident' : 'registered');
+  if (state === 'resident') return { state: 'READY', reason: '' };
+  if (state === 'loading') return { state: 'LOADING', reason: 'loading' };
+  if (state === 'unloading') return { state: 'UNLOADING', reason: 'unloading' };
+  return { state: 'UNAVAILABLE', reason: 'unloaded: registered, not resident; a request or load loads it' };
 }
 
 export interface DataPlaneOptions {
@@ -151,7 +177,22 @@ export class DataPlane {
    * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND, MARINA_ERR_MODEL_SIGNATURE_UNREADABLE
    */
   signature(modelName: string, modelVersion?: string): { version: ModelVersion; signature: ModelSignature } {
-    const version = this.#registry.getVersion(modelName, modelVersion);
+    return this.#signatureOf(this.#registry.getVersion(modelName, modelVersion));
+  }
+
+  /**
+   * The version that serves a request, chosen once (the registry's resolveVersion: the one named,
+   * else the traffic policy's pick, else the default), with its signature.
+   */
+  #route(
+    modelName: string,
+    modelVersion: string | undefined,
+    headers: Record<string, string> | undefined,
+  ): { version: ModelVersion; signature: ModelSignature } {
+    return this.#signatureOf(this.#registry.resolveVersion(modelName, modelVersion, headers));
+  }
+
+  #signatureOf(version: ModelVersion): { version: ModelVersion; signature: ModelSignature } {
     const read = version.signature;
     if ('error' in read) throw read.error;
     return { version, signature: read.signature };
@@ -188,6 +229,47 @@ export class DataPlane {
       inputs: tensorMetadata(signature.inputs),
       outputs: tensorMetadata(signature.outputs),
     };
+  }
+
+  /**
+   * The model repository extension's index: every registered version with its state, sorted by
+   * name; `ready` keeps only the READY ones (Triton's and KServe's `ready` filter).
+   */
+  repositoryIndex(options: { ready?: boolean } = {}): RepositoryIndexEntry[] {
+    const entries: RepositoryIndexEntry[] = [];
+    for (const model of this.#registry.list()) {
+      let descriptions: ReturnType<ModelRegistry['describe']>;
+      try {
+        descriptions = this.#registry.describe(model.modelName, 'all');
+      } catch {
+        continue; // unregistered between list() and describe()
+      }
+      for (const d of descriptions) {
+        const entry = { name: d.modelName, version: d.modelVersion, ...repositoryStateOf(d) };
+        if (!options.ready || entry.state === 'READY') entries.push(entry);
+      }
+    }
+    return entries;
+  }
+
+  /**
+   * The repository extension's load: makes the model's default version (or the version named)
+   * resident; answers at once when it is.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404), MARINA_ERR_MEMORY_BUDGET_FULL (503), load failures.
+   */
+  async loadModel(modelName: string, modelVersion?: string): Promise<void> {
+    this.#registry.getVersion(modelName, modelVersion);
+    await this.#registry.load(modelName, modelVersion, { reason: 'api' });
+  }
+
+  /**
+   * The repository extension's unload: back to registered (no worker, no session); the model stays
+   * known, and a later request or load loads it again.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404).
+   */
+  async unloadModel(modelName: string, modelVersion?: string): Promise<void> {
+    this.#registry.getVersion(modelName, modelVersion);
+    await this.#registry.unload(modelName, modelVersion);
   }
 
   /**
@@ -235,8 +317,14 @@ export class DataPlane {
    * inputs pass as they came.
    * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN (400), not found (404).
    */
-  admitTorchServeInput(options: PredictOptions): PredictOptions {
-    const { version, signature } = this.signature(options.modelName, options.modelVersion);
+  admitTorchServeInput(request: PredictOptions): PredictOptions {
+    const { version, signature } = this.#route(request.modelName, request.modelVersion, request.headers);
+    // From here on the version is fixed: the predict path must not pick again.
+    const options: PredictOptions = {
+      ...request,
+      modelVersion: version.modelVersion,
+      requestedVersion: request.requestedVersion ?? request.modelVersion ?? 'default',
+    };
     if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
     try {
       return this.#encodeTorchServeInput(options, signature);
@@ -251,11 +339,15 @@ export class DataPlane {
    * for the metrics; it is reported on the registry's `request` event the same way (queue and
    * inference time 0), so ts_inference_requests_total and the status classes still see it.
    */
-  #recordRefused(version: ModelVersion, options: { modelVersion?: string; arrivedAt?: number }, error: unknown): void {
+  #recordRefused(
+    version: ModelVersion,
+    options: { modelVersion?: string; requestedVersion?: string; arrivedAt?: number },
+    error: unknown,
+  ): void {
     const totalMs = performance.now() - (options.arrivedAt ?? performance.now());
     this.#registry.events.emit('request', {
       modelName: version.modelName,
-      requestedVersion: options.modelVersion ?? 'default',
+      requestedVersion: options.requestedVersion ?? options.modelVersion ?? 'default',
       modelVersion: version.modelVersion,
       statusCode: (error as { statusCode?: number }).statusCode ?? 500,
       queueMs: 0,
@@ -353,7 +445,7 @@ export class DataPlane {
    */
   async infer(request: InferRequest): Promise<InferResponse> {
     const arrivedAt = request.arrivedAt ?? performance.now();
-    const { version, signature } = this.signature(request.modelName, request.modelVersion);
+    const { version, signature } = this.#route(request.modelName, request.modelVersion, request.headers);
     try {
       this.#admit(request, version, signature);
     } catch (error) {
@@ -380,7 +472,8 @@ export class DataPlane {
     );
     const result = await this.#registry.predict({
       modelName: request.modelName,
-      modelVersion: request.modelVersion,
+      modelVersion: version.modelVersion,
+      requestedVersion: request.modelVersion ?? 'default',
       requestId: request.requestId,
       input: { body },
       headers: {

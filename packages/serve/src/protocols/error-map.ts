@@ -10,6 +10,7 @@ import type { FastifyReply } from 'fastify';
 import type { MarinaError } from '@marina/errors';
 import { setTorchServeHeaders } from '../auth/torchserve-response.ts';
 import { toMarinaError } from '../errors.ts';
+import { torchServeText } from './torchserve-texts.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -28,8 +29,8 @@ const RETRY_AFTER_SECONDS = 1;
 /**
  * Codes where a retry of the same request can succeed, so the answer carries `Retry-After`:
  * a full queue, a request that waited past clientTimeoutInMills, a replica shutting down, a
- * version being unregistered (another replica or version can answer), and the download slots all
- * taken. Not MARINA_ERR_NO_WORKERS: max_worker=0 or a model that cannot load stays so until an
+ * version being unregistered (another replica or version can answer), the download slots all
+ * taken, and a model that could not be loaded in time because model_memory_budget was full. Not MARINA_ERR_NO_WORKERS: max_worker=0 or a model that cannot load stays so until an
  * operator acts, and a client that retries it only adds load.
  */
 export const RETRYABLE_CODES: ReadonlySet<string> = new Set([
@@ -38,6 +39,7 @@ export const RETRYABLE_CODES: ReadonlySet<string> = new Set([
   'MARINA_ERR_SERVER_CLOSING',
   'MARINA_ERR_MODEL_UNLOADING',
   'MARINA_ERR_DOWNLOADS_BUSY',
+  'MARINA_ERR_MEMORY_BUDGET_FULL',
 ]);
 
 /** Whether an error of this code carries `Retry-After`. */
@@ -64,7 +66,8 @@ const TORCHSERVE_TYPE_BY_CODE: Readonly<Record<string, string>> = {
   MARINA_ERR_URL_NOT_ALLOWED: 'ModelNotFoundException',
   MARINA_ERR_MODEL_URL_INVALID: 'ModelNotFoundException',
   MARINA_ERR_MODEL_FILE_NOT_FOUND: 'ModelNotFoundException',
-  MARINA_ERR_MODEL_FILE_EXISTS: 'FileAlreadyExistsException',
+  // TorchServe's Postman collection (management_api_test_new_collection.json, "Model Re-Registration"): 500 InternalServerException.
+  MARINA_ERR_MODEL_FILE_EXISTS: 'InternalServerException',
   MARINA_ERR_DOWNLOAD_FAILED: 'DownloadArchiveException',
   MARINA_ERR_DOWNLOAD_TOO_LARGE: 'DownloadArchiveException',
   MARINA_ERR_DOWNLOAD_TIMEOUT: 'DownloadArchiveException',
@@ -97,21 +100,27 @@ export function torchServeErrorType(code: string | undefined, statusCode: number
   );
 }
 
-/** TorchServe's error body, plus Marina's stable code. */
+/**
+ * TorchServe's error body, plus Marina's stable code and, where TorchServe's exact text leaves out
+ * what Marina knows, Marina's guidance in `hint` (see torchserve-texts.ts).
+ */
 export interface TorchServeErrorBody {
   code: number;
   type: string;
   message: string;
   marinaCode: string;
+  hint?: string;
 }
 
-/** TorchServe's error body of a MarinaError. */
+/** TorchServe's error body of a MarinaError: TorchServe's exact message where it has one, Marina's guidance in `hint`. */
 export function torchServeErrorBody(error: MarinaError): TorchServeErrorBody {
+  const { message, hint } = torchServeText(error);
   return {
     code: error.statusCode,
     type: torchServeErrorType(error.code, error.statusCode),
-    message: error.message,
+    message,
     marinaCode: error.code,
+    ...(hint !== undefined ? { hint } : {}),
   };
 }
 
@@ -169,28 +178,43 @@ function grpcStatusOf(statusCode: number): grpc.status {
   return grpc.status.INTERNAL;
 }
 
+/**
+ * The text a gRPC answer carries: the OIP service sends Marina's message; TorchServe's gRPC
+ * service sends TorchServe's exact text where it has one (its InferenceImpl sends the same
+ * exception messages as its REST handlers), with Marina's guidance in `marina-hint` metadata.
+ */
+export type GrpcErrorForm = 'oip' | 'torchserve';
+
 /** An error as both gRPC services send it: the mapped status, the message, and metadata with the code (and `retry-after` where a retry can succeed). */
-function grpcError(error: unknown): grpc.StatusObject {
+export function grpcError(error: unknown, form: GrpcErrorForm = 'oip'): grpc.StatusObject {
   const e = toMarinaError(error);
   const metadata = new grpc.Metadata();
   metadata.set('marina-error-code', e.code);
   if (isRetryable(e.code)) metadata.set('retry-after', String(RETRY_AFTER_SECONDS));
-  return { code: grpcStatusOf(e.statusCode), details: e.message, metadata };
+  const text = form === 'torchserve' ? torchServeText(e) : { message: e.message };
+  if (text.hint !== undefined) metadata.set('marina-hint', asciiHeaderValue(text.hint));
+  return { code: grpcStatusOf(e.statusCode), details: text.message, metadata };
+}
+
+/** A metadata value as HTTP/2 allows it: printable ASCII only, and bounded. */
+function asciiHeaderValue(text: string): string {
+  const ascii = text.replace(/[^\x20-\x7e]/g, '?');
+  return ascii.length > 1024 ? `${ascii.slice(0, 1024)}… (${ascii.length} characters)` : ascii;
 }
 
 /** The same as a `ServiceError` to hand to a gRPC callback or a stream's `destroy`. */
-export function grpcServiceError(error: unknown): grpc.ServiceError {
-  const status = grpcError(error);
+export function grpcServiceError(error: unknown, form: GrpcErrorForm = 'oip'): grpc.ServiceError {
+  const status = grpcError(error, form);
   return Object.assign(new Error(status.details), status);
 }
 
 /**
  * TorchServe gRPC's StreamPredictions2: a failed request is answered in the stream by a message
- * whose `status` is a google.rpc.Status (the call itself goes on).
+ * whose `status` is a google.rpc.Status (the call itself goes on), with TorchServe's text.
  */
 export function torchServeGrpcStreamStatus(error: unknown): { code: number; message: string; details: [] } {
   const e = toMarinaError(error);
-  return { code: grpcStatusOf(e.statusCode), message: e.message, details: [] };
+  return { code: grpcStatusOf(e.statusCode), message: torchServeText(e).message, details: [] };
 }
 
 /**

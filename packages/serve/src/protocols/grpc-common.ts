@@ -5,7 +5,8 @@ import * as protoLoader from '@grpc/proto-loader';
 import type { MarinaError } from '@marina/errors';
 import { authErrors } from '../auth/auth-errors.ts';
 import type { TokenAuthorization } from '../auth/token-authorization.ts';
-import { grpcServiceError } from './error-map.ts';
+import { grpcServiceError, type GrpcErrorForm } from './error-map.ts';
+import { MODEL_VERSION_HEADER } from './data-plane.ts';
 
 const PROTO_DIR = fileURLToPath(new URL('../../protos/', import.meta.url));
 
@@ -21,7 +22,14 @@ export const PROTO_LOADER_OPTIONS: protoLoader.Options = {
 
 /** Loads one of the .proto files shipped in packages/serve/protos (for servers and test clients). */
 export function loadProto(
-  file: 'grpc_predict_v2.proto' | 'open_inference_grpc.proto' | 'inference.proto' | 'management.proto',
+  file:
+    | 'grpc_predict_v2.proto'
+    | 'open_inference_grpc.proto'
+    | 'inference.proto'
+    | 'management.proto'
+    | 'marina_management.proto'
+    | 'marina_residency.proto'
+    | 'model-runtime.proto',
 ): grpc.GrpcObject {
   return grpc.loadPackageDefinition(protoLoader.loadSync(file, PROTO_LOADER_OPTIONS));
 }
@@ -31,6 +39,13 @@ export function serviceOf(pkg: grpc.GrpcObject, dotted: string): grpc.ServiceDef
   let node: unknown = pkg;
   for (const part of dotted.split('.')) node = (node as Record<string, unknown>)[part];
   return (node as { service: grpc.ServiceDefinition }).service;
+}
+
+/** Response metadata saying which model version answered (`x-marina-model-version`). */
+export function versionMetadata(modelVersion: string): grpc.Metadata {
+  const metadata = new grpc.Metadata();
+  metadata.set(MODEL_VERSION_HEADER, modelVersion);
+  return metadata;
 }
 
 export type KeyCheck = (call: { metadata: grpc.Metadata }) => MarinaError | undefined;
@@ -58,19 +73,23 @@ export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 
   };
 }
 
-/** Wraps a unary handler: token check, then the handler; a thrown MarinaError becomes its gRPC status. */
+/**
+ * Wraps a unary handler: token check, then the handler; a thrown MarinaError becomes its gRPC
+ * status, with the text of the service's protocol (`form`: TorchServe's service sends TorchServe's texts).
+ */
 export function unary<Req, Res>(
   checkKey: KeyCheck,
   run: (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Res | Promise<Res>,
+  form: GrpcErrorForm = 'oip',
 ): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
     const denied = checkKey(call);
-    if (denied) return callback(grpcServiceError(denied));
+    if (denied) return callback(grpcServiceError(denied, form));
     Promise.resolve()
       .then(() => run(call.request, call))
       .then(
         (value) => callback(null, value),
-        (error: unknown) => callback(grpcServiceError(error)),
+        (error: unknown) => callback(grpcServiceError(error, form)),
       );
   };
 }

@@ -2,7 +2,7 @@
  * The gRPC listeners, as TorchServe has them: `grpc_inference_port` (default 127.0.0.1:7070) serves
  * TorchServe's InferenceAPIsService and the Open Inference Protocol's GRPCInferenceService (under
  * KServe's package `inference` and TorchServe's `org.pytorch.serve.grpc.openinference`);
- * `grpc_management_port` (7071) serves ManagementAPIsService. TLS with enable_grpc_ssl
+ * `grpc_management_port` (7071) serves ManagementAPIsService and Marina's TrafficAPIsService and ResidencyAPIsService. TLS with enable_grpc_ssl
  * (private_key_file, certificate_file); token authorization from the `authorization: Bearer <key>`
  * metadata, as on REST. Message sizes are bounded by max_request_size and max_response_size.
  */
@@ -15,7 +15,11 @@ import { createKeyCheck, loadProto, serviceOf } from './grpc-common.ts';
 import type { DataPlane } from './data-plane.ts';
 import { createOipGrpcService } from './oip-grpc/oip-grpc-service.ts';
 import { createTorchServeInferenceService } from './torchserve-grpc/inference-service.ts';
-import { createTorchServeManagementService } from './torchserve-grpc/management-service.ts';
+import {
+  createTorchServeManagementService,
+  createResidencyManagementService,
+  createTrafficManagementService,
+} from './torchserve-grpc/management-service.ts';
 
 export interface GrpcServers {
   /** `host:port` actually bound, per API. */
@@ -74,7 +78,11 @@ export async function startGrpcServers(options: StartGrpcServersOptions): Promis
 
   const inference = new grpc.Server(serverOptions(config, addresses.inference));
   const inferenceKey = createKeyCheck(tokens, 'inference');
-  const oip = createOipGrpcService({ dataPlane, checkKey: inferenceKey });
+  const oip = createOipGrpcService({
+    dataPlane,
+    checkKey: inferenceKey,
+    checkManagementKey: createKeyCheck(tokens, 'management'),
+  });
   inference.addService(serviceOf(loadProto('grpc_predict_v2.proto'), 'inference.GRPCInferenceService'), oip);
   inference.addService(
     serviceOf(loadProto('open_inference_grpc.proto'), 'org.pytorch.serve.grpc.openinference.GRPCInferenceService'),
@@ -89,6 +97,22 @@ export async function startGrpcServers(options: StartGrpcServersOptions): Promis
   management.addService(
     serviceOf(loadProto('management.proto'), 'org.pytorch.serve.grpc.management.ManagementAPIsService'),
     createTorchServeManagementService({
+      management: options.management,
+      checkKey: createKeyCheck(tokens, 'management'),
+    }),
+  );
+
+  management.addService(
+    serviceOf(loadProto('marina_management.proto'), 'marina.management.TrafficAPIsService'),
+    createTrafficManagementService({
+      management: options.management,
+      checkKey: createKeyCheck(tokens, 'management'),
+    }),
+  );
+
+  management.addService(
+    serviceOf(loadProto('marina_residency.proto'), 'marina.management.ResidencyAPIsService'),
+    createResidencyManagementService({
       management: options.management,
       checkKey: createKeyCheck(tokens, 'management'),
     }),

@@ -5,6 +5,9 @@
  */
 import type { EventEmitter } from 'node:events';
 import type { QuantizationSummary } from '@marina/archive';
+import type { AgreementMethod } from './output-agreement.ts';
+import type { TrafficPolicy } from './traffic-policy.ts';
+import type { HandlerStagesMs } from '../workers/worker-protocol.ts';
 
 export interface RegisterModelOptions {
   /** What the user asked for (file name in the store, folder, or URL); reported as modelUrl. */
@@ -31,6 +34,35 @@ export interface RegisterModelOptions {
   synchronous?: boolean;
   /** True when the archive was downloaded into the store by register (deleted again on unregister). */
   isDownloaded?: boolean;
+  /**
+   * false: register only (state `registered`, no worker, no session); the first request, or
+   * `load`, loads it. Default true: load now (within model_memory_budget, evicting idle models).
+   */
+  load?: boolean;
+  /** Keep resident: never evicted nor idle-unloaded (overrides model-config.yaml and the models JSON). */
+  pinned?: boolean;
+  /** Idle unload after this many seconds without a request; 0 = never (overrides model-config.yaml and the models JSON). */
+  idleUnloadSeconds?: number;
+  /** Why a load happens, for marina_model_loads_total (default 'api'; start-up loading passes 'startup'). */
+  loadReason?: LoadReason;
+}
+
+/** Why a model version was loaded: marina_model_loads_total's `reason` label. */
+export type LoadReason = 'startup' | 'demand' | 'api';
+
+/** A version changed state (registered, loading, resident, unloading). */
+export interface ResidencyEvent {
+  modelName: string;
+  modelVersion: string;
+  state: 'registered' | 'loading' | 'resident' | 'unloading';
+  /** Why it loads ('loading', 'resident') or leaves ('unloading', 'registered'): a LoadReason, or 'evicted', 'idle', 'api', 'failed'. */
+  reason: string;
+  /** Measured process memory the load added, bytes ('resident'). */
+  residentBytes?: number;
+  /** From the start of the load to resident, ms ('resident'). */
+  loadMs?: number;
+  /** Requests that were waiting in the queue for this load when it finished ('resident', demand loads). */
+  waitingRequests?: number;
 }
 
 export interface RegisterResult {
@@ -92,10 +124,47 @@ export interface ModelDescription {
   jobQueueStatus: { remainingCapacity: number; pendingRequests: number };
   /** Marina extension: the autoscaling policy in force (see README). */
   autoscaling?: Record<string, unknown>;
+  /** Marina extension: where the version is in its life (registered, loading, resident, unloading). */
+  state?: 'registered' | 'loading' | 'resident' | 'unloading';
+  /** Marina extension: process memory its load added, bytes (measured before and after; the estimate while loading); 0 when not resident. */
+  residentBytes?: number;
+  /** Marina extension: when a request last arrived (ISO 8601), null if never. */
+  lastUsed?: string | null;
+  /** Marina extension: kept resident (never evicted nor idle-unloaded). */
+  pinned?: boolean;
+  /** Marina extension: idle unload after this many seconds without a request; 0 = never. */
+  idleUnloadSeconds?: number;
   /** Marina extension: 'int8' for archives written by model-archiver --quantize, else 'fp32'. */
   precision?: string;
   /** Marina extension: the archive's quantization.json summary (method, agreement, kept-fp32 nodes). */
   quantization?: QuantizationSummary;
+  /** Marina extension: the model's traffic policy and this version's part in it; absent without a policy. */
+  traffic?: VersionTraffic;
+}
+
+/** A version's part in its model's traffic policy (describe's `traffic`). */
+export interface VersionTraffic {
+  /** This version's share of requests that name no version, percent. */
+  weight: number;
+  /** The whole policy in force. */
+  policy: TrafficPolicy;
+  /** On the shadow version: what its copies did, and how far its answers agreed with the live ones. */
+  shadow?: {
+    percent: number;
+    /** Copies answered or failed. */
+    requests: number;
+    failed: number;
+    /** Copies shed before they ran (no headroom, queue full). */
+    dropped: number;
+    /** Copies compared with the live answer. */
+    compared: number;
+    /** Mean agreement 0–1 over the compared copies (top-1, IoU or cosine); absent before the first. */
+    agreement?: number;
+    /** Largest absolute difference between tensor answers. */
+    maxAbsDiff?: number;
+    /** 'top1', 'iou' or 'cosine'; absent where the answers cannot be compared. */
+    method?: string;
+  };
 }
 
 export interface ModelListEntry {
@@ -119,6 +188,10 @@ export interface ModelVersionStats {
   minWorkers: number;
   maxWorkers: number;
   intraOpNumThreads: number;
+  /** Where the version is in its life (registered, loading, resident, unloading). */
+  state?: 'registered' | 'loading' | 'resident' | 'unloading';
+  /** Process memory its load added, bytes (measured), when resident or leaving; 0 otherwise. */
+  residentBytes?: number;
   /**
    * Intra-op threads this version's workers hold now, counting workers that are leaving but whose
    * thread has not ended (a timed-out native run() keeps its cores until it returns). Absent:
@@ -140,6 +213,12 @@ export interface SnapshotModelVersion {
   responseTimeout: number;
   /** TorchServe's runtimeType (the manifest's runtime); optional when reading older snapshots. */
   runtimeType?: string;
+  /** Marina: kept resident. */
+  pinned?: boolean;
+  /** Marina: idle unload, seconds. */
+  idleUnloadSeconds?: number;
+  /** Marina: when a request last arrived (ISO 8601): a restart under a budget loads the most recently used first. */
+  lastUsed?: string;
 }
 
 /** Events the core emits; metrics and snapshots subscribe. */
@@ -155,6 +234,8 @@ export interface RequestDoneEvent {
   inferenceMs: number;
   /** From request arrival to response, ms. */
   totalMs: number;
+  /** Marina: it arrived while the version was not resident and waited for its load. */
+  waitedForLoad?: boolean;
 }
 
 export interface BatchDoneEvent {
@@ -173,17 +254,6 @@ export interface BatchDoneEvent {
   stages?: HandlerStagesMs;
 }
 
-/**
- * Where a batch's time went inside the worker, ms: `preprocessWaitMs` is how long the worker
- * waited for preprocessing after it picked the batch up (0 when a pipelined preprocess had already
- * finished while the previous batch ran).
- */
-export interface HandlerStagesMs {
-  preprocessWaitMs: number;
-  inferenceMs: number;
-  postprocessMs: number;
-}
-
 /** A worker finished loading its model (TorchServe's WorkerLoadTime). */
 export interface WorkerLoadedEvent {
   modelName: string;
@@ -195,10 +265,14 @@ export interface WorkerLoadedEvent {
 
 export interface RegistryEvents {
   request: [RequestDoneEvent];
+  /** A shadow copy was answered, failed or dropped. */
+  shadow: [ShadowOutcome];
   workerLoaded: [WorkerLoadedEvent];
   batch: [BatchDoneEvent];
   /** Registration, unregistration, default version or worker settings changed. */
   changed: [];
+  /** A version's life state changed (see ResidencyEvent). */
+  residency: [ResidencyEvent];
 }
 
 export interface ModelRegistryApi {
@@ -217,4 +291,49 @@ export interface ModelRegistryApi {
   snapshot(): Record<string, Record<string, SnapshotModelVersion>>;
   /** Adds or removes workers of one version within [min,max] (used by the autoscaler). */
   setWorkerCount(modelName: string, modelVersion: string, count: number): Promise<void>;
+  /**
+   * Replaces the model's traffic policy (`{}` removes it: every unversioned request to the default
+   * version); the version with the largest weight becomes the default. Requests in flight keep their version.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_TRAFFIC_POLICY_INVALID
+   */
+  setTrafficPolicy(modelName: string, policy: TrafficPolicy): TrafficPolicy;
+  /** The policy in force; without one, 100 % to the default version. @throws MARINA_ERR_MODEL_NOT_FOUND */
+  getTrafficPolicy(modelName: string): TrafficPolicy;
+  /** Model name → policy, for models that have one or whose policy was removed through the API (`{}`), for snapshots. */
+  trafficPolicies(): Record<string, TrafficPolicy>;
+  /** Shadow numbers of every registered version, for the metrics (zeros where a version never shadowed). */
+  shadowStats(): ShadowStats[];
+  /** Makes a version resident (within model_memory_budget, evicting idle LRU versions); see ModelRegistry.load. */
+  load(modelName: string, modelVersion?: string, options?: { reason?: LoadReason }): Promise<ModelDescription>;
+  /** Back to registered: no worker, no session; see ModelRegistry.unload. */
+  unload(modelName: string, modelVersion?: string): Promise<void>;
+  /** Pinned versions are never evicted nor idle-unloaded; pinning a registered one loads it. */
+  setPinned(modelName: string, modelVersion: string | undefined, pinned: boolean): Promise<void>;
+}
+
+/** One shadow version's numbers since it became a shadow (or since it was registered). */
+export interface ShadowStats {
+  modelName: string;
+  modelVersion: string;
+  /** Copies the shadow version answered or failed. */
+  requests: number;
+  /** Copies the shadow version failed (its error is not anyone's answer). */
+  failed: number;
+  /** Copies shed before they ran: queue full, waited too long, or refused by the version. */
+  dropped: number;
+  /** Copies whose answer was compared with the live one. */
+  compared: number;
+  /** Sum of the comparisons' agreement (0–1 each); the mean is agreementSum / compared. */
+  agreementSum: number;
+  /** Largest absolute difference seen between tensor answers. */
+  maxAbsDiff: number;
+  method: AgreementMethod | undefined;
+}
+
+/** Events: `outcome` once per copy (for the metrics' counters); `settled` when a copy leaves (tests wait on it). */
+export interface ShadowOutcome {
+  modelName: string;
+  modelVersion: string;
+  outcome: 'answered' | 'failed' | 'dropped';
+  agreement?: number;
 }

@@ -14,14 +14,14 @@ import {
   cacheOptimizedModelDefaultFrom,
   forceSpinningStopDefaultFrom,
 } from '../backend/ort-session.ts';
-import { didYouMean, MarinaError } from '@marina/errors';
+import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import { fixedBatchWarning } from '@marina/handlers';
 import type { ServerConfig } from '../config/server-config.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
 import type { ModelCaches } from '../cache/model-caches.ts';
 import { resolveModelSettings } from '../model-settings.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
-import { resolveIntraOpThreads } from '../workers/thread-defaults.ts';
+import { ThreadBudget } from '../workers/thread-budget.ts';
 import type { BodyDecoding, HandlerStagesMs, WorkerInit } from '../workers/worker-protocol.ts';
 import type {
   ModelDescription,
@@ -29,24 +29,40 @@ import type {
   ModelRegistryApi,
   ModelVersionStats,
   RegisterModelOptions,
+  VersionTraffic,
   RegisterResult,
+  LoadReason,
   RegistryEvents,
   ScaleOptions,
   SnapshotModelVersion,
 } from './model-registry-api.ts';
+import { estimateModelBytes } from './memory-estimate.ts';
+import { ModelResidency } from './model-residency.ts';
 import { ModelVersion } from './model-version.ts';
 import { readModelSignature } from './read-model-signature.ts';
+import { ShadowTraffic } from './shadow-traffic.ts';
+import type { ShadowStats } from './model-registry-api.ts';
+import { checkTrafficPolicy, TrafficRoute, trafficErrors, type TrafficPolicy } from './traffic-policy.ts';
 import { MARINA_VERSION } from '../version.ts';
 
 interface Model {
   versions: Map<string, ModelVersion>;
   defaultVersion: string;
+  /** The traffic policy in force; undefined: every unversioned request goes to the default version. */
+  traffic?: TrafficRoute;
+  /** Set once the API (or a snapshot) gave a policy: the models JSON's `$traffic` no longer applies. */
+  isTrafficSet?: boolean;
 }
 
 export interface PredictOptions {
   modelName: string;
-  /** undefined = the default version. */
+  /** undefined = the version the model's traffic policy picks (the default version without one). */
   modelVersion?: string;
+  /**
+   * The version the client named, for the metrics' TorchServe label; default `modelVersion ?? 'default'`.
+   * The data plane resolves an unversioned request once, then passes the version it picked with 'default' here.
+   */
+  requestedVersion?: string;
   requestId: string;
   input: JobInput;
   headers?: Record<string, string>;
@@ -66,11 +82,15 @@ export interface PredictTimingsMs {
   stages?: HandlerStagesMs;
   /** The handler's whole time for the job's batch, measured in the worker thread (workerMs adds the hand-offs). */
   handlerMs?: number;
+  /** The request arrived while its model version was not resident and waited for its load (queueMs includes the load). */
+  waitedForLoad?: boolean;
 }
 
-/** A prediction's answer and where its time went. */
+/** A prediction's answer, the version that served it and where its time went. */
 export interface PredictResult extends JobResult {
   timings: PredictTimingsMs;
+  /** The version that answered (the one named, or the one the traffic policy picked). */
+  modelVersion: string;
 }
 
 export interface ModelRegistryOptions {
@@ -78,12 +98,11 @@ export interface ModelRegistryOptions {
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** Told when a version opens or is removed, to bound and clean the extraction caches. */
   caches?: ModelCaches;
+  /** The process's memory now, bytes, measured around each load (default: PSS from /proc/self/smaps_rollup). */
+  readMemoryBytes?: () => number;
   /** Environment read for MARINA_ORT_CACHE_OPTIMIZED_MODEL (default process.env). */
   env?: Record<string, string | undefined>;
 }
-
-/** Where threads are pinned (OMP_NUM_THREADS, a model's intraOpNumThreads), manual scaling may oversubscribe the cores up to this factor, no further. */
-const PINNED_THREAD_BUDGET_FACTOR = 4;
 
 /**
  * Model name → versions, default version, and each version's queue and workers.
@@ -91,6 +110,8 @@ const PINNED_THREAD_BUDGET_FACTOR = 4;
  */
 export class ModelRegistry implements ModelRegistryApi {
   readonly events = new EventEmitter<RegistryEvents>();
+  /** Copies of live requests for shadow versions, and their agreement. */
+  readonly shadow: ShadowTraffic;
   readonly #config: ServerConfig;
   readonly #log: (level: 'info' | 'warn' | 'error', message: string) => void;
   readonly #caches: ModelCaches | undefined;
@@ -101,14 +122,34 @@ export class ModelRegistry implements ModelRegistryApi {
   readonly #cacheOptimizedModelDefault: boolean | undefined;
   readonly #allowSpinningDefault: boolean | undefined;
   readonly #forceSpinningStopDefault: boolean | undefined;
+  readonly #threads: ThreadBudget;
+  readonly #residency: ModelResidency;
 
   constructor(options: ModelRegistryOptions) {
     this.#config = options.config;
     this.#log = options.log ?? (() => undefined);
     this.#caches = options.caches;
+    this.#threads = new ThreadBudget({
+      cpuCount: options.config.cpuCount,
+      ompNumThreads: options.config.ompNumThreads,
+      log: this.#log,
+    });
+    this.#residency = new ModelResidency({
+      memoryBudgetBytes: options.config.residency?.memoryBudgetBytes,
+      versions: () => this.#versions(),
+      startWorkers: (version, workers) => this.#startWorkers(version, workers),
+      stopWorkers: (version) => this.#stopWorkers(version),
+      events: this.events,
+      log: this.#log,
+      ...(options.readMemoryBytes ? { readMemoryBytes: options.readMemoryBytes } : {}),
+    });
     this.#cacheOptimizedModelDefault = cacheOptimizedModelDefaultFrom(options.env ?? process.env);
     this.#allowSpinningDefault = allowSpinningDefaultFrom(options.env ?? process.env);
     this.#forceSpinningStopDefault = forceSpinningStopDefaultFrom(options.env ?? process.env);
+    this.shadow = new ShadowTraffic({
+      onOutcome: (outcome) => this.events.emit('shadow', outcome),
+      log: (level, message) => this.#log(level, message),
+    });
   }
 
   /** Extractions of opens in progress (not yet versions): the caches must not remove them. */
@@ -127,10 +168,17 @@ export class ModelRegistry implements ModelRegistryApi {
     return this.#isClosing;
   }
 
+  /** The cores the thread budget divides (start-up loads run this many at once). */
+  get cpuCount(): number {
+    return this.#threads.cpuCount;
+  }
+
   /** Opens an archive and registers its model version, then starts its workers. */
   async register(options: RegisterModelOptions): Promise<RegisterResult> {
     const version = await this.open(options);
-    return this.start(version, { synchronous: options.synchronous ?? true });
+    if (options.load === false)
+      return { modelName: version.modelName, modelVersion: version.modelVersion, workersRequested: 0, workersReady: 0 };
+    return this.start(version, { synchronous: options.synchronous ?? true, reason: options.loadReason ?? 'api' });
   }
 
   /**
@@ -195,7 +243,14 @@ export class ModelRegistry implements ModelRegistryApi {
           minWorkers: options.minWorkers,
           maxWorkers: options.maxWorkers,
           fallbackWorkers: options.fallbackWorkers,
+          pinned: options.pinned,
+          idleUnloadSeconds: options.idleUnloadSeconds,
         },
+      });
+      // Refused before it is registered: a version the budget can never hold would only fail later.
+      const estimatedBytes = await estimateModelBytes({
+        modelDir: extracted.modelDir,
+        workers: Math.max(1, settings.minWorkers),
       });
       // Read once here, off the request path: the data plane's metadata and input checks use it.
       const signature = await readModelSignature({
@@ -233,11 +288,14 @@ export class ModelRegistry implements ModelRegistryApi {
         loadedAtStartup: options.loadedAtStartup ?? false,
         isDownloaded: options.isDownloaded ?? false,
         ...(quantization ? { quantization } : {}),
-        plannedWorkers: settings.minWorkers,
+        plannedWorkers: 0,
         createInit: (v) => this.#createInit(v),
         startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
         log: this.#log,
+        unloadGraceMs: (this.#config.residency?.unloadGraceSeconds ?? 10) * 1000,
       });
+      version.estimatedBytes = estimatedBytes;
+      this.#residency.assertFits(version);
       this.#assertWithinThreadBudget(version, settings.minWorkers, `${modelName} version ${modelVersion}`);
       version.on('loaded', (e) =>
         this.events.emit('workerLoaded', { modelName, modelVersion, workerId: e.workerId, loadMs: e.loadMs }),
@@ -264,6 +322,7 @@ export class ModelRegistry implements ModelRegistryApi {
       const isJsonDefault =
         options.loadedAtStartup === true && this.#config.models[modelName]?.[modelVersion]?.defaultVersion === true;
       if (options.isDefault || isJsonDefault) model.defaultVersion = modelVersion;
+      this.#applyConfiguredTraffic(modelName, model);
       this.events.emit('changed');
       await this.#caches?.opened(version.modelDir, this.#modelDirsInUse());
       return version;
@@ -277,47 +336,147 @@ export class ModelRegistry implements ModelRegistryApi {
    * are READY; if none of them could start, the version is removed again and the error thrown
    * (TorchServe: "Failed to start workers").
    */
-  async start(version: ModelVersion, options: { synchronous: boolean }): Promise<RegisterResult> {
+  async start(version: ModelVersion, options: { synchronous: boolean; reason?: LoadReason }): Promise<RegisterResult> {
     if (this.#isClosing) {
       await this.#remove(version);
       this.#assertOpen();
     }
-    const requested = version.plannedWorkers;
-    const starting = version.pool.setTarget(requested);
-    const rebalanced = this.#rebalanceThreadsAfter(starting);
+    const requested = version.settings.minWorkers;
     const result = (ready: number): RegisterResult => ({
       modelName: version.modelName,
       modelVersion: version.modelVersion,
       workersRequested: requested,
       workersReady: ready,
     });
+    // TorchServe's initial_workers=0 (or min_worker=0): registered, no worker until a request or a scale call.
+    if (requested === 0) return result(0);
+    const loading = this.#residency.load(version, options.reason ?? 'api');
     if (!options.synchronous) {
-      void starting.catch(() => undefined);
+      void loading.catch(() => undefined);
       return result(0);
     }
-    await rebalanced;
-    const ready = await starting;
+    try {
+      await loading;
+    } catch (error) {
+      // No room within the budget in time: it stays registered and loads on its first request.
+      if (isMarinaError(error) && error.code === 'MARINA_ERR_MEMORY_BUDGET_FULL' && !this.#isClosing) {
+        this.#log('warn', `${version.label} is registered but not loaded: ${error.message}`);
+        return result(0);
+      }
+      if (!this.#isClosing) {
+        await this.#remove(version);
+        throw error;
+      }
+    }
     if (this.#isClosing) {
       await this.#remove(version);
       this.#assertOpen();
     }
-    if (requested > 0 && ready === 0) {
-      const cause = version.pool.lastError;
-      await this.#remove(version);
-      throw createServeError.MARINA_ERR_WORKER_START_FAILED(
-        `Failed to start workers for model ${version.modelName} version: ${version.modelVersion}: ${cause?.message ?? 'unknown error'}`,
-        { cause },
-      );
-    }
     this.events.emit('changed');
-    return result(ready);
+    return result(version.pool.readyCount);
+  }
+
+  /**
+   * Makes a registered version resident (workers started, sessions created), within
+   * model_memory_budget: the least recently used idle versions that are not pinned are unloaded
+   * first. Concurrent calls share one load. Resolves with its description.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404),
+   *   MARINA_ERR_MEMORY_BUDGET_FULL (503: nothing could be evicted within its startupTimeout),
+   *   MARINA_ERR_MODEL_LARGER_THAN_BUDGET (400), MARINA_ERR_WORKER_START_FAILED (500).
+   */
+  async load(
+    modelName: string,
+    modelVersion?: string,
+    options: { reason?: LoadReason } = {},
+  ): Promise<ModelDescription> {
+    this.#assertOpen();
+    const version = this.getVersion(modelName, modelVersion);
+    await this.#residency.load(version, options.reason ?? 'api');
+    this.events.emit('changed');
+    return version.describe();
+  }
+
+  /**
+   * Unloads a version back to `registered` (archive, settings and queue kept; no worker, no
+   * session). Requests waiting in its queue are answered 503 MARINA_ERR_MODEL_UNLOADING; a running
+   * batch gets unload_grace_seconds, then its requests are answered the same and its thread is
+   * abandoned. An explicit unload also unloads a pinned version (the pin stays for its next load).
+   */
+  async unload(modelName: string, modelVersion?: string): Promise<void> {
+    const version = this.getVersion(modelName, modelVersion);
+    await this.#residency.unload(version, 'api');
+    this.events.emit('changed');
+  }
+
+  /**
+   * Pins or unpins a version: a pinned version is never evicted nor idle-unloaded. Pinning one
+   * that is not resident loads it (reason 'api'); resolves once it is.
+   */
+  async setPinned(modelName: string, modelVersion: string | undefined, pinned: boolean): Promise<void> {
+    const version = this.getVersion(modelName, modelVersion);
+    version.pinned = pinned;
+    this.#residency.refreshIdle(version);
+    this.events.emit('changed');
+    if (pinned && version.state !== 'resident') await this.#residency.load(version, 'api');
+  }
+
+  /** model_memory_budget in bytes; undefined when none is set (ModelMesh's capacityInBytes). */
+  get memoryBudgetBytes(): number | undefined {
+    return this.#residency.memoryBudgetBytes;
+  }
+
+  /** Process memory the resident versions' loads added, bytes (measured; estimates until measured). */
+  residentBytes(): number {
+    return this.#residency.residentBytes();
+  }
+
+  /** Versions resident now. */
+  residentCount(): number {
+    let n = 0;
+    for (const v of this.#versions()) if (v.state === 'resident') n++;
+    return n;
+  }
+
+  /** Whether a registered version would fit beside the resident ones now without evicting (start-up loading). */
+  fitsWithoutEviction(modelName: string, modelVersion?: string): boolean {
+    return this.#residency.fitsNow(this.getVersion(modelName, modelVersion));
+  }
+
+  /**
+   * What loading an archive's model is expected to add to memory, before it is loaded
+   * (ModelMesh's predictModelSize); see estimateModelBytes.
+   */
+  estimateModelBytes(options: { modelDir: string; workers?: number }): Promise<number> {
+    return estimateModelBytes(options);
+  }
+
+  /** Starts a load's workers (every model's thread split is kept), resolving with how many are READY. */
+  async #startWorkers(version: ModelVersion, workers: number): Promise<number> {
+    this.#reviewThreads();
+    const starting = version.pool.setTarget(workers);
+    await this.#rebalanceThreadsAfter(starting);
+    await starting;
+    while (version.pool.workers.some((w) => w.state === 'LOADING')) await once(version.pool, 'changed');
+    return version.pool.readyCount;
+  }
+
+  /** Stops a version's workers; resolves once their threads ended, or a little after the grace period for one abandoned in native code. */
+  async #stopWorkers(version: ModelVersion): Promise<void> {
+    void version.pool.setTarget(0);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      version.pool.exited(),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, version.unloadGraceMs + 1000);
+        timer.unref?.();
+      }),
+    ]);
+    clearTimeout(timer);
   }
 
   #createInit(version: ModelVersion): WorkerInit {
-    const { intraOpNumThreads } = resolveIntraOpThreads({
+    const intraOpNumThreads = this.#threads.threadsFor({
       configured: version.settings.intraOpNumThreads,
-      ompNumThreads: this.#config.ompNumThreads,
-      cpuCount: this.#config.cpuCount,
       totalWorkers: this.plannedWorkerCount(),
     });
     return {
@@ -372,8 +531,20 @@ export class ModelRegistry implements ModelRegistryApi {
    */
   plannedWorkerCount(): number {
     let n = 0;
-    for (const v of this.#versions()) n += Math.max(v.plannedWorkers, v.maxWorkers);
+    // A version with no worker planned or running (registered, not loaded) holds no thread.
+    for (const v of this.#versions())
+      if (v.plannedWorkers > 0 || v.pool.workers.length > 0) n += Math.max(v.plannedWorkers, v.maxWorkers);
     return n;
+  }
+
+  /** Tells the thread budget what every model plans, so it can say once that the machine is oversubscribed. */
+  #reviewThreads(): void {
+    this.#threads.review(
+      [...this.#versions()].map((v) => ({
+        workers: Math.max(v.plannedWorkers, v.pool.workers.length),
+        configuredThreads: v.settings.intraOpNumThreads,
+      })),
+    );
   }
 
   /** TorchServe's `Model not found: x`, followed by the registered names and the closest one. */
@@ -388,47 +559,27 @@ export class ModelRegistry implements ModelRegistryApi {
     });
   }
 
-  /** Threads per worker of `version` as the budget counts them: its pinned count, else 1 (the least the default split gives). */
-  #pinnedThreads(version: ModelVersion): number | undefined {
-    return version.settings.intraOpNumThreads ?? this.#config.ompNumThreads;
-  }
-
   /**
-   * The thread budget manual scaling and registration share with the autoscaler: every model may
-   * have one worker, and workers beyond the first must keep the workers of every model × their
-   * intra-op threads within the cores (each unpinned worker counts 1 thread, the least the default
-   * split gives it). Where the user pinned threads the autoscaler
-   * leaves the budget to them, but a manual request is still capped at PINNED_THREAD_BUDGET_FACTOR
-   * × cores, so `min_worker=1000` cannot start a thousand threads.
+   * Refuses only absurd worker counts for one version (see ThreadBudget.assertReasonable); many
+   * models beside each other may oversubscribe the cores, with one warning.
    * @throws MARINA_ERR_THREAD_BUDGET_EXCEEDED (400)
    */
   #assertWithinThreadBudget(version: ModelVersion, workers: number, what: string): void {
-    if (workers <= 1) return;
-    let threads = 0;
-    for (const v of this.#versions()) {
-      if (v === version) continue;
-      threads += v.plannedWorkers * (this.#pinnedThreads(v) ?? 1);
-    }
-    const pinned = this.#pinnedThreads(version);
-    const perWorker = pinned ?? 1;
-    const budget = this.#config.cpuCount * (pinned === undefined ? 1 : PINNED_THREAD_BUDGET_FACTOR);
-    if (threads + workers * perWorker <= budget) return;
-    const most = Math.max(1, Math.floor((budget - threads) / perWorker));
-    throw createServeError.MARINA_ERR_THREAD_BUDGET_EXCEEDED(
-      `${what}: ${workers} workers × ${perWorker} thread${perWorker === 1 ? '' : 's'} would exceed the thread budget (${budget} threads on ${this.#config.cpuCount} cores, ${threads} already planned for other models); at most ${most} workers fit. Ask for fewer workers${pinned === undefined ? '' : ' or fewer threads per worker'}`,
-      { details: { requestedWorkers: workers, maxWorkers: most, threadBudget: budget } },
-    );
+    this.#threads.assertReasonable({ what, workers, configuredThreads: version.settings.intraOpNumThreads });
   }
 
   /** A request reached a version at 0 workers that may autoscale (min 0, max > 0): start one (a model's first worker always fits the budget). */
   #startOnDemand(version: ModelVersion, requestId: string): void {
-    this.#log(
-      'info',
-      `${version.label}: request ${requestId} arrived at 0 workers; starting one (min_worker=0, max_worker=${version.maxWorkers})`,
+    if (version.state === 'registered')
+      this.#log(
+        'info',
+        `${version.label}: request ${requestId} arrived at 0 workers; starting one (min_worker=${version.minWorkers}, max_worker=${version.maxWorkers})`,
+      );
+    // Failures are answered to the waiting requests by the residency (and logged there).
+    void this.#residency.load(version, 'demand').then(
+      () => this.events.emit('changed'),
+      () => undefined,
     );
-    version.plannedWorkers = 1;
-    void this.#rebalanceThreadsAfter(version.pool.setTarget(1));
-    this.events.emit('changed');
   }
 
   *#versions(): Iterable<ModelVersion> {
@@ -452,6 +603,110 @@ export class ModelRegistry implements ModelRegistryApi {
   }
 
   /**
+   * The one place a request's version is chosen: the version it names, else the one the model's
+   * traffic policy picks (by weight, or by the sticky header's value), else the default version.
+   * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404).
+   */
+  resolveVersion(modelName: string, modelVersion?: string, headers?: Record<string, string>): ModelVersion {
+    if (modelVersion !== undefined) return this.getVersion(modelName, modelVersion);
+    const model = this.#models.get(modelName);
+    if (!model) throw this.#modelNotFound(modelName);
+    return this.getVersion(modelName, model.traffic?.pick(headers));
+  }
+
+  /** The models JSON's `$traffic` for a model, once every version it names is registered and no API call replaced it. */
+  #applyConfiguredTraffic(modelName: string, model: Model): void {
+    const configured = this.#config.trafficPolicies?.[modelName];
+    if (!configured || model.isTrafficSet || model.traffic) return;
+    try {
+      checkTrafficPolicy(modelName, configured, [...model.versions.keys()]);
+    } catch {
+      return; // Not every version it names is registered yet.
+    }
+    this.#setTraffic(model, configured);
+    this.#log(
+      'info',
+      `model '${modelName}': traffic policy from the models JSON in force: ${JSON.stringify(configured)}`,
+    );
+  }
+
+  /** Puts a checked policy in force; the version with the largest weight becomes the default. */
+  #setTraffic(model: Model, policy: TrafficPolicy): void {
+    const route = new TrafficRoute(policy);
+    model.traffic = route.hasWeights || policy.shadow ? route : undefined;
+    const weights = policy.weights ?? {};
+    let heaviest = model.defaultVersion;
+    for (const [version, weight] of Object.entries(weights)) if (weight > (weights[heaviest] ?? -1)) heaviest = version;
+    if (model.versions.has(heaviest)) model.defaultVersion = heaviest;
+  }
+
+  setTrafficPolicy(modelName: string, policy: TrafficPolicy): TrafficPolicy {
+    const model = this.#models.get(modelName);
+    if (!model) throw this.#modelNotFound(modelName);
+    checkTrafficPolicy(modelName, policy, [...model.versions.keys()]);
+    this.#setTraffic(model, policy);
+    model.isTrafficSet = true;
+    this.events.emit('changed');
+    return this.getTrafficPolicy(modelName);
+  }
+
+  getTrafficPolicy(modelName: string): TrafficPolicy {
+    const model = this.#models.get(modelName);
+    if (!model) throw this.#modelNotFound(modelName);
+    const policy = model.traffic?.policy ?? {};
+    return {
+      ...policy,
+      weights: model.traffic?.hasWeights ? { ...policy.weights } : { [model.defaultVersion]: 100 },
+    };
+  }
+
+  trafficPolicies(): Record<string, TrafficPolicy> {
+    const out: Record<string, TrafficPolicy> = {};
+    // A policy removed through the API is kept as {}, so a restart does not bring back the models JSON's.
+    for (const [name, model] of this.#models)
+      if (model.traffic || model.isTrafficSet) out[name] = model.traffic?.policy ?? {};
+    return out;
+  }
+
+  shadowStats(): ShadowStats[] {
+    return [...this.#versions()].map(
+      (v) =>
+        this.shadow.stats(v.modelName, v.modelVersion) ?? {
+          modelName: v.modelName,
+          modelVersion: v.modelVersion,
+          requests: 0,
+          failed: 0,
+          dropped: 0,
+          compared: 0,
+          agreementSum: 0,
+          maxAbsDiff: 0,
+          method: undefined,
+        },
+    );
+  }
+
+  /** Hands a copy of an answered request to the model's shadow version, when the policy asks for one. */
+  #offerShadow(version: ModelVersion, options: PredictOptions, result: JobResult): void {
+    const route = this.#models.get(version.modelName)?.traffic;
+    const shadowName = route?.policy.shadow?.version;
+    if (shadowName === undefined || shadowName === version.modelVersion || !route!.isShadowed()) return;
+    const shadow = this.#models.get(version.modelName)?.versions.get(shadowName);
+    if (!shadow) return;
+    // After the live answer is on its way: the adapter sends it in this same turn.
+    setImmediate(() =>
+      this.shadow.offer({
+        live: version,
+        shadow,
+        requestId: options.requestId,
+        input: options.input,
+        headers: options.headers,
+        bodyDecoding: options.bodyDecoding,
+        liveResult: result,
+      }),
+    );
+  }
+
+  /**
    * Runs one inference request: queues a job on the version and waits for its result.
    * Emits 'request' when it is answered (also for errors after the model was found).
    * @throws MarinaError: not found (404), queue full / no workers (503), handler errors, timeouts.
@@ -462,7 +717,7 @@ export class ModelRegistry implements ModelRegistryApi {
       throw createServeError.MARINA_ERR_SERVER_CLOSING(
         'the server is shutting down and accepts no new inference requests; retry against another replica',
       );
-    const version = this.getVersion(options.modelName, options.modelVersion);
+    const version = this.resolveVersion(options.modelName, options.modelVersion, options.headers);
     const job = new Job({
       requestId: options.requestId,
       input: options.input,
@@ -484,8 +739,10 @@ export class ModelRegistry implements ModelRegistryApi {
       };
       if (t.stages) timings.stages = t.stages;
       if (t.handlerMs !== undefined) timings.handlerMs = t.handlerMs;
+      if (t.waitedForLoad) timings.waitedForLoad = true;
+      if (statusCode < 400) this.#offerShadow(version, options, result);
       // Not a spread: a TextJobResult's body is a getter, which a spread would drop.
-      return Object.assign(result, { timings });
+      return Object.assign(result, { timings, modelVersion: version.modelVersion });
     } catch (error) {
       const e = toMarinaError(error);
       statusCode = e.statusCode;
@@ -497,12 +754,13 @@ export class ModelRegistry implements ModelRegistryApi {
       if (this.events.listenerCount('request') > 0)
         this.events.emit('request', {
           modelName: version.modelName,
-          requestedVersion: options.modelVersion ?? 'default',
+          requestedVersion: options.requestedVersion ?? options.modelVersion ?? 'default',
           modelVersion: version.modelVersion,
           statusCode,
           queueMs: (t.dispatchedAt ?? end) - t.arrivedAt,
           inferenceMs: t.dispatchedAt === undefined ? 0 : end - t.dispatchedAt,
           totalMs: end - t.arrivedAt,
+          ...(t.waitedForLoad ? { waitedForLoad: true } : {}),
         });
     }
   }
@@ -521,6 +779,16 @@ export class ModelRegistry implements ModelRegistryApi {
         `Cannot remove default version for model ${modelName}; set another default first (PUT /models/${modelName}/{version}/set-default)`,
       );
     }
+    // The last version takes its model, and the policy, with it.
+    if (model.versions.size > 1 && model.traffic?.isInUse(versionId)) {
+      const isShadow = model.traffic.policy.shadow?.version === versionId;
+      throw trafficErrors.create.MARINA_ERR_VERSION_IN_TRAFFIC_POLICY(
+        `Cannot remove version ${versionId} of model ${modelName}: its traffic policy ${isShadow ? 'shadows it' : `sends it ${model.traffic.policy.weights?.[versionId]}% of unversioned requests`}; change the policy first (PUT /models/${modelName}/traffic), then unregister it`,
+        { details: { modelName, modelVersion: versionId, policy: model.traffic.policy } },
+      );
+    }
+    if (model.traffic) model.traffic = model.traffic.without(versionId);
+    this.shadow.forget(modelName, versionId);
     await this.#remove(version);
     if (version.isDownloaded) {
       await rm(version.archivePath, { recursive: true, force: true });
@@ -531,6 +799,7 @@ export class ModelRegistry implements ModelRegistryApi {
   }
 
   async #remove(version: ModelVersion): Promise<void> {
+    this.#residency.forget(version);
     const model = this.#models.get(version.modelName);
     if (model?.versions.get(version.modelVersion) === version) {
       model.versions.delete(version.modelVersion);
@@ -564,6 +833,7 @@ export class ModelRegistry implements ModelRegistryApi {
     version.minWorkers = options.minWorkers;
     version.maxWorkers = options.maxWorkers;
     version.plannedWorkers = target;
+    this.#reviewThreads();
     const done = version.pool.setTarget(target);
     // max_worker=0: no worker will ever run what is queued; answer it now rather than never.
     if (options.maxWorkers === 0) version.failWaiting();
@@ -595,6 +865,7 @@ export class ModelRegistry implements ModelRegistryApi {
     if (target > version.pool.target)
       this.#assertWithinThreadBudget(version, target, `autoscaling ${modelName} version ${modelVersion}`);
     version.plannedWorkers = target;
+    this.#reviewThreads();
     await this.#rebalanceThreadsAfter(version.pool.setTarget(target));
     this.events.emit('changed');
   }
@@ -607,6 +878,16 @@ export class ModelRegistry implements ModelRegistryApi {
         `Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
       );
     model.defaultVersion = modelVersion;
+    // TorchServe's meaning: every unversioned request to this version. A shadow (of another version) stays.
+    if (model.traffic) {
+      const { shadow, stickyHeader } = model.traffic.policy;
+      this.#setTraffic(model, {
+        weights: { [modelVersion]: 100 },
+        ...(shadow && shadow.version !== modelVersion ? { shadow } : {}),
+        ...(stickyHeader ? { stickyHeader } : {}),
+      });
+      model.isTrafficSet = true;
+    }
     this.events.emit('changed');
   }
 
@@ -614,9 +895,36 @@ export class ModelRegistry implements ModelRegistryApi {
     if (modelVersion === 'all') {
       const model = this.#models.get(modelName);
       if (!model) throw this.#modelNotFound(modelName);
-      return [...model.versions.values()].map((v) => v.describe());
+      return [...model.versions.values()].map((v) => this.#describeVersion(model, v));
     }
-    return [this.getVersion(modelName, modelVersion).describe()];
+    const version = this.getVersion(modelName, modelVersion);
+    return [this.#describeVersion(this.#models.get(modelName)!, version)];
+  }
+
+  #describeVersion(model: Model, version: ModelVersion): ModelDescription {
+    const description = version.describe();
+    const route = model.traffic;
+    if (!route) return description;
+    const policy = route.policy;
+    const weight = route.hasWeights
+      ? (policy.weights?.[version.modelVersion] ?? 0)
+      : version.modelVersion === model.defaultVersion
+        ? 100
+        : 0;
+    const traffic: VersionTraffic = { weight, policy };
+    if (policy.shadow?.version === version.modelVersion) {
+      const s = this.shadow.stats(version.modelName, version.modelVersion);
+      traffic.shadow = {
+        percent: policy.shadow.percent,
+        requests: s?.requests ?? 0,
+        failed: s?.failed ?? 0,
+        dropped: s?.dropped ?? 0,
+        compared: s?.compared ?? 0,
+        ...(s && s.compared > 0 ? { agreement: s.agreementSum / s.compared, maxAbsDiff: s.maxAbsDiff } : {}),
+        ...(s?.method ? { method: s.method } : {}),
+      };
+    }
+    return { ...description, traffic };
   }
 
   list(): ModelListEntry[] {
@@ -658,6 +966,8 @@ export class ModelRegistry implements ModelRegistryApi {
    */
   async close(): Promise<void> {
     this.#isClosing = true;
+    this.#residency.close();
+    this.shadow.close();
     const versions = [...this.#versions()];
     this.#models.clear();
     await Promise.all(versions.map((v) => v.drain()));

@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { Manifest, QuantizationSummary } from '@marina/archive';
+import type { MarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
 import type { ModelSettings } from '../model-settings.ts';
 import { BatchAggregator, type DispatchReason } from '../scheduling/batch-aggregator.ts';
@@ -9,7 +10,7 @@ import type { Worker } from '../workers/worker.ts';
 import { WorkerPool } from '../workers/worker-pool.ts';
 import type { WorkerInit } from '../workers/worker-protocol.ts';
 import type { ModelDescription, ModelVersionStats, SnapshotModelVersion } from './model-registry-api.ts';
-import type { HandlerStagesMs } from './model-registry-api.ts';
+import type { HandlerStagesMs } from '../workers/worker-protocol.ts';
 import type { SignatureRead } from './read-model-signature.ts';
 
 /** A batch that left the aggregator and came back from a worker. */
@@ -47,6 +48,8 @@ export interface ModelVersionOptions {
    */
   startOnDemand(version: ModelVersion, requestId: string): void;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /** unload_grace_seconds in ms: how long unregister, unload, scale-down and shutdown wait for a running batch. Default 10 s. */
+  unloadGraceMs?: number;
   /** From the archive's quantization.json (model-archiver --quantize); absent for fp32 archives. */
   quantization?: QuantizationSummary;
 }
@@ -59,6 +62,13 @@ export interface ModelVersionOptions {
  * worker's prefetched batch); once its batch starts it is running (`runningJobs`). Admission,
  * describe, stats (autoscaler, metrics) read these two numbers and nothing else.
  */
+/**
+ * Where a version is in its life: `registered` (archive known, nothing in memory), `loading`
+ * (workers starting), `resident` (sessions created, workers may run), `unloading` (workers
+ * leaving). Only a resident version runs; queue, settings and snapshot entry exist in every state.
+ */
+export type ResidencyState = 'registered' | 'loading' | 'resident' | 'unloading';
+
 /**
  * Events: 'batch' (a batch was answered), 'changed' (its workers changed), 'progress' (waiting,
  * running or the workers changed: anything a drain, or a test, may be waiting for).
@@ -93,6 +103,18 @@ export class ModelVersion extends EventEmitter<{
   minWorkers: number;
   maxWorkers: number;
   plannedWorkers: number;
+  /** Kept resident: never evicted, never idle-unloaded (model-config.yaml, models JSON, the pin call). */
+  pinned: boolean;
+  /** Unload after this long without a request, ms; 0 = never. */
+  idleUnloadMs: number;
+  /** When a request last arrived (or the version was loaded), ms since the epoch; undefined: never used. */
+  lastUsedAt: number | undefined;
+  /** Process memory the last load added, bytes (measured: before and after the load); 0 until measured. */
+  residentBytes = 0;
+  /** What the load is expected to add before it is measured, bytes (the budget's reservation while loading). */
+  estimatedBytes = 0;
+  readonly unloadGraceMs: number;
+  #transition: 'loading' | 'unloading' | undefined;
   #runningJobs = 0;
   #isAccepting = true;
   #isDraining = false;
@@ -119,6 +141,10 @@ export class ModelVersion extends EventEmitter<{
     this.minWorkers = options.settings.minWorkers;
     this.maxWorkers = options.settings.maxWorkers;
     this.plannedWorkers = options.plannedWorkers;
+    this.pinned = options.settings.pinned;
+    this.idleUnloadMs = options.settings.idleUnloadMs;
+    this.lastUsedAt = undefined;
+    this.unloadGraceMs = options.unloadGraceMs ?? 10_000;
     this.#startOnDemand = options.startOnDemand;
     this.queue = new JobQueue({ capacity: options.settings.jobQueueSize, label: this.label });
     this.pool = new WorkerPool({
@@ -126,6 +152,7 @@ export class ModelVersion extends EventEmitter<{
       startupTimeoutMs: options.settings.startupTimeoutMs,
       responseTimeoutMs: options.settings.responseTimeoutMs,
       maxHeapMb: options.settings.maxWorkerHeapMb,
+      unloadGraceMs: this.unloadGraceMs,
       createInit: () => options.createInit(this),
       log: options.log,
     });
@@ -186,9 +213,39 @@ export class ModelVersion extends EventEmitter<{
         `${this.label} is being unregistered and takes no new requests`,
       );
     if (this.maxWorkers === 0 || this.pool.hasGivenUp) throw this.#noWorkersError();
-    if (this.pool.target === 0) this.#startOnDemand(this, job.requestId);
+    if (this.state !== 'resident') job.timings.waitedForLoad = true;
     this.queue.offer(job);
+    this.lastUsedAt = Date.now();
+    if (this.pool.target === 0 || this.#transition === 'unloading') this.#startOnDemand(this, job.requestId);
     this.#pump();
+  }
+
+  /** Where the version is in its life (see ResidencyState); derived from its workers and the transition in progress. */
+  get state(): ResidencyState {
+    if (this.#transition !== undefined) return this.#transition;
+    if (this.pool.target === 0 && this.pool.workers.length === 0) return 'registered';
+    if (this.pool.hasGivenUp) return 'registered';
+    return this.pool.readyCount > 0 ? 'resident' : 'loading';
+  }
+
+  /** The load or unload the registry's residency runs now, if any. */
+  get transition(): 'loading' | 'unloading' | undefined {
+    return this.#transition;
+  }
+
+  /** Set by the registry's residency while it loads or unloads the version (undefined: settled). */
+  setTransition(transition: 'loading' | 'unloading' | undefined): void {
+    this.#transition = transition;
+    this.emit('progress');
+  }
+
+  /**
+   * Answers what waits in the queue with `error` (a load that could not happen, an explicit
+   * unload); jobs already in a worker's hands are not touched.
+   */
+  failQueued(error: MarinaError): void {
+    this.queue.failAll(error);
+    this.emit('progress');
   }
 
   #expiredError() {
@@ -296,6 +353,16 @@ export class ModelVersion extends EventEmitter<{
     this.#pump();
     this.#answerStranded();
     if (this.pendingJobs > 0) {
+      // Past unload_grace_seconds, what is still waiting or running is answered 503 and the
+      // threads running it are abandoned (a native run() cannot be interrupted; its thread ends,
+      // and its memory comes back, when the run returns).
+      const grace = setTimeout(() => {
+        const error = this.#unloadingError('unregistered (or the server stopped)');
+        this.queue.failAll(error);
+        this.pool.abandonRunning(error);
+        this.emit('progress');
+      }, this.unloadGraceMs);
+      grace.unref?.();
       await new Promise<void>((resolve) => {
         const check = () => {
           this.#answerStranded();
@@ -306,9 +373,21 @@ export class ModelVersion extends EventEmitter<{
         this.on('progress', check);
         check();
       });
+      clearTimeout(grace);
     }
     this.aggregator.close();
     this.pool.close();
+  }
+
+  #unloadingError(what: string): MarinaError {
+    return createServeError.MARINA_ERR_MODEL_UNLOADING(
+      `${this.label} was ${what} while this request ran, and it did not finish within unload_grace_seconds (${this.unloadGraceMs / 1000} s); its worker thread was abandoned. Retry the request`,
+    );
+  }
+
+  /** The error for requests a grace period cut off during an unload, eviction or scale-down. */
+  unloadingError(what: string): MarinaError {
+    return this.#unloadingError(what);
   }
 
   describe(): ModelDescription {
@@ -350,6 +429,11 @@ export class ModelVersion extends EventEmitter<{
         ...(w.warmupMs !== undefined ? { warmupMs: Math.round(w.warmupMs) } : {}),
       })),
       jobQueueStatus: { remainingCapacity: this.queue.remainingCapacity, pendingRequests: this.queue.waiting },
+      state: this.state,
+      residentBytes: this.state === 'registered' ? 0 : this.residentBytes || this.estimatedBytes,
+      lastUsed: this.lastUsedAt === undefined ? null : new Date(this.lastUsedAt).toISOString(),
+      pinned: this.pinned,
+      idleUnloadSeconds: this.idleUnloadMs / 1000,
       precision: this.quantization?.precision ?? 'fp32',
       ...(this.quantization ? { quantization: this.quantization } : {}),
     };
@@ -368,6 +452,8 @@ export class ModelVersion extends EventEmitter<{
       maxWorkers: this.maxWorkers,
       intraOpNumThreads: this.pool.workers[0]?.intraOpNumThreads ?? 0,
       threadsInUse: this.pool.threadCount,
+      state: this.state,
+      residentBytes: this.state === 'registered' ? 0 : this.residentBytes || this.estimatedBytes,
     };
   }
 
@@ -382,6 +468,9 @@ export class ModelVersion extends EventEmitter<{
       maxBatchDelay: this.settings.maxBatchDelayMs,
       responseTimeout: this.settings.responseTimeoutMs / 1000,
       runtimeType: this.runtime,
+      ...(this.pinned ? { pinned: true } : {}),
+      ...(this.idleUnloadMs > 0 ? { idleUnloadSeconds: this.idleUnloadMs / 1000 } : {}),
+      ...(this.lastUsedAt !== undefined ? { lastUsed: new Date(this.lastUsedAt).toISOString() } : {}),
     };
   }
 }

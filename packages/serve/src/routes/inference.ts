@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import multipart from '@fastify/multipart';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createServeError, isMarinaError, type MarinaError } from '../errors.ts';
-import type { DataPlane } from '../protocols/data-plane.ts';
+import { MODEL_VERSION_HEADER, type DataPlane } from '../protocols/data-plane.ts';
 import { sendError } from '../protocols/error-map.ts';
 import { flattenHeaders } from '../protocols/request-headers.ts';
 import { modelParamsSchema } from './model-params-schema.ts';
@@ -188,6 +188,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
         const result = await dataPlane.predict(predictOptions);
         const { text } = result;
         reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
+        reply.header(MODEL_VERSION_HEADER, result.modelVersion);
         for (const k in result.headers) reply.header(k, result.headers[k]!);
         // Text goes as it is (node writes it with the head in one write); fastify would call a string
         // without a type text/plain, so an untyped answer keeps the type its bytes would get.

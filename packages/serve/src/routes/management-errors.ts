@@ -8,7 +8,8 @@ export const managementErrors = defineErrors({
   },
   MARINA_ERR_METHOD_NOT_ALLOWED: {
     statusCode: 405,
-    description: 'The path exists but not with this HTTP method; see the management API table in the README.',
+    description:
+      "The path exists but not with this HTTP method (TorchServe's 'Requested method is not allowed'), on any API, `GET /` among them; the `Allow` header and the hint list the methods it accepts.",
   },
   MARINA_ERR_URL_REQUIRED: {
     statusCode: 400,

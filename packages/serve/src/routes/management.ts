@@ -17,6 +17,7 @@ import { createServeError } from '../errors.ts';
 import { managementErrors } from './management-errors.ts';
 import { workflowsNotImplemented } from './inference.ts';
 import { downloadErrors } from '../model-download/download-errors.ts';
+import { parseTrafficPolicy, TRAFFIC_POLICY_SCHEMA, type TrafficPolicy } from '../registry/traffic-policy.ts';
 
 /** Whether the request target's query names `key`, even with an empty value (which the query parser drops). */
 function hasQueryKey(target: string, key: string): boolean {
@@ -96,6 +97,7 @@ interface ScaleQuery {
   max_worker?: number;
   synchronous?: boolean | string;
   model_version?: string;
+  pinned?: boolean;
 }
 
 /** Response schemas (documentation; the handlers send TorchServe's pretty-printed JSON text as is). */
@@ -166,6 +168,10 @@ const describeSchema = {
     },
   },
 } as const;
+const TRAFFIC_RESPONSE_SCHEMA = {
+  ...TRAFFIC_POLICY_SCHEMA,
+  properties: { ...TRAFFIC_POLICY_SCHEMA.properties, status: { type: 'string', description: 'What was done (PUT).' } },
+} as const;
 const readinessSchema = {
   type: 'object',
   required: ['name', 'ready'],
@@ -198,6 +204,11 @@ const scaleQuery = {
     model_version: { type: 'string', minLength: 1 },
     number_gpu: { type: 'integer' },
     timeout: { type: 'integer' },
+    pinned: {
+      type: 'boolean',
+      description:
+        'Marina extension: true keeps the version resident (never evicted nor idle-unloaded; a version not resident is loaded), false lets it go again. Alone it changes only the pin, no workers.',
+    },
   },
 } as const;
 
@@ -250,7 +261,13 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     done();
   });
 
-  const status = async (request: FastifyRequest, reply: FastifyReply, code: number, text: string) => {
+  const status = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    code: number,
+    text: string,
+    extra: Record<string, unknown> = {},
+  ) => {
     release(request);
     const problem = request.method === 'GET' ? undefined : await options.afterChange?.();
     const warning =
@@ -261,7 +278,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       request,
       reply,
       code,
-      warning === undefined ? { status: text } : { status: text, warning },
+      warning === undefined ? { status: text, ...extra } : { status: text, ...extra, warning },
     );
   };
   const assertModelApi = (action: string) => {
@@ -270,9 +287,6 @@ export async function managementRoutes(app: FastifyInstance, options: Management
         `${METHOD_NOT_ALLOWED} ${action} is disabled: start the server with --enable-model-api or set enable_model_api=true.`,
       );
     }
-  };
-  const methodNotAllowed = async () => {
-    throw create.MARINA_ERR_METHOD_NOT_ALLOWED(METHOD_NOT_ALLOWED);
   };
 
   // Register: parameters from the query string, or from a JSON body with the same names.
@@ -449,6 +463,9 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     const params = { name: paramName, version: paramVersion };
     const query = request.query as ScaleQuery;
     const modelVersion = params.version ?? query.model_version;
+    // `pinned` alone changes only the pin: TorchServe's min_worker default of 1 applies to a scale, not to a pin.
+    if (query.pinned !== undefined && query.min_worker === undefined && query.max_worker === undefined)
+      return pin(request, reply, params.name, modelVersion, query);
     const minWorkers = query.min_worker ?? 1;
     const maxWorkers = query.max_worker ?? minWorkers;
     if (maxWorkers < minWorkers)
@@ -457,6 +474,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     // With synchronous=false the registry resolves once the change is accepted (after checking
     // name and version, so an unknown model is still a 404 as in TorchServe).
     const { workers } = await registry.scale(params.name, modelVersion, { minWorkers, maxWorkers, synchronous });
+    if (query.pinned !== undefined) await registry.setPinned(params.name, modelVersion, query.pinned);
     if (!synchronous) return status(request, reply, 202, 'Processing worker updates...');
     if (workers < minWorkers) return status(request, reply, 206, 'Workers scaling in progress...');
     return status(
@@ -466,9 +484,33 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       `Workers scaled to ${workers} for model: ${params.name}${modelVersion === undefined ? '' : `, version: ${modelVersion}`}`,
     );
   };
+  /**
+   * PUT /models/{name}[/{version}]?pinned=true|false: the pin is one more serving setting of the
+   * version, next to its workers, so it lives on the route that sets those (same key, same version
+   * addressing, one snapshot per change); TorchServe's clients never send it. Pinning a version that
+   * is not resident loads it; the call answers once it is.
+   */
+  const pin = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    modelName: string,
+    modelVersion: string | undefined,
+    query: ScaleQuery,
+  ) => {
+    const isPinned = query.pinned === true;
+    await registry.setPinned(modelName, modelVersion, isPinned);
+    const [description] = registry.describe(modelName, modelVersion);
+    return status(
+      request,
+      reply,
+      200,
+      `Model "${modelName}" Version: ${description?.modelVersion ?? modelVersion ?? ''} ${isPinned ? 'pinned' : 'unpinned'} (state: ${description?.state ?? 'unknown'})`,
+    );
+  };
   const scaleSchema = (params: typeof nameParams | typeof versionParams) =>
     ({
-      description: 'Scale the workers of a model version (min_worker, max_worker); synchronous=true waits for them.',
+      description:
+        'Scale the workers of a model version (min_worker, max_worker); synchronous=true waits for them. pinned=true|false (Marina) pins or unpins it.',
       params,
       querystring: scaleQuery,
       response: { 200: statusSchema, 202: statusSchema, 206: statusSchema, ...errorResponses },
@@ -513,6 +555,56 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     },
   );
 
+  // Traffic policy: a static segment, so it wins over the /models/{name}/{version} routes (a version
+  // named 'traffic' is still reachable with ?model_version= on scale, and through describe 'all').
+  const trafficSchema = (description: string, body?: object) =>
+    ({
+      description,
+      params: nameParams,
+      ...(body ? { body } : {}),
+      response: { 200: TRAFFIC_RESPONSE_SCHEMA, ...errorResponses, 409: errorSchema },
+    }) as FastifySchema;
+  app.get(
+    '/models/:model_name/traffic',
+    { schema: trafficSchema("The model's traffic policy in force (without one: 100% to the default version).") },
+    async (request, reply) => {
+      const { model_name: name } = request.params as { model_name: string };
+      return sendTorchServeJson(request, reply, 200, registry.getTrafficPolicy(name));
+    },
+  );
+  const setTraffic = async (request: FastifyRequest, reply: FastifyReply, policy: TrafficPolicy) => {
+    const { model_name: name } = request.params as { model_name: string };
+    const inForce = registry.setTrafficPolicy(name, policy);
+    return status(request, reply, 200, `Traffic policy of model "${name}" updated`, { ...inForce });
+  };
+  app.put(
+    '/models/:model_name/traffic',
+    {
+      schema: trafficSchema(
+        'Set the traffic policy: weights per version for unversioned requests (integers summing to 100), an optional shadow and sticky header. Requests in flight keep their version.',
+        TRAFFIC_POLICY_SCHEMA,
+      ),
+      // The body is checked by the policy's own strict schema (no coercion, unknown keys refused),
+      // and a bad one is answered with MARINA_ERR_TRAFFIC_POLICY_INVALID, not the generic code.
+      validatorCompiler:
+        ({ httpPart }) =>
+        (data: unknown) => {
+          if (httpPart !== 'body') return { value: data };
+          try {
+            return { value: parseTrafficPolicy(data) };
+          } catch (error) {
+            return { error: error as Error };
+          }
+        },
+    },
+    async (request, reply) => setTraffic(request, reply, request.body as TrafficPolicy),
+  );
+  app.delete(
+    '/models/:model_name/traffic',
+    { schema: trafficSchema('Remove the traffic policy: every unversioned request goes to the default version.') },
+    async (request, reply) => setTraffic(request, reply, {}),
+  );
+
   // KServe v1 readiness: ready when the default version has at least one worker.
   app.get(
     '/v1/models/:model_name',
@@ -548,12 +640,6 @@ export async function managementRoutes(app: FastifyInstance, options: Management
     handler: notImplemented,
   });
 
-  app.route({ method: ['PUT', 'DELETE', 'PATCH'], url: '/models', handler: methodNotAllowed });
-  app.route({ method: ['POST', 'PATCH'], url: '/models/:model_name', handler: methodNotAllowed });
-  app.route({ method: ['POST', 'PATCH'], url: '/models/:model_name/:model_version', handler: methodNotAllowed });
-  app.route({
-    method: ['GET', 'POST', 'DELETE', 'PATCH'],
-    url: '/models/:model_name/:model_version/set-default',
-    handler: methodNotAllowed,
-  });
+  // A path of this API asked with a method it does not accept is answered 405 by the listener's
+  // not-found handler (app.ts), the same way on every API.
 }

@@ -7,7 +7,8 @@ import type { PredictTimingsMs } from '../registry/model-registry.ts';
  * handler's whole time, measured in the worker thread), and `total` from arrival to the response. Durations in ms, 2 decimals.
  */
 export function serverTimingHeader(timings: PredictTimingsMs, totalMs: number): string {
-  const queue = `queue;dur=${ms(timings.queueMs)};desc="job queue", `;
+  // A request that waited for its model to load says so: its queue time includes the load.
+  const queue = `queue;dur=${ms(timings.queueMs)};desc="${timings.waitedForLoad ? 'job queue, waiting for the model to load' : 'job queue'}", `;
   const total = `total;dur=${ms(totalMs)};desc="total"`;
   const { stages } = timings;
   if (stages) {

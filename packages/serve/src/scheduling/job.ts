@@ -46,6 +46,8 @@ export interface JobTimings {
   stages?: HandlerStagesMs;
   /** The handler's time for this job's batch, measured in the worker thread. */
   handlerMs?: number;
+  /** It arrived while its model version was not resident, and waited for the load. */
+  waitedForLoad?: boolean;
 }
 
 /**

@@ -19,6 +19,8 @@ export interface SnapshotRegistration extends RegisterModelOptions {
   modelName: string;
   /** The version recorded in the snapshot (the archive decides the version actually registered). */
   snapshotVersion: string;
+  /** When a request last reached it before the snapshot (ISO 8601): under a budget the most recently used load first. */
+  lastUsed?: string;
 }
 
 /**
@@ -62,6 +64,9 @@ export function registrationsFromSnapshot(
         isDownloaded: /^https?:\/\//i.test(url),
         loadedAtStartup: true,
         synchronous: true,
+        ...(entry.pinned === true ? { pinned: true } : {}),
+        ...(typeof entry.idleUnloadSeconds === 'number' ? { idleUnloadSeconds: entry.idleUnloadSeconds } : {}),
+        ...(typeof entry.lastUsed === 'string' ? { lastUsed: entry.lastUsed } : {}),
       });
     }
   }

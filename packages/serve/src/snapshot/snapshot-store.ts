@@ -12,6 +12,8 @@ import { join } from 'node:path';
 import { parse as parseProperties, stringify as stringifyProperties } from 'dot-properties';
 import type { ModelRegistryApi, SnapshotModelVersion } from '../registry/model-registry-api.ts';
 import { snapshotErrors } from './snapshot-errors.ts';
+import { TRAFFIC_KEY } from '../config/models-json.ts';
+import { parseTrafficPolicy, type TrafficPolicy } from '../registry/traffic-policy.ts';
 
 /** Matches snapshot file names; anything else in the folder (temp files start with '.') is ignored. */
 export const SNAPSHOT_FILE_PATTERN = /^(\d{17})-(snapshot|startup|shutdown)\.cfg$/;
@@ -30,6 +32,8 @@ export interface Snapshot {
   /** `model_store` recorded in the snapshot, when there was one. */
   modelStore: string | undefined;
   models: SnapshotModels;
+  /** Traffic policies by model name (the models' `$traffic` entries), checked. */
+  traffic: Record<string, TrafficPolicy>;
   /** Every key of the file (including model_snapshot), for a config loader that treats it as config.properties. */
   properties: Record<string, string>;
 }
@@ -65,11 +69,21 @@ export function parseSnapshot(path: string, text: string): Snapshot {
   const snap = json as { modelCount?: unknown; created?: unknown; models?: unknown };
   if (typeof snap !== 'object' || snap === null || typeof snap.models !== 'object' || snap.models === null)
     throw invalid('model_snapshot has no "models" object');
-  const models = snap.models as Record<string, unknown>;
+  const models = snap.models as Record<string, Record<string, unknown>>;
+  const traffic: Record<string, TrafficPolicy> = {};
   let count = 0;
   for (const [name, versions] of Object.entries(models)) {
     if (typeof versions !== 'object' || versions === null) throw invalid(`model '${name}' has no versions object`);
-    for (const [version, entry] of Object.entries(versions)) {
+    if (versions[TRAFFIC_KEY] !== undefined) {
+      try {
+        traffic[name] = parseTrafficPolicy(versions[TRAFFIC_KEY], `model '${name}' ${TRAFFIC_KEY}`);
+      } catch (error) {
+        throw invalid((error as Error).message);
+      }
+      const { [TRAFFIC_KEY]: _policy, ...only } = versions;
+      models[name] = only;
+    }
+    for (const [version, entry] of Object.entries(models[name]!)) {
       if (!isVersionEntry(entry))
         throw invalid(`model '${name}' version '${version}' lacks marName, defaultVersion or worker settings`);
       count++;
@@ -82,6 +96,7 @@ export function parseSnapshot(path: string, text: string): Snapshot {
     createdMs: typeof snap.created === 'number' ? snap.created : 0,
     modelStore: properties.model_store,
     models: models as SnapshotModels,
+    traffic,
     properties,
   };
 }
@@ -125,6 +140,8 @@ export function renderSnapshot(options: {
   name: string;
   createdMs: number;
   models: SnapshotModels;
+  /** Traffic policies by model name, written as each model's `$traffic` entry. */
+  traffic?: Record<string, TrafficPolicy>;
   modelStore?: string;
   properties?: Record<string, string>;
 }): string {
@@ -136,9 +153,12 @@ export function renderSnapshot(options: {
   delete properties.model_snapshot;
   if (options.modelStore !== undefined) properties.model_store = options.modelStore;
   for (const [key, value] of Object.entries(properties)) lines.push([key, value]);
+  const models: Record<string, Record<string, unknown>> = { ...options.models };
+  for (const [name, policy] of Object.entries(options.traffic ?? {}))
+    if (models[name]) models[name] = { ...models[name], [TRAFFIC_KEY]: policy };
   lines.push([
     'model_snapshot',
-    JSON.stringify({ name: options.name, modelCount, created: options.createdMs, models: options.models }),
+    JSON.stringify({ name: options.name, modelCount, created: options.createdMs, models }),
   ]);
   return `${stringifyProperties(lines, { keySep: '=', lineWidth: null, latin1: false })}\n`;
 }
@@ -257,6 +277,7 @@ export function createSnapshotStore(options: SnapshotStoreOptions): SnapshotStor
       name,
       createdMs,
       models: registry.snapshot(),
+      traffic: registry.trafficPolicies(),
       modelStore: options.modelStore,
       properties: options.properties,
     });

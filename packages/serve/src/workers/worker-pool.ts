@@ -13,6 +13,11 @@ export interface WorkerPoolOptions {
   /** Builds a new worker's init message; called at each spawn, so thread counts reflect the current load. */
   createInit(): WorkerInit;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /**
+   * How long a retired worker may finish the batch it runs, ms (unload_grace_seconds); past it the
+   * batch's requests are answered MARINA_ERR_MODEL_UNLOADING and the thread is abandoned. Default 10 s.
+   */
+  unloadGraceMs?: number;
   /** Consecutive start failures after which the pool stops retrying (the model then answers 503). Default 3. */
   maxStartAttempts?: number;
 }
@@ -178,7 +183,15 @@ export class WorkerPool extends EventEmitter<{
   #retire(worker: Worker): void {
     this.#workers.delete(worker);
     this.#leave(worker);
-    worker.retire();
+    worker.retire({ graceMs: this.#options.unloadGraceMs ?? 10_000 });
+  }
+
+  /**
+   * Answers every running batch of this pool's workers (leaving ones included) with `error` and
+   * abandons their threads: the unload's grace period ran out. Never waits for a thread.
+   */
+  abandonRunning(error: MarinaError): void {
+    for (const w of [...this.#workers, ...this.#leaving]) if (w.isAlive && !w.isIdle) w.abandon(error);
   }
 
   #leave(worker: Worker): void {

@@ -308,10 +308,35 @@ export class Worker extends EventEmitter<{
    * terminated (never awaited: a native run() that does not return cannot hold anyone up).
    * A batch that runs past responseTimeout fails as usual, which ends the worker too.
    */
-  retire(): void {
+  retire(options: { graceMs?: number } = {}): void {
     if (this.#isRetiring) return;
     this.#isRetiring = true;
     this.#endIfRetired();
+    const { graceMs } = options;
+    if (graceMs === undefined || this.#state === 'UNLOADING' || this.#state === 'FAILED') return;
+    // Past the grace period a batch still running (a native run() that does not return) is
+    // answered 503 and the thread abandoned: whoever unloads never waits on native code.
+    const grace = setTimeout(() => {
+      if (this.#state === 'UNLOADING' || this.#state === 'FAILED') return;
+      this.abandon(
+        createServeError.MARINA_ERR_MODEL_UNLOADING(
+          `${this.#options.label}: worker ${this.id} was stopped (unloaded, evicted, scaled down or the server stopped) while this request ran, and the run did not finish within unload_grace_seconds (${graceMs / 1000} s); its thread was abandoned. Retry the request`,
+        ),
+      );
+    }, graceMs);
+    grace.unref?.();
+    this.exited.then(() => clearTimeout(grace));
+  }
+
+  /**
+   * Stops the worker now: its running batch is answered with `error`, a prefetched one is handed
+   * back ('failed'), and the thread is terminated without waiting (a native run() keeps it, and
+   * its memory, until the run returns; 'exit' then).
+   */
+  abandon(error: MarinaError): void {
+    if (this.#state === 'FAILED' || this.#state === 'UNLOADING') return;
+    this.#isRetiring = true;
+    this.#fail(error);
   }
 
   #post(message: ToWorker): void {

@@ -5,7 +5,7 @@
  * (which has no typed field), in typed `contents` otherwise.
  */
 import { randomUUID } from 'node:crypto';
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import {
   createHandlerError,
   decodeBytesElements,
@@ -17,7 +17,8 @@ import {
   type V2Datatype,
 } from '@marina/handlers';
 import type { DataPlane } from '../data-plane.ts';
-import { unary, type KeyCheck } from '../grpc-common.ts';
+import { unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
+import { metadataHeaders } from '../request-headers.ts';
 
 type Contents = Partial<
   Record<
@@ -147,8 +148,10 @@ function encodeModelInferOutputs(
 export function createOipGrpcService(options: {
   dataPlane: DataPlane;
   checkKey: KeyCheck;
+  /** The model repository extension's calls change which models are in memory: they need the management key. */
+  checkManagementKey: KeyCheck;
 }): grpc.UntypedServiceImplementation {
-  const { dataPlane, checkKey } = options;
+  const { dataPlane, checkKey, checkManagementKey } = options;
   const version = (v: string | undefined) => (v ? v : undefined);
   return {
     ServerLive: unary(checkKey, () => ({ live: dataPlane.isLive() })),
@@ -160,7 +163,7 @@ export function createOipGrpcService(options: {
     ModelMetadata: unary<{ name: string; version: string }, unknown>(checkKey, (r) =>
       dataPlane.modelMetadata(r.name, version(r.version)),
     ),
-    ModelInfer: unary<ModelInferRequest, unknown>(checkKey, async (r) => {
+    ModelInfer: unary<ModelInferRequest, unknown>(checkKey, async (r, call) => {
       const arrivedAt = performance.now();
       let decoded: ReturnType<typeof decodeModelInferRequest>;
       try {
@@ -179,8 +182,10 @@ export function createOipGrpcService(options: {
         ...(r.outputs.length > 0 ? { outputs: r.outputs.map((o) => ({ name: o.name })) } : {}),
         ...(parameters ? { parameters } : {}),
         requestId: randomUUID(),
+        headers: metadataHeaders(call.metadata),
         arrivedAt,
       });
+      call.sendMetadata(versionMetadata(response.modelVersion));
       return {
         model_name: response.modelName,
         model_version: response.modelVersion,
@@ -189,17 +194,14 @@ export function createOipGrpcService(options: {
         ...encodeModelInferOutputs(response.outputs, isRaw),
       };
     }),
-    RepositoryModelLoad: (_call: unknown, callback: grpc.sendUnaryData<unknown>) =>
-      callback({
-        code: grpc.status.UNIMPLEMENTED,
-        details:
-          'the model repository extension is not served; register models with the management API (REST or ManagementAPIsService on grpc_management_port)',
-      }),
-    RepositoryModelUnload: (_call: unknown, callback: grpc.sendUnaryData<unknown>) =>
-      callback({
-        code: grpc.status.UNIMPLEMENTED,
-        details:
-          'the model repository extension is not served; unregister models with the management API (REST or ManagementAPIsService on grpc_management_port)',
-      }),
+    // KServe's messages (model_name in, model_name and isLoaded/isUnloaded out), the default version.
+    RepositoryModelLoad: unary<{ model_name: string }, unknown>(checkManagementKey, async (r) => {
+      await dataPlane.loadModel(r.model_name);
+      return { model_name: r.model_name, isLoaded: true };
+    }),
+    RepositoryModelUnload: unary<{ model_name: string }, unknown>(checkManagementKey, async (r) => {
+      await dataPlane.unloadModel(r.model_name);
+      return { model_name: r.model_name, isUnloaded: true };
+    }),
   };
 }

@@ -21,7 +21,7 @@ import {
 import { declareRouteAuth } from '../../auth/token-authorization.ts';
 import { createServeError } from '../../errors.ts';
 import { modelParamsSchema } from '../../routes/model-params-schema.ts';
-import type { DataPlane, InferRequest, InferResponse } from '../data-plane.ts';
+import { MODEL_VERSION_HEADER, type DataPlane, type InferRequest, type InferResponse } from '../data-plane.ts';
 import { sendError } from '../error-map.ts';
 import { flattenHeaders } from '../request-headers.ts';
 
@@ -136,6 +136,54 @@ export function encodeInferResponse(
 }
 
 type ModelParams = { Params: { model_name: string; model_version?: string } };
+
+/**
+ * A repository extension body: empty, or a JSON object with only the `allowed` keys. Each route
+ * checks the values; an unknown key is refused rather than ignored, so a Triton client's
+ * `config` or `file:` load parameters never pass silently.
+ * @throws MARINA_ERR_BAD_REQUEST
+ */
+function repositoryBody(body: unknown, allowed: readonly string[]): Record<string, unknown> {
+  if (body === undefined || body === null || (Buffer.isBuffer(body) && body.length === 0)) return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.isBuffer(body) ? body.toString('utf8') : String(body));
+  } catch (error) {
+    throw createServeError.MARINA_ERR_BAD_REQUEST(`the body is not valid JSON: ${(error as Error).message}`);
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw createServeError.MARINA_ERR_BAD_REQUEST('the body must be empty or a JSON object');
+  const unknown = Object.keys(value).filter((key) => !allowed.includes(key));
+  if (unknown.length > 0)
+    throw createServeError.MARINA_ERR_BAD_REQUEST(
+      `unknown field${unknown.length === 1 ? '' : 's'} ${unknown
+        .slice(0, 5)
+        .map((key) => JSON.stringify(key.slice(0, 100)))
+        .join(
+          ', ',
+        )}; this request takes ${allowed.length === 0 ? 'no fields' : allowed.map((key) => `"${key}"`).join(', ')}`,
+    );
+  return value as Record<string, unknown>;
+}
+
+/** A repository load's or unload's `parameters`: an object whose keys are in `allowed`, each boolean. @throws MARINA_ERR_BAD_REQUEST */
+function repositoryParameters(value: unknown, allowed: readonly string[]): void {
+  if (value === undefined) return;
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw createServeError.MARINA_ERR_BAD_REQUEST('"parameters" must be an object');
+  for (const [key, parameter] of Object.entries(value)) {
+    if (!allowed.includes(key))
+      throw createServeError.MARINA_ERR_BAD_REQUEST(
+        `parameter ${JSON.stringify(key.slice(0, 100))} is not supported: ${
+          allowed.length === 0
+            ? "a load takes no parameters (Marina loads the model with its archive's settings; Triton's config and file: overrides are not accepted)"
+            : `this request takes ${allowed.map((k) => `"${k}"`).join(', ')}`
+        }`,
+      );
+    if (typeof parameter !== 'boolean')
+      throw createServeError.MARINA_ERR_BAD_REQUEST(`parameter "${key}" must be a boolean`);
+  }
+}
 
 export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (app: FastifyInstance, options) => {
   const { dataPlane, maxRequestBytes } = options;
@@ -300,6 +348,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         headers: flattenHeaders(request.headers),
         arrivedAt,
       });
+      reply.header(MODEL_VERSION_HEADER, response.modelVersion);
       const encoded = encodeInferResponse(response, decoded.binaryOutputs, dataPlane.maxResponseBytes);
       assertResponseSize(encoded.body.length, dataPlane.maxResponseBytes);
       if (encoded.headerLength !== undefined) {
@@ -348,4 +397,93 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       infer,
     );
   }
+  // The model repository extension (Triton's and KServe's): index, load, unload. They change which
+  // models are in memory, so they need the management key, as the management API does.
+  const repositoryEntrySchema = {
+    type: 'object',
+    required: ['name', 'state'],
+    properties: {
+      name: { type: 'string' },
+      version: { type: 'string' },
+      state: { type: 'string', description: 'READY, LOADING, UNLOADING or UNAVAILABLE (Triton).' },
+      reason: { type: 'string', description: 'Why the version is not READY.' },
+    },
+  } as const;
+  const nameOnly = {
+    type: 'object',
+    properties: { model_name: { type: 'string', minLength: 1 } },
+    required: ['model_name'],
+  } as const;
+  app.post(
+    '/v2/repository/index',
+    {
+      config: { auth: 'management' },
+      schema: {
+        description:
+          'Model repository extension: every registered model version and its state; {"ready": true} keeps the READY ones. Needs the management key.',
+        response: { 200: { type: 'array', items: repositoryEntrySchema }, 400: oipError },
+      },
+    },
+    async (request, reply) => {
+      try {
+        const body = repositoryBody(request.body, ['ready', 'repository_name']);
+        if (body.ready !== undefined && typeof body.ready !== 'boolean')
+          throw createServeError.MARINA_ERR_BAD_REQUEST('"ready" must be a boolean');
+        return json(reply, 200, dataPlane.repositoryIndex({ ready: body.ready === true }));
+      } catch (error) {
+        return sendError(reply, error);
+      }
+    },
+  );
+  app.post(
+    '/v2/repository/models/:model_name/load',
+    {
+      config: { auth: 'management' },
+      schema: {
+        description:
+          "Model repository extension: load the model's default version (answers once it is resident; at once if it is). Needs the management key.",
+        params: nameOnly,
+        response: {
+          200: { type: 'object', properties: { name: { type: 'string' }, load: { type: 'boolean' } } },
+          400: oipError,
+          404: oipError,
+          503: oipError,
+        },
+      },
+    },
+    async (request: FastifyRequest<ModelParams>, reply) => {
+      try {
+        repositoryParameters(repositoryBody(request.body, ['parameters']).parameters, []);
+        await dataPlane.loadModel(request.params.model_name);
+        return json(reply, 200, { name: request.params.model_name, load: true });
+      } catch (error) {
+        return sendError(reply, error);
+      }
+    },
+  );
+  app.post(
+    '/v2/repository/models/:model_name/unload',
+    {
+      config: { auth: 'management' },
+      schema: {
+        description:
+          "Model repository extension: unload the model's default version (back to registered: no worker, no session; a request loads it again). Needs the management key.",
+        params: nameOnly,
+        response: {
+          200: { type: 'object', properties: { name: { type: 'string' }, unload: { type: 'boolean' } } },
+          400: oipError,
+          404: oipError,
+        },
+      },
+    },
+    async (request: FastifyRequest<ModelParams>, reply) => {
+      try {
+        repositoryParameters(repositoryBody(request.body, ['parameters']).parameters, ['unload_dependents']);
+        await dataPlane.unloadModel(request.params.model_name);
+        return json(reply, 200, { name: request.params.model_name, unload: true });
+      } catch (error) {
+        return sendError(reply, error);
+      }
+    },
+  );
 };

@@ -9,7 +9,7 @@ import { createServeError } from '../../errors.ts';
 import type { PredictResult } from '../../registry/model-registry.ts';
 import type { DataPlane } from '../data-plane.ts';
 import { grpcServiceError, torchServeGrpcStreamStatus } from '../error-map.ts';
-import { unary, type KeyCheck } from '../grpc-common.ts';
+import { unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
 import { metadataHeaders } from '../request-headers.ts';
 
 interface PredictionsRequest {
@@ -49,28 +49,37 @@ export function createTorchServeInferenceService(options: {
   const isHealthy = () => dataPlane.isReady();
 
   return {
-    Ping: unary(checkKey, () => ({
-      health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2),
-    })),
-    Predictions: unary<PredictionsRequest, unknown>(checkKey, async (request, call) => ({
-      prediction: (await predict(request, call.metadata)).body,
-    })),
+    Ping: unary(
+      checkKey,
+      () => ({ health: JSON.stringify({ status: isHealthy() ? 'Healthy' : 'Unhealthy' }, null, 2) }),
+      'torchserve',
+    ),
+    Predictions: unary<PredictionsRequest, unknown>(
+      checkKey,
+      async (request, call) => {
+        const result = await predict(request, call.metadata);
+        call.sendMetadata(versionMetadata(result.modelVersion));
+        return { prediction: result.body };
+      },
+      'torchserve',
+    ),
     /** Marina's handlers answer once, so the stream carries one message. */
     StreamPredictions: (call: grpc.ServerWritableStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
-      if (denied) return call.destroy(grpcServiceError(denied));
+      if (denied) return call.destroy(grpcServiceError(denied, 'torchserve'));
       predict(call.request, call.metadata).then(
         (result) => {
+          call.sendMetadata(versionMetadata(result.modelVersion));
           call.write({ prediction: result.body });
           call.end();
         },
-        (error: unknown) => call.destroy(grpcServiceError(error)),
+        (error: unknown) => call.destroy(grpcServiceError(error, 'torchserve')),
       );
     },
     /** Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does. */
     StreamPredictions2: (call: grpc.ServerDuplexStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
-      if (denied) return call.destroy(grpcServiceError(denied));
+      if (denied) return call.destroy(grpcServiceError(denied, 'torchserve'));
       const running = new Set<Promise<void>>();
       call.on('data', (request: PredictionsRequest) => {
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};

@@ -25,17 +25,15 @@ function given(value: string | number | undefined): string | number | undefined 
   return value === 0 || value === '' ? undefined : value;
 }
 
-export function createTorchServeManagementService(options: {
-  management: FastifyInstance;
-  checkKey: KeyCheck;
-}): grpc.UntypedServiceImplementation {
-  const { management, checkKey } = options;
-
-  const call =
-    (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}) =>
+/**
+ * One gRPC management call as a REST management request on the same server (fastify `inject`, in
+ * process): `msg` carries the REST body; a REST error keeps its code on the gRPC side.
+ */
+function createRestCall(management: FastifyInstance, checkKey: KeyCheck) {
+  return (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, query: Query = {}, body?: unknown) =>
     (rpc: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       const denied = checkKey(rpc);
-      if (denied) return callback(grpcServiceError(denied));
+      if (denied) return callback(grpcServiceError(denied, 'torchserve'));
       const search = new URLSearchParams();
       for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
       const authorization = rpc.metadata.get('authorization')[0];
@@ -43,7 +41,11 @@ export function createTorchServeManagementService(options: {
         .inject({
           method,
           url: `${url}${search.size > 0 ? `?${search}` : ''}`,
-          headers: authorization ? { authorization: String(authorization) } : {},
+          headers: {
+            ...(authorization ? { authorization: String(authorization) } : {}),
+            ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+          },
+          ...(body === undefined ? {} : { payload: JSON.stringify(body) }),
         })
         .then(
           (res) => {
@@ -58,17 +60,30 @@ export function createTorchServeManagementService(options: {
               /* not JSON: keep the body */
             }
             // The REST answer's error, as it was before the REST form: one map gives its gRPC form.
-            callback(grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode)));
+            callback(
+              grpcServiceError(new MarinaError(code ?? 'MARINA_ERR_INTERNAL', message, res.statusCode), 'torchserve'),
+            );
           },
-          (error: unknown) => callback(grpcServiceError(error)),
+          (error: unknown) => callback(grpcServiceError(error, 'torchserve')),
         );
     };
+}
 
-  const required = (name: string | undefined, field: string, callback: grpc.sendUnaryData<unknown>): boolean => {
-    if (name) return true;
-    callback(grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`)));
-    return false;
-  };
+/** Answers INVALID_ARGUMENT when a required field is empty (proto3 has no "unset"). */
+function requiredField(name: string | undefined, field: string, callback: grpc.sendUnaryData<unknown>): boolean {
+  if (name) return true;
+  callback(grpcServiceError(createServeError.MARINA_ERR_BAD_REQUEST(`Parameter ${field} is required.`), 'torchserve'));
+  return false;
+}
+
+export function createTorchServeManagementService(options: {
+  management: FastifyInstance;
+  checkKey: KeyCheck;
+}): grpc.UntypedServiceImplementation {
+  const { management, checkKey } = options;
+
+  const call = createRestCall(management, checkKey);
+  const required = requiredField;
 
   type R<T> = grpc.ServerUnaryCall<T, unknown>;
   return {
@@ -141,6 +156,63 @@ export function createTorchServeManagementService(options: {
       const r = rpc.request;
       if (required(r.model_name, 'model_name', cb))
         call('DELETE', path('models', r.model_name, r.model_version))(rpc, cb);
+    },
+  };
+}
+
+/**
+ * Marina's TrafficAPIsService (marina_management.proto): SetTrafficPolicy and GetTrafficPolicy,
+ * translated to PUT and GET /models/{name}/traffic.
+ */
+export function createTrafficManagementService(options: {
+  management: FastifyInstance;
+  checkKey: KeyCheck;
+}): grpc.UntypedServiceImplementation {
+  const call = createRestCall(options.management, options.checkKey);
+  type R<T> = grpc.ServerUnaryCall<T, unknown>;
+  return {
+    SetTrafficPolicy: (
+      rpc: R<{
+        model_name: string;
+        weights: Record<string, number>;
+        shadow: { version: string; percent: number } | null;
+        sticky_header: string;
+      }>,
+      cb: grpc.sendUnaryData<unknown>,
+    ) => {
+      const r = rpc.request;
+      if (!requiredField(r.model_name, 'model_name', cb)) return;
+      const body = {
+        ...(Object.keys(r.weights ?? {}).length > 0 ? { weights: r.weights } : {}),
+        ...(r.shadow ? { shadow: { version: r.shadow.version, percent: r.shadow.percent || 100 } } : {}),
+        ...(r.sticky_header ? { stickyHeader: r.sticky_header } : {}),
+      };
+      call('PUT', `${path('models', r.model_name)}/traffic`, {}, body)(rpc, cb);
+    },
+    GetTrafficPolicy: (rpc: R<{ model_name: string }>, cb: grpc.sendUnaryData<unknown>) => {
+      if (requiredField(rpc.request.model_name, 'model_name', cb))
+        call('GET', `${path('models', rpc.request.model_name)}/traffic`)(rpc, cb);
+    },
+  };
+}
+
+/**
+ * Marina's ResidencyAPIsService (protos/marina_residency.proto): SetPinned, translated to
+ * `PUT /models/{name}[/{version}]?pinned=true|false` on the REST management API.
+ */
+export function createResidencyManagementService(options: {
+  management: FastifyInstance;
+  checkKey: KeyCheck;
+}): grpc.UntypedServiceImplementation {
+  const call = createRestCall(options.management, options.checkKey);
+  return {
+    SetPinned: (
+      rpc: grpc.ServerUnaryCall<{ model_name: string; model_version: string; pinned: boolean }, unknown>,
+      cb: grpc.sendUnaryData<unknown>,
+    ) => {
+      const r = rpc.request;
+      if (!requiredField(r.model_name, 'model_name', cb)) return;
+      call('PUT', path('models', r.model_name, r.model_version), { pinned: r.pinned === true })(rpc, cb);
     },
   };
 }

@@ -1,0 +1,426 @@
+import type { EventEmitter } from 'node:events';
+import { isMarinaError } from '@marina/errors';
+import { createServeError } from '../errors.ts';
+import { readProcessMemoryBytes } from '../metrics/process-memory.ts';
+import type { LoadReason, RegistryEvents } from './model-registry-api.ts';
+import type { ModelVersion } from './model-version.ts';
+
+/** Why a version leaves memory: marina_model_evictions_total counts 'evicted'. */
+export type UnloadReason = 'evicted' | 'idle' | 'api';
+
+export interface ModelResidencyOptions {
+  /** model_memory_budget, bytes; undefined: no budget (loads never wait, nothing is evicted). */
+  memoryBudgetBytes: number | undefined;
+  /** Every registered version (the registry owns them). */
+  versions(): Iterable<ModelVersion>;
+  /** Starts `workers` workers of the version; resolves with how many became READY. */
+  startWorkers(version: ModelVersion, workers: number): Promise<number>;
+  /** Stops every worker of the version (grace for running batches); resolves once their threads ended or were abandoned. */
+  stopWorkers(version: ModelVersion): Promise<void>;
+  events: EventEmitter<RegistryEvents>;
+  log: (level: 'info' | 'warn' | 'error', message: string) => void;
+  /** The process's memory now, bytes (default: PSS from /proc). */
+  readMemoryBytes?: () => number;
+}
+
+/** Loads whose process-memory deltas overlap: measured together, split by their estimates. */
+interface MeasureGroup {
+  baseBytes: number;
+  active: number;
+  done: ModelVersion[];
+}
+
+/**
+ * The one owner of which model versions are in memory. A version is loaded (its workers started,
+ * sessions created) on demand, at start-up or by the API; under `model_memory_budget` a load first
+ * unloads the least recently used versions that are not pinned and have nothing waiting or running,
+ * and waits (up to the version's startupTimeout) when none can go. Versions nobody called for their
+ * `idleUnloadMs` are unloaded. What each load adds to the process's memory is measured (before and
+ * after; loads that overlap share one measurement, split by their estimates) and is what the budget
+ * counts from then on.
+ */
+export class ModelResidency {
+  readonly memoryBudgetBytes: number | undefined;
+  readonly #options: ModelResidencyOptions;
+  readonly #readMemory: () => number;
+  readonly #loads = new Map<ModelVersion, Promise<void>>();
+  readonly #unloads = new Map<ModelVersion, Promise<void>>();
+  /** Versions whose load has made room and holds its share of the budget before it is resident. */
+  readonly #reserved = new Set<ModelVersion>();
+  readonly #idleTimers = new Map<ModelVersion, ReturnType<typeof setTimeout>>();
+  readonly #loadedAt = new Map<ModelVersion, number>();
+  #group: MeasureGroup | undefined;
+  /** Counts loads and unloads: a first-batch measure is only kept when nothing else moved meanwhile. */
+  #moves = 0;
+  readonly #firstBatch = new Map<ModelVersion, () => void>();
+  #isClosed = false;
+
+  constructor(options: ModelResidencyOptions) {
+    this.#options = options;
+    this.memoryBudgetBytes = options.memoryBudgetBytes;
+    this.#readMemory = options.readMemoryBytes ?? readProcessMemoryBytes;
+  }
+
+  /** What a load of `version` is expected to add: what its last load measured, else its estimate. */
+  needOf(version: ModelVersion): number {
+    return version.residentBytes > 0 ? version.residentBytes : version.estimatedBytes;
+  }
+
+  /** Bytes the budget counts now: resident, loading (once room was made) and unloading versions. */
+  usedBytes(): number {
+    let used = 0;
+    for (const v of this.#options.versions()) {
+      const state = v.state;
+      if (
+        this.#reserved.has(v) ||
+        state === 'resident' ||
+        state === 'unloading' ||
+        // A load still making room holds nothing yet; workers started outside a load (a scale call) do.
+        (state === 'loading' && v.transition === undefined)
+      )
+        used += this.needOf(v);
+    }
+    return used;
+  }
+
+  /** Measured bytes of resident versions only (marina_resident_bytes). */
+  residentBytes(): number {
+    let bytes = 0;
+    for (const v of this.#options.versions()) if (v.state === 'resident') bytes += this.needOf(v);
+    return bytes;
+  }
+
+  /**
+   * Refuses a version that could never be loaded under the budget.
+   * @throws MARINA_ERR_MODEL_LARGER_THAN_BUDGET (400)
+   */
+  assertFits(version: ModelVersion): void {
+    const budget = this.memoryBudgetBytes;
+    const need = this.needOf(version);
+    if (budget === undefined || need <= budget) return;
+    throw createServeError.MARINA_ERR_MODEL_LARGER_THAN_BUDGET(
+      `${version.label} needs about ${mib(need)} MiB (${version.residentBytes > 0 ? 'measured at its last load' : `estimated for ${Math.max(1, version.minWorkers)} worker(s) from its model files`}), more than the whole model_memory_budget of ${mib(budget)} MiB; raise model_memory_budget or give it fewer workers`,
+      { details: { neededBytes: need, memoryBudgetBytes: budget } },
+    );
+  }
+
+  /** Whether the version fits beside what is resident now without evicting anything (start-up loading). */
+  fitsNow(version: ModelVersion): boolean {
+    return this.memoryBudgetBytes === undefined || this.usedBytes() + this.needOf(version) <= this.memoryBudgetBytes;
+  }
+
+  /**
+   * Makes the version resident; concurrent calls share one load. Resolves at once when it is
+   * resident already.
+   * @throws MARINA_ERR_MEMORY_BUDGET_FULL (503) when no room came free within its startupTimeout,
+   *   MARINA_ERR_MODEL_LARGER_THAN_BUDGET, MARINA_ERR_WORKER_START_FAILED.
+   */
+  load(version: ModelVersion, reason: LoadReason): Promise<void> {
+    const pending = this.#loads.get(version);
+    if (pending) return pending;
+    if (version.state === 'resident' && !this.#unloads.has(version)) return Promise.resolve();
+    const load = this.#load(version, reason).finally(() => this.#loads.delete(version));
+    this.#loads.set(version, load);
+    return load;
+  }
+
+  async #load(version: ModelVersion, reason: LoadReason): Promise<void> {
+    const unloading = this.#unloads.get(version);
+    if (unloading) await unloading;
+    if (this.#isClosed)
+      throw createServeError.MARINA_ERR_SERVER_CLOSING('the server is shutting down and loads no models');
+    if (version.state === 'resident') return;
+    const startedAt = performance.now();
+    version.setTransition('loading');
+    this.#emit(version, 'loading', reason);
+    let isMeasuring = false;
+    try {
+      this.assertFits(version);
+      await this.#makeRoom(version);
+      this.#reserved.add(version);
+      const workers = Math.max(1, version.minWorkers);
+      if (version.maxWorkers < workers) version.maxWorkers = workers;
+      version.plannedWorkers = workers;
+      this.#beginMeasure();
+      isMeasuring = true;
+      const ready = await this.#options.startWorkers(version, workers);
+      if (ready === 0) {
+        const cause = version.pool.lastError;
+        throw createServeError.MARINA_ERR_WORKER_START_FAILED(
+          `Failed to start workers for model ${version.modelName} version: ${version.modelVersion}: ${cause?.message ?? 'unknown error'}`,
+          { cause },
+        );
+      }
+      isMeasuring = false;
+      this.#endMeasure(version);
+      this.#loadedAt.set(version, Date.now());
+      version.setTransition(undefined);
+      this.#measureFirstBatch(version);
+      // A first load counts its estimate until measured: when the measure came out larger, the
+      // least recently used idle versions make up the difference.
+      await this.#trimToBudget(version);
+      this.#armIdle(version);
+      this.#emit(version, 'resident', reason, {
+        residentBytes: this.needOf(version),
+        loadMs: performance.now() - startedAt,
+        waitingRequests: version.queue.waiting,
+      });
+    } catch (error) {
+      if (isMeasuring) this.#endMeasure(undefined);
+      version.plannedWorkers = 0;
+      if (version.pool.target > 0) await this.#options.stopWorkers(version);
+      version.setTransition(undefined);
+      const e = isMarinaError(error) ? error : createServeError.MARINA_ERR_INTERNAL(String(error), { cause: error });
+      // The requests that waited for this load cannot be served by it: answer them now.
+      version.failQueued(e);
+      this.#emit(version, 'registered', 'failed');
+      this.#options.log('error', `${version.label} was not loaded (${reason}): ${e.message}`);
+      throw e;
+    } finally {
+      this.#reserved.delete(version);
+    }
+  }
+
+  /**
+   * Unloads until the version fits the budget: least recently used first, never a pinned version,
+   * one that is loading, or one with anything waiting or running. When that is not enough, waits
+   * for a change (a version goes idle, an unload ends) until the version's startupTimeout.
+   */
+  async #makeRoom(version: ModelVersion): Promise<void> {
+    const budget = this.memoryBudgetBytes;
+    if (budget === undefined) return;
+    const need = this.needOf(version);
+    const deadline = performance.now() + version.settings.startupTimeoutMs;
+    for (;;) {
+      const free = budget - this.usedBytes();
+      if (need <= free) return;
+      const candidates = [...this.#options.versions()]
+        .filter((v) => v !== version && this.#isEvictable(v))
+        .sort((a, b) => this.#lastUse(a) - this.#lastUse(b));
+      const chosen: ModelVersion[] = [];
+      let freed = 0;
+      for (const c of candidates) {
+        if (need <= free + freed) break;
+        chosen.push(c);
+        freed += this.needOf(c);
+      }
+      if (chosen.length > 0 && need <= free + freed) {
+        await Promise.all(chosen.map((c) => this.unload(c, 'evicted')));
+        continue;
+      }
+      const left = deadline - performance.now();
+      if (left <= 0 || !(await this.#changed(left)))
+        throw createServeError.MARINA_ERR_MEMORY_BUDGET_FULL(
+          `${version.label} needs about ${mib(need)} MiB to load, and model_memory_budget (${mib(budget)} MiB, ${mib(this.usedBytes())} MiB in use) stayed full of models that are pinned, busy or loading for its startupTimeout (${version.settings.startupTimeoutMs / 1000} s). Retry later, unpin a model, or raise model_memory_budget`,
+          { details: { neededBytes: need, memoryBudgetBytes: budget, usedBytes: this.usedBytes() } },
+        );
+    }
+  }
+
+  /** Unloads least recently used idle versions (never `keep`) while more than the budget is in use. */
+  async #trimToBudget(keep: ModelVersion): Promise<void> {
+    const budget = this.memoryBudgetBytes;
+    if (budget === undefined) return;
+    for (;;) {
+      const over = this.usedBytes() - budget;
+      if (over <= 0) return;
+      const lru = [...this.#options.versions()]
+        .filter((v) => v !== keep && this.#isEvictable(v))
+        .sort((a, b) => this.#lastUse(a) - this.#lastUse(b))[0];
+      if (lru === undefined) return;
+      await this.unload(lru, 'evicted');
+    }
+  }
+
+  #isEvictable(v: ModelVersion): boolean {
+    return v.state === 'resident' && !v.pinned && v.pendingJobs === 0 && !this.#loads.has(v) && !this.#unloads.has(v);
+  }
+
+  #lastUse(v: ModelVersion): number {
+    return Math.max(v.lastUsedAt ?? 0, this.#loadedAt.get(v) ?? 0);
+  }
+
+  /** Resolves true at the next change that may free room (a version's work or residency moved), false after `ms`. */
+  #changed(ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      const versions = [...this.#options.versions()];
+      const done = (value: boolean) => {
+        clearTimeout(timer);
+        for (const v of versions) v.off('progress', onChange);
+        this.#options.events.off('residency', onChange);
+        this.#options.events.off('changed', onChange);
+        resolve(value);
+      };
+      const onChange = () => done(true);
+      const timer = setTimeout(() => done(false), ms);
+      for (const v of versions) v.on('progress', onChange);
+      this.#options.events.on('residency', onChange);
+      this.#options.events.on('changed', onChange);
+    });
+  }
+
+  /**
+   * Back to `registered`: its workers stop (a running batch gets unload_grace_seconds), its
+   * measured size is kept for the next load. 'api' also answers what waits in its queue; requests
+   * that arrive during an eviction or idle unload wait and load it again.
+   */
+  unload(version: ModelVersion, reason: UnloadReason): Promise<void> {
+    const pending = this.#unloads.get(version);
+    if (pending) return pending;
+    const unload = this.#unload(version, reason).finally(() => {
+      this.#unloads.delete(version);
+      // Requests that arrived while it left bring it back.
+      if (!this.#isClosed && version.queue.waiting > 0 && version.state === 'registered')
+        void this.load(version, 'demand').catch(() => undefined);
+    });
+    this.#unloads.set(version, unload);
+    return unload;
+  }
+
+  async #unload(version: ModelVersion, reason: UnloadReason): Promise<void> {
+    const loading = this.#loads.get(version);
+    if (loading) await loading.catch(() => undefined);
+    if (version.state === 'registered') return;
+    this.#disarmIdle(version);
+    this.#forgetFirstBatch(version);
+    version.setTransition('unloading');
+    this.#emit(version, 'unloading', reason);
+    if (reason === 'api')
+      version.failQueued(
+        createServeError.MARINA_ERR_MODEL_UNLOADING(
+          `${version.label} was unloaded by an API call before this request could run; load it again (or send the request again: it loads on demand)`,
+        ),
+      );
+    version.plannedWorkers = 0;
+    try {
+      await this.#options.stopWorkers(version);
+    } finally {
+      this.#loadedAt.delete(version);
+      this.#moves++;
+      version.setTransition(undefined);
+      this.#emit(version, 'registered', reason);
+    }
+    this.#options.log(
+      'info',
+      `${version.label} unloaded (${reason === 'evicted' ? 'evicted: least recently used, to make room in model_memory_budget' : reason === 'idle' ? `idle for ${version.idleUnloadMs / 1000} s` : 'API call'})`,
+    );
+  }
+
+  /** A version was removed from the registry: forget its timers. */
+  forget(version: ModelVersion): void {
+    this.#disarmIdle(version);
+    this.#forgetFirstBatch(version);
+    this.#loadedAt.delete(version);
+  }
+
+  /** The version's idle setting changed (or it was pinned/unpinned): re-arm its timer. */
+  refreshIdle(version: ModelVersion): void {
+    this.#disarmIdle(version);
+    if (version.state === 'resident') this.#armIdle(version);
+  }
+
+  /** Stops idle timers and refuses new loads (the registry drains the versions itself). */
+  close(): void {
+    this.#isClosed = true;
+    for (const v of [...this.#idleTimers.keys()]) this.#disarmIdle(v);
+  }
+
+  #armIdle(version: ModelVersion, delayMs = version.idleUnloadMs): void {
+    if (version.idleUnloadMs <= 0 || version.pinned || this.#isClosed) return;
+    const timer = setTimeout(() => {
+      this.#idleTimers.delete(version);
+      if (version.state !== 'resident' || version.pinned || version.idleUnloadMs <= 0) return;
+      const idleForMs = Date.now() - this.#lastUse(version);
+      if (version.pendingJobs > 0 || idleForMs < version.idleUnloadMs) {
+        this.#armIdle(version, Math.max(50, version.idleUnloadMs - Math.max(0, idleForMs)));
+        return;
+      }
+      void this.unload(version, 'idle').catch((error: unknown) =>
+        this.#options.log('warn', `${version.label}: idle unload failed: ${(error as Error).message}`),
+      );
+    }, delayMs);
+    timer.unref?.();
+    this.#idleTimers.set(version, timer);
+  }
+
+  #disarmIdle(version: ModelVersion): void {
+    clearTimeout(this.#idleTimers.get(version));
+    this.#idleTimers.delete(version);
+  }
+
+  /**
+   * onnxruntime allocates its arena for activations at the first run, not at session creation: the
+   * growth over the version's first batch is added to what its load measured, when no other load
+   * or unload happened meanwhile (their memory would be mixed in).
+   */
+  #measureFirstBatch(version: ModelVersion): void {
+    const readyBytes = this.#readMemory();
+    const moves = this.#moves;
+    const onBatch = () => {
+      this.#firstBatch.delete(version);
+      if (this.#moves !== moves || version.state !== 'resident') return;
+      const grown = this.#readMemory() - readyBytes;
+      if (grown > 0) version.residentBytes += grown;
+    };
+    this.#firstBatch.set(version, onBatch);
+    version.once('batch', onBatch);
+  }
+
+  #forgetFirstBatch(version: ModelVersion): void {
+    const onBatch = this.#firstBatch.get(version);
+    if (onBatch) version.off('batch', onBatch);
+    this.#firstBatch.delete(version);
+  }
+
+  #beginMeasure(): void {
+    this.#moves++;
+    if (!this.#group) this.#group = { baseBytes: this.#readMemory(), active: 0, done: [] };
+    this.#group.active++;
+  }
+
+  /**
+   * One load of the group ended (`version` undefined: it failed). When the last one ends, the
+   * group's growth is split among its loads by their estimates; until then a load counts its estimate.
+   */
+  #endMeasure(version: ModelVersion | undefined): void {
+    const group = this.#group;
+    if (!group) return;
+    group.active--;
+    if (version) group.done.push(version);
+    if (group.active > 0) return;
+    this.#group = undefined;
+    const grown = this.#readMemory() - group.baseBytes;
+    const estimates = group.done.reduce((sum, v) => sum + Math.max(1, v.estimatedBytes), 0);
+    for (const v of group.done) {
+      const share = Math.round((grown * Math.max(1, v.estimatedBytes)) / estimates);
+      if (share > 0) v.residentBytes = share;
+      else {
+        // Memory freed elsewhere during the load hid its growth: keep what is known rather than 0.
+        v.residentBytes ||= v.estimatedBytes;
+        this.#options.log(
+          'warn',
+          `${v.label}: its load's memory could not be measured (the process shrank meanwhile); counting ${mib(v.residentBytes)} MiB`,
+        );
+      }
+    }
+  }
+
+  #emit(
+    version: ModelVersion,
+    state: 'registered' | 'loading' | 'resident' | 'unloading',
+    reason: string,
+    extra: { residentBytes?: number; loadMs?: number; waitingRequests?: number } = {},
+  ): void {
+    this.#options.events.emit('residency', {
+      modelName: version.modelName,
+      modelVersion: version.modelVersion,
+      state,
+      reason,
+      ...extra,
+    });
+  }
+}
+
+function mib(bytes: number): string {
+  return (bytes / 2 ** 20).toFixed(0);
+}

@@ -1,0 +1,239 @@
+/**
+ * Many models in a bounded memory budget, through real worker threads, real onnxruntime sessions
+ * and real HTTP: demand loads, LRU eviction (pinned and busy versions kept), one shared load for
+ * concurrent first requests, the budget's refusals and waits, idle unload and the unload grace.
+ *
+ * The process's memory is read through a deterministic probe here (100 MiB for each live worker
+ * thread), so which version is evicted does not depend on the machine's allocator; what the
+ * memory really does is measured from /proc in memory-after-unload.test.ts.
+ */
+import { readFile, truncate, writeFile } from 'node:fs/promises';
+import { writeSampleJpeg } from '@marina/model-zoo';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp, type MarinaApp } from '../src/index.ts';
+import { createServerMetrics, type ServerMetrics } from '../src/metrics/server-metrics.ts';
+import type { ResidencyEvent } from '../src/registry/model-registry-api.ts';
+import { writeClassifierModel, writeGateModel } from './fixtures.ts';
+import { tempDir, testConfig } from './helpers.ts';
+
+const MiB = 2 ** 20;
+const WORKER_BYTES = 100 * MiB;
+
+interface Reply {
+  status: number;
+  headers: Headers;
+  json: any;
+}
+
+/** Resolves at the registry's next residency event that matches. */
+function residency(app: MarinaApp, match: Partial<ResidencyEvent>): Promise<ResidencyEvent> {
+  return new Promise((resolve) => {
+    const listener = (event: ResidencyEvent) => {
+      for (const [key, value] of Object.entries(match)) if (event[key as keyof ResidencyEvent] !== value) return;
+      app.registry.events.off('residency', listener);
+      resolve(event);
+    };
+    app.registry.events.on('residency', listener);
+  });
+}
+
+function counter(text: string, name: string, labels: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
+  return line === undefined ? 0 : Number(line.split(' ').pop());
+}
+
+describe('many models in a memory budget', () => {
+  let dir: Awaited<ReturnType<typeof tempDir>>;
+  let app: MarinaApp;
+  let metrics: ServerMetrics;
+  let base: string;
+  const gates: string[] = [];
+  const states = () =>
+    Object.fromEntries(
+      app.registry
+        .list()
+        .map((m) => [m.modelName, app.registry.describe(m.modelName)[0]!.state] as const)
+        .sort(),
+    );
+  let jpeg: Buffer;
+  const post = async (model: string, body: unknown): Promise<Reply> => {
+    const isImage = Buffer.isBuffer(body);
+    const response = await fetch(`${base}/predictions/${model}`, {
+      method: 'POST',
+      body: isImage ? new Uint8Array(body as Buffer) : JSON.stringify(body),
+      headers: { 'content-type': isImage ? 'image/jpeg' : 'application/json' },
+    });
+    const text = await response.text();
+    return { status: response.status, headers: response.headers, json: text ? JSON.parse(text) : undefined };
+  };
+  /** A classifier request: a small JPEG. */
+  const classify = (model: string) => post(model, jpeg);
+
+  beforeAll(async () => {
+    dir = await tempDir('marina-residency-');
+    const store = dir.path;
+    await writeSampleJpeg({ outputPath: `${store}/sample.jpg`, width: 64, height: 48 });
+    jpeg = await readFile(`${store}/sample.jpg`);
+    await writeClassifierModel(store, 'pinned', { modelConfigYaml: 'pinned: true\n' });
+    await writeGateModel(store, 'gate');
+    for (const name of ['a', 'b', 'c', 'shared']) await writeClassifierModel(store, name);
+    await writeClassifierModel(store, 'waiter', { modelConfigYaml: 'startupTimeout: 1\n' });
+    // 64 MB of (sparse) padding: its estimate alone no longer fits beside four resident workers.
+    await truncate(await writeFile(`${store}/waiter/padding.bin`, '').then(() => `${store}/waiter/padding.bin`), 64e6);
+    await writeClassifierModel(store, 'idle', { modelConfigYaml: 'idleUnloadSeconds: 1\n' });
+    await writeGateModel(store, 'stuck');
+    // Four workers' worth (and some room for estimates): the fifth resident version must evict one.
+    const config = testConfig(
+      { residency: { memoryBudgetBytes: 4 * WORKER_BYTES + 50 * MiB, unloadGraceSeconds: 0.2 } },
+      dir.path,
+    );
+    app = await buildApp(config, {
+      readMemoryBytes: () => app.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0),
+    });
+    metrics = createServerMetrics({ registry: app.registry, hostname: 'test', collectProcessMetrics: false });
+    base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
+    for (const name of ['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck'])
+      await app.registry.register({ url: name, archivePath: `${store}/${name}`, load: false });
+  });
+
+  afterAll(async () => {
+    await Promise.all(gates.map((g) => writeFile(g, '')));
+    metrics?.close();
+    await app?.close();
+    await dir?.cleanup();
+  });
+
+  it('registers without loading, and describe says so', () => {
+    const [d] = app.registry.describe('a');
+    expect(d).toMatchObject({ state: 'registered', residentBytes: 0, lastUsed: null, pinned: false, workers: [] });
+    expect(app.registry.describe('pinned')[0]!.pinned).toBe(true);
+  });
+
+  it('loads on demand, evicts the least recently used idle model, and keeps pinned and busy ones', async () => {
+    expect((await classify('pinned')).status).toBe(200);
+    expect(app.registry.describe('pinned')[0]).toMatchObject({ state: 'resident', residentBytes: WORKER_BYTES });
+    // The gate model stays busy: a request blocks its thread until the gate file exists.
+    const gate = `${dir.path}/gate-busy`;
+    gates.push(gate);
+    const busy = post('gate', { gate });
+    await residency(app, { modelName: 'gate', state: 'resident' });
+    for (const name of ['a', 'b']) expect((await classify(name)).status).toBe(200);
+    // a is used after b: b is now the least recently used idle, unpinned version.
+    expect((await classify('a')).status).toBe(200);
+    expect(states()).toMatchObject({ pinned: 'resident', gate: 'resident', a: 'resident', b: 'resident' });
+
+    // A fifth version: its load measures 100 MiB, one more than fits, so b goes.
+    const cLoaded = residency(app, { modelName: 'c', state: 'resident' });
+    expect((await classify('c')).status).toBe(200);
+    await cLoaded;
+    expect(states()).toMatchObject({
+      pinned: 'resident',
+      gate: 'resident',
+      a: 'resident',
+      b: 'registered',
+      c: 'resident',
+    });
+
+    // b again: a (used before c) is evicted to make room; pinned and the busy gate model stay.
+    const evicted = residency(app, { state: 'registered', reason: 'evicted' });
+    const bLoaded = residency(app, { modelName: 'b', state: 'resident' });
+    const reply = await classify('b');
+    await bLoaded;
+    expect(reply.status).toBe(200);
+    expect((await evicted).modelName).toBe('a');
+    expect(states()).toMatchObject({
+      pinned: 'resident',
+      gate: 'resident',
+      a: 'registered',
+      b: 'resident',
+      c: 'resident',
+    });
+    expect(app.registry.residentBytes()).toBeLessThanOrEqual(app.registry.memoryBudgetBytes!);
+    expect(reply.headers.get('server-timing')).toContain('waiting for the model to load');
+
+    const text = await metrics.render();
+    expect(counter(text, 'marina_model_evictions_total', 'model_name="a"')).toBe(1);
+    expect(counter(text, 'marina_model_evictions_total', 'model_name="b"')).toBe(1);
+    expect(counter(text, 'marina_model_loads_total', 'model_name="b",reason="demand"')).toBe(2);
+    expect(text).toMatch(/^marina_resident_models 4$/m);
+    expect(text).toMatch(/^marina_model_load_seconds_count\{model_name="b"\} 2$/m);
+
+    await writeFile(gate, '');
+    expect((await busy).status).toBe(200);
+  });
+
+  it('shares one load among concurrent first requests, and counts them as waiting for it', async () => {
+    const before = counter(await metrics.render(), 'marina_requests_waited_for_load_total', 'model_name="shared"');
+    const loads: ResidencyEvent[] = [];
+    const onResidency = (e: ResidencyEvent) => {
+      if (e.modelName === 'shared' && e.state === 'resident') loads.push(e);
+    };
+    app.registry.events.on('residency', onResidency);
+    const replies = await Promise.all([1, 2, 3, 4, 5].map(() => classify('shared')));
+    app.registry.events.off('residency', onResidency);
+    expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
+    expect(loads).toHaveLength(1);
+    const text = await metrics.render();
+    expect(counter(text, 'marina_requests_waited_for_load_total', 'model_name="shared"') - before).toBe(5);
+    expect(counter(text, 'marina_model_loads_total', 'model_name="shared",reason="demand"')).toBe(1);
+  });
+
+  it('answers 503 with Retry-After when nothing can be evicted within the startup timeout', async () => {
+    // Every resident version pinned: nothing may leave, so the waiting model cannot load.
+    const resident = app.registry.stats().filter((s) => s.state === 'resident');
+    for (const s of resident) await app.registry.setPinned(s.modelName, s.modelVersion, true);
+    try {
+      const reply = await classify('waiter');
+      expect(reply.status).toBe(503);
+      expect(reply.json.marinaCode).toBe('MARINA_ERR_MEMORY_BUDGET_FULL');
+      expect(reply.headers.get('retry-after')).toBe('1');
+      expect(app.registry.describe('waiter')[0]!.state).toBe('registered');
+    } finally {
+      for (const s of resident) await app.registry.setPinned(s.modelName, s.modelVersion, s.modelName === 'pinned');
+    }
+  });
+
+  it('unloads a model nobody called for its idleUnloadSeconds', async () => {
+    expect((await classify('idle')).status).toBe(200);
+    const unloaded = await residency(app, { modelName: 'idle', state: 'registered' });
+    expect(unloaded.reason).toBe('idle');
+    expect(app.registry.describe('idle')[0]).toMatchObject({ state: 'registered', residentBytes: 0, workers: [] });
+  });
+
+  it('unloads without waiting on a stuck run: past the grace the batch is answered 503 and the call returns', async () => {
+    const gate = `${dir.path}/gate-stuck`;
+    gates.push(gate);
+    const stuck = post('stuck', { gate });
+    const version = app.registry.getVersion('stuck');
+    await new Promise<void>((resolve) => {
+      const check = () => {
+        if (version.runningJobs === 0) return;
+        version.off('progress', check);
+        resolve();
+      };
+      version.on('progress', check);
+      check();
+    });
+    await app.registry.unload('stuck');
+    const reply = await stuck;
+    expect(reply.status).toBe(503);
+    expect(reply.json.marinaCode).toBe('MARINA_ERR_MODEL_UNLOADING');
+    expect(reply.json.message).toContain('unload_grace_seconds');
+    expect(app.registry.describe('stuck')[0]!.state).toBe('registered');
+  });
+
+  it('refuses at registration a model larger than the whole budget, with its own code', async () => {
+    const small = await buildApp(testConfig({ residency: { memoryBudgetBytes: 4 * MiB } }, dir.path));
+    try {
+      await expect(
+        small.registry.register({ url: 'a', archivePath: `${dir.path}/a`, load: false }),
+      ).rejects.toMatchObject({
+        code: 'MARINA_ERR_MODEL_LARGER_THAN_BUDGET',
+        statusCode: 400,
+      });
+      expect(small.registry.list()).toEqual([]);
+    } finally {
+      await small.close();
+    }
+  });
+});
