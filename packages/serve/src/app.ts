@@ -10,6 +10,9 @@ import { ModelRegistry } from './registry/model-registry.ts';
 import { loadStartupModels, type StartupLoadResult } from './startup-loading.ts';
 import { inferenceRoutes } from './routes/inference.ts';
 import { sendError } from './protocols/error-map.ts';
+import { answeredPriority } from './routes/server-timing.ts';
+import { createTracing, requestTraces, tracingSettingsFrom, type Tracing } from './tracing/tracing.ts';
+import { MARINA_VERSION } from './version.ts';
 import { managementErrors } from './routes/management-errors.ts';
 import { TS_METHOD_NOT_ALLOWED, TS_RESOURCE_NOT_FOUND } from './protocols/torchserve-texts.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
@@ -43,6 +46,8 @@ export interface BuildAppOptions {
   readMemoryBytes?: () => number;
   /** TorchServe's log files (access_log.log, ts_log.log, model_log.log); startServer passes them, tests may leave them out. */
   logs?: ServerLogs;
+  /** Where the OTEL_* tracing variables are read (default process.env). */
+  env?: Readonly<Record<string, string | undefined>>;
 }
 
 export { listStartupModels, type StartupLoadResult } from './startup-loading.ts';
@@ -52,6 +57,8 @@ export interface MarinaApp {
   registry: ModelRegistry;
   /** Metadata, readiness, admission and inference below every protocol adapter (OIP REST and gRPC, TorchServe gRPC). */
   dataPlane: DataPlane;
+  /** OpenTelemetry tracing, when on (enable_tracing or OTEL_TRACES_EXPORTER); undefined when off. */
+  tracing: Tracing | undefined;
   /** Serves the inference API. */
   inference: FastifyInstance;
   /** The same instance as `inference` when both addresses are equal (TorchServe: one listener). */
@@ -105,11 +112,65 @@ interface ClosingState {
   isClosing: boolean;
 }
 
+/** Routes never traced: health and readiness probes (the metrics listener is not traced at all). */
+const UNTRACED_ROUTES = new Set([
+  '/ping',
+  '/v2/health/live',
+  '/v2/health/ready',
+  '/v2/models/:model_name/ready',
+  '/v2/models/:model_name/versions/:model_version/ready',
+]);
+
+/**
+ * A listener's request spans: started when a routed request arrives (joined to its traceparent),
+ * ended with its status once answered; every traced answer carries `traceparent`.
+ */
+function traceRequests(app: FastifyInstance, tracing: Tracing, address: ServerConfig['inferenceAddress']): void {
+  app.addHook('onRequest', (request, reply, done) => {
+    const route = request.routeOptions.url;
+    if (route === undefined || UNTRACED_ROUTES.has(route) || request.method === 'OPTIONS') return done();
+    const path = request.url.split('?')[0]!;
+    const requestTrace = tracing.startRequest({
+      name: `${request.method} ${route}`,
+      protocol: route.startsWith('/v2/') ? 'oip-rest' : 'torchserve-rest',
+      headers: request.headers,
+      startedAt: performance.now(),
+      attributes: {
+        'http.request.method': request.method,
+        'http.route': route,
+        'url.path': path,
+        'url.scheme': address.protocol,
+        'server.address': address.host,
+        'server.port': (request.socket.localPort ?? address.port) as number,
+        'network.protocol.version': request.raw.httpVersion,
+        ...(request.socket.remoteAddress ? { 'client.address': request.socket.remoteAddress } : {}),
+        ...(request.headers['user-agent'] ? { 'user_agent.original': request.headers['user-agent'] } : {}),
+      },
+    });
+    requestTraces.set(request, requestTrace);
+    reply.header('traceparent', requestTrace.traceparent);
+    done();
+  });
+  app.addHook('onResponse', (request, reply, done) => {
+    const requestTrace = requestTraces.get(request);
+    if (requestTrace) {
+      const status = reply.statusCode;
+      requestTrace.end({
+        attributes: { 'http.response.status_code': status },
+        isError: status >= 500,
+        errorType: String(status),
+      });
+    }
+    done();
+  });
+}
+
 function createInstance(
   config: ServerConfig,
   options: BuildAppOptions,
   address: ServerConfig['inferenceAddress'],
   closingState: ClosingState,
+  tracing?: Tracing,
 ): FastifyInstance {
   const { requestTimeoutMs } = resourceLimitsOf(config);
   // Node checks request timeouts every connectionsCheckingInterval (30 s by default): check often
@@ -133,6 +194,7 @@ function createInstance(
       : { http: { connectionsCheckingInterval, requestTimeout: requestTimeoutMs } }),
   } as Parameters<typeof Fastify>[0]) as unknown as FastifyInstance;
   recordRoutes(app);
+  if (tracing) traceRequests(app, tracing, address);
   // Response schemas document the routes (OPTIONS /); the handlers send TorchServe's JSON text
   // themselves, so no fast-json-stringify serializer is generated for them at start-up.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
@@ -140,14 +202,15 @@ function createInstance(
   // A callback hook, not an async one: no promise per request.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
+    // TorchServe's NettyUtils.sendHttpResponse sets the configured methods and headers on every answer.
+    if (config.corsAllowedMethods) reply.header('access-control-allow-methods', config.corsAllowedMethods);
+    if (config.corsAllowedHeaders) reply.header('access-control-allow-headers', config.corsAllowedHeaders);
     const origin = request.headers.origin;
     if (corsOrigin === undefined || origin === undefined || !isOriginAllowed(corsOrigin, origin)) return done();
     // TorchServe's CORS (Netty's CorsHandler, set up from the cors_* keys): the allowed origin on
     // every answer; a preflight (OPTIONS with Access-Control-Request-Method) answered here, before auth.
     reply.header('access-control-allow-origin', corsOrigin.trim() === '*' ? '*' : origin).header('vary', 'Origin');
     if (request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined) {
-      if (config.corsAllowedMethods) reply.header('access-control-allow-methods', config.corsAllowedMethods);
-      if (config.corsAllowedHeaders) reply.header('access-control-allow-headers', config.corsAllowedHeaders);
       reply.code(200).send();
       return;
     }
@@ -170,6 +233,7 @@ function createInstance(
         statusCode: reply.statusCode,
         durationMs: reply.elapsedTime,
         requestId: request.id,
+        priority: answeredPriority.get(request),
       });
       if (reply.statusCode >= 500)
         logs.ts('error', `${request.method} ${request.url} answered ${reply.statusCode}`, request.id);
@@ -292,10 +356,17 @@ export function notFoundHint(
  */
 export async function buildApp(config: ServerConfig, options: BuildAppOptions = {}): Promise<MarinaApp> {
   const closingState: ClosingState = { isClosing: false };
-  const inference = createInstance(config, options, config.inferenceAddress, closingState);
+  const tracing = createTracing(
+    tracingSettingsFrom({
+      env: options.env ?? process.env,
+      isEnabled: config.enableTracing === true,
+      serviceVersion: MARINA_VERSION,
+    }),
+  );
+  const inference = createInstance(config, options, config.inferenceAddress, closingState, tracing);
   const management = sameAddress(config.inferenceAddress, config.managementAddress)
     ? inference
-    : createInstance(config, options, config.managementAddress, closingState);
+    : createInstance(config, options, config.managementAddress, closingState, tracing);
   const metrics = createInstance(config, options, config.metricsAddress, closingState);
   const log = (level: 'info' | 'warn' | 'error', message: string) => {
     if (options.log) options.log(level, message);
@@ -316,7 +387,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     ...(options.readMemoryBytes ? { readMemoryBytes: options.readMemoryBytes } : {}),
   });
 
-  const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes });
+  const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes, tracing });
   await inference.register(inferenceRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   await inference.register(oipRestRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };
@@ -367,6 +438,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     config,
     registry,
     dataPlane,
+    tracing,
     inference,
     management,
     metrics,
@@ -385,6 +457,8 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
         // Keep-alive connections busy when close() began are closed as their responses finish (the onResponse hook above).
         for (const i of instances) i.server.closeIdleConnections?.();
         await Promise.all(closingServers);
+        // The last requests' spans leave before the process does.
+        await tracing?.shutdown().catch(() => undefined);
       })();
       return closing;
     },

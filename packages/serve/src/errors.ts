@@ -46,6 +46,31 @@ export const serveErrors = defineErrors(
       description:
         "The request waited longer than the model's clientTimeoutInMills before a worker could start it, and was answered without running; retry later or add workers.",
     },
+    MARINA_ERR_DEADLINE_EXCEEDED: {
+      statusCode: 504,
+      description:
+        "The request's own timeout (x-marina-timeout-ms, OIP's `timeout` parameter, a gRPC deadline) ran out before a worker could start it, and it was answered without running; allow more time, send it at a higher priority, or add workers.",
+    },
+    MARINA_ERR_CLIENT_GONE: {
+      statusCode: 499,
+      description:
+        'The client closed the connection (or cancelled the gRPC call) while its request waited in the queue; it was dropped without running. Nobody reads this answer; it appears in logs and metrics only.',
+    },
+    MARINA_ERR_PRIORITY_INVALID: {
+      statusCode: 400,
+      description:
+        "The request's priority (x-marina-priority, OIP's `priority` parameter, gRPC metadata) is not an integer between 1 and the model's priorityLevels (0 means the model's defaultPriorityLevel); the message says the model's range.",
+    },
+    MARINA_ERR_TIMEOUT_INVALID: {
+      statusCode: 400,
+      description:
+        "The request's timeout (x-marina-timeout-ms in ms, OIP's `timeout` parameter in microseconds as Triton's) is not a non-negative integer; 0 means none.",
+    },
+    MARINA_ERR_TRACING_CONFIG_INVALID: {
+      statusCode: 500,
+      description:
+        'An OTEL_* variable that configures tracing has a value Marina does not support (OTEL_TRACES_EXPORTER other than otlp, console or none; a protocol other than http/protobuf or http/json; an unknown OTEL_TRACES_SAMPLER or a ratio outside 0..1; an endpoint that is not a URL); the server does not start. Fix or unset the variable named in the message.',
+    },
     MARINA_ERR_THREAD_BUDGET_EXCEEDED: {
       statusCode: 400,
       description:

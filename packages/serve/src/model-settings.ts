@@ -1,5 +1,6 @@
 import type { ModelVersionSettings, ServerConfig } from './config/server-config.ts';
 import { createServeError } from './errors.ts';
+import { resolveQueueSettings, type QueueSettings } from './scheduling/queue-policy.ts';
 
 /** The settings one model version runs with, after every source is combined. Units in the names. */
 export interface ModelSettings {
@@ -17,6 +18,8 @@ export interface ModelSettings {
   clientTimeoutMs: number;
   /** Each worker thread's V8 heap limit (model-config.yaml `maxWorkerHeapMb`), MB. Default DEFAULT_MAX_WORKER_HEAP_MB. */
   maxWorkerHeapMb: number;
+  /** Priority levels and their queue policies (model-config.yaml, else the models JSON); one level by default. */
+  queue: QueueSettings;
   /** Kept resident: never evicted under model_memory_budget, never idle-unloaded. */
   pinned: boolean;
   /** Unload after this long without a request, ms; 0 = never. */
@@ -236,6 +239,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   }
   if (maxWorkers === undefined || maxWorkers < minWorkers) maxWorkers = minWorkers;
 
+  const queue = resolveQueueSettings({ where, yaml, json, clientTimeoutMs });
   const yamlPinned = yaml.pinned;
   if (yamlPinned !== undefined && typeof yamlPinned !== 'boolean')
     throw createServeError.MARINA_ERR_MODEL_SETTINGS_INVALID(
@@ -267,6 +271,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
     intraOpNumThreads: intraOp > 0 ? intraOp : undefined,
     clientTimeoutMs,
     maxWorkerHeapMb,
+    queue,
     pinned,
     idleUnloadMs: idleUnloadSeconds * 1000,
     sources: {

@@ -33,6 +33,7 @@ const RETRY_AFTER = [
 /** HTTP status → the gRPC status the same error gets. */
 const GRPC_STATUS: Record<number, grpc.status> = {
   400: grpc.status.INVALID_ARGUMENT,
+  499: grpc.status.CANCELLED,
   401: grpc.status.UNAUTHENTICATED,
   403: grpc.status.PERMISSION_DENIED,
   404: grpc.status.NOT_FOUND,
@@ -53,6 +54,8 @@ const TORCHSERVE_TYPE: Record<string, string> = {
   MARINA_ERR_QUEUE_FULL: 'ServiceUnavailableException',
   MARINA_ERR_NO_WORKERS: 'ServiceUnavailableException',
   MARINA_ERR_RESPONSE_TIMEOUT: 'RequestTimeoutException',
+  MARINA_ERR_DEADLINE_EXCEEDED: 'RequestTimeoutException',
+  MARINA_ERR_PRIORITY_INVALID: 'BadRequestException',
   MARINA_ERR_HANDLER_FAILED: 'InternalServerException',
   MARINA_ERR_REQUEST_TOO_LARGE: 'RequestEntityTooLargeException',
   MARINA_ERR_MODEL_VERSION_CONFLICT: 'ConflictStatusException',

@@ -29,6 +29,7 @@ export function testConfig(overrides: Partial<ServerConfig> = {}, root = tmpdir(
     isAllowedUrlsDefault: false,
     disableTokenAuthorization: true,
     enableModelApi: true,
+    strictParameters: false,
     enableMetricsApi: true,
     tokenExpirationMin: 60,
     keyFilePath: join(root, 'key_file.json'),

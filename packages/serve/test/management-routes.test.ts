@@ -140,9 +140,33 @@ describe('register (POST /models)', { timeout: 60_000 }, () => {
       type: 'BadRequestException',
       message: 'Parameter url is required.',
     });
-    const bad = await call('POST', '/models?url=resnet.mar&batch_size=many');
-    expect(bad.status).toBe(400);
-    expect(bad.json.message).toContain('batch_size');
+  });
+
+  it('with strict_parameters=true, answers 400 naming a mistyped or out-of-range parameter', async () => {
+    await start({ strictParameters: true });
+    for (const query of ['batch_size=many', 'max_batch_delay=1.5', 'initial_workers=-1', 'startup_timeout=0']) {
+      const bad = await call('POST', `/models?url=resnet.mar&${query}`);
+      expect(bad.status, query).toBe(400);
+      expect(bad.json.message, query).toContain(query.split('=')[0]);
+    }
+  });
+
+  // TorchServe's ManagementRequestHandler reads them with NettyUtils.getIntParameter: a value that
+  // is not an integer is the default; a negative initial_workers starts no worker.
+  it('by default reads numbers as TorchServe does: a non-integer is the default, a negative initial_workers is none', async () => {
+    await start();
+    const registered = await call(
+      'POST',
+      '/models?url=resnet.mar&batch_size=many&max_batch_delay=1.5&initial_workers=-1&startup_timeout=0&response_timeout=x',
+    );
+    expect(registered.status).toBe(200);
+    expect(registered.json.status).toBe(
+      'Model "resnet" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.',
+    );
+    const [described] = (await call('GET', '/models/resnet')).json;
+    expect(described).toMatchObject({ batchSize: 1, maxBatchDelay: 100, minWorkers: 0 });
+    expect(described.startupTimeout).toBeGreaterThan(0);
+    expect((await call('DELETE', '/models/resnet')).status).toBe(200);
   });
 
   it('downloads an allowed http archive into the store and deletes it when register fails', async () => {

@@ -194,6 +194,31 @@ describe('ModelMesh model-runtime SPI', () => {
     expect(size.code).toBe(grpc.status.NOT_FOUND);
   });
 
+  it('shares one load between concurrent loadModel calls, and an unloadModel sent during a load leaves nothing loaded', async () => {
+    const [first, second] = await Promise.all([
+      load('mm-shared', join(store, 'mm-onnx')),
+      load('mm-shared', join(store, 'mm-onnx')),
+    ]);
+    expect(second).toEqual(first);
+    expect(app.registry.list().filter((m) => m.modelName === 'mm-shared')).toHaveLength(1);
+    await spi('unloadModel', { modelId: 'mm-shared' });
+    // ModelMesh cancels a load and at once sends unloadModel: when that answers, the model must be gone.
+    const started = new Promise<void>((resolve) => {
+      const onResidency = (e: { modelName: string; state: string }) => {
+        if (e.modelName !== 'mm-cancelled' || e.state !== 'loading') return;
+        app.registry.events.off('residency', onResidency);
+        resolve();
+      };
+      app.registry.events.on('residency', onResidency);
+    });
+    const loading = load('mm-cancelled', join(store, 'mm-onnx')).catch((error: unknown) => error);
+    await started;
+    await spi('unloadModel', { modelId: 'mm-cancelled' });
+    expect(app.registry.list().map((m) => m.modelName)).not.toContain('mm-cancelled');
+    await loading;
+    expect(app.registry.list().map((m) => m.modelName)).not.toContain('mm-cancelled');
+  });
+
   it('refuses paths outside the model store, paths that are not a model, and bad ids, before registering anything', async () => {
     const before = app.registry.list().length;
     const outside = await grpcErrorOf(load('mm-outside', join(dir.path, 'outside', 'model.onnx')));

@@ -188,6 +188,9 @@ beforeAll(async () => {
     workspace,
     {
       load_models: 'all',
+      // The CI machine is shared and its CPU contended: the pressure gate would shed every copy
+      // here (test/shadow-traffic.test.ts covers it); this file tests everything else the shadow does.
+      shadow_max_cpu_pressure: '100',
       // The models JSON's policy for `gated`: every live request to 1.0, a copy of each to 2.0.
       models: JSON.stringify({
         gated: { $traffic: { weights: { '1.0': 100 }, shadow: { version: '2.0', percent: 100 } } },

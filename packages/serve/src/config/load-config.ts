@@ -152,7 +152,9 @@ interface RawConfig {
   token_expiration_min: number;
   token_key_file?: string;
   enable_model_api: boolean;
+  strict_parameters: boolean;
   enable_metrics_api: boolean;
+  enable_tracing: boolean;
   enable_envvars_config: boolean;
   limit_max_image_pixels: boolean;
   metrics_mode: 'log' | 'prometheus' | 'legacy';
@@ -178,6 +180,7 @@ interface RawConfig {
   autoscale_scale_up_queue_depth: number;
   autoscale_scale_up_after_ms: number;
   autoscale_scale_down_idle_ms: number;
+  shadow_max_cpu_pressure: number;
   request_timeout_ms: number;
   download_timeout_ms: number;
   download_idle_timeout_ms: number;
@@ -511,6 +514,7 @@ function resolveServerConfig(
     loadModels,
     models,
     trafficPolicies,
+    shadowMaxCpuPressurePercent: checked.shadow_max_cpu_pressure,
     defaultWorkersPerModel: checked.default_workers_per_model ? checked.default_workers_per_model : undefined,
     jobQueueSize: checked.job_queue_size,
     numberOfNettyThreads: checked.number_of_netty_threads,
@@ -522,7 +526,9 @@ function resolveServerConfig(
     isAllowedUrlsDefault,
     disableTokenAuthorization: checked.disable_token_authorization,
     enableModelApi: checked.enable_model_api,
+    strictParameters: checked.strict_parameters,
     enableMetricsApi: checked.enable_metrics_api,
+    enableTracing: checked.enable_tracing,
     tokenExpirationMin: checked.token_expiration_min,
     keyFilePath: checked.token_key_file ? path.resolve(cwd, checked.token_key_file) : path.join(cwd, 'key_file.json'),
     isKeyFileProvided: Boolean(checked.token_key_file),

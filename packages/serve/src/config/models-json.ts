@@ -107,6 +107,12 @@ export function normaliseModels(
         if (key in POSITIVE_INTEGER_KEYS) {
           if (typeof value === 'number' && value > 0)
             normalised[POSITIVE_INTEGER_KEYS[key as keyof typeof POSITIVE_INTEGER_KEYS]] = value;
+        } else if (key === 'priorityLevels' || key === 'defaultPriorityLevel') {
+          normalised[key] = value as number;
+        } else if (key === 'defaultQueuePolicy') {
+          normalised.defaultQueuePolicy = value as Record<string, unknown>;
+        } else if (key === 'priorityQueuePolicy') {
+          normalised.priorityQueuePolicy = value as Record<string, Record<string, unknown>>;
         } else if (key === 'defaultVersion') normalised.defaultVersion = value === true;
         else if (key === 'pinned') normalised.pinned = value === true;
         else if (key === 'idleUnloadSeconds') {

@@ -29,6 +29,11 @@ export interface ModelVersionSettings {
   jobQueueSize?: number;
   /** Intra-op threads per worker (Marina's extension; TorchServe has none). */
   intraOpNumThreads?: number;
+  /** Priority levels and queue policies (Triton's structure in camelCase; checked when the version opens). */
+  priorityLevels?: number;
+  defaultPriorityLevel?: number;
+  defaultQueuePolicy?: Record<string, unknown>;
+  priorityQueuePolicy?: Record<string, Record<string, unknown>>;
   /** Keep this version resident: never evicted nor idle-unloaded (Marina extension). */
   pinned?: boolean;
   /** Unload this version after this many seconds without a request; 0 = never (Marina extension). */
@@ -51,6 +56,11 @@ export interface ServerConfig {
   loadModels: 'all' | LoadModelSpec[];
   /** models JSON: name -> version -> settings. */
   models: Record<string, Record<string, ModelVersionSettings>>;
+  /**
+   * shadow_max_cpu_pressure: shadow copies wait while the machine's CPU pressure (Linux PSI "some
+   * avg10", percent) is at or above this; 100 turns the gate off. Default 50.
+   */
+  shadowMaxCpuPressurePercent?: number;
   /** The models JSON's `$traffic` entries: model name -> traffic policy (applied once its versions are registered). */
   trafficPolicies?: Record<string, TrafficPolicy>;
   /** default_workers_per_model; undefined means 1 worker per model (not TorchServe's one per core, see README). */
@@ -73,7 +83,18 @@ export interface ServerConfig {
   isAllowedUrlsDefault: boolean;
   disableTokenAuthorization: boolean;
   enableModelApi: boolean;
+  /**
+   * strict_parameters. false (default): register parameters are read as TorchServe reads them (a
+   * non-integer number is its default, a negative initial_workers is none, a timeout of 0 is the
+   * default); true: such values are refused with 400 naming the parameter.
+   */
+  strictParameters: boolean;
   enableMetricsApi: boolean;
+  /**
+   * enable_tracing: OpenTelemetry traces when the OTEL_* environment does not say (OTEL_TRACES_EXPORTER
+   * decides when set). Default false.
+   */
+  enableTracing?: boolean;
   /** token_expiration_min. Default 60. */
   tokenExpirationMin: number;
   /** Where key_file.json is written (TorchServe: the working directory), or token_key_file. */

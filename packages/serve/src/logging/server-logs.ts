@@ -26,6 +26,8 @@ export interface AccessLogEntry {
   statusCode: number;
   durationMs: number;
   requestId: string;
+  /** The priority level the request waited at, for a model with more than one (appended as `priority=N`). */
+  priority?: number;
 }
 
 export interface ServerLogs {
@@ -81,7 +83,8 @@ export function formatLogLine(options: {
 
 /** TorchServe's access log message: `/ip:port "METHOD path HTTP/1.1" status durationMs`. */
 export function formatAccessMessage(entry: AccessLogEntry): string {
-  return `/${entry.client} "${entry.method} ${entry.url} HTTP/1.1" ${entry.statusCode} ${Math.round(entry.durationMs)}`;
+  const line = `/${entry.client} "${entry.method} ${entry.url} HTTP/1.1" ${entry.statusCode} ${Math.round(entry.durationMs)}`;
+  return entry.priority === undefined ? line : `${line} priority=${entry.priority}`;
 }
 
 /**

@@ -142,6 +142,14 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     buckets: LATENCY_BUCKETS_SECONDS,
     registers: [promRegistry],
   });
+  // Models with priority levels only: one more label, so a model without levels adds no series.
+  const queueLatencyByPriority = new RequestHistogram({
+    name: 'marina_queue_latency_by_priority_seconds',
+    help: "Time an inference job waited in its model version's job queue, seconds, by priority level (models with priorityLevels > 1).",
+    labelNames: ['model_name', 'model_version', 'priority'] as const,
+    buckets: LATENCY_BUCKETS_SECONDS,
+    registers: [promRegistry],
+  });
   const inferenceLatency = new RequestHistogram({
     name: 'marina_inference_latency_seconds',
     help: 'Time a job spent in a worker (handler + model), seconds; jobs that never reached a worker are not counted.',
@@ -239,6 +247,12 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
       labelNames: modelLabels,
       registers: [promRegistry],
     }),
+    queueDepthByPriority: new Gauge({
+      name: 'marina_queue_depth_by_priority',
+      help: 'Jobs queued at each priority level of a model version (models with priorityLevels > 1).',
+      labelNames: ['model_name', 'model_version', 'priority'] as const,
+      registers: [promRegistry],
+    }),
     maxWorkers: new Gauge({
       name: 'marina_max_workers',
       help: "max_worker setting of a model version (the autoscaler's ceiling).",
@@ -260,6 +274,9 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
         gauges.busyWorkers.set(labels, s.busyWorkers);
         gauges.minWorkers.set(labels, s.minWorkers);
         gauges.maxWorkers.set(labels, s.maxWorkers);
+        s.queueDepthByPriority?.forEach((depth, i) => {
+          gauges.queueDepthByPriority.set({ ...labels, priority: String(i + 1) }, depth);
+        });
       }
     } finally {
       isCollecting = false;
@@ -428,6 +445,11 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
     cell.statuses.set(event.statusCode, (cell.statuses.get(event.statusCode) ?? 0) + 1);
     requestLatency.observe(cell.request, event.totalMs / 1000);
     queueLatency.observe(cell.queue, event.queueMs / 1000);
+    if (event.priority !== undefined)
+      queueLatencyByPriority.observe(
+        queueLatencyByPriority.cell({ ...cell.labels, priority: String(event.priority) }),
+        event.queueMs / 1000,
+      );
     if (event.inferenceMs > 0) inferenceLatency.observe(cell.inference, event.inferenceMs / 1000);
     if (isAnswered) {
       // TorchServe's WorkerThreadTime: the frontend's share of a job outside the queue and the backend.

@@ -29,6 +29,24 @@ import { MARINA_VERSION } from '../version.ts';
 import type { JobResult } from '../scheduling/job.ts';
 import type { ModelRegistry, PredictOptions, PredictResult } from '../registry/model-registry.ts';
 import type { ModelVersion } from '../registry/model-version.ts';
+import { requestSchedulingOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
+import type { Tracing } from '../tracing/tracing.ts';
+
+/**
+ * A request's priority and timeout, from the one place every protocol passes through: its
+ * headers (REST headers, gRPC metadata), OIP `parameters`, and what the transport knows (a gRPC
+ * deadline). undefined when it names none (the model's defaults apply).
+ * @throws MARINA_ERR_PRIORITY_INVALID, MARINA_ERR_TIMEOUT_INVALID (400)
+ */
+function schedulingOf(
+  headers: Readonly<Record<string, string>> | undefined,
+  parameters: Readonly<Record<string, unknown>> | undefined,
+  transport: RequestScheduling | undefined,
+): RequestScheduling | undefined {
+  const asked = requestSchedulingOf(headers, parameters);
+  if (transport === undefined) return asked;
+  return asked === undefined ? transport : { ...asked, ...transport };
+}
 
 /** A checked JSON tensor body up to this size reaches the worker as it came (see #encodeTorchServeInput). */
 const SMALL_JSON_BODY_BYTES = 64 * 1024;
@@ -52,9 +70,15 @@ export interface InferRequest {
   parameters?: Record<string, unknown>;
   /** Server request id (logs, x-request-id). */
   requestId: string;
-  /** Forwarded to the handler (lower-case names). */
+  /** Forwarded to the handler (lower-case names); `x-marina-priority` and `x-marina-timeout-ms` are read here. */
   headers?: Record<string, string>;
   arrivedAt?: number;
+  /** What the transport knows of the request's time (a gRPC deadline); merged with its headers and parameters. */
+  scheduling?: RequestScheduling;
+  /** See PredictOptions.onClientGone. */
+  onClientGone?: PredictOptions['onClientGone'];
+  /** See PredictOptions.trace. */
+  trace?: PredictOptions['trace'];
 }
 
 export interface InferResponse {
@@ -62,6 +86,8 @@ export interface InferResponse {
   modelVersion: string;
   id: string;
   outputs: RawTensor[];
+  /** The priority level the request waited at, for a model with more than one. */
+  priority?: number;
 }
 
 export interface TensorMetadata {
@@ -107,6 +133,8 @@ export interface DataPlaneOptions {
   registry: ModelRegistry;
   /** max_response_size, bytes. */
   maxResponseBytes: number;
+  /** OpenTelemetry tracing, when on: the gRPC adapters start their request spans from it. */
+  tracing?: Tracing;
 }
 
 /** Handlers that feed the request's tensors to the model as they are, so the signature check applies. */
@@ -139,9 +167,13 @@ export class DataPlane {
   readonly #registry: ModelRegistry;
   readonly #maxResponseBytes: number;
 
+  /** OpenTelemetry tracing, when on; undefined when off. */
+  readonly tracing: Tracing | undefined;
+
   constructor(options: DataPlaneOptions) {
     this.#registry = options.registry;
     this.#maxResponseBytes = options.maxResponseBytes;
+    this.tracing = options.tracing;
   }
 
   get maxResponseBytes(): number {
@@ -319,11 +351,13 @@ export class DataPlane {
    */
   admitTorchServeInput(request: PredictOptions): PredictOptions {
     const { version, signature } = this.#route(request.modelName, request.modelVersion, request.headers);
+    const scheduling = schedulingOf(request.headers, undefined, request.scheduling);
     // From here on the version is fixed: the predict path must not pick again.
     const options: PredictOptions = {
       ...request,
       modelVersion: version.modelVersion,
       requestedVersion: request.requestedVersion ?? request.modelVersion ?? 'default',
+      ...(scheduling ? { scheduling } : {}),
     };
     if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
     try {
@@ -470,6 +504,7 @@ export class DataPlane {
       header,
       request.inputs.map((t) => t.raw),
     );
+    const scheduling = schedulingOf(request.headers, request.parameters, request.scheduling);
     const result = await this.#registry.predict({
       modelName: request.modelName,
       modelVersion: version.modelVersion,
@@ -482,6 +517,9 @@ export class DataPlane {
         [INFERENCE_HEADER_CONTENT_LENGTH]: String(headerLength),
       },
       arrivedAt,
+      ...(scheduling ? { scheduling } : {}),
+      ...(request.onClientGone ? { onClientGone: request.onClientGone } : {}),
+      ...(request.trace ? { trace: request.trace } : {}),
     });
     assertResponseSize(result.body.length, this.#maxResponseBytes);
     return {
@@ -489,6 +527,7 @@ export class DataPlane {
       modelVersion: version.modelVersion,
       id: request.id ?? request.requestId,
       outputs: this.#outputsOf(result),
+      ...(result.timings.priority !== undefined ? { priority: result.timings.priority } : {}),
     };
   }
 

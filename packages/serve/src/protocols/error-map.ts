@@ -55,6 +55,7 @@ const TORCHSERVE_TYPE_BY_CODE: Readonly<Record<string, string>> = {
   MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
   MARINA_ERR_ROUTE_NOT_FOUND: 'ResourceNotFoundException',
   MARINA_ERR_RESPONSE_TIMEOUT: 'RequestTimeoutException',
+  MARINA_ERR_DEADLINE_EXCEEDED: 'RequestTimeoutException',
   // TorchServe answers a handler failure with 503 and InternalServerException ("Prediction failed").
   MARINA_ERR_HANDLER_FAILED: 'InternalServerException',
   MARINA_ERR_HANDLER_RESULT_COUNT: 'InternalServerException',
@@ -166,6 +167,8 @@ function oipRestError(error: unknown): HttpErrorAnswer {
 /** The HTTP status of a MarinaError → gRPC status code (as KServe and Triton map them). */
 function grpcStatusOf(statusCode: number): grpc.status {
   if (statusCode === 400) return grpc.status.INVALID_ARGUMENT;
+  // The client went away (MARINA_ERR_CLIENT_GONE): nobody reads it, but logs and spans name it.
+  if (statusCode === 499) return grpc.status.CANCELLED;
   if (statusCode === 401) return grpc.status.UNAUTHENTICATED;
   if (statusCode === 403) return grpc.status.PERMISSION_DENIED;
   if (statusCode === 404) return grpc.status.NOT_FOUND;

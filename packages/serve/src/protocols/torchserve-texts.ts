@@ -87,6 +87,9 @@ const TORCHSERVE_TEXTS: Readonly<Record<string, Split>> = {
   MARINA_ERR_MODEL_NOT_FOUND: headAndParenthesis(/^Model not found: [^\s(]+/),
   MARINA_ERR_MODEL_VERSION_NOT_FOUND: headAndParenthesis(/^Model version: [^\s(]* does not exist for model: [^\s(]+/),
   MARINA_ERR_NO_WORKERS: noWorker,
+  // InferenceRequestHandler: BadRequestException("Parameter model_name is required."), and the
+  // management API's "Parameter url is required.": the sentence alone, Marina's guidance after it.
+  MARINA_ERR_BAD_REQUEST: headAndParenthesis(/^Parameter [A-Za-z_]+ is required\./),
   // TorchServe answers a full queue with the same sentence (its queue's offer() fails like a missing worker).
   MARINA_ERR_QUEUE_FULL: noWorker,
 };

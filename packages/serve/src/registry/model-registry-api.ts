@@ -121,7 +121,12 @@ export interface ModelDescription {
   maxSequenceJobQueueSize: number;
   loadedAtStartup: boolean;
   workers: WorkerDescription[];
-  jobQueueStatus: { remainingCapacity: number; pendingRequests: number };
+  jobQueueStatus: {
+    remainingCapacity: number;
+    pendingRequests: number;
+    /** Marina: for a model with priority levels, each level's policy, queued requests and mean queue time. */
+    priorityLevels?: PriorityLevelStatus[];
+  };
   /** Marina extension: the autoscaling policy in force (see README). */
   autoscaling?: Record<string, unknown>;
   /** Marina extension: where the version is in its life (registered, loading, resident, unloading). */
@@ -178,6 +183,8 @@ export interface ModelListEntry {
 export interface ModelVersionStats {
   modelName: string;
   modelVersion: string;
+  /** For a model with priority levels: requests queued at each level now, level 1 first. */
+  queueDepthByPriority?: number[];
   /** Requests admitted that have not started running (queued, or in a worker's prefetched batch): describe's pendingRequests. */
   queueDepth: number;
   /** Requests whose batch is running in a worker now. */
@@ -222,6 +229,22 @@ export interface SnapshotModelVersion {
 }
 
 /** Events the core emits; metrics and snapshots subscribe. */
+/** One priority level in describe's jobQueueStatus. */
+export interface PriorityLevelStatus {
+  level: number;
+  /** The level of requests that name none. */
+  isDefault: boolean;
+  /** Requests queued at the level now. */
+  pendingRequests: number;
+  /** Requests of the level that started running since the version opened, and their mean time in the queue, ms. */
+  startedRequests: number;
+  meanQueueMs: number;
+  maxQueueSize: number;
+  timeoutMs: number;
+  timeoutAction: 'reject' | 'delay';
+  allowTimeoutOverride: boolean;
+}
+
 export interface RequestDoneEvent {
   modelName: string;
   /** The version asked for in the URL, or 'default' (TorchServe's label). */
@@ -234,6 +257,8 @@ export interface RequestDoneEvent {
   inferenceMs: number;
   /** From request arrival to response, ms. */
   totalMs: number;
+  /** The priority level it waited at, for a model with more than one. */
+  priority?: number;
   /** Marina: it arrived while the version was not resident and waited for its load. */
   waitedForLoad?: boolean;
 }

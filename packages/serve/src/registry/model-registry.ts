@@ -39,8 +39,11 @@ import type {
 import { estimateModelBytes } from './memory-estimate.ts';
 import { ModelResidency } from './model-residency.ts';
 import { ModelVersion } from './model-version.ts';
+import { scheduleOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
+import type { RequestTrace } from '../tracing/tracing.ts';
 import { readModelSignature } from './read-model-signature.ts';
-import { ShadowTraffic } from './shadow-traffic.ts';
+import { createCpuPressureReader } from './cpu-pressure.ts';
+import { DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT, ShadowTraffic } from './shadow-traffic.ts';
 import type { ShadowStats } from './model-registry-api.ts';
 import { checkTrafficPolicy, TrafficRoute, trafficErrors, type TrafficPolicy } from './traffic-policy.ts';
 import { MARINA_VERSION } from '../version.ts';
@@ -70,6 +73,16 @@ export interface PredictOptions {
   arrivedAt?: number;
   /** How the worker decodes raw `input.body` bytes for the handler ('json', 'text'); undefined passes the input as it is. */
   bodyDecoding?: BodyDecoding;
+  /** The request's priority, timeout and deadline as its protocol carried them (checked against the model here). */
+  scheduling?: RequestScheduling;
+  /**
+   * Registers what to do when the client goes away (connection closed, call cancelled): a queued
+   * job is dropped. May return a function that unregisters it, called once the job is answered.
+   */
+  // biome-ignore lint/suspicious/noConfusingVoidType: a watcher with nothing to unregister returns nothing (the adapters' callbacks do).
+  onClientGone?: (cancel: () => void) => (() => void) | void;
+  /** The request's trace (tracing/tracing.ts), carried by the job to its batch; undefined when tracing is off. */
+  trace?: RequestTrace;
 }
 
 /** Where one prediction's time went, ms (the Server-Timing header). */
@@ -82,6 +95,8 @@ export interface PredictTimingsMs {
   stages?: HandlerStagesMs;
   /** The handler's whole time for the job's batch, measured in the worker thread (workerMs adds the hand-offs). */
   handlerMs?: number;
+  /** The priority level the job waited at, when the model has more than one. */
+  priority?: number;
   /** The request arrived while its model version was not resident and waited for its load (queueMs includes the load). */
   waitedForLoad?: boolean;
 }
@@ -100,6 +115,8 @@ export interface ModelRegistryOptions {
   caches?: ModelCaches;
   /** The process's memory now, bytes, measured around each load (default: PSS from /proc/self/smaps_rollup). */
   readMemoryBytes?: () => number;
+  /** The machine's CPU pressure for the shadow's gate (default: Linux PSI, read at most once a second). */
+  cpuPressure?: () => number | undefined;
   /** Environment read for MARINA_ORT_CACHE_OPTIMIZED_MODEL (default process.env). */
   env?: Record<string, string | undefined>;
 }
@@ -149,6 +166,8 @@ export class ModelRegistry implements ModelRegistryApi {
     this.shadow = new ShadowTraffic({
       onOutcome: (outcome) => this.events.emit('shadow', outcome),
       log: (level, message) => this.#log(level, message),
+      cpuPressure: options.cpuPressure ?? createCpuPressureReader(),
+      maxCpuPressurePercent: options.config.shadowMaxCpuPressurePercent ?? DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT,
     });
   }
 
@@ -724,11 +743,16 @@ export class ModelRegistry implements ModelRegistryApi {
       headers: options.headers,
       arrivedAt,
       bodyDecoding: options.bodyDecoding,
-      clientTimeoutMs: version.settings.clientTimeoutMs,
+      schedule: scheduleOf(version.settings.queue, options.scheduling, arrivedAt, version.label),
+      trace: options.trace,
     });
+    options.trace?.setModel(version.modelName, version.modelVersion, options.requestId);
+    let errorCode: string | undefined;
     let statusCode = 500;
+    let stopWatching: (() => void) | undefined;
     try {
       version.submit(job);
+      stopWatching = options.onClientGone?.(() => version.cancel(job)) ?? undefined;
       const result = await job.promise;
       statusCode = result.statusCode;
       const t = job.timings;
@@ -739,6 +763,7 @@ export class ModelRegistry implements ModelRegistryApi {
       };
       if (t.stages) timings.stages = t.stages;
       if (t.handlerMs !== undefined) timings.handlerMs = t.handlerMs;
+      if (version.queue.levelCount > 1) timings.priority = job.priority;
       if (t.waitedForLoad) timings.waitedForLoad = true;
       if (statusCode < 400) this.#offerShadow(version, options, result);
       // Not a spread: a TextJobResult's body is a getter, which a spread would drop.
@@ -746,8 +771,11 @@ export class ModelRegistry implements ModelRegistryApi {
     } catch (error) {
       const e = toMarinaError(error);
       statusCode = e.statusCode;
+      errorCode = e.code;
       throw e;
     } finally {
+      stopWatching?.();
+      options.trace?.recordJob(job, { isOk: errorCode === undefined, errorCode });
       const t = job.timings;
       const end = t.finishedAt ?? performance.now();
       // Listened to by the metrics, when they are on: no event object per request otherwise.
@@ -760,6 +788,7 @@ export class ModelRegistry implements ModelRegistryApi {
           queueMs: (t.dispatchedAt ?? end) - t.arrivedAt,
           inferenceMs: t.dispatchedAt === undefined ? 0 : end - t.dispatchedAt,
           totalMs: end - t.arrivedAt,
+          ...(version.queue.levelCount > 1 ? { priority: job.priority } : {}),
           ...(t.waitedForLoad ? { waitedForLoad: true } : {}),
         });
     }

@@ -8,8 +8,14 @@ import type { Job } from '../scheduling/job.ts';
 import { JobQueue } from '../scheduling/job-queue.ts';
 import type { Worker } from '../workers/worker.ts';
 import { WorkerPool } from '../workers/worker-pool.ts';
+import { recordBatchSpan } from '../tracing/tracing.ts';
 import type { WorkerInit } from '../workers/worker-protocol.ts';
-import type { ModelDescription, ModelVersionStats, SnapshotModelVersion } from './model-registry-api.ts';
+import type {
+  ModelDescription,
+  ModelVersionStats,
+  PriorityLevelStatus,
+  SnapshotModelVersion,
+} from './model-registry-api.ts';
 import type { HandlerStagesMs } from '../workers/worker-protocol.ts';
 import type { SignatureRead } from './read-model-signature.ts';
 
@@ -116,8 +122,11 @@ export class ModelVersion extends EventEmitter<{
   readonly unloadGraceMs: number;
   #transition: 'loading' | 'unloading' | undefined;
   #runningJobs = 0;
+  /** Per priority level: jobs that started running and their summed time in the queue, ms (describe, metrics). */
+  readonly #levelStats: Array<{ started: number; queueMs: number }>;
   #isAccepting = true;
   #isDraining = false;
+  #isProgressDue = false;
   readonly #startOnDemand: (version: ModelVersion, requestId: string) => void;
 
   constructor(options: ModelVersionOptions) {
@@ -146,7 +155,12 @@ export class ModelVersion extends EventEmitter<{
     this.lastUsedAt = undefined;
     this.unloadGraceMs = options.unloadGraceMs ?? 10_000;
     this.#startOnDemand = options.startOnDemand;
-    this.queue = new JobQueue({ capacity: options.settings.jobQueueSize, label: this.label });
+    this.queue = new JobQueue({
+      capacity: options.settings.jobQueueSize,
+      label: this.label,
+      levels: options.settings.queue.levels,
+    });
+    this.#levelStats = options.settings.queue.levels.map(() => ({ started: 0, queueMs: 0 }));
     this.pool = new WorkerPool({
       label: this.label,
       startupTimeoutMs: options.settings.startupTimeoutMs,
@@ -169,7 +183,17 @@ export class ModelVersion extends EventEmitter<{
         // The aggregator also dispatches from its own timers (delay, end of turn): say so.
         this.emit('progress');
       },
-      expired: () => this.#expiredError(),
+      expired: (job) => {
+        // Answered from the aggregator's own deadline timer: say so once this pass is over.
+        if (!this.#isProgressDue) {
+          this.#isProgressDue = true;
+          queueMicrotask(() => {
+            this.#isProgressDue = false;
+            this.emit('progress');
+          });
+        }
+        return this.#expiredError(job);
+      },
     });
     this.pool.on('ready', () => this.#pump());
     this.pool.on('started', (_worker, jobs) => {
@@ -179,6 +203,12 @@ export class ModelVersion extends EventEmitter<{
     });
     this.pool.on('finished', (worker, outcome) => {
       this.#runningJobs -= outcome.jobs.length;
+      recordBatchSpan(outcome.jobs, {
+        workerId: worker.id,
+        modelName: this.modelName,
+        modelVersion: this.modelVersion,
+        isOk: outcome.isOk,
+      });
       this.emit('batch', {
         batchSize: outcome.jobs.length,
         inferenceMs: outcome.inferenceMs,
@@ -220,6 +250,18 @@ export class ModelVersion extends EventEmitter<{
     this.#pump();
   }
 
+  /**
+   * A queued job's client went away: it leaves the queue unrun (a job already in a worker's hands
+   * runs, and its answer is dropped).
+   */
+  cancel(job: Job): void {
+    if (job.isSettled || job.timings.dispatchedAt !== undefined) return;
+    const error = createServeError.MARINA_ERR_CLIENT_GONE(
+      `the client of request ${job.requestId} went away while it waited in the queue of ${this.label}; it was dropped without running`,
+    );
+    if (this.queue.remove(job, error)) this.#pump();
+  }
+
   /** Where the version is in its life (see ResidencyState); derived from its workers and the transition in progress. */
   get state(): ResidencyState {
     if (this.#transition !== undefined) return this.#transition;
@@ -248,9 +290,19 @@ export class ModelVersion extends EventEmitter<{
     this.emit('progress');
   }
 
-  #expiredError() {
+  #expiredError(job: Job) {
+    const waitedMs = Math.round(performance.now() - job.timings.arrivedAt);
+    if (job.isRequestDeadline)
+      return createServeError.MARINA_ERR_DEADLINE_EXCEEDED(
+        `${this.label} could not start this request within its own timeout or deadline (waited ${waitedMs} ms at priority ${job.priority}); it was answered without running. Allow more time, send it at a higher priority, or add workers`,
+        { details: { priority: job.priority } },
+      );
+    const policyMs = this.settings.queue.levels[job.priority - 1]?.timeoutMs ?? this.settings.clientTimeoutMs;
     return createServeError.MARINA_ERR_CLIENT_TIMEOUT(
-      `${this.label} could not start this request within clientTimeoutInMills (${this.settings.clientTimeoutMs} ms); it was answered without running. Retry later, add workers, or raise clientTimeoutInMills`,
+      this.queue.levelCount > 1
+        ? `${this.label} could not start this request within priority ${job.priority}'s timeoutMs (${policyMs} ms); it was answered without running. Retry later, add workers, or raise timeoutMs`
+        : `${this.label} could not start this request within clientTimeoutInMills (${policyMs} ms); it was answered without running. Retry later, add workers, or raise clientTimeoutInMills`,
+      { details: { priority: job.priority } },
     );
   }
 
@@ -271,7 +323,7 @@ export class ModelVersion extends EventEmitter<{
         let expired = 0;
         for (const job of waiting) {
           if (job.deadline !== undefined && job.deadline <= now) {
-            job.reject(this.#expiredError());
+            job.reject(this.#expiredError(job));
             expired++;
           }
         }
@@ -289,6 +341,24 @@ export class ModelVersion extends EventEmitter<{
   #countStarted(jobs: readonly Job[]): void {
     this.queue.markStarted(jobs.length);
     this.#runningJobs += jobs.length;
+    if (this.#levelStats.length > 1) {
+      for (const job of jobs) {
+        const stats = this.#levelStats[job.priority - 1]!;
+        stats.started++;
+        stats.queueMs += (job.timings.dispatchedAt ?? performance.now()) - job.timings.arrivedAt;
+      }
+    }
+  }
+
+  /** Per priority level (models with more than one): jobs queued now, jobs started so far and their mean time in the queue. */
+  priorityLevels(): Array<{ level: number; queued: number; started: number; meanQueueMs: number }> | undefined {
+    if (this.#levelStats.length <= 1) return undefined;
+    return this.#levelStats.map((stats, i) => ({
+      level: i + 1,
+      queued: this.queue.sizeOf(i + 1),
+      started: stats.started,
+      meanQueueMs: stats.started === 0 ? 0 : stats.queueMs / stats.started,
+    }));
   }
 
   #noWorkersError() {
@@ -428,7 +498,11 @@ export class ModelVersion extends EventEmitter<{
         intraOpNumThreads: w.intraOpNumThreads,
         ...(w.warmupMs !== undefined ? { warmupMs: Math.round(w.warmupMs) } : {}),
       })),
-      jobQueueStatus: { remainingCapacity: this.queue.remainingCapacity, pendingRequests: this.queue.waiting },
+      jobQueueStatus: {
+        remainingCapacity: this.queue.remainingCapacity,
+        pendingRequests: this.queue.waiting,
+        ...this.#describePriorities(),
+      },
       state: this.state,
       residentBytes: this.state === 'registered' ? 0 : this.residentBytes || this.estimatedBytes,
       lastUsed: this.lastUsedAt === undefined ? null : new Date(this.lastUsedAt).toISOString(),
@@ -439,10 +513,30 @@ export class ModelVersion extends EventEmitter<{
     };
   }
 
+  /** describe's jobQueueStatus additions for a model with priority levels: each level's policy, depth and queue time. */
+  #describePriorities(): { priorityLevels?: PriorityLevelStatus[] } {
+    const levels = this.priorityLevels();
+    if (levels === undefined) return {};
+    const q = this.settings.queue;
+    return {
+      priorityLevels: levels.map((l) => ({
+        level: l.level,
+        isDefault: l.level === q.defaultPriorityLevel,
+        pendingRequests: l.queued,
+        startedRequests: l.started,
+        meanQueueMs: Math.round(l.meanQueueMs * 100) / 100,
+        ...q.levels[l.level - 1]!,
+      })),
+    };
+  }
+
   stats(): ModelVersionStats {
     return {
       modelName: this.modelName,
       modelVersion: this.modelVersion,
+      ...(this.queue.levelCount > 1
+        ? { queueDepthByPriority: Array.from({ length: this.queue.levelCount }, (_, i) => this.queue.sizeOf(i + 1)) }
+        : {}),
       queueDepth: this.queue.waiting,
       runningJobs: this.#runningJobs,
       jobQueueSize: this.queue.capacity,

@@ -4,11 +4,13 @@
  *
  * A copy never delays or fails a live request, and it is the first work shed under load: copies
  * wait in this one bounded queue (not in the shadow version's job queue) and one is handed to the
- * shadow version only while it has an idle worker and the live version has nothing waiting. A
+ * shadow version only while it has an idle worker, the live version has nothing waiting and the
+ * machine's CPU pressure (PSI) is below `maxCpuPressurePercent`. A
  * copy that finds the queue full pushes out the oldest, which is counted as dropped; so is one
  * that waited longer than SHADOW_MAX_WAIT_MS, or that the shadow version refused.
  */
 import type { MarinaError } from '@marina/errors';
+import { scheduleOf } from '../scheduling/queue-policy.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 import { agreementMethodOf, compareAnswers, type AgreementMethod } from './output-agreement.ts';
@@ -17,6 +19,8 @@ import type { ShadowOutcome, ShadowStats } from './model-registry-api.ts';
 
 /** Copies waiting for a shadow version with room, over all models (each holds one request's input). */
 export const SHADOW_QUEUE_CAPACITY = 16;
+/** shadow_max_cpu_pressure's default: copies wait while CPU pressure (PSI some avg10) is 50 % or more. */
+export const DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT = 50;
 /** A copy that could not start within this long is dropped: the machine had no headroom. */
 const SHADOW_MAX_WAIT_MS = 10_000;
 
@@ -46,13 +50,23 @@ export class ShadowTraffic {
   readonly #onProgress = () => this.#pump();
   readonly #onOutcome: (outcome: ShadowOutcome) => void;
   readonly #log: (level: 'warn', message: string) => void;
+  readonly #cpuPressure: () => number | undefined;
+  readonly #maxCpuPressurePercent: number;
 
+  /**
+   * @param options.cpuPressure the machine's CPU pressure, percent (createCpuPressureReader); undefined: unknown, not gated.
+   * @param options.maxCpuPressurePercent copies wait while the pressure is at or above this; 100 turns the gate off. Default 100.
+   */
   constructor(options: {
     onOutcome: (outcome: ShadowOutcome) => void;
     log?: (level: 'warn', message: string) => void;
+    cpuPressure?: () => number | undefined;
+    maxCpuPressurePercent?: number;
   }) {
     this.#onOutcome = options.onOutcome;
     this.#log = options.log ?? (() => undefined);
+    this.#cpuPressure = options.cpuPressure ?? (() => undefined);
+    this.#maxCpuPressurePercent = options.maxCpuPressurePercent ?? 100;
   }
 
   /** Copies waiting now. */
@@ -122,9 +136,12 @@ export class ShadowTraffic {
     });
   }
 
-  /** Room for a copy: the shadow version has an idle worker and the live version has no request waiting. */
+  /** Room for a copy: the shadow version has an idle worker, the live version has no request waiting, and the CPU is not contended. */
   #hasRoom(copy: Waiting): boolean {
-    return copy.shadow.pendingJobs < copy.shadow.pool.readyCount && copy.live.queue.waiting === 0;
+    if (copy.shadow.pendingJobs >= copy.shadow.pool.readyCount || copy.live.queue.waiting > 0) return false;
+    if (this.#maxCpuPressurePercent >= 100) return true;
+    const pressure = this.#cpuPressure();
+    return pressure === undefined || pressure < this.#maxCpuPressurePercent;
   }
 
   #pump(): void {
@@ -165,7 +182,13 @@ export class ShadowTraffic {
       input: copy.input,
       ...(copy.headers ? { headers: copy.headers } : {}),
       bodyDecoding: copy.bodyDecoding,
-      clientTimeoutMs: shadow.settings.clientTimeoutMs,
+      // A copy nobody waits for goes at the shadow's lowest priority level (its policy's timeout applies).
+      schedule: scheduleOf(
+        shadow.settings.queue,
+        { priority: shadow.settings.queue.priorityLevels },
+        performance.now(),
+        shadow.label,
+      ),
     });
     try {
       shadow.submit(job);

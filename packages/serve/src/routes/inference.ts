@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { FormFields, parseFormBody } from './form-body.ts';
 import multipart from '@fastify/multipart';
 import { declareRouteAuth } from '../auth/token-authorization.ts';
 import { createServeError, isMarinaError, type MarinaError } from '../errors.ts';
@@ -7,7 +8,8 @@ import { sendError } from '../protocols/error-map.ts';
 import { flattenHeaders } from '../protocols/request-headers.ts';
 import { modelParamsSchema } from './model-params-schema.ts';
 import type { JobInput } from '../scheduling/job.ts';
-import { serverTimingHeader } from './server-timing.ts';
+import { answeredPriority, serverTimingHeader } from './server-timing.ts';
+import { requestTraces } from '../tracing/tracing.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
 export interface InferenceRoutesOptions {
@@ -75,9 +77,9 @@ async function readMultipartInput(request: FastifyRequest): Promise<{ input: Job
 function readBodyInput(request: FastifyRequest): { input: JobInput; bodyDecoding: BodyDecoding } {
   const body = request.body;
   if (body === undefined || body === null) return { input: {}, bodyDecoding: undefined };
-  if (body instanceof URLSearchParams) {
+  if (body instanceof FormFields) {
     const input: JobInput = {};
-    for (const [k, v] of body) input[k] = v;
+    for (const [k, v] of body.entries) input[k] = v;
     return { input, bodyDecoding: undefined };
   }
   return Buffer.isBuffer(body)
@@ -93,7 +95,7 @@ export function workflowsNotImplemented(): MarinaError {
 }
 
 /** Where the model of a request comes from, per route family. */
-type ModelFrom = (request: FastifyRequest) => { modelName: string; modelVersion: string | undefined };
+type ModelFrom = (request: FastifyRequest, input: JobInput) => { modelName: string; modelVersion: string | undefined };
 
 const statusResponse = { type: 'object', properties: { status: { type: 'string' } }, required: ['status'] } as const;
 const errorResponse = {
@@ -138,8 +140,8 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
   // TorchServe decodes a form body into one input field per form field, like multipart.
   app.addContentTypeParser(
     'application/x-www-form-urlencoded',
-    { parseAs: 'string', bodyLimit: maxRequestBytes },
-    (_req, body, done) => done(null, new URLSearchParams(body as string)),
+    { parseAs: 'buffer', bodyLimit: maxRequestBytes },
+    (request, body, done) => done(null, parseFormBody(body as Buffer, request.headers['content-type'])),
   );
   await app.register(multipart, { limits: { fileSize: maxRequestBytes, fieldSize: maxRequestBytes } });
 
@@ -168,9 +170,9 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     async (request: FastifyRequest, reply: FastifyReply) => {
       const arrivedAt = performance.now();
       try {
-        const { modelName, modelVersion } = modelFrom(request);
         const read = readInput(request);
         const { input, bodyDecoding } = read instanceof Promise ? await read : read;
+        const { modelName, modelVersion } = modelFrom(request, input);
         if (routeOptions.withQuery) {
           for (const [k, v] of Object.entries(request.query as Record<string, string | string[]>))
             if (!(k in input)) input[k] = Array.isArray(v) ? v.join(',') : v;
@@ -184,10 +186,17 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
           headers,
           arrivedAt,
           bodyDecoding,
+          trace: requestTraces.get(request),
+          onClientGone: (cancel: () => void) => {
+            reply.raw.once('close', () => {
+              if (!reply.raw.writableFinished) cancel();
+            });
+          },
         };
         const result = await dataPlane.predict(predictOptions);
         const { text } = result;
         reply.header('server-timing', serverTimingHeader(result.timings, performance.now() - arrivedAt));
+        if (result.timings.priority !== undefined) answeredPriority.set(request, result.timings.priority);
         reply.header(MODEL_VERSION_HEADER, result.modelVersion);
         for (const k in result.headers) reply.header(k, result.headers[k]!);
         // Text goes as it is (node writes it with the head in one write); fastify would call a string
@@ -207,6 +216,8 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
             ),
           );
         }
+        const priority = (error as { details?: { priority?: unknown } }).details?.priority;
+        if (typeof priority === 'number') answeredPriority.set(request, priority);
         return sendError(reply, error);
       }
     };
@@ -214,14 +225,21 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     const params = request.params as { model_name: string; model_version?: string };
     return { modelName: params.model_name, modelVersion: params.model_version };
   };
-  /** /invocations: `model_name` from the query, else the only model registered (TorchServe: the only one loaded). */
-  const fromQueryOrOnly: ModelFrom = (request) => {
+  /**
+   * /invocations as TorchServe's InferenceRequestHandler reads it: `model_name` from the query, else
+   * the only model registered, else a `model_name` field of the body (multipart or form), else 400
+   * "Parameter model_name is required.".
+   */
+  const fromQueryOrOnly: ModelFrom = (request, input) => {
     const name = (request.query as { model_name?: string }).model_name;
-    if (name !== undefined) return { modelName: name, modelVersion: undefined };
+    if (name !== undefined && name !== '') return { modelName: name, modelVersion: undefined };
     const names = dataPlane.modelNames();
     if (names.length === 1) return { modelName: names[0]!, modelVersion: undefined };
-    throw createServeError.MARINA_ERR_MODEL_NOT_FOUND(
-      `Model not found: ${names.length === 0 ? 'no model is registered' : `give model_name= (registered: ${names.join(', ')})`}`,
+    const field = input.model_name;
+    const fromBody = Buffer.isBuffer(field) ? field.toString('utf8') : field;
+    if (typeof fromBody === 'string' && fromBody !== '') return { modelName: fromBody, modelVersion: undefined };
+    throw createServeError.MARINA_ERR_BAD_REQUEST(
+      `Parameter model_name is required. ${names.length === 0 ? 'No model is registered.' : `Give model_name= in the query or the body (registered: ${names.slice(0, 20).join(', ')}).`}`,
     );
   };
 
@@ -261,25 +279,25 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     predictFrom(fromQueryOrOnly, { withQuery: true }),
   );
   const legacy = predictFrom(fromParams, { withQuery: true });
+  // TorchServe's handleLegacyPredict takes any method: `GET /{model}/predict?data=...` passes the query as the input.
   for (const url of ['/:model_name/predict', '/:model_name/:model_version/predict']) {
-    app.post(
+    app.route({
+      method: ['GET', 'POST'],
       url,
-      {
-        schema: {
-          description:
-            'The legacy predict route: the same as POST /predictions/{model_name}, with query parameters as input fields.',
-          params: modelParamsSchema,
-          response: predictionResponses,
-        },
+      schema: {
+        description:
+          'The legacy predict route: the same as POST /predictions/{model_name}, with query parameters as input fields (GET takes them alone).',
+        params: modelParamsSchema,
+        response: predictionResponses,
       },
-      legacy,
-    );
+      handler: legacy,
+    });
   }
 
   // Explanations: DataPlane.explain answers as TorchServe does for a handler without explain.
   const explain = async (request: FastifyRequest, reply: FastifyReply) => {
     try {
-      const { modelName, modelVersion } = fromParams(request);
+      const { modelName, modelVersion } = fromParams(request, {});
       dataPlane.explain(modelName, modelVersion);
     } catch (error) {
       return sendError(reply, error);

@@ -79,6 +79,47 @@ const registerProperties = {
   s3_sse_kms: { type: 'boolean' },
 } as const;
 
+/**
+ * TorchServe's leniency with numbers (`NettyUtils.getIntParameter`: a value that is not an integer
+ * is its default), the default unless `strict_parameters=true`. The schemas then also take any
+ * string for these fields, and `lenientInteger` turns it into TorchServe's reading.
+ */
+const LENIENT_REGISTER_INTEGERS = [
+  'batch_size',
+  'max_batch_delay',
+  'initial_workers',
+  'response_timeout',
+  'startup_timeout',
+] as const;
+
+/** Java's Integer.parseInt reading of a parameter: an integer, or undefined (TorchServe then uses its default). */
+function lenientInteger(value: unknown): number | undefined {
+  if (typeof value === 'number') return Number.isInteger(value) ? value : undefined;
+  if (typeof value !== 'string' || !/^[+-]?\d+$/.test(value.trim())) return undefined;
+  const parsed = Number(value.trim());
+  return Number.isSafeInteger(parsed) && Math.abs(parsed) <= 2 ** 31 - 1 ? parsed : undefined;
+}
+
+/**
+ * Register parameters read as TorchServe reads them: a non-integer number is its default, a
+ * negative `initial_workers` means none, and a `startup_timeout` or `response_timeout` below 1 s,
+ * which TorchServe accepts, is the server's default (a zero timeout would fail every start).
+ */
+function lenientRegisterParams(params: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...params };
+  for (const name of LENIENT_REGISTER_INTEGERS) {
+    const value = lenientInteger(params[name]);
+    if (value === undefined) delete out[name];
+    else out[name] = value;
+  }
+  if (typeof out.initial_workers === 'number' && out.initial_workers < 0) out.initial_workers = 0;
+  if (typeof out.batch_size === 'number' && out.batch_size < 1) delete out.batch_size;
+  if (typeof out.max_batch_delay === 'number' && out.max_batch_delay < 0) delete out.max_batch_delay;
+  for (const name of ['startup_timeout', 'response_timeout'])
+    if (typeof out[name] === 'number' && (out[name] as number) < 1) delete out[name];
+  return out;
+}
+
 interface RegisterParams {
   url?: string;
   model_name?: string;
@@ -218,6 +259,13 @@ const scaleQuery = {
  */
 export async function managementRoutes(app: FastifyInstance, options: ManagementRoutesOptions): Promise<void> {
   const { registry, config } = options;
+  // Before the schemas check them (they stay TorchServe's integers, and describe the API so).
+  const lenientRegister = async (request: FastifyRequest) => {
+    if (config.strictParameters) return;
+    request.query = lenientRegisterParams(request.query as Record<string, unknown>);
+    if (request.body && typeof request.body === 'object')
+      request.body = lenientRegisterParams(request.body as Record<string, unknown>);
+  };
   declareRouteAuth(app, 'management');
   const limits = resourceLimitsOf(config);
   const resolve =
@@ -307,6 +355,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
         querystring: { type: 'object', properties: registerProperties },
         body: { type: ['object', 'null'], properties: registerProperties },
       },
+      preValidation: lenientRegister,
     },
     async (request, reply) => {
       assertModelApi('Registering models');

@@ -7,8 +7,13 @@ import type { PredictTimingsMs } from '../registry/model-registry.ts';
  * handler's whole time, measured in the worker thread), and `total` from arrival to the response. Durations in ms, 2 decimals.
  */
 export function serverTimingHeader(timings: PredictTimingsMs, totalMs: number): string {
-  // A request that waited for its model to load says so: its queue time includes the load.
-  const queue = `queue;dur=${ms(timings.queueMs)};desc="${timings.waitedForLoad ? 'job queue, waiting for the model to load' : 'job queue'}", `;
+  // A request that waited for its model to load says so: its queue time includes the load. A
+  // model with priority levels names the level the request waited at.
+  const where = timings.waitedForLoad ? 'job queue, waiting for the model to load' : 'job queue';
+  const queue =
+    timings.priority === undefined
+      ? `queue;dur=${ms(timings.queueMs)};desc="${where}", `
+      : `queue;dur=${ms(timings.queueMs)};desc="${where}, priority ${timings.priority}", priority;desc="${timings.priority}", `;
   const total = `total;dur=${ms(totalMs)};desc="total"`;
   const { stages } = timings;
   if (stages) {
@@ -17,6 +22,12 @@ export function serverTimingHeader(timings: PredictTimingsMs, totalMs: number): 
   // Measured in the worker thread: the main thread learns of the start only when the thread reports it.
   return `${queue}handler;dur=${ms(timings.handlerMs ?? timings.workerMs)};desc="handler", ${total}`;
 }
+
+/**
+ * The priority level a request was answered at (models with more than one level), for the access
+ * log; set by the routes, read when the response is logged.
+ */
+export const answeredPriority = new WeakMap<object, number>();
 
 /** A duration in the header: ms with 2 decimals, never negative. */
 function ms(value: number): string {

@@ -27,8 +27,8 @@ export interface BatchAggregatorOptions<W extends BatchTaker> {
   workers(): Iterable<W>;
   /** Hands a batch taken from the queue to a worker. Must not call back into the aggregator synchronously. */
   dispatch(worker: W, jobs: Job[], reason: DispatchReason): void;
-  /** The error for a queued job whose client timeout ran out before it was taken. */
-  expired(): MarinaError;
+  /** The error for a queued job whose deadline (its level's timeout, its own, its gRPC deadline) passed before it was taken. */
+  expired(job: Job): MarinaError;
 }
 
 /**
@@ -150,9 +150,9 @@ export class BatchAggregator<W extends BatchTaker> {
     this.#isCollectDue = false;
   }
 
-  /** One timer for the oldest queued job's client deadline: it is answered then, even if no worker pulls. */
+  /** One timer for the earliest queued job's deadline (or delay time): it is answered (or moved back) then, even if no worker pulls. */
   #armDeadline(): void {
-    const deadline = this.#options.queue.peek()?.deadline ?? Infinity;
+    const deadline = this.#options.queue.nextDeadline();
     if (deadline === this.#deadlineAt) return;
     clearTimeout(this.#deadlineTimer);
     this.#deadlineTimer = undefined;

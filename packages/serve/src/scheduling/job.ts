@@ -1,5 +1,7 @@
 import type { MarinaError } from '@marina/errors';
-import type { BodyDecoding, HandlerStagesMs } from '../workers/worker-protocol.ts';
+import type { BodyDecoding } from '../workers/worker-protocol.ts';
+import type { JobTimings } from './job-timings.ts';
+import type { RequestTrace } from '../tracing/tracing.ts';
 
 /** One request's input as the handler sees it: `{ body }` for a raw body, one key per multipart field otherwise. */
 export type JobInput = Record<string, unknown>;
@@ -35,19 +37,19 @@ export class TextJobResult implements JobResult {
   }
 }
 
-export interface JobTimings {
-  /** performance.now() when the request arrived. */
-  arrivedAt: number;
-  /** When its batch started running in a worker (not when it was handed over); undefined until then. */
-  dispatchedAt: number | undefined;
-  /** When the worker answered. */
-  finishedAt: number | undefined;
-  /** Where the worker spent the time of this job's batch, for handlers with separate stages. */
-  stages?: HandlerStagesMs;
-  /** The handler's time for this job's batch, measured in the worker thread. */
-  handlerMs?: number;
-  /** It arrived while its model version was not resident, and waited for the load. */
-  waitedForLoad?: boolean;
+/**
+ * Where a job waits and until when (see JobQueue): its priority level, the time after which it is
+ * answered without running, and (timeoutAction 'delay') the time after which it loses its place.
+ */
+export interface JobSchedule {
+  /** 1 is the highest level. Default 1. */
+  priority: number;
+  /** performance.now() after which the job is answered without running; undefined: never. */
+  deadline?: number;
+  /** Whether the deadline is the request's own (its timeout, a gRPC deadline: 504) rather than its level's policy (503). */
+  isRequestDeadline?: boolean;
+  /** performance.now() after which the job moves behind its level's other jobs (timeoutAction 'delay'). */
+  delayAt?: number;
 }
 
 /**
@@ -63,8 +65,16 @@ export class Job {
   /** How the worker decodes `input.body` bytes before the handler sees them (undefined: as is). */
   readonly bodyDecoding: BodyDecoding;
   readonly promise: Promise<JobResult>;
-  /** performance.now() after which the job is answered without running (clientTimeoutInMills); undefined: no deadline. */
+  /** performance.now() after which the job is answered without running (its level's timeout, its own, or its gRPC deadline); undefined: no deadline. */
   readonly deadline: number | undefined;
+  /** The deadline is the request's own (answered 504) rather than its level's (503). */
+  readonly isRequestDeadline: boolean;
+  /** Priority level, 1 the highest. */
+  readonly priority: number;
+  /** performance.now() after which the job moves behind its level's others (timeoutAction 'delay'); cleared when it does. */
+  delayAt: number | undefined;
+  /** The request's trace, when tracing is on (see tracing/tracing.ts); the scheduler only carries it. */
+  readonly trace: RequestTrace | undefined;
   #resolve!: (result: JobResult) => void;
   #reject!: (error: MarinaError) => void;
   #isSettled = false;
@@ -76,6 +86,9 @@ export class Job {
     arrivedAt?: number;
     bodyDecoding?: BodyDecoding;
     clientTimeoutMs?: number;
+    /** Priority and deadlines (overrides clientTimeoutMs). */
+    schedule?: JobSchedule;
+    trace?: RequestTrace;
   }) {
     this.requestId = options.requestId;
     this.input = options.input;
@@ -83,13 +96,23 @@ export class Job {
     this.headers = options.headers ?? {};
     this.timings = {
       arrivedAt: options.arrivedAt ?? performance.now(),
+      queuedAt: undefined,
       dispatchedAt: undefined,
       finishedAt: undefined,
+      workerId: undefined,
+      batchSize: undefined,
     };
+    const schedule = options.schedule;
     this.deadline =
-      options.clientTimeoutMs !== undefined && options.clientTimeoutMs > 0
-        ? this.timings.arrivedAt + options.clientTimeoutMs
-        : undefined;
+      schedule !== undefined
+        ? schedule.deadline
+        : options.clientTimeoutMs !== undefined && options.clientTimeoutMs > 0
+          ? this.timings.arrivedAt + options.clientTimeoutMs
+          : undefined;
+    this.isRequestDeadline = schedule?.isRequestDeadline === true;
+    this.priority = schedule?.priority ?? 1;
+    this.delayAt = schedule?.delayAt;
+    this.trace = options.trace;
     this.promise = new Promise<JobResult>((resolve, reject) => {
       this.#resolve = resolve;
       this.#reject = reject;

@@ -372,7 +372,13 @@ export class Worker extends EventEmitter<{
   #start(batch: Batch): void {
     this.#running = batch;
     batch.startedAt = performance.now();
-    for (const job of batch.jobs) job.timings.dispatchedAt = batch.startedAt;
+    const size = batch.jobs.length;
+    for (const job of batch.jobs) {
+      const t = job.timings;
+      t.dispatchedAt = batch.startedAt;
+      t.workerId = this.id;
+      t.batchSize = size;
+    }
     this.#armTimer(batch);
   }
 

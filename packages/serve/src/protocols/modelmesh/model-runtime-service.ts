@@ -9,6 +9,7 @@
  * that name) and makes it resident; unloadModel unregisters it. Models registered otherwise
  * (load_models, the management API) are never touched: a loadModel whose modelId names one is refused.
  */
+import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { assertModelIdentity } from '@marina/archive';
 import type { MarinaError } from '@marina/errors';
@@ -107,7 +108,7 @@ export class ModelRuntimeService {
   }
 
   get #wrapDir(): string {
-    return `${this.#config.extractionCacheDir}/.modelmesh-onnx`;
+    return join(this.#config.extractionCacheDir, '.modelmesh-onnx');
   }
 
   #isRegistered(modelId: string): boolean {
@@ -149,6 +150,7 @@ export class ModelRuntimeService {
       throw error;
     }
     this.#owned.set(modelId, resolved);
+    let isRegistered = false;
     try {
       await this.#registry.register({
         url: request.modelPath.slice(0, 1000),
@@ -160,12 +162,14 @@ export class ModelRuntimeService {
         // A wrapped .onnx folder is Marina's own copy: unregister deletes it.
         isDownloaded: resolved.kind === 'wrapped-onnx',
       });
+      isRegistered = true;
       const description = await this.#registry.load(modelId, undefined, { reason: 'api' });
       this.#log('info', `ModelMesh loaded model ${modelId} (${description.residentBytes ?? 0} bytes resident)`);
       return this.#answer(description);
     } catch (error) {
       this.#owned.delete(modelId);
-      if (this.#isRegistered(modelId)) await this.#registry.unregister(modelId).catch(() => undefined);
+      // Only what this call registered: a failed register may have met a model someone else registered meanwhile.
+      if (isRegistered) await this.#registry.unregister(modelId).catch(() => undefined);
       await removeWrapped(resolved).catch(() => undefined);
       throw error;
     }

@@ -195,7 +195,7 @@ async function wrapOnnx(onnxPath: string, options: ResolveModelPathOptions): Pro
   return folder;
 }
 
-/** Whether `path` is a folder `wrapOnnx` made (for clean-up after a failed register). */
+/** Deletes the folder `wrapOnnx` made for a bare .onnx (after a failed register or an unload); nothing for other kinds. */
 export async function removeWrapped(resolved: ResolvedModelPath): Promise<void> {
   if (resolved.kind !== 'wrapped-onnx') return;
   if ((await lstat(resolved.archivePath).catch(() => undefined))?.isDirectory())

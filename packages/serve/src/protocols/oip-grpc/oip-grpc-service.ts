@@ -17,7 +17,7 @@ import {
   type V2Datatype,
 } from '@marina/handlers';
 import type { DataPlane } from '../data-plane.ts';
-import { unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
+import { callScheduling, unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
 import { metadataHeaders } from '../request-headers.ts';
 
 type Contents = Partial<
@@ -163,37 +163,51 @@ export function createOipGrpcService(options: {
     ModelMetadata: unary<{ name: string; version: string }, unknown>(checkKey, (r) =>
       dataPlane.modelMetadata(r.name, version(r.version)),
     ),
-    ModelInfer: unary<ModelInferRequest, unknown>(checkKey, async (r, call) => {
-      const arrivedAt = performance.now();
-      let decoded: ReturnType<typeof decodeModelInferRequest>;
-      try {
-        decoded = decodeModelInferRequest(r);
-      } catch (error) {
-        dataPlane.recordUndecodable(r.model_name, version(r.model_version), arrivedAt, error);
-        throw error;
-      }
-      const { inputs, isRaw } = decoded;
-      const parameters = parameterValues(r.parameters);
-      const response = await dataPlane.infer({
-        modelName: r.model_name,
-        modelVersion: version(r.model_version),
-        ...(r.id ? { id: r.id } : {}),
-        inputs,
-        ...(r.outputs.length > 0 ? { outputs: r.outputs.map((o) => ({ name: o.name })) } : {}),
-        ...(parameters ? { parameters } : {}),
-        requestId: randomUUID(),
-        headers: metadataHeaders(call.metadata),
-        arrivedAt,
-      });
-      call.sendMetadata(versionMetadata(response.modelVersion));
-      return {
-        model_name: response.modelName,
-        model_version: response.modelVersion,
-        id: r.id,
-        parameters: {},
-        ...encodeModelInferOutputs(response.outputs, isRaw),
-      };
-    }),
+    ModelInfer: unary<ModelInferRequest, unknown>(
+      checkKey,
+      async (r, call, trace) => {
+        const arrivedAt = performance.now();
+        const { scheduling, onClientGone } = callScheduling(call, arrivedAt);
+        let decoded: ReturnType<typeof decodeModelInferRequest>;
+        try {
+          decoded = decodeModelInferRequest(r);
+        } catch (error) {
+          dataPlane.recordUndecodable(r.model_name, version(r.model_version), arrivedAt, error);
+          throw error;
+        }
+        const { inputs, isRaw } = decoded;
+        const parameters = parameterValues(r.parameters);
+        const response = await dataPlane.infer({
+          modelName: r.model_name,
+          modelVersion: version(r.model_version),
+          ...(r.id ? { id: r.id } : {}),
+          inputs,
+          ...(r.outputs.length > 0 ? { outputs: r.outputs.map((o) => ({ name: o.name })) } : {}),
+          ...(parameters ? { parameters } : {}),
+          requestId: randomUUID(),
+          headers: metadataHeaders(call.metadata),
+          arrivedAt,
+          ...(scheduling ? { scheduling } : {}),
+          onClientGone,
+          trace,
+        });
+        call.sendMetadata(versionMetadata(response.modelVersion));
+        return {
+          model_name: response.modelName,
+          model_version: response.modelVersion,
+          id: r.id,
+          parameters: {},
+          ...encodeModelInferOutputs(response.outputs, isRaw),
+        };
+      },
+      'oip',
+      {
+        tracing: dataPlane.tracing,
+        service: 'inference.GRPCInferenceService',
+        method: 'ModelInfer',
+        protocol: 'oip-grpc',
+      },
+    ),
     // KServe's messages (model_name in, model_name and isLoaded/isUnloaded out), the default version.
     RepositoryModelLoad: unary<{ model_name: string }, unknown>(checkManagementKey, async (r) => {
       await dataPlane.loadModel(r.model_name);

@@ -24,6 +24,8 @@ import { modelParamsSchema } from '../../routes/model-params-schema.ts';
 import { MODEL_VERSION_HEADER, type DataPlane, type InferRequest, type InferResponse } from '../data-plane.ts';
 import { sendError } from '../error-map.ts';
 import { flattenHeaders } from '../request-headers.ts';
+import { answeredPriority } from '../../routes/server-timing.ts';
+import { requestTraces } from '../../tracing/tracing.ts';
 
 export interface OipRestRoutesOptions {
   dataPlane: DataPlane;
@@ -347,7 +349,14 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         requestId: request.id,
         headers: flattenHeaders(request.headers),
         arrivedAt,
+        trace: requestTraces.get(request),
+        onClientGone: (cancel) => {
+          reply.raw.once('close', () => {
+            if (!reply.raw.writableFinished) cancel();
+          });
+        },
       });
+      if (response.priority !== undefined) answeredPriority.set(request, response.priority);
       reply.header(MODEL_VERSION_HEADER, response.modelVersion);
       const encoded = encodeInferResponse(response, decoded.binaryOutputs, dataPlane.maxResponseBytes);
       assertResponseSize(encoded.body.length, dataPlane.maxResponseBytes);
@@ -357,6 +366,8 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       } else reply.type('application/json');
       return reply.code(200).send(encoded.body);
     } catch (error) {
+      const priority = (error as { details?: { priority?: unknown } }).details?.priority;
+      if (typeof priority === 'number') answeredPriority.set(request, priority);
       return sendError(reply, error);
     }
   };

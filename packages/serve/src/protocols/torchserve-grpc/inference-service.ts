@@ -4,13 +4,27 @@
  * REST) and goes through the registry's predict path like `/predictions`.
  */
 import { randomUUID } from 'node:crypto';
-import type * as grpc from '@grpc/grpc-js';
+import * as grpc from '@grpc/grpc-js';
 import { createServeError } from '../../errors.ts';
 import type { PredictResult } from '../../registry/model-registry.ts';
 import type { DataPlane } from '../data-plane.ts';
 import { grpcServiceError, torchServeGrpcStreamStatus } from '../error-map.ts';
-import { unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
+import {
+  callScheduling,
+  endCallTrace,
+  startCallTrace,
+  unary,
+  versionMetadata,
+  withTraceparent,
+  type KeyCheck,
+} from '../grpc-common.ts';
 import { metadataHeaders } from '../request-headers.ts';
+import type { RequestTrace } from '../../tracing/tracing.ts';
+
+const SERVICE = 'org.pytorch.serve.grpc.inference.InferenceAPIsService';
+
+/** A call of any kind: what predict reads from it. */
+type PredictCall = Parameters<typeof callScheduling>[0];
 
 interface PredictionsRequest {
   model_name: string;
@@ -25,7 +39,7 @@ export function createTorchServeInferenceService(options: {
 }): grpc.UntypedServiceImplementation {
   const { dataPlane, checkKey } = options;
 
-  const predict = (request: PredictionsRequest, metadata: grpc.Metadata): Promise<PredictResult> => {
+  const predict = (request: PredictionsRequest, call: PredictCall, trace?: RequestTrace): Promise<PredictResult> => {
     const arrivedAt = performance.now();
     if (!request.model_name)
       return Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter model_name is required.'));
@@ -35,7 +49,8 @@ export function createTorchServeInferenceService(options: {
           "the request's input map is empty; put the model input under the key 'data'",
         ),
       );
-    const headers = metadataHeaders(metadata);
+    const headers = metadataHeaders(call.metadata);
+    const { scheduling, onClientGone } = callScheduling(call, arrivedAt);
     return dataPlane.predict({
       modelName: request.model_name,
       modelVersion: request.model_version || undefined,
@@ -43,6 +58,9 @@ export function createTorchServeInferenceService(options: {
       input: { ...request.input },
       headers,
       arrivedAt,
+      ...(scheduling ? { scheduling } : {}),
+      onClientGone,
+      ...(trace ? { trace } : {}),
     });
   };
 
@@ -56,25 +74,35 @@ export function createTorchServeInferenceService(options: {
     ),
     Predictions: unary<PredictionsRequest, unknown>(
       checkKey,
-      async (request, call) => {
-        const result = await predict(request, call.metadata);
+      async (request, call, trace) => {
+        const result = await predict(request, call, trace);
         call.sendMetadata(versionMetadata(result.modelVersion));
         return { prediction: result.body };
       },
       'torchserve',
+      { tracing: dataPlane.tracing, service: SERVICE, method: 'Predictions', protocol: 'torchserve-grpc' },
     ),
     /** Marina's handlers answer once, so the stream carries one message. */
     StreamPredictions: (call: grpc.ServerWritableStream<PredictionsRequest, unknown>) => {
+      const trace = startCallTrace(call, {
+        tracing: dataPlane.tracing,
+        service: SERVICE,
+        method: 'StreamPredictions',
+        protocol: 'torchserve-grpc',
+      });
+      const fail = (error: unknown) => {
+        const serviceError = withTraceparent(grpcServiceError(error, 'torchserve'), trace);
+        endCallTrace(trace, serviceError.code);
+        call.destroy(serviceError);
+      };
       const denied = checkKey(call);
-      if (denied) return call.destroy(grpcServiceError(denied, 'torchserve'));
-      predict(call.request, call.metadata).then(
-        (result) => {
-          call.sendMetadata(versionMetadata(result.modelVersion));
-          call.write({ prediction: result.body });
-          call.end();
-        },
-        (error: unknown) => call.destroy(grpcServiceError(error, 'torchserve')),
-      );
+      if (denied) return fail(denied);
+      predict(call.request, call, trace).then((result) => {
+        endCallTrace(trace, grpc.status.OK);
+        call.sendMetadata(versionMetadata(result.modelVersion));
+        call.write({ prediction: result.body });
+        call.end();
+      }, fail);
     },
     /** Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does. */
     StreamPredictions2: (call: grpc.ServerDuplexStream<PredictionsRequest, unknown>) => {
@@ -85,7 +113,7 @@ export function createTorchServeInferenceService(options: {
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};
         const done = (
           request.sequence_id
-            ? predict(request, call.metadata)
+            ? predict(request, call)
             : Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter sequenceId is required.'))
         ).then(
           (result) => void call.write({ prediction: result.body, ...sequence }),

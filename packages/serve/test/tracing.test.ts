@@ -1,0 +1,362 @@
+/**
+ * OpenTelemetry traces, end to end: a real server (REST and both gRPC services on loopback, a real
+ * worker thread) exports to a local OTLP receiver over real HTTP, which decodes what arrives
+ * (protobuf for one server, JSON for the other). Checks the span tree, the parent taken from a
+ * caller's traceparent on each protocol, the attributes, the batch span's links, that probes are
+ * not traced, and that a sampled parent is traced even when the sampler says always_off.
+ * Waits: the tracer's forceFlush (which resolves once the receiver has answered the export).
+ */
+import { randomBytes } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp, type MarinaApp } from '../src/app.ts';
+import { configFromProperties } from '../src/config/load-config.ts';
+import { startGrpcServers, type GrpcServers } from '../src/protocols/grpc-server.ts';
+import { tracingSettingsFrom } from '../src/tracing/tracing.ts';
+import { until } from './gate-harness.ts';
+import { clientPackage, grpcClient } from './oip-harness.ts';
+import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from './otlp-receiver.ts';
+import { tempDir, writeModelFolder } from './helpers.ts';
+
+/** A handler with separate stages (so the worker reports preprocess, inference and postprocess); preprocess holds while a row's gate file is missing. */
+const stagedHandler = `
+import { existsSync } from 'node:fs';
+const nap = new Int32Array(new SharedArrayBuffer(4));
+function inputOf(row) {
+  const b = row.body ?? row.data;
+  if (b && typeof b === 'object' && !(b instanceof Uint8Array)) return b;
+  try { return JSON.parse(Buffer.from(b).toString()); } catch { return {}; }
+}
+export function preprocess(rows) {
+  return rows.map((row) => {
+    const input = inputOf(row);
+    if (input.gate) while (!existsSync(input.gate)) Atomics.wait(nap, 0, 0, 5);
+    return input;
+  });
+}
+export function inference(inputs) { return inputs; }
+export function postprocess(inputs, context) { return inputs.map((_, i) => ({ ok: true, batch: inputs.length })); }
+`;
+
+let dir: { path: string; cleanup: () => Promise<void> };
+let receiver: OtlpReceiver;
+
+interface Server {
+  app: MarinaApp;
+  base: string;
+  grpc?: GrpcServers;
+}
+let traced: Server;
+let sampledOnly: Server;
+
+async function startServer(env: Record<string, string>, withGrpc: boolean): Promise<Server> {
+  const name = withGrpc ? 'staged' : 'staged2';
+  const folder = await writeModelFolder({
+    dir: join(dir.path, name),
+    modelName: 'staged',
+    handler: 'staged.mjs',
+    files: { 'staged.mjs': stagedHandler },
+    modelConfigYaml: 'minWorkers: 1\nbatchSize: 2\nmaxBatchDelay: 50\nintraOpNumThreads: 1\n',
+  });
+  const config = configFromProperties(
+    {
+      inference_address: 'http://127.0.0.1:0',
+      management_address: 'http://127.0.0.1:0',
+      metrics_address: 'http://127.0.0.1:0',
+      grpc_inference_port: '0',
+      grpc_management_port: '0',
+      disable_token_authorization: 'true',
+      enable_metrics_api: 'false',
+    },
+    { cwd: dir.path },
+  );
+  const app = await buildApp({ ...config, extractionCacheDir: join(dir.path, `cache-${name}`) }, { env });
+  await app.registry.register({ url: name, archivePath: folder, synchronous: true });
+  const base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
+  const grpcServers = withGrpc
+    ? await startGrpcServers({
+        config,
+        grpc: config.grpc!,
+        dataPlane: app.dataPlane,
+        management: app.management,
+        tokens: undefined,
+      })
+    : undefined;
+  return { app, base, ...(grpcServers ? { grpc: grpcServers } : {}) };
+}
+
+beforeAll(async () => {
+  dir = await tempDir('marina-tracing-');
+  receiver = await startOtlpReceiver(dir.path);
+  traced = await startServer(
+    {
+      OTEL_TRACES_EXPORTER: 'otlp',
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/protobuf',
+      OTEL_SERVICE_NAME: 'marina-under-test',
+      OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment.name=ci,team=inference',
+    },
+    true,
+  );
+  sampledOnly = await startServer(
+    {
+      OTEL_TRACES_EXPORTER: 'otlp',
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${receiver.url}/v1/traces`,
+      OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
+      OTEL_TRACES_SAMPLER: 'always_off',
+      OTEL_SERVICE_NAME: 'marina-sampled-only',
+    },
+    false,
+  );
+}, 90_000);
+
+afterAll(async () => {
+  for (const s of [traced, sampledOnly]) {
+    if (!s) continue;
+    const closed = s.app.close();
+    await Promise.all([s.grpc?.close({ drained: closed }), closed]);
+  }
+  await receiver?.close();
+  await dir?.cleanup();
+});
+
+function newParent(flags = '01') {
+  const traceId = randomBytes(16).toString('hex');
+  const spanId = randomBytes(8).toString('hex');
+  return { traceId, spanId, traceparent: `00-${traceId}-${spanId}-${flags}` };
+}
+
+/** The spans of one trace that reached the receiver, after the server exported what it had. */
+async function spansOf(server: Server, traceId: string): Promise<ReceivedSpan[]> {
+  await server.app.tracing!.forceFlush();
+  return receiver.spans.filter((s) => s.traceId === traceId);
+}
+
+/** The request span under `parentSpanId` and its children by name; fails when a stage is missing. */
+function tree(spans: ReceivedSpan[], parentSpanId: string) {
+  const request = spans.find((s) => s.parentSpanId === parentSpanId && s.kind === 2);
+  expect(request, 'the request span, a child of the given parent').toBeDefined();
+  const children = new Map(spans.filter((s) => s.parentSpanId === request!.spanId).map((s) => [s.name, s]));
+  for (const name of ['admission', 'queue', 'preprocess', 'inference', 'postprocess'])
+    expect(children.has(name), `${request!.name} has a ${name} span`).toBe(true);
+  for (const child of children.values()) {
+    expect(child.startNs >= request!.startNs).toBe(true);
+    expect(child.endNs <= request!.endNs).toBe(true);
+  }
+  return { request: request!, children };
+}
+
+function grpcCall(service: string, method: string, request: unknown, metadata: grpc.Metadata) {
+  const [file, name] =
+    service === 'oip'
+      ? ['grpc_predict_v2.proto', 'inference.GRPCInferenceService']
+      : ['inference.proto', 'org.pytorch.serve.grpc.inference.InferenceAPIsService'];
+  const client = grpcClient(clientPackage(file), name, traced.grpc!.inferenceUrl);
+  return new Promise<{ error: grpc.ServiceError | null; headers: grpc.Metadata }>((resolve) => {
+    let headers = new grpc.Metadata();
+    const call = (client[method] as (...args: unknown[]) => grpc.ClientUnaryCall).call(
+      client,
+      request,
+      metadata,
+      (error: grpc.ServiceError | null) => {
+        client.close();
+        resolve({ error, headers });
+      },
+    );
+    call.on('metadata', (m: grpc.Metadata) => (headers = m));
+  });
+}
+
+describe('OpenTelemetry tracing', { timeout: 60_000 }, () => {
+  it('joins a caller traceparent on TorchServe REST: request span, admission, queue and stages, with HTTP and model attributes', async () => {
+    const parent = newParent();
+    const response = await fetch(`${traced.base}/predictions/staged`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', traceparent: parent.traceparent, tracestate: 'vendor=1' },
+      body: JSON.stringify({ value: 1 }),
+    });
+    expect(response.status).toBe(200);
+    const spans = await spansOf(traced, parent.traceId);
+    const { request, children } = tree(spans, parent.spanId);
+    expect(response.headers.get('traceparent')).toBe(`00-${parent.traceId}-${request.spanId}-01`);
+    expect(request.name).toBe('POST /predictions/:model_name');
+    expect(request.encoding).toBe('protobuf');
+    expect(request.attributes).toMatchObject({
+      'http.request.method': 'POST',
+      'http.route': '/predictions/:model_name',
+      'url.path': '/predictions/staged',
+      'http.response.status_code': 200,
+      'marina.protocol': 'torchserve-rest',
+      'marina.model.name': 'staged',
+      'marina.model.version': '1.0',
+    });
+    expect(request.attributes['marina.request.id']).toBe(response.headers.get('x-request-id'));
+    expect(children.get('queue')!.attributes['marina.priority']).toBe(1);
+    expect(children.get('inference')!.attributes).toMatchObject({ 'marina.batch.size': 1 });
+    expect(typeof children.get('inference')!.attributes['marina.worker.id']).toBe('string');
+    expect(request.resource).toMatchObject({
+      'service.name': 'marina-under-test',
+      'deployment.environment.name': 'ci',
+      team: 'inference',
+    });
+  });
+
+  it('joins the traceparent on OIP REST, OIP gRPC and TorchServe gRPC (metadata), with RPC attributes', async () => {
+    const rest = newParent();
+    const oipRest = await fetch(`${traced.base}/v2/models/staged/infer`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', traceparent: rest.traceparent },
+      body: JSON.stringify({ inputs: [{ name: 'input', datatype: 'BYTES', shape: [1], data: ['{"value":2}'] }] }),
+    });
+    expect(oipRest.status).toBe(200);
+
+    const oip = newParent();
+    const oipMetadata = new grpc.Metadata();
+    oipMetadata.set('traceparent', oip.traceparent);
+    const oipCall = await grpcCall(
+      'oip',
+      'ModelInfer',
+      {
+        model_name: 'staged',
+        inputs: [{ name: 'input', datatype: 'BYTES', shape: [1], contents: { bytes_contents: [Buffer.from('{}')] } }],
+      },
+      oipMetadata,
+    );
+    expect(oipCall.error).toBeNull();
+
+    const ts = newParent();
+    const tsMetadata = new grpc.Metadata();
+    tsMetadata.set('traceparent', ts.traceparent);
+    const tsCall = await grpcCall(
+      'torchserve',
+      'Predictions',
+      { model_name: 'staged', input: { data: Buffer.from('{"value":3}') } },
+      tsMetadata,
+    );
+    expect(tsCall.error).toBeNull();
+
+    const restTree = tree(await spansOf(traced, rest.traceId), rest.spanId);
+    expect(restTree.request.attributes).toMatchObject({
+      'http.route': '/v2/models/:model_name/infer',
+      'marina.protocol': 'oip-rest',
+      'marina.model.name': 'staged',
+    });
+    expect(oipRest.headers.get('traceparent')).toBe(`00-${rest.traceId}-${restTree.request.spanId}-01`);
+
+    const oipTree = tree(await spansOf(traced, oip.traceId), oip.spanId);
+    expect(oipTree.request.name).toBe('inference.GRPCInferenceService/ModelInfer');
+    expect(oipTree.request.attributes).toMatchObject({
+      'rpc.system': 'grpc',
+      'rpc.service': 'inference.GRPCInferenceService',
+      'rpc.method': 'ModelInfer',
+      'rpc.grpc.status_code': 0,
+      'marina.protocol': 'oip-grpc',
+      'marina.model.name': 'staged',
+    });
+    expect(oipCall.headers.get('traceparent')[0]).toBe(`00-${oip.traceId}-${oipTree.request.spanId}-01`);
+
+    const tsTree = tree(await spansOf(traced, ts.traceId), ts.spanId);
+    expect(tsTree.request.attributes).toMatchObject({
+      'rpc.method': 'Predictions',
+      'marina.protocol': 'torchserve-grpc',
+    });
+    expect(tsCall.headers.get('traceparent')[0]).toBe(`00-${ts.traceId}-${tsTree.request.spanId}-01`);
+  });
+
+  it('gives a batch one span, a child of its first request, linked to every request it ran', async () => {
+    const version = traced.app.registry.getVersion('staged');
+    const gate = join(dir.path, 'gate');
+    const post = (body: unknown, traceparent: string) =>
+      fetch(`${traced.base}/predictions/staged`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', traceparent },
+        body: JSON.stringify(body),
+      });
+    const blocker = post({ gate }, newParent().traceparent);
+    await until(version, () => version.runningJobs === 1);
+    const [a, b] = [newParent(), newParent()];
+    const both = [post({ value: 'a' }, a.traceparent), post({ value: 'b' }, b.traceparent)];
+    // batchSize 2 with the worker busy: the two go as one (prefetched) batch.
+    await until(version, () => version.queue.waiting === 2 && version.queue.size === 0);
+    await writeFile(gate, '');
+    expect((await Promise.all([blocker, ...both])).map((r) => r.status)).toEqual([200, 200, 200]);
+    const aSpans = await spansOf(traced, a.traceId);
+    const bSpans = await spansOf(traced, b.traceId);
+    const aRequest = tree(aSpans, a.spanId).request;
+    const bRequest = tree(bSpans, b.spanId).request;
+    const batch = [...aSpans, ...bSpans].find((s) => s.name === 'batch');
+    expect(batch, 'a batch span in the first request’s trace').toBeDefined();
+    expect(batch!.attributes['marina.batch.size']).toBe(2);
+    expect(batch!.links.map((l) => l.spanId).sort()).toEqual([aRequest.spanId, bRequest.spanId].sort());
+  });
+
+  it('does not trace health, readiness or probe routes on REST or gRPC', async () => {
+    const before = receiver.spans.length;
+    for (const path of ['/ping', '/v2/health/live', '/v2/health/ready', '/v2/models/staged/ready']) {
+      const response = await fetch(`${traced.base}${path}`, { headers: { traceparent: newParent().traceparent } });
+      expect(response.status).toBe(200);
+      expect(response.headers.get('traceparent')).toBeNull();
+    }
+    const live = await grpcCall('oip', 'ServerLive', {}, new grpc.Metadata());
+    expect(live.error).toBeNull();
+    // A traced request after the probes: its spans arriving shows the export ran.
+    const control = newParent();
+    await fetch(`${traced.base}/predictions/staged`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', traceparent: control.traceparent },
+      body: '{}',
+    });
+    expect((await spansOf(traced, control.traceId)).length).toBeGreaterThan(0);
+    const names = receiver.spans.slice(before).map((s) => String(s.attributes['http.route'] ?? s.name));
+    expect(names.filter((n) => /ping|health|ready|ServerLive/.test(n))).toEqual([]);
+  });
+
+  it('traces a request with a sampled parent even when OTEL_TRACES_SAMPLER=always_off (OTLP/JSON), and nothing else', async () => {
+    const sampled = newParent('01');
+    const unsampled = newParent('00');
+    const post = (traceparent?: string) =>
+      fetch(`${sampledOnly.base}/predictions/staged`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(traceparent ? { traceparent } : {}) },
+        body: '{}',
+      });
+    const [withSampled, withUnsampled, without] = await Promise.all([
+      post(sampled.traceparent),
+      post(unsampled.traceparent),
+      post(),
+    ]);
+    expect([withSampled.status, withUnsampled.status, without.status]).toEqual([200, 200, 200]);
+    const spans = await spansOf(sampledOnly, sampled.traceId);
+    const { request } = tree(spans, sampled.spanId);
+    expect(request.encoding).toBe('json');
+    expect(request.resource['service.name']).toBe('marina-sampled-only');
+    expect(receiver.contentTypes).toContain('application/json');
+    // The others are answered with a traceparent of an unsampled span, and nothing of theirs is exported.
+    expect(withUnsampled.headers.get('traceparent')).toMatch(new RegExp(`^00-${unsampled.traceId}-[0-9a-f]{16}-00$`));
+    const otherTrace = without.headers.get('traceparent')!.split('-')[1]!;
+    expect(receiver.spans.filter((s) => s.traceId === unsampled.traceId || s.traceId === otherTrace)).toEqual([]);
+  });
+
+  it('reads the standard variables, off unless asked, and refuses what it does not support', () => {
+    expect(tracingSettingsFrom({ env: {}, isEnabled: false, serviceVersion: '0' })).toBeUndefined();
+    expect(
+      tracingSettingsFrom({ env: { OTEL_TRACES_EXPORTER: 'none' }, isEnabled: true, serviceVersion: '0' }),
+    ).toBeUndefined();
+    expect(tracingSettingsFrom({ env: {}, isEnabled: true, serviceVersion: '0' })).toMatchObject({
+      exporter: 'otlp',
+      protocol: 'http/protobuf',
+      endpoint: 'http://localhost:4318/v1/traces',
+      sampler: 'parentbased_always_on',
+      serviceName: 'marina',
+    });
+    expect(() =>
+      tracingSettingsFrom({
+        env: { OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'grpc' },
+        isEnabled: false,
+        serviceVersion: '0',
+      }),
+    ).toThrow(/MARINA_ERR_TRACING_CONFIG_INVALID|http\/protobuf or http\/json/);
+  });
+});
