@@ -74,10 +74,14 @@ export async function detectArchiveFormat(archivePath: string): Promise<ArchiveF
   if (head[0] === 0x50 && head[1] === 0x4b && ((head[2] === 3 && head[3] === 4) || (head[2] === 5 && head[3] === 6)))
     return 'zip';
   if (head[0] === 0x1f && head[1] === 0x8b) return 'tgz';
+  // Its first bytes are not quoted: they would be a few bytes of any file the server can read.
   throw archiveErrors.create.MARINA_ERR_ARCHIVE_UNREADABLE(
-    `'${archivePath}' is neither a zip (.mar) nor a tar.gz nor a folder (first bytes ${head.toString('hex')}); re-create it with model-archiver`,
+    `'${archivePath}' is neither a zip (.mar) nor a tar.gz nor a folder; re-create it with model-archiver`,
   );
 }
+
+/** How many unsafe entries an error names. */
+const UNSAFE_ENTRIES_SHOWN = 3;
 
 function unreadable(archivePath: string, format: ArchiveFormat, error: unknown): Error {
   if (isMarinaError(error)) return error;
@@ -404,8 +408,14 @@ export async function extractArchive(options: ExtractArchiveOptions): Promise<Ex
   const unsafe = entries.filter((e) => e.unsafeReason !== undefined);
   if (unsafe.length > 0 && (options.onUnsafeEntry ?? 'throw') === 'throw') {
     throw archiveErrors.create.MARINA_ERR_ARCHIVE_PATH_ESCAPE(
-      `archive '${archivePath}' has entries that would escape its folder: ${unsafe.map((e) => `'${e.name}' ${e.unsafeReason}`).join('; ')}; refusing to extract it`,
-      { details: { entries: unsafe.map((e) => e.name) } },
+      // The first few only: the message is an answer to a client and a log line, and must never become a listing.
+      `archive '${archivePath}' has ${unsafe.length} entr${unsafe.length === 1 ? 'y' : 'ies'} that would escape its folder: ${unsafe
+        .slice(0, UNSAFE_ENTRIES_SHOWN)
+        .map((e) => `'${e.name.slice(0, 200)}' ${e.unsafeReason}`)
+        .join(
+          '; ',
+        )}${unsafe.length > UNSAFE_ENTRIES_SHOWN ? `; and ${unsafe.length - UNSAFE_ENTRIES_SHOWN} more` : ''}; refusing to extract it`,
+      { details: { entries: unsafe.slice(0, UNSAFE_ENTRIES_SHOWN).map((e) => e.name.slice(0, 200)) } },
     );
   }
   if (format === 'folder') return { format, modelDir: resolve(archivePath), skippedEntries: unsafe, entries };

@@ -13,6 +13,8 @@ export const experimentNames = [
   'protocols',
   'int8',
   'traffic',
+  'tracing',
+  'priorities',
 ] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 

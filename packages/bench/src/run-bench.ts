@@ -29,6 +29,7 @@ import {
 import { runProtocols } from './experiments/protocols.ts';
 import type { Int8Summary } from './bench-result.ts';
 import { runTraffic } from './experiments/traffic.ts';
+import { runPriorities, runTracing } from './experiments/tracing-priorities.ts';
 import { explainInt8Time, INT8_ROUNDS, runInt8 } from './experiments/int8.ts';
 import { prepareInt8Assets } from './int8-assets.ts';
 import { getMachineInfo } from './machine-info.ts';
@@ -47,7 +48,7 @@ export interface BenchOptions {
   images?: number;
   /** Client concurrency of the server experiments. Default 100 (smoke: 8). */
   concurrency?: number;
-  /** Which experiments to run, in the fixed order of `experimentNames`. Default all (smoke: all but memory, int8 and traffic). */
+  /** Which experiments to run, in the fixed order of `experimentNames`. Default all (smoke: all but memory, int8, traffic, tracing and priorities). */
   experiments?: readonly ExperimentName[];
   /** Output folder. Default `bench-results/<timestamp>` under the directory pnpm was started from. */
   outDir?: string;
@@ -165,7 +166,13 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     );
   const selected = new Set(
     options.experiments ??
-      experimentNames.filter((e) => !(mode === 'smoke' && (e === 'memory' || e === 'int8' || e === 'traffic'))),
+      experimentNames.filter(
+        (e) =>
+          !(
+            mode === 'smoke' &&
+            (e === 'memory' || e === 'int8' || e === 'traffic' || e === 'tracing' || e === 'priorities')
+          ),
+      ),
   );
   const plan: RunPlan = {
     ...plans[mode].plan,
@@ -182,6 +189,8 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     'protocols',
     'int8',
     'traffic',
+    'tracing',
+    'priorities',
   ].some((e) => selected.has(e as ExperimentName));
   const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
   if (needsServer && !existsSync(serveBin)) {
@@ -200,7 +209,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     onStatus: (message) => onProgress({ type: 'log', message }),
   });
   const tensorAssets =
-    selected.has('overhead') || selected.has('protocols') || selected.has('traffic')
+    selected.has('overhead') || selected.has('protocols') || selected.has('traffic') || selected.has('tracing')
       ? await prepareTensorAssets({ cacheDir: options.cacheDir })
       : undefined;
   const modelBytes = (await stat(assets.modelPath)).size;
@@ -301,6 +310,16 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     rows.push(...measured.rows);
     notes.push(...measured.notes);
   }
+  if (selected.has('tracing')) {
+    const measured = await withLoadAverage('tracing', () => runTracing(context));
+    rows.push(...measured.rows);
+    notes.push(...measured.notes);
+  }
+  if (selected.has('priorities')) {
+    const measured = await withLoadAverage('priorities', () => runPriorities(context));
+    rows.push(...measured.rows);
+    notes.push(...measured.notes);
+  }
   if (selected.has('memory')) {
     const measured = await withLoadAverage('memory', () => runMemory(context));
     rows.push(...measured.rows);
@@ -320,7 +339,13 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
   const ceiling = bestOf(rows, 'ceiling');
   const decentralized = bestOf(rows, 'decentralized');
   for (const row of rows) {
-    if (row.experiment === 'overhead' || row.experiment === 'memory' || row.config.startsWith('1 MB')) continue;
+    if (
+      row.experiment === 'overhead' ||
+      row.experiment === 'memory' ||
+      row.config.startsWith('1 MB') ||
+      row.config.startsWith('tensor model')
+    )
+      continue;
     // The int8 rows' ratio is to the int8 ceiling (set by the experiment); the fp32 server's to the fp32 ceiling, when measured.
     if (row.experiment === 'int8') {
       if (ceiling && row.config.startsWith('fp32'))

@@ -15,6 +15,9 @@ export interface ServerModelSettings {
   maxBatchDelay?: number;
   /** Marina's per-worker intra-op threads. */
   intraOpNumThreads?: number;
+  /** Marina's priority levels (1 the highest) and the level of a request that names none. */
+  priorityLevels?: number;
+  defaultPriorityLevel?: number;
 }
 
 export interface StartServerOptions {

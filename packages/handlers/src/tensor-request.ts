@@ -3,6 +3,7 @@
  * checked strictly against the model's signature, and the answer's two wire forms: TorchServe's
  * JSON (`{"outputs": {name: {shape, data}}}`) and the Open Inference Protocol's binary layout.
  */
+import { FP32_MAX } from './v2-tensors.ts';
 import type * as ort from 'onnxruntime-node';
 import { createHandlerError } from './errors.ts';
 import { isDynamicDim } from './signature-checks.ts';
@@ -312,7 +313,13 @@ export function isPlainFloatTensorBody(body: unknown, inputs: readonly TensorSig
     if (!Array.isArray(data)) return false;
   }
   const lengths: number[] = [];
-  return isPlainFloatArray(data as unknown[], input.shape, 0, lengths);
+  return isPlainFloatArray(
+    data as unknown[],
+    input.shape,
+    0,
+    lengths,
+    datatype === 'FP32' ? FP32_MAX : Number.MAX_VALUE,
+  );
 }
 
 /** One level of isPlainFloatTensorBody's walk: every array at `depth` has the same length (`lengths[depth]`, the first one seen), a fixed dimension's size, and holds arrays down to the last dimension, numbers there. */
@@ -321,6 +328,7 @@ function isPlainFloatArray(
   shape: ReadonlyArray<number | string>,
   depth: number,
   lengths: number[],
+  maxAbs: number,
 ): boolean {
   const n = array.length;
   if (n === 0) return false;
@@ -331,12 +339,16 @@ function isPlainFloatArray(
     lengths[depth] = n;
   } else if (seen !== n) return false;
   if (depth === shape.length - 1) {
-    for (let i = 0; i < n; i++) if (typeof array[i] !== 'number') return false;
+    // A value the datatype cannot hold is not plain: parseTensorRequest then refuses it by name.
+    for (let i = 0; i < n; i++) {
+      const value = array[i];
+      if (typeof value !== 'number' || !(Math.abs(value) <= maxAbs)) return false;
+    }
     return true;
   }
   for (let i = 0; i < n; i++) {
     const item = array[i];
-    if (!Array.isArray(item) || !isPlainFloatArray(item, shape, depth + 1, lengths)) return false;
+    if (!Array.isArray(item) || !isPlainFloatArray(item, shape, depth + 1, lengths, maxAbs)) return false;
   }
   return true;
 }

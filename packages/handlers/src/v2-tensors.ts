@@ -132,6 +132,14 @@ function flattenInto(data: readonly unknown[], out: unknown[]): unknown[] {
   return out;
 }
 
+/** Largest finite FP32 value. */
+export const FP32_MAX = 3.4028234663852886e38;
+/** Largest finite FP16 value. */
+export const FP16_MAX = 65504;
+
+/** The largest magnitude each float datatype holds. */
+const FLOAT_MAX: Partial<Record<V2Datatype, number>> = { FP16: FP16_MAX, FP32: FP32_MAX, FP64: Number.MAX_VALUE };
+
 function notOfDatatype(where: string, datatype: V2Datatype, v: unknown, what: string) {
   return invalid(`${where}: ${JSON.stringify(v)} is not ${what} (datatype ${datatype})`);
 }
@@ -163,6 +171,10 @@ export function jsonToRaw(datatype: V2Datatype, data: unknown, shape: readonly n
       continue;
     }
     if (typeof v !== 'number') throw notOfDatatype(where, datatype, v, 'a number');
+    // JSON has no Infinity, but 1e39 parses to it; a float type that cannot hold a value refuses it
+    // rather than storing ±Infinity (FP32 past ±3.4e38, FP16 past ±65504).
+    if (FLOAT_MAX[datatype] !== undefined && !(Math.abs(v) <= FLOAT_MAX[datatype]!))
+      throw notOfDatatype(where, datatype, v, `a finite number within ±${FLOAT_MAX[datatype]!.toPrecision(5)}`);
     switch (datatype) {
       case 'FP32':
         out.writeFloatLE(v, i * 4);

@@ -1,7 +1,15 @@
 import type { StartupProgressEvent } from './startup-progress.ts';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import Fastify, {
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyPluginAsync,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify';
 import { closestName } from '@marina/errors';
 import { resourceLimitsOf, type ServerConfig } from './config/server-config.ts';
 import { createModelCaches } from './cache/model-caches.ts';
@@ -9,7 +17,7 @@ import { createServeError } from './errors.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
 import { loadStartupModels, type StartupLoadResult } from './startup-loading.ts';
 import { inferenceRoutes } from './routes/inference.ts';
-import { sendError } from './protocols/error-map.ts';
+import { sendError, torchServeRestError } from './protocols/error-map.ts';
 import { answeredPriority } from './routes/server-timing.ts';
 import { createTracing, requestTraces, tracingSettingsFrom, type Tracing } from './tracing/tracing.ts';
 import { MARINA_VERSION } from './version.ts';
@@ -20,6 +28,7 @@ import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts'
 import { apiExplorerRoutes } from './routes/api-explorer.ts';
 import type { ApiName } from './api-name.ts';
 import { DataPlane } from './protocols/data-plane.ts';
+import { ResponseWriteGuard } from './response-write-guard.ts';
 import { oipRestRoutes } from './protocols/oip-rest/oip-rest-routes.ts';
 
 export type { ApiName };
@@ -57,6 +66,8 @@ export interface MarinaApp {
   registry: ModelRegistry;
   /** Metadata, readiness, admission and inference below every protocol adapter (OIP REST and gRPC, TorchServe gRPC). */
   dataPlane: DataPlane;
+  /** Closes connections whose answers are not read (response_write_timeout, max_pending_response_bytes). */
+  responseWrites: ResponseWriteGuard;
   /** OpenTelemetry tracing, when on (enable_tracing or OTEL_TRACES_EXPORTER); undefined when off. */
   tracing: Tracing | undefined;
   /** Serves the inference API. */
@@ -105,6 +116,64 @@ function parseQueryString(query: string): Record<string, string | string[]> {
 /** Whether `origin` is allowed by cors_allowed_origin (`*`, or a comma list of exact origins). */
 function isOriginAllowed(allowed: string, origin: string): boolean {
   return allowed.trim() === '*' || allowed.split(',').some((o) => o.trim() === origin);
+}
+
+/** Larger than any request line Node accepts (its header limit is 16 KiB): the router never cuts a parameter itself. */
+const ROUTER_MAX_PARAM_LENGTH = 65_536;
+
+/**
+ * Longest path parameter a route is given, characters (decoded). Far above the 128 characters the
+ * name rule allows (and its percent-encoded forms), so every name that can be registered works on
+ * every route; a longer one cannot name anything and is answered 414 without being echoed.
+ */
+const MAX_PATH_PARAM_CHARS = 1024;
+
+function limitPathParams(request: FastifyRequest, reply: FastifyReply, done: (error?: Error) => void): void {
+  const params = request.params as Record<string, unknown> | undefined;
+  for (const key in params) {
+    const value = params[key];
+    if (typeof value === 'string' && value.length > MAX_PATH_PARAM_CHARS) {
+      sendError(
+        reply,
+        createServeError.MARINA_ERR_URI_TOO_LONG(
+          `the path parameter ${key} is ${value.length} characters long, over the limit of ${MAX_PATH_PARAM_CHARS}; model names and versions have at most 128 characters`,
+        ),
+      );
+      return;
+    }
+  }
+  done();
+}
+
+/**
+ * Answers what Node's HTTP parser refuses before fastify sees a request, in TorchServe's error
+ * body: headers (or a request line) over Node's limit get 431 MARINA_ERR_HEADERS_TOO_LARGE. That
+ * is before any route or key is known, so it cannot wait for the token check. A request that did
+ * not arrive in time keeps fastify's 408, anything else its 400.
+ */
+function clientErrorHandler(this: FastifyInstance, error: NodeJS.ErrnoException, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  let head: string;
+  let body: string;
+  if (error.code === 'HPE_HEADER_OVERFLOW') {
+    const e = createServeError.MARINA_ERR_HEADERS_TOO_LARGE(
+      'the request line and headers are larger than the server accepts (16 KiB); send shorter headers, and model inputs in the body',
+    );
+    head = `HTTP/1.1 431 ${STATUS_CODES[431]}`;
+    body = torchServeRestError(e).body;
+  } else if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    head = `HTTP/1.1 408 ${STATUS_CODES[408]}`;
+    body = `{"error":"${STATUS_CODES[408]}","message":"Client Timeout","statusCode":408}`;
+  } else {
+    head = `HTTP/1.1 400 ${STATUS_CODES[400]}`;
+    body = `{"error":"${STATUS_CODES[400]}","message":"Client Error","statusCode":400}`;
+  }
+  if (socket.writable) {
+    socket.write(
+      `${head}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(error);
 }
 
 /** Shared by an app's listeners: set once close() begins. */
@@ -186,14 +255,23 @@ function createInstance(
     genReqId: () => randomUUID(),
     requestIdHeader: false,
     return503OnClosing: true,
-    // TorchServe's router: `/models/` is `/models`.
-    routerOptions: { ignoreTrailingSlash: true, querystringParser: parseQueryString },
+    // TorchServe's router: `/models/` is `/models`. Path parameters of any length reach the routes
+    // (fastify's default cut-off of 100 characters is below the 128 the name rule allows): the
+    // token check runs first, and an overlong one is answered 414 below (limitPathParams).
+    routerOptions: {
+      ignoreTrailingSlash: true,
+      querystringParser: parseQueryString,
+      maxParamLength: ROUTER_MAX_PARAM_LENGTH,
+    },
+    clientErrorHandler,
     // Also given to node's createServer: in node 20 a requestTimeout set only after construction is not enforced.
     ...(tls
       ? { https: { ...tls.https, connectionsCheckingInterval, requestTimeout: requestTimeoutMs } }
       : { http: { connectionsCheckingInterval, requestTimeout: requestTimeoutMs } }),
   } as Parameters<typeof Fastify>[0]) as unknown as FastifyInstance;
   recordRoutes(app);
+  // After onRequest (the token check), before validation and the handler.
+  app.addHook('preValidation', limitPathParams);
   if (tracing) traceRequests(app, tracing, address);
   // Response schemas document the routes (OPTIONS /); the handlers send TorchServe's JSON text
   // themselves, so no fast-json-stringify serializer is generated for them at start-up.
@@ -374,6 +452,18 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     options.logs?.model(level, message);
   };
   const limits = resourceLimitsOf(config);
+  const responseWrites = new ResponseWriteGuard({
+    timeoutMs: limits.responseWriteTimeoutMs,
+    maxPendingBytes: limits.maxPendingResponseBytes,
+    onClose: (event) =>
+      log(
+        'warn',
+        event.reason === 'timeout'
+          ? `closed the connection of ${event.remote}: its answer made no progress for ${limits.responseWriteTimeoutMs} ms (response_write_timeout) with ${event.pendingBytes} bytes unread`
+          : `closed the connection of ${event.remote}: answers not read by their clients held more than max_pending_response_bytes (${limits.maxPendingResponseBytes}); it was the most stalled, with ${event.pendingBytes} bytes unread`,
+      ),
+  });
+  for (const instance of new Set([inference, management, metrics])) responseWrites.watch(instance.server);
   const caches = createModelCaches({
     extractionCacheDir: config.extractionCacheDir,
     extractionCacheMaxBytes: limits.extractionCacheMaxBytes,
@@ -395,6 +485,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     await instances[p.api].register(p.plugin as FastifyPluginAsync<Record<string, unknown>>, {
       registry,
       config,
+      responseWrites,
       ...(p.options ?? {}),
     });
   }
@@ -438,6 +529,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
     config,
     registry,
     dataPlane,
+    responseWrites,
     tracing,
     inference,
     management,
@@ -459,6 +551,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
         await Promise.all(closingServers);
         // The last requests' spans leave before the process does.
         await tracing?.shutdown().catch(() => undefined);
+        responseWrites.stop();
       })();
       return closing;
     },

@@ -113,6 +113,26 @@ export const serveErrors = defineErrors(
       statusCode: 413,
       description: 'The request body is larger than max_request_size; send a smaller body or raise max_request_size.',
     },
+    MARINA_ERR_URI_TOO_LONG: {
+      statusCode: 414,
+      description:
+        'A path parameter (a model name or version) is longer than 1024 characters; no model can have such a name (the rule allows 128). Answered after the token check.',
+    },
+    MARINA_ERR_HEADERS_TOO_LARGE: {
+      statusCode: 431,
+      description:
+        "The request line and headers together are larger than Node's limit (16 KiB); answered before any route or token check, and the connection is closed. Send shorter headers, and inputs in the body.",
+    },
+    MARINA_ERR_JSON_TOO_DEEP: {
+      statusCode: 400,
+      description:
+        'A JSON body (or a JSON part of a request) nests arrays and objects deeper than 128 levels; no model input needs that, and walking it would exhaust the stack. Flatten the input.',
+    },
+    MARINA_ERR_MULTIPART_TOO_MANY_PARTS: {
+      statusCode: 413,
+      description:
+        'A multipart body has more parts (fields and files) than the server reads (1000); send the input in fewer fields.',
+    },
     MARINA_ERR_BAD_REQUEST: {
       statusCode: 400,
       description:

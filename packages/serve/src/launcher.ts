@@ -177,7 +177,7 @@ export function writeStartupReport(report: StartupReport, config: ServerConfig):
   const names: Record<string, string> = {
     'grpc-inference': 'gRPC Inference',
     'grpc-management': 'gRPC Management',
-    'modelmesh-runtime': 'ModelMesh model-runtime SPI',
+    'modelmesh-runtime': 'ModelMesh ModelRuntime',
   };
   for (const { api, url } of report.listening)
     process.stdout.write(`${names[api] ?? `${api[0]!.toUpperCase()}${api.slice(1)}`} API bound to ${url}\n`);

@@ -17,6 +17,9 @@ import { createStartupProgress, type StartupProgressEvent } from './startup-prog
 import { formatTerminalLine } from './request-log.ts';
 import { cleanModelCaches, defaultExtractionCacheDir, optimizedModelCacheDir } from './cache/model-caches.ts';
 
+/** Seconds a stopping server may take beyond default_response_timeout before it exits regardless. */
+const DRAIN_GRACE_SEC = 30;
+
 /** Executes one parsed `serve` command and exits the process: the only process.exit in Marina. */
 export async function runServeCommand(command: ServeCommand): Promise<void> {
   try {
@@ -124,6 +127,16 @@ async function runForeground(cliOptions: ServeCliOptions): Promise<void> {
     process.stdout.write(
       `${signal} received: no new connections; finishing in-flight requests (send it again to exit at once).\n`,
     );
+    // In-flight jobs end within their response timeout; should closing wait on anything else (a
+    // file system that never answers a write), the process still ends. unref: never keeps it alive.
+    const drainDeadlineMs = (config.defaultResponseTimeoutSec + DRAIN_GRACE_SEC) * 1000;
+    setTimeout(() => {
+      process.stderr.write(
+        `Marina did not stop within ${drainDeadlineMs / 1000} s of ${signal} (default_response_timeout + ${DRAIN_GRACE_SEC} s); exiting without waiting further.\n`,
+      );
+      removePidFile({ onlyIfPid: process.pid });
+      exitProcess(1);
+    }, drainDeadlineMs).unref();
     server.close().then(
       () => {
         removePidFile({ onlyIfPid: process.pid });

@@ -1,4 +1,8 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { boundText, capLogLine } from './bounded-text.ts';
+
+/** How much of a request's target a request line quotes. */
+const REQUEST_URL_CHARS = 1024;
 
 export type LogLevel = 'info' | 'warn' | 'error';
 
@@ -16,8 +20,12 @@ export interface RequestLog {
 
 /** `2026-11-24T20:59:01.123Z WARN message`: a line of the server's terminal output (and of marina.log). */
 export function formatTerminalLine(level: LogLevel, message: string, now: Date = new Date()): string {
-  return `${now.toISOString()} ${level.toUpperCase()} ${message}`;
+  // The terminal and marina.log get the cap and redaction of the log files (without the newline the caller adds).
+  return capLogLine(`${now.toISOString()} ${level.toUpperCase()} ${message}`, TERMINAL_LINE_BYTES);
 }
+
+/** Longest terminal line: log_max_line_bytes' default (the terminal's lines are formatted before any configuration is read). */
+const TERMINAL_LINE_BYTES = 4096;
 
 const marinaCodePattern = /"marinaCode":\s*"(MARINA_ERR_[A-Z0-9_]+)"/;
 
@@ -58,7 +66,7 @@ export function createRequestLog(options: RequestLogOptions): RequestLog {
   const onResponse = (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
     const statusCode = reply.statusCode;
     const durationMs = reply.elapsedTime;
-    const url = request.raw.url ?? request.url;
+    const url = boundText(request.raw.url ?? request.url, REQUEST_URL_CHARS);
     if (options.log && (statusCode >= 400 || options.isEveryRequestLogged)) {
       const level: LogLevel = statusCode >= 500 ? 'error' : statusCode >= 400 ? 'warn' : 'info';
       const code = codes.get(request);

@@ -9,6 +9,7 @@ import {
   type TokenAuthorization,
 } from './auth/token-authorization.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics/server-metrics.ts';
+import type { ResponseWriteGuard } from './response-write-guard.ts';
 import type { Autoscaler } from './scaling/autoscaler.ts';
 import type { ServerLogs } from './logging/server-logs.ts';
 import type { SnapshotStore } from './snapshot/snapshot-store.ts';
@@ -109,11 +110,13 @@ const metricsPlugin: FastifyPluginAsync<{
   config: ServerConfig;
   operator: OperatorContext;
   hasRoute: boolean;
+  responseWrites?: Pick<ResponseWriteGuard, 'pendingBytes' | 'closedCount'>;
 }> = async (app, options) => {
   const logs = options.config.metricsMode === 'log' ? options.operator.logs : undefined;
   const metrics = createServerMetrics({
     registry: options.registry,
     hostname: os.hostname(),
+    ...(options.responseWrites ? { responseWrites: options.responseWrites } : {}),
     ...(logs ? { logs } : {}),
   });
   options.operator.metrics = metrics;

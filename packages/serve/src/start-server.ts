@@ -17,7 +17,7 @@ import {
   type SnapshotRegistration,
 } from './snapshot/restore-snapshot.ts';
 import { startOpenedModels } from './startup-loading.ts';
-import type { ServerConfig } from './config/server-config.ts';
+import { resourceLimitsOf, type ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerLogs } from './logging/server-logs.ts';
 import { createServerPlugins, isSameAddress, type OperatorContext } from './server-plugins.ts';
@@ -26,6 +26,7 @@ import type { StartupProgressEvent } from './startup-progress.ts';
 import type { GrpcServers } from './protocols/grpc-server.ts';
 import type { ModelMeshRuntimeServer } from './protocols/modelmesh/modelmesh-runtime-server.ts';
 import { createRequestLog, type RequestLog } from './request-log.ts';
+import { removeStaleDownloads } from './model-download/resolve-model-url.ts';
 
 /** A server listening on its addresses. */
 export interface RunningServer {
@@ -77,15 +78,27 @@ export interface StartServerOptions {
 export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
   // A port in use fails here, in milliseconds, rather than after the models have loaded.
   await assertAddressesFree(config);
+  const limits = resourceLimitsOf(config);
   const logs = createServerLogs({
     logDir: config.logDir,
     ...(config.metricsLogDir ? { metricsLogDir: config.metricsLogDir } : {}),
+    limits: {
+      maxLineBytes: limits.logMaxLineBytes,
+      maxFileBytes: limits.logMaxFileBytes,
+      maxBackupFiles: limits.logMaxBackupFiles,
+    },
   });
   const log = (level: 'info' | 'warn' | 'error', message: string) => {
     logs.ts(level, message);
     options.log?.(level, message);
   };
   const warnings: string[] = [];
+  // A server killed during a download leaves its temporary file: nothing else ever removes it.
+  if (config.modelStore) {
+    const stale = await removeStaleDownloads(config.modelStore);
+    if (stale.length > 0)
+      log('info', `removed ${stale.length} unfinished download(s) left in the model store by a previous run`);
+  }
   // A start without TS_CONFIG_FILE or --ts-config looked in the snapshot folder (loadConfig): report
   // each newer snapshot it skipped as corrupt, and never bury unusable snapshots under a new one.
   const isSnapshotFolderRead =

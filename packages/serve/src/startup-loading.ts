@@ -163,6 +163,11 @@ export async function loadStartupModels(options: {
           `load_models entry '${spec.url}' leaves the model store or has an encoded '..'; name an archive inside the model store or an absolute path`,
         );
       const archive = await stat(spec.archivePath);
+      // A FIFO or a device would hold a thread of Node's pool for ever once opened.
+      if (!archive.isFile() && !archive.isDirectory())
+        throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
+          `load_models entry '${spec.url}' is neither an archive file nor a model folder`,
+        );
       startedAt = performance.now();
       onProgress({ phase: 'loading', url: spec.url, ...(archive.isFile() ? { sizeBytes: archive.size } : {}) });
       const version = await registry.open({

@@ -1,6 +1,6 @@
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
@@ -75,8 +75,10 @@ describe('the token hook', () => {
     expect(text.endsWith('}\n')).toBe(true);
     const body = JSON.parse(text);
     expect(body).toMatchObject({ code: 401, type: 'InvalidKeyException', marinaCode: 'MARINA_ERR_TOKEN_MISSING' });
-    expect(body.message).toContain('no token was provided');
-    expect(body.message).toContain(keyFilePath);
+    // TorchServe's sentence as the message, Marina's guidance in hint: the key file by name, never its path.
+    expect(body.hint).toContain('no token was provided');
+    expect(body.hint).toContain(basename(keyFilePath));
+    expect(JSON.stringify(body)).not.toContain(keyFilePath);
   });
 
   it('refuses the management key on the inference API as a wrong token', async () => {
@@ -124,7 +126,7 @@ describe('the token hook', () => {
     expect(response.status).toBe(401);
     const body = await response.json();
     expect(body).toMatchObject({ marinaCode: 'MARINA_ERR_TOKEN_EXPIRED' });
-    expect(body.message).toContain('/token?type=inference');
+    expect(body.hint).toContain('/token?type=inference');
   });
 
   it('does not protect a route declared open (OPTIONS /, the API description)', async () => {
@@ -143,7 +145,7 @@ describe('/token rotation', () => {
     expect(response.status).toBe(401);
     expect(await response.json()).toMatchObject({
       marinaCode: 'MARINA_ERR_TOKEN_INVALID',
-      message: expect.stringContaining('API key'),
+      hint: expect.stringContaining('API key'),
     });
   });
 

@@ -40,6 +40,8 @@ const GRPC_STATUS: Record<number, grpc.status> = {
   405: grpc.status.UNIMPLEMENTED,
   409: grpc.status.ALREADY_EXISTS,
   413: grpc.status.RESOURCE_EXHAUSTED,
+  414: grpc.status.INVALID_ARGUMENT,
+  431: grpc.status.INVALID_ARGUMENT,
   501: grpc.status.UNIMPLEMENTED,
   503: grpc.status.UNAVAILABLE,
   504: grpc.status.DEADLINE_EXCEEDED,

@@ -7,6 +7,8 @@ import { describe, expect, it } from 'vitest';
 import { createServeError } from '../src/errors.ts';
 import { Job } from '../src/scheduling/job.ts';
 import { JobQueue, STARVATION_LIMIT } from '../src/scheduling/job-queue.ts';
+import { formatAccessMessage } from '../src/logging/server-logs.ts';
+import { serverTimingHeader } from '../src/routes/server-timing.ts';
 import { resolveQueueSettings, scheduleOf, requestSchedulingOf } from '../src/scheduling/queue-policy.ts';
 import { isMarinaError, type MarinaError } from '@marina/errors';
 
@@ -158,5 +160,24 @@ describe('queue policies and request timeouts', () => {
     );
     expect(error.code).toBe('MARINA_ERR_MODEL_SETTINGS_INVALID');
     expect(error.message).toContain('defaultPriorityLevel from models JSON must be an integer from 1 to 2');
+  });
+});
+
+describe('the level in logs and headers', () => {
+  it('ends the access log line with the level and names it in Server-Timing, only for models with levels', () => {
+    const entry = {
+      client: '127.0.0.1:5000',
+      method: 'POST',
+      url: '/predictions/m',
+      statusCode: 200,
+      durationMs: 3,
+      requestId: 'r',
+    };
+    expect(formatAccessMessage({ ...entry, priority: 2 })).toBe(
+      '/127.0.0.1:5000 "POST /predictions/m HTTP/1.1" 200 3 priority=2',
+    );
+    expect(formatAccessMessage(entry)).toBe('/127.0.0.1:5000 "POST /predictions/m HTTP/1.1" 200 3');
+    expect(serverTimingHeader({ queueMs: 1, workerMs: 2, priority: 1 }, 4)).toContain('priority;desc="1"');
+    expect(serverTimingHeader({ queueMs: 1, workerMs: 2 }, 4)).not.toContain('priority');
   });
 });

@@ -120,13 +120,14 @@ function post(body: Record<string, unknown>, headers: Record<string, string> = {
   }).then(async (r) => ({ status: r.status, headers: r.headers, json: (await r.json()) as Record<string, any> }));
 }
 
-/** Holds the worker: `blocker` runs (blocked on the gate), `filler` waits in the worker's prefetched batch; the queue is then empty. */
+/**
+ * Holds the worker: `blocker` runs, blocked on the gate. A model with priority levels gives a busy
+ * worker no prefetched batch, so everything sent after it waits in the queue.
+ */
 async function holdWorker(s: ReturnType<typeof scenario>) {
   const blocker = post({ name: 'blocker', gate: s.gate, log: s.log });
   await until(version, () => version.runningJobs === 1);
-  const filler = post({ name: 'filler', log: s.log });
-  await until(version, () => version.queue.waiting === 1 && version.queue.size === 0);
-  return [blocker, filler];
+  return [blocker];
 }
 
 const high = { 'x-marina-priority': '1' };
@@ -139,6 +140,7 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     await until(version, () => version.queue.sizeOf(2) === 2);
     const highs = [post({ name: 'high-1', log: s.log }, high), post({ name: 'high-2', log: s.log }, high)];
     await until(version, () => version.queue.sizeOf(1) === 2);
+    expect(app.registry.stats().find((v) => v.modelName === 'prio')!.queueDepthByPriority).toEqual([2, 2]);
     const described = app.registry.describe('prio')[0]!.jobQueueStatus.priorityLevels!;
     expect(described.map((l) => [l.level, l.pendingRequests, l.isDefault, l.maxQueueSize])).toEqual([
       [1, 2, false, 10],
@@ -146,10 +148,10 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     ]);
     await s.open();
     const answers = await Promise.all([...held, ...low, ...highs]);
-    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200, 200]);
-    expect(s.ran()).toEqual(['blocker', 'filler', 'high-1', 'high-2', 'low-1', 'low-2']);
-    expect(answers[4]!.headers.get('server-timing')).toContain('priority;desc="1"');
-    expect(answers[2]!.headers.get('server-timing')).toContain('priority;desc="2"');
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200]);
+    expect(s.ran()).toEqual(['blocker', 'high-1', 'high-2', 'low-1', 'low-2']);
+    expect(answers[3]!.headers.get('server-timing')).toContain('priority;desc="1"');
+    expect(answers[1]!.headers.get('server-timing')).toContain('priority;desc="2"');
   });
 
   it('still runs a starved lower level: after 8 batches of the higher one, the lower one goes first', async () => {
@@ -162,10 +164,10 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     await s.open();
     await Promise.all([...held, low, ...highs]);
     const ran = s.ran();
-    // blocker, filler, then high-0 … high-7 passed the lower level over 8 times; it went next.
-    expect(ran.indexOf('low')).toBe(10);
-    expect(ran.slice(2, 10).every((name) => name.startsWith('high-'))).toBe(true);
-    expect(ran).toHaveLength(13);
+    // blocker, then high-0 … high-7 passed the lower level over 8 times; it went next.
+    expect(ran.indexOf('low')).toBe(9);
+    expect(ran.slice(1, 9).every((name) => name.startsWith('high-'))).toBe(true);
+    expect(ran).toHaveLength(12);
   });
 
   it('refuses a level over its maxQueueSize (503) while the other level still queues', async () => {
@@ -201,7 +203,7 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     await s.open();
     await Promise.all(held);
     await until(version, () => version.pendingJobs === 0);
-    expect(s.ran()).toEqual(['blocker', 'filler']);
+    expect(s.ran()).toEqual(['blocker']);
   });
 
   it('drops a queued request whose client went away (REST) or whose gRPC deadline passed', async () => {
@@ -242,13 +244,43 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     await s.open();
     await Promise.all(held);
     await until(version, () => version.pendingJobs === 0);
-    expect(s.ran()).toEqual(['blocker', 'filler']);
+    expect(s.ran()).toEqual(['blocker']);
   });
 
-  it('refuses a priority the model does not have (400 MARINA_ERR_PRIORITY_INVALID)', async () => {
+  it('refuses a priority the model does not have on REST, OIP parameters and gRPC metadata (MARINA_ERR_PRIORITY_INVALID)', async () => {
     const answer = await post({ name: 'x' }, { 'x-marina-priority': '3' });
     expect(answer.status).toBe(400);
     expect(answer.json.marinaCode).toBe('MARINA_ERR_PRIORITY_INVALID');
     expect(answer.json.message).toContain('1 (highest) to 2');
+
+    const oip = await fetch(`${base}/v2/models/prio/infer`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        parameters: { priority: 7 },
+        inputs: [{ name: 'input', datatype: 'BYTES', shape: [1], data: ['{}'] }],
+      }),
+    });
+    expect(oip.status).toBe(400);
+    expect(oip.headers.get('x-marina-error-code')).toBe('MARINA_ERR_PRIORITY_INVALID');
+
+    const client = grpcClient(
+      clientPackage('inference.proto'),
+      'org.pytorch.serve.grpc.inference.InferenceAPIsService',
+      grpcServers.inferenceUrl,
+    );
+    const metadata = new grpc.Metadata();
+    metadata.set('x-marina-priority', '9');
+    const error = await new Promise<grpc.ServiceError | null>((resolve) =>
+      (client.Predictions as (...args: unknown[]) => unknown).call(
+        client,
+        { model_name: 'prio', input: { data: Buffer.from('{}') } },
+        metadata,
+        (e: grpc.ServiceError | null) => resolve(e),
+      ),
+    );
+    client.close();
+    expect(error?.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(error?.metadata.get('marina-error-code')).toEqual(['MARINA_ERR_PRIORITY_INVALID']);
   });
 });

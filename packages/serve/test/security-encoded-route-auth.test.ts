@@ -59,7 +59,7 @@ describe('one listener for both APIs', () => {
     const attack = await call(inference, 'GET', '/%6dodels', { token: keys.inference.key });
     expect(attack.status).toBe(401);
     expect(attack.json).toMatchObject({ type: 'InvalidKeyException', marinaCode: 'MARINA_ERR_TOKEN_INVALID' });
-    expect(attack.json.message).toContain('management API');
+    expect(attack.json.hint).toContain('management API');
     // The route did match: the right key gets the model list through the same encoded path.
     const allowed = await call(inference, 'GET', '/%6dodels', { token: keys.management.key });
     expect(allowed.status).toBe(200);
@@ -81,7 +81,7 @@ describe('one listener for both APIs', () => {
     const before = await readFile(keyFilePath, 'utf8');
     const attack = await call(inference, 'POST', '/%74oken?type=management', { token: keys.inference.key });
     expect(attack.status).toBe(401);
-    expect(attack.json.message).toContain('API key');
+    expect(attack.json.hint).toContain('API key');
     expect(await readFile(keyFilePath, 'utf8')).toBe(before);
     // The management key does not rotate keys either: /token needs the API key, encoded or not.
     expect((await call(inference, 'POST', '/%74oken?type=management', { token: keys.management.key })).status).toBe(
@@ -101,7 +101,7 @@ describe('one listener for both APIs', () => {
       body: { inputs: {} },
     });
     expect(attack.status).toBe(401);
-    expect(attack.json.message).toContain('inference API');
+    expect(attack.json.hint).toContain('inference API');
   });
 });
 

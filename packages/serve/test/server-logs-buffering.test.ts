@@ -24,7 +24,8 @@ describe('log file batching', () => {
 
   it('writes every line in order: many lines past the buffer size, non-ASCII ones, and one larger than the buffer', async () => {
     dir = await tempDir();
-    const logs = createServerLogs({ logDir: dir.path });
+    // Lines are capped at 4 KiB by default: raise the cap so one line is larger than the 64 KiB buffer.
+    const logs = createServerLogs({ logDir: dir.path, limits: { maxLineBytes: 1_000_000 } });
     const urls: string[] = [];
     for (let i = 0; i < 3000; i++) urls.push(i % 7 === 0 ? `/predictions/modèle-ü-${i}-€` : `/predictions/m-${i}`);
     urls.splice(1500, 0, `/predictions/${'x'.repeat(100_000)}`);

@@ -64,7 +64,7 @@ async function startBareServer(): Promise<{ pid: number; origin: string; stop: (
  * 8 formed from the queue under load; the no-wasted-wait rule sends a lone request at once, so
  * the delay costs a lone client nothing.
  */
-const OVERHEAD_BEST_SETTINGS = {
+export const OVERHEAD_BEST_SETTINGS = {
   minWorkers: 1,
   maxWorkers: 1,
   batchSize: 8,

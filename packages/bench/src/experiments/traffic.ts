@@ -104,7 +104,8 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
         },
       },
       jobQueueSize: plan.concurrency > 90 ? plan.concurrency + 50 : undefined,
-      tmpDir: serverTmpDir(context),
+      // A TMPDIR (pid file) of its own: another bench's server on this machine must not block it.
+      tmpDir: serverTmpDir(context, 'marina-bench-traffic'),
       workDir: join(dir, label.replace(/[^a-z0-9]+/gi, '-').toLowerCase()),
     });
     try {

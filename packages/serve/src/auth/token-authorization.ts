@@ -44,7 +44,8 @@ export interface KeyFile {
   API: { key: string };
 }
 
-type TokenCheckResult = 'ok' | 'missing' | 'wrong' | 'expired';
+/** `malformed`: an `Authorization: Bearer …` header that is not one key (`Bearer k1 k2`, `Bearer` alone). */
+type TokenCheckResult = 'ok' | 'missing' | 'malformed' | 'wrong' | 'expired';
 
 export interface TokenAuthorization {
   /** Absolute path of key_file.json, quoted in error messages. */
@@ -73,6 +74,8 @@ export interface CreateTokenAuthorizationOptions {
 
 /** RFC 7235: the auth scheme is case-insensitive (`bearer`, `BEARER` …). */
 const BEARER = /^Bearer\s+(\S+)$/i;
+/** The Bearer scheme, however the rest is written. */
+const BEARER_SCHEME = /^\s*Bearer(\s|$)/i;
 
 function newKey(): string {
   return randomBytes(KEY_BYTES).toString('base64url');
@@ -135,7 +138,8 @@ export async function createTokenAuthorization(options: CreateTokenAuthorization
     keyFile,
     check(keyType, authorizationHeader) {
       const match = authorizationHeader === undefined ? null : BEARER.exec(authorizationHeader);
-      if (!match) return 'missing';
+      if (!match)
+        return authorizationHeader !== undefined && BEARER_SCHEME.test(authorizationHeader) ? 'malformed' : 'missing';
       const token = match[1]!;
       if (keyType === 'API') return isSameKey(token, keys.api) ? 'ok' : 'wrong';
       const expected = keys[keyType];
@@ -180,19 +184,27 @@ export async function readKeyFile(keyFilePath: string): Promise<KeyFile> {
 }
 
 function failure(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<TokenCheckResult, 'ok'>) {
-  const where = `the ${keyType} key is in '${tokens.keyFilePath}'`;
+  // The file's name only: a client without a key must not learn the server's paths (its terminal shows the whole path).
+  const keyFile = basename(tokens.keyFilePath);
+  const where = `the ${keyType} key is in the server's ${keyFile}`;
   switch (result) {
+    case 'malformed':
+      return authErrors.create.MARINA_ERR_TOKEN_INVALID(
+        `Token Authorization failed: the Authorization header must be 'Bearer <key>', one key without spaces; ${where}.`,
+      );
     case 'missing':
       return authErrors.create.MARINA_ERR_TOKEN_MISSING(
         `Token Authorization failed: no token was provided. Send 'Authorization: Bearer <key>'; ${where} (or start the server with --disable-token-auth).`,
       );
     case 'wrong':
       return authErrors.create.MARINA_ERR_TOKEN_INVALID(
-        `Token Authorization failed: the token is incorrect for the ${keyType} API; ${where}.`,
+        keyType === 'API'
+          ? `Token Authorization failed: the token is not the API key, which /token needs; ${where}.`
+          : `Token Authorization failed: the token is incorrect for the ${keyType} API; ${where}.`,
       );
     case 'expired':
       return authErrors.create.MARINA_ERR_TOKEN_EXPIRED(
-        `Token Authorization failed: the ${keyType} token expired (keys last ${tokens.tokenExpirationMin} min). Rotate it with '/token?type=${keyType}' and the API key, then read '${tokens.keyFilePath}' again.`,
+        `Token Authorization failed: the ${keyType} token expired (keys last ${tokens.tokenExpirationMin} min). Rotate it with '/token?type=${keyType}' and the API key, then read ${keyFile} again.`,
       );
   }
 }

@@ -187,6 +187,11 @@ interface RawConfig {
   max_concurrent_downloads: number;
   extraction_cache_max_bytes: number;
   optimized_model_cache_max_bytes: number;
+  response_write_timeout: number;
+  max_pending_response_bytes: number;
+  log_max_line_bytes: number;
+  log_max_file_bytes: number;
+  log_max_backup_files: number;
   model_memory_budget?: string;
   idle_unload_seconds: number;
   unload_grace_seconds: number;
@@ -579,6 +584,11 @@ function resolveServerConfig(
       maxConcurrentDownloads: checked.max_concurrent_downloads,
       extractionCacheMaxBytes: checked.extraction_cache_max_bytes,
       optimizedModelCacheMaxBytes: checked.optimized_model_cache_max_bytes,
+      responseWriteTimeoutMs: Math.round(checked.response_write_timeout * 1000),
+      maxPendingResponseBytes: checked.max_pending_response_bytes,
+      logMaxLineBytes: checked.log_max_line_bytes,
+      logMaxFileBytes: checked.log_max_file_bytes,
+      logMaxBackupFiles: checked.log_max_backup_files,
     },
     residency: {
       ...(checked.model_memory_budget !== undefined

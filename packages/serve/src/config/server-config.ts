@@ -208,6 +208,16 @@ export interface ResourceLimits {
   extractionCacheMaxBytes?: number;
   /** optimized_model_cache_max_bytes. Default 16 GiB. */
   optimizedModelCacheMaxBytes?: number;
+  /** response_write_timeout (seconds in the file): most time a response write may make no progress, ms. Default 30000. */
+  responseWriteTimeoutMs?: number;
+  /** max_pending_response_bytes: answers' bytes not yet taken by their clients, over all connections. Default 256 MiB. */
+  maxPendingResponseBytes?: number;
+  /** log_max_line_bytes: longest log line. Default 4096. */
+  logMaxLineBytes?: number;
+  /** log_max_file_bytes: a log file this large is rolled over. Default 100 MiB (TorchServe's). */
+  logMaxFileBytes?: number;
+  /** log_max_backup_files: rolled-over files kept per log. Default 5 (TorchServe's). */
+  logMaxBackupFiles?: number;
 }
 
 /** The defaults of `ResourceLimits`. */
@@ -218,6 +228,11 @@ export const DEFAULT_RESOURCE_LIMITS: Readonly<Required<ResourceLimits>> = Objec
   maxConcurrentDownloads: 2,
   extractionCacheMaxBytes: 16 * 1024 ** 3,
   optimizedModelCacheMaxBytes: 16 * 1024 ** 3,
+  responseWriteTimeoutMs: 30_000,
+  maxPendingResponseBytes: 256 * 1024 ** 2,
+  logMaxLineBytes: 4096,
+  logMaxFileBytes: 100 * 1024 ** 2,
+  logMaxBackupFiles: 5,
 });
 
 /** `config.resourceLimits` with every default filled in. */

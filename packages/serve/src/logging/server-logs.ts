@@ -9,9 +9,39 @@
  * - `ts_metrics.log` / `model_metrics.log` under METRICS_LOCATION (default `logs/`), created at start-up as
  *   TorchServe's log4j2 creates them; written to with metrics_mode=log (see metrics/log-metrics.ts).
  * Lines are appended through one write stream per file, every 50 ms (sooner when 64 KiB gathered); close() flushes them.
+ * Every line is capped (log_max_line_bytes, with a marker giving its length) and credentials in URLs
+ * are redacted; a file that reaches log_max_file_bytes is rolled over to `<file>.1` … `<file>.N`
+ * (log_max_backup_files), as TorchServe's log4j2 RollingFile (100 MB, 5 files) does.
  */
-import { createWriteStream, mkdirSync, openSync, writeSync, type WriteStream } from 'node:fs';
+import {
+  createWriteStream,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  renameSync,
+  rmSync,
+  writeSync,
+  type WriteStream,
+} from 'node:fs';
 import { join } from 'node:path';
+import { boundText, capLogLine } from '../bounded-text.ts';
+
+/** The defaults of log rotation and line capping (TorchServe's log4j2.xml: 100 MB, 5 files). */
+export const DEFAULT_LOG_LIMITS: Readonly<LogLimits> = Object.freeze({
+  maxLineBytes: 4096,
+  maxFileBytes: 100 * 1024 * 1024,
+  maxBackupFiles: 5,
+});
+
+/** How large log lines and files may grow. */
+export interface LogLimits {
+  /** log_max_line_bytes: longest line written, bytes (a longer one is cut, with a marker). Default 4096. */
+  maxLineBytes: number;
+  /** log_max_file_bytes: a file this large is rolled over. Default 100 MiB. */
+  maxFileBytes: number;
+  /** log_max_backup_files: rolled-over files kept per log (`<file>.1` is the newest). 0 keeps none. Default 5. */
+  maxBackupFiles: number;
+}
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
@@ -82,8 +112,8 @@ export function formatLogLine(options: {
 }
 
 /** TorchServe's access log message: `/ip:port "METHOD path HTTP/1.1" status durationMs`. */
-export function formatAccessMessage(entry: AccessLogEntry): string {
-  const line = `/${entry.client} "${entry.method} ${entry.url} HTTP/1.1" ${entry.statusCode} ${Math.round(entry.durationMs)}`;
+export function formatAccessMessage(entry: AccessLogEntry, maxUrlChars = 1024): string {
+  const line = `/${entry.client} "${entry.method} ${boundText(entry.url, maxUrlChars)} HTTP/1.1" ${entry.statusCode} ${Math.round(entry.durationMs)}`;
   return entry.priority === undefined ? line : `${line} priority=${entry.priority}`;
 }
 
@@ -92,12 +122,23 @@ export function formatAccessMessage(entry: AccessLogEntry): string {
  * access_log.log, ts_log.log and model_log.log in `logDir`; ts_metrics.log and model_metrics.log
  * in `metricsLogDir` (default `logDir`). Folders are created when missing.
  */
-export function createServerLogs(options: { logDir: string; metricsLogDir?: string; now?: () => Date }): ServerLogs {
+export function createServerLogs(options: {
+  logDir: string;
+  metricsLogDir?: string;
+  now?: () => Date;
+  /** Line cap and rotation; DEFAULT_LOG_LIMITS for what is not given. */
+  limits?: Partial<LogLimits>;
+}): ServerLogs {
   const { logDir } = options;
   const metricsLogDir = options.metricsLogDir ?? logDir;
   const now = options.now ?? (() => new Date());
+  const limits: LogLimits = { ...DEFAULT_LOG_LIMITS, ...definedOf(options.limits ?? {}) };
   const streams = new Map<LogFileName, WriteStream>();
   const fds = new Map<LogFileName, number>();
+  /** Bytes in each open file (its size when opened plus what was handed to its stream since). */
+  const sizes = new Map<LogFileName, number>();
+  const pathOf = (file: LogFileName) =>
+    join(file === 'ts_metrics.log' || file === 'model_metrics.log' ? metricsLogDir : logDir, file);
   let isClosed = false;
   const readyDirs = new Set<string>();
   /** Files that could not be opened: their lines are dropped without trying again on every line. */
@@ -121,6 +162,7 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
       let fd: number;
       try {
         fd = openSync(join(dir, file), 'a');
+        sizes.set(file, fstatSync(fd).size);
       } catch {
         unwritable.add(file);
         return undefined; // A read-only folder loses the lines of this file, never the server.
@@ -141,11 +183,49 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
   // each line's string die young instead of outliving a garbage collection or two.
   const pending = new Map<LogFileName, { bytes: Buffer; used: number }>();
   let flushTimer: ReturnType<typeof setTimeout> | undefined;
+  /**
+   * Rolls `file` over: `<file>.N-1` → `<file>.N` … `<file>` → `<file>.1`, the oldest dropped; the
+   * old stream finishes its queued writes into what is now `<file>.1` (its descriptor follows the
+   * rename), and the next line opens a fresh `<file>`. Renames only: no copy, no compression.
+   */
+  const rotate = (file: LogFileName) => {
+    const stream = streams.get(file);
+    streams.delete(file);
+    fds.delete(file);
+    sizes.delete(file);
+    stream?.end();
+    const path = pathOf(file);
+    try {
+      if (limits.maxBackupFiles === 0) rmSync(path, { force: true });
+      else {
+        rmSync(`${path}.${limits.maxBackupFiles}`, { force: true });
+        for (let n = limits.maxBackupFiles - 1; n >= 1; n--) {
+          try {
+            renameSync(`${path}.${n}`, `${path}.${n + 1}`);
+          } catch {
+            // No such backup yet.
+          }
+        }
+        renameSync(path, `${path}.1`);
+      }
+    } catch {
+      // A folder that refuses the renames keeps growing the one file rather than losing lines.
+    }
+  };
+  const writeToFile = (file: LogFileName, chunk: Buffer | string) => {
+    const stream = streamOf(file);
+    if (!stream) return;
+    stream.write(chunk);
+    const size = (sizes.get(file) ?? 0) + (typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length);
+    sizes.set(file, size);
+    // A single line larger than the limit (log_max_line_bytes above log_max_file_bytes) gets a file of its own.
+    if (size >= limits.maxFileBytes) rotate(file);
+  };
   const flushFile = (file: LogFileName) => {
     const buffered = pending.get(file);
     if (!buffered || buffered.used === 0) return;
     // The stream keeps the bytes until they are written: the next lines go to a new buffer.
-    streamOf(file)?.write(buffered.bytes.subarray(0, buffered.used));
+    writeToFile(file, buffered.bytes.subarray(0, buffered.used));
     pending.delete(file);
   };
   const flush = () => {
@@ -153,8 +233,16 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
     flushTimer = undefined;
     for (const file of [...pending.keys()]) flushFile(file);
   };
-  const write = (file: LogFileName, text: string) => {
+  const write = (file: LogFileName, line: string) => {
     if (isClosed) return;
+    const text = capLogLine(line, limits.maxLineBytes);
+    // Roll over before the line that would take the file past its limit (lines wait in a buffer of
+    // up to 64 KiB, so checking only after a write could let a file pass the limit by that much).
+    const projected = (sizes.get(file) ?? 0) + (pending.get(file)?.used ?? 0);
+    if (projected > 0 && projected + Buffer.byteLength(text) > limits.maxFileBytes) {
+      flushFile(file);
+      if (streams.has(file)) rotate(file);
+    }
     // At most 3 bytes per UTF-16 unit: a line that may not fit goes after the buffer's lines.
     const maxBytes = text.length * 3;
     let buffered = pending.get(file);
@@ -163,7 +251,7 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
       buffered = undefined;
     }
     if (maxBytes > LOG_BUFFER_BYTES) {
-      streamOf(file)?.write(text);
+      writeToFile(file, text);
       return;
     }
     if (!buffered) {
@@ -209,7 +297,8 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
           level: 'info',
           thread: entry.requestId,
           logger: 'ACCESS_LOG',
-          message: formatAccessMessage(entry),
+          // A quarter of the line cap (1024 characters by default): the line keeps its status and time.
+          message: formatAccessMessage(entry, Math.floor(limits.maxLineBytes / 4)),
         }),
       );
     },
@@ -253,4 +342,9 @@ export function createServerLogs(options: { logDir: string; metricsLogDir?: stri
       await Promise.all([...streams.values()].map((s) => new Promise<void>((resolve) => s.end(resolve))));
     },
   };
+}
+
+/** The fields of `value` that are set. */
+function definedOf<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

@@ -56,6 +56,8 @@ export interface CreateServerMetricsOptions {
   logs?: Pick<ServerLogs, 'metric'>;
   /** metric_time_interval, ms. Default 60 000 (TorchServe's 60 s). */
   systemMetricsIntervalMs?: number;
+  /** The listeners' unread answers (marina_pending_response_bytes, marina_response_connections_closed_total). */
+  responseWrites?: { readonly pendingBytes: number; readonly closedCount: number };
 }
 
 /**
@@ -213,6 +215,27 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
       const v = value();
       if (v !== undefined) gauge.set(hostLabels, v);
     };
+  }
+
+  const responseWrites = options.responseWrites;
+  if (responseWrites) {
+    const pending = new Gauge({
+      name: 'marina_pending_response_bytes',
+      help: 'Bytes of answers written by the server and not yet taken by their clients, over all HTTP connections (bounded by max_pending_response_bytes).',
+      registers: [promRegistry],
+      collect() {
+        pending.set(responseWrites.pendingBytes);
+      },
+    });
+    const closed = new Counter({
+      name: 'marina_response_connections_closed_total',
+      help: 'HTTP connections closed because their answer made no progress for response_write_timeout, or because unread answers held more than max_pending_response_bytes.',
+      registers: [promRegistry],
+      collect() {
+        closed.reset();
+        closed.inc(responseWrites.closedCount);
+      },
+    });
   }
 
   // Gauges are filled from registry.stats() at scrape time; reset first so removed models vanish.

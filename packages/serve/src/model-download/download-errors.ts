@@ -51,6 +51,11 @@ export const downloadErrors = defineErrors({
     description:
       'The management client closed its connection while its archive was downloading; the download was stopped and its partial file removed.',
   },
+  MARINA_ERR_MODEL_STORE_FULL: {
+    statusCode: 507,
+    description:
+      "The model store's disk (or quota) filled up while an archive was downloaded or copied into it (TorchServe's 507, insufficient storage); the partial file was removed. Free space in the model store and register again.",
+  },
   MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: {
     statusCode: 400,
     description: 'The downloaded file is neither a zip (.mar) nor a gzip (.tar.gz) archive; it was deleted.',

@@ -5,6 +5,7 @@
  * one predict path. Adapters only translate their wire form into an InferRequest and the
  * InferResponse back; they never talk to the registry for inference themselves.
  */
+import { assertJsonDepth } from './json-depth.ts';
 import {
   assertResponseSize,
   checkRawSize,
@@ -347,7 +348,7 @@ export class DataPlane {
    * here, so a bad one is refused before it is queued, and travels on in the v2 binary layout so
    * the worker does not parse it again (the answer keeps the form the client used). Other handlers'
    * inputs pass as they came.
-   * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN (400), not found (404).
+   * @throws MARINA_ERR_TENSOR_INPUT_INVALID, MARINA_ERR_TENSOR_OUTPUT_UNKNOWN, MARINA_ERR_JSON_TOO_DEEP (400), not found (404).
    */
   admitTorchServeInput(request: PredictOptions): PredictOptions {
     const { version, signature } = this.#route(request.modelName, request.modelVersion, request.headers);
@@ -359,6 +360,10 @@ export class DataPlane {
       requestedVersion: request.requestedVersion ?? request.modelVersion ?? 'default',
       ...(scheduling ? { scheduling } : {}),
     };
+    // Any handler: a JSON body is parsed in the worker, and a custom handler walks what it gets.
+    const body = options.input.body;
+    if (options.bodyDecoding === 'json' && (Buffer.isBuffer(body) || typeof body === 'string'))
+      assertJsonDepth(body, 'the JSON body');
     if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
     try {
       return this.#encodeTorchServeInput(options, signature);
@@ -415,6 +420,9 @@ export class DataPlane {
       throw createHandlerError.MARINA_ERR_TENSOR_INPUT_INVALID(
         `Inference-Header-Content-Length must be a non-negative integer, got '${headerText}'`,
       );
+    if (headerLength === undefined) assertJsonDepth(payload, 'the JSON input');
+    else if (Buffer.isBuffer(payload))
+      assertJsonDepth(payload.subarray(0, headerLength), 'the JSON header of the input');
     const value =
       headerLength === undefined && payload.length <= SMALL_JSON_BODY_BYTES ? jsonValueOf(payload) : payload;
     if (value !== payload && isPlainFloatTensorBody(value, signature.inputs)) return options;

@@ -5,6 +5,7 @@
  * metadata), and TorchServe gRPC's per-message `status`. One rule decides `Retry-After`: only
  * where the same request sent again can succeed (see RETRYABLE_CODES).
  */
+import { boundText } from '../bounded-text.ts';
 import * as grpc from '@grpc/grpc-js';
 import type { FastifyReply } from 'fastify';
 import type { MarinaError } from '@marina/errors';
@@ -73,6 +74,11 @@ const TORCHSERVE_TYPE_BY_CODE: Readonly<Record<string, string>> = {
   MARINA_ERR_DOWNLOAD_TOO_LARGE: 'DownloadArchiveException',
   MARINA_ERR_DOWNLOAD_TIMEOUT: 'DownloadArchiveException',
   MARINA_ERR_DOWNLOAD_NOT_ARCHIVE: 'DownloadArchiveException',
+  // 507, TorchServe's status for insufficient storage; the archive could not be stored.
+  MARINA_ERR_MODEL_STORE_FULL: 'DownloadArchiveException',
+  // Netty refuses an overlong request line or headers as a bad request.
+  MARINA_ERR_URI_TOO_LONG: 'BadRequestException',
+  MARINA_ERR_HEADERS_TOO_LARGE: 'BadRequestException',
   // TorchServe's token plugin throws InvalidKeyException for a bad /token?type= too.
   MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException',
 };
@@ -145,7 +151,7 @@ interface HttpErrorAnswer {
 }
 
 /** TorchServe REST: pretty-printed JSON ending in a newline, as TorchServe writes it. */
-function torchServeRestError(error: unknown): HttpErrorAnswer {
+export function torchServeRestError(error: unknown): HttpErrorAnswer {
   const e = toMarinaError(error);
   return {
     statusCode: e.statusCode,
@@ -175,6 +181,8 @@ function grpcStatusOf(statusCode: number): grpc.status {
   if (statusCode === 405) return grpc.status.UNIMPLEMENTED;
   if (statusCode === 409) return grpc.status.ALREADY_EXISTS;
   if (statusCode === 413) return grpc.status.RESOURCE_EXHAUSTED;
+  // A name or headers too long to be anything: the argument is wrong, not the server.
+  if (statusCode === 414 || statusCode === 431) return grpc.status.INVALID_ARGUMENT;
   if (statusCode === 501) return grpc.status.UNIMPLEMENTED;
   if (statusCode === 503) return grpc.status.UNAVAILABLE;
   if (statusCode === 504) return grpc.status.DEADLINE_EXCEEDED;
@@ -196,8 +204,16 @@ export function grpcError(error: unknown, form: GrpcErrorForm = 'oip'): grpc.Sta
   if (isRetryable(e.code)) metadata.set('retry-after', String(RETRY_AFTER_SECONDS));
   const text = form === 'torchserve' ? torchServeText(e) : { message: e.message };
   if (text.hint !== undefined) metadata.set('marina-hint', asciiHeaderValue(text.hint));
-  return { code: grpcStatusOf(e.statusCode), details: text.message, metadata };
+  return { code: grpcStatusOf(e.statusCode), details: boundText(text.message, MAX_GRPC_MESSAGE_CHARS), metadata };
 }
+
+/**
+ * Longest status message a gRPC answer carries, characters. The message travels in the
+ * `grpc-message` trailer: a trailer larger than the client's header-list limit (16 KiB in grpc-js)
+ * is a protocol error that fails the call and the next calls on the same channel, so an echoed
+ * input must never grow it.
+ */
+const MAX_GRPC_MESSAGE_CHARS = 1024;
 
 /** A metadata value as HTTP/2 allows it: printable ASCII only, and bounded. */
 function asciiHeaderValue(text: string): string {
@@ -217,7 +233,11 @@ export function grpcServiceError(error: unknown, form: GrpcErrorForm = 'oip'): g
  */
 export function torchServeGrpcStreamStatus(error: unknown): { code: number; message: string; details: [] } {
   const e = toMarinaError(error);
-  return { code: grpcStatusOf(e.statusCode), message: torchServeText(e).message, details: [] };
+  return {
+    code: grpcStatusOf(e.statusCode),
+    message: boundText(torchServeText(e).message, MAX_GRPC_MESSAGE_CHARS),
+    details: [],
+  };
 }
 
 /**

@@ -1,4 +1,5 @@
 /** What every gRPC adapter shares: the protos, token checks and the unary wrapper (errors map to gRPC in error-map.ts). */
+import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -64,14 +65,19 @@ export function createKeyCheck(tokens: TokenAuthorization | undefined, keyType: 
         ? `the call has no 'authorization: Bearer <key>' metadata`
         : result === 'expired'
           ? `the ${keyType} key expired (keys last ${tokens.tokenExpirationMin} min); rotate it with /token?type=${keyType}`
-          : `the key is incorrect for the ${keyType} API`;
+          : result === 'malformed'
+            ? `the 'authorization' metadata must be 'Bearer <key>', one key without spaces`
+            : `the key is incorrect for the ${keyType} API`;
     const create =
       result === 'missing'
         ? authErrors.create.MARINA_ERR_TOKEN_MISSING
         : result === 'expired'
           ? authErrors.create.MARINA_ERR_TOKEN_EXPIRED
           : authErrors.create.MARINA_ERR_TOKEN_INVALID;
-    return create(`Token Authorization failed: ${why}; the ${keyType} key is in '${tokens.keyFilePath}'`);
+    // The file's name only: a client without a key must not learn the server's paths.
+    return create(
+      `Token Authorization failed: ${why}; the ${keyType} key is in the server's ${basename(tokens.keyFilePath)}`,
+    );
   };
 }
 

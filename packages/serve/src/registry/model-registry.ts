@@ -3,6 +3,7 @@ import { rm } from 'node:fs/promises';
 import {
   assertModelIdentity,
   extractToCache,
+  MODEL_NAME_MAX_LENGTH,
   normalizeManifest,
   readModelConfig,
   readQuantizationSummary,
@@ -17,6 +18,7 @@ import {
 import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
 import { fixedBatchWarning } from '@marina/handlers';
 import type { ServerConfig } from '../config/server-config.ts';
+import { boundText } from '../bounded-text.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
 import type { ModelCaches } from '../cache/model-caches.ts';
 import { resolveModelSettings } from '../model-settings.ts';
@@ -572,9 +574,14 @@ export class ModelRegistry implements ModelRegistryApi {
     const known =
       names.length === 0
         ? 'no models are registered (register one with POST /models on the management API, or load_models at start-up)'
-        : `registered models: ${names.slice(0, 20).join(', ')}${names.length > 20 ? `, and ${names.length - 20} more` : ''}${didYouMean(modelName, names)}`;
-    return createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName} (${known})`, {
-      details: { modelName, registered: names.slice(0, 100) },
+        : `registered models: ${names.slice(0, 20).join(', ')}${names.length > 20 ? `, and ${names.length - 20} more` : ''}${
+            // No name longer than the rule allows is close to a registered one (and comparing megabytes would cost).
+            modelName.length <= 2 * MODEL_NAME_MAX_LENGTH ? didYouMean(modelName, names) : ''
+          }`;
+    // The name is the client's: quoted bounded, here and in details.
+    const shown = boundText(modelName);
+    return createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${shown} (${known})`, {
+      details: { modelName: shown, registered: names.slice(0, 100) },
     });
   }
 
@@ -615,7 +622,7 @@ export class ModelRegistry implements ModelRegistryApi {
     const version = model.versions.get(modelVersion ?? model.defaultVersion);
     if (!version) {
       throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(
-        `Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
+        `Model version: ${boundText(String(modelVersion))} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
       );
     }
     return version;
@@ -801,7 +808,7 @@ export class ModelRegistry implements ModelRegistryApi {
     const version = model.versions.get(versionId);
     if (!version)
       throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(
-        `Model version: ${versionId} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
+        `Model version: ${boundText(versionId)} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
       );
     if (versionId === model.defaultVersion && model.versions.size > 1) {
       throw createServeError.MARINA_ERR_DEFAULT_VERSION_REMOVAL(
@@ -904,7 +911,7 @@ export class ModelRegistry implements ModelRegistryApi {
     if (!model) throw this.#modelNotFound(modelName);
     if (!model.versions.has(modelVersion))
       throw createServeError.MARINA_ERR_MODEL_VERSION_NOT_FOUND(
-        `Model version: ${modelVersion} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
+        `Model version: ${boundText(modelVersion)} does not exist for model: ${modelName} (available: ${[...model.versions.keys()].join(', ')})`,
       );
     model.defaultVersion = modelVersion;
     // TorchServe's meaning: every unversioned request to this version. A shadow (of another version) stays.

@@ -174,6 +174,7 @@ export class ModelVersion extends EventEmitter<{
       queue: this.queue,
       batchSize: options.settings.batchSize,
       maxBatchDelayMs: options.settings.maxBatchDelayMs,
+      isPrefetching: options.settings.queue.priorityLevels === 1,
       workers: () => this.pool.workers,
       dispatch: (worker, jobs, reason) => {
         // Given to an idle worker, the batch runs at once (the aggregator's loop then offers the

@@ -22,13 +22,11 @@ export interface InferenceRoutesOptions {
 /** The serializer of an answer the worker sent as text: it is sent as it is. */
 const textAsIs = (text: unknown) => text as string;
 
-/** @fastify/multipart's codes for a body over its limits (answered 413). */
-const multipartTooLargeCodes = new Set([
-  'FST_REQ_FILE_TOO_LARGE',
-  'FST_PARTS_LIMIT',
-  'FST_FILES_LIMIT',
-  'FST_FIELDS_LIMIT',
-]);
+/** Parts (fields and files) read from one multipart body: @fastify/multipart's default, stated so the message can say it. */
+const MAX_MULTIPART_PARTS = 1000;
+
+/** @fastify/multipart's code for a part over max_request_size (answered 413; too many parts have their own code). */
+const multipartTooLargeCodes = new Set(['FST_REQ_FILE_TOO_LARGE']);
 
 /** How the worker decodes a raw body for the handler (TorchServe's decode_input_request): JSON parsed, text/* as a string, other types as bytes. */
 function bodyDecodingOf(contentType: string | undefined): BodyDecoding {
@@ -59,6 +57,11 @@ async function readMultipartInput(request: FastifyRequest): Promise<{ input: Job
     }
   } catch (error) {
     const code = (error as { code?: string }).code;
+    if (code === 'FST_PARTS_LIMIT' || code === 'FST_FILES_LIMIT' || code === 'FST_FIELDS_LIMIT')
+      throw createServeError.MARINA_ERR_MULTIPART_TOO_MANY_PARTS(
+        `the multipart body has more than ${MAX_MULTIPART_PARTS} parts; send the input in fewer fields (one field 'data' is usual)`,
+        { cause: error, details: { maxParts: MAX_MULTIPART_PARTS } },
+      );
     if (isMarinaError(error) || (code !== undefined && multipartTooLargeCodes.has(code))) throw error;
     // Everything else the parser throws (truncated body, no boundary, bad part headers, a
     // `__proto__` field) is the client's malformed body, not a server fault.
@@ -143,7 +146,9 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     { parseAs: 'buffer', bodyLimit: maxRequestBytes },
     (request, body, done) => done(null, parseFormBody(body as Buffer, request.headers['content-type'])),
   );
-  await app.register(multipart, { limits: { fileSize: maxRequestBytes, fieldSize: maxRequestBytes } });
+  await app.register(multipart, {
+    limits: { fileSize: maxRequestBytes, fieldSize: maxRequestBytes, parts: MAX_MULTIPART_PARTS },
+  });
 
   // Open with token authorization on: Kubernetes' liveness and readiness probes (and load
   // balancers' health checks) cannot send a key that rotates. It tells only Healthy or Unhealthy.

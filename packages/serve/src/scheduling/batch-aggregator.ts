@@ -27,6 +27,13 @@ export interface BatchAggregatorOptions<W extends BatchTaker> {
   workers(): Iterable<W>;
   /** Hands a batch taken from the queue to a worker. Must not call back into the aggregator synchronously. */
   dispatch(worker: W, jobs: Job[], reason: DispatchReason): void;
+  /**
+   * Whether a busy worker is given its next batch while it runs the current one (default true).
+   * Off for models with priority levels: a prefetched batch has left the queue, so a higher-level
+   * request arriving after it would wait for it; without prefetching the queue picks the next batch
+   * by priority when the worker is free.
+   */
+  isPrefetching?: boolean;
   /** The error for a queued job whose deadline (its level's timeout, its own, its gRPC deadline) passed before it was taken. */
   expired(job: Job): MarinaError;
 }
@@ -80,7 +87,7 @@ export class BatchAggregator<W extends BatchTaker> {
           idle = w;
           break;
         }
-        busy ??= w;
+        if (this.#options.isPrefetching !== false) busy ??= w;
       }
       if (idle !== undefined) {
         // Less than a full batch waits for the end of this turn of the event loop, so requests

@@ -5,6 +5,7 @@
  * Errors are the protocol's `{"error": "..."}` with the MarinaError's status (and its code in
  * the `x-marina-error-code` header), from the one error map (every route declares `errorBody: 'oip'`).
  */
+import { assertJsonDepth } from '../json-depth.ts';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import {
   answerBytesAtLeast,
@@ -56,8 +57,10 @@ function decodeInferBody(body: Buffer, headerLengthText: string | undefined): De
     const headerLength = Number(headerLengthText);
     if (!/^\d+$/.test(headerLengthText.trim()))
       throw invalid(`Inference-Header-Content-Length must be a non-negative integer, got '${headerLengthText}'`);
+    assertJsonDepth(body.subarray(0, headerLength), 'the JSON header of the body');
     ({ header, binaries } = splitBinaryBody(body, headerLength, 'inputs'));
   } else {
+    assertJsonDepth(body, 'the JSON body');
     try {
       header = JSON.parse(body.toString('utf8')) as Record<string, unknown>;
     } catch (error) {

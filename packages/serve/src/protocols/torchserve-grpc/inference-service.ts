@@ -33,6 +33,18 @@ interface PredictionsRequest {
   sequence_id?: string;
 }
 
+/**
+ * Ends a stream with a status, the way grpc-js sends one from a server stream: an `error` event
+ * carrying `code`, `details` and `metadata` (`destroy(error)` only resets the stream, and the
+ * client is left waiting for its deadline).
+ */
+function failStream(
+  call: grpc.ServerWritableStream<PredictionsRequest, unknown> | grpc.ServerDuplexStream<PredictionsRequest, unknown>,
+  error: grpc.ServiceError,
+): void {
+  call.emit('error', error);
+}
+
 export function createTorchServeInferenceService(options: {
   dataPlane: DataPlane;
   checkKey: KeyCheck;
@@ -93,7 +105,7 @@ export function createTorchServeInferenceService(options: {
       const fail = (error: unknown) => {
         const serviceError = withTraceparent(grpcServiceError(error, 'torchserve'), trace);
         endCallTrace(trace, serviceError.code);
-        call.destroy(serviceError);
+        failStream(call, serviceError);
       };
       const denied = checkKey(call);
       if (denied) return fail(denied);
@@ -107,7 +119,7 @@ export function createTorchServeInferenceService(options: {
     /** Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does. */
     StreamPredictions2: (call: grpc.ServerDuplexStream<PredictionsRequest, unknown>) => {
       const denied = checkKey(call);
-      if (denied) return call.destroy(grpcServiceError(denied, 'torchserve'));
+      if (denied) return failStream(call, grpcServiceError(denied, 'torchserve'));
       const running = new Set<Promise<void>>();
       call.on('data', (request: PredictionsRequest) => {
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};

@@ -1,0 +1,287 @@
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import { emptyRow, type ResultRow } from '../bench-result.ts';
+import { runLoad } from '../load-generator.ts';
+import { listProcessTree, startProcessSampler } from '../process-sampler.ts';
+import { median, summarizeLatencies } from '../stats.ts';
+import type { RunningServer } from '../server-process.ts';
+import {
+  measureServerLoad,
+  readImage,
+  rowFromLoad,
+  serverTmpDir,
+  withServer,
+  type ExperimentContext,
+} from './experiment-context.ts';
+import { OVERHEAD_BEST_SETTINGS } from './overhead.ts';
+
+/** Rounds per side of the tracing comparison; the sides take turns (the order alternating), so a drift of the machine's speed falls on both. */
+const TRACING_ROUNDS = 4;
+
+/**
+ * An OTLP/HTTP endpoint that takes every export and throws it away, in the bench's process: the
+ * traced server pays for building, batching, encoding and posting its spans, as it would to a
+ * real collector on the same host.
+ */
+async function startOtlpSink(): Promise<{ url: string; exports: () => number; close: () => Promise<void> }> {
+  let exports = 0;
+  const server = createServer((request, response) => {
+    request.resume();
+    request.on('end', () => {
+      exports++;
+      response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    exports: () => exports,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** The environment that turns tracing on, every request sampled, spans sent to `endpoint` as protobuf. */
+function tracingEnv(endpoint: string): Record<string, string> {
+  return {
+    OTEL_TRACES_EXPORTER: 'otlp',
+    OTEL_EXPORTER_OTLP_ENDPOINT: endpoint,
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/protobuf',
+    OTEL_TRACES_SAMPLER: 'always_on',
+    OTEL_SERVICE_NAME: 'marina-bench',
+  };
+}
+
+/** Alternating rounds of two measures; returns each side's rounds and the median of the rounds' own ratios (b ÷ a). */
+async function alternate(
+  rounds: number,
+  a: () => Promise<ResultRow>,
+  b: () => Promise<ResultRow>,
+): Promise<{ a: ResultRow[]; b: ResultRow[]; ratio: number }> {
+  const out = { a: [] as ResultRow[], b: [] as ResultRow[] };
+  for (let round = 0; round < rounds; round++) {
+    if (round % 2 === 0) {
+      out.a.push(await a());
+      out.b.push(await b());
+    } else {
+      out.b.push(await b());
+      out.a.push(await a());
+    }
+  }
+  const ratios = out.a.map((row, i) => out.b[i]!.throughputPerSec / row.throughputPerSec);
+  return { ...out, ratio: median(ratios) };
+}
+
+function medianRow(rows: ResultRow[], config: string): ResultRow {
+  const sorted = [...rows].sort((x, y) => x.throughputPerSec - y.throughputPerSec);
+  const row = sorted[Math.floor((sorted.length - 1) / 2)]!;
+  return {
+    ...row,
+    config,
+    note: `median of ${rows.length} rounds: ${rows.map((r) => r.throughputPerSec.toFixed(1)).join(' / ')}`,
+  };
+}
+
+/**
+ * Tracing's cost, side by side in one run: the tensor model 2x+1 (its own run a few µs, so the
+ * server is what is measured) at the overhead experiment's concurrency, and the run's image model
+ * at the run's concurrency, each on two servers that stay up, one with tracing off and one with
+ * every request sampled and exported over OTLP/HTTP (protobuf) to a sink in this process. Rounds
+ * take turns; the ratio is the median of the rounds' own ratios (targets: ≥ 0.9 for the tensor
+ * model, ≥ 0.98 for ResNet-152).
+ */
+export async function runTracing(context: ExperimentContext): Promise<{ rows: ResultRow[]; notes: string[] }> {
+  const rows: ResultRow[] = [];
+  const notes: string[] = [];
+  const sink = await startOtlpSink();
+  const { plan } = context;
+  try {
+    const tensor = context.tensorAssets;
+    if (tensor) {
+      const path = `/predictions/${tensor.modelName}`;
+      const perRoundMs = Math.max(500, Math.ceil(plan.overheadDurationMs / 2));
+      const measure = (server: RunningServer, label: string, warmup: number) =>
+        measureServerLoad(context, server, {
+          path,
+          body: tensor.body,
+          contentType: tensor.contentType,
+          experiment: 'tracing',
+          label,
+          concurrency: plan.overheadConcurrency,
+          requests: 10_000_000,
+          durationMs: perRoundMs,
+          warmupRequests: warmup,
+        });
+      await withServer(
+        context,
+        { model: tensor, label: 'tracing off, tensor model', settings: { ...OVERHEAD_BEST_SETTINGS } },
+        async (off) =>
+          withServer(
+            context,
+            {
+              model: tensor,
+              label: 'tracing on, tensor model',
+              settings: { ...OVERHEAD_BEST_SETTINGS },
+              env: tracingEnv(sink.url),
+              tmpDir: serverTmpDir(context, 'marina-bench-tracing-2'),
+            },
+            async (on) => {
+              let round = 0;
+              const warmup = () => (round++ < 2 ? 2000 : 200);
+              const measured = await alternate(
+                TRACING_ROUNDS,
+                () => measure(off, 'tensor model, tracing off', warmup()),
+                () => measure(on, 'tensor model, tracing on (every request sampled)', warmup()),
+              );
+              rows.push(
+                medianRow(measured.a, `tensor model 2x+1, tracing off, ${plan.overheadConcurrency} clients`),
+                medianRow(
+                  measured.b,
+                  `tensor model 2x+1, tracing on (always_on, OTLP/protobuf), ${plan.overheadConcurrency} clients`,
+                ),
+              );
+              notes.push(
+                `Tracing, tensor model 2x+1 at ${plan.overheadConcurrency} clients: traced ÷ untraced requests/s = ${measured.ratio.toFixed(3)} (median of ${TRACING_ROUNDS} alternating rounds' own ratios; target ≥ 0.9).`,
+              );
+            },
+          ),
+      );
+    }
+
+    const jpeg = await readImage(context.assets);
+    const perRound = Math.max(plan.concurrency, Math.ceil(plan.images / 2));
+    await withServer(context, { assets: context.assets, label: 'tracing off, image model' }, async (off, path) =>
+      withServer(
+        context,
+        {
+          assets: context.assets,
+          label: 'tracing on, image model',
+          env: tracingEnv(sink.url),
+          tmpDir: serverTmpDir(context, 'marina-bench-tracing-3'),
+        },
+        async (on) => {
+          const measure = (server: RunningServer, label: string) =>
+            measureServerLoad(context, server, {
+              path,
+              body: jpeg,
+              experiment: 'tracing',
+              label,
+              concurrency: plan.concurrency,
+              requests: perRound,
+              warmupRequests: 8,
+            });
+          const measured = await alternate(
+            TRACING_ROUNDS,
+            () => measure(off, `${context.assets.model}, tracing off`),
+            () => measure(on, `${context.assets.model}, tracing on`),
+          );
+          rows.push(
+            medianRow(measured.a, `${context.assets.model}, tracing off, ${plan.concurrency} clients`),
+            medianRow(
+              measured.b,
+              `${context.assets.model}, tracing on (always_on, OTLP/protobuf), ${plan.concurrency} clients`,
+            ),
+          );
+          notes.push(
+            `Tracing, ${context.assets.model} at ${plan.concurrency} clients: traced ÷ untraced images/s = ${measured.ratio.toFixed(3)} (median of ${TRACING_ROUNDS} alternating rounds' own ratios; the target ≥ 0.98 is set for ResNet-152). The sink took ${sink.exports()} OTLP exports in all.`,
+          );
+        },
+      ),
+    );
+  } finally {
+    await sink.close();
+  }
+  return { rows, notes };
+}
+
+/**
+ * Two priority levels under overload, on the run's image model (one worker): the high level's
+ * latency at one client on an idle server, then the same client while `plan.concurrency` clients
+ * flood the low level (the default one) for the same time. Target: the high level's p50 within
+ * 1.5× of idle while the low level absorbs the backlog.
+ */
+export async function runPriorities(context: ExperimentContext): Promise<{ rows: ResultRow[]; notes: string[] }> {
+  const rows: ResultRow[] = [];
+  const notes: string[] = [];
+  const { plan } = context;
+  const jpeg = await readImage(context.assets);
+  const highHeaders = { 'x-marina-priority': '1' };
+  const highRequests = Math.max(20, Math.ceil(plan.images / 5));
+  await withServer(
+    context,
+    {
+      assets: context.assets,
+      label: 'priorities, image model',
+      settings: { minWorkers: 1, maxWorkers: 1, priorityLevels: 2, defaultPriorityLevel: 2 },
+    },
+    async (server, path) => {
+      const idle = await measureServerLoad(context, server, {
+        path,
+        body: jpeg,
+        headers: highHeaders,
+        experiment: 'priorities',
+        label: 'high priority, idle server, 1 client',
+        concurrency: 1,
+        requests: highRequests,
+        warmupRequests: 5,
+      });
+      rows.push({ ...idle, config: `${context.assets.model}, high priority (1), idle server, 1 client` });
+
+      context.onProgress({ type: 'phase', label: 'high priority under a low-priority flood', total: highRequests });
+      const flood = runLoad({
+        origin: server.origin,
+        path,
+        body: jpeg,
+        concurrency: plan.concurrency,
+        requests: 10_000_000,
+        durationMs: plan.maxRunMs,
+      });
+      // The flood's clients first fill the queue; the high client starts once the low level has a backlog.
+      let backlog = 0;
+      for (let i = 0; i < 200 && backlog < Math.min(plan.concurrency, 20); i++) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        const response = await fetch(`${server.managementOrigin}/models/${path.replace('/predictions/', '')}`);
+        const [description] = (await response.json()) as Array<{
+          jobQueueStatus: { priorityLevels?: Array<{ level: number; pendingRequests: number }> };
+        }>;
+        backlog = description?.jobQueueStatus.priorityLevels?.find((l) => l.level === 2)?.pendingRequests ?? 0;
+      }
+      const sampler = startProcessSampler({ getPids: () => listProcessTree(server.pid) });
+      const high = await runLoad({
+        origin: server.origin,
+        path,
+        body: jpeg,
+        headers: highHeaders,
+        concurrency: 1,
+        requests: highRequests,
+        durationMs: plan.maxRunMs,
+        onProgress: (done) => context.onProgress({ type: 'tick', done }),
+      });
+      const highRow = rowFromLoad(
+        'priorities',
+        `${context.assets.model}, high priority (1), 1 client beside ${plan.concurrency} low-priority clients`,
+        1,
+        high,
+        sampler.stop(),
+      );
+      const low = await flood;
+      const lowLatency = summarizeLatencies(low.latenciesMs);
+      rows.push(highRow, {
+        ...emptyRow('priorities', `${context.assets.model}, low priority (2, default), ${plan.concurrency} clients`),
+        images: lowLatency.count,
+        concurrency: plan.concurrency,
+        throughputPerSec: low.throughputPerSec,
+        p50Ms: lowLatency.p50Ms,
+        p90Ms: lowLatency.p90Ms,
+        p99Ms: lowLatency.p99Ms,
+        errors: low.errors,
+        note: `the flood ran for ${(low.wallMs / 1000).toFixed(1)} s, the high client inside it; backlog at level 2 when the high client began: ${backlog}`,
+      });
+      notes.push(
+        `Priorities, ${context.assets.model}, 1 worker: high-priority p50 under a ${plan.concurrency}-client low-priority flood ÷ idle p50 = ${(highRow.p50Ms / idle.p50Ms).toFixed(2)} (${highRow.p50Ms.toFixed(1)} ms against ${idle.p50Ms.toFixed(1)} ms; target ≤ 1.5); the low level's p50 ${lowLatency.p50Ms.toFixed(0)} ms at ${low.throughputPerSec.toFixed(1)} images/s.`,
+      );
+    },
+  );
+  return { rows, notes };
+}
