@@ -1,7 +1,8 @@
 /**
  * The one index of Marina's error registries: every package's `defineErrors` registry, with the
- * heading its codes get in the error reference. The error table (scripts/error-table.ts), the
- * error-code tests and the per-protocol error table test all read it, so a new registry is added here once.
+ * heading its codes get in the error reference. The error reference (docs/reference/errors.md, written by
+ * scripts/docs-gen.ts), the error-code tests and the per-protocol error table test all read it, so a new
+ * registry is added here once.
  */
 import type { ErrorDefinition } from '../packages/errors/src/index.ts';
 import { archiveErrors } from '../packages/archive/src/errors.ts';

@@ -1,6 +1,8 @@
 """A client for a Marina (TorchServe-compatible) inference server.
 
-One file, Python >= 3.9, standard library only: copy it next to your job.
+Python >= 3.9, standard library only. Install it as a package,
+``pip install --no-build-isolation --no-index ./clients/python`` (no index needed), or copy this one
+file next to your job.
 
     from marina_client import MarinaClient, MarinaError
 
@@ -27,6 +29,8 @@ client's own (``MARINA_ERR_CLIENT_RESPONSE_TIMEOUT``, ``MARINA_ERR_CLIENT_CONNEC
 The token comes from ``token=``, else ``$MARINA_TOKEN``, else the ``inference.key`` of
 ``key_file=`` or ``$MARINA_KEY_FILE``; without any, no Authorization header is sent.
 """
+
+__version__ = "0.1.0"  # keep equal to pyproject.toml's version (the Python client test checks)
 
 import email.utils
 import json

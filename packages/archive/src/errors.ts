@@ -2,8 +2,8 @@ import { defineErrors } from '@marina/errors';
 
 /**
  * Every error code @marina/archive throws or reports. Packing throws these as
- * `MarinaError`s; the validator reports them as problems. ERRORS.md lists them all
- * (a test keeps the two in step).
+ * `MarinaError`s; the validator reports them as problems. docs/reference/errors.md lists them
+ * all (generated from this registry; a test keeps the two in step).
  */
 export const archiveErrors = defineErrors({
   MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID: {

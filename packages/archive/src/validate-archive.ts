@@ -20,7 +20,7 @@ import { MANIFEST_FILE_FIELDS, resolveManifestPath } from './safe-path.ts';
 import { defaultOrtTelemetryOff } from './ort-telemetry.ts';
 import { describeSchemaErrors, validateManifestSchema } from './schemas.ts';
 
-/** One thing wrong with an archive. `code` is stable (see ERRORS.md); `message` says what and what to do. */
+/** One thing wrong with an archive. `code` is stable (see docs/reference/errors.md); `message` says what and what to do. */
 export interface ValidationProblem {
   code: ArchiveErrorCode;
   severity: 'error' | 'warning';

@@ -15,6 +15,7 @@ export const experimentNames = [
   'traffic',
   'tracing',
   'priorities',
+  'many-models',
 ] as const;
 export type ExperimentName = (typeof experimentNames)[number];
 
@@ -133,6 +134,8 @@ export interface BenchResult {
   targets: TargetCheck[];
   /** The int8 experiment's numbers; undefined when it did not run. */
   int8?: Int8Summary;
+  /** The many-models experiment's summary, when it ran. */
+  manyModels?: ManyModelsSummary;
   /** The configuration the sweep ran on. */
   bestServerConfig: string | undefined;
   notes: string[];
@@ -213,4 +216,55 @@ export interface Int8Summary {
   agreement: string;
   /** How the int8 archive was made. */
   quantizeCommand: string;
+}
+
+/** The many-models experiment's setting: how many models, how large, how many clients and requests. */
+export interface ManyModelsPlan {
+  models: number;
+  depth: 18 | 50;
+  clients: number;
+  /** Zipf exponent of the model popularity. */
+  zipfExponent: number;
+  /** Requests per measured phase. */
+  requests: number;
+  /** The budget is the all-resident sum divided by this. */
+  budgetDivisor: number;
+}
+
+/** What one phase of Zipf traffic measured. */
+export interface ZipfPhase {
+  label: string;
+  requests: number;
+  errors: number;
+  throughputPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** Requests whose Server-Timing said they waited for their model to load. */
+  waitedForLoad: number;
+  waitedP50Ms: number;
+  waitedP99Ms: number;
+  peakPssMb: number;
+}
+
+/** The experiment's summary: the report's section and the many-models chart. */
+export interface ManyModelsSummary {
+  plan: ManyModelsPlan;
+  modelSizeMb: number;
+  /** Sum of describe's residentBytes over all models in the all-resident server, MB. */
+  allResidentSumMb: number;
+  budgetMb: number;
+  /** The hot set: the most popular models whose measured sizes fit the budget. */
+  hotSetModels: number;
+  /** onnxruntime creating a session from the cached optimised model (the floor of a load), median ms. */
+  floorCreateMs: number;
+  /** One batch-1 run, median ms. */
+  floorRunMs: number;
+  phases: {
+    allResidentZipf: ZipfPhase;
+    budgetZipf: ZipfPhase;
+    allResidentHot: ZipfPhase;
+    budgetHot: ZipfPhase;
+  };
+  /** What the all-resident server held beside its models' measured sizes (PSS after its Zipf phase − their sum), MB. */
+  baselinePssMb: number;
 }

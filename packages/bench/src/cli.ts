@@ -106,15 +106,29 @@ export function createProgram(): Command {
     .description(
       'Measure the case for a central server: ceiling, decentralized jobs, centralized/batched/multi-worker server and a concurrency sweep, side by side.',
     )
+    .optionsGroup('What to run:')
     .addOption(new Option('--model <name>', 'model to benchmark').choices([...benchModelNames]))
     .option('--quick', 'ResNet-18, fewer images, shorter sweep: a few minutes on 2 cores', false)
     .option('--smoke', 'tiny model, seconds: keeps the bench working in CI', false)
+    .optionsGroup('How much:')
     .option('--images <n>', 'requests per server experiment', positiveInteger)
     .option('--concurrency <n>', 'client concurrency of the server experiments (default 100; smoke 8)', positiveInteger)
     .option('--experiments <list>', `comma-separated subset of ${experimentNames.join(',')}`, experimentList)
+    .optionsGroup('Where:')
     .option('--out <dir>', 'output folder (default bench-results/<timestamp>; also copied to bench-results/latest)')
     .option('--cache-dir <dir>', 'where generated models and archives are kept (default ~/.cache/marina/bench)')
     .option('--serve-bin <path>', "the serve CLI to benchmark (default: this workspace's @marina/serve)")
+    .addHelpText(
+      'after',
+      `
+Examples:
+  # ResNet-18, every experiment, a few minutes
+  marina-bench --quick
+  # only the ceiling and the int8 experiment, on ResNet-152
+  marina-bench --model resnet-152 --experiments ceiling,int8
+  # where a model's time goes, and the best workers/threads/batch size for this machine
+  marina-bench profile model.onnx && marina-bench tune model_store/resnet-18.mar`,
+    )
     .action(
       async (flags: {
         model?: BenchModelName;
@@ -168,21 +182,32 @@ export function createProgram(): Command {
       "Profile any ONNX model (or a model archive) with onnxruntime's profiler: time per operator type and per node, each with its share, the top bottleneck nodes, and a chart.",
     )
     .argument('<model>', 'an .onnx file, or a model archive (.mar, .tar.gz or folder)')
+    .optionsGroup('Inputs:')
     .option('--batch-size <n>', 'rows per run (the dynamic batch dimension)', positiveInteger, 1)
     .option('--dim <name=N>', 'size of a named dynamic dimension (repeatable; default 1)', dimEntry)
     .option(
       '--input <file>',
       'sample image for an image_classifier archive (default: its warmup.input, else a synthetic JPEG)',
     )
+    .optionsGroup('The runs:')
     .option('--runs <n>', 'profiled runs', positiveInteger, 20)
     .option('--warmup-runs <n>', 'runs before profiling', nonNegativeInteger, 3)
     .option('--threads <n>', 'intra-op threads (default: every core, as one server worker gets)', positiveInteger)
+    .optionsGroup('Output:')
     .option('--top <n>', 'bottleneck nodes to list', positiveInteger, 10)
     .option(
       '--out <dir>',
       'where chart.svg, profile.json and the raw trace.json go (default bench-results/profile-<model>)',
     )
     .option('--json', 'print the result as JSON instead of tables', false)
+    .addHelpText(
+      'after',
+      `
+Examples:
+  marina-bench profile model.onnx
+  marina-bench profile --batch-size 8 --dim sequence=128 model.onnx
+  marina-bench profile --input kitten.jpg model_store/resnet-18.mar`,
+    )
     .action(
       async (
         modelPath: string,
@@ -233,15 +258,24 @@ export function createProgram(): Command {
       'Measure workers x intra-op threads x batch size (and maxBatchDelay where batching helps) for an archive on this machine, within a time budget, and print the config.properties lines of the best.',
     )
     .argument('<archive>', 'a model archive (.mar, .tar.gz or folder)')
+    .optionsGroup('Budget and input:')
     .option('--budget-s <s>', 'time budget in seconds, server starts included', positiveNumber, 120)
     .option(
       '--input <file>',
       "request body to measure with (default: the archive's warmup.input, else synthetic from the signature)",
     )
     .option('--content-type <type>', 'content type of --input (default from the handler)')
+    .optionsGroup('Search and output:')
     .option('--max-batch-size <n>', 'largest batch size tried', positiveInteger, 8)
     .option('--serve-bin <path>', "the serve CLI (default: this workspace's @marina/serve)")
     .option('--json', 'print the result as JSON', false)
+    .addHelpText(
+      'after',
+      `
+Examples:
+  marina-bench tune model_store/resnet-18.mar
+  marina-bench tune --budget-s 600 --input kitten.jpg model_store/resnet-18.mar`,
+    )
     .action(
       async (
         archivePath: string,

@@ -1,6 +1,6 @@
 import { defineErrors } from '@marina/errors';
 
-/** Error codes of `@marina/bench`. Each is listed in the README's error table. */
+/** Error codes of `@marina/bench`. Each is listed in docs/reference/errors.md (generated). */
 export const benchErrors = defineErrors({
   MARINA_ERR_BENCH_OPTION_INVALID: {
     statusCode: 400,

@@ -18,6 +18,7 @@ import { median, readLoadAverage } from './stats.ts';
 import { runDecentralized } from './experiments/decentralized.ts';
 import type { BenchProgressEvent, ExperimentContext, RunPlan } from './experiments/experiment-context.ts';
 import { runMemory } from './experiments/memory.ts';
+import { manyModelsPlan, runManyModels } from './experiments/many-models.ts';
 import { measureTensorOwnTime, runOverhead } from './experiments/overhead.ts';
 import {
   runBatched,
@@ -27,13 +28,19 @@ import {
   type ServerRunResult,
 } from './experiments/server-experiments.ts';
 import { runProtocols } from './experiments/protocols.ts';
-import type { Int8Summary } from './bench-result.ts';
+import type { Int8Summary, ManyModelsSummary } from './bench-result.ts';
 import { runTraffic } from './experiments/traffic.ts';
 import { runPriorities, runTracing } from './experiments/tracing-priorities.ts';
 import { explainInt8Time, INT8_ROUNDS, runInt8 } from './experiments/int8.ts';
 import { prepareInt8Assets } from './int8-assets.ts';
 import { getMachineInfo } from './machine-info.ts';
-import { benchModelNames, prepareAssets, prepareTensorAssets, type BenchModelName } from './model-assets.ts';
+import {
+  benchModelNames,
+  defaultCacheDir,
+  prepareAssets,
+  prepareTensorAssets,
+  type BenchModelName,
+} from './model-assets.ts';
 import { writeReports, type ReportFiles } from './report/write-reports.ts';
 import { bestOf, bestServerRow, checkTargets } from './targets.ts';
 
@@ -170,7 +177,12 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
         (e) =>
           !(
             mode === 'smoke' &&
-            (e === 'memory' || e === 'int8' || e === 'traffic' || e === 'tracing' || e === 'priorities')
+            (e === 'memory' ||
+              e === 'int8' ||
+              e === 'traffic' ||
+              e === 'tracing' ||
+              e === 'priorities' ||
+              e === 'many-models')
           ),
       ),
   );
@@ -191,6 +203,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     'traffic',
     'tracing',
     'priorities',
+    'many-models',
   ].some((e) => selected.has(e as ExperimentName));
   const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
   if (needsServer && !existsSync(serveBin)) {
@@ -326,6 +339,15 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     memory = measured.variants;
   }
 
+  let manyModels: ManyModelsSummary | undefined;
+  if (selected.has('many-models')) {
+    const measured = await withLoadAverage('many-models', () =>
+      runManyModels(context, manyModelsPlan(mode), options.cacheDir ?? defaultCacheDir()),
+    );
+    rows.push(...measured.rows);
+    manyModels = measured.summary;
+  }
+
   let int8: Int8Summary | undefined;
   if (selected.has('int8') && int8Assets) {
     const measured = await withLoadAverage('int8', () => runInt8(context, int8Assets, { rounds: INT8_ROUNDS[mode] }));
@@ -342,6 +364,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     if (
       row.experiment === 'overhead' ||
       row.experiment === 'memory' ||
+      row.experiment === 'many-models' ||
       row.config.startsWith('1 MB') ||
       row.config.startsWith('tensor model')
     )
@@ -384,6 +407,7 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     bestServerConfig,
     notes,
     ...(int8 ? { int8 } : {}),
+    ...(manyModels ? { manyModels } : {}),
     targets: checkTargets({ model, rows, references, memory, modelSizeMb, cpuCount, int8, cpuFlags: machine.cpuFlags }),
   };
   const files = await writeReports(result, outDir);

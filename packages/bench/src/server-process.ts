@@ -45,6 +45,8 @@ export interface StartServerOptions {
    * serverTmpDir); a caller whose servers may run beside the bench's (tune) passes its own.
    */
   tmpDir?: string;
+  /** More config.properties keys (e.g. model_memory_budget), written as given. */
+  properties?: Record<string, string>;
   /** How long to wait for /ping, ms. Default 180000 (ResNet-152 with several workers loads slowly on 2 cores). */
   startTimeoutMs?: number;
   /** load_models as written in config.properties; default `<modelName>=<archiveFileName>`. */
@@ -83,6 +85,7 @@ export async function writeServerConfig(
     'disable_token_authorization=true',
   ];
   if (options.jobQueueSize !== undefined) lines.push(`job_queue_size=${options.jobQueueSize}`);
+  for (const [key, value] of Object.entries(options.properties ?? {})) lines.push(`${key}=${value}`);
   if (options.modelsJson !== undefined) lines.push(`models=${JSON.stringify(options.modelsJson)}`);
   else if (options.settings !== undefined && Object.keys(options.settings).length > 0) {
     lines.push(`models=${JSON.stringify({ [options.modelName]: { [options.modelVersion]: options.settings } })}`);

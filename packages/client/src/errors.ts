@@ -1,7 +1,7 @@
 /**
  * The client's own error codes (the server's codes travel as they are, in `MarinaClientError.code`).
  * Plain data with the same shape as `@marina/errors`' definitions, so that this package has no
- * dependencies and the README's error table still lists every code.
+ * dependencies and docs/reference/errors.md still lists every code.
  */
 export const clientErrorDefinitions = {
   MARINA_ERR_CLIENT_RESPONSE_TIMEOUT: {

@@ -1,6 +1,6 @@
 /**
  * Marina's one error shape: every error a user can meet carries a stable `code`
- * (documented in the README), an HTTP `statusCode` for the APIs, an optional `cause`
+ * (listed in docs/reference/errors.md), an HTTP `statusCode` for the APIs, an optional `cause`
  * and optional structured `details`.
  */
 export interface MarinaErrorOptions {
@@ -29,7 +29,7 @@ export class MarinaError extends Error {
 export interface ErrorDefinition {
   /** HTTP status used when the error reaches an API. */
   statusCode: number;
-  /** One sentence for the README's error table: when it happens and what to do. */
+  /** One sentence for the error reference (docs/reference/errors.md): when it happens and what to do. */
   description: string;
 }
 

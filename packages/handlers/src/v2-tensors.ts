@@ -303,7 +303,7 @@ export function expectedByteLength(datatype: V2Datatype, shape: readonly number[
   return size === 0 ? undefined : elementCount(shape) * size;
 }
 
-/** Checks raw bytes fit the datatype and shape. @throws MARINA_ERR_TENSOR_INPUT_INVALID */
+/** Checks raw bytes fit the datatype and shape, and that float values are finite. @throws MARINA_ERR_TENSOR_INPUT_INVALID */
 export function checkRawSize(t: RawTensor, where: string): void {
   const expected = expectedByteLength(t.datatype, t.shape);
   if (expected !== undefined && t.raw.length !== expected) {
@@ -314,6 +314,28 @@ export function checkRawSize(t: RawTensor, where: string): void {
     if (n !== elementCount(t.shape))
       throw invalid(`${where}: BYTES shape [${t.shape.join(', ')}] needs ${elementCount(t.shape)} elements, got ${n}`);
   }
+  const nonFinite = firstNonFinite(t.datatype, t.raw);
+  if (nonFinite !== -1)
+    throw invalid(
+      `${where}: element ${nonFinite} is not a finite number (Infinity or NaN); ${t.datatype} inputs must be finite`,
+    );
+}
+
+/**
+ * Index of the first Infinity or NaN in raw little-endian floats, -1 when every value is finite
+ * (or the type is not a float). Reads only the exponent bits, one or two bytes per element.
+ */
+function firstNonFinite(datatype: V2Datatype, raw: Buffer): number {
+  if (datatype === 'FP32') {
+    for (let i = 0, at = 3; at < raw.length; i++, at += 4)
+      if ((raw[at]! & 0x7f) === 0x7f && (raw[at - 1]! & 0x80) === 0x80) return i;
+  } else if (datatype === 'FP16') {
+    for (let i = 0, at = 1; at < raw.length; i++, at += 2) if ((raw[at]! & 0x7c) === 0x7c) return i;
+  } else if (datatype === 'FP64') {
+    for (let i = 0, at = 7; at < raw.length; i++, at += 8)
+      if ((raw[at]! & 0x7f) === 0x7f && (raw[at - 1]! & 0xf0) === 0xf0) return i;
+  }
+  return -1;
 }
 
 type TypedArrayCtor = {

@@ -174,6 +174,7 @@ export function createProgram(io: CliIo = {}): Command {
     .description('Package an ONNX model into a TorchServe-style model archive (.mar), or validate one.')
     .version(ARCHIVER_VERSION, '-V, --archiver-version', "print model-archiver's own version")
     .configureOutput({ writeOut: (text) => stdout.write(text), writeErr: (text) => stderr.write(text) })
+    .optionsGroup('The model (required: --model-name, --version, --handler):')
     .option(
       '--model-name <name>',
       "name of the model; the archive is <name>.mar (letters, digits, '_', '-', '.'; starts with a letter or digit)",
@@ -185,10 +186,12 @@ export function createProgram(io: CliIo = {}): Command {
     )
     .option('--serialized-file <path>', 'the ONNX model file')
     .option('--model-file <path>', 'model definition file (stored for TorchServe compatibility)')
+    .optionsGroup('What else goes into the archive:')
     .option('--extra-files <list>', 'comma-separated files, folders (their contents) and globs to add')
     .option('-r, --requirements-file <path>', 'requirements file to store in the archive')
     .option('-c, --config-file <path>', 'model-config.yaml to store in the archive')
     .addOption(new Option('--runtime <runtime>', 'runtime written to the manifest').choices(RUNTIMES).default('python'))
+    .optionsGroup('Where and how it is written:')
     .option('--export-path <dir>', 'folder to write the archive to (created when missing)', '.')
     .addOption(
       new Option(
@@ -202,6 +205,7 @@ export function createProgram(io: CliIo = {}): Command {
       '-f, --force',
       'overwrite an existing archive; with --quantize, also write an archive whose accuracy is below --min-agreement',
     )
+    .optionsGroup('int8 quantisation:')
     .addOption(
       new Option(
         '--quantize <precision>',
@@ -234,6 +238,7 @@ export function createProgram(io: CliIo = {}): Command {
     .option('--exclude-nodes <list>', 'comma-separated node names to keep in fp32')
     .option('--exclude-op-types <list>', 'comma-separated operator types to keep in fp32 (e.g. Add,Resize)')
     .option('--no-auto-fallback', 'do not keep sensitive nodes in fp32 automatically when agreement is below target')
+    .optionsGroup('Checks:')
     .option(
       '--skip-checks',
       'write the archive without loading the model or checking it against the handler (by default an archive that would not serve is refused and nothing is written)',
@@ -395,13 +400,26 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
     .command('validate')
     .description('check that an archive (.mar, .tar.gz or folder) will serve, listing every problem with a code')
     .argument('<path>', 'archive or folder to check')
+    .optionsGroup('Report:')
     .option('--json', 'print the report as JSON')
+    .optionsGroup('Checks:')
     .option(
       '--batch-size <n>',
       'batch size to check the model against (default: model-config.yaml batchSize, else 1)',
       positiveInteger,
     )
     .option('--no-model-load', 'skip loading the ONNX model (only the cheap checks)')
+    .addHelpText(
+      'after',
+      `
+Examples:
+  # every problem of an archive, each with a code and a sentence
+  model-archiver validate model_store/resnet-18.mar
+  # will it batch 8 requests? (a fixed batch dimension is a warning)
+  model-archiver validate --batch-size 8 model_store/resnet-18.mar
+  # the report as JSON, for a script
+  model-archiver validate --json model_store/resnet-18.mar`,
+    )
     .action(
       async (path: string, flags: { json?: boolean; batchSize?: number; modelLoad: boolean }, command: Command) => {
         let report: ValidationReport;

@@ -42,15 +42,33 @@ function describe(file: GeneratedFile): string {
 export function createProgram(output: CliOutput = processOutput): Command {
   const program = new Command('marina-models')
     .description("Writes Marina's example ONNX models, labels and a sample image (no downloads).")
-    .configureOutput({ writeOut: output.out, writeErr: output.err });
+    .configureOutput({ writeOut: output.out, writeErr: output.err })
+    .addHelpText(
+      'after',
+      `
+Examples:
+  # a ResNet-18, its class names and a sample image, in the current folder
+  marina-models generate --out . --models resnet-18
+  # ResNet-152 with its weights in a separate, memory-mappable file
+  marina-models generate --out models --models resnet-152 --external-data`,
+    );
   program
     .command('generate')
     .description('write <out>/<model>.onnx for each model, plus index_to_name.json and kitten.jpg')
+    .optionsGroup('What to write:')
     .requiredOption('--out <dir>', 'output directory (created if missing)')
     .option('--models <list>', `comma-separated, from ${GENERATABLE_MODELS.join(', ')}`, DEFAULT_MODELS.join(','))
     .option('--seed <n>', 'seed for the random weights', parseSeed, 42)
+    .optionsGroup('How:')
     .option('--external-data', 'write ResNet weights to <model>.onnx.data (page-aligned, memory-mappable)', false)
     .option('--force', 'rewrite files even when an identical one exists', false)
+    .addHelpText(
+      'after',
+      `
+Examples:
+  marina-models generate --out . --models resnet-18
+  marina-models generate --out models --models tiny,tiny-tensor --seed 7 --force`,
+    )
     .action(async (opts: { out: string; models: string; seed: number; externalData: boolean; force: boolean }) => {
       const started = performance.now();
       const files = await generateModels({

@@ -96,7 +96,7 @@ function writeModel(
     case 'tiny-tensor':
       return writeTinyTensorModel({ outputPath });
     case 'mixed-types':
-      // One input and output of each tensor kind the protocols carry (README "Protocols" serves it as `mixed`).
+      // One input and output of each tensor kind the protocols carry (docs/guides/protocols.md serves it as `mixed`).
       return writeMixedTypesModel({ outputPath });
     case 'softmax-classifier':
       // Ends in Softmax: image_classifier must return its output as it is.

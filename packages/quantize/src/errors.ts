@@ -1,7 +1,7 @@
 import { defineErrors } from '@marina/errors';
 
 /**
- * Every error `@marina/quantize` throws. Codes are stable; the README's error table
+ * Every error `@marina/quantize` throws. Codes are stable; docs/reference/errors.md
  * lists them (a test keeps the two in step).
  */
 export const quantizeErrors = defineErrors({

@@ -9,7 +9,7 @@ import { quantizeModel, type Feeds, type QuantizationReport, type QuantizeModelO
 /** The file inside an archive that records how its model was quantised. */
 export const QUANTIZATION_REPORT_FILE = 'quantization.json';
 
-/** Default calibration method: the one with the best measured agreement on the issue's test models (see the README's Quantisation section). */
+/** Default calibration method: the one with the best measured agreement on the issue's test models (see docs/guides/quantisation.md). */
 export const DEFAULT_CALIBRATION_METHOD: CalibrationMethod = 'minmax';
 
 /** The options quantizeForArchive passes on to quantizeModel as they are (`method` defaults to DEFAULT_CALIBRATION_METHOD here). */

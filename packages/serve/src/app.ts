@@ -493,6 +493,7 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   const isShared = inference === management;
   await inference.register(apiDescriptionRoutes, {
     instance: inference,
+    torchServeApis: isShared ? ['inference', 'management'] : ['inference'],
     registry,
     perModel: [
       {
@@ -508,11 +509,12 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   if (!isShared) {
     await management.register(apiDescriptionRoutes, {
       instance: management,
+      torchServeApis: ['management'],
       registry,
       perModel: [{ url: '/models/:model_name', auth: 'management', prefixes: ['/models/'] }],
     });
   }
-  await metrics.register(apiDescriptionRoutes, { instance: metrics, registry, perModel: [] });
+  await metrics.register(apiDescriptionRoutes, { instance: metrics, torchServeApis: [], registry, perModel: [] });
   await management.register(apiExplorerRoutes, {
     instances,
     apis: config.enableMetricsApi ? ['inference', 'management', 'metrics'] : ['inference', 'management'],

@@ -36,25 +36,29 @@ export function createProgram(options: { run: (command: ServeCommand) => Promise
   const program = new Command('serve')
     .description('Serve ONNX models from TorchServe-style .mar archives with TorchServe-compatible config and APIs.')
     .helpOption('-h, --help', 'show this help')
+    .optionsGroup('Start and stop:')
     .option('--start', 'start the model server (the default when neither --stop nor --version is given)')
+    .option('--foreground', 'run in this terminal instead of the background')
     .option('--stop', 'stop a model server started in the background')
     .option('-v, --version', 'print the Marina version')
     .option(
       '--clean-cache',
       'remove every extracted archive and optimised model copy under $TMPDIR/marina (refused while a server runs)',
     )
+    .optionsGroup('Configuration and models:')
     .option('--ts-config <file>', 'configuration file (config.properties format); TS_CONFIG_FILE wins over it')
     .option('--model-store <dir>', 'folder holding the model archives (overrides model_store)')
     .option(
       '--models <model...>',
       'models to load at start-up: all, file.mar, name=file.mar or URLs, space separated (overrides load_models)',
     )
-    .option('--foreground', 'run in this terminal instead of the background')
     .option('--ncs', 'do not read or write config snapshots')
     .option('--no-config-snapshots', 'same as --ncs')
+    .optionsGroup('Security:')
     .option('--disable-token-auth', 'turn token authorization off')
     .option('--dt', 'same as --disable-token-auth')
     .option('--enable-model-api', 'allow registering and unregistering models through the management API')
+    .optionsGroup("Accepted for TorchServe's scripts:")
     .option(
       '--log-config <file>',
       "log4j2 file: must exist (as TorchServe); Marina writes TorchServe's log files under LOG_LOCATION without it",
@@ -62,6 +66,19 @@ export function createProgram(options: { run: (command: ServeCommand) => Promise
     .option('--workflow-store <dir>', 'folder of workflow archives (workflow_store; workflows are not implemented yet)')
     .option('--plugins-path <dir>', 'folder of TorchServe plugins (plugins_path; Java plugins cannot run in Marina)')
     .addOption(new Option('--ppath <dir>', 'same as --plugins-path').hideHelp())
+    .addHelpText(
+      'after',
+      `
+Examples:
+  # serve one archive in the background, with token authorization on
+  serve --start --model-store model_store --models resnet-18.mar
+  # serve what a TorchServe config.properties says (workers, batching, addresses)
+  serve --start --ts-config config.properties
+  # stop it, letting the requests in flight finish
+  serve --stop
+
+Every flag and key: docs/reference/cli.md and docs/reference/configuration.md`,
+    )
     .allowExcessArguments(false)
     .action(async (flags: RawFlags) => {
       await options.run(toServeCommand(flags));

@@ -1,6 +1,6 @@
 /**
  * The serve package's error registry: every error the server can answer with, its
- * HTTP status and what it means. Each code is listed in ../ERRORS.md (a test checks it).
+ * HTTP status and what it means. Each code is listed in docs/reference/errors.md (generated; a test checks it).
  * Where TorchServe fixes a status code, the code below keeps it; protocols/error-map.ts turns
  * an error into each protocol's wire form.
  */

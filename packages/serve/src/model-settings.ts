@@ -79,7 +79,7 @@ export interface ResolveModelSettingsOptions {
 
 /**
  * Combines a model version's settings. Highest precedence first (TorchServe's documented
- * intent, properties < YAML < API; see README "Model settings"):
+ * intent, properties < YAML < API; see docs/guides/serving.md, "Model settings and their precedence"):
  *
  * | setting          | 1. register API        | 2. model-config.yaml      | 3. `models` JSON        | 4. server default                           |
  * |------------------|------------------------|---------------------------|-------------------------|---------------------------------------------|

@@ -21,9 +21,9 @@ import { resourceLimitsOf, type ServerConfig } from './config/server-config.ts';
 import { deepFreeze } from './config/load-config.ts';
 import { createServerLogs } from './logging/server-logs.ts';
 import { createServerPlugins, isSameAddress, type OperatorContext } from './server-plugins.ts';
-import { assertAddressesFree, toListenError } from './config/assert-addresses-free.ts';
+import { assertAddressesFree, listenTargets, toListenError } from './config/assert-addresses-free.ts';
 import type { StartupProgressEvent } from './startup-progress.ts';
-import type { GrpcServers } from './protocols/grpc-server.ts';
+import type { GrpcBindError, GrpcServers } from './protocols/grpc-server.ts';
 import type { ModelMeshRuntimeServer } from './protocols/modelmesh/modelmesh-runtime-server.ts';
 import { createRequestLog, type RequestLog } from './request-log.ts';
 import { removeStaleDownloads } from './model-download/resolve-model-url.ts';
@@ -283,6 +283,10 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
         dataPlane: app.dataPlane,
         management: app.management,
         tokens: operator.tokens,
+      }).catch((error: GrpcBindError) => {
+        // A port taken after assertAddressesFree looked: the same answer as for HTTP, not grpc-js's sentence.
+        const target = listenTargets(effectiveConfig).find((t) => t.key === error.key);
+        throw target && error.code ? toListenError(error, target, effectiveConfig) : error;
       });
       const scheme = effectiveConfig.grpc.isSslEnabled ? 'grpcs' : 'grpc';
       listening.push(

@@ -72,12 +72,50 @@ describe('API descriptions', { timeout: 60_000 }, () => {
       metrics: ['/metrics', '/api-description'],
     };
     for (const api of ['inference', 'management', 'metrics'] as const) {
+      const document = (await call(urls[api], 'GET', '/api-description')).json;
+      expect(document).toMatchObject({ openapi: '3.0.1', info: { title: 'TorchServe APIs' } });
+      for (const path of expected[api]) expect(Object.keys(document.paths), `${api} ${path}`).toContain(path);
+    }
+  });
+
+  it("answers OPTIONS / with TorchServe's own paths and methods on each port, exactly", async () => {
+    // pytorch/serve frontend/server/src/main/java/org/pytorch/serve/openapi/OpenApiUtils.java: listApis
+    // (listInferenceApis / listManagementApis, and /metrics added on every port).
+    const torchServe: Record<'inference' | 'management' | 'metrics', Record<string, string[]>> = {
+      inference: {
+        '/': ['options'],
+        '/ping': ['get'],
+        '/v1/models/{model_name}:predict': ['post'],
+        '/v2/models/{model_name}/infer': ['post'],
+        '/predictions/{model_name}': ['post'],
+        '/predictions/{model_name}/{model_version}': ['post'],
+        '/api-description': ['get'],
+        '/metrics': ['get'],
+      },
+      management: {
+        '/': ['options'],
+        '/models': ['get', 'post'],
+        '/models/{model_name}': ['get', 'put', 'delete'],
+        '/models/{model_name}/{model_version}': ['get', 'put', 'delete'],
+        '/models/{model_name}/{model_version}/set-default': ['put'],
+        '/api-description': ['get'],
+        '/metrics': ['get'],
+      },
+      metrics: { '/metrics': ['get'] },
+    };
+    for (const api of ['inference', 'management', 'metrics'] as const) {
       const options = await fetch(`${urls[api]}/`, { method: 'OPTIONS' });
       expect(options.status, api).toBe(200);
       const document = await options.json();
       expect(document).toMatchObject({ openapi: '3.0.1', info: { title: 'TorchServe APIs' } });
-      for (const path of expected[api]) expect(Object.keys(document.paths), `${api} ${path}`).toContain(path);
-      expect((await call(urls[api], 'GET', '/api-description')).json).toEqual(document);
+      const listed = Object.fromEntries(
+        Object.entries(document.paths as Record<string, Record<string, unknown>>).map(([path, ops]) => [
+          path,
+          Object.keys(ops).sort(),
+        ]),
+      );
+      const want = Object.fromEntries(Object.entries(torchServe[api]).map(([path, ops]) => [path, [...ops].sort()]));
+      expect(listed, api).toEqual(want);
     }
   });
 

@@ -75,7 +75,9 @@ describe('the token hook', () => {
     expect(text.endsWith('}\n')).toBe(true);
     const body = JSON.parse(text);
     expect(body).toMatchObject({ code: 401, type: 'InvalidKeyException', marinaCode: 'MARINA_ERR_TOKEN_MISSING' });
-    // TorchServe's sentence as the message, Marina's guidance in hint: the key file by name, never its path.
+    // TorchServe's exact text (TokenAuthorizationHandler.java) as the message; Marina's guidance in
+    // hint: the key file by name, never its path.
+    expect(body.message).toBe('Token Authorization failed. Token either incorrect, expired, or not provided correctly');
     expect(body.hint).toContain('no token was provided');
     expect(body.hint).toContain(basename(keyFilePath));
     expect(JSON.stringify(body)).not.toContain(keyFilePath);
@@ -126,6 +128,7 @@ describe('the token hook', () => {
     expect(response.status).toBe(401);
     const body = await response.json();
     expect(body).toMatchObject({ marinaCode: 'MARINA_ERR_TOKEN_EXPIRED' });
+    expect(body.message).toBe('Token Authorization failed. Token either incorrect, expired, or not provided correctly');
     expect(body.hint).toContain('/token?type=inference');
   });
 
@@ -145,6 +148,7 @@ describe('/token rotation', () => {
     expect(response.status).toBe(401);
     expect(await response.json()).toMatchObject({
       marinaCode: 'MARINA_ERR_TOKEN_INVALID',
+      message: 'Token Authorization failed. Token either incorrect, expired, or not provided correctly',
       hint: expect.stringContaining('API key'),
     });
   });

@@ -90,6 +90,7 @@ const TORCHSERVE_TEXT: Record<string, string> = {
   MARINA_ERR_TOKEN_INVALID: TOKEN_FAILED,
   MARINA_ERR_TOKEN_EXPIRED: TOKEN_FAILED,
   MARINA_ERR_HANDLER_FAILED: 'Prediction failed',
+  MARINA_ERR_EXPLAIN_NOT_SUPPORTED: 'Prediction failed',
 };
 const torchServeMessageOf = (code: string) => TORCHSERVE_TEXT[code] ?? messageOf(code);
 function fail(code: string): never {

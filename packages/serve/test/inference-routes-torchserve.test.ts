@@ -95,7 +95,8 @@ describe('inference routes TorchServe serves', { timeout: 60_000 }, () => {
         type: 'InternalServerException',
         marinaCode: 'MARINA_ERR_EXPLAIN_NOT_SUPPORTED',
       });
-      expect(result.json.message).toMatch(/^Prediction failed: /);
+      expect(result.json.message).toBe('Prediction failed');
+      expect(result.json.hint).toMatch(/has no explain/);
     }
     expect((await call(api, 'POST', '/explanations/nope', { body: {} })).json).toMatchObject({
       code: 404,

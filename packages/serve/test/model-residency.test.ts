@@ -169,7 +169,10 @@ describe('many models in a memory budget', () => {
       if (e.modelName === 'shared' && e.state === 'resident') loads.push(e);
     };
     app.registry.events.on('residency', onResidency);
+    // The load says it is resident once it has made room for its measured size, maybe after answering.
+    const loaded = residency(app, { modelName: 'shared', state: 'resident' });
     const replies = await Promise.all([1, 2, 3, 4, 5].map(() => classify('shared')));
+    await loaded;
     app.registry.events.off('residency', onResidency);
     expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
     expect(loads).toHaveLength(1);
@@ -200,7 +203,7 @@ describe('many models in a memory budget', () => {
     expect(app.registry.describe('idle')[0]).toMatchObject({ state: 'registered', residentBytes: 0, workers: [] });
   });
 
-  it('unloads without waiting on a stuck run: past the grace the batch is answered 503 and the call returns', async () => {
+  it('unloads and unregisters without waiting on a stuck run: past the grace the batch is answered 503 and the call returns', async () => {
     const gate = `${dir.path}/gate-stuck`;
     gates.push(gate);
     const stuck = post('stuck', { gate });
@@ -220,6 +223,33 @@ describe('many models in a memory budget', () => {
     expect(reply.json.marinaCode).toBe('MARINA_ERR_MODEL_UNLOADING');
     expect(reply.json.message).toContain('unload_grace_seconds');
     expect(app.registry.describe('stuck')[0]!.state).toBe('registered');
+
+    // Unregister too: a new request loads it again and gets stuck; DELETE answers after the grace.
+    const gate2 = `${dir.path}/gate-stuck-2`;
+    gates.push(gate2);
+    const stuckAgain = post('stuck', { gate: gate2 });
+    const again = await new Promise<typeof version>((resolve) => {
+      const onResidency = (e: ResidencyEvent) => {
+        if (e.modelName !== 'stuck' || e.state !== 'resident') return;
+        app.registry.events.off('residency', onResidency);
+        resolve(app.registry.getVersion('stuck'));
+      };
+      app.registry.events.on('residency', onResidency);
+    });
+    await new Promise<void>((resolve) => {
+      const check = () => {
+        if (again.runningJobs === 0) return;
+        again.off('progress', check);
+        resolve();
+      };
+      again.on('progress', check);
+      check();
+    });
+    await app.registry.unregister('stuck');
+    const unregistered = await stuckAgain;
+    expect(unregistered.status).toBe(503);
+    expect(unregistered.json.marinaCode).toBe('MARINA_ERR_MODEL_UNLOADING');
+    expect(app.registry.list().map((m) => m.modelName)).not.toContain('stuck');
   });
 
   it('refuses at registration a model larger than the whole budget, with its own code', async () => {

@@ -23,7 +23,13 @@ beforeAll(async () => {
 afterAll(() => new Promise<void>((resolve) => busy.close(() => resolve())));
 
 /** A working folder whose model's handler leaves a marker file when a worker loads it. */
-async function workDir(): Promise<{ cwd: string; marker: string }> {
+async function workDir(
+  addresses: string[] = [
+    'inference_address=http://127.0.0.1:0',
+    `management_address=http://127.0.0.1:${busyPort}`,
+    'enable_metrics_api=false',
+  ],
+): Promise<{ cwd: string; marker: string }> {
   const cwd = makeDir();
   const marker = path.join(cwd, 'model-was-loaded');
   mkdirSync(path.join(cwd, 'tmp'));
@@ -35,16 +41,7 @@ async function workDir(): Promise<{ cwd: string; marker: string }> {
       'marker_handler.mjs': `import { writeFileSync } from 'node:fs';\nexport function initialize() { writeFileSync(${JSON.stringify(marker)}, 'loaded'); }\nexport function handle(data) { return data.map(() => 'ok'); }\n`,
     },
   });
-  writeFileSync(
-    path.join(cwd, 'config.properties'),
-    [
-      `inference_address=http://127.0.0.1:0`,
-      `management_address=http://127.0.0.1:${busyPort}`,
-      'enable_metrics_api=false',
-      'model_store=store',
-      'load_models=all',
-    ].join('\n'),
-  );
+  writeFileSync(path.join(cwd, 'config.properties'), [...addresses, 'model_store=store', 'load_models=all'].join('\n'));
   return { cwd, marker };
 }
 
@@ -85,5 +82,70 @@ describe('a port in use', { timeout: 120_000 }, () => {
     expect(existsSync(marker)).toBe(false);
     expect(existsSync(path.join(cwd, 'logs', 'marina.log'))).toBe(false);
     expect(existsSync(path.join(cwd, 'tmp', '.marina_server.pid'))).toBe(false);
+  });
+});
+
+describe('a gRPC port in use', { timeout: 120_000 }, () => {
+  const grpcBusy = () => [
+    'inference_address=http://127.0.0.1:0',
+    'management_address=http://127.0.0.1:0',
+    `grpc_inference_port=${busyPort}`,
+    'grpc_management_port=0',
+    'enable_metrics_api=false',
+  ];
+
+  it("stops serve --foreground as an HTTP port does, not with grpc-js's 'No address added'", async () => {
+    const { cwd, marker } = await workDir(grpcBusy());
+    const result = await runServe(cwd, [
+      '--foreground',
+      '--ncs',
+      '--disable-token-auth',
+      '--ts-config',
+      'config.properties',
+    ]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(
+      `MARINA_ERR_ADDRESS_IN_USE: the gRPC inference API cannot listen on grpc://127.0.0.1:${busyPort}`,
+    );
+    expect(result.stderr).toContain(`set grpc_inference_port in ${path.join(cwd, 'config.properties')} to a free port`);
+    expect(result.stderr).not.toContain('No address added');
+    expect(existsSync(marker)).toBe(false);
+  });
+
+  it('stops a background serve --start in the launcher', async () => {
+    const { cwd, marker } = await workDir(grpcBusy());
+    const result = await runServe(cwd, [
+      '--start',
+      '--ncs',
+      '--disable-token-auth',
+      '--ts-config',
+      'config.properties',
+    ]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('MARINA_ERR_ADDRESS_IN_USE: the gRPC inference API cannot listen on');
+    expect(existsSync(marker)).toBe(false);
+    expect(existsSync(path.join(cwd, 'tmp', '.marina_server.pid'))).toBe(false);
+  });
+
+  it('names both keys when the configuration puts gRPC on the port of an HTTP API', async () => {
+    const { cwd } = await workDir([
+      'inference_address=http://127.0.0.1:0',
+      'management_address=http://127.0.0.1:0',
+      'grpc_inference_port=0',
+      'grpc_management_port=18931',
+      'metrics_address=http://127.0.0.1:18931',
+      'enable_metrics_api=true',
+    ]);
+    const result = await runServe(cwd, [
+      '--foreground',
+      '--ncs',
+      '--disable-token-auth',
+      '--ts-config',
+      'config.properties',
+    ]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(
+      'MARINA_ERR_ADDRESS_IN_USE: the gRPC management API cannot listen on grpc://127.0.0.1:18931: the metrics API (metrics_address) is set to the same port.',
+    );
   });
 });

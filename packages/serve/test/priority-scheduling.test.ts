@@ -182,6 +182,7 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
       type: 'ServiceUnavailableException',
       marinaCode: 'MARINA_ERR_QUEUE_FULL',
     });
+    expect(refused.json.hint).toContain('priority 1');
     const low = post({ name: 'low', log: s.log });
     await until(version, () => version.queue.sizeOf(2) === 1);
     await s.open();

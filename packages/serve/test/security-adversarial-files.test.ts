@@ -5,7 +5,8 @@
  * downloads left behind by a killed server, and a model store whose disk fills up.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { mkdir, readdir, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import { createServer as createHttpServer, type Server } from 'node:http';
 import { createServer as createNetServer } from 'node:net';
@@ -203,20 +204,15 @@ describe('leftovers of a killed download', { timeout: 60_000 }, () => {
 /** Whether this process may mount a small tmpfs (root, or a user namespace that allows it). */
 const canMountTmpfs = (() => {
   if (process.platform !== 'linux' || process.getuid?.() !== 0) return false;
-  const probe = join(fileURLToPath(new URL('.', import.meta.url)), '..', '.tmpfs-probe');
+  const probe = mkdtempSync(join(tmpdir(), 'marina-tmpfs-probe-'));
   try {
-    mkdirSync(probe, { recursive: true });
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', probe], { stdio: 'ignore' });
     execFileSync('umount', [probe], { stdio: 'ignore' });
     return true;
   } catch {
     return false;
   } finally {
-    try {
-      execFileSync('rmdir', [probe], { stdio: 'ignore' });
-    } catch {
-      // already gone
-    }
+    rmSync(probe, { recursive: true, force: true });
   }
 })();
 

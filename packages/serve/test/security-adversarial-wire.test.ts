@@ -306,6 +306,21 @@ describe('inputs the models cannot take', { timeout: 60_000 }, () => {
     });
     expect(fp16.status).toBe(400);
     expect((await fp16.json()).error).toContain('65504');
+    // Binary tensors: an Infinity or NaN bit pattern is refused too.
+    const raw = Buffer.from(Float32Array.from([1, Number.POSITIVE_INFINITY, 3, Number.NaN]).buffer);
+    const header = Buffer.from(
+      JSON.stringify({
+        inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 4], parameters: { binary_data_size: raw.length } }],
+      }),
+    );
+    const binary = await rest('/v2/models/mixed/infer', {
+      method: 'POST',
+      key: 'inference',
+      body: Buffer.concat([header, raw]),
+      headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(header.length) },
+    });
+    expect(binary.status).toBe(400);
+    expect((await binary.json()).error).toContain('element 1 is not a finite number');
     // TorchServe's route, where a plain float body takes a fast path.
     const torchserve = await rest('/predictions/mixed', {
       method: 'POST',

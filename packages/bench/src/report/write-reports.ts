@@ -5,6 +5,7 @@ import { describeCpuFlags } from '../machine-info.ts';
 import { formatCsv } from './format-csv.ts';
 import { formatMarkdownTable } from './format-table.ts';
 import { renderChartSvg } from './render-chart-svg.ts';
+import { formatManyModelsSection, renderManyModelsSvg } from '../experiments/many-models.ts';
 
 /** Paths of the files one run writes. */
 export interface ReportFiles {
@@ -71,6 +72,7 @@ export function formatMarkdownReport(result: BenchResult): string {
       '',
     );
   }
+  if (result.manyModels) lines.push(...formatManyModelsSection(result.manyModels));
   if (result.notes.length > 0) {
     lines.push('## Notes', '');
     for (const note of result.notes) lines.push(`- ${note}`);
@@ -91,6 +93,7 @@ export async function writeReports(result: BenchResult, outDir: string): Promise
   await writeFile(files.csvPath, formatCsv(result.rows));
   await writeFile(files.markdownPath, formatMarkdownReport(result));
   await writeFile(files.chartPath, renderChartSvg(result));
+  if (result.manyModels) await writeFile(join(outDir, 'many-models.svg'), renderManyModelsSvg(result.manyModels));
   await writeFile(
     files.jsonPath,
     JSON.stringify(

@@ -1,6 +1,6 @@
 import { defineErrors } from '@marina/errors';
 
-/** Error codes of token authorization (see ERRORS-OPS.md). */
+/** Error codes of token authorization (listed in docs/reference/errors.md). */
 export const authErrors = defineErrors({
   MARINA_ERR_TOKEN_MISSING: {
     statusCode: 401,

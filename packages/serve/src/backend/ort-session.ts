@@ -31,7 +31,7 @@ type GraphOptimizationLevel = (typeof GRAPH_OPTIMIZATION_LEVELS)[number];
 /**
  * A model's onnxruntime settings: the `onnxruntime` mapping of its model-config.yaml (checked by
  * schemas/model-config.schema.json when the archive loads). Every field is optional; unset means
- * Marina's default. See packages/serve/MEMORY.md for what each costs and saves.
+ * Marina's default. See docs/explanation/memory.md for what each costs and saves.
  */
 export interface OrtModelSettings {
   /** Default 'all' (fastest; with cacheOptimizedModel its optimised weights are shared too). */
@@ -125,7 +125,7 @@ export function readOrtModelSettings(modelYamlConfig: Record<string, unknown> | 
 /**
  * Session options every Marina worker uses, with the model's `onnxruntime` settings applied.
  * Default graph optimisation 'all': 1.3–1.6x faster than 'extended' (onnxruntime-node facts),
- * though it keeps private, reordered copies of the convolution weights in every worker (see MEMORY.md).
+ * though it keeps private, reordered copies of the convolution weights in every worker (see docs/explanation/memory.md).
  *
  * Intra-op spinning (a worker with more than one intra-op thread) is on by default, as in
  * onnxruntime itself: on a machine that serves only Marina the second thread then waits at each

@@ -4,32 +4,80 @@ import { configError } from './config-errors.ts';
 
 /** One address the server will listen on, with the config key that sets it. */
 export interface ListenTarget {
-  api: 'inference' | 'management' | 'metrics' | 'modelmesh-runtime';
-  key: 'inference_address' | 'management_address' | 'metrics_address' | 'modelmesh_runtime_port';
-  address: ListenAddress;
+  api: 'inference' | 'management' | 'metrics' | 'gRPC inference' | 'gRPC management' | 'modelmesh-runtime';
+  key:
+    | 'inference_address'
+    | 'management_address'
+    | 'metrics_address'
+    | 'grpc_inference_port'
+    | 'grpc_management_port'
+    | 'modelmesh_runtime_port';
+  address: Pick<ListenAddress, 'host' | 'port'> & { protocol: ListenAddress['protocol'] | 'grpc' | 'grpcs' };
 }
 
-/** The ModelMesh model-runtime SPI's listener as a ListenTarget (its messages say grpc://), when modelmesh_runtime_port is set. */
+/** The ModelMesh model-runtime SPI's listener as a ListenTarget, when modelmesh_runtime_port is set. */
 export function modelMeshRuntimeTarget(config: Pick<ServerConfig, 'modelMeshRuntime'>): ListenTarget | undefined {
   const address = config.modelMeshRuntime;
   if (!address) return undefined;
   return {
     api: 'modelmesh-runtime',
     key: 'modelmesh_runtime_port',
-    address: { protocol: 'http', host: address.host, port: address.port, raw: `${address.host}:${address.port}` },
+    address: { protocol: 'grpc', host: address.host, port: address.port },
   };
 }
 
-/** The distinct addresses startServer listens on (metrics only with enable_metrics_api). */
-function listenTargets(config: ServerConfig): ListenTarget[] {
-  const all: ListenTarget[] = [
+/**
+ * The distinct addresses startServer listens on: the HTTP APIs (metrics only with enable_metrics_api;
+ * inference and management may share one) and the two gRPC listeners when gRPC is on. (The ModelMesh
+ * SPI's listener is modelMeshRuntimeTarget.)
+ */
+export function listenTargets(config: ServerConfig): ListenTarget[] {
+  const http: ListenTarget[] = [
     { api: 'inference', key: 'inference_address', address: config.inferenceAddress },
     { api: 'management', key: 'management_address', address: config.managementAddress },
     ...(config.enableMetricsApi
       ? [{ api: 'metrics' as const, key: 'metrics_address' as const, address: config.metricsAddress }]
       : []),
   ];
+  const grpcProtocol = config.grpc?.isSslEnabled ? 'grpcs' : 'grpc';
+  const grpc: ListenTarget[] = config.grpc
+    ? [
+        {
+          api: 'gRPC inference',
+          key: 'grpc_inference_port',
+          address: { protocol: grpcProtocol, host: config.grpc.inference.host, port: config.grpc.inference.port },
+        },
+        {
+          api: 'gRPC management',
+          key: 'grpc_management_port',
+          address: { protocol: grpcProtocol, host: config.grpc.management.host, port: config.grpc.management.port },
+        },
+      ]
+    : [];
+  const all = [...http, ...grpc];
   return all.filter((target, index) => all.findIndex((other) => sameAddress(other.address, target.address)) === index);
+}
+
+/**
+ * Two listeners that the configuration puts on one port of one host, where only the HTTP inference and
+ * management APIs may share: the second would find the port in use, so this is reported first.
+ */
+function sharedPortError(config: ServerConfig): Error | undefined {
+  const modelMesh = modelMeshRuntimeTarget(config);
+  const targets = [...listenTargets(config), ...(modelMesh ? [modelMesh] : [])].filter(
+    (target) => target.address.port !== 0,
+  );
+  for (const [index, target] of targets.entries()) {
+    const other = targets.slice(0, index).find((t) => sameHostPort(t.address, target.address));
+    if (!other) continue;
+    return toListenError(
+      Object.assign(new Error(`${other.key} already uses that port`), { code: 'EADDRINUSE' }),
+      target,
+      config,
+      `the ${other.api} API (${other.key}) is set to the same port`,
+    );
+  }
+  return undefined;
 }
 
 /**
@@ -39,6 +87,8 @@ function listenTargets(config: ServerConfig): ListenTarget[] {
  * @throws MARINA_ERR_ADDRESS_IN_USE / MARINA_ERR_ADDRESS_UNAVAILABLE naming the address and its config key.
  */
 export async function assertAddressesFree(config: ServerConfig): Promise<void> {
+  const shared = sharedPortError(config);
+  if (shared) throw shared;
   const modelMesh = modelMeshRuntimeTarget(config);
   for (const target of [...listenTargets(config), ...(modelMesh ? [modelMesh] : [])]) {
     if (target.address.port === 0) continue;
@@ -61,14 +111,17 @@ export function toListenError(
   error: NodeJS.ErrnoException,
   target: ListenTarget,
   config: Pick<ServerConfig, 'configFile'>,
+  /** Set when the configuration itself puts another listener on that port: which one. */
+  holder?: string,
 ): Error {
   const where = config.configFile ? `in ${config.configFile}` : 'in config.properties (pass it with --ts-config)';
-  const scheme = target.api === 'modelmesh-runtime' ? 'grpc' : target.address.protocol;
-  const url = `${scheme}://${target.address.host.includes(':') ? `[${target.address.host}]` : target.address.host}:${target.address.port}`;
+  const url = `${target.address.protocol}://${target.address.host.includes(':') ? `[${target.address.host}]` : target.address.host}:${target.address.port}`;
   const details = { key: target.key, address: url, errno: error.code };
   if (error.code === 'EADDRINUSE') {
     return configError.MARINA_ERR_ADDRESS_IN_USE(
-      `the ${target.api} API cannot listen on ${url}: another process is using that port. Stop it (is another Marina or TorchServe running? serve --stop), or set ${target.key} ${where} to a free port.`,
+      holder
+        ? `the ${target.api} API cannot listen on ${url}: ${holder}. Set ${target.key} ${where} to another port.`
+        : `the ${target.api} API cannot listen on ${url}: another process is using that port. Stop it (is another Marina or TorchServe running? serve --stop), or set ${target.key} ${where} to a free port.`,
       { details, cause: error },
     );
   }
@@ -85,6 +138,10 @@ export function toListenError(
   return error;
 }
 
-function sameAddress(a: ListenAddress, b: ListenAddress): boolean {
-  return a.protocol === b.protocol && a.host === b.host && a.port === b.port;
+function sameAddress(a: ListenTarget['address'], b: ListenTarget['address']): boolean {
+  return a.protocol === b.protocol && sameHostPort(a, b);
+}
+
+function sameHostPort(a: ListenTarget['address'], b: ListenTarget['address']): boolean {
+  return a.host === b.host && a.port === b.port;
 }

@@ -2,7 +2,7 @@ import { defineErrors } from '@marina/errors';
 
 /**
  * Error codes of configuration loading and of the `serve` launcher. Each is listed in
- * packages/serve/CONFIG.md (a test checks); these never reach an HTTP API, so the status
+ * docs/reference/errors.md (generated; a test checks); these never reach an HTTP API, so the status
  * code only says "the server could not start".
  */
 export const configErrors = defineErrors({

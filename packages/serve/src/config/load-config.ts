@@ -211,7 +211,7 @@ interface RawValue {
  * the `TS_*` variables; validates every value against schemas/config.schema.json and returns a
  * deeply frozen ServerConfig. Warnings (unknown keys, ignored TorchServe keys, ...) are in `warnings`.
  *
- * @throws MarinaError with a MARINA_ERR_CONFIG_* code (see CONFIG.md) naming the key, where it
+ * @throws MarinaError with a MARINA_ERR_CONFIG_* code (see docs/reference/errors.md) naming the key, where it
  *   came from (file:line, flag or variable) and what is allowed.
  */
 export async function loadConfig(options: LoadConfigOptions): Promise<ServerConfig> {

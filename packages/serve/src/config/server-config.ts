@@ -63,7 +63,7 @@ export interface ServerConfig {
   shadowMaxCpuPressurePercent?: number;
   /** The models JSON's `$traffic` entries: model name -> traffic policy (applied once its versions are registered). */
   trafficPolicies?: Record<string, TrafficPolicy>;
-  /** default_workers_per_model; undefined means 1 worker per model (not TorchServe's one per core, see README). */
+  /** default_workers_per_model; undefined means 1 worker per model (not TorchServe's one per core, see docs/guides/serving.md). */
   defaultWorkersPerModel: number | undefined;
   /** job_queue_size, per model version. Default 100. */
   jobQueueSize: number;
@@ -150,7 +150,7 @@ export interface ServerConfig {
   /** certificate_file (PEM), required with an https:// address. */
   certificateFile?: string;
   /**
-   * The autoscaler's knobs from `autoscale_*` keys (Marina extension; see ERRORS-OPS.md). Undefined
+   * The autoscaler's knobs from `autoscale_*` keys (Marina extension; see docs/guides/management.md). Undefined
    * or a missing field means the autoscaler's default.
    */
   autoscaling?: {
@@ -164,8 +164,8 @@ export interface ServerConfig {
     scaleDownIdleMs?: number;
   };
   /**
-   * Bounds on what clients and archives may consume (Marina extension keys; see the README's
-   * "Security model"). Undefined or a missing field means the default given with each field.
+   * Bounds on what clients and archives may consume (Marina extension keys; see docs/explanation/security.md,
+   * "Bounded resources"). Undefined or a missing field means the default given with each field.
    */
   resourceLimits?: ResourceLimits;
   /** Which models stay in memory (Marina extension; see docs/guides/many-models.md). Undefined: no budget, no idle unload, 10 s grace. */

@@ -1,6 +1,6 @@
 import { defineErrors } from '@marina/errors';
 
-/** Error codes of model URL resolution and downloads (see ERRORS-OPS.md). Statuses and messages follow TorchServe. */
+/** Error codes of model URL resolution and downloads (listed in docs/reference/errors.md). Statuses and messages follow TorchServe. */
 export const downloadErrors = defineErrors({
   MARINA_ERR_MODEL_STORE_NOT_CONFIGURED: {
     statusCode: 404,

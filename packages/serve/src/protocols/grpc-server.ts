@@ -53,17 +53,36 @@ function serverOptions(config: ServerConfig, address: GrpcListenAddress): grpc.S
   };
 }
 
-function bind(server: grpc.Server, address: GrpcListenAddress, credentials: grpc.ServerCredentials): Promise<string> {
+/**
+ * Binds `address`. grpc-js reports a failed bind as "No address added out of total 1 resolved errors:
+ * [listen EADDRINUSE ...]": the rejection carries the system error's code (`EADDRINUSE`, `EACCES`,
+ * `EADDRNOTAVAIL`) and the config key of the port, so that start-up can answer as it does for HTTP.
+ */
+function bind(
+  server: grpc.Server,
+  address: GrpcListenAddress,
+  credentials: grpc.ServerCredentials,
+  key: GrpcBindError['key'],
+): Promise<string> {
   const host = address.host.includes(':') && !address.host.startsWith('[') ? `[${address.host}]` : address.host;
   return new Promise((resolve, reject) => {
-    server.bindAsync(`${host}:${address.port}`, credentials, (error, port) =>
-      error ? reject(error) : resolve(`${host}:${port}`),
-    );
+    server.bindAsync(`${host}:${address.port}`, credentials, (error, port) => {
+      if (!error) return resolve(`${host}:${port}`);
+      const code = /\b(EADDRINUSE|EACCES|EADDRNOTAVAIL)\b/.exec(error.message)?.[1];
+      reject(Object.assign(error, { key, ...(code ? { code } : {}) }));
+    });
   });
 }
 
+/** A failed gRPC bind: grpc-js's error with the system error's code and the port's config key. */
+export interface GrpcBindError extends Error {
+  code?: string;
+  key: 'grpc_inference_port' | 'grpc_management_port';
+}
+
 /**
- * Starts both gRPC listeners. @throws the bind error (e.g. the port is in use); nothing is left listening then.
+ * Starts both gRPC listeners. @throws GrpcBindError when a port cannot be bound (e.g. it is in use); nothing
+ * is left listening then.
  */
 export async function startGrpcServers(options: StartGrpcServersOptions): Promise<GrpcServers> {
   const { config, grpc: addresses, dataPlane, tokens } = options;
@@ -127,8 +146,8 @@ export async function startGrpcServers(options: StartGrpcServersOptions): Promis
   };
   try {
     const [inferenceUrl, managementUrl] = await Promise.all([
-      bind(inference, addresses.inference, credentials),
-      bind(management, addresses.management, credentials),
+      bind(inference, addresses.inference, credentials, 'grpc_inference_port'),
+      bind(management, addresses.management, credentials, 'grpc_management_port'),
     ]);
     return { inferenceUrl, managementUrl, close };
   } catch (error) {

@@ -84,6 +84,8 @@ const TORCHSERVE_TEXTS: Readonly<Record<string, Split>> = {
   MARINA_ERR_TOKEN_INVALID: fixed(TS_TOKEN_FAILED, TS_TOKEN_FAILED, 'Token Authorization failed'),
   MARINA_ERR_TOKEN_EXPIRED: fixed(TS_TOKEN_FAILED, TS_TOKEN_FAILED, 'Token Authorization failed'),
   MARINA_ERR_HANDLER_FAILED: fixed(TS_PREDICTION_FAILED, TS_PREDICTION_FAILED),
+  // An explanation from a handler without explain_handle fails in TorchServe's BaseHandler the same way.
+  MARINA_ERR_EXPLAIN_NOT_SUPPORTED: fixed(TS_PREDICTION_FAILED, TS_PREDICTION_FAILED),
   MARINA_ERR_MODEL_NOT_FOUND: headAndParenthesis(/^Model not found: [^\s(]+/),
   MARINA_ERR_MODEL_VERSION_NOT_FOUND: headAndParenthesis(/^Model version: [^\s(]* does not exist for model: [^\s(]+/),
   MARINA_ERR_NO_WORKERS: noWorker,

@@ -127,7 +127,7 @@ export interface ModelDescription {
     /** Marina: for a model with priority levels, each level's policy, queued requests and mean queue time. */
     priorityLevels?: PriorityLevelStatus[];
   };
-  /** Marina extension: the autoscaling policy in force (see README). */
+  /** Marina extension: the autoscaling policy in force (see docs/guides/management.md). */
   autoscaling?: Record<string, unknown>;
   /** Marina extension: where the version is in its life (registered, loading, resident, unloading). */
   state?: 'registered' | 'loading' | 'resident' | 'unloading';

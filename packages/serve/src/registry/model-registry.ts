@@ -552,9 +552,9 @@ export class ModelRegistry implements ModelRegistryApi {
    */
   plannedWorkerCount(): number {
     let n = 0;
-    // A version with no worker planned or running (registered, not loaded) holds no thread.
-    for (const v of this.#versions())
-      if (v.plannedWorkers > 0 || v.pool.workers.length > 0) n += Math.max(v.plannedWorkers, v.maxWorkers);
+    // Registered versions that are not loaded count too: the split then stays the same as models
+    // are loaded and evicted, and no running worker is replaced (its session reloaded) for it.
+    for (const v of this.#versions()) n += Math.max(v.plannedWorkers, v.maxWorkers);
     return n;
   }
 
@@ -868,6 +868,17 @@ export class ModelRegistry implements ModelRegistryApi {
       this.#assertWithinThreadBudget(version, target, `PUT /models/${modelName}?min_worker=${options.minWorkers}`);
     version.minWorkers = options.minWorkers;
     version.maxWorkers = options.maxWorkers;
+    // Workers for a version with none go through a load, so model_memory_budget makes room for it first.
+    if (target > 0 && current === 0 && this.#residency.memoryBudgetBytes !== undefined) {
+      const loading = this.#residency.load(version, 'api');
+      this.events.emit('changed');
+      if (!options.synchronous) {
+        void loading.catch(() => undefined);
+        return { workers: target };
+      }
+      await loading;
+      return { workers: version.pool.readyCount };
+    }
     version.plannedWorkers = target;
     this.#reviewThreads();
     const done = version.pool.setTarget(target);

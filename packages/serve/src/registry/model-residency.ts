@@ -28,6 +28,8 @@ interface MeasureGroup {
   baseBytes: number;
   active: number;
   done: ModelVersion[];
+  /** An unload ended while the group measured: the process shrank by memory that is not the group's. */
+  isTainted: boolean;
 }
 
 /**
@@ -52,7 +54,9 @@ export class ModelResidency {
   #group: MeasureGroup | undefined;
   /** Counts loads and unloads: a first-batch measure is only kept when nothing else moved meanwhile. */
   #moves = 0;
-  readonly #firstBatch = new Map<ModelVersion, () => void>();
+  /** The largest size each version's loads measured (load and first batch together). */
+  readonly #largestMeasured = new WeakMap<ModelVersion, number>();
+  readonly #firstBatch = new Map<ModelVersion, { onProgress: () => void; onBatch: () => void }>();
   #isClosed = false;
 
   constructor(options: ModelResidencyOptions) {
@@ -61,9 +65,14 @@ export class ModelResidency {
     this.#readMemory = options.readMemoryBytes ?? readProcessMemoryBytes;
   }
 
-  /** What a load of `version` is expected to add: what its last load measured, else its estimate. */
+  /**
+   * What `version` is counted for: the most any of its loads measured (a measure taken while other
+   * loads or unloads moved the process's memory can come out low; the budget must not trust it),
+   * else its estimate.
+   */
   needOf(version: ModelVersion): number {
-    return version.residentBytes > 0 ? version.residentBytes : version.estimatedBytes;
+    const measured = Math.max(version.residentBytes, this.#largestMeasured.get(version) ?? 0);
+    return measured > 0 ? measured : version.estimatedBytes;
   }
 
   /** Bytes the budget counts now: resident, loading (once room was made) and unloading versions. */
@@ -297,6 +306,7 @@ export class ModelResidency {
     } finally {
       this.#loadedAt.delete(version);
       this.#moves++;
+      if (this.#group) this.#group.isTainted = true;
       version.setTransition(undefined);
       this.#emit(version, 'registered', reason);
     }
@@ -354,27 +364,46 @@ export class ModelResidency {
    * or unload happened meanwhile (their memory would be mixed in).
    */
   #measureFirstBatch(version: ModelVersion): void {
-    const readyBytes = this.#readMemory();
     const moves = this.#moves;
-    const onBatch = () => {
-      this.#firstBatch.delete(version);
-      if (this.#moves !== moves || version.state !== 'resident') return;
-      const grown = this.#readMemory() - readyBytes;
-      if (grown > 0) version.residentBytes += grown;
+    let startBytes: number | undefined;
+    // The baseline is read when the first batch starts (the worker has not begun it yet), so other
+    // models' traffic since the load is not counted.
+    const onProgress = () => {
+      if (startBytes !== undefined || version.runningJobs === 0) return;
+      startBytes = this.#readMemory();
+      version.off('progress', onProgress);
     };
-    this.#firstBatch.set(version, onBatch);
+    const onBatch = () => {
+      this.#forgetFirstBatch(version);
+      if (startBytes === undefined || this.#moves !== moves || version.state !== 'resident') return;
+      const grown = this.#readMemory() - startBytes;
+      if (grown > 0) version.residentBytes += grown;
+      this.#noteMeasured(version);
+    };
+    this.#firstBatch.set(version, { onProgress, onBatch });
+    version.on('progress', onProgress);
     version.once('batch', onBatch);
   }
 
+  #noteMeasured(version: ModelVersion): void {
+    if (version.residentBytes > (this.#largestMeasured.get(version) ?? 0))
+      this.#largestMeasured.set(version, version.residentBytes);
+    // describe shows what the budget counts.
+    version.residentBytes = this.needOf(version);
+  }
+
   #forgetFirstBatch(version: ModelVersion): void {
-    const onBatch = this.#firstBatch.get(version);
-    if (onBatch) version.off('batch', onBatch);
+    const listeners = this.#firstBatch.get(version);
+    if (listeners) {
+      version.off('progress', listeners.onProgress);
+      version.off('batch', listeners.onBatch);
+    }
     this.#firstBatch.delete(version);
   }
 
   #beginMeasure(): void {
     this.#moves++;
-    if (!this.#group) this.#group = { baseBytes: this.#readMemory(), active: 0, done: [] };
+    if (!this.#group) this.#group = { baseBytes: this.#readMemory(), active: 0, done: [], isTainted: false };
     this.#group.active++;
   }
 
@@ -393,7 +422,8 @@ export class ModelResidency {
     const estimates = group.done.reduce((sum, v) => sum + Math.max(1, v.estimatedBytes), 0);
     for (const v of group.done) {
       const share = Math.round((grown * Math.max(1, v.estimatedBytes)) / estimates);
-      if (share > 0) v.residentBytes = share;
+      // Memory an unload freed during the group hides part of its loads' growth: never count less than the estimate then.
+      if (share > 0) v.residentBytes = group.isTainted ? Math.max(share, v.estimatedBytes) : share;
       else {
         // Memory freed elsewhere during the load hid its growth: keep what is known rather than 0.
         v.residentBytes ||= v.estimatedBytes;

@@ -10,7 +10,7 @@
 import { Ajv } from 'ajv';
 import { defineErrors } from '@marina/errors';
 
-/** Error codes of traffic policies (documented in ../../ERRORS.md, "Traffic policies"). */
+/** Error codes of traffic policies (listed in docs/reference/errors.md). */
 export const trafficErrors = defineErrors({
   MARINA_ERR_TRAFFIC_POLICY_INVALID: {
     statusCode: 400,

@@ -234,9 +234,68 @@ const modelParams = {
   required: ['model_name'],
 } as const;
 
+/**
+ * The paths and methods TorchServe's `OPTIONS /` lists on each of its ports, exactly
+ * (pytorch/serve openapi/OpenApiUtils.java, listApis: the inference and management lists, and
+ * `/metrics`, which it adds on every port; the metrics port lists `/metrics` alone).
+ */
+const TORCHSERVE_PATHS: Readonly<Record<'inference' | 'management', ReadonlyArray<readonly [string, string[]]>>> = {
+  inference: [
+    ['/', ['options']],
+    ['/ping', ['get']],
+    ['/v1/models/{model_name}:predict', ['post']],
+    ['/v2/models/{model_name}/infer', ['post']],
+    ['/predictions/{model_name}', ['post']],
+    ['/predictions/{model_name}/{model_version}', ['post']],
+    ['/api-description', ['get']],
+  ],
+  management: [
+    ['/', ['options']],
+    ['/models', ['get', 'post']],
+    ['/models/{model_name}', ['get', 'put', 'delete']],
+    ['/models/{model_name}/{model_version}', ['get', 'put', 'delete']],
+    ['/models/{model_name}/{model_version}/set-default', ['put']],
+    ['/api-description', ['get']],
+  ],
+};
+const TORCHSERVE_METRICS_PATH = ['/metrics', ['get']] as const;
+/** Operations TorchServe lists on a port where Marina serves them elsewhere (its `/metrics` on every port). */
+const TORCHSERVE_ONLY_OPERATIONS: Readonly<Record<string, Record<string, unknown>>> = {
+  '/metrics': {
+    description: 'Get TorchServe application metrics in prometheus format.',
+    operationId: 'metrics',
+    parameters: [],
+    responses: { '200': { description: 'TorchServe application metrics' } },
+  },
+};
+
+/**
+ * TorchServe's own description of a port that serves `apis`: its paths and methods only, each
+ * operation as Marina documents it. Marina's other routes are in `GET /api-description` and the explorer.
+ */
+export function torchServeOpenApi(
+  full: OpenApiDocument,
+  apis: ReadonlyArray<'inference' | 'management'>,
+): OpenApiDocument {
+  const paths: OpenApiDocument['paths'] = {};
+  const listed = [...apis.flatMap((api) => TORCHSERVE_PATHS[api]), TORCHSERVE_METRICS_PATH];
+  for (const [path, methods] of listed) {
+    for (const method of methods) {
+      const operation =
+        path === '/' || path === '/api-description'
+          ? (full.paths['/']?.options ?? full.paths['/api-description']?.get)
+          : (full.paths[path]?.[method] ?? TORCHSERVE_ONLY_OPERATIONS[path]);
+      if (operation !== undefined) (paths[path] ??= {})[method] = operation;
+    }
+  }
+  return { ...full, paths };
+}
+
 export interface ApiDescriptionRoutesOptions {
   /** The instance whose routes are described (the one this plugin is registered on). */
   instance: FastifyInstance;
+  /** TorchServe's APIs this listener serves, for `OPTIONS /` (none: the metrics port, `/metrics` alone). */
+  torchServeApis: ReadonlyArray<'inference' | 'management'>;
   registry: ModelRegistryApi;
   /** Per-model descriptions to serve on this listener. */
   perModel: Array<{
@@ -251,11 +310,24 @@ export async function apiDescriptionRoutes(app: FastifyInstance, options: ApiDes
   const document = () => buildOpenApiOf(options.instance);
   const describeAll = async (request: FastifyRequest, reply: FastifyReply) =>
     sendTorchServeJson(request, reply, 200, document());
+  // OPTIONS / is TorchServe's list of its own paths on this port, exactly; GET /api-description describes every route.
+  const describeTorchServe = async (request: FastifyRequest, reply: FastifyReply) =>
+    sendTorchServeJson(request, reply, 200, torchServeOpenApi(document(), options.torchServeApis));
   const schema = {
     description: "The OpenAPI 3.0.1 description of this API, generated from the routes' schemas.",
     response: { 200: documentSchema, 500: errorSchema },
   };
-  app.route({ method: 'OPTIONS', url: '/', schema, config: { auth: 'none' }, handler: describeAll });
+  app.route({
+    method: 'OPTIONS',
+    url: '/',
+    schema: {
+      ...schema,
+      description:
+        "TorchServe's OpenAPI 3.0.1 description of this port: TorchServe's own paths only (GET /api-description has every route).",
+    },
+    config: { auth: 'none' },
+    handler: describeTorchServe,
+  });
   app.get('/api-description', { schema, config: { auth: 'none' } }, describeAll);
   for (const perModel of options.perModel) {
     app.route({

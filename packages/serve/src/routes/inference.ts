@@ -93,7 +93,7 @@ function readBodyInput(request: FastifyRequest): { input: JobInput; bodyDecoding
 /** The answer of every workflow route, until workflows are implemented. */
 export function workflowsNotImplemented(): MarinaError {
   return createServeError.MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED(
-    'Workflows are not implemented in Marina yet: register the models of the workflow and call /predictions/{model_name} for each (see the README, "Where Marina differs from TorchServe").',
+    'Workflows are not implemented in Marina yet: register the models of the workflow and call /predictions/{model_name} for each (see docs/explanation/torchserve-differences.md).',
   );
 }
 

@@ -1,6 +1,6 @@
 import { defineErrors } from '@marina/errors';
 
-/** Error codes of the management routes (see ERRORS-OPS.md). */
+/** Error codes of the management routes (listed in docs/reference/errors.md). */
 export const managementErrors = defineErrors({
   MARINA_ERR_MODEL_API_DISABLED: {
     statusCode: 405,

@@ -153,8 +153,9 @@ const errorSchema = {
   properties: {
     code: { type: 'integer', description: 'Error code.' },
     type: { type: 'string', description: 'Error type.' },
-    message: { type: 'string', description: "Error message: TorchServe's first, then what to do." },
+    message: { type: 'string', description: "Error message: TorchServe's exact text where it has one." },
     marinaCode: { type: 'string', description: "Marina's stable MARINA_ERR_* code." },
+    hint: { type: 'string', description: "What Marina knows beyond TorchServe's text: what was wrong and what to do." },
   },
 } as const;
 const errorResponses = { 400: errorSchema, 404: errorSchema, 500: errorSchema } as const;

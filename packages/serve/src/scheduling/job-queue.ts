@@ -114,6 +114,12 @@ export class JobQueue {
   #taken = 0;
   /** Queued jobs with a deadline or a delay time: while none, nothing is scanned for expiry. */
   #timedCount = 0;
+  /**
+   * No queued job expires (or is moved back) before this: exact after each expiry pass, lowered as
+   * timed jobs arrive. It may be early once a job has left, which costs one pass that finds nothing,
+   * never a missed deadline; the scan then runs only when something is due, not on every pump.
+   */
+  #earliest = Infinity;
 
   /**
    * @param options.label e.g. "model 'resnet' version '1.0'", used in the queue-full message.
@@ -180,7 +186,7 @@ export class JobQueue {
     job.timings.queuedAt ??= performance.now();
     level.main.push(job);
     this.#count++;
-    if (job.deadline !== undefined || job.delayAt !== undefined) this.#timedCount++;
+    this.#noteTimed(job);
   }
 
   /** Removes and returns the next job by priority (without the anti-starvation turn), or undefined when empty. */
@@ -245,24 +251,13 @@ export class JobQueue {
       if (job.isSettled) continue;
       this.#levelOf(job).main.unshift(job);
       this.#count++;
-      if (job.deadline !== undefined || job.delayAt !== undefined) this.#timedCount++;
+      this.#noteTimed(job);
     }
   }
 
-  /** The earliest time a queued job expires or is moved back; Infinity when none will. */
+  /** The earliest time a queued job expires or is moved back (possibly a little early, see #earliest); Infinity when none will. */
   nextDeadline(): number {
-    if (this.#timedCount === 0) return Infinity;
-    let next = Infinity;
-    for (const level of this.#levels) {
-      for (const ring of [level.main, level.delayed]) {
-        for (let i = 0; i < ring.length; i++) {
-          const job = ring.at(i);
-          if (job.deadline !== undefined && job.deadline < next) next = job.deadline;
-          if (job.delayAt !== undefined && job.delayAt < next) next = job.delayAt;
-        }
-      }
-    }
-    return next;
+    return this.#timedCount === 0 ? Infinity : this.#earliest;
   }
 
   /**
@@ -270,7 +265,7 @@ export class JobQueue {
    * and moves those whose delay time has passed behind their level's others. Returns how many were answered.
    */
   dropExpired(now: number, error: (job: Job) => MarinaError): number {
-    if (this.#timedCount === 0) return 0;
+    if (this.#timedCount === 0 || now < this.#earliest) return 0;
     let dropped = 0;
     for (const level of this.#levels) {
       for (const ring of [level.main, level.delayed]) {
@@ -286,6 +281,10 @@ export class JobQueue {
         level.delayed.push(job);
       }
     }
+    this.#earliest = Infinity;
+    for (const level of this.#levels)
+      for (const ring of [level.main, level.delayed])
+        for (let i = 0; i < ring.length; i++) this.#noteTimed(ring.at(i), false);
     return dropped;
   }
 
@@ -316,6 +315,14 @@ export class JobQueue {
     const job = level.main.shift() ?? level.delayed.shift();
     if (job) this.#forget(job);
     return job;
+  }
+
+  /** Counts a timed job that joined the queue (`isNew`), and lowers #earliest to its times. */
+  #noteTimed(job: Job, isNew = true): void {
+    if (job.deadline === undefined && job.delayAt === undefined) return;
+    if (isNew) this.#timedCount++;
+    if (job.deadline !== undefined && job.deadline < this.#earliest) this.#earliest = job.deadline;
+    if (job.delayAt !== undefined && job.delayAt < this.#earliest) this.#earliest = job.delayAt;
   }
 
   #forget(job: Job): void {

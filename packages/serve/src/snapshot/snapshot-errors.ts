@@ -1,6 +1,6 @@
 import { defineErrors } from '@marina/errors';
 
-/** Error codes of config snapshots (see ERRORS-OPS.md). */
+/** Error codes of config snapshots (listed in docs/reference/errors.md). */
 export const snapshotErrors = defineErrors({
   MARINA_ERR_SNAPSHOT_WRITE_FAILED: {
     statusCode: 500,

@@ -1,0 +1,428 @@
+import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { packArchive } from '@marina/archive';
+import { createPrng, writeResnet, writeSampleJpeg } from '@marina/model-zoo';
+import { Pool } from 'undici';
+import type { ManyModelsPlan, ManyModelsSummary, ResultRow, ZipfPhase } from '../bench-result.ts';
+import { runJsonChild } from '../child-process-json.ts';
+import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
+import { startServer, type RunningServer } from '../server-process.ts';
+import { percentile } from '../stats.ts';
+import { rowFromLoad, serverTmpDir, type ExperimentContext } from './experiment-context.ts';
+
+const MB = 1_000_000;
+const floorScript = fileURLToPath(new URL('../jobs/cold-start-floor.mjs', import.meta.url));
+
+/** The reduced default (ResNet-18) and the issue's full setting (ResNet-50), 12 models, 32 clients, Zipf(1.1). */
+export function manyModelsPlan(mode: 'full' | 'quick' | 'smoke'): ManyModelsPlan {
+  if (mode === 'full')
+    return { models: 12, depth: 50, clients: 32, zipfExponent: 1.1, requests: 600, budgetDivisor: 3 };
+  return { models: 12, depth: 18, clients: 32, zipfExponent: 1.1, requests: 400, budgetDivisor: 3 };
+}
+
+/** A Zipf(s) sampler over ranks 0..n-1 (rank 0 the most popular), from a seeded generator. */
+export function zipfSampler(n: number, exponent: number, seed: number): () => number {
+  const weights = Array.from({ length: n }, (_, k) => 1 / (k + 1) ** exponent);
+  const total = weights.reduce((a, b) => a + b, 0);
+  const cumulative: number[] = [];
+  let sum = 0;
+  for (const w of weights) cumulative.push((sum += w / total));
+  const prng = createPrng(seed);
+  return () => {
+    const u = prng.next();
+    const i = cumulative.findIndex((c) => u <= c);
+    return i === -1 ? n - 1 : i;
+  };
+}
+
+/** Generates (once, cached) `models` ResNets of one depth with different seeds, packed as mm-00.mar … */
+async function prepareStore(
+  cacheDir: string,
+  plan: ManyModelsPlan,
+): Promise<{ storeDir: string; jpeg: Buffer; modelBytes: number }> {
+  const dir = join(cacheDir, `many-models-resnet-${plan.depth}-x${plan.models}`);
+  const storeDir = join(dir, 'store');
+  await mkdir(storeDir, { recursive: true });
+  const jpegPath = join(dir, 'sample.jpg');
+  if (!(await exists(jpegPath))) await writeSampleJpeg({ outputPath: jpegPath, width: 640, height: 480 });
+  let modelBytes = 0;
+  for (let i = 0; i < plan.models; i++) {
+    const name = modelName(i);
+    const modelPath = join(dir, 'onnx', name, 'model.onnx');
+    if (!(await exists(join(storeDir, `${name}.mar`)))) {
+      await mkdir(join(dir, 'onnx', name), { recursive: true });
+      await writeResnet({ depth: plan.depth, outputPath: modelPath, seed: 1000 + i });
+      await packArchive({
+        modelName: name,
+        modelVersion: '1.0',
+        handler: 'image_classifier',
+        serializedFile: modelPath,
+        extraFiles: [],
+        exportPath: storeDir,
+        archiveFormat: 'default',
+        isForced: true,
+      });
+    }
+    modelBytes = (await stat(modelPath)).size;
+  }
+  return { storeDir, jpeg: await readFile(jpegPath), modelBytes };
+}
+
+const modelName = (i: number) => `mm-${String(i).padStart(2, '0')}`;
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
+}
+
+/**
+ * Closed-loop Zipf traffic: `clients` clients, each picking its next model from `pick` and sending
+ * the JPEG to it as soon as its last answer came. Records latency and whether the server said the
+ * request waited for a load (its Server-Timing `queue` description).
+ */
+async function zipfLoad(options: {
+  server: RunningServer;
+  jpeg: Buffer;
+  clients: number;
+  requests: number;
+  pick: () => number;
+  label: string;
+}): Promise<{ phase: ZipfPhase; usage: ResourceUsage; latenciesMs: number[]; wallMs: number }> {
+  const pool = new Pool(options.server.origin, { connections: options.clients, pipelining: 1 });
+  // The whole tree: `serve --foreground` re-executes itself once (glibc's threshold), so the server is a child.
+  const sampler = startProcessSampler({ getPids: () => listProcessTree(options.server.pid), isPssSampled: true });
+  const latencies: number[] = [];
+  const waited: number[] = [];
+  let errors = 0;
+  let issued = 0;
+  const started = performance.now();
+  const client = async () => {
+    while (issued < options.requests) {
+      issued++;
+      const path = `/predictions/${modelName(options.pick())}`;
+      const at = performance.now();
+      try {
+        const response = await pool.request({
+          method: 'POST',
+          path,
+          body: options.jpeg,
+          headers: { 'content-type': 'image/jpeg' },
+        });
+        await response.body.arrayBuffer();
+        const ms = performance.now() - at;
+        if (response.statusCode !== 200) {
+          errors++;
+          continue;
+        }
+        latencies.push(ms);
+        if (String(response.headers['server-timing'] ?? '').includes('waiting for the model to load')) waited.push(ms);
+      } catch {
+        errors++;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: options.clients }, client));
+  const wallMs = performance.now() - started;
+  const usage = sampler.stop();
+  await pool.close();
+  const sorted = [...latencies].sort((a, b) => a - b);
+  const sortedWaited = [...waited].sort((a, b) => a - b);
+  return {
+    phase: {
+      label: options.label,
+      requests: latencies.length,
+      errors,
+      throughputPerSec: (latencies.length / wallMs) * 1000,
+      p50Ms: percentile(sorted, 50),
+      p99Ms: percentile(sorted, 99),
+      waitedForLoad: waited.length,
+      waitedP50Ms: sortedWaited.length > 0 ? percentile(sortedWaited, 50) : Number.NaN,
+      waitedP99Ms: sortedWaited.length > 0 ? percentile(sortedWaited, 99) : Number.NaN,
+      peakPssMb: usage.peakPssBytes / MB,
+    },
+    usage,
+    latenciesMs: latencies,
+    wallMs,
+  };
+}
+
+/** describe's residentBytes and the first worker's intra-op threads of every model, from the management API. */
+async function residentSizes(
+  server: RunningServer,
+  models: number,
+): Promise<{ bytes: number[]; threads: number; states: string[] }> {
+  const bytes: number[] = [];
+  const states: string[] = [];
+  let threads = 1;
+  for (let i = 0; i < models; i++) {
+    const response = await fetch(`${server.managementOrigin}/models/${modelName(i)}`);
+    const [d] = (await response.json()) as Array<{
+      residentBytes?: number;
+      state?: string;
+      workers: Array<{ intraOpNumThreads: number }>;
+    }>;
+    bytes.push(d?.residentBytes ?? 0);
+    states.push(d?.state ?? 'unknown');
+    threads = d?.workers[0]?.intraOpNumThreads ?? threads;
+  }
+  return { bytes, threads, states };
+}
+
+/** The newest optimised copy in the many-models servers' TMPDIR (marina/ort-optimized/<key>/model.onnx): all are of one architecture. */
+async function newestOptimizedCopy(tmpDir: string): Promise<string | undefined> {
+  const root = join(tmpDir, 'marina', 'ort-optimized');
+  const keys = await readdir(root).catch(() => [] as string[]);
+  let best: { path: string; mtime: number } | undefined;
+  for (const key of keys) {
+    const path = join(root, key, 'model.onnx');
+    const info = await stat(path).catch(() => undefined);
+    if (info && (!best || info.mtimeMs > best.mtime)) best = { path, mtime: info.mtimeMs };
+  }
+  return best?.path;
+}
+
+/**
+ * many-models: `plan.models` ResNets of one size (different seeds), Zipf(1.1) traffic from 32
+ * clients, side by side on two servers in one run:
+ * 1. all resident (no budget): every model loaded at start-up; measures each model's resident
+ *    size (describe's residentBytes), the PSS, and throughput over all models and over the hot set;
+ * 2. a budget of the all-resident sum ÷ 3: the same traffic; measures peak PSS against budget +
+ *    150 MB, the share of requests that waited for a load and their p50/p99 against the floor of a
+ *    cold start (onnxruntime creating a session from the cached optimised model, plus one run,
+ *    measured in a process of its own in the same run), and the hot set's throughput.
+ */
+export async function runManyModels(
+  context: ExperimentContext,
+  plan: ManyModelsPlan,
+  cacheDir: string,
+): Promise<{ rows: ResultRow[]; summary: ManyModelsSummary }> {
+  context.onProgress({
+    type: 'log',
+    message: `many-models: preparing ${plan.models} ResNet-${plan.depth} archives (cached)`,
+  });
+  const { storeDir, jpeg, modelBytes } = await prepareStore(cacheDir, plan);
+  const tmpDir = serverTmpDir(context, 'marina-bench-many-models');
+  const serve = (label: string, properties: Record<string, string>) =>
+    startServer({
+      serveBin: context.serveBin,
+      modelStoreDir: storeDir,
+      archiveFileName: `${modelName(0)}.mar`,
+      modelName: modelName(0),
+      modelVersion: '1.0',
+      loadModels: 'all',
+      properties: { job_queue_size: String(plan.clients * 2), ...properties },
+      tmpDir,
+      workDir: join(context.workDir, `many-models-${label}`),
+      startTimeoutMs: 600_000,
+    });
+  const rows: ResultRow[] = [];
+  const toRow = (phase: ZipfPhase, latencies: number[], wallMs: number, usage: ResourceUsage): ResultRow => {
+    const row = rowFromLoad(
+      'many-models',
+      phase.label,
+      plan.clients,
+      {
+        latenciesMs: latencies,
+        wallMs,
+        throughputPerSec: phase.throughputPerSec,
+        errors: phase.errors,
+        firstError: undefined,
+        headerValues: [],
+      },
+      usage,
+    );
+    row.pssMb = phase.peakPssMb;
+    row.note = phase.waitedForLoad > 0 ? `${phase.waitedForLoad} waited for a load` : '';
+    return row;
+  };
+
+  // 1. All resident.
+  context.onProgress({ type: 'log', message: `many-models: all ${plan.models} resident` });
+  const all = await serve('all-resident', {});
+  let allResidentSumMb: number;
+  let sizes: number[];
+  let threads: number;
+  let allZipf: Awaited<ReturnType<typeof zipfLoad>>;
+  let allHot: Awaited<ReturnType<typeof zipfLoad>>;
+  let hotSetModels: number;
+  let budgetBytes: number;
+  try {
+    allZipf = await zipfLoad({
+      server: all,
+      jpeg,
+      clients: plan.clients,
+      requests: plan.requests,
+      pick: zipfSampler(plan.models, plan.zipfExponent, 11),
+      label: `all ${plan.models} resident, Zipf over all`,
+    });
+    // Sizes after serving: each load's measure includes its first batch (onnxruntime's arena).
+    const measured = await residentSizes(all, plan.models);
+    sizes = measured.bytes;
+    threads = measured.threads;
+    allResidentSumMb = sizes.reduce((a, b) => a + b, 0) / MB;
+    budgetBytes = Math.floor((allResidentSumMb * MB) / plan.budgetDivisor);
+    // The hot set: the most popular models whose sizes fit the budget together.
+    let used = 0;
+    hotSetModels = 0;
+    while (hotSetModels < plan.models && used + sizes[hotSetModels]! <= budgetBytes) used += sizes[hotSetModels++]!;
+    hotSetModels = Math.max(1, hotSetModels);
+    allHot = await zipfLoad({
+      server: all,
+      jpeg,
+      clients: plan.clients,
+      requests: plan.requests,
+      pick: zipfSampler(hotSetModels, plan.zipfExponent, 12),
+      label: `all resident, Zipf over the hot set (${hotSetModels})`,
+    });
+  } finally {
+    await all.stop();
+  }
+  rows.push(toRow(allZipf.phase, allZipf.latenciesMs, allZipf.wallMs, allZipf.usage));
+  rows.push(toRow(allHot.phase, allHot.latenciesMs, allHot.wallMs, allHot.usage));
+
+  // The floor of a cold start: from the optimised copy the all-resident server wrote.
+  let floorCreateMs = Number.NaN;
+  let floorRunMs = Number.NaN;
+  const optimized = await newestOptimizedCopy(tmpDir);
+  if (optimized) {
+    const { messages } = await runJsonChild({ scriptPath: floorScript, args: [optimized, String(threads), '3'] });
+    const result = messages[0] as { createMs: number[]; runMs: number[] };
+    floorCreateMs = percentile(
+      [...result.createMs].sort((a, b) => a - b),
+      50,
+    );
+    floorRunMs = percentile(
+      [...result.runMs].sort((a, b) => a - b),
+      50,
+    );
+  }
+
+  // 2. Under the budget.
+  const budgetMb = budgetBytes / MB;
+  context.onProgress({ type: 'log', message: `many-models: budget ${budgetMb.toFixed(0)} MB` });
+  const budgeted = await serve('budget', { model_memory_budget: String(budgetBytes) });
+  let budgetZipf: Awaited<ReturnType<typeof zipfLoad>>;
+  let budgetHot: Awaited<ReturnType<typeof zipfLoad>>;
+  let baselinePssMb = Number.NaN;
+  try {
+    const states = (await residentSizes(budgeted, plan.models)).states;
+    const resident = states.filter((s) => s === 'resident').length;
+    context.onProgress({ type: 'log', message: `many-models: ${resident} of ${plan.models} loaded at start-up` });
+    budgetZipf = await zipfLoad({
+      server: budgeted,
+      jpeg,
+      clients: plan.clients,
+      requests: plan.requests,
+      pick: zipfSampler(plan.models, plan.zipfExponent, 11),
+      label: `budget ${budgetMb.toFixed(0)} MB (sum ÷ ${plan.budgetDivisor}), Zipf over all`,
+    });
+    budgetHot = await zipfLoad({
+      server: budgeted,
+      jpeg,
+      clients: plan.clients,
+      requests: plan.requests,
+      pick: zipfSampler(hotSetModels, plan.zipfExponent, 12),
+      label: `budget, Zipf over the hot set (${hotSetModels})`,
+    });
+  } finally {
+    await budgeted.stop();
+  }
+  rows.push(toRow(budgetZipf.phase, budgetZipf.latenciesMs, budgetZipf.wallMs, budgetZipf.usage));
+  rows.push(toRow(budgetHot.phase, budgetHot.latenciesMs, budgetHot.wallMs, budgetHot.usage));
+  // What the all-resident server holds beside its models' measured sizes: Node, the HTTP stack, onnxruntime's one-time cost.
+  baselinePssMb = allZipf.usage.lastPssBytes / MB - allResidentSumMb;
+  const summary: ManyModelsSummary = {
+    plan,
+    modelSizeMb: modelBytes / MB,
+    allResidentSumMb,
+    budgetMb,
+    hotSetModels,
+    floorCreateMs,
+    floorRunMs,
+    phases: {
+      allResidentZipf: allZipf.phase,
+      budgetZipf: budgetZipf.phase,
+      allResidentHot: allHot.phase,
+      budgetHot: budgetHot.phase,
+    },
+    baselinePssMb,
+  };
+  await writeFile(join(context.workDir, 'many-models.json'), `${JSON.stringify(summary, null, 2)}\n`).catch(
+    () => undefined,
+  );
+  return { rows, summary };
+}
+
+/** The report's many-models section: the table and the verdicts against the issue's goals. */
+export function formatManyModelsSection(s: ManyModelsSummary): string[] {
+  const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
+  const p = s.phases;
+  const coldFloorMs = s.floorCreateMs + s.floorRunMs;
+  const lines = [
+    '## Many models',
+    '',
+    `${s.plan.models} ResNet-${s.plan.depth} models (${fmt(s.modelSizeMb)} MB each on disk, different seeds), ${s.plan.clients} clients, Zipf(${s.plan.zipfExponent}) over the models, ${s.plan.requests} requests per phase. All resident they measured ${fmt(s.allResidentSumMb)} MB together (describe's residentBytes); the budget is a ${s.plan.budgetDivisor}rd of it: ${fmt(s.budgetMb)} MB. Hot set: the ${s.hotSetModels} most popular models, which fit the budget.`,
+    '',
+    '![many models](many-models.svg)',
+    '',
+    '| server | traffic | req/s | p50 ms | p99 ms | waited for a load | their p50 / p99 ms | peak PSS MB |',
+    '|---|---|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const phase of [p.allResidentZipf, p.budgetZipf, p.allResidentHot, p.budgetHot]) {
+    const [server, traffic] = phase.label.split(', Zipf over ');
+    lines.push(
+      `| ${server} | ${traffic ?? ''} | ${fmt(phase.throughputPerSec, 1)} | ${fmt(phase.p50Ms)} | ${fmt(phase.p99Ms)} | ${phase.waitedForLoad} of ${phase.requests + phase.errors} (${fmt((100 * phase.waitedForLoad) / Math.max(1, phase.requests + phase.errors), 1)}%) | ${fmt(phase.waitedP50Ms)} / ${fmt(phase.waitedP99Ms)} | ${fmt(phase.peakPssMb)} |`,
+    );
+  }
+  const peak = Math.max(p.budgetZipf.peakPssMb, p.budgetHot.peakPssMb);
+  lines.push(
+    '',
+    `- Peak PSS under the budget: ${fmt(peak)} MB against budget + 150 MB = ${fmt(s.budgetMb + 150)} MB: **${peak <= s.budgetMb + 150 ? 'met' : 'missed'}** (all resident: ${fmt(Math.max(p.allResidentZipf.peakPssMb, p.allResidentHot.peakPssMb))} MB; the server beside its models' measured sizes: ${fmt(s.baselinePssMb)} MB).`,
+    `- Cold start floor (onnxruntime creating the session from the cached optimised model, median of 3, plus one batch-1 run): ${fmt(s.floorCreateMs)} + ${fmt(s.floorRunMs)} = ${fmt(coldFloorMs)} ms. Requests that waited for a load: p50 ${fmt(p.budgetZipf.waitedP50Ms)} ms = ${fmt(p.budgetZipf.waitedP50Ms / coldFloorMs, 2)}× the floor (goal ≤ 1.5×): **${p.budgetZipf.waitedP50Ms <= 1.5 * coldFloorMs ? 'met' : 'missed'}**. Under ${s.plan.clients} clients a cold request also queues behind the other clients' requests on the same 2 cores, which the floor leaves out.`,
+    `- Hot set throughput, budget ÷ all resident: ${fmt(p.budgetHot.throughputPerSec, 1)} ÷ ${fmt(p.allResidentHot.throughputPerSec, 1)} = ${fmt(p.budgetHot.throughputPerSec / p.allResidentHot.throughputPerSec, 2)} (goal ≥ 0.8): **${p.budgetHot.throughputPerSec >= 0.8 * p.allResidentHot.throughputPerSec ? 'met' : 'missed'}**.`,
+    '',
+  );
+  return lines;
+}
+
+/** The many-models chart: throughput and peak PSS of the four phases, with the budget line. */
+export function renderManyModelsSvg(s: ManyModelsSummary): string {
+  const p = s.phases;
+  const phases = [p.allResidentZipf, p.budgetZipf, p.allResidentHot, p.budgetHot];
+  const width = 760;
+  const rowHeight = 34;
+  const left = 330;
+  const barWidth = (width - left - 60) / 2;
+  const maxThroughput = Math.max(...phases.map((x) => x.throughputPerSec), 1);
+  const maxPss = Math.max(...phases.map((x) => x.peakPssMb), s.budgetMb + 150, 1);
+  const esc = (t: string) => t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  const height = 70 + phases.length * rowHeight;
+  const parts = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
+    `<text x="10" y="20" font-size="14" font-weight="bold">Many models: ${s.plan.models} × ResNet-${s.plan.depth}, Zipf(${s.plan.zipfExponent}), ${s.plan.clients} clients</text>`,
+    `<text x="${left}" y="44">requests/s</text>`,
+    `<text x="${left + barWidth + 20}" y="44">peak PSS MB (line: budget + 150 MB)</text>`,
+  ];
+  phases.forEach((phase, i) => {
+    const y = 54 + i * rowHeight;
+    const tw = (phase.throughputPerSec / maxThroughput) * (barWidth - 40);
+    const pw = (phase.peakPssMb / maxPss) * (barWidth - 40);
+    const colour = phase.label.startsWith('budget') ? '#2a9d8f' : '#8d99ae';
+    parts.push(
+      `<text x="10" y="${y + 16}">${esc(phase.label)}</text>`,
+      `<rect x="${left}" y="${y}" width="${tw.toFixed(1)}" height="22" fill="${colour}"/>`,
+      `<text x="${(left + tw + 4).toFixed(1)}" y="${y + 16}">${phase.throughputPerSec.toFixed(1)}</text>`,
+      `<rect x="${left + barWidth + 20}" y="${y}" width="${pw.toFixed(1)}" height="22" fill="${colour}"/>`,
+      `<text x="${(left + barWidth + 24 + pw).toFixed(1)}" y="${y + 16}">${phase.peakPssMb.toFixed(0)}</text>`,
+    );
+  });
+  const bx = left + barWidth + 20 + ((s.budgetMb + 150) / maxPss) * (barWidth - 40);
+  parts.push(
+    `<line x1="${bx.toFixed(1)}" y1="50" x2="${bx.toFixed(1)}" y2="${height - 10}" stroke="#d45087" stroke-dasharray="4 3"/>`,
+    '</svg>',
+  );
+  return `${parts.join('\n')}\n`;
+}
