@@ -171,6 +171,18 @@ describe('echoed inputs stay small', { timeout: 60_000 }, () => {
     expect(JSON.parse(list.msg).models.length).toBeGreaterThan(0);
   });
 
+  it('an OIP answer that quotes a 100,000-character input name stays small', async () => {
+    const name = 'n'.repeat(100_000);
+    const answer = await rest('/v2/models/mixed/infer', {
+      method: 'POST',
+      key: 'inference',
+      body: JSON.stringify({ inputs: [{ name, datatype: 'FP32', shape: [1], data: [1] }] }),
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(answer.status).toBe(400);
+    expect((await answer.text()).length).toBeLessThan(5000);
+  });
+
   it('REST answers quote a long model name cut, with its length', async () => {
     const name = 'y'.repeat(1000);
     const answer = await rest(`/predictions/${name}`, { method: 'POST', key: 'inference', body: '1' });

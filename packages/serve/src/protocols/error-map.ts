@@ -125,11 +125,17 @@ export function torchServeErrorBody(error: MarinaError): TorchServeErrorBody {
   return {
     code: error.statusCode,
     type: torchServeErrorType(error.code, error.statusCode),
-    message,
+    message: boundText(message, MAX_REST_MESSAGE_CHARS),
     marinaCode: error.code,
-    ...(hint !== undefined ? { hint } : {}),
+    ...(hint !== undefined ? { hint: boundText(hint, MAX_REST_MESSAGE_CHARS) } : {}),
   };
 }
+
+/**
+ * Longest message (and hint) a REST error body carries, characters: whatever a message quotes
+ * from a request, the answer stays small, and credentials in URLs are redacted (boundText).
+ */
+export const MAX_REST_MESSAGE_CHARS = 4096;
 
 /**
  * The headers every HTTP error answer carries besides its body: `Retry-After` where a retry can
@@ -166,7 +172,7 @@ function oipRestError(error: unknown): HttpErrorAnswer {
   return {
     statusCode: e.statusCode,
     headers: { ...errorHeaders(e), 'x-marina-error-code': e.code },
-    body: JSON.stringify({ error: e.message }),
+    body: JSON.stringify({ error: boundText(e.message, MAX_REST_MESSAGE_CHARS) }),
   };
 }
 
