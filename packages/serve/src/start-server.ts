@@ -12,6 +12,7 @@ import {
   type SnapshotStore,
 } from './snapshot/snapshot-store.ts';
 import {
+  assertSnapshotArchivesExist,
   registrationsFromSnapshot,
   snapshotPropertiesFromConfigFile,
   type SnapshotRegistration,
@@ -112,6 +113,16 @@ export async function startServer(config: ServerConfig, options: StartServerOpti
     : undefined;
   const snapshot = await snapshotOfConfigFile(config.configFile, log);
   const registrations = snapshot ? registrationsFromSnapshot(snapshot, { modelStore: config.modelStore }) : [];
+  // TorchServe stops a start whose snapshot names a missing archive; Marina's lenient start is asked for.
+  if (!config.snapshotSkipMissingArchives) {
+    await assertSnapshotArchivesExist(registrations).catch((error: Error) => {
+      log(
+        'error',
+        `${error.message} (snapshot ${snapshot?.path}): put the archive back in the model store, set snapshot_skip_missing_archives=true to start without that model, or start with --ncs to ignore snapshots`,
+      );
+      throw error;
+    });
+  }
   // Writing a snapshot now would put a model-less one on top of snapshots this start could not use.
   let isSnapshotKept = false;
   const snapshotFiles = isSnapshotFolderRead ? await listSnapshots(config.snapshotDir).catch(() => []) : [];

@@ -30,6 +30,7 @@ export function testConfig(overrides: Partial<ServerConfig> = {}, root = tmpdir(
     disableTokenAuthorization: true,
     enableModelApi: true,
     strictParameters: false,
+    snapshotSkipMissingArchives: false,
     enableMetricsApi: true,
     tokenExpirationMin: 60,
     keyFilePath: join(root, 'key_file.json'),

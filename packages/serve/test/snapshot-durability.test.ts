@@ -153,6 +153,8 @@ const PROPERTIES: Record<string, string> = {
   enable_model_api: 'true',
   disable_token_authorization: 'true',
   model_store: 'store',
+  grpc_inference_port: '0',
+  grpc_management_port: '0',
 };
 
 describe('start-up with snapshots it cannot use', () => {
@@ -206,7 +208,8 @@ describe('start-up with snapshots it cannot use', () => {
       createdMs: Date.UTC(2026, 0, 1),
       models: { gone: { '1.0': entry } },
       modelStore: workspace.store,
-      properties: PROPERTIES,
+      // Marina's lenient start; without it the start stops, as TorchServe's (the next test).
+      properties: { ...PROPERTIES, snapshot_skip_missing_archives: 'true' },
     });
     await writeFile(join(snapshotDir, name), text);
 
@@ -219,5 +222,49 @@ describe('start-up with snapshots it cannot use', () => {
     expect(output()).not.toContain('Restored the models of the snapshot');
     expect(await readdir(snapshotDir)).toEqual([name]);
     expect(await readFile(join(snapshotDir, name), 'utf8')).toBe(text);
+  });
+
+  // pytorch/serve frontend/server/src/main/java/org/pytorch/serve/snapshot/SnapshotManager.java: validate()
+  // throws InvalidSnapshotException with this text (its misspelling included), and the start stops.
+  it("stops the start when the snapshot names a missing archive, with TorchServe's message", {
+    timeout: 60_000,
+  }, async () => {
+    const logDir = join(workspace.root, 'logs-missing');
+    const snapshotDir = join(logDir, 'config');
+    await mkdir(snapshotDir, { recursive: true });
+    const name = '20260101000000000-snapshot.cfg';
+    const entry = {
+      defaultVersion: true,
+      marName: 'missing.mar',
+      minWorkers: 1,
+      maxWorkers: 1,
+      batchSize: 1,
+      maxBatchDelay: 100,
+      responseTimeout: 120,
+    };
+    await writeFile(
+      join(snapshotDir, name),
+      renderSnapshot({
+        name,
+        createdMs: Date.UTC(2026, 0, 1),
+        models: { missing: { '2.0': { ...entry, url: 'missing.mar' } } },
+        modelStore: workspace.store,
+        properties: PROPERTIES,
+      }),
+    );
+    const tmpDir = join(logDir, 'tmp');
+    await mkdir(tmpDir, { recursive: true });
+    const env: NodeJS.ProcessEnv = { ...process.env, LOG_LOCATION: logDir, TMPDIR: tmpDir };
+    delete env.TS_CONFIG_FILE;
+    const child = spawn(process.execPath, [BIN, '--foreground'], { cwd: workspace.root, env });
+    children.push(child);
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+    expect(code).not.toBe(0);
+    expect(output).toContain('Correspoding mar file for model :missing, version :2.0 not found in model store');
+    expect(output).toContain('snapshot_skip_missing_archives=true');
+    expect(output).not.toContain('Marina is ready.');
   });
 });

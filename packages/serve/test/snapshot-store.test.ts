@@ -47,10 +47,10 @@ describe('snapshot writing', () => {
       created: Date.parse('2025-03-01T12:00:00.000Z'),
       models: {
         resnet: {
+          // TorchServe's entry fields only (wlm/Model.java getModelState) ...
           '1.0': {
             defaultVersion: true,
             marName: 'resnet.mar',
-            url: 'resnet.mar',
             minWorkers: 2,
             maxWorkers: 2,
             batchSize: 4,
@@ -59,6 +59,8 @@ describe('snapshot writing', () => {
           },
         },
       },
+      // ... and Marina's own beside them, under a key TorchServe's reader ignores.
+      marina: { models: { resnet: { '1.0': { url: 'resnet.mar' } } } },
     });
   });
 

@@ -117,17 +117,27 @@ describe("--ts-config with a snapshot in TorchServe's own format", () => {
       const names = await readdir(join(workspace.root, 'logs', 'config'));
       const startup = names.find((n) => /^\d{17}-startup\.cfg$/.test(n))!;
       const written = parseSnapshot(startup, await readFile(join(workspace.root, 'logs', 'config', startup), 'utf8'));
-      expect(Object.keys(written.models.m!['2.0']!).sort()).toEqual([
-        'batchSize',
+      // The file itself: exactly TorchServe's fields in `models`, Marina's url under `marina`.
+      const raw = JSON.parse(
+        (await readFile(join(workspace.root, 'logs', 'config', startup), 'utf8'))
+          .split('\n')
+          .find((line) => line.startsWith('model_snapshot='))!
+          .slice('model_snapshot='.length),
+      );
+      expect(Object.keys(raw.models.m['2.0'])).toEqual([
         'defaultVersion',
         'marName',
-        'maxBatchDelay',
-        'maxWorkers',
         'minWorkers',
+        'maxWorkers',
+        'batchSize',
+        'maxBatchDelay',
         'responseTimeout',
+        'startupTimeout',
         'runtimeType',
-        'url',
       ]);
+      expect(raw.marina.models.m['2.0']).toEqual({ url: expect.any(String) });
+      // Read back, the two are one entry again.
+      expect(written.models.m!['2.0']!.url).toBe(raw.marina.models.m['2.0'].url);
     } finally {
       await server.close();
     }

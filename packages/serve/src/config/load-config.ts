@@ -153,6 +153,7 @@ interface RawConfig {
   token_key_file?: string;
   enable_model_api: boolean;
   strict_parameters: boolean;
+  snapshot_skip_missing_archives: boolean;
   enable_metrics_api: boolean;
   enable_tracing: boolean;
   enable_envvars_config: boolean;
@@ -532,6 +533,7 @@ function resolveServerConfig(
     disableTokenAuthorization: checked.disable_token_authorization,
     enableModelApi: checked.enable_model_api,
     strictParameters: checked.strict_parameters,
+    snapshotSkipMissingArchives: checked.snapshot_skip_missing_archives,
     enableMetricsApi: checked.enable_metrics_api,
     enableTracing: checked.enable_tracing,
     tokenExpirationMin: checked.token_expiration_min,

@@ -89,6 +89,11 @@ export interface ServerConfig {
    * default); true: such values are refused with 400 naming the parameter.
    */
   strictParameters: boolean;
+  /**
+   * snapshot_skip_missing_archives. false (default, TorchServe): a snapshot naming an archive that
+   * is gone stops the start; true: the other versions are restored and the missing one is reported.
+   */
+  snapshotSkipMissingArchives: boolean;
   enableMetricsApi: boolean;
   /**
    * enable_tracing: OpenTelemetry traces when the OTEL_* environment does not say (OTEL_TRACES_EXPORTER

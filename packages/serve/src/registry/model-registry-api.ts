@@ -218,6 +218,8 @@ export interface SnapshotModelVersion {
   batchSize: number;
   maxBatchDelay: number;
   responseTimeout: number;
+  /** Seconds; TorchServe's startupTimeout (optional when reading older snapshots). */
+  startupTimeout?: number;
   /** TorchServe's runtimeType (the manifest's runtime); optional when reading older snapshots. */
   runtimeType?: string;
   /** Marina: kept resident. */

@@ -562,6 +562,7 @@ export class ModelVersion extends EventEmitter<{
       batchSize: this.settings.batchSize,
       maxBatchDelay: this.settings.maxBatchDelayMs,
       responseTimeout: this.settings.responseTimeoutMs / 1000,
+      startupTimeout: this.settings.startupTimeoutMs / 1000,
       runtimeType: this.runtime,
       ...(this.pinned ? { pinned: true } : {}),
       ...(this.idleUnloadMs > 0 ? { idleUnloadSeconds: this.idleUnloadMs / 1000 } : {}),

@@ -7,9 +7,10 @@
  * version, min/max workers, batchSize, maxBatchDelay and responseTimeout, and `load_models` /
  * --models are not loaded. A --ts-config without `model_snapshot` restores nothing.
  */
-import { readFile } from 'node:fs/promises';
+import { access, readFile } from 'node:fs/promises';
 import { isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { snapshotErrors } from './snapshot-errors.ts';
 import { parseProperties } from '../config/properties-parser.ts';
 import type { RegisterModelOptions } from '../registry/model-registry-api.ts';
 import type { Snapshot } from './snapshot-store.ts';
@@ -61,6 +62,9 @@ export function registrationsFromSnapshot(
         batchSize: entry.batchSize,
         maxBatchDelayMs: entry.maxBatchDelay,
         responseTimeoutSec: entry.responseTimeout,
+        ...(typeof entry.startupTimeout === 'number' && entry.startupTimeout > 0
+          ? { startupTimeoutSec: entry.startupTimeout }
+          : {}),
         isDownloaded: /^https?:\/\//i.test(url),
         loadedAtStartup: true,
         synchronous: true,
@@ -94,4 +98,25 @@ export async function snapshotPropertiesFromConfigFile(
     properties[entry.key] = entry.value;
   }
   return properties;
+}
+
+/**
+ * TorchServe's check before it restores a snapshot (SnapshotManager.validate): every version's
+ * archive must be there, else the start stops with its InvalidSnapshotException and its text
+ * (the misspelling is TorchServe's own). Marina checks the path it would load, which for a
+ * downloaded or store archive is TorchServe's `<model_store>/<marName>`.
+ * @throws MARINA_ERR_SNAPSHOT_ARCHIVE_MISSING for the first version whose archive is gone.
+ */
+export async function assertSnapshotArchivesExist(registrations: readonly SnapshotRegistration[]): Promise<void> {
+  for (const registration of registrations) {
+    const exists = await access(registration.archivePath).then(
+      () => true,
+      () => false,
+    );
+    if (!exists)
+      throw snapshotErrors.create.MARINA_ERR_SNAPSHOT_ARCHIVE_MISSING(
+        `Correspoding mar file for model :${registration.modelName}, version :${registration.snapshotVersion} not found in model store`,
+        { details: { modelName: registration.modelName, modelVersion: registration.snapshotVersion } },
+      );
+  }
 }

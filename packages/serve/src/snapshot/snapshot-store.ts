@@ -2,7 +2,8 @@
  * Config snapshots in TorchServe's form: `<snapshotDir>/<yyyyMMddHHmmssSSS>-<kind>.cfg` (kind
  * `startup` once the server is up, `snapshot` after every change, `shutdown` on a graceful stop), a
  * config.properties file whose `model_snapshot` key holds
- * `{"name","modelCount","created","models":{name:{version:{defaultVersion,marName,url,minWorkers,...}}}}`.
+ * `{"name","modelCount","created","models":{name:{version:{defaultVersion,marName,minWorkers,...}}},"marina":{...}}`:
+ * TorchServe's entry fields exactly, Marina's extras (url, pinned, traffic policies) under `marina`.
  * Written after every `changed` event, atomically (temp file in the same folder, fsync, rename,
  * fsync of the folder): a crash mid-write leaves the previous snapshot intact.
  */
@@ -14,6 +15,26 @@ import type { ModelRegistryApi, SnapshotModelVersion } from '../registry/model-r
 import { snapshotErrors } from './snapshot-errors.ts';
 import { TRAFFIC_KEY } from '../config/models-json.ts';
 import { parseTrafficPolicy, type TrafficPolicy } from '../registry/traffic-policy.ts';
+
+/**
+ * A version entry's fields as TorchServe writes them (wlm/Model.java getModelState), in its order:
+ * what TorchServe itself reads back. Marina's own fields go under the top-level `marina` key, which
+ * TorchServe's Gson reader ignores (so TorchServe can restore a Marina snapshot and the reverse).
+ */
+const TORCHSERVE_ENTRY_FIELDS = [
+  'defaultVersion',
+  'marName',
+  'minWorkers',
+  'maxWorkers',
+  'batchSize',
+  'maxBatchDelay',
+  'responseTimeout',
+  'startupTimeout',
+  'runtimeType',
+] as const;
+
+/** The top-level key of Marina's extras in `model_snapshot`: per-version fields and the traffic policies. */
+export const MARINA_SNAPSHOT_KEY = 'marina';
 
 /** Matches snapshot file names; anything else in the folder (temp files start with '.') is ignored. */
 export const SNAPSHOT_FILE_PATTERN = /^(\d{17})-(snapshot|startup|shutdown)\.cfg$/;
@@ -66,11 +87,28 @@ export function parseSnapshot(path: string, text: string): Snapshot {
   } catch (cause) {
     throw invalid(`model_snapshot is not complete JSON (${(cause as Error).message})`);
   }
-  const snap = json as { modelCount?: unknown; created?: unknown; models?: unknown };
+  const snap = json as { modelCount?: unknown; created?: unknown; models?: unknown; [MARINA_SNAPSHOT_KEY]?: unknown };
   if (typeof snap !== 'object' || snap === null || typeof snap.models !== 'object' || snap.models === null)
     throw invalid('model_snapshot has no "models" object');
   const models = snap.models as Record<string, Record<string, unknown>>;
   const traffic: Record<string, TrafficPolicy> = {};
+  const extras = (snap[MARINA_SNAPSHOT_KEY] ?? {}) as {
+    models?: Record<string, Record<string, Record<string, unknown>>>;
+    traffic?: Record<string, unknown>;
+  };
+  for (const [name, policy] of Object.entries(extras.traffic ?? {})) {
+    try {
+      traffic[name] = parseTrafficPolicy(policy, `${MARINA_SNAPSHOT_KEY} > traffic > '${name}'`);
+    } catch (error) {
+      throw invalid((error as Error).message);
+    }
+  }
+  for (const [name, versions] of Object.entries(extras.models ?? {}))
+    for (const [version, own] of Object.entries(versions ?? {})) {
+      const entry = models[name]?.[version];
+      if (entry && typeof entry === 'object' && own && typeof own === 'object')
+        models[name]![version] = { ...own, ...(entry as Record<string, unknown>) };
+    }
   let count = 0;
   for (const [name, versions] of Object.entries(models)) {
     if (typeof versions !== 'object' || versions === null) throw invalid(`model '${name}' has no versions object`);
@@ -153,12 +191,34 @@ export function renderSnapshot(options: {
   delete properties.model_snapshot;
   if (options.modelStore !== undefined) properties.model_store = options.modelStore;
   for (const [key, value] of Object.entries(properties)) lines.push([key, value]);
-  const models: Record<string, Record<string, unknown>> = { ...options.models };
-  for (const [name, policy] of Object.entries(options.traffic ?? {}))
-    if (models[name]) models[name] = { ...models[name], [TRAFFIC_KEY]: policy };
+  // TorchServe's fields in `models`, Marina's own beside them under `marina` (see TORCHSERVE_ENTRY_FIELDS).
+  const models: Record<string, Record<string, Record<string, unknown>>> = {};
+  const own: Record<string, Record<string, Record<string, unknown>>> = {};
+  for (const [name, versions] of Object.entries(options.models)) {
+    for (const [version, entry] of Object.entries(versions)) {
+      const torchServe: Record<string, unknown> = {};
+      const marina: Record<string, unknown> = {};
+      for (const field of TORCHSERVE_ENTRY_FIELDS) if (entry[field] !== undefined) torchServe[field] = entry[field];
+      for (const [key, value] of Object.entries(entry))
+        if (!(TORCHSERVE_ENTRY_FIELDS as readonly string[]).includes(key) && value !== undefined) marina[key] = value;
+      (models[name] ??= {})[version] = torchServe;
+      if (Object.keys(marina).length > 0) (own[name] ??= {})[version] = marina;
+    }
+  }
+  const traffic = Object.fromEntries(Object.entries(options.traffic ?? {}).filter(([name]) => models[name]));
+  const extras = {
+    ...(Object.keys(own).length > 0 ? { models: own } : {}),
+    ...(Object.keys(traffic).length > 0 ? { traffic } : {}),
+  };
   lines.push([
     'model_snapshot',
-    JSON.stringify({ name: options.name, modelCount, created: options.createdMs, models }),
+    JSON.stringify({
+      name: options.name,
+      modelCount,
+      created: options.createdMs,
+      models,
+      ...(Object.keys(extras).length > 0 ? { [MARINA_SNAPSHOT_KEY]: extras } : {}),
+    }),
   ]);
   return `${stringifyProperties(lines, { keySep: '=', lineWidth: null, latin1: false })}\n`;
 }
