@@ -146,6 +146,13 @@ const expectedOutput: Record<string, RegExp[]> = {
     /"outputs":\[\{"name":"output","datatype":"FP32","shape":\[1,4\],"data":\[3,5,7,9\]\}\]/,
   ],
   'docs/guides/custom-handler.md': [/"result": \[\s*3,\s*5,\s*7,\s*9\s*\]/],
+  'docs/guides/versions-in-production.md': [
+    /"weights": \{\s*"1\.0": 90,\s*"2\.0": 10\s*\}/,
+    // One sticky key, three requests, one version.
+    /(x-marina-model-version: (1\.0|2\.0)\r?\n)(x-marina-model-version: \2\r?\n){2}/i,
+    /"traffic": \{\s*"weight": 0,/,
+    /"weights": \{\s*"2\.0": 100\s*\}\s*\}\s*\nMarina has stopped\./,
+  ],
 };
 
 describe('shell blocks of README.md and docs/', () => {

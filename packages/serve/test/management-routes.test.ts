@@ -149,6 +149,8 @@ describe('register (POST /models)', { timeout: 60_000 }, () => {
       expect(bad.status, query).toBe(400);
       expect(bad.json.message, query).toContain(query.split('=')[0]);
     }
+    const badScale = await call('PUT', '/models/resnet?min_worker=one');
+    expect(badScale.status).toBe(400);
   });
 
   // TorchServe's ManagementRequestHandler reads them with NettyUtils.getIntParameter: a value that
@@ -166,6 +168,10 @@ describe('register (POST /models)', { timeout: 60_000 }, () => {
     const [described] = (await call('GET', '/models/resnet')).json;
     expect(described).toMatchObject({ batchSize: 1, maxBatchDelay: 100, minWorkers: 0 });
     expect(described.startupTimeout).toBeGreaterThan(0);
+    // Scale: a min_worker that is not an integer is TorchServe's default (1), asynchronously (202).
+    const scaled = await call('PUT', '/models/resnet?min_worker=one&synchronous=true');
+    expect(scaled.status).toBe(200);
+    expect((await call('GET', '/models/resnet')).json[0].minWorkers).toBe(1);
     expect((await call('DELETE', '/models/resnet')).status).toBe(200);
   });
 

@@ -340,7 +340,7 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
   });
   shadowCounter(
     'marina_shadow_dropped_total',
-    'Shadow copies shed before they ran: no idle worker of the shadow version or a busy live version (no headroom), or the shadow queue full.',
+    'Shadow copies shed before they ran: no headroom (no idle worker of the shadow version, requests waiting for the live version, or CPU pressure at or above shadow_max_cpu_pressure) until the shadow queue was full or 10 s passed, or the version refused the copy.',
     (s) => s.dropped,
   );
   shadowCounter(

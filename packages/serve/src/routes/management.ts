@@ -565,8 +565,24 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       querystring: scaleQuery,
       response: { 200: statusSchema, 202: statusSchema, 206: statusSchema, ...errorResponses },
     }) as FastifySchema;
-  app.put('/models/:model_name', { schema: scaleSchema(nameParams) }, scale);
-  app.put('/models/:model_name/:model_version', { schema: scaleSchema(versionParams) }, scale);
+  // TorchServe reads min_worker and max_worker with getIntParameter too: not an integer is the default.
+  const lenientScale = async (request: FastifyRequest) => {
+    if (config.strictParameters) return;
+    const query = { ...(request.query as Record<string, unknown>) };
+    for (const name of ['min_worker', 'max_worker']) {
+      if (query[name] === undefined) continue;
+      const value = lenientInteger(query[name]);
+      if (value === undefined) delete query[name];
+      else query[name] = value;
+    }
+    request.query = query;
+  };
+  app.put('/models/:model_name', { schema: scaleSchema(nameParams), preValidation: lenientScale }, scale);
+  app.put(
+    '/models/:model_name/:model_version',
+    { schema: scaleSchema(versionParams), preValidation: lenientScale },
+    scale,
+  );
 
   const unregister = async (request: FastifyRequest, reply: FastifyReply) => {
     assertModelApi('Unregistering models');
