@@ -27,7 +27,10 @@ export function zipfSampler(n: number, exponent: number, seed: number): () => nu
   const total = weights.reduce((a, b) => a + b, 0);
   const cumulative: number[] = [];
   let sum = 0;
-  for (const w of weights) cumulative.push((sum += w / total));
+  for (const w of weights) {
+    sum += w / total;
+    cumulative.push(sum);
+  }
   const prng = createPrng(seed);
   return () => {
     const u = prng.next();

@@ -285,7 +285,9 @@ export function torchServeOpenApi(
         path === '/' || path === '/api-description'
           ? (full.paths['/']?.options ?? full.paths['/api-description']?.get)
           : (full.paths[path]?.[method] ?? TORCHSERVE_ONLY_OPERATIONS[path]);
-      if (operation !== undefined) (paths[path] ??= {})[method] = operation;
+      if (operation === undefined) continue;
+      paths[path] ??= {};
+      paths[path][method] = operation;
     }
   }
   return { ...full, paths };

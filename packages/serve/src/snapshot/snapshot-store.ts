@@ -201,8 +201,12 @@ export function renderSnapshot(options: {
       for (const field of TORCHSERVE_ENTRY_FIELDS) if (entry[field] !== undefined) torchServe[field] = entry[field];
       for (const [key, value] of Object.entries(entry))
         if (!(TORCHSERVE_ENTRY_FIELDS as readonly string[]).includes(key) && value !== undefined) marina[key] = value;
-      (models[name] ??= {})[version] = torchServe;
-      if (Object.keys(marina).length > 0) (own[name] ??= {})[version] = marina;
+      models[name] ??= {};
+      models[name][version] = torchServe;
+      if (Object.keys(marina).length > 0) {
+        own[name] ??= {};
+        own[name][version] = marina;
+      }
     }
   }
   const traffic = Object.fromEntries(Object.entries(options.traffic ?? {}).filter(([name]) => models[name]));
