@@ -128,9 +128,17 @@ function newParent(flags = '01') {
   return { traceId, spanId, traceparent: `00-${traceId}-${spanId}-${flags}` };
 }
 
-/** The spans of one trace that reached the receiver, after the server exported what it had. */
+/**
+ * The spans of one trace that reached the receiver, once its server span has: a REST request's
+ * span ends in the listener's onResponse hook, which may run just after the client has read the
+ * answer, so the export is asked for again until that span has ended (a bounded number of times).
+ */
 async function spansOf(server: Server, traceId: string): Promise<ReceivedSpan[]> {
-  await server.app.tracing!.forceFlush();
+  for (let attempt = 0; attempt < 100; attempt++) {
+    await server.app.tracing!.forceFlush();
+    if (receiver.spans.some((s) => s.traceId === traceId && s.kind === 2)) break;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
   return receiver.spans.filter((s) => s.traceId === traceId);
 }
 
