@@ -22,7 +22,7 @@ export function manyModelsPlan(mode: 'full' | 'quick' | 'smoke'): ManyModelsPlan
 }
 
 /** A Zipf(s) sampler over ranks 0..n-1 (rank 0 the most popular), from a seeded generator. */
-export function zipfSampler(n: number, exponent: number, seed: number): () => number {
+function zipfSampler(n: number, exponent: number, seed: number): () => number {
   const weights = Array.from({ length: n }, (_, k) => 1 / (k + 1) ** exponent);
   const total = weights.reduce((a, b) => a + b, 0);
   const cumulative: number[] = [];

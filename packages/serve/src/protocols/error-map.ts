@@ -135,7 +135,7 @@ export function torchServeErrorBody(error: MarinaError): TorchServeErrorBody {
  * Longest message (and hint) a REST error body carries, characters: whatever a message quotes
  * from a request, the answer stays small, and credentials in URLs are redacted (boundText).
  */
-export const MAX_REST_MESSAGE_CHARS = 4096;
+const MAX_REST_MESSAGE_CHARS = 4096;
 
 /**
  * The headers every HTTP error answer carries besides its body: `Retry-After` where a retry can

@@ -273,10 +273,7 @@ const TORCHSERVE_ONLY_OPERATIONS: Readonly<Record<string, Record<string, unknown
  * TorchServe's own description of a port that serves `apis`: its paths and methods only, each
  * operation as Marina documents it. Marina's other routes are in `GET /api-description` and the explorer.
  */
-export function torchServeOpenApi(
-  full: OpenApiDocument,
-  apis: ReadonlyArray<'inference' | 'management'>,
-): OpenApiDocument {
+function torchServeOpenApi(full: OpenApiDocument, apis: ReadonlyArray<'inference' | 'management'>): OpenApiDocument {
   const paths: OpenApiDocument['paths'] = {};
   const listed = [...apis.flatMap((api) => TORCHSERVE_PATHS[api]), TORCHSERVE_METRICS_PATH];
   for (const [path, methods] of listed) {

@@ -34,7 +34,7 @@ const TORCHSERVE_ENTRY_FIELDS = [
 ] as const;
 
 /** The top-level key of Marina's extras in `model_snapshot`: per-version fields and the traffic policies. */
-export const MARINA_SNAPSHOT_KEY = 'marina';
+const MARINA_SNAPSHOT_KEY = 'marina';
 
 /** Matches snapshot file names; anything else in the folder (temp files start with '.') is ignored. */
 export const SNAPSHOT_FILE_PATTERN = /^(\d{17})-(snapshot|startup|shutdown)\.cfg$/;
