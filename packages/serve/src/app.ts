@@ -478,7 +478,11 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
   });
 
   const dataPlane = new DataPlane({ registry, maxResponseBytes: config.maxResponseBytes, tracing });
-  await inference.register(inferenceRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
+  await inference.register(inferenceRoutes, {
+    dataPlane,
+    maxRequestBytes: config.maxRequestBytes,
+    pingRequiresToken: config.pingRequiresToken,
+  });
   await inference.register(oipRestRoutes, { dataPlane, maxRequestBytes: config.maxRequestBytes });
   const instances: Record<ApiName, FastifyInstance> = { inference, management, metrics };
   for (const p of options.plugins ?? []) {

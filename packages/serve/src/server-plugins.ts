@@ -51,6 +51,7 @@ export async function createServerPlugins(config: ServerConfig, operator: Operat
       keyFilePath: config.keyFilePath,
       tokenExpirationMin: config.tokenExpirationMin,
       isKeyFileProvided: config.isKeyFileProvided,
+      failureStatus: config.tokenFailureStatus,
     });
     operator.tokens = tokens;
     // Each request needs the key its matched route declares (declareRouteAuth), also when both

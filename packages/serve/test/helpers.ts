@@ -31,6 +31,8 @@ export function testConfig(overrides: Partial<ServerConfig> = {}, root = tmpdir(
     enableModelApi: true,
     strictParameters: false,
     snapshotSkipMissingArchives: false,
+    tokenFailureStatus: 401,
+    pingRequiresToken: false,
     enableMetricsApi: true,
     tokenExpirationMin: 60,
     keyFilePath: join(root, 'key_file.json'),

@@ -8,6 +8,7 @@
  * - `cors_allowed_methods` / `cors_allowed_headers` on every answer (util/NettyUtils.java, sendHttpResponse);
  * - `GET /` answered 405 (http/api/rest/ApiDescriptionRequestHandler.java).
  */
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../src/start-server.ts';
@@ -121,5 +122,35 @@ describe("TorchServe's smaller forms", { timeout: 60_000 }, () => {
       message: 'Requested method is not allowed, please refer to API document.',
     });
     expect(root.headers.get('access-control-allow-methods')).toBe('GET, POST');
+  });
+
+  // The deliberate differences a TorchServe user may need switched off: TorchServe answers a token
+  // failure with 400 InvalidKeyException (TokenAuthorizationHandler.java) and /ping needs the inference key.
+  it('answers token failures with 400 and guards /ping when token_failure_status=400 and ping_requires_token=true', async () => {
+    const keyFilePath = join(workspace.root, 'strict-keys.json');
+    const strict = await startServer({
+      ...opsConfig(
+        workspace,
+        { disable_token_authorization: 'false', token_failure_status: '400', ping_requires_token: 'true' },
+        { keyFilePath },
+      ),
+      logDir: join(workspace.root, 'logs-strict'),
+    });
+    try {
+      const base = strict.listening.find((l) => l.api === 'inference')!.url;
+      const denied = await fetch(`${base}/ping`);
+      expect(denied.status).toBe(400);
+      expect(await denied.json()).toMatchObject({
+        code: 400,
+        type: 'InvalidKeyException',
+        message: 'Token Authorization failed. Token either incorrect, expired, or not provided correctly',
+        marinaCode: 'MARINA_ERR_TOKEN_MISSING',
+      });
+      const keys = JSON.parse(await readFile(keyFilePath, 'utf8')) as { inference: { key: string } };
+      const allowed = await fetch(`${base}/ping`, { headers: { authorization: `Bearer ${keys.inference.key}` } });
+      expect(allowed.status).toBe(200);
+    } finally {
+      await strict.close();
+    }
   });
 });

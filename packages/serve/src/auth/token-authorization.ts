@@ -2,6 +2,7 @@
  * Token authorization as TorchServe does it (key_file.json, `Authorization: Bearer <key>`),
  * except that a failure is a 401 that says what went wrong instead of TorchServe's 400.
  */
+import { MarinaError } from '@marina/errors';
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { chmod, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';
@@ -51,6 +52,8 @@ export interface TokenAuthorization {
   /** Absolute path of key_file.json, quoted in error messages. */
   readonly keyFilePath: string;
   readonly tokenExpirationMin: number;
+  /** token_failure_status: the HTTP status of a token failure, 401 (default) or TorchServe's 400. */
+  readonly failureStatus: 400 | 401;
   /** Checks a raw `Authorization` header value against the key of `keyType`. */
   check(keyType: KeyType, authorizationHeader: string | undefined): TokenCheckResult;
   /** Gives `keyType` a new key and a new expiry and rewrites key_file.json. */
@@ -68,6 +71,8 @@ export interface CreateTokenAuthorizationOptions {
    * them, so that every replica behind one Service has the same keys; rotate() refuses.
    */
   isKeyFileProvided?: boolean;
+  /** token_failure_status: 401 (default) or 400, TorchServe's status for a token failure. */
+  failureStatus?: 400 | 401;
   /** Epoch ms; injectable for tests. */
   now?: () => number;
 }
@@ -133,6 +138,7 @@ export async function createTokenAuthorization(options: CreateTokenAuthorization
   if (!provided) await save();
 
   return {
+    failureStatus: options.failureStatus ?? 401,
     keyFilePath,
     tokenExpirationMin,
     keyFile,
@@ -183,7 +189,15 @@ export async function readKeyFile(keyFilePath: string): Promise<KeyFile> {
   return file as KeyFile;
 }
 
-function failure(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<TokenCheckResult, 'ok'>) {
+function failure(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<TokenCheckResult, 'ok'>): MarinaError {
+  const error = failureOf(tokens, keyType, result);
+  // TorchServe answers a token failure with 400 (its InvalidKeyException is a ModelException); token_failure_status=400 asks for that.
+  return tokens.failureStatus === 401
+    ? error
+    : new MarinaError(error.code, error.message, tokens.failureStatus, { details: error.details ?? {} });
+}
+
+function failureOf(tokens: TokenAuthorization, keyType: KeyType, result: Exclude<TokenCheckResult, 'ok'>) {
   // The file's name only: a client without a key must not learn the server's paths (its terminal shows the whole path).
   const keyFile = basename(tokens.keyFilePath);
   const where = `the ${keyType} key is in the server's ${keyFile}`;

@@ -154,6 +154,8 @@ interface RawConfig {
   enable_model_api: boolean;
   strict_parameters: boolean;
   snapshot_skip_missing_archives: boolean;
+  token_failure_status: 400 | 401;
+  ping_requires_token: boolean;
   enable_metrics_api: boolean;
   enable_tracing: boolean;
   enable_envvars_config: boolean;
@@ -534,6 +536,8 @@ function resolveServerConfig(
     enableModelApi: checked.enable_model_api,
     strictParameters: checked.strict_parameters,
     snapshotSkipMissingArchives: checked.snapshot_skip_missing_archives,
+    tokenFailureStatus: checked.token_failure_status,
+    pingRequiresToken: checked.ping_requires_token,
     enableMetricsApi: checked.enable_metrics_api,
     enableTracing: checked.enable_tracing,
     tokenExpirationMin: checked.token_expiration_min,

@@ -94,6 +94,10 @@ export interface ServerConfig {
    * is gone stops the start; true: the other versions are restored and the missing one is reported.
    */
   snapshotSkipMissingArchives: boolean;
+  /** token_failure_status: 401 (default) or 400 (TorchServe's status for a token failure). */
+  tokenFailureStatus: 400 | 401;
+  /** ping_requires_token: false (default, `/ping` open for probes) or true (TorchServe: the inference key). */
+  pingRequiresToken: boolean;
   enableMetricsApi: boolean;
   /**
    * enable_tracing: OpenTelemetry traces when the OTEL_* environment does not say (OTEL_TRACES_EXPORTER

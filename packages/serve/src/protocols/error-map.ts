@@ -81,6 +81,10 @@ const TORCHSERVE_TYPE_BY_CODE: Readonly<Record<string, string>> = {
   MARINA_ERR_HEADERS_TOO_LARGE: 'BadRequestException',
   // TorchServe's token plugin throws InvalidKeyException for a bad /token?type= too.
   MARINA_ERR_TOKEN_TYPE_INVALID: 'InvalidKeyException',
+  // The same type whatever token_failure_status gives them (401, or TorchServe's 400).
+  MARINA_ERR_TOKEN_MISSING: 'InvalidKeyException',
+  MARINA_ERR_TOKEN_INVALID: 'InvalidKeyException',
+  MARINA_ERR_TOKEN_EXPIRED: 'InvalidKeyException',
 };
 
 /** TorchServe's exception name for a status. */

@@ -17,6 +17,8 @@ export interface InferenceRoutesOptions {
   dataPlane: DataPlane;
   /** max_request_size, bytes. */
   maxRequestBytes: number;
+  /** ping_requires_token: `/ping` needs the inference key as in TorchServe (default: open, for probes). */
+  pingRequiresToken?: boolean;
 }
 
 /** The serializer of an answer the worker sent as text: it is sent as it is. */
@@ -155,7 +157,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
   app.get(
     '/ping',
     {
-      config: { auth: 'none' },
+      config: { auth: options.pingRequiresToken ? 'inference' : 'none' },
       schema: {
         description: "Health of the server: Healthy when every model's default version has its minimum workers up.",
         response: { 200: statusResponse, 500: statusResponse },
