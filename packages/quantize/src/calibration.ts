@@ -189,7 +189,7 @@ export function rangeError(signed: { counts: ArrayLike<number>; absMax: number }
 }
 
 /** The |x| histogram (`bins` bins over [0, absMax]) of a signed one with 2 × `bins` bins over [−absMax, absMax]. */
-export function foldHistogram(signed: ArrayLike<number>): Float64Array {
+function foldHistogram(signed: ArrayLike<number>): Float64Array {
   const half = signed.length / 2;
   const folded = new Float64Array(half);
   for (let i = 0; i < half; i++) folded[i] = signed[half + i]! + signed[half - 1 - i]!;

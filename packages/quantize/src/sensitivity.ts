@@ -61,7 +61,7 @@ export async function rankBySensitivity(options: {
 }
 
 /** Steps that try one group each before blocks start to double (2, 4, 8 … groups a step). */
-export const SINGLE_GROUP_STEPS = 8;
+const SINGLE_GROUP_STEPS = 8;
 
 /**
  * Greedy search for a small fp32 set: the ranked groups are tried in order, and a try stays in

@@ -39,8 +39,9 @@ function input(seed: number): ort.Tensor {
 /** x → Conv+Relu → planted Conv (channel 0 + OFFSET) → Sub (fp32, removes it) → Conv+Relu → Conv → Reshape [1, 8, 256]. */
 async function writePlantedModel(path: string): Promise<string> {
   const g = new GraphBuilder('planted');
-  const wave = (scale: number) => (out: Float32Array) =>
-    out.forEach((_, i) => (out[i] = Math.sin(i * 1.3 + scale) * scale));
+  const wave = (scale: number) => (out: Float32Array) => {
+    for (let i = 0; i < out.length; i++) out[i] = Math.sin(i * 1.3 + scale) * scale;
+  };
   const a = g.node('Relu', [
     g.node('Conv', ['x', g.initializer('wa', [8, 4, 3, 3], wave(0.3)), g.constant('ba', [8], 0.05)], {
       attributes: { kernel_shape: [3, 3], pads: [1, 1, 1, 1] },

