@@ -160,7 +160,7 @@ Examples:
           process.stdout.write(
             `\n${result.model} on ${m.cpuModel}, ${m.cores} cores, Node ${m.nodeVersion}, onnxruntime-node ${m.onnxruntimeVersion}\n\n`,
           );
-          process.stdout.write(formatTable(result.rows) + '\n\n');
+          process.stdout.write(`${formatTable(result.rows)}\n\n`);
           for (const t of result.targets) {
             const verdict = t.isMet === undefined ? 'not measured' : t.isMet ? 'met' : 'MISSED';
             process.stdout.write(

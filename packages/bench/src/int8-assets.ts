@@ -26,7 +26,7 @@ export interface Int8Assets {
 }
 
 /** Calibration JPEGs generated for the int8 archive: model-archiver holds back every fourth to measure agreement. */
-export const INT8_CALIBRATION_IMAGES = 8;
+const INT8_CALIBRATION_IMAGES = 8;
 
 const CACHE_VERSION = 1;
 

@@ -290,7 +290,7 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
             bar.update(bytesDone, { doneMb: formatMegabytes(bytesDone), totalMb: formatMegabytes(bytesTotal) });
           }
         : undefined;
-      let result;
+      let result: Awaited<ReturnType<typeof packArchive>>;
       const exportPath = resolveFrom(cwd, flags.exportPath);
       const outputPath = archiveOutputPath({
         modelName: flags.modelName,

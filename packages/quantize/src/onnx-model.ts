@@ -6,11 +6,8 @@ import { createError } from './errors.ts';
 const { onnx } = onnxProto;
 
 export type ModelProto = onnxProto.onnx.IModelProto;
-export type GraphProto = onnxProto.onnx.IGraphProto;
 export type NodeProto = onnxProto.onnx.INodeProto;
 export type TensorProto = onnxProto.onnx.ITensorProto;
-export type ValueInfoProto = onnxProto.onnx.IValueInfoProto;
-export type AttributeProto = onnxProto.onnx.IAttributeProto;
 
 /** TensorProto.DataType values used here. */
 export const DataType = { FLOAT: 1, UINT8: 2, INT8: 3, INT32: 6, INT64: 7, BOOL: 9, FLOAT16: 10, DOUBLE: 11 } as const;
@@ -170,11 +167,6 @@ export function floatValues(tensor: TensorProto): Float32Array {
     return new Float32Array(copy.buffer, 0, copy.length / 4);
   }
   return Float32Array.from(tensor.floatData ?? []);
-}
-
-/** Product of an initializer's dims. */
-export function elementCount(dims: ReadonlyArray<number | { toNumber(): number }>): number {
-  return dims.reduce<number>((n, d) => n * Number(d), 1);
 }
 
 export function attributeInt(node: NodeProto, name: string, fallback: number): number {

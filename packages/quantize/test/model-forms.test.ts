@@ -48,7 +48,11 @@ describe('model forms', () => {
   it('quantises an opset-10 model, per channel through com.microsoft DequantizeLinear', async () => {
     const modelPath = join(dir, 'conv.onnx');
     const g = new GraphBuilder('conv');
-    const w = g.initializer('w', [4, 3, 3, 3], (out) => out.forEach((_, i) => (out[i] = Math.sin(i) * (1 + (i % 4)))));
+    const w = g.initializer('w', [4, 3, 3, 3], (out) =>
+      out.forEach((_, i) => {
+        out[i] = Math.sin(i) * (1 + (i % 4));
+      }),
+    );
     const b = g.initializer('b', [4], (out) => out.set([0.1, -0.2, 0.3, 0]));
     g.node('Conv', ['x', w, b], { output: 'y', attributes: { kernel_shape: [3, 3], pads: [1, 1, 1, 1] } });
     await writeOnnxModel({

@@ -61,7 +61,7 @@ export interface ConfigFileSource {
 }
 
 /** Config snapshots are `<snapshotDir>/<yyyyMMddHHmmssSSS>-{snapshot,startup,shutdown}.cfg`, in config.properties format (TorchServe's names). */
-export const SNAPSHOT_FILE_PATTERN = /^\d+-(snapshot|startup|shutdown)\.cfg$/;
+const SNAPSHOT_FILE_PATTERN = /^\d+-(snapshot|startup|shutdown)\.cfg$/;
 
 /** Keys without a TS_* variable, as in TorchServe. */
 const KEYS_WITHOUT_ENV = new Set(['models', 'enable_envvars_config', 'model_snapshot']);
@@ -272,9 +272,7 @@ export async function findConfigFile(options: LoadConfigOptions): Promise<Config
       try {
         parseSnapshot(file, await readFile(file, 'utf8'));
         return { path: file, origin: 'snapshot' };
-      } catch {
-        continue;
-      }
+      } catch {}
     }
   }
   const local = path.join(options.cwd, 'config.properties');
@@ -283,12 +281,12 @@ export async function findConfigFile(options: LoadConfigOptions): Promise<Config
 }
 
 /** LOG_LOCATION (as TorchServe) or `<cwd>/logs`. */
-export function resolveLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
+function resolveLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
   return path.resolve(options.cwd, options.env.LOG_LOCATION?.trim() || 'logs');
 }
 
 /** METRICS_LOCATION (as TorchServe's log4j2.xml: the metric log files) or `<cwd>/logs`. */
-export function resolveMetricsLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
+function resolveMetricsLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
   return path.resolve(options.cwd, options.env.METRICS_LOCATION?.trim() || 'logs');
 }
 
@@ -296,7 +294,7 @@ export function resolveMetricsLogDir(options: { env: NodeJS.ProcessEnv; cwd: str
  * The synchronous core of loadConfig for an already parsed file (or none): substitution,
  * overrides, validation, normalisation. Not frozen, so loadConfig can add notes first.
  */
-export function resolveServerConfig(
+function resolveServerConfig(
   input: LoadConfigOptions & { file?: ParsedProperties; configFile?: string },
 ): ServerConfig {
   const { cliOptions, env, cwd, file } = input;

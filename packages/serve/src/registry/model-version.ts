@@ -16,7 +16,7 @@ import type {
   PriorityLevelStatus,
   SnapshotModelVersion,
 } from './model-registry-api.ts';
-import type { HandlerStagesMs } from './model-registry-api.ts';
+import type { HandlerStagesMs } from '../workers/worker-protocol.ts';
 import type { SignatureRead } from './read-model-signature.ts';
 
 /** A batch that left the aggregator and came back from a worker. */

@@ -82,7 +82,7 @@ function decodeBody(body: unknown, decoding: BodyDecoding): unknown {
 function reviveRow(row: Record<string, unknown>, decoding: BodyDecoding): RequestRow {
   const out: RequestRow = {};
   for (const k in row) out[k] = toBuffer(row[k]);
-  if (decoding !== undefined && 'body' in out) out['body'] = decodeBody(out['body'], decoding);
+  if (decoding !== undefined && 'body' in out) out.body = decodeBody(out.body, decoding);
   return out;
 }
 
@@ -177,7 +177,9 @@ function createBatchContext(batch: BatchState): HandlerContext {
       batch.contentTypes[index] = contentType;
     },
     setResponseHeader(index: number, name: string, value: string) {
-      (batch.responseHeaders[index] ??= {})[name] = value;
+      const headers = batch.responseHeaders[index] ?? {};
+      batch.responseHeaders[index] = headers;
+      headers[name] = value;
     },
   };
 }

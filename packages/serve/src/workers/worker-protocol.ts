@@ -1,7 +1,15 @@
-import type { HandlerStagesMs } from '../registry/model-registry-api.ts';
 import type { WarmupReport } from './warm-up.ts';
 
-export type { HandlerStagesMs };
+/**
+ * Where a batch's time went inside the worker, ms: `preprocessWaitMs` is how long the worker
+ * waited for preprocessing after it picked the batch up (0 when a pipelined preprocess had already
+ * finished while the previous batch ran).
+ */
+export interface HandlerStagesMs {
+  preprocessWaitMs: number;
+  inferenceMs: number;
+  postprocessMs: number;
+}
 
 /** Messages between a Worker (main thread) and its worker_thread (worker-main.ts). */
 
