@@ -19,7 +19,7 @@ import type {
   ScaleOptions,
   SnapshotModelVersion,
 } from '../src/registry/model-registry-api.ts';
-import type { ShadowStats } from '../src/registry/shadow-traffic.ts';
+import type { ShadowStats } from '../src/registry/model-registry-api.ts';
 import type { TrafficPolicy } from '../src/registry/traffic-policy.ts';
 
 interface Version {
