@@ -156,6 +156,7 @@ interface RawConfig {
   snapshot_skip_missing_archives: boolean;
   token_failure_status: 400 | 401;
   ping_requires_token: boolean;
+  batch_wait_when_idle: boolean;
   enable_metrics_api: boolean;
   enable_tracing: boolean;
   enable_envvars_config: boolean;
@@ -538,6 +539,7 @@ function resolveServerConfig(
     snapshotSkipMissingArchives: checked.snapshot_skip_missing_archives,
     tokenFailureStatus: checked.token_failure_status,
     pingRequiresToken: checked.ping_requires_token,
+    batchWaitWhenIdle: checked.batch_wait_when_idle,
     enableMetricsApi: checked.enable_metrics_api,
     enableTracing: checked.enable_tracing,
     tokenExpirationMin: checked.token_expiration_min,

@@ -314,6 +314,7 @@ export class ModelRegistry implements ModelRegistryApi {
         startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
         log: this.#log,
         unloadGraceMs: (this.#config.residency?.unloadGraceSeconds ?? 10) * 1000,
+        isIdleBatchWaiting: this.#config.batchWaitWhenIdle === true,
       });
       version.estimatedBytes = estimatedBytes;
       this.#residency.assertFits(version);
