@@ -12,7 +12,7 @@ const bin = (name) => join(root, 'node_modules', '.bin', name);
 const model = process.env.MARINA_DEMO_MODEL ?? 'resnet-152';
 
 function step(title, command, args, options = {}) {
-  console.log(`\n$ ${[command.replace(root + '/', ''), ...args].join(' ')}    # ${title}`);
+  console.log(`\n$ ${[command.replace(`${root}/`, ''), ...args].join(' ')}    # ${title}`);
   const result = spawnSync(command, args, { stdio: 'inherit', cwd: example, ...options });
   if (result.status !== 0) {
     console.error(`\ndemo: '${title}' failed (exit ${result.status ?? result.signal}).`);

@@ -55,7 +55,7 @@ function code(text: string): string {
 }
 
 function page(title: string, intro: string, body: string[]): string {
-  return [`# ${title}`, '', GENERATED_NOTE, '', intro, '', ...body].join('\n').replace(/\n{3,}/g, '\n\n') + '\n';
+  return `${[`# ${title}`, '', GENERATED_NOTE, '', intro, '', ...body].join('\n').replace(/\n{3,}/g, '\n\n')}\n`;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -172,7 +172,7 @@ describe('built-in image handlers configured only with model-config.yaml', () =>
     // A 64×64 image fills the 64×64 input: box 0 as the model put it, scored sigmoid(4); box 1 is suppressed by NMS.
     const answer = (await response.json()) as Array<Record<string, unknown>>;
     expect(answer).toHaveLength(1);
-    expect(answer[0]!['person']).toEqual([8, 8, 40, 40]);
-    expect(answer[0]!['score']).toBeCloseTo(1 / (1 + Math.exp(-4)), 5);
+    expect(answer[0]!.person).toEqual([8, 8, 40, 40]);
+    expect(answer[0]!.score).toBeCloseTo(1 / (1 + Math.exp(-4)), 5);
   });
 });

@@ -10,7 +10,7 @@ import { bins, freePort } from './helpers.ts';
  * so a test decides when in-flight requests finish instead of guessing how long they take.
  * Requests without a gate answer at once. Atomics.wait sleeps the worker thread between checks.
  */
-export const gatedHandlerSource = `
+const gatedHandlerSource = `
 import { existsSync } from 'node:fs';
 const nap = new Int32Array(new SharedArrayBuffer(4));
 export function handle(data, context) {

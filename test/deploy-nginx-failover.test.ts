@@ -33,7 +33,7 @@ function findNginx(): string {
 }
 
 let root: string;
-let servers: ForegroundServer[] = [];
+const servers: ForegroundServer[] = [];
 let nginx: ChildProcess | undefined;
 let nginxExited: Promise<void> | undefined;
 let proxyUrl: string;

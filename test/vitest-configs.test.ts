@@ -83,7 +83,7 @@ describe('the type check pnpm test runs', () => {
     const manifest = JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as {
       scripts: Record<string, string>;
     };
-    expect(manifest.scripts['test']).toMatch(/^tsc -p tsconfig\.check\.json && /);
+    expect(manifest.scripts.test).toMatch(/^tsc -p tsconfig\.check\.json && /);
     expect(check.extends).toBe('./tsconfig.json');
     expect(folders).toEqual(expect.arrayContaining(['packages/serve', 'packages/bench', 'test']));
   });

@@ -57,7 +57,7 @@ export function resolveExtractLimits(limits: ExtractLimits = {}): Required<Extra
 }
 
 /** Byte counts for messages: exact bytes plus a readable unit. */
-export function formatBytes(bytes: number): string {
+function formatBytes(bytes: number): string {
   if (!Number.isFinite(bytes)) return String(bytes);
   const units = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB'];
   let value = bytes;
@@ -96,7 +96,7 @@ export function tooLarge(
   );
 }
 
-export function compressionRatio(
+function compressionRatio(
   archivePath: string,
   where: string,
   inflatedBytes: number,

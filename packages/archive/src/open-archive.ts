@@ -49,7 +49,7 @@ const S_IFLNK = 0o120000;
  *   MARINA_ERR_ARCHIVE_UNREADABLE when it is none of the three.
  */
 export async function detectArchiveFormat(archivePath: string): Promise<ArchiveFormat> {
-  let stats;
+  let stats: Awaited<ReturnType<typeof stat>>;
   try {
     stats = await stat(archivePath);
   } catch (error) {

@@ -1,6 +1,4 @@
 import type { MachineInfo } from './machine-info.ts';
-import type { ManyModelsSummary } from './experiments/many-models.ts';
-import type { Int8Summary } from './experiments/int8.ts';
 
 /** The experiments of the bench, in the order they run. */
 export const experimentNames = [
@@ -164,4 +162,109 @@ export function emptyRow(experiment: ExperimentName, config: string): ResultRow 
     loadShare: Number.NaN,
     note: '',
   };
+}
+
+/** The model's own time for one image in one process (p50s, ms): decode + preprocess + run, and the run alone. */
+export interface OwnTime {
+  endToEndP50Ms: number;
+  inferP50Ms: number;
+}
+
+/** Mean ms per request of each Server-Timing entry (queue, preprocess, inference, postprocess, total). */
+export type StageMeansMs = Record<string, number>;
+
+/** What the int8 experiment measured, for its targets and the report. */
+export interface Int8Summary {
+  /** The server configuration both servers ran (the bench's default centralized one). */
+  serverConfig: string;
+  fp32ArchiveFileName: string;
+  int8ArchiveFileName: string;
+  /** Measured requests per round and the rounds per server. */
+  imagesPerRound: number;
+  rounds: number;
+  /** Images/s over all of a server's rounds (images ÷ measured wall time), and each round's. */
+  fp32PerSec: number;
+  int8PerSec: number;
+  fp32RoundsPerSec: number[];
+  int8RoundsPerSec: number[];
+  /** The int8 archive on the other server configuration (all cores as single-threaded workers, no intra-op barrier), measured in the same rounds. */
+  int8WorkersConfig: string;
+  int8WorkersPerSec: number;
+  int8WorkersRoundsPerSec: number[];
+  /** Best batch size of the int8 ceiling (onnxruntime alone, no decoding, no HTTP), images/s. */
+  int8CeilingPerSec: number;
+  /** Batch-1 run of the int8 ceiling, p50 ms, and its images/s. */
+  int8CeilingBatch1P50Ms: number;
+  int8CeilingBatch1PerSec: number;
+  /** The int8 model's own time for one image in one process: decode + preprocess + run, and run alone. */
+  int8Own: OwnTime;
+  /** Each server's process tree after its last round: PSS and RSS, MB. */
+  fp32PssMb: number;
+  int8PssMb: number;
+  fp32RssMb: number;
+  int8RssMb: number;
+  /** Mean CPU of each server over its rounds, % of one core. */
+  fp32MeanCpuPercent: number;
+  int8MeanCpuPercent: number;
+  /** Mean Server-Timing stages per request. */
+  fp32Stages: StageMeansMs;
+  int8Stages: StageMeansMs;
+  /** Model sizes, MB. */
+  fp32ModelMb: number;
+  int8ModelMb: number;
+  /** The archive's own accuracy check (quantization.json), in words. */
+  agreement: string;
+  /** How the int8 archive was made. */
+  quantizeCommand: string;
+}
+
+/** The many-models experiment's setting: how many models, how large, how many clients and requests. */
+export interface ManyModelsPlan {
+  models: number;
+  depth: 18 | 50;
+  clients: number;
+  /** Zipf exponent of the model popularity. */
+  zipfExponent: number;
+  /** Requests per measured phase. */
+  requests: number;
+  /** The budget is the all-resident sum divided by this. */
+  budgetDivisor: number;
+}
+
+/** What one phase of Zipf traffic measured. */
+export interface ZipfPhase {
+  label: string;
+  requests: number;
+  errors: number;
+  throughputPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** Requests whose Server-Timing said they waited for their model to load. */
+  waitedForLoad: number;
+  waitedP50Ms: number;
+  waitedP99Ms: number;
+  peakPssMb: number;
+}
+
+/** The experiment's summary: the report's section and the many-models chart. */
+export interface ManyModelsSummary {
+  plan: ManyModelsPlan;
+  modelSizeMb: number;
+  /** Sum of describe's residentBytes over all models in the all-resident server, MB. */
+  allResidentSumMb: number;
+  budgetMb: number;
+  /** The hot set: the most popular models whose measured sizes fit the budget. */
+  hotSetModels: number;
+  /** onnxruntime creating a session from the cached optimised model (the floor of a load), median ms. */
+  floorCreateMs: number;
+  /** One batch-1 run, median ms. */
+  floorRunMs: number;
+  phases: {
+    allResidentZipf: ZipfPhase;
+    budgetZipf: ZipfPhase;
+    allResidentHot: ZipfPhase;
+    budgetHot: ZipfPhase;
+  };
+  /** What the all-resident server held beside its models' measured sizes (PSS after its Zipf phase − their sum), MB. */
+  baselinePssMb: number;
 }

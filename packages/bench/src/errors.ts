@@ -38,5 +38,3 @@ export const benchErrors = defineErrors({
       'marina-bench tune measured no configuration successfully within --budget-s (each one starts a server and loads the model); raise the budget, or read the server log the message names.',
   },
 });
-
-export type BenchErrorCode = keyof typeof benchErrors.definitions;

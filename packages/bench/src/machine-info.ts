@@ -22,15 +22,7 @@ export interface MachineInfo {
 }
 
 /** The /proc/cpuinfo flags reported, in this order: those onnxruntime's MLAS dispatches on for fp32 and int8. */
-export const REPORTED_CPU_FLAGS = [
-  'avx2',
-  'fma',
-  'avx512f',
-  'avx512bw',
-  'avx512_vnni',
-  'avx_vnni',
-  'amx_int8',
-] as const;
+const REPORTED_CPU_FLAGS = ['avx2', 'fma', 'avx512f', 'avx512bw', 'avx512_vnni', 'avx_vnni', 'amx_int8'] as const;
 
 /** Whether the flags show VNNI, which onnxruntime's int8 kernels use; undefined when the flags are unknown. */
 export function isVnniIn(flags: readonly string[] | undefined): boolean | undefined {

@@ -1,6 +1,6 @@
 import { mkdir, readFile, stat, writeFile, rm } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { join, basename } from 'node:path';
+import { join } from 'node:path';
 import { packArchive } from '@marina/archive';
 import {
   loadImagenetClassNames,
@@ -168,11 +168,6 @@ export async function prepareAssets(options: {
   };
   await writeFile(markerPath, JSON.stringify(assets, null, 2));
   return assets;
-}
-
-/** Model name inside an archive file name (`resnet-18-external.mar` → `resnet-18-external`). */
-export function archiveModelName(archiveFileName: string): string {
-  return basename(archiveFileName).replace(/\.(mar|tar\.gz)$/, '');
 }
 
 /** The overhead experiment's model: `2x + 1` on a [N, 4] float tensor, served by the `tensor` handler. */

@@ -46,7 +46,7 @@ function readText(path: string): string | undefined {
 }
 
 /** utime + stime of a process (all its threads), in clock ticks. */
-export function readCpuTicks(pid: number): number | undefined {
+function readCpuTicks(pid: number): number | undefined {
   const stat = readText(`/proc/${pid}/stat`);
   if (stat === undefined) return undefined;
   // The command name is in parentheses and may hold spaces; the fields after it are fixed.
@@ -112,7 +112,7 @@ export function readRssBytes(pid: number): number {
 }
 
 /** Proportional set size of a process, bytes (0 when it has exited). */
-export function readPssBytes(pid: number): number {
+function readPssBytes(pid: number): number {
   return readKbField(readText(`/proc/${pid}/smaps_rollup`), 'Pss');
 }
 

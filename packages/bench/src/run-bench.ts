@@ -18,7 +18,7 @@ import { median, readLoadAverage } from './stats.ts';
 import { runDecentralized } from './experiments/decentralized.ts';
 import type { BenchProgressEvent, ExperimentContext, RunPlan } from './experiments/experiment-context.ts';
 import { runMemory } from './experiments/memory.ts';
-import { manyModelsPlan, runManyModels, type ManyModelsSummary } from './experiments/many-models.ts';
+import { manyModelsPlan, runManyModels } from './experiments/many-models.ts';
 import { measureTensorOwnTime, runOverhead } from './experiments/overhead.ts';
 import {
   runBatched,
@@ -28,9 +28,10 @@ import {
   type ServerRunResult,
 } from './experiments/server-experiments.ts';
 import { runProtocols } from './experiments/protocols.ts';
+import type { Int8Summary, ManyModelsSummary } from './bench-result.ts';
 import { runTraffic } from './experiments/traffic.ts';
 import { runPriorities, runTracing } from './experiments/tracing-priorities.ts';
-import { explainInt8Time, INT8_ROUNDS, runInt8, type Int8Summary } from './experiments/int8.ts';
+import { explainInt8Time, INT8_ROUNDS, runInt8 } from './experiments/int8.ts';
 import { prepareInt8Assets } from './int8-assets.ts';
 import { getMachineInfo } from './machine-info.ts';
 import {

@@ -91,7 +91,7 @@ export async function writeServerConfig(
     lines.push(`models=${JSON.stringify({ [options.modelName]: { [options.modelVersion]: options.settings } })}`);
   }
   const path = join(options.workDir, 'config.properties');
-  await writeFile(path, lines.join('\n') + '\n');
+  await writeFile(path, `${lines.join('\n')}\n`);
   return path;
 }
 

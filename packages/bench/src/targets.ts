@@ -1,6 +1,7 @@
 import type { MemoryVariant, ReferenceTimings, ResultRow, TargetCheck } from './bench-result.ts';
 import { ceilingRowAtBatch1 } from './experiments/ceiling.ts';
-import { explainInt8Time, type Int8Summary } from './experiments/int8.ts';
+import type { Int8Summary } from './bench-result.ts';
+import { explainInt8Time } from './experiments/int8.ts';
 import { LONE_CLIENT_BLOCK, summarizeLoneClient } from './experiments/server-experiments.ts';
 import { median } from './stats.ts';
 import { isVnniIn } from './machine-info.ts';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Int8Summary } from '../src/experiments/int8.ts';
+import type { Int8Summary } from '../src/bench-result.ts';
 import { describeCpuFlags, getMachineInfo, isVnniIn, readCpuFlags } from '../src/machine-info.ts';
 import { checkInt8Targets } from '../src/targets.ts';
 

@@ -56,7 +56,7 @@ async function expectRecommendationServes(
   const config = join(cwd, 'config.properties');
   await writeFile(
     config,
-    [
+    `${[
       'inference_address=http://127.0.0.1:0',
       'management_address=http://127.0.0.1:0',
       'grpc_inference_port=0',
@@ -65,7 +65,7 @@ async function expectRecommendationServes(
       'disable_token_authorization=true',
       `model_store=${options.store}`,
       ...result.recommendation.configLines,
-    ].join('\n') + '\n',
+    ].join('\n')}\n`,
   );
   const child = spawn(process.execPath, [SERVE_BIN, '--foreground', '--ncs', '--ts-config', config], {
     cwd,

@@ -4,4 +4,4 @@ import { readFileSync } from 'node:fs';
 
 const packageUrl = import.meta.resolve('@marina/serve/package.json');
 const { bin } = JSON.parse(readFileSync(new URL(packageUrl), 'utf8'));
-await import(new URL(bin['serve'], packageUrl).href);
+await import(new URL(bin.serve, packageUrl).href);

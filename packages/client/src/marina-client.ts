@@ -173,7 +173,7 @@ function abortableDelay(ms: number, signal: AbortSignal | undefined): Promise<vo
  * @throws MARINA_ERR_CLIENT_OPTION_INVALID for a bad URL or limit; MARINA_ERR_CLIENT_KEY_FILE_INVALID for an unreadable key file.
  */
 export function createMarinaClient(options: MarinaClientOptions = {}): MarinaClient {
-  const url = (options.url ?? process.env['MARINA_URL'] ?? 'http://127.0.0.1:8080').replace(/\/+$/, '');
+  const url = (options.url ?? process.env.MARINA_URL ?? 'http://127.0.0.1:8080').replace(/\/+$/, '');
   if (!/^https?:\/\/[^/]+$/.test(url))
     throw optionError(`url must be an http(s) origin such as http://127.0.0.1:8080, got '${url}'`);
   const timeoutMs = options.timeoutMs ?? TORCHSERVE_DEFAULT_RESPONSE_TIMEOUT_MS;
@@ -183,8 +183,8 @@ export function createMarinaClient(options: MarinaClientOptions = {}): MarinaCli
   if (!Number.isInteger(maxRetries) || maxRetries < 0)
     throw optionError(`maxRetries must be a whole number of 0 or more, got ${maxRetries}`);
   if (!(maxRetryDelayMs >= 0)) throw optionError(`maxRetryDelayMs must be 0 or more, got ${maxRetryDelayMs}`);
-  const keyFile = options.keyFile ?? process.env['MARINA_KEY_FILE'];
-  const token = options.token ?? process.env['MARINA_TOKEN'] ?? (keyFile ? readInferenceKey(keyFile) : undefined);
+  const keyFile = options.keyFile ?? process.env.MARINA_KEY_FILE;
+  const token = options.token ?? process.env.MARINA_TOKEN ?? (keyFile ? readInferenceKey(keyFile) : undefined);
   const authorization: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {};
 
   /** One HTTP attempt; network failures and the per-attempt timeout become typed errors. */

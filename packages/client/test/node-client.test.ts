@@ -38,11 +38,11 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
 
   it('takes the token from MARINA_TOKEN, and a wrong one is a 401 that is not retried', async () => {
     const key = (JSON.parse(await readFile(server.keyFile, 'utf8')) as { inference: { key: string } }).inference.key;
-    const previous = process.env['MARINA_TOKEN'];
+    const previous = process.env.MARINA_TOKEN;
     try {
-      process.env['MARINA_TOKEN'] = key;
+      process.env.MARINA_TOKEN = key;
       expect(await createMarinaClient({ url: server.url }).predict('sleepy', { value: 1 })).toEqual({ echo: 1 });
-      process.env['MARINA_TOKEN'] = 'not-the-key';
+      process.env.MARINA_TOKEN = 'not-the-key';
       const error = await createMarinaClient({ url: server.url })
         .predict('sleepy', { value: 1 })
         .catch((e: unknown) => e);
@@ -54,8 +54,8 @@ describe('@marina/client against a real server', { timeout: 120_000 }, () => {
         attempts: 1,
       });
     } finally {
-      if (previous === undefined) delete process.env['MARINA_TOKEN'];
-      else process.env['MARINA_TOKEN'] = previous;
+      if (previous === undefined) delete process.env.MARINA_TOKEN;
+      else process.env.MARINA_TOKEN = previous;
     }
   });
 

@@ -79,8 +79,8 @@ describe('the Python client, installed with pip, against a real server', { timeo
       MARINA_TEST_QUEUE_SIZE: String(server.jobQueueSize),
       PYTHONDONTWRITEBYTECODE: '1',
     };
-    delete env['MARINA_TOKEN'];
-    delete env['MARINA_KEY_FILE'];
+    delete env.MARINA_TOKEN;
+    delete env.MARINA_KEY_FILE;
     const result = await run(python, ['-m', 'unittest', '-v', 'test_marina_client'], { cwd: workDir, env });
     expect(result.output, result.output).toMatch(/Ran 9 tests/);
     expect(result.code, result.output).toBe(0);

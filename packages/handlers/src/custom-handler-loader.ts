@@ -54,18 +54,18 @@ export async function loadCustomHandler(options: { handler: string; modelDir: st
   }
   const mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
   if (fnName) {
-    const fn = mod[fnName] ?? (mod['default'] as Record<string, unknown> | undefined)?.[fnName];
+    const fn = mod[fnName] ?? (mod.default as Record<string, unknown> | undefined)?.[fnName];
     if (typeof fn !== 'function')
       throw createHandlerError.MARINA_ERR_HANDLER_INVALID(
         `handler '${options.handler}': ${file} has no exported function '${fnName}'`,
       );
-    const init = mod['initialize'];
+    const init = mod.initialize;
     return {
       handle: fn as Handler['handle'],
       ...(typeof init === 'function' ? { initialize: init as Handler['initialize'] } : {}),
     };
   }
-  const def = mod['default'];
+  const def = mod.default;
   if (isHandlerLike(def)) return def;
   if (isClass(def)) return new def();
   if (typeof def === 'function' && !isHandlerLike(mod)) {

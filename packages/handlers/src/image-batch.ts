@@ -43,7 +43,7 @@ export class ImageModelRunner {
 
   constructor(session: ort.InferenceSession, handlerName: string) {
     const input = session.inputMetadata[0];
-    if (!input || !input.isTensor || session.inputMetadata.length !== 1) {
+    if (!input?.isTensor || session.inputMetadata.length !== 1) {
       throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(
         `${handlerName} needs a model with one tensor input [N,C,H,W]; this one has ${session.inputMetadata.length} inputs (${session.inputNames.join(', ')}); use the tensor handler`,
       );
@@ -104,7 +104,9 @@ export class ImageModelRunner {
     // Compact the good images to the front only when some rows failed (no copy otherwise).
     const packed = good.length === pixels.length / perImage ? pixels : new Float32Array(perImage * good.length);
     if (packed !== pixels)
-      good.forEach((src, dst) => packed.set(pixels.subarray(src * perImage, (src + 1) * perImage), dst * perImage));
+      good.forEach((src, dst) => {
+        packed.set(pixels.subarray(src * perImage, (src + 1) * perImage), dst * perImage);
+      });
     const group = this.fixedBatch ?? good.length;
     const { channels, height, width } = this.options;
     for (let start = 0; start < good.length; start += group) {

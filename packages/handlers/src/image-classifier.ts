@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import * as ort from 'onnxruntime-node';
+import type * as ort from 'onnxruntime-node';
 import { isMarinaError, type MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
 import {
@@ -12,8 +12,6 @@ import {
 } from './image-batch.ts';
 import {
   handlerSection,
-  IMAGENET_MEAN,
-  IMAGENET_STD,
   positiveInt,
   resolveImagePreprocessOptions,
   type ImagePreprocessOptions,
@@ -29,8 +27,6 @@ import {
 } from './tensor-request.ts';
 import type { Handler, HandlerContext, RequestRow } from './types.ts';
 import { rawToOrt } from './v2-tensors.ts';
-
-export { IMAGENET_MEAN, IMAGENET_STD };
 
 /**
  * How the classifier turns a row of outputs into probabilities: `softmax` applies one
@@ -59,22 +55,22 @@ export function resolveImageClassifierOptions(
   inputShape: ReadonlyArray<number | string>,
 ): ImageClassifierOptions {
   const h = handlerSection(modelYamlConfig);
-  const softmax = h['softmax'] ?? 'auto';
+  const softmax = h.softmax ?? 'auto';
   if (softmax !== true && softmax !== false && softmax !== 'auto') {
     throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
       `model-config.yaml handler.softmax must be true (the model returns logits), false (it returns probabilities) or auto (decide from the model), got ${JSON.stringify(softmax)}`,
     );
   }
-  if (h['output'] !== undefined && typeof h['output'] !== 'string') {
+  if (h.output !== undefined && typeof h.output !== 'string') {
     throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
-      `model-config.yaml handler.output must be the name of a model output, got ${JSON.stringify(h['output'])}`,
+      `model-config.yaml handler.output must be the name of a model output, got ${JSON.stringify(h.output)}`,
     );
   }
   return {
     ...resolveImagePreprocessOptions(modelYamlConfig, inputShape),
-    topk: h['topk'] !== undefined ? positiveInt(h['topk'], 'topk') : 5,
+    topk: h.topk !== undefined ? positiveInt(h.topk, 'topk') : 5,
     softmax,
-    output: h['output'] as string | undefined,
+    output: h.output as string | undefined,
   };
 }
 
@@ -162,7 +158,7 @@ export function topIndices(values: ArrayLike<number>, k: number): number[] {
 
 /** v ranks above w: larger, or a number against NaN. */
 function beats(v: number, w: number): boolean {
-  return v > w || (w !== w && v === v);
+  return v > w || (Number.isNaN(w) && !Number.isNaN(v));
 }
 
 /** What the model's graph says about the classifier output (the 'auto' decision's first half). */

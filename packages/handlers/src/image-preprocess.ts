@@ -7,7 +7,7 @@ export const IMAGENET_MEAN = [0.485, 0.456, 0.406] as const;
 export const IMAGENET_STD = [0.229, 0.224, 0.225] as const;
 
 /** sharp's own default pixel limit (TorchServe follows PIL's, of the same order). */
-export const DEFAULT_PIXEL_LIMIT = 268_402_689;
+const DEFAULT_PIXEL_LIMIT = 268_402_689;
 
 /**
  * How an image becomes the model's input size:
@@ -101,7 +101,7 @@ function size(value: unknown, key: string): [number, number] {
 
 /** model-config.yaml's `handler:` section, or `{}`. */
 export function handlerSection(modelYamlConfig: Record<string, unknown>): Record<string, unknown> {
-  const section = modelYamlConfig['handler'];
+  const section = modelYamlConfig.handler;
   return isRecord(section) ? section : {};
 }
 
@@ -118,10 +118,10 @@ export function resolveImagePreprocessOptions(
   defaults: { resizeMode?: ResizeMode; mean?: readonly number[]; std?: readonly number[] } = {},
 ): ImagePreprocessOptions {
   const h = handlerSection(modelYamlConfig);
-  const resizeMode = oneOf(h['resize_mode'], 'resize_mode', RESIZE_MODES, defaults.resizeMode ?? 'crop');
+  const resizeMode = oneOf(h.resize_mode, 'resize_mode', RESIZE_MODES, defaults.resizeMode ?? 'crop');
   const modelH = inputShape.length === 4 && !isDynamicDim(inputShape[2]) ? Number(inputShape[2]) : undefined;
   const modelW = inputShape.length === 4 && !isDynamicDim(inputShape[3]) ? Number(inputShape[3]) : undefined;
-  const sizeKey = h['size'] !== undefined ? 'size' : h['crop'] !== undefined ? 'crop' : undefined;
+  const sizeKey = h.size !== undefined ? 'size' : h.crop !== undefined ? 'crop' : undefined;
   let height: number;
   let width: number;
   if (sizeKey !== undefined) {
@@ -142,14 +142,14 @@ export function resolveImagePreprocessOptions(
     );
   }
   const resize =
-    h['resize'] !== undefined ? positiveInt(h['resize'], 'resize') : Math.round((Math.max(height, width) * 256) / 224);
+    h.resize !== undefined ? positiveInt(h.resize, 'resize') : Math.round((Math.max(height, width) * 256) / 224);
   if (resizeMode === 'crop' && resize < Math.min(height, width)) {
     throw invalid(
       `model-config.yaml handler.resize (${resize}) is smaller than the crop (${height}x${width}); the shorter side must be at least the crop`,
     );
   }
   const modelChannels = inputShape.length === 4 && !isDynamicDim(inputShape[1]) ? Number(inputShape[1]) : undefined;
-  const color = oneOf(h['color'], 'color', ['rgb', 'grayscale'] as const, modelChannels === 1 ? 'grayscale' : 'rgb');
+  const color = oneOf(h.color, 'color', ['rgb', 'grayscale'] as const, modelChannels === 1 ? 'grayscale' : 'rgb');
   const channels = color === 'grayscale' ? 1 : 3;
   if (modelChannels !== undefined && modelChannels !== channels) {
     throw invalid(
@@ -162,19 +162,19 @@ export function resolveImagePreprocessOptions(
     width,
     resize,
     padValue:
-      h['pad_value'] !== undefined
-        ? triple(h['pad_value'], 'pad_value', (v) => v >= 0 && v <= 255, 'numbers from 0 to 255')
+      h.pad_value !== undefined
+        ? triple(h.pad_value, 'pad_value', (v) => v >= 0 && v <= 255, 'numbers from 0 to 255')
         : [0, 0, 0],
-    padPosition: oneOf(h['pad_position'], 'pad_position', ['center', 'top-left'] as const, 'center'),
-    channelOrder: oneOf(h['channel_order'], 'channel_order', ['RGB', 'BGR'] as const, 'RGB'),
+    padPosition: oneOf(h.pad_position, 'pad_position', ['center', 'top-left'] as const, 'center'),
+    channelOrder: oneOf(h.channel_order, 'channel_order', ['RGB', 'BGR'] as const, 'RGB'),
     channels,
     mean:
-      h['mean'] !== undefined
-        ? triple(h['mean'], 'mean', Number.isFinite, 'numbers')
+      h.mean !== undefined
+        ? triple(h.mean, 'mean', Number.isFinite, 'numbers')
         : ((defaults.mean ? [...defaults.mean] : [...IMAGENET_MEAN]) as [number, number, number]),
     std:
-      h['std'] !== undefined
-        ? triple(h['std'], 'std', (v) => v > 0, 'positive numbers')
+      h.std !== undefined
+        ? triple(h.std, 'std', (v) => v > 0, 'positive numbers')
         : ((defaults.std ? [...defaults.std] : [...IMAGENET_STD]) as [number, number, number]),
   };
 }

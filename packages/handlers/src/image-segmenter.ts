@@ -50,21 +50,21 @@ export function resolveImageSegmenterOptions(
 ): ImageSegmenterOptions {
   const h = handlerSection(modelYamlConfig);
   const invalid = (message: string) => createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(message);
-  const response = h['response'] ?? 'torchserve';
+  const response = h.response ?? 'torchserve';
   if (!RESPONSES.includes(response as SegmenterResponse))
     throw invalid(
       `model-config.yaml handler.response must be one of ${RESPONSES.join(', ')}, got ${JSON.stringify(response)}`,
     );
-  const threshold = h['threshold'] ?? 0.5;
+  const threshold = h.threshold ?? 0.5;
   if (typeof threshold !== 'number' || !(threshold >= 0 && threshold <= 1))
     throw invalid(
       `model-config.yaml handler.threshold must be a probability from 0 to 1, got ${JSON.stringify(threshold)}`,
     );
-  if (h['output'] !== undefined && typeof h['output'] !== 'string')
+  if (h.output !== undefined && typeof h.output !== 'string')
     throw invalid(
-      `model-config.yaml handler.output must be the name of a model output, got ${JSON.stringify(h['output'])}`,
+      `model-config.yaml handler.output must be the name of a model output, got ${JSON.stringify(h.output)}`,
     );
-  const activation = h['activation'] ?? 'auto';
+  const activation = h.activation ?? 'auto';
   if (activation !== true && activation !== false && activation !== 'auto')
     throw invalid(
       `model-config.yaml handler.activation must be true (the output is scores), false (probabilities) or auto, got ${JSON.stringify(activation)}`,
@@ -73,7 +73,7 @@ export function resolveImageSegmenterOptions(
     ...resolveImagePreprocessOptions(modelYamlConfig, inputShape),
     response: response as SegmenterResponse,
     threshold,
-    output: h['output'] as string | undefined,
+    output: h.output as string | undefined,
     activation,
   };
 }

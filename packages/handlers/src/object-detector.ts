@@ -86,12 +86,12 @@ export function resolveObjectDetectorOptions(
   outputNames: readonly string[],
 ): ObjectDetectorOptions {
   const h = handlerSection(modelYamlConfig);
-  const layout = h['layout'] ?? (outputNames.length === 1 ? 'combined' : 'separate');
+  const layout = h.layout ?? (outputNames.length === 1 ? 'combined' : 'separate');
   if (layout !== 'separate' && layout !== 'combined')
     throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
       `model-config.yaml handler.layout must be separate (boxes, scores, labels outputs) or combined (one [N,K,4+1+classes] output), got ${JSON.stringify(layout)}`,
     );
-  const boxFormat = h['box_format'] ?? (layout === 'combined' ? 'cxcywh' : 'xyxy');
+  const boxFormat = h.box_format ?? (layout === 'combined' ? 'cxcywh' : 'xyxy');
   if (boxFormat !== 'xyxy' && boxFormat !== 'xywh' && boxFormat !== 'cxcywh')
     throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
       `model-config.yaml handler.box_format must be xyxy, xywh or cxcywh, got ${JSON.stringify(boxFormat)}`,
@@ -104,22 +104,22 @@ export function resolveObjectDetectorOptions(
       std: [1, 1, 1],
     }),
     layout,
-    boxesOutput: name(h['boxes'], 'boxes', 'boxes')!,
-    scoresOutput: name(h['scores'], 'scores', 'scores')!,
-    labelsOutput: name(h['labels'], 'labels', labelsDefault),
-    output: name(h['output'], 'output', outputNames.length === 1 ? outputNames[0] : undefined),
+    boxesOutput: name(h.boxes, 'boxes', 'boxes')!,
+    scoresOutput: name(h.scores, 'scores', 'scores')!,
+    labelsOutput: name(h.labels, 'labels', labelsDefault),
+    output: name(h.output, 'output', outputNames.length === 1 ? outputNames[0] : undefined),
     boxFormat,
-    isNormalized: flag(h['boxes_normalized'], 'boxes_normalized', false),
-    hasObjectness: flag(h['objectness'], 'objectness', true),
+    isNormalized: flag(h.boxes_normalized, 'boxes_normalized', false),
+    hasObjectness: flag(h.objectness, 'objectness', true),
     scoreThreshold: fraction(
-      h['score_threshold'] ?? h['threshold'],
-      h['score_threshold'] !== undefined ? 'score_threshold' : 'threshold',
+      h.score_threshold ?? h.threshold,
+      h.score_threshold !== undefined ? 'score_threshold' : 'threshold',
       0.5,
     ),
-    isNmsApplied: flag(h['nms'], 'nms', layout === 'combined'),
-    iouThreshold: fraction(h['iou_threshold'], 'iou_threshold', 0.45),
-    isClassAgnostic: flag(h['nms_class_agnostic'], 'nms_class_agnostic', false),
-    maxDetections: h['max_detections'] !== undefined ? positiveInt(h['max_detections'], 'max_detections') : 100,
+    isNmsApplied: flag(h.nms, 'nms', layout === 'combined'),
+    iouThreshold: fraction(h.iou_threshold, 'iou_threshold', 0.45),
+    isClassAgnostic: flag(h.nms_class_agnostic, 'nms_class_agnostic', false),
+    maxDetections: h.max_detections !== undefined ? positiveInt(h.max_detections, 'max_detections') : 100,
   };
   const needed =
     layout === 'separate'

@@ -6,7 +6,7 @@ import type { RequestRow } from './types.ts';
  * @throws MARINA_ERR_INPUT_MISSING when neither is present.
  */
 export function rowPayload(row: RequestRow): unknown {
-  const value = row['data'] ?? row['body'];
+  const value = row.data ?? row.body;
   if (value === undefined || value === null) {
     const keys = Object.keys(row);
     throw createHandlerError.MARINA_ERR_INPUT_MISSING(

@@ -109,7 +109,7 @@ export interface SignatureCheckOptions {
 }
 
 function handlerConfig(options: SignatureCheckOptions): Record<string, unknown> {
-  const section = options.modelYamlConfig?.['handler'];
+  const section = options.modelYamlConfig?.handler;
   return typeof section === 'object' && section !== null && !Array.isArray(section)
     ? (section as Record<string, unknown>)
     : {};
@@ -140,7 +140,7 @@ export function checkImageClassifierSignature(
 ): SignatureProblem[] {
   const problems: SignatureProblem[] = [];
   checkImageInput('image_classifier', signature, problems);
-  const output = pickOutput('image_classifier', signature, handlerConfig(options)['output'], problems);
+  const output = pickOutput('image_classifier', signature, handlerConfig(options).output, problems);
   if (output) {
     const meaningful = output.shape.slice(1).filter((d) => d !== 1);
     if (output.shape.length < 2 || meaningful.length > 1)
@@ -174,7 +174,7 @@ export function checkImageSegmenterSignature(
 ): SignatureProblem[] {
   const problems: SignatureProblem[] = [];
   checkImageInput('image_segmenter', signature, problems);
-  const output = pickOutput('image_segmenter', signature, handlerConfig(options)['output'], problems);
+  const output = pickOutput('image_segmenter', signature, handlerConfig(options).output, problems);
   if (output && output.shape.length !== 4)
     problems.push(
       mismatch(`image_segmenter needs a 4-D output [N,classes,H,W] or [N,1,H,W], got ${describeTensor(output)}`),
@@ -194,7 +194,7 @@ export function checkObjectDetectorSignature(
   const problems: SignatureProblem[] = [];
   checkImageInput('object_detector', signature, problems);
   const h = handlerConfig(options);
-  const layout = h['layout'] ?? (signature.outputs.length === 1 ? 'combined' : 'separate');
+  const layout = h.layout ?? (signature.outputs.length === 1 ? 'combined' : 'separate');
   const byName = (key: string, fallback: string | undefined): TensorSignature | undefined => {
     const name = typeof h[key] === 'string' ? (h[key] as string) : fallback;
     const found = signature.outputs.find((o) => o.name === name);
@@ -208,12 +208,12 @@ export function checkObjectDetectorSignature(
   if (layout === 'separate') {
     const boxes = byName('boxes', 'boxes');
     byName('scores', 'scores');
-    if (h['labels'] !== undefined || signature.outputs.some((o) => o.name === 'labels')) byName('labels', 'labels');
+    if (h.labels !== undefined || signature.outputs.some((o) => o.name === 'labels')) byName('labels', 'labels');
     const last = boxes?.shape[boxes.shape.length - 1];
     if (boxes && (boxes.shape.length < 2 || (!isDynamicDim(last) && last !== 4)))
       problems.push(mismatch(`object_detector needs boxes of shape [N,K,4] or [K,4], got ${describeTensor(boxes)}`));
   } else if (layout === 'combined') {
-    const output = pickOutput('object_detector', signature, h['output'], problems);
+    const output = pickOutput('object_detector', signature, h.output, problems);
     const last = output?.shape[output.shape.length - 1];
     if (output && (output.shape.length !== 3 || (!isDynamicDim(last) && Number(last) < 5)))
       problems.push(

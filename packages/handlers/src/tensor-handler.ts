@@ -1,4 +1,4 @@
-import * as ort from 'onnxruntime-node';
+import type * as ort from 'onnxruntime-node';
 import { isMarinaError, type MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
 import { isDynamicDim } from './signature-checks.ts';
@@ -23,7 +23,7 @@ function invalid(message: string): MarinaError {
 }
 
 /** Default of `handler.maxTensorBytesPerRequest`: 256 MiB of input and output tensors per request. */
-export const DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST = 256 * 1024 * 1024;
+const DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST = 256 * 1024 * 1024;
 
 /**
  * The bytes one request's tensors will take: its inputs, and each output it asked for whose shape
@@ -31,7 +31,7 @@ export const DEFAULT_MAX_TENSOR_BYTES_PER_REQUEST = 256 * 1024 * 1024;
  * dimension N). An output with a dimension only the data decides (e.g. a detector's box count)
  * cannot be computed before run(); it is left out, and `isExact` is false.
  */
-export function tensorBytesOf(
+function tensorBytesOf(
   request: ParsedTensorRequest,
   inputs: readonly TensorSignature[],
   outputs: readonly TensorSignature[],
@@ -150,9 +150,8 @@ export function createTensorHandler(): Handler {
           : { name: m.name, type: 'non-tensor', shape: [] };
       inputs = session.inputMetadata.map(signatureOf);
       outputs = session.outputMetadata.map(signatureOf);
-      const configured = (context.modelYamlConfig?.['handler'] as Record<string, unknown> | undefined)?.[
-        'maxTensorBytesPerRequest'
-      ];
+      const configured = (context.modelYamlConfig?.handler as Record<string, unknown> | undefined)
+        ?.maxTensorBytesPerRequest;
       if (configured !== undefined) {
         if (typeof configured !== 'number' || !Number.isInteger(configured) || configured <= 0) {
           throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
@@ -182,7 +181,9 @@ export function createTensorHandler(): Handler {
       const canStack = good.length > 1 && isStackable && canStackRequests(inputs, good);
       if (canStack) {
         const answers = await run(good, context);
-        good.forEach((g, i) => (results[g.index] = answers[i]!));
+        good.forEach((g, i) => {
+          results[g.index] = answers[i]!;
+        });
       } else {
         for (const g of good) {
           try {

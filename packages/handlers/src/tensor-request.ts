@@ -214,7 +214,7 @@ export function parseTensorRequest(
           ? Buffer.from(body)
           : Buffer.from(JSON.stringify(body));
     const { header, binaries } = splitBinaryBody(bytes, options.headerLength, 'inputs');
-    const list = header['inputs'];
+    const list = header.inputs;
     if (!Array.isArray(list))
       throw invalid(`the JSON header needs an 'inputs' list; the model's inputs are: ${names.join(', ')}`);
     list.forEach((entry, i) => {
@@ -244,14 +244,14 @@ export function parseTensorRequest(
     });
     for (const name of names)
       if (!tensors.has(name)) throw invalid(`input '${name}' is missing; the model's inputs are: ${names.join(', ')}`);
-    const parameters = header['parameters'] as
+    const parameters = header.parameters as
       | { binary_data_output?: unknown; marina_response_format?: unknown }
       | undefined;
     // The server re-encodes TorchServe-route JSON it has already checked in this layout; the answer stays JSON.
     const format = parameters?.marina_response_format === 'torchserve_json' ? 'json' : 'v2-binary';
     return {
       tensors,
-      outputs: readOutputs(header['outputs'], 'the JSON header'),
+      outputs: readOutputs(header.outputs, 'the JSON header'),
       format,
       isBinaryOutputDefault: parameters?.binary_data_output !== false,
     };

@@ -55,7 +55,10 @@ describe('topK', () => {
   it('picks the same k indices in the same order as a stable sort of every index (ties by index), NaN ranked last', () => {
     // A seeded generator: the same 2,000 rows on every run.
     let seed = 7;
-    const random = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+    const random = () => {
+      seed = (seed * 1103515245 + 12345) % 2147483648;
+      return seed / 2147483648;
+    };
     for (let row = 0; row < 2000; row++) {
       const length = 1 + Math.floor(random() * 40);
       // Few distinct values, so rows are full of ties; some rows also have infinities.

@@ -37,8 +37,8 @@ async function direct(
     input: new ort.Tensor('float32', feed, [batch, options.channels, options.height, options.width]),
   });
   await session.release();
-  const classes = out['output']!.dims[1]!;
-  return Array.from((out['output']!.data as Float32Array).subarray(0, classes));
+  const classes = out.output!.dims[1]!;
+  return Array.from((out.output!.data as Float32Array).subarray(0, classes));
 }
 
 function softmax(values: number[]): number[] {
@@ -60,7 +60,9 @@ function expectMatches(answer: unknown, probabilities: number[], k: number): voi
     .slice(0, k);
   const actual = pairs(answer);
   expect(actual.map(([label]) => label)).toEqual(expected.map(([label]) => label));
-  actual.forEach(([, p], i) => expect(p).toBeCloseTo(expected[i]![1], 6));
+  actual.forEach(([, p], i) => {
+    expect(p).toBeCloseTo(expected[i]![1], 6);
+  });
 }
 
 describe('image_classifier and models that already return probabilities', () => {
@@ -106,7 +108,9 @@ describe('image_classifier and models that already return probabilities', () => 
     const names = ['cat', 'dog', 'fish'];
     const expected = probs.map((p, i) => [names[i]!, p] as const).sort((a, b) => b[1] - a[1]);
     expect(pairs(answer).map(([l]) => l)).toEqual(expected.map(([l]) => l));
-    pairs(answer).forEach(([, p], i) => expect(p).toBeCloseTo(expected[i]![1], 6));
+    pairs(answer).forEach(([, p], i) => {
+      expect(p).toBeCloseTo(expected[i]![1], 6);
+    });
   });
 
   it('handler.softmax forces either way: true re-applies it to a Softmax model, false passes logits through', async () => {

@@ -64,7 +64,7 @@ describe('image_segmenter', () => {
     const options = resolveImageSegmenterOptions(config, ['n', 3, 'h', 'w']);
     const pixels = new Float32Array(3 * 8 * 12);
     await preprocessImage(image, { ...options, limitInputPixels: true }, pixels, 0);
-    const out = (await direct(modelPath, pixels, [1, 3, 8, 12]))['output']!.data as Float32Array;
+    const out = (await direct(modelPath, pixels, [1, 3, 8, 12])).output!.data as Float32Array;
     expect(answer).toHaveLength(8);
     for (let y = 0; y < 8; y++) {
       expect(answer![y]).toHaveLength(12);
@@ -124,7 +124,7 @@ describe('image_segmenter', () => {
     const options = resolveImageSegmenterOptions(config, ['n', 3, 'h', 'w']);
     const pixels = new Float32Array(3 * 16 * 16);
     await preprocessImage(image, { ...options, limitInputPixels: true }, pixels, 0);
-    const out = (await direct(modelPath, pixels, [1, 3, 16, 16]))['output']!.data as Float32Array;
+    const out = (await direct(modelPath, pixels, [1, 3, 16, 16])).output!.data as Float32Array;
     for (let y = 0; y < 16; y++) {
       for (let x = 0; x < 32; x++) {
         const expected = out[(4 + Math.floor(y / 2)) * 16 + Math.floor(x / 2)]! >= 0.6 ? 255 : 0;
@@ -150,8 +150,8 @@ describe('object_detector', () => {
     const pixels = new Float32Array(3 * 64 * 64);
     await preprocessImage(await image, { ...options, limitInputPixels: true }, pixels, 0);
     const out = await direct(modelPath, pixels, [1, 3, 64, 64]);
-    if (out['scores']) return Array.from(out['scores'].data as Float32Array);
-    const rows = out['output']!.data as Float32Array;
+    if (out.scores) return Array.from(out.scores.data as Float32Array);
+    const rows = out.output!.data as Float32Array;
     return [0, 1, 2, 3].map((k) => rows[k * 9 + 4]!);
   }
 
@@ -207,8 +207,10 @@ describe('object_detector', () => {
     )) as unknown[];
     expect(answer).toHaveLength(1);
     const [detection] = answer as Array<Record<string, number[] | number>>;
-    expect(detection!['score']).toBeCloseTo(scores[0]!, 6);
-    (detection!['1'] as number[]).forEach((v, i) => expect(v).toBeCloseTo(expectedBox(0)[i]!, 4));
+    expect(detection!.score).toBeCloseTo(scores[0]!, 6);
+    (detection!['1'] as number[]).forEach((v, i) => {
+      expect(v).toBeCloseTo(expectedBox(0)[i]!, 4);
+    });
   });
 
   it('names outputs that are not there in the error', async () => {

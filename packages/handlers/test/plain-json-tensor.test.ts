@@ -98,7 +98,10 @@ describe('isPlainFloatTensorBody', () => {
 
   it('is never looser than the full check on random and mutated bodies', () => {
     let seed = 42;
-    const random = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+    const random = () => {
+      seed = (seed * 1103515245 + 12345) % 2147483648;
+      return seed / 2147483648;
+    };
     const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
     const leaf = (): unknown =>
       random() < 0.9 ? Math.round((random() - 0.5) * 1e4) / 100 : pick(['1', null, true, [], {}, [1]]);

@@ -158,7 +158,10 @@ export async function writeTinySegmenter(options: {
   const g = new GraphBuilder('marina_tiny_segmenter');
   const weight = g.initializer('seg.weight', [classes, 3, 1, 1], (out) => {
     out.fill(0);
-    if (classes === 3) [0, 4, 8].forEach((i) => (out[i] = 1));
+    if (classes === 3)
+      [0, 4, 8].forEach((i) => {
+        out[i] = 1;
+      });
     else out.set([4, -4, 0]);
   });
   const conv = g.node('Conv', ['input', weight], {
@@ -215,7 +218,9 @@ export async function writeTinyDetector(options: {
   const rowVector = g.node('Transpose', [perChannel], { attributes: { perm: [0, 2, 1] } }); // [N,1,3]
   const weight = g.initializer('score.weight', [3, k], (out) => {
     out.fill(0);
-    SCORE_CHANNEL.forEach((c, box) => (out[c * k + box] = 4));
+    SCORE_CHANNEL.forEach((c, box) => {
+      out[c * k + box] = 4;
+    });
   });
   const bias = g.initializer('score.bias', [k], (out) => out.set(SCORE_BIAS));
   const logits = g.node('Add', [g.node('MatMul', [rowVector, weight]), bias]); // [N,1,K]
@@ -229,7 +234,11 @@ export async function writeTinyDetector(options: {
     g.node(
       'Add',
       [
-        g.initializer('boxes.const', [1, k, 4], (out) => TINY_DETECTOR_BOXES.forEach((b, i) => out.set(b.box, i * 4))),
+        g.initializer('boxes.const', [1, k, 4], (out) =>
+          TINY_DETECTOR_BOXES.forEach((b, i) => {
+            out.set(b.box, i * 4);
+          }),
+        ),
         zero,
       ],
       { output: 'boxes' },
@@ -254,13 +263,15 @@ export async function writeTinyDetector(options: {
     });
   }
   const cxcywh = g.initializer('boxes.cxcywh', [1, k, 4], (out) =>
-    TINY_DETECTOR_BOXES.forEach(({ box: [x1, y1, x2, y2] }, i) =>
-      out.set([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], i * 4),
-    ),
+    TINY_DETECTOR_BOXES.forEach(({ box: [x1, y1, x2, y2] }, i) => {
+      out.set([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], i * 4);
+    }),
   );
   const oneHot = g.initializer('classes.onehot', [1, k, TINY_DETECTOR_CLASSES], (out) => {
     out.fill(0);
-    TINY_DETECTOR_BOXES.forEach((b, i) => (out[i * TINY_DETECTOR_CLASSES + b.label] = 1));
+    TINY_DETECTOR_BOXES.forEach((b, i) => {
+      out[i * TINY_DETECTOR_CLASSES + b.label] = 1;
+    });
   });
   g.node('Concat', [g.node('Add', [cxcywh, zero]), objectness, g.node('Add', [oneHot, zero])], {
     output: 'output',

@@ -40,8 +40,7 @@ function readConcatenatedStrings(source: string, start: number): { text: string;
 export function parseImagenetClassesSource(source: string): string[] {
   const names: string[] = [];
   const entry = /(?:^|[{,\s])(\d+)\s*:\s*(?=['"])/g;
-  let match: RegExpExecArray | null;
-  while ((match = entry.exec(source)) !== null) {
+  for (let match = entry.exec(source); match !== null; match = entry.exec(source)) {
     const { text, end } = readConcatenatedStrings(source, entry.lastIndex);
     names[Number(match[1])] = text;
     entry.lastIndex = end;

@@ -49,8 +49,12 @@ describe('models for the built-in handlers', () => {
     const logProbs = await run('log-softmax');
     for (const row of [0, 1]) {
       const expected = softmax(logits.slice(row * 5, row * 5 + 5));
-      probs.slice(row * 5, row * 5 + 5).forEach((p, i) => expect(p).toBeCloseTo(expected[i]!, 6));
-      logProbs.slice(row * 5, row * 5 + 5).forEach((p, i) => expect(Math.exp(p)).toBeCloseTo(expected[i]!, 6));
+      probs.slice(row * 5, row * 5 + 5).forEach((p, i) => {
+        expect(p).toBeCloseTo(expected[i]!, 6);
+      });
+      logProbs.slice(row * 5, row * 5 + 5).forEach((p, i) => {
+        expect(Math.exp(p)).toBeCloseTo(expected[i]!, 6);
+      });
     }
   });
 
@@ -91,7 +95,9 @@ describe('models for the built-in handlers', () => {
       (await (await open(one.modelPath)).run({ input: new ort.Tensor('float32', pixels, [1, 3, 2, 2]) })).output!
         .data as Float32Array,
     );
-    mask.forEach((m, p) => expect(m).toBeCloseTo(sigmoid(4 * (pixels[p]! - pixels[4 + p]!)), 6));
+    mask.forEach((m, p) => {
+      expect(m).toBeCloseTo(sigmoid(4 * (pixels[p]! - pixels[4 + p]!)), 6);
+    });
   });
 
   it('the detector scores box k by sigmoid(4·mean(channel) + bias), in both layouts, for every image of a batch', async () => {
@@ -106,9 +112,9 @@ describe('models for the built-in handlers', () => {
     ];
     const separate = await writeTinyDetector({ outputPath: join(dir, 'det-separate.onnx') });
     const out = await (await open(separate.modelPath)).run({ input: new ort.Tensor('float32', input, [2, 3, 64, 64]) });
-    Array.from(out.scores!.data as Float32Array).forEach((s, i) =>
-      expect(s).toBeCloseTo(expected[Math.floor(i / 4)]![i % 4]!, 6),
-    );
+    Array.from(out.scores!.data as Float32Array).forEach((s, i) => {
+      expect(s).toBeCloseTo(expected[Math.floor(i / 4)]![i % 4]!, 6);
+    });
     expect(Array.from(out.labels!.data as BigInt64Array, Number)).toEqual([1, 1, 2, 3, 1, 1, 2, 3]);
     expect(Array.from(out.boxes!.data as Float32Array).slice(0, 16)).toEqual(
       TINY_DETECTOR_BOXES.flatMap((b) => [...b.box]),

@@ -84,7 +84,9 @@ describe('tiny models', () => {
     for (let layer = 0; layer < 3; layer += 1) {
       x = x.map((_, j) => Math.tanh(x.reduce((sum, xi, i) => sum + xi * weight[i * width + j]!, 0)));
     }
-    Array.from(output!.data as Float32Array).forEach((v, j) => expect(v).toBeCloseTo(x[j]!, 5));
+    Array.from(output!.data as Float32Array).forEach((v, j) => {
+      expect(v).toBeCloseTo(x[j]!, 5);
+    });
   });
 
   it('rejects bad options with MARINA_ERR_MODEL_ZOO_INVALID_OPTION naming the option', async () => {

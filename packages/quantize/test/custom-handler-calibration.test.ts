@@ -44,9 +44,9 @@ describe('calibration through a custom handler', () => {
       ],
     });
     expect(runs.map((r) => r.error)).toEqual([undefined, undefined]);
-    expect(Array.from(runs[0]!.feeds!['input']!.data as Float32Array)).toEqual([100, 200, 300, 400]);
-    expect(Array.from(runs[1]!.feeds!['input']!.data as Float32Array)).toEqual([50, -100, 0, 200]);
-    expect(runs[1]!.feeds!['input']!.dims).toEqual([1, 4]);
+    expect(Array.from(runs[0]!.feeds!.input!.data as Float32Array)).toEqual([100, 200, 300, 400]);
+    expect(Array.from(runs[1]!.feeds!.input!.data as Float32Array)).toEqual([50, -100, 0, 200]);
+    expect(runs[1]!.feeds!.input!.dims).toEqual([1, 4]);
   });
 
   it('reports a sample the handler rejects by its file name', async () => {

@@ -48,7 +48,11 @@ describe('model forms', () => {
   it('quantises an opset-10 model, per channel through com.microsoft DequantizeLinear', async () => {
     const modelPath = join(dir, 'conv.onnx');
     const g = new GraphBuilder('conv');
-    const w = g.initializer('w', [4, 3, 3, 3], (out) => out.forEach((_, i) => (out[i] = Math.sin(i) * (1 + (i % 4)))));
+    const w = g.initializer('w', [4, 3, 3, 3], (out) =>
+      out.forEach((_, i) => {
+        out[i] = Math.sin(i) * (1 + (i % 4));
+      }),
+    );
     const b = g.initializer('b', [4], (out) => out.set([0.1, -0.2, 0.3, 0]));
     g.node('Conv', ['x', w, b], { output: 'y', attributes: { kernel_shape: [3, 3], pads: [1, 1, 1, 1] } });
     await writeOnnxModel({
@@ -101,8 +105,15 @@ describe('model forms', () => {
       calibrationDir: samples,
       outputDir: out,
     });
-    expect(record.calibrationFiles).toHaveLength(6);
-    expect(record.evalFiles).toEqual(['req-3.json', 'req-7.json']);
+    // k-fold: all eight calibrate the shipped model, and each is evaluated once by a model calibrated on the other six.
+    expect(record.calibrationFiles).toHaveLength(8);
+    expect(record.evaluation).toBe('k-fold');
+    expect(record.folds.map((f) => [f.calibrationSamples, f.evalSamples])).toEqual([
+      [6, 2],
+      [6, 2],
+      [6, 2],
+      [6, 2],
+    ]);
     // Mul by 2 and Add 1, both on int8.
     expect(record.quantizedNodes).toBe(2);
     expect(record.agreement.outputs[0]!.minCosine).toBeGreaterThan(0.999);

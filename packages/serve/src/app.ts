@@ -1,9 +1,6 @@
 import type { StartupProgressEvent } from './startup-progress.ts';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { readdir, stat } from 'node:fs/promises';
-import { isAbsolute, join, normalize, resolve } from 'node:path';
-import { resolveInside } from '@marina/archive';
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, {
@@ -13,11 +10,10 @@ import Fastify, {
   type FastifyReply,
   type FastifyRequest,
 } from 'fastify';
-import { closestName, type MarinaError } from '@marina/errors';
-import { resourceLimitsOf, type LoadModelSpec, type ServerConfig } from './config/server-config.ts';
+import { closestName } from '@marina/errors';
+import { resourceLimitsOf, type ServerConfig } from './config/server-config.ts';
 import { createModelCaches } from './cache/model-caches.ts';
-import { createServeError, toMarinaError } from './errors.ts';
-import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
+import { createServeError } from './errors.ts';
 import { ModelRegistry } from './registry/model-registry.ts';
 import { loadStartupModels, type StartupLoadResult } from './startup-loading.ts';
 import { inferenceRoutes } from './routes/inference.ts';
@@ -30,15 +26,16 @@ import { TS_METHOD_NOT_ALLOWED, TS_RESOURCE_NOT_FOUND } from './protocols/torchs
 import type { ServerLogs } from './logging/server-logs.ts';
 import { apiDescriptionRoutes, recordRoutes } from './routes/api-description.ts';
 import { apiExplorerRoutes } from './routes/api-explorer.ts';
+import type { ApiName } from './api-name.ts';
 import { DataPlane } from './protocols/data-plane.ts';
 import { ResponseWriteGuard } from './response-write-guard.ts';
 import { oipRestRoutes } from './protocols/oip-rest/oip-rest-routes.ts';
 
-/** Which listener a plugin goes on. */
-export type ApiName = 'inference' | 'management' | 'metrics';
+export type { ApiName };
 
 export interface AppPlugin {
   api: ApiName;
+  // biome-ignore lint/suspicious/noExplicitAny: each plugin declares its own options (registry and config, plus `options`); fastify's plugin type is contravariant in them.
   plugin: FastifyPluginAsync<{ registry: ModelRegistry; config: ServerConfig }> | FastifyPluginAsync<any>;
   /** Extra options for the plugin (registry and config are always passed). */
   options?: Record<string, unknown>;
@@ -105,7 +102,7 @@ function tlsOptions(
  * empty value (`?limit=&next_page_token=`) is absent, as if not sent, instead of failing validation.
  * A repeated key becomes an array. Prototype keys are harmless (null-prototype object).
  */
-export function parseQueryString(query: string): Record<string, string | string[]> {
+function parseQueryString(query: string): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = Object.create(null);
   for (const [key, value] of new URLSearchParams(query)) {
     if (value === '') continue;
@@ -129,7 +126,7 @@ const ROUTER_MAX_PARAM_LENGTH = 65_536;
  * name rule allows (and its percent-encoded forms), so every name that can be registered works on
  * every route; a longer one cannot name anything and is answered 414 without being echoed.
  */
-export const MAX_PATH_PARAM_CHARS = 1024;
+const MAX_PATH_PARAM_CHARS = 1024;
 
 function limitPathParams(request: FastifyRequest, reply: FastifyReply, done: (error?: Error) => void): void {
   const params = request.params as Record<string, unknown> | undefined;
@@ -371,7 +368,7 @@ function createInstance(
  * The methods the routes of this listener accept on `url`'s path (path parameters match one
  * segment, a trailing `*` the rest), HEAD left out; empty when no route has that path.
  */
-export function methodsOfPath(url: string, routes: ReadonlyArray<{ method: string; url: string }>): string[] {
+function methodsOfPath(url: string, routes: ReadonlyArray<{ method: string; url: string }>): string[] {
   const path = url.split('?')[0] ?? '/';
   const methods = new Set<string>();
   for (const route of routes) if (routePattern(route.url).test(path)) methods.add(route.method);

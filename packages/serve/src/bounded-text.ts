@@ -5,7 +5,7 @@
  */
 
 /** How many characters of a client's value an error message quotes by default. */
-export const DEFAULT_ECHO_CHARS = 200;
+const DEFAULT_ECHO_CHARS = 200;
 
 /**
  * `value` cut to `maxChars` characters, with `… (N characters)` saying how long it was; the value
@@ -33,7 +33,7 @@ function precut(text: string, keep: number): string {
  * URL with a user and no password keeps the user. One pass over the text (no backtracking on a
  * client's megabytes); the text itself when it has no `@` at all, the common case.
  */
-export function redactCredentials(text: string): string {
+function redactCredentials(text: string): string {
   if (!text.includes('@') && !/%40/i.test(text)) return text;
   return redactUserinfo(redactUserinfo(text, PLAIN), ENCODED);
 }

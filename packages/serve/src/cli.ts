@@ -1,19 +1,9 @@
 import { Command, CommanderError, Option } from 'commander';
-import type { ServeCliOptions } from './config/load-config.ts';
 import { configError } from './config/config-errors.ts';
+import type { ServeCliOptions } from './config/load-config.ts';
+import type { ServeCommand } from './serve-command.ts';
 
-/** What one `serve` invocation asks for, after flag normalisation. */
-export type ServeCommand =
-  | { mode: 'version' }
-  | { mode: 'stop' }
-  /** --clean-cache: empty the extraction and optimised-model caches (no server may be running). */
-  | { mode: 'clean-cache' }
-  | {
-      mode: 'start';
-      /** --foreground: run the server in this process instead of a background child. */
-      foreground: boolean;
-      cliOptions: ServeCliOptions;
-    };
+export type { ServeCommand };
 
 interface RawFlags {
   start?: boolean;

@@ -254,5 +254,6 @@ function readLogTail(logFile: string, fromByte: number): string {
 /** Text without terminal colour and cursor sequences (onnxruntime colours its log lines). */
 export function stripAnsi(text: string): string {
   // eslint-disable-next-line no-control-regex
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: it removes the terminal's escape sequences, which start with ESC.
   return text.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '');
 }

@@ -10,7 +10,7 @@ import {
   stopBackgroundServer,
   writeStartupReport,
 } from './launcher.ts';
-import type { ServeCommand } from './cli.ts';
+import type { ServeCommand } from './serve-command.ts';
 import { MARINA_VERSION } from './version.ts';
 import { configError } from './config/config-errors.ts';
 import { createStartupProgress, type StartupProgressEvent } from './startup-progress.ts';

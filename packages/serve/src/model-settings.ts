@@ -40,7 +40,7 @@ export interface ModelSettings {
 export type SettingSource = 'api' | 'model-config.yaml' | 'models JSON' | 'server default';
 
 /** A worker thread's default V8 heap limit, MB: a handler that outgrows it ends its own worker (507), not the server. */
-export const DEFAULT_MAX_WORKER_HEAP_MB = 1024;
+const DEFAULT_MAX_WORKER_HEAP_MB = 1024;
 
 /** Values given on the register API (management `POST /models`). */
 export interface ApiModelSettings {
@@ -141,7 +141,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   const [batchSize, batchSizeSource] = pick(
     [
       [api.batchSize, 'batch_size', 'api'],
-      [yaml['batchSize'], 'batchSize', 'model-config.yaml'],
+      [yaml.batchSize, 'batchSize', 'model-config.yaml'],
       [json.batchSize, 'batchSize', 'models JSON'],
     ],
     'int',
@@ -151,7 +151,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   const [maxBatchDelayMs, maxBatchDelaySource] = pick(
     [
       [api.maxBatchDelayMs, 'max_batch_delay', 'api'],
-      [yaml['maxBatchDelay'], 'maxBatchDelay', 'model-config.yaml'],
+      [yaml.maxBatchDelay, 'maxBatchDelay', 'model-config.yaml'],
       [json.maxBatchDelayMs, 'maxBatchDelay', 'models JSON'],
     ],
     'number',
@@ -162,7 +162,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   const [responseTimeoutSec, responseTimeoutSource] = pick(
     [
       [api.responseTimeoutSec, 'response_timeout', 'api'],
-      [yaml['responseTimeout'], 'responseTimeout', 'model-config.yaml'],
+      [yaml.responseTimeout, 'responseTimeout', 'model-config.yaml'],
       [json.responseTimeoutSec, 'responseTimeout', 'models JSON'],
     ],
     'number',
@@ -172,7 +172,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   const [startupTimeoutSec, startupTimeoutSource] = pick(
     [
       [api.startupTimeoutSec, 'startup_timeout', 'api'],
-      [yaml['startupTimeout'], 'startupTimeout', 'model-config.yaml'],
+      [yaml.startupTimeout, 'startupTimeout', 'model-config.yaml'],
       [json.startupTimeoutSec, 'startupTimeout', 'models JSON'],
     ],
     'number',
@@ -181,7 +181,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
 
   const [jobQueueSize, jobQueueSizeSource] = pick(
     [
-      [yaml['jobQueueSize'], 'jobQueueSize', 'model-config.yaml'],
+      [yaml.jobQueueSize, 'jobQueueSize', 'model-config.yaml'],
       [json.jobQueueSize, 'jobQueueSize', 'models JSON'],
     ],
     'int',
@@ -190,21 +190,17 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
 
   const [intraOp, intraOpSource] = pick(
     [
-      [yaml['intraOpNumThreads'], 'intraOpNumThreads', 'model-config.yaml'],
+      [yaml.intraOpNumThreads, 'intraOpNumThreads', 'model-config.yaml'],
       [json.intraOpNumThreads, 'intraOpNumThreads', 'models JSON'],
     ],
     'int',
     0,
   );
 
-  const [clientTimeoutMs] = pick(
-    [[yaml['clientTimeoutInMills'], 'clientTimeoutInMills', 'model-config.yaml']],
-    'int',
-    0,
-  );
+  const [clientTimeoutMs] = pick([[yaml.clientTimeoutInMills, 'clientTimeoutInMills', 'model-config.yaml']], 'int', 0);
 
   const [maxWorkerHeapMb] = pick(
-    [[yaml['maxWorkerHeapMb'], 'maxWorkerHeapMb', 'model-config.yaml']],
+    [[yaml.maxWorkerHeapMb, 'maxWorkerHeapMb', 'model-config.yaml']],
     'int',
     DEFAULT_MAX_WORKER_HEAP_MB,
   );
@@ -217,8 +213,8 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   let minWorkers = defaultWorkers;
   let maxWorkers: number | undefined;
   let workersSource: SettingSource = 'server default';
-  const yamlMin = num(yaml['minWorkers'], 'minWorkers', 'model-config.yaml', 'int');
-  const yamlMax = num(yaml['maxWorkers'], 'maxWorkers', 'model-config.yaml', 'int');
+  const yamlMin = num(yaml.minWorkers, 'minWorkers', 'model-config.yaml', 'int');
+  const yamlMax = num(yaml.maxWorkers, 'maxWorkers', 'model-config.yaml', 'int');
   const jsonMin = num(json.minWorkers, 'minWorkers', 'models JSON', 'int');
   const jsonMax = num(json.maxWorkers, 'maxWorkers', 'models JSON', 'int');
   const apiMin = num(
@@ -244,7 +240,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   if (maxWorkers === undefined || maxWorkers < minWorkers) maxWorkers = minWorkers;
 
   const queue = resolveQueueSettings({ where, yaml, json, clientTimeoutMs });
-  const yamlPinned = yaml['pinned'];
+  const yamlPinned = yaml.pinned;
   if (yamlPinned !== undefined && typeof yamlPinned !== 'boolean')
     throw createServeError.MARINA_ERR_MODEL_SETTINGS_INVALID(
       `${where}: pinned from model-config.yaml must be true or false, got ${JSON.stringify(yamlPinned).slice(0, 40)}`,
@@ -254,7 +250,7 @@ export function resolveModelSettings(options: ResolveModelSettingsOptions): Mode
   let idleUnloadSeconds = server.residency?.idleUnloadSeconds ?? 0;
   for (const [value, key, source] of [
     [api.idleUnloadSeconds, 'idle_unload_seconds', 'api'],
-    [yaml['idleUnloadSeconds'], 'idleUnloadSeconds', 'model-config.yaml'],
+    [yaml.idleUnloadSeconds, 'idleUnloadSeconds', 'model-config.yaml'],
     [json.idleUnloadSeconds, 'idleUnloadSeconds', 'models JSON'],
   ] as Candidate[]) {
     const n = num(value, key, source, 'number');

@@ -1,3 +1,4 @@
+import type { Dirent } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { readdir } from 'node:fs/promises';
 import { isAbsolute, join, normalize, resolve } from 'node:path';
@@ -30,7 +31,7 @@ export async function listStartupModels(config: ServerConfig): Promise<Array<Loa
       throw createServeError.MARINA_ERR_MODEL_STORE_MISSING(
         'load_models=all needs a model store; set model_store or --model-store',
       );
-    let entries;
+    let entries: Dirent[];
     try {
       entries = await readdir(store, { withFileTypes: true });
     } catch (error) {

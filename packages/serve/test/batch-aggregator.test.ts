@@ -21,7 +21,13 @@ class FakeWorker implements BatchTaker {
   }
 }
 
-function setup(options: { batchSize: number; maxBatchDelayMs: number; workers: number; capacity?: number }) {
+function setup(options: {
+  batchSize: number;
+  maxBatchDelayMs: number;
+  workers: number;
+  capacity?: number;
+  isIdleWaiting?: boolean;
+}) {
   const workers = Array.from({ length: options.workers }, (_, i) => new FakeWorker(`w${i + 1}`));
   const queue = new JobQueue({ capacity: options.capacity ?? 100, label: "model 'm' version '1'" });
   const sent: Array<{ worker: string; ids: string[]; reason: DispatchReason }> = [];
@@ -29,6 +35,7 @@ function setup(options: { batchSize: number; maxBatchDelayMs: number; workers: n
     queue,
     batchSize: options.batchSize,
     maxBatchDelayMs: options.maxBatchDelayMs,
+    ...(options.isIdleWaiting ? { isIdleWaiting: true } : {}),
     workers: () => workers,
     dispatch: (worker, jobs, reason) => {
       worker.prefetched = jobs.map((j) => j.requestId);
@@ -74,6 +81,22 @@ describe('BatchAggregator (workers pull)', () => {
     expect(t.sent).toEqual([]);
     t.endTurn();
     expect(t.sent).toEqual([{ worker: 'w1', ids: ['r0'], reason: 'idle' }]);
+  });
+
+  it('with batch_wait_when_idle, an idle worker waits maxBatchDelay for a partial batch, as TorchServe', () => {
+    const t = setup({ batchSize: 4, maxBatchDelayMs: 1_000, workers: 1, isIdleWaiting: true });
+    t.add();
+    t.endTurn();
+    vi.advanceTimersByTime(999);
+    expect(t.sent).toEqual([]);
+    t.add(1);
+    vi.advanceTimersByTime(1);
+    expect(t.sent).toEqual([{ worker: 'w1', ids: ['r0', 'r1'], reason: 'delay' }]);
+    // A full batch still goes at once.
+    t.start('w1');
+    t.finish('w1');
+    t.add(4);
+    expect(t.sent.at(-1)).toEqual({ worker: 'w1', ids: ['r2', 'r3', 'r4', 'r5'], reason: 'full' });
   });
 
   it('sends the jobs that arrive in one turn to an idle worker as one batch, and a full batch at once', () => {

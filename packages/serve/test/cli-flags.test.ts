@@ -9,7 +9,11 @@ import { MARINA_VERSION } from '../src/version.ts';
 
 async function parse(args: string[]): Promise<ServeCommand> {
   let command: ServeCommand | undefined;
-  const program = createProgram({ run: (parsed) => void (command = parsed) }).exitOverride();
+  const program = createProgram({
+    run: (parsed) => {
+      command = parsed;
+    },
+  }).exitOverride();
   program.configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
   await program.parseAsync(args, { from: 'user' });
   if (!command) throw new Error('the action did not run');

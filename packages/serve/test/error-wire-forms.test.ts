@@ -170,8 +170,8 @@ describe('the error table: every code on every protocol', () => {
         marinaCode: code,
         ...(TORCHSERVE_TEXT[code] ? { hint: messageOf(code) } : {}),
       });
-      expect(body['type']).toMatch(/^[A-Z][A-Za-z]+(Exception|Error)$/);
-      if (TORCHSERVE_TYPE[code]) expect(body['type']).toBe(TORCHSERVE_TYPE[code]);
+      expect(body.type).toMatch(/^[A-Z][A-Za-z]+(Exception|Error)$/);
+      if (TORCHSERVE_TYPE[code]) expect(body.type).toBe(TORCHSERVE_TYPE[code]);
 
       const oip = await rest.inject({
         method: 'POST',

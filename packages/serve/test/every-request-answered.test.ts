@@ -114,7 +114,7 @@ describe('every admitted request gets an answer', { timeout: 60_000 }, () => {
   it('starts a worker on demand for a model scaled to zero that may autoscale (min 0, max 1)', async () => {
     await t.app.registry.register({
       url: 'lazy',
-      archivePath: folders['lazy']!,
+      archivePath: folders.lazy!,
       synchronous: true,
       initialWorkers: 0,
       maxWorkers: 1,
@@ -135,7 +135,7 @@ describe('every admitted request gets an answer', { timeout: 60_000 }, () => {
             '1.0': {
               defaultVersion: true,
               marName: 'restored',
-              url: folders['restored']!,
+              url: folders.restored!,
               minWorkers: 0,
               maxWorkers: 2,
               batchSize: 1,
@@ -156,7 +156,7 @@ describe('every admitted request gets an answer', { timeout: 60_000 }, () => {
 
   it('unregistering a downloaded model removes its extracted copy', async () => {
     const downloaded = join(t.dir, 'downloaded-copy');
-    await cp(folders['lazy']!, downloaded, { recursive: true });
+    await cp(folders.lazy!, downloaded, { recursive: true });
     await t.app.registry.register({
       url: 'http://127.0.0.1/copy.mar',
       archivePath: downloaded,

@@ -53,7 +53,7 @@ export async function writeClassifierModel(
  * `exit: true` calls process.exit; `throw: <text>` throws; `grow: true` fills the heap until the
  * worker's heap limit ends it. Every row answers `{ value, batch, requestId }`.
  */
-export const gateHandlerSource = `
+const gateHandlerSource = `
 import { existsSync } from 'node:fs';
 const nap = new Int32Array(new SharedArrayBuffer(4));
 export function handle(data, context) {

@@ -10,7 +10,7 @@ import type { ServerConfig } from '../src/config/server-config.ts';
 import type { ModelVersion } from '../src/registry/model-version.ts';
 import { tempDir, testConfig } from './helpers.ts';
 
-export interface Reply {
+interface Reply {
   status: number;
   headers: Headers;
   json: any;

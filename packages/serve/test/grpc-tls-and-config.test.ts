@@ -59,17 +59,17 @@ describe('gRPC configuration', () => {
         const Ctor = (pkg as any).inference.GRPCInferenceService as new (
           t: string,
           c: grpc.ChannelCredentials,
-        ) => grpc.Client & Record<string, Function>;
+        ) => grpc.Client & Record<string, (...args: unknown[]) => unknown>;
         const secure = new Ctor(target, grpc.credentials.createSsl(readFileSync(join(workspace.root, 'cert.pem'))));
         const live = await new Promise<any>((resolve, reject) =>
-          secure['ServerLive']!.call(secure, {}, (e: Error | null, v: unknown) => (e ? reject(e) : resolve(v))),
+          secure.ServerLive!.call(secure, {}, (e: Error | null, v: unknown) => (e ? reject(e) : resolve(v))),
         );
         expect(live).toEqual({ live: true });
         secure.close();
         const plain = grpcClient(pkg, 'inference.GRPCInferenceService', target);
         const error = await grpcErrorOf(
           new Promise((resolve, reject) =>
-            (plain['ServerLive'] as Function).call(
+            (plain.ServerLive as (...args: unknown[]) => unknown).call(
               plain,
               {},
               { deadline: Date.now() + 20_000 },

@@ -80,11 +80,11 @@ export async function writeModelFolder(options: {
     handler: options.handler,
   };
   if (options.writeModel) {
-    model['serializedFile'] = options.serializedFile ?? 'model.onnx';
-    await options.writeModel(join(dir, model['serializedFile']));
+    model.serializedFile = options.serializedFile ?? 'model.onnx';
+    await options.writeModel(join(dir, model.serializedFile));
   }
   if (options.modelConfigYaml !== undefined) {
-    model['configFile'] = 'model-config.yaml';
+    model.configFile = 'model-config.yaml';
     await writeFile(join(dir, 'model-config.yaml'), options.modelConfigYaml);
   }
   for (const [name, content] of Object.entries(options.files ?? {})) await writeFile(join(dir, name), content);

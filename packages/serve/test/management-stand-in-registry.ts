@@ -19,7 +19,7 @@ import type {
   ScaleOptions,
   SnapshotModelVersion,
 } from '../src/registry/model-registry-api.ts';
-import type { ShadowStats } from '../src/registry/shadow-traffic.ts';
+import type { ShadowStats } from '../src/registry/model-registry-api.ts';
 import type { TrafficPolicy } from '../src/registry/traffic-policy.ts';
 
 interface Version {
@@ -275,56 +275,4 @@ export class StandInRegistry implements ModelRegistryApi {
   entry(name: string, version = '1.0'): Version {
     return this.version(name, version)[1];
   }
-}
-
-/** A ServerConfig for tests; override what a test cares about. */
-export function testConfig(
-  overrides: Partial<import('../src/config/server-config.ts').ServerConfig> = {},
-): import('../src/config/server-config.ts').ServerConfig {
-  const address = (port: number) => ({
-    protocol: 'http' as const,
-    host: '127.0.0.1',
-    port,
-    raw: `http://127.0.0.1:${port}`,
-  });
-  return {
-    inferenceAddress: address(8080),
-    managementAddress: address(8081),
-    metricsAddress: address(8082),
-    modelStore: undefined,
-    loadModels: [],
-    models: {},
-    defaultWorkersPerModel: undefined,
-    jobQueueSize: 100,
-    numberOfNettyThreads: 0,
-    defaultResponseTimeoutSec: 120,
-    defaultStartupTimeoutSec: 120,
-    maxRequestBytes: 6553500,
-    maxResponseBytes: 6553500,
-    allowedUrls: ['file://.*', 'http(s)?://.*'],
-    isAllowedUrlsDefault: true,
-    disableTokenAuthorization: false,
-    enableModelApi: true,
-    strictParameters: false,
-    snapshotSkipMissingArchives: false,
-    tokenFailureStatus: 401,
-    pingRequiresToken: false,
-    enableMetricsApi: true,
-    tokenExpirationMin: 60,
-    keyFilePath: 'key_file.json',
-    ompNumThreads: undefined,
-    cpuCount: 2,
-    extractionCacheDir: '/tmp',
-    snapshotDir: '/tmp',
-    isSnapshotEnabled: true,
-    logDir: '/tmp',
-    metricsMode: 'prometheus',
-    corsAllowedOrigin: undefined,
-    corsAllowedMethods: undefined,
-    corsAllowedHeaders: undefined,
-    limitMaxImagePixels: true,
-    unknownKeys: [],
-    warnings: [],
-    ...overrides,
-  };
 }

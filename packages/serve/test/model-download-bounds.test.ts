@@ -10,7 +10,7 @@ import { readdir } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call, createWorkspace, opsConfig, startOps, waitFor, type OpsServer, type Workspace } from './ops-harness.ts';
+import { createWorkspace, opsConfig, startOps, waitFor, type OpsServer, type Workspace } from './ops-harness.ts';
 
 let workspace: Workspace;
 let ops: OpsServer;

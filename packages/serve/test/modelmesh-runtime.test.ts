@@ -228,9 +228,9 @@ describe('ModelMesh model-runtime SPI', () => {
     const linked = await grpcErrorOf(load('mm-link', join(store, 'mm-link')));
     expect(linked.metadata.get('marina-error-code')).toEqual(['MARINA_ERR_URL_NOT_ALLOWED']);
     expect(linked.details).not.toContain(join(dir.path, 'outside'));
-    const escape = await grpcErrorOf(load('mm-escape', '../outside/model.onnx'));
-    expect(escape.code).toBe(grpc.status.FAILED_PRECONDITION);
-    expect(escape.metadata.get('marina-error-code')).toEqual(['MARINA_ERR_URL_RELATIVE_PATH']);
+    const escaped = await grpcErrorOf(load('mm-escape', '../outside/model.onnx'));
+    expect(escaped.code).toBe(grpc.status.FAILED_PRECONDITION);
+    expect(escaped.metadata.get('marina-error-code')).toEqual(['MARINA_ERR_URL_RELATIVE_PATH']);
     const two = await grpcErrorOf(load('mm-two', join(store, 'two-models')));
     expect(two.code).toBe(grpc.status.INVALID_ARGUMENT);
     expect(two.metadata.get('marina-error-code')).toEqual(['MARINA_ERR_MODEL_PATH_INVALID']);

@@ -77,10 +77,10 @@ describe('OIP gRPC', () => {
     expect(answer.raw_output_contents).toEqual([]);
     const out = answer.outputs[0];
     expect(out).toMatchObject({ name: 'output', datatype: 'FP32', shape: ['1', '10'] });
-    const want = Array.from(expected['output']!.data as Float32Array);
-    out.contents.fp32_contents.forEach((v: number, i: number) =>
-      expect(Math.abs(v - want[i]!)).toBeLessThanOrEqual(1e-5),
-    );
+    const want = Array.from(expected.output!.data as Float32Array);
+    out.contents.fp32_contents.forEach((v: number, i: number) => {
+      expect(Math.abs(v - want[i]!)).toBeLessThanOrEqual(1e-5);
+    });
   });
 
   it('runs ModelInfer with raw_input_contents (every datatype, a rank-0 input) and answers in raw_output_contents, under both service names', async () => {

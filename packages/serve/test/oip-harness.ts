@@ -19,7 +19,7 @@ import { startGrpcServers, type GrpcServers } from '../src/protocols/grpc-server
 import { writeClassifierModel } from './fixtures.ts';
 import { tempDir, writeModelFolder } from './helpers.ts';
 
-export const gateHandlerSource = `
+const gateHandlerSource = `
 import { existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 export async function handle(data, context) {

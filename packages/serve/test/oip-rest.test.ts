@@ -228,7 +228,7 @@ describe('OIP REST: infer', () => {
       await v2('POST', '/v2/models/mixed/infer', { json: { inputs, outputs: [{ name: 'wide_out' }, { name: 'y' }] } })
     ).json();
     expect(body.outputs.map((o: { name: string }) => o.name)).toEqual(['wide_out', 'y']);
-    expectClose(body.outputs[1].data, plain(expected['y']!));
+    expectClose(body.outputs[1].data, plain(expected.y!));
   });
 
   it('takes and gives binary tensors (Inference-Header-Content-Length, binary_data_size, binary_data_output)', async () => {
@@ -268,9 +268,9 @@ describe('OIP REST: infer', () => {
       parameters: { binary_data_size: 48 },
     });
     const y = new Float32Array(Uint8Array.from(res.bytes.subarray(headerLength, headerLength + 48)).buffer);
-    expectClose(Array.from(y), plain(expected['y']!));
+    expectClose(Array.from(y), plain(expected.y!));
     expect(answer.outputs[1]).toMatchObject({ name: 'ids_out', datatype: 'INT64', shape: [3, 3] });
-    expect(answer.outputs[1].data).toEqual(plain(expected['ids_out']!));
+    expect(answer.outputs[1].data).toEqual(plain(expected.ids_out!));
     expect(res.bytes.length).toBe(headerLength + 48);
   });
 
@@ -283,7 +283,7 @@ describe('OIP REST: infer', () => {
     expect(res.status).toBe(200);
     const out = res.json().outputs[0];
     expect(out).toMatchObject({ name: 'output', datatype: 'FP32', shape: [2, 10] });
-    expectClose(out.data, plain(expected['output']!));
+    expectClose(out.data, plain(expected.output!));
   });
 
   it('answers a custom handler with its own answer as one BYTES output', async () => {

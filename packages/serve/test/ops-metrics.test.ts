@@ -109,7 +109,7 @@ describe('GET /metrics', { timeout: 60_000 }, () => {
     const families = new Map(parsePrometheusTextFormat(text).map((family) => [family.name, family]));
     const requests = families.get('ts_inference_requests_total');
     expect(requests?.type).toBe('COUNTER');
-    const affine = requests?.metrics.find((m) => m.labels?.['model_name'] === 'affine');
+    const affine = requests?.metrics.find((m) => m.labels?.model_name === 'affine');
     expect(affine?.labels).toEqual({ model_name: 'affine', model_version: 'default', hostname: expect.any(String) });
     expect(Number(affine?.value)).toBe(sample(text, 'ts_inference_requests_total', { model_name: 'affine' }));
     expect(families.get('marina_request_latency_seconds')?.type).toBe('HISTOGRAM');

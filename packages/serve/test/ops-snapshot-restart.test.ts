@@ -170,8 +170,7 @@ describe('a server killed with SIGKILL', { timeout: 180_000 }, () => {
     await waitFor('a snapshot with the last change', async () => {
       const snapshot = await readLatestSnapshot(snapshotDir);
       return (
-        snapshot?.models['m']?.['2.0']?.defaultVersion === true &&
-        snapshot.models['resnet-152']?.['1.0']?.minWorkers === 2
+        snapshot?.models.m?.['2.0']?.defaultVersion === true && snapshot.models['resnet-152']?.['1.0']?.minWorkers === 2
       );
     });
     first.child.kill('SIGKILL');
@@ -198,7 +197,7 @@ describe('a server killed with SIGKILL', { timeout: 180_000 }, () => {
     const afterStop = await readLatestSnapshot(snapshotDir);
     expect(afterStop!.path).toMatch(/-shutdown\.cfg$/);
     expect(Object.keys(afterStop!.models).sort()).toEqual(['m', 'resnet-152']);
-    expect(Object.keys(afterStop!.models['m']!)).toEqual(['2.0']);
+    expect(Object.keys(afterStop!.models.m!)).toEqual(['2.0']);
 
     // --ts-config naming a snapshot file restores that file's models and scale.
     const third = await serve(['--ts-config', killedState]);

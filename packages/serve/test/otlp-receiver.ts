@@ -69,22 +69,22 @@ export interface OtlpReceiver {
 
 type Json = Record<string, any>;
 
-function valueOf(value: Json | undefined): unknown {
+function attributeValueOf(value: Json | undefined): unknown {
   if (!value) return undefined;
-  if ('stringValue' in value) return value['stringValue'];
-  if ('string_value' in value) return value['string_value'];
-  if ('boolValue' in value) return value['boolValue'];
-  if ('bool_value' in value) return value['bool_value'];
-  if ('intValue' in value) return Number(value['intValue']);
-  if ('int_value' in value) return Number(value['int_value']);
-  if ('doubleValue' in value) return value['doubleValue'];
-  if ('double_value' in value) return value['double_value'];
+  if ('stringValue' in value) return value.stringValue;
+  if ('string_value' in value) return value.string_value;
+  if ('boolValue' in value) return value.boolValue;
+  if ('bool_value' in value) return value.bool_value;
+  if ('intValue' in value) return Number(value.intValue);
+  if ('int_value' in value) return Number(value.int_value);
+  if ('doubleValue' in value) return value.doubleValue;
+  if ('double_value' in value) return value.double_value;
   return undefined;
 }
 
 function attributesOf(list: Json[] | undefined): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const kv of list ?? []) out[kv['key'] as string] = valueOf(kv['value'] as Json | undefined);
+  for (const kv of list ?? []) out[kv.key as string] = attributeValueOf(kv.value as Json | undefined);
   return out;
 }
 
@@ -92,24 +92,24 @@ const hex = (id: unknown) => (Buffer.isBuffer(id) ? id.toString('hex') : typeof 
 
 function spansOf(request: Json, encoding: 'json' | 'protobuf'): ReceivedSpan[] {
   const out: ReceivedSpan[] = [];
-  for (const rs of (request['resourceSpans'] ?? request['resource_spans'] ?? []) as Json[]) {
-    const resource = attributesOf(rs['resource']?.['attributes']);
-    for (const ss of (rs['scopeSpans'] ?? rs['scope_spans'] ?? []) as Json[]) {
-      for (const s of (ss['spans'] ?? []) as Json[]) {
+  for (const rs of (request.resourceSpans ?? request.resource_spans ?? []) as Json[]) {
+    const resource = attributesOf(rs.resource?.attributes);
+    for (const ss of (rs.scopeSpans ?? rs.scope_spans ?? []) as Json[]) {
+      for (const s of (ss.spans ?? []) as Json[]) {
         out.push({
-          traceId: hex(s['traceId'] ?? s['trace_id']),
-          spanId: hex(s['spanId'] ?? s['span_id']),
-          parentSpanId: hex(s['parentSpanId'] ?? s['parent_span_id']),
-          name: s['name'],
-          kind: Number(s['kind']),
-          startNs: BigInt(s['startTimeUnixNano'] ?? s['start_time_unix_nano']),
-          endNs: BigInt(s['endTimeUnixNano'] ?? s['end_time_unix_nano']),
-          attributes: attributesOf(s['attributes']),
-          links: ((s['links'] ?? []) as Json[]).map((l) => ({
-            traceId: hex(l['traceId'] ?? l['trace_id']),
-            spanId: hex(l['spanId'] ?? l['span_id']),
+          traceId: hex(s.traceId ?? s.trace_id),
+          spanId: hex(s.spanId ?? s.span_id),
+          parentSpanId: hex(s.parentSpanId ?? s.parent_span_id),
+          name: s.name,
+          kind: Number(s.kind),
+          startNs: BigInt(s.startTimeUnixNano ?? s.start_time_unix_nano),
+          endNs: BigInt(s.endTimeUnixNano ?? s.end_time_unix_nano),
+          attributes: attributesOf(s.attributes),
+          links: ((s.links ?? []) as Json[]).map((l) => ({
+            traceId: hex(l.traceId ?? l.trace_id),
+            spanId: hex(l.spanId ?? l.span_id),
           })),
-          statusCode: Number(s['status']?.['code'] ?? 0),
+          statusCode: Number(s.status?.code ?? 0),
           resource,
           encoding,
         });
@@ -125,7 +125,7 @@ export async function startOtlpReceiver(dir: string): Promise<OtlpReceiver> {
   await writeFile(protoPath, OTLP_TRACE_PROTO);
   const definition = protoLoader.loadSync(protoPath, { keepCase: true, longs: String, defaults: false, oneofs: true });
   const service = definition['opentelemetry.proto.collector.trace.v1.TraceService'] as protoLoader.ServiceDefinition;
-  const decode = service['Export']!.requestDeserialize as (bytes: Buffer) => Json;
+  const decode = service.Export!.requestDeserialize as (bytes: Buffer) => Json;
   const spans: ReceivedSpan[] = [];
   const contentTypes: string[] = [];
   const server: Server = createServer((req, res) => {

@@ -51,6 +51,7 @@ function expectAddressInUse(result: { code: number | null; stderr: string }, con
     `MARINA_ERR_ADDRESS_IN_USE: the management API cannot listen on http://127.0.0.1:${busyPort}`,
   );
   expect(result.stderr).toContain(`set management_address in ${configFile} to a free port`);
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: the check is that no terminal escape (ESC [) reaches a file.
   expect(result.stderr).not.toMatch(/\x1b\[/);
 }
 

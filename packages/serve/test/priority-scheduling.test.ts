@@ -182,7 +182,7 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
       type: 'ServiceUnavailableException',
       marinaCode: 'MARINA_ERR_QUEUE_FULL',
     });
-    expect(refused.json['hint']).toContain('priority 1');
+    expect(refused.json.hint).toContain('priority 1');
     const low = post({ name: 'low', log: s.log });
     await until(version, () => version.queue.sizeOf(2) === 1);
     await s.open();
@@ -230,7 +230,7 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     );
     const grpcLate = new Promise<grpc.ServiceError | null>((resolve) => {
       const input = { data: Buffer.from(JSON.stringify({ name: 'grpc-late', log: s.log })) };
-      (client['Predictions'] as (...args: unknown[]) => unknown).call(
+      (client.Predictions as (...args: unknown[]) => unknown).call(
         client,
         { model_name: 'prio', input },
         new grpc.Metadata(),
@@ -251,8 +251,8 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
   it('refuses a priority the model does not have on REST, OIP parameters and gRPC metadata (MARINA_ERR_PRIORITY_INVALID)', async () => {
     const answer = await post({ name: 'x' }, { 'x-marina-priority': '3' });
     expect(answer.status).toBe(400);
-    expect(answer.json['marinaCode']).toBe('MARINA_ERR_PRIORITY_INVALID');
-    expect(answer.json['message']).toContain('1 (highest) to 2');
+    expect(answer.json.marinaCode).toBe('MARINA_ERR_PRIORITY_INVALID');
+    expect(answer.json.message).toContain('1 (highest) to 2');
 
     const oip = await fetch(`${base}/v2/models/prio/infer`, {
       method: 'POST',
@@ -273,7 +273,7 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     const metadata = new grpc.Metadata();
     metadata.set('x-marina-priority', '9');
     const error = await new Promise<grpc.ServiceError | null>((resolve) =>
-      (client['Predictions'] as (...args: unknown[]) => unknown).call(
+      (client.Predictions as (...args: unknown[]) => unknown).call(
         client,
         { model_name: 'prio', input: { data: Buffer.from('{}') } },
         metadata,

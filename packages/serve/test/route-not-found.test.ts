@@ -67,8 +67,8 @@ describe('404 on an unknown route', () => {
       marinaCode: 'MARINA_ERR_METHOD_NOT_ALLOWED',
     });
     expect(body.hint).toContain(`${method} is not accepted on this path`);
-    expect(res.headers['allow']).toBeTruthy();
-    expect(String(res.headers['allow'])).not.toContain(method);
+    expect(res.headers.allow).toBeTruthy();
+    expect(String(res.headers.allow)).not.toContain(method);
   });
 
   it('lists the first segments the API serves when nothing is close', () => {

@@ -47,7 +47,7 @@ describe('register urls that name special files, links and secrets', { timeout: 
     outside = join(root, 'outside');
     await mkdir(allowed);
     await mkdir(outside);
-    download = await httpServer((request, response) => {
+    download = await httpServer((_request, response) => {
       // Every path redirects to a URL with credentials on a host allowed_urls does not allow.
       response.writeHead(302, { location: 'http://redirected:hunter2@example.invalid/x.mar' }).end();
     });

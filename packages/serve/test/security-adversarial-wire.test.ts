@@ -91,7 +91,7 @@ function serverStream(request: Record<string, unknown>, token: string | undefine
   if (token !== undefined) metadata.set('authorization', `Bearer ${token}`);
   return new Promise<{ code: grpc.status; marinaCode: string | undefined }>((resolve) => {
     const stream = (
-      inference['StreamPredictions'] as (
+      inference.StreamPredictions as (
         r: unknown,
         m: grpc.Metadata,
         o: grpc.CallOptions,

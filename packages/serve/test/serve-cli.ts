@@ -3,7 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The `serve` CLI as users run it. */
-export const SERVE_BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
+const SERVE_BIN = fileURLToPath(new URL('../bin/serve.js', import.meta.url));
 
 export interface ServeResult {
   code: number | null;

@@ -29,9 +29,9 @@ describe('log file batching', () => {
     const urls: string[] = [];
     for (let i = 0; i < 3000; i++) urls.push(i % 7 === 0 ? `/predictions/modèle-ü-${i}-€` : `/predictions/m-${i}`);
     urls.splice(1500, 0, `/predictions/${'x'.repeat(100_000)}`);
-    urls.forEach((url, i) =>
-      logs.access({ client: '127.0.0.1:1', method: 'POST', url, statusCode: 200, durationMs: 2, requestId: `id-${i}` }),
-    );
+    urls.forEach((url, i) => {
+      logs.access({ client: '127.0.0.1:1', method: 'POST', url, statusCode: 200, durationMs: 2, requestId: `id-${i}` });
+    });
     await logs.close();
     const lines = (await readFile(join(dir.path, 'access_log.log'), 'utf8')).split('\n');
     expect(lines.pop()).toBe('');

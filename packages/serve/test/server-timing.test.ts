@@ -61,10 +61,10 @@ describe('Server-Timing on predictions', () => {
     expect(entries.map(([name]) => name)).toEqual(['queue', 'preprocess', 'inference', 'postprocess', 'total']);
     const byName = Object.fromEntries(entries);
     // The parts lie inside the total (rounding to 0.01 ms each aside).
-    expect(
-      byName['queue']! + byName['preprocess']! + byName['inference']! + byName['postprocess']!,
-    ).toBeLessThanOrEqual(byName['total']! + 0.05);
-    expect(byName['inference']!).toBeGreaterThan(0);
+    expect(byName.queue! + byName.preprocess! + byName.inference! + byName.postprocess!).toBeLessThanOrEqual(
+      byName.total! + 0.05,
+    );
+    expect(byName.inference!).toBeGreaterThan(0);
     expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
   });
 
@@ -79,7 +79,7 @@ describe('Server-Timing on predictions', () => {
     const entries = parseServerTiming(res.headers['server-timing']);
     expect(entries.map(([name]) => name)).toEqual(['queue', 'handler', 'total']);
     // Measured in the worker thread, so the handler's whole busy wait is in it.
-    expect(Object.fromEntries(entries)['handler']!).toBeGreaterThanOrEqual(5);
+    expect(Object.fromEntries(entries).handler!).toBeGreaterThanOrEqual(5);
   });
 
   it('formats the header, clamping negative clock differences to 0', () => {

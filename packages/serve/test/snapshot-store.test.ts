@@ -84,7 +84,7 @@ describe('snapshot writing', () => {
     await snapshots.close();
     const snap = await readLatestSnapshot(dir);
     expect(snap?.modelStore).toBe('C:\\models\\store');
-    expect(snap?.models['modèle']?.['1.0']?.url).toBe('modèle.mar');
+    expect(snap?.models.modèle?.['1.0']?.url).toBe('modèle.mar');
   });
 });
 

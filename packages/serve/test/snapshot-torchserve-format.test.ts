@@ -56,7 +56,7 @@ function torchServeSnapshot(store: string): string {
     2,
   );
   // java.util.Properties.store: '#' comment lines, ':' and '=' escaped, newlines as \n.
-  const escape = (value: string) =>
+  const escapeValue = (value: string) =>
     value
       .replace(/\\/g, '\\\\')
       .replace(/\n/g, '\\n')
@@ -64,12 +64,12 @@ function torchServeSnapshot(store: string): string {
   return [
     '#Saving snapshot',
     '#Mon Jan 01 12:00:00 UTC 2024',
-    `inference_address=${escape('http://127.0.0.1:0')}`,
-    `management_address=${escape('http://127.0.0.1:0')}`,
-    `metrics_address=${escape('http://127.0.0.1:0')}`,
-    `model_store=${escape(store)}`,
+    `inference_address=${escapeValue('http://127.0.0.1:0')}`,
+    `management_address=${escapeValue('http://127.0.0.1:0')}`,
+    `metrics_address=${escapeValue('http://127.0.0.1:0')}`,
+    `model_store=${escapeValue(store)}`,
     'disable_token_authorization=true',
-    `model_snapshot=${escape(json)}`,
+    `model_snapshot=${escapeValue(json)}`,
     'tsConfigFile=logs/config/20240101115900000-startup.cfg',
     '',
   ].join('\n');
@@ -124,7 +124,7 @@ describe("--ts-config with a snapshot in TorchServe's own format", () => {
           .find((line) => line.startsWith('model_snapshot='))!
           .slice('model_snapshot='.length),
       );
-      expect(Object.keys(raw.models['m']['2.0'])).toEqual([
+      expect(Object.keys(raw.models.m['2.0'])).toEqual([
         'defaultVersion',
         'marName',
         'minWorkers',
@@ -135,9 +135,9 @@ describe("--ts-config with a snapshot in TorchServe's own format", () => {
         'startupTimeout',
         'runtimeType',
       ]);
-      expect(raw.marina.models['m']['2.0']).toEqual({ url: expect.any(String) });
+      expect(raw.marina.models.m['2.0']).toEqual({ url: expect.any(String) });
       // Read back, the two are one entry again.
-      expect(written.models['m']!['2.0']!.url).toBe(raw.marina.models['m']['2.0'].url);
+      expect(written.models.m!['2.0']!.url).toBe(raw.marina.models.m['2.0'].url);
     } finally {
       await server.close();
     }

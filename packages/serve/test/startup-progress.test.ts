@@ -43,6 +43,7 @@ describe('start-up progress', () => {
     const stream = memoryStream(60);
     const progress = createStartupProgress({ stream, isTty: true });
     progress.onProgress({ phase: 'loading', url: 'resnet-152.mar', sizeBytes: 230_000_000 });
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: on a terminal the progress line is redrawn with ESC [2K.
     expect(stream.text()).toMatch(/^\r\x1b\[2KLoading and optimising resnet-152\.mar \(230\.0 MB\): \d+\.\d s$/);
     progress.onProgress({
       phase: 'loaded',

@@ -84,7 +84,7 @@ describe('the tensor handler on /predictions', () => {
     expect(Object.keys(body.outputs)).toEqual(['ids_out', 'mask_out', 'half_out', 'small_out']);
     expect(body.outputs.ids_out).toEqual({
       shape: [2, 3],
-      data: Array.from(expected['ids_out']!.data as BigInt64Array, Number),
+      data: Array.from(expected.ids_out!.data as BigInt64Array, Number),
     });
     expect(body.outputs.mask_out.data).toEqual([true, true, false, false, true, false]);
     expect(body.outputs.half_out.data).toEqual([2, 3, -2, 0]);
@@ -109,11 +109,11 @@ describe('the tensor handler on /predictions', () => {
       const body = await res.json();
       expect(Object.keys(body.outputs)).toEqual(['y']);
       expect(body.outputs.y.shape).toEqual([rows, 4]);
-      const want = expected['y']!.data as Float32Array;
+      const want = expected.y!.data as Float32Array;
       expect(body.outputs.y.data).toHaveLength(want.length);
-      (body.outputs.y.data as number[]).forEach((v, i) =>
-        expect(Math.abs(v - want[i]!)).toBeLessThanOrEqual(1e-5 * Math.max(1, Math.abs(want[i]!))),
-      );
+      (body.outputs.y.data as number[]).forEach((v, i) => {
+        expect(Math.abs(v - want[i]!)).toBeLessThanOrEqual(1e-5 * Math.max(1, Math.abs(want[i]!)));
+      });
     }
   });
 
@@ -144,8 +144,8 @@ describe('the tensor handler on /predictions', () => {
       { name: 'y', datatype: 'FP32', shape: [2, 4], parameters: { binary_data_size: 32 } },
       { name: 'wide_out', datatype: 'FP64', shape: [2, 2], parameters: { binary_data_size: 32 } },
     ]);
-    expect(Buffer.compare(bytes.subarray(length, length + 32), bytesOf(expected['y']!))).toBe(0);
-    expect(Buffer.compare(bytes.subarray(length + 32), bytesOf(expected['wide_out']!))).toBe(0);
+    expect(Buffer.compare(bytes.subarray(length, length + 32), bytesOf(expected.y!))).toBe(0);
+    expect(Buffer.compare(bytes.subarray(length + 32), bytesOf(expected.wide_out!))).toBe(0);
   });
 });
 

@@ -71,7 +71,7 @@ describe('TorchServe gRPC inference API', () => {
     );
     const body = JSON.parse(Buffer.from(answer.prediction).toString('utf8'));
     expect(Object.keys(body.outputs)).toEqual(['y', 'small_out']);
-    expect(body.outputs.y.data).toEqual(Array.from(expected['y']!.data as Float32Array));
+    expect(body.outputs.y.data).toEqual(Array.from(expected.y!.data as Float32Array));
     expect(body.outputs.small_out.data).toEqual([3, 250]);
     const rest = await fetch(`${server.rest}/predictions/mixed`, {
       method: 'POST',
@@ -86,10 +86,7 @@ describe('TorchServe gRPC inference API', () => {
     metadata.set('authorization', `Bearer ${server.keys.inference}`);
     const request = { model_name: 'mixed', input: { data: Buffer.from(JSON.stringify(mixedJson)) } };
     const stream = (
-      inference['StreamPredictions'] as (
-        r: unknown,
-        m: grpc.Metadata,
-      ) => grpc.ClientReadableStream<{ prediction: Buffer }>
+      inference.StreamPredictions as (r: unknown, m: grpc.Metadata) => grpc.ClientReadableStream<{ prediction: Buffer }>
     ).call(inference, request, metadata);
     const messages: Buffer[] = [];
     for await (const m of stream) messages.push(m.prediction);
@@ -97,7 +94,7 @@ describe('TorchServe gRPC inference API', () => {
     expect(JSON.parse(messages[0]!.toString()).outputs.small_out.data).toEqual([3, 250]);
 
     const duplex = (
-      inference['StreamPredictions2'] as (
+      inference.StreamPredictions2 as (
         m: grpc.Metadata,
       ) => grpc.ClientDuplexStream<
         unknown,

@@ -217,7 +217,7 @@ describe("the models JSON's $traffic", () => {
       m: { '1.0': { minWorkers: 1 }, $traffic: { weights: { '1.0': 100 }, stickyHeader: 'X-Route' } },
     });
     expect(config.trafficPolicies).toEqual({ m: { weights: { '1.0': 100 }, stickyHeader: 'x-route' } });
-    expect(Object.keys(config.models['m']!)).toEqual(['1.0']);
+    expect(Object.keys(config.models.m!)).toEqual(['1.0']);
   });
 
   it('stops the start with MARINA_ERR_CONFIG_MODELS_INVALID when it is wrong', () => {

@@ -2,19 +2,13 @@ import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { benchErrors } from '../errors.ts';
-import { emptyRow, type ResultRow } from '../bench-result.ts';
+import { emptyRow, type OwnTime, type ResultRow } from '../bench-result.ts';
 import { runJsonChild } from '../child-process-json.ts';
 import { startProcessSampler } from '../process-sampler.ts';
 import { bestOfRepeats, median, summarizeLatencies } from '../stats.ts';
 import { measuredColumns, type ExperimentContext } from './experiment-context.ts';
 
 const ceilingScript = fileURLToPath(new URL('../jobs/ceiling-child.mjs', import.meta.url));
-
-/** The model's own time for one image in one process: decode + preprocess + run, and run alone (p50 ms). */
-export interface OwnTime {
-  endToEndP50Ms: number;
-  inferP50Ms: number;
-}
 
 interface BatchMessage {
   type: 'batch';
@@ -30,7 +24,7 @@ interface OwnTimeMessage {
 }
 
 /** A ceiling row's configuration: `batch N`. */
-export function ceilingBatchLabel(batchSize: number): string {
+function ceilingBatchLabel(batchSize: number): string {
   return `batch ${batchSize}`;
 }
 

@@ -1,59 +1,11 @@
-import type { ResultRow } from '../bench-result.ts';
+import type { Int8Summary, ResultRow, StageMeansMs } from '../bench-result.ts';
 import type { Int8Assets } from '../int8-assets.ts';
 import { runLoad, type LoadResult } from '../load-generator.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
 import type { RunningServer } from '../server-process.ts';
 import { serverTimingDurations } from '../server-timing.ts';
-import { ceilingRowAtBatch1, runCeiling, type OwnTime } from './ceiling.ts';
+import { ceilingRowAtBatch1, runCeiling } from './ceiling.ts';
 import { readImage, rowFromLoad, serverTmpDir, withServer, type ExperimentContext } from './experiment-context.ts';
-
-/** Mean ms per request of each Server-Timing entry (queue, preprocess, inference, postprocess, total). */
-export type StageMeansMs = Record<string, number>;
-
-/** What the int8 experiment measured, for its targets and the report. */
-export interface Int8Summary {
-  /** The server configuration both servers ran (the bench's default centralized one). */
-  serverConfig: string;
-  fp32ArchiveFileName: string;
-  int8ArchiveFileName: string;
-  /** Measured requests per round and the rounds per server. */
-  imagesPerRound: number;
-  rounds: number;
-  /** Images/s over all of a server's rounds (images ÷ measured wall time), and each round's. */
-  fp32PerSec: number;
-  int8PerSec: number;
-  fp32RoundsPerSec: number[];
-  int8RoundsPerSec: number[];
-  /** The int8 archive on the other server configuration (all cores as single-threaded workers, no intra-op barrier), measured in the same rounds. */
-  int8WorkersConfig: string;
-  int8WorkersPerSec: number;
-  int8WorkersRoundsPerSec: number[];
-  /** Best batch size of the int8 ceiling (onnxruntime alone, no decoding, no HTTP), images/s. */
-  int8CeilingPerSec: number;
-  /** Batch-1 run of the int8 ceiling, p50 ms, and its images/s. */
-  int8CeilingBatch1P50Ms: number;
-  int8CeilingBatch1PerSec: number;
-  /** The int8 model's own time for one image in one process: decode + preprocess + run, and run alone. */
-  int8Own: OwnTime;
-  /** Each server's process tree after its last round: PSS and RSS, MB. */
-  fp32PssMb: number;
-  int8PssMb: number;
-  fp32RssMb: number;
-  int8RssMb: number;
-  /** Mean CPU of each server over its rounds, % of one core. */
-  fp32MeanCpuPercent: number;
-  int8MeanCpuPercent: number;
-  /** Mean Server-Timing stages per request. */
-  fp32Stages: StageMeansMs;
-  int8Stages: StageMeansMs;
-  /** Model sizes, MB. */
-  fp32ModelMb: number;
-  int8ModelMb: number;
-  /** The archive's own accuracy check (quantization.json), in words. */
-  agreement: string;
-  /** How the int8 archive was made. */
-  quantizeCommand: string;
-}
 
 /** Rounds per server: fp32, int8, fp32, int8, … */
 export const INT8_ROUNDS: Record<'full' | 'quick' | 'smoke', number> = { full: 3, quick: 2, smoke: 2 };
@@ -153,7 +105,11 @@ function describeAgreement(quantization: Record<string, unknown>): string {
   if (!agreement || typeof agreement.value !== 'number') return 'not recorded';
   const cosine = agreement.outputs?.[0]?.minCosine;
   const kept = Array.isArray(quantization.autoKeptFp32) ? quantization.autoKeptFp32.length : 0;
-  return `${agreement.metric} ${agreement.value.toFixed(3)}${typeof cosine === 'number' ? `, lowest cosine ${cosine.toFixed(5)}` : ''} on ${agreement.samples} held-out images (${quantization.method} calibration on ${quantization.calibrationSamples}; ${kept} nodes kept in fp32)`;
+  const how =
+    quantization.evaluation === 'k-fold'
+      ? `by ${Array.isArray(quantization.folds) ? quantization.folds.length : '?'}-fold, each calibrated on ${quantization.calibrationSamples}+`
+      : `held out, calibrated on ${quantization.calibrationSamples}`;
+  return `${agreement.metric} ${agreement.value.toFixed(3)}${typeof cosine === 'number' ? `, lowest cosine ${cosine.toFixed(5)}` : ''} on ${agreement.samples} images ${how} (${quantization.method} calibration; ${kept} nodes kept in fp32)`;
 }
 
 /**

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { packArchive } from '@marina/archive';
 import { createPrng, writeResnet, writeSampleJpeg } from '@marina/model-zoo';
 import { Pool } from 'undici';
-import type { ResultRow } from '../bench-result.ts';
+import type { ManyModelsPlan, ManyModelsSummary, ResultRow, ZipfPhase } from '../bench-result.ts';
 import { runJsonChild } from '../child-process-json.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
 import { startServer, type RunningServer } from '../server-process.ts';
@@ -14,57 +14,6 @@ import { rowFromLoad, serverTmpDir, type ExperimentContext } from './experiment-
 const MB = 1_000_000;
 const floorScript = fileURLToPath(new URL('../jobs/cold-start-floor.mjs', import.meta.url));
 
-/** The many-models experiment's setting: how many models, how large, how many clients and requests. */
-export interface ManyModelsPlan {
-  models: number;
-  depth: 18 | 50;
-  clients: number;
-  /** Zipf exponent of the model popularity. */
-  zipfExponent: number;
-  /** Requests per measured phase. */
-  requests: number;
-  /** The budget is the all-resident sum divided by this. */
-  budgetDivisor: number;
-}
-
-/** What one phase of Zipf traffic measured. */
-export interface ZipfPhase {
-  label: string;
-  requests: number;
-  errors: number;
-  throughputPerSec: number;
-  p50Ms: number;
-  p99Ms: number;
-  /** Requests whose Server-Timing said they waited for their model to load. */
-  waitedForLoad: number;
-  waitedP50Ms: number;
-  waitedP99Ms: number;
-  peakPssMb: number;
-}
-
-/** The experiment's summary: the report's section and the many-models chart. */
-export interface ManyModelsSummary {
-  plan: ManyModelsPlan;
-  modelSizeMb: number;
-  /** Sum of describe's residentBytes over all models in the all-resident server, MB. */
-  allResidentSumMb: number;
-  budgetMb: number;
-  /** The hot set: the most popular models whose measured sizes fit the budget. */
-  hotSetModels: number;
-  /** onnxruntime creating a session from the cached optimised model (the floor of a load), median ms. */
-  floorCreateMs: number;
-  /** One batch-1 run, median ms. */
-  floorRunMs: number;
-  phases: {
-    allResidentZipf: ZipfPhase;
-    budgetZipf: ZipfPhase;
-    allResidentHot: ZipfPhase;
-    budgetHot: ZipfPhase;
-  };
-  /** What the all-resident server held beside its models' measured sizes (PSS after its Zipf phase − their sum), MB. */
-  baselinePssMb: number;
-}
-
 /** The reduced default (ResNet-18) and the issue's full setting (ResNet-50), 12 models, 32 clients, Zipf(1.1). */
 export function manyModelsPlan(mode: 'full' | 'quick' | 'smoke'): ManyModelsPlan {
   if (mode === 'full')
@@ -73,12 +22,15 @@ export function manyModelsPlan(mode: 'full' | 'quick' | 'smoke'): ManyModelsPlan
 }
 
 /** A Zipf(s) sampler over ranks 0..n-1 (rank 0 the most popular), from a seeded generator. */
-export function zipfSampler(n: number, exponent: number, seed: number): () => number {
+function zipfSampler(n: number, exponent: number, seed: number): () => number {
   const weights = Array.from({ length: n }, (_, k) => 1 / (k + 1) ** exponent);
   const total = weights.reduce((a, b) => a + b, 0);
   const cumulative: number[] = [];
   let sum = 0;
-  for (const w of weights) cumulative.push((sum += w / total));
+  for (const w of weights) {
+    sum += w / total;
+    cumulative.push(sum);
+  }
   const prng = createPrng(seed);
   return () => {
     const u = prng.next();

@@ -2,7 +2,7 @@ import type { MemoryVariant, ResultRow } from '../bench-result.ts';
 import { measureServerLoad, readImage, withServer, type ExperimentContext } from './experiment-context.ts';
 
 /** glibc serves allocations above this from mmap, so memory freed after loading goes back to the OS. */
-export const MALLOC_MMAP_THRESHOLD_BYTES = 1_048_576;
+const MALLOC_MMAP_THRESHOLD_BYTES = 1_048_576;
 
 /** A server configuration the memory experiment measures with 1 and 2 workers. */
 interface MemoryServerVariant {

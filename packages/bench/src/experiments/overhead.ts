@@ -88,7 +88,7 @@ const OVERHEAD_WARMUP_REQUESTS = 5000;
  * phases. Twelve short rounds rather than six long ones (the same time in all): the two sides of a
  * pair are measured closer together, and the median of twelve moves less between runs.
  */
-export const OVERHEAD_ROUNDS = 12;
+const OVERHEAD_ROUNDS = 12;
 
 /** Each many-clients round runs this share of the planned time per server (OVERHEAD_ROUNDS × share = twice the planned time). */
 const OVERHEAD_ROUND_SHARE = 2 / OVERHEAD_ROUNDS;
@@ -157,9 +157,9 @@ export async function runOverhead(context: ExperimentContext): Promise<{ rows: R
                   await targets[i]!.measure(concurrency, Math.ceil(durationMs * OVERHEAD_ROUND_SHARE), warmup),
                 );
             }
-            targets.forEach((target, i) =>
-              rows.push({ ...bestRound(rounds[i]!, 'req/s', 0), config: `${target.name}, ${concurrency} clients` }),
-            );
+            targets.forEach((target, i) => {
+              rows.push({ ...bestRound(rounds[i]!, 'req/s', 0), config: `${target.name}, ${concurrency} clients` });
+            });
             for (const target of targets.slice(0, 2)) {
               const row = await target.measure(1, durationMs);
               rows.push({ ...row, config: `${target.name}, 1 client` });

@@ -230,7 +230,7 @@ export async function runBatched(
         return load.errors === 0
           ? {
               latenciesMs: load.latenciesMs,
-              inferenceMs: load.headerValues.map((value) => serverTimingDurations(value)['inference'] ?? Number.NaN),
+              inferenceMs: load.headerValues.map((value) => serverTimingDurations(value).inference ?? Number.NaN),
             }
           : { latenciesMs: [], inferenceMs: [] };
       };
@@ -257,7 +257,7 @@ export async function runBatched(
           // Every six turns, each of the six orders of the three sides once.
           for (let k = 0; k < sides.length; k++)
             await sides[(t + (t % 2 === 0 ? k : sides.length - k)) % sides.length]!();
-          lone.latenciesMs.forEach((loneMs, i) =>
+          lone.latenciesMs.forEach((loneMs, i) => {
             pairs.push({
               loneMs,
               serverInferenceMs: lone.inferenceMs[i] ?? Number.NaN,
@@ -265,8 +265,8 @@ export async function runBatched(
               ownInferMs: runs[i]!.inferMs,
               controlEndToEndMs: controlRuns[i]!.endToEndMs,
               controlInferMs: controlRuns[i]!.inferMs,
-            }),
-          );
+            });
+          });
         }
       } finally {
         await pool.close();

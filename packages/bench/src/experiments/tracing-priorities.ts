@@ -16,7 +16,7 @@ import {
 import { OVERHEAD_BEST_SETTINGS } from './overhead.ts';
 
 /** Rounds per side of the tracing comparison; the sides take turns (the order alternating), so a drift of the machine's speed falls on both. */
-export const TRACING_ROUNDS = 4;
+const TRACING_ROUNDS = 4;
 
 /**
  * An OTLP/HTTP endpoint that takes every export and throws it away, in the bench's process: the

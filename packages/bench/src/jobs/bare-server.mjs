@@ -9,5 +9,5 @@ const constant = { tabby: 0.5, tiger_cat: 0.3, Egyptian_cat: 0.1, lynx: 0.05, Pe
 app.post('/predictions/:model', async () => constant);
 app.get('/ping', async () => ({ status: 'Healthy' }));
 await app.listen({ host: '127.0.0.1', port: 0 });
-process.stdout.write(JSON.stringify({ port: app.server.address().port }) + '\n');
+process.stdout.write(`${JSON.stringify({ port: app.server.address().port })}\n`);
 process.on('SIGTERM', () => app.close().then(() => process.exit(0)));

@@ -13,7 +13,7 @@ import * as ort from 'onnxruntime-node';
 import { preprocessImage, inputSizeOf } from './image-preprocess.mjs';
 
 const options = JSON.parse(process.argv[2]);
-const print = (value) => process.stdout.write(JSON.stringify(value) + '\n');
+const print = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
 
 const session = await ort.InferenceSession.create(options.modelPath, {
   intraOpNumThreads: options.threads,

@@ -30,7 +30,7 @@ let best = 0;
 for (let i = 1; i < scores.length; i++) if (scores[i] > scores[best]) best = i;
 
 process.stdout.write(
-  JSON.stringify({
+  `${JSON.stringify({
     // performance.now() counts from process start, so startedMs is Node's own boot time.
     bootMs: startedMs,
     importMs: importedMs - startedMs,
@@ -39,5 +39,5 @@ process.stdout.write(
     inferMs: inferredMs - preprocessedMs,
     totalMs: performance.now(),
     topClass: best,
-  }) + '\n',
+  })}\n`,
 );

@@ -80,7 +80,7 @@ console.log(
 console.log(
   `wall per run: ceiling ${ceiling.wallMs.toFixed(2)} ms, marina ${marina.wallMs.toFixed(2)} ms (ratio ${(ceiling.wallMs / marina.wallMs).toFixed(3)})`,
 );
-console.log('op type'.padEnd(28) + 'nodes c/m'.padEnd(12) + 'ceiling µs/run'.padEnd(17) + 'marina µs/run');
+console.log(['op type'.padEnd(28), 'nodes c/m'.padEnd(12), 'ceiling µs/run'.padEnd(17), 'marina µs/run'].join(''));
 for (const op of [...ops].sort((a, b) => (marina.byOp.get(b)?.us ?? 0) - (marina.byOp.get(a)?.us ?? 0))) {
   const c = ceiling.byOp.get(op);
   const m = marina.byOp.get(op);

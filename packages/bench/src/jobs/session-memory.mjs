@@ -29,7 +29,9 @@ function nestConfigEntries(entries) {
   const extra = {};
   for (const [key, value] of Object.entries(entries)) {
     const dot = key.indexOf('.');
-    (extra[key.slice(0, dot)] ??= {})[key.slice(dot + 1)] = value;
+    const group = key.slice(0, dot);
+    extra[group] ??= {};
+    extra[group][key.slice(dot + 1)] = value;
   }
   return extra;
 }

@@ -33,4 +33,4 @@ for (let i = 0; i < options.runs; i++) {
   inferMs.push(r.inferMs);
   endToEndMs.push(r.endToEndMs);
 }
-process.stdout.write(JSON.stringify({ type: 'own-time', inferMs, endToEndMs }) + '\n');
+process.stdout.write(`${JSON.stringify({ type: 'own-time', inferMs, endToEndMs })}\n`);

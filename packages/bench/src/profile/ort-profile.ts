@@ -10,7 +10,7 @@ export interface OrtTraceEvent {
 }
 
 /** Time of one node (after onnxruntime's graph optimisations: fused nodes appear as one). */
-export interface NodeTime {
+interface NodeTime {
   /** The node's name in the optimised graph. */
   node: string;
   opType: string;
@@ -23,7 +23,7 @@ export interface NodeTime {
   outputShapes: string;
 }
 
-export interface OpTypeTime {
+interface OpTypeTime {
   opType: string;
   /** Nodes of this type. */
   nodes: number;

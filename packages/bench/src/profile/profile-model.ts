@@ -45,7 +45,7 @@ export interface ProfileOptions {
   onProgress?: (message: string) => void;
 }
 
-export interface ProfileInput {
+interface ProfileInput {
   name: string;
   type: string;
   shape: number[];
@@ -143,8 +143,8 @@ export async function openModel(path: string): Promise<ResolvedModel> {
 
 /** The archive's warm-up sample (model-config.yaml `warmup.input`), contained in the archive. */
 export async function warmupSamplePath(model: ResolvedModel): Promise<string | undefined> {
-  const warmup = model.modelYamlConfig['warmup'];
-  const input = warmup && typeof warmup === 'object' ? (warmup as Record<string, unknown>)['input'] : undefined;
+  const warmup = model.modelYamlConfig.warmup;
+  const input = warmup && typeof warmup === 'object' ? (warmup as Record<string, unknown>).input : undefined;
   if (typeof input !== 'string' || model.modelDir === undefined) return undefined;
   return resolveManifestPath(model.modelDir, input, 'warmup.input');
 }

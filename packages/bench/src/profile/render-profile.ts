@@ -146,5 +146,5 @@ export function renderProfileSvg(result: ProfileResult, options: { top?: number 
     `<text x="20" y="${height - 16}" fill="#777">ms = mean time per run; share = part of the summed node time. Made by marina-bench profile.</text>`,
   );
   out.push('</svg>');
-  return out.join('\n') + '\n';
+  return `${out.join('\n')}\n`;
 }

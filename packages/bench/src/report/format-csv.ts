@@ -28,5 +28,5 @@ function cell(value: unknown): string {
 
 /** results.csv: one line per row, RFC 4180 quoting, empty cells for unmeasured numbers. */
 export function formatCsv(rows: readonly ResultRow[]): string {
-  return [columns.join(','), ...rows.map((row) => columns.map((c) => cell(row[c])).join(','))].join('\n') + '\n';
+  return `${[columns.join(','), ...rows.map((row) => columns.map((c) => cell(row[c])).join(','))].join('\n')}\n`;
 }

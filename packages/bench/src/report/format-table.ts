@@ -8,7 +8,7 @@ const n = (value: number, digits = 1): string => {
 const ratio = (value: number): string => (Number.isFinite(value) ? `${value.toFixed(2)}×` : '–');
 
 /** Column headers and cells of the results table, shared by the terminal and Markdown forms. */
-export const tableHeaders = [
+const tableHeaders = [
   'experiment',
   'configuration',
   'n',
@@ -23,7 +23,7 @@ export const tableHeaders = [
   '× best decentr.',
 ];
 
-export function tableCells(row: ResultRow): string[] {
+function tableCells(row: ResultRow): string[] {
   return [
     row.experiment,
     row.config,
@@ -105,10 +105,10 @@ export function formatTable(rows: readonly ResultRow[], options: { maxWidth?: nu
 
 /** The same table in GitHub Markdown. */
 export function formatMarkdownTable(rows: readonly ResultRow[]): string {
-  const escape = (c: string) => c.replace(/\|/g, '\\|');
+  const escapeCell = (c: string) => c.replace(/\|/g, '\\|');
   return [
     `| ${tableHeaders.join(' | ')} |`,
     `|${tableHeaders.map((_, i) => (i < 2 ? '---' : '---:')).join('|')}|`,
-    ...rows.map((row) => `| ${tableCells(row).map(escape).join(' | ')} |`),
+    ...rows.map((row) => `| ${tableCells(row).map(escapeCell).join(' | ')} |`),
   ].join('\n');
 }

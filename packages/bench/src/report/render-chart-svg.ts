@@ -205,5 +205,5 @@ export function renderChartSvg(result: BenchResult): string {
     );
   }
   out.push('</svg>');
-  return out.join('\n') + '\n';
+  return `${out.join('\n')}\n`;
 }

@@ -8,11 +8,11 @@ import { runLoad } from '../load-generator.ts';
 import { getMachineInfo, type MachineInfo } from '../machine-info.ts';
 import { openModel, warmupSamplePath } from '../profile/profile-model.ts';
 import { defaultServeBin } from '../run-bench.ts';
-import { startServer, type ServerModelSettings } from '../server-process.ts';
+import { type RunningServer, startServer, type ServerModelSettings } from '../server-process.ts';
 import { readLoadAverage, summarizeLatencies } from '../stats.ts';
 
 /** One configuration of a model version on the server. */
-export interface TuneConfig {
+interface TuneConfig {
   workers: number;
   /** intraOpNumThreads per worker; workers × threads never exceeds the cores. */
   threads: number;
@@ -21,7 +21,7 @@ export interface TuneConfig {
   maxBatchDelay: number;
 }
 
-export interface TuneMeasurement extends TuneConfig {
+interface TuneMeasurement extends TuneConfig {
   /** Closed-loop clients during the measurement. */
   concurrency: number;
   requests: number;
@@ -33,7 +33,7 @@ export interface TuneMeasurement extends TuneConfig {
   startMs: number;
 }
 
-export interface TuneCurvePoint {
+interface TuneCurvePoint {
   concurrency: number;
   throughputPerSec: number;
   p50Ms: number;
@@ -82,12 +82,12 @@ export interface TuneOptions {
   onProgress?: (message: string) => void;
 }
 
-export function describeConfig(c: TuneConfig): string {
+function describeConfig(c: TuneConfig): string {
   return `${c.workers} worker(s) x ${c.threads} thread(s), batch ${c.batchSize}${c.batchSize > 1 ? `, maxBatchDelay ${c.maxBatchDelay} ms` : ''}`;
 }
 
 /** The `models=` settings of a configuration (TorchServe's keys plus Marina's intraOpNumThreads). */
-export function configSettings(c: TuneConfig): ServerModelSettings {
+function configSettings(c: TuneConfig): ServerModelSettings {
   // No maxBatchDelay at batch size 1: there is nothing to wait for, and a 0 there reads as "unset" (100 ms).
   return {
     minWorkers: c.workers,
@@ -99,7 +99,7 @@ export function configSettings(c: TuneConfig): ServerModelSettings {
 }
 
 /** The config.properties lines that serve `c`: the same `load_models` and `models` lines the measured server was started with. */
-export function configLines(options: {
+function configLines(options: {
   modelName: string;
   modelVersion: string;
   archiveFileName: string;
@@ -209,7 +209,7 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
       `--max-batch-size must be a whole number of 1 or more, got ${maxBatchSize}`,
     );
   const archivePath = resolve(options.archivePath);
-  const serveBin = resolve(options.serveBin ?? process.env['MARINA_SERVE_BIN'] ?? defaultServeBin());
+  const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
   const loadStart = readLoadAverage();
   const input = await requestBody(options, archivePath);
   const modelStoreDir = dirname(archivePath);
@@ -227,7 +227,7 @@ export async function tuneArchive(options: TuneOptions): Promise<TuneResult> {
     body: (origin: string) => Promise<T>,
   ): Promise<{ value: T; startMs: number } | undefined> => {
     const t0 = performance.now();
-    let server;
+    let server: RunningServer;
     try {
       server = await startServer({
         serveBin,

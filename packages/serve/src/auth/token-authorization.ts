@@ -12,7 +12,7 @@ import { sendTorchServeError } from '../protocols/error-map.ts';
 import { setTorchServeHeaders } from './torchserve-response.ts';
 
 /** Which key a request must carry: `API` only guards `/token`. */
-export type KeyType = 'inference' | 'management' | 'API';
+type KeyType = 'inference' | 'management' | 'API';
 
 /** Which key a route needs (`none`: open, e.g. the API description), declared in the route's fastify `config.auth`. */
 export type RouteAuth = KeyType | 'none';
@@ -30,7 +30,7 @@ declare module 'fastify' {
  * offline; 24 bytes (192 bits, 32 URL-safe characters) costs nothing and puts guessing out of
  * reach. The file format is unchanged: keys are opaque strings.
  */
-export const KEY_BYTES = 24;
+const KEY_BYTES = 24;
 
 interface ExpiringKey {
   key: string;
@@ -46,7 +46,7 @@ export interface KeyFile {
 }
 
 /** `malformed`: an `Authorization: Bearer …` header that is not one key (`Bearer k1 k2`, `Bearer` alone). */
-export type TokenCheckResult = 'ok' | 'missing' | 'malformed' | 'wrong' | 'expired';
+type TokenCheckResult = 'ok' | 'missing' | 'malformed' | 'wrong' | 'expired';
 
 export interface TokenAuthorization {
   /** Absolute path of key_file.json, quoted in error messages. */

@@ -25,8 +25,8 @@ export interface SessionSettings {
 }
 
 /** onnxruntime graph optimisation levels, as model-config.yaml names them. */
-export const GRAPH_OPTIMIZATION_LEVELS = ['disabled', 'basic', 'extended', 'all'] as const;
-export type GraphOptimizationLevel = (typeof GRAPH_OPTIMIZATION_LEVELS)[number];
+const GRAPH_OPTIMIZATION_LEVELS = ['disabled', 'basic', 'extended', 'all'] as const;
+type GraphOptimizationLevel = (typeof GRAPH_OPTIMIZATION_LEVELS)[number];
 
 /**
  * A model's onnxruntime settings: the `onnxruntime` mapping of its model-config.yaml (checked by
@@ -65,13 +65,13 @@ export interface OrtModelSettings {
 }
 
 /** Model size (model file plus its `.data`) from which `cacheOptimizedModel` is on by default: 16 MiB. */
-export const OPTIMIZED_COPY_MIN_BYTES = 16 * 1024 * 1024;
+const OPTIMIZED_COPY_MIN_BYTES = 16 * 1024 * 1024;
 
 /** Server-wide default of `allowSpinning` for models that do not set it: '1' on, '0' off (else ALLOW_SPINNING_DEFAULT). */
-export const ALLOW_SPINNING_ENV = 'MARINA_ORT_ALLOW_SPINNING';
+const ALLOW_SPINNING_ENV = 'MARINA_ORT_ALLOW_SPINNING';
 
 /** Spinning when neither the model nor the server's environment says: on, for a machine that serves only Marina (see createSessionOptions). */
-export const ALLOW_SPINNING_DEFAULT = true;
+const ALLOW_SPINNING_DEFAULT = true;
 
 /** A server-wide on/off switch from the environment: '1' on, '0' off, anything else (or unset) undefined. */
 function onOffFrom(value: string | undefined): boolean | undefined {
@@ -84,10 +84,10 @@ export function allowSpinningDefaultFrom(env: Record<string, string | undefined>
 }
 
 /** Server-wide default of `forceSpinningStop` for models that do not set it: '1' on, '0' off (else FORCE_SPINNING_STOP_DEFAULT). */
-export const FORCE_SPINNING_STOP_ENV = 'MARINA_ORT_FORCE_SPINNING_STOP';
+const FORCE_SPINNING_STOP_ENV = 'MARINA_ORT_FORCE_SPINNING_STOP';
 
 /** Spinning stops when a run returns unless the model or the server's environment says otherwise (see createSessionOptions). */
-export const FORCE_SPINNING_STOP_DEFAULT = true;
+const FORCE_SPINNING_STOP_DEFAULT = true;
 
 /** The server-wide `forceSpinningStop` default from an environment (FORCE_SPINNING_STOP_ENV); undefined when unset. */
 export function forceSpinningStopDefaultFrom(env: Record<string, string | undefined>): boolean | undefined {
@@ -95,7 +95,7 @@ export function forceSpinningStopDefaultFrom(env: Record<string, string | undefi
 }
 
 /** Server-wide default of `cacheOptimizedModel` for models that do not set it: '1' on, '0' off (else by size). */
-export const CACHE_OPTIMIZED_MODEL_ENV = 'MARINA_ORT_CACHE_OPTIMIZED_MODEL';
+const CACHE_OPTIMIZED_MODEL_ENV = 'MARINA_ORT_CACHE_OPTIMIZED_MODEL';
 
 /** The server-wide `cacheOptimizedModel` default from an environment (CACHE_OPTIMIZED_MODEL_ENV); undefined when unset. */
 export function cacheOptimizedModelDefaultFrom(env: Record<string, string | undefined>): boolean | undefined {
@@ -107,19 +107,18 @@ export function cacheOptimizedModelDefaultFrom(env: Record<string, string | unde
  * the wrong type are ignored here: the archive loader has already rejected them against the schema.
  */
 export function readOrtModelSettings(modelYamlConfig: Record<string, unknown> | undefined): OrtModelSettings {
-  const raw = modelYamlConfig?.['onnxruntime'];
+  const raw = modelYamlConfig?.onnxruntime;
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return {};
   const section = raw as Record<string, unknown>;
   const settings: OrtModelSettings = {};
-  const level = section['graphOptimizationLevel'];
+  const level = section.graphOptimizationLevel;
   if (typeof level === 'string' && (GRAPH_OPTIMIZATION_LEVELS as readonly string[]).includes(level))
     settings.graphOptimizationLevel = level as GraphOptimizationLevel;
-  if (typeof section['enableCpuMemArena'] === 'boolean') settings.enableCpuMemArena = section['enableCpuMemArena'];
-  if (typeof section['enableMemPattern'] === 'boolean') settings.enableMemPattern = section['enableMemPattern'];
-  if (typeof section['allowSpinning'] === 'boolean') settings.allowSpinning = section['allowSpinning'];
-  if (typeof section['forceSpinningStop'] === 'boolean') settings.forceSpinningStop = section['forceSpinningStop'];
-  if (typeof section['cacheOptimizedModel'] === 'boolean')
-    settings.cacheOptimizedModel = section['cacheOptimizedModel'];
+  if (typeof section.enableCpuMemArena === 'boolean') settings.enableCpuMemArena = section.enableCpuMemArena;
+  if (typeof section.enableMemPattern === 'boolean') settings.enableMemPattern = section.enableMemPattern;
+  if (typeof section.allowSpinning === 'boolean') settings.allowSpinning = section.allowSpinning;
+  if (typeof section.forceSpinningStop === 'boolean') settings.forceSpinningStop = section.forceSpinningStop;
+  if (typeof section.cacheOptimizedModel === 'boolean') settings.cacheOptimizedModel = section.cacheOptimizedModel;
   return settings;
 }
 

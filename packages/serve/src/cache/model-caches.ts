@@ -26,7 +26,7 @@ export function optimizedModelCacheDir(): string {
 }
 
 /** One folder of a cache. */
-export interface CacheEntry {
+interface CacheEntry {
   path: string;
   /** Bytes of the files below it (sizes as stat reports them). */
   sizeBytes: number;
@@ -35,7 +35,7 @@ export interface CacheEntry {
 }
 
 /** Entries written less than this long ago are never evicted: another register may be about to use them. Default 1 minute. */
-export const DEFAULT_MIN_EVICTION_AGE_MS = 60_000;
+const DEFAULT_MIN_EVICTION_AGE_MS = 60_000;
 
 function isInside(root: string, path: string): boolean {
   const rel = relative(root, path);
@@ -43,7 +43,7 @@ function isInside(root: string, path: string): boolean {
 }
 
 async function sizeOf(path: string): Promise<number> {
-  let stats;
+  let stats: Awaited<ReturnType<typeof lstat>>;
   try {
     stats = await lstat(path);
   } catch {
@@ -56,7 +56,7 @@ async function sizeOf(path: string): Promise<number> {
 }
 
 /** The finished entries of a cache folder (folders only; temp folders being written are left out). */
-export async function listCacheEntries(cacheDir: string): Promise<CacheEntry[]> {
+async function listCacheEntries(cacheDir: string): Promise<CacheEntry[]> {
   const names = await readdir(cacheDir).catch(() => [] as string[]);
   const entries: CacheEntry[] = [];
   for (const name of names) {
@@ -74,7 +74,7 @@ export async function listCacheEntries(cacheDir: string): Promise<CacheEntry[]> 
  * `isInUse` claims or one used within `minAgeMs`. An in-use cache may therefore stay above the cap.
  * Returns the entries removed.
  */
-export async function evictLeastRecentlyUsed(options: {
+async function evictLeastRecentlyUsed(options: {
   cacheDir: string;
   maxBytes: number;
   isInUse: (entry: CacheEntry) => Promise<boolean> | boolean;

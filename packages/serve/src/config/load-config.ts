@@ -61,7 +61,7 @@ export interface ConfigFileSource {
 }
 
 /** Config snapshots are `<snapshotDir>/<yyyyMMddHHmmssSSS>-{snapshot,startup,shutdown}.cfg`, in config.properties format (TorchServe's names). */
-export const SNAPSHOT_FILE_PATTERN = /^\d+-(snapshot|startup|shutdown)\.cfg$/;
+const SNAPSHOT_FILE_PATTERN = /^\d+-(snapshot|startup|shutdown)\.cfg$/;
 
 /** Keys without a TS_* variable, as in TorchServe. */
 const KEYS_WITHOUT_ENV = new Set(['models', 'enable_envvars_config', 'model_snapshot']);
@@ -156,6 +156,7 @@ interface RawConfig {
   snapshot_skip_missing_archives: boolean;
   token_failure_status: 400 | 401;
   ping_requires_token: boolean;
+  batch_wait_when_idle: boolean;
   enable_metrics_api: boolean;
   enable_tracing: boolean;
   enable_envvars_config: boolean;
@@ -271,9 +272,7 @@ export async function findConfigFile(options: LoadConfigOptions): Promise<Config
       try {
         parseSnapshot(file, await readFile(file, 'utf8'));
         return { path: file, origin: 'snapshot' };
-      } catch {
-        continue;
-      }
+      } catch {}
     }
   }
   const local = path.join(options.cwd, 'config.properties');
@@ -282,12 +281,12 @@ export async function findConfigFile(options: LoadConfigOptions): Promise<Config
 }
 
 /** LOG_LOCATION (as TorchServe) or `<cwd>/logs`. */
-export function resolveLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
+function resolveLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
   return path.resolve(options.cwd, options.env.LOG_LOCATION?.trim() || 'logs');
 }
 
 /** METRICS_LOCATION (as TorchServe's log4j2.xml: the metric log files) or `<cwd>/logs`. */
-export function resolveMetricsLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
+function resolveMetricsLogDir(options: { env: NodeJS.ProcessEnv; cwd: string }): string {
   return path.resolve(options.cwd, options.env.METRICS_LOCATION?.trim() || 'logs');
 }
 
@@ -295,7 +294,7 @@ export function resolveMetricsLogDir(options: { env: NodeJS.ProcessEnv; cwd: str
  * The synchronous core of loadConfig for an already parsed file (or none): substitution,
  * overrides, validation, normalisation. Not frozen, so loadConfig can add notes first.
  */
-export function resolveServerConfig(
+function resolveServerConfig(
   input: LoadConfigOptions & { file?: ParsedProperties; configFile?: string },
 ): ServerConfig {
   const { cliOptions, env, cwd, file } = input;
@@ -540,6 +539,7 @@ export function resolveServerConfig(
     snapshotSkipMissingArchives: checked.snapshot_skip_missing_archives,
     tokenFailureStatus: checked.token_failure_status,
     pingRequiresToken: checked.ping_requires_token,
+    batchWaitWhenIdle: checked.batch_wait_when_idle,
     enableMetricsApi: checked.enable_metrics_api,
     enableTracing: checked.enable_tracing,
     tokenExpirationMin: checked.token_expiration_min,

@@ -27,7 +27,7 @@ const UNITS: Readonly<Record<string, number>> = {
  * The memory the machine gives this process: the RAM, or the cgroup's limit (cgroup v2
  * `memory.max`, v1 `memory.limit_in_bytes`) when it is lower, as in a container.
  */
-export function machineMemoryBytes(options: { readFile?: (path: string) => string } = {}): number {
+function machineMemoryBytes(options: { readFile?: (path: string) => string } = {}): number {
   const read = options.readFile ?? ((path: string) => readFileSync(path, 'utf8'));
   let limit = os.totalmem();
   for (const path of ['/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory/memory.limit_in_bytes']) {

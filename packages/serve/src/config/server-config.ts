@@ -98,6 +98,8 @@ export interface ServerConfig {
   tokenFailureStatus: 400 | 401;
   /** ping_requires_token: false (default, `/ping` open for probes) or true (TorchServe: the inference key). */
   pingRequiresToken: boolean;
+  /** batch_wait_when_idle: false (default) or true (TorchServe: an idle worker also waits maxBatchDelay for a partial batch). */
+  batchWaitWhenIdle?: boolean;
   enableMetricsApi: boolean;
   /**
    * enable_tracing: OpenTelemetry traces when the OTEL_* environment does not say (OTEL_TRACES_EXPORTER

@@ -16,14 +16,14 @@ import type {
 import type { ServerLogs } from '../logging/server-logs.ts';
 import { createSystemMetricsReader } from './system-metrics.ts';
 import { RequestHistogram, type HistogramCell } from './request-histogram.ts';
-import type { ShadowStats } from '../registry/shadow-traffic.ts';
+import type { ShadowStats } from '../registry/model-registry-api.ts';
 
 /** Buckets for latencies, seconds: 0.5 ms to 2 minutes (TorchServe's default response timeout). */
 export const LATENCY_BUCKETS_SECONDS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
 ];
 /** Buckets for batch sizes: powers of two up to 256. */
-export const BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+const BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 export interface ServerMetrics {
   /** The prom-client registry holding every metric below. */
@@ -297,9 +297,9 @@ export function createServerMetrics(options: CreateServerMetricsOptions): Server
         gauges.busyWorkers.set(labels, s.busyWorkers);
         gauges.minWorkers.set(labels, s.minWorkers);
         gauges.maxWorkers.set(labels, s.maxWorkers);
-        s.queueDepthByPriority?.forEach((depth, i) =>
-          gauges.queueDepthByPriority.set({ ...labels, priority: String(i + 1) }, depth),
-        );
+        s.queueDepthByPriority?.forEach((depth, i) => {
+          gauges.queueDepthByPriority.set({ ...labels, priority: String(i + 1) }, depth);
+        });
       }
     } finally {
       isCollecting = false;

@@ -34,7 +34,7 @@ const TORCHSERVE_NAMES: ReadonlySet<string> = new Set([
 ]);
 
 /** Whether a metric family is one of TorchServe's own (`ts_*` and the names above); Marina's and Node's keep the standard form. */
-export function isTorchServeMetric(name: string): boolean {
+function isTorchServeMetric(name: string): boolean {
   return name.startsWith('ts_') || TORCHSERVE_NAMES.has(name);
 }
 

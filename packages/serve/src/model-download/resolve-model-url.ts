@@ -17,9 +17,9 @@ import { downloadErrors } from './download-errors.ts';
 const { create } = downloadErrors;
 
 /** Default download size limit: 2 GiB (ONNX protobufs cannot exceed 2 GiB anyway). */
-export const DEFAULT_MAX_DOWNLOAD_BYTES = 2 * 1024 ** 3;
+const DEFAULT_MAX_DOWNLOAD_BYTES = 2 * 1024 ** 3;
 /** Default time limit for a whole download: 10 minutes. */
-export const DEFAULT_DOWNLOAD_TIMEOUT_MS = 10 * 60_000;
+const DEFAULT_DOWNLOAD_TIMEOUT_MS = 10 * 60_000;
 const MAX_REDIRECTS = 5;
 
 /** A URL of a scheme, after decoding and normalising: what allowed_urls is matched against and what is then used. */
@@ -76,6 +76,7 @@ export function normaliseModelUrl(url: string): NormalisedModelUrl {
       );
     }
     // eslint-disable-next-line no-control-regex
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: a URL that decodes to control characters is refused, so the regex names them.
     if (/[\u0000-\u001f\u007f]/.test(decoded)) {
       throw create.MARINA_ERR_MODEL_URL_INVALID(`model url '${shown}' has a control character in its path`);
     }
@@ -118,7 +119,7 @@ function matchesAllowedUrls(url: NormalisedModelUrl, allowedUrls: readonly strin
  * from then on is the returned one, never the raw string.
  * @throws TorchServe's 404 errors for a relative path or a URL outside `allowedUrls`.
  */
-export function assertUrlAllowed(url: string, allowedUrls: readonly string[]): NormalisedModelUrl {
+function assertUrlAllowed(url: string, allowedUrls: readonly string[]): NormalisedModelUrl {
   const normalised = normaliseModelUrl(url);
   if (!matchesAllowedUrls(normalised, allowedUrls)) {
     throw create.MARINA_ERR_URL_NOT_ALLOWED(`Given URL ${boundText(url)} does not match any allowed URL(s)`, {
@@ -148,7 +149,7 @@ export interface ResolveModelUrlOptions {
 }
 
 /** Default idle limit of a download: 1 minute without a byte. */
-export const DEFAULT_DOWNLOAD_IDLE_TIMEOUT_MS = 60_000;
+const DEFAULT_DOWNLOAD_IDLE_TIMEOUT_MS = 60_000;
 
 /**
  * Counts the downloads in progress against a cap. A download beyond it is refused at once

@@ -56,7 +56,7 @@ export const SERVER_NAME = 'marina';
 /** The response header (and gRPC metadata key) that says which model version answered. */
 export const MODEL_VERSION_HEADER = 'x-marina-model-version';
 /** Open Inference Protocol extensions Marina implements. */
-export const SERVER_EXTENSIONS = ['binary_tensor_data', 'model_repository'] as const;
+const SERVER_EXTENSIONS = ['binary_tensor_data', 'model_repository'] as const;
 
 /** A protocol-neutral inference request (KServe's InferRequest): tensors as raw bytes. */
 export interface InferRequest {
@@ -148,10 +148,6 @@ function tensorMetadata(signature: ModelSignature['inputs']): TensorMetadata[] {
     shape: t.shape.map((d) => (typeof d === 'number' && d >= 0 ? d : -1)),
   }));
 }
-
-/** The max_response_size check (MARINA_ERR_RESPONSE_TOO_LARGE), shared with the tensor handler, which applies it before it builds an answer. */
-export { assertResponseSize };
-
 /**
  * A small JSON body's value, parsed once for both checks of admission: the one-walk check of the
  * common body (isPlainFloatTensorBody) and, when that is not sure, parseTensorRequest. The payload
@@ -275,7 +271,7 @@ export class DataPlane {
   repositoryIndex(options: { ready?: boolean } = {}): RepositoryIndexEntry[] {
     const entries: RepositoryIndexEntry[] = [];
     for (const model of this.#registry.list()) {
-      let descriptions;
+      let descriptions: ReturnType<ModelRegistry['describe']>;
       try {
         descriptions = this.#registry.describe(model.modelName, 'all');
       } catch {
@@ -365,7 +361,7 @@ export class DataPlane {
       ...(scheduling ? { scheduling } : {}),
     };
     // Any handler: a JSON body is parsed in the worker, and a custom handler walks what it gets.
-    const body = options.input['body'];
+    const body = options.input.body;
     if (options.bodyDecoding === 'json' && (Buffer.isBuffer(body) || typeof body === 'string'))
       assertJsonDepth(body, 'the JSON body');
     if (version.handler !== 'tensor' && version.handler !== 'base_handler') return options;
@@ -416,7 +412,7 @@ export class DataPlane {
 
   #encodeTorchServeInput(options: PredictOptions, signature: ModelSignature): PredictOptions {
     const keys = Object.keys(options.input);
-    const payload = options.input['data'] ?? options.input['body'];
+    const payload = options.input.data ?? options.input.body;
     if (keys.length !== 1 || (!Buffer.isBuffer(payload) && typeof payload !== 'string')) return options;
     const headerText = options.headers?.[INFERENCE_HEADER_CONTENT_LENGTH];
     const headerLength = headerText === undefined ? undefined : Number(headerText);
@@ -550,8 +546,8 @@ export class DataPlane {
       return [{ name: 'output', datatype: 'BYTES', shape: [1], raw: encodeBytesElements([result.body]) }];
     }
     const { header, binaries } = splitBinaryBody(result.body, Number(headerLength), 'outputs');
-    const list = Array.isArray(header['outputs'])
-      ? (header['outputs'] as Array<{ name: string; datatype: unknown; shape: number[]; data?: unknown }>)
+    const list = Array.isArray(header.outputs)
+      ? (header.outputs as Array<{ name: string; datatype: unknown; shape: number[]; data?: unknown }>)
       : [];
     return list.map((o, i) => {
       if (!isV2Datatype(o.datatype))

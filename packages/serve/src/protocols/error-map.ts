@@ -7,7 +7,7 @@
  */
 import { boundText } from '../bounded-text.ts';
 import * as grpc from '@grpc/grpc-js';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply } from 'fastify';
 import type { MarinaError } from '@marina/errors';
 import { setTorchServeHeaders } from '../auth/torchserve-response.ts';
 import { toMarinaError } from '../errors.ts';
@@ -25,7 +25,7 @@ declare module 'fastify' {
 }
 
 /** Seconds a client is told to wait before it retries (the `Retry-After` header and gRPC metadata). */
-export const RETRY_AFTER_SECONDS = 1;
+const RETRY_AFTER_SECONDS = 1;
 
 /**
  * Codes where a retry of the same request can succeed, so the answer carries `Retry-After`:
@@ -139,22 +139,22 @@ export function torchServeErrorBody(error: MarinaError): TorchServeErrorBody {
  * Longest message (and hint) a REST error body carries, characters: whatever a message quotes
  * from a request, the answer stays small, and credentials in URLs are redacted (boundText).
  */
-export const MAX_REST_MESSAGE_CHARS = 4096;
+const MAX_REST_MESSAGE_CHARS = 4096;
 
 /**
  * The headers every HTTP error answer carries besides its body: `Retry-After` where a retry can
  * succeed, and the headers a custom handler set on the error it answered with (`details.headers`).
  */
-export function errorHeaders(error: MarinaError): Record<string, string> {
+function errorHeaders(error: MarinaError): Record<string, string> {
   const headers: Record<string, string> = {};
-  const own = error.details?.['headers'];
+  const own = error.details?.headers;
   if (own && typeof own === 'object') for (const [k, v] of Object.entries(own)) headers[k.toLowerCase()] = String(v);
   if (isRetryable(error.code)) headers['retry-after'] = String(RETRY_AFTER_SECONDS);
   return headers;
 }
 
 /** One HTTP error answer, protocol-neutral: status, headers and the body's text. */
-export interface HttpErrorAnswer {
+interface HttpErrorAnswer {
   statusCode: number;
   headers: Record<string, string>;
   body: string;
@@ -171,7 +171,7 @@ export function torchServeRestError(error: unknown): HttpErrorAnswer {
 }
 
 /** Open Inference Protocol REST: `{"error": message}`, the stable code in `x-marina-error-code`. */
-export function oipRestError(error: unknown): HttpErrorAnswer {
+function oipRestError(error: unknown): HttpErrorAnswer {
   const e = toMarinaError(error);
   return {
     statusCode: e.statusCode,
@@ -181,7 +181,7 @@ export function oipRestError(error: unknown): HttpErrorAnswer {
 }
 
 /** The HTTP status of a MarinaError → gRPC status code (as KServe and Triton map them). */
-export function grpcStatusOf(statusCode: number): grpc.status {
+function grpcStatusOf(statusCode: number): grpc.status {
   if (statusCode === 400) return grpc.status.INVALID_ARGUMENT;
   // The client went away (MARINA_ERR_CLIENT_GONE): nobody reads it, but logs and spans name it.
   if (statusCode === 499) return grpc.status.CANCELLED;
@@ -223,7 +223,7 @@ export function grpcError(error: unknown, form: GrpcErrorForm = 'oip'): grpc.Sta
  * is a protocol error that fails the call and the next calls on the same channel, so an echoed
  * input must never grow it.
  */
-export const MAX_GRPC_MESSAGE_CHARS = 1024;
+const MAX_GRPC_MESSAGE_CHARS = 1024;
 
 /** A metadata value as HTTP/2 allows it: printable ASCII only, and bounded. */
 function asciiHeaderValue(text: string): string {

@@ -126,7 +126,9 @@ export function startCallTrace(
 
 /** An error answered on a traced call carries its `traceparent` too (in the status metadata: an error may be sent without response headers). */
 export function withTraceparent(error: grpc.ServiceError, requestTrace: RequestTrace | undefined): grpc.ServiceError {
-  if (requestTrace !== undefined) (error.metadata ??= new grpc.Metadata()).set('traceparent', requestTrace.traceparent);
+  if (requestTrace === undefined) return error;
+  error.metadata ??= new grpc.Metadata();
+  error.metadata.set('traceparent', requestTrace.traceparent);
   return error;
 }
 

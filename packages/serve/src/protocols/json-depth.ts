@@ -6,7 +6,7 @@
 import { createServeError } from '../errors.ts';
 
 /** Deepest nesting of arrays and objects accepted. No model input needs more than a few levels (one per tensor dimension). */
-export const MAX_JSON_DEPTH = 128;
+const MAX_JSON_DEPTH = 128;
 
 const OPEN_BRACKET = 0x5b;
 const CLOSE_BRACKET = 0x5d;
@@ -19,7 +19,7 @@ const BACKSLASH = 0x5c;
  * Whether `json` nests arrays and objects deeper than `maxDepth`, counted in one pass over its
  * bytes (brackets inside strings do not count). Says nothing about whether it is valid JSON.
  */
-export function isJsonTooDeep(json: Buffer | string, maxDepth: number = MAX_JSON_DEPTH): boolean {
+function isJsonTooDeep(json: Buffer | string, maxDepth: number = MAX_JSON_DEPTH): boolean {
   const bytes = typeof json === 'string' ? Buffer.from(json, 'utf8') : json;
   let depth = 0;
   let isInString = false;

@@ -18,12 +18,12 @@ export const TS_RESOURCE_NOT_FOUND = 'Requested resource is not found, please re
 /** `MethodNotAllowedException`'s message. */
 export const TS_METHOD_NOT_ALLOWED = 'Requested method is not allowed, please refer to API document.';
 /** TorchServe's token failure, the same for a missing, wrong or expired token. */
-export const TS_TOKEN_FAILED = 'Token Authorization failed. Token either incorrect, expired, or not provided correctly';
+const TS_TOKEN_FAILED = 'Token Authorization failed. Token either incorrect, expired, or not provided correctly';
 /** A handler that threw (TorchServe's `ts/service.py`). */
-export const TS_PREDICTION_FAILED = 'Prediction failed';
+const TS_PREDICTION_FAILED = 'Prediction failed';
 
 /** TorchServe's sentence for a model whose job could not be queued (no worker, or a full queue). */
-export function tsNoWorker(modelName: string): string {
+function tsNoWorker(modelName: string): string {
   return `Model "${modelName}" has no worker to serve inference request. Please use scale workers API to add workers.`;
 }
 
@@ -64,7 +64,7 @@ function headAndParenthesis(head: RegExp): Split {
 
 /** The model name a queueing error is about: from its details, else from `Model "x"` or `model 'x'` in its text. */
 function modelNameOf(error: MarinaError): string | undefined {
-  const fromDetails = error.details?.['modelName'];
+  const fromDetails = error.details?.modelName;
   if (typeof fromDetails === 'string') return fromDetails;
   return /^Model "([^"]+)"/.exec(error.message)?.[1] ?? /^model '([^']+)'/i.exec(error.message)?.[1];
 }

@@ -5,8 +5,9 @@
  */
 import type { EventEmitter } from 'node:events';
 import type { QuantizationSummary } from '@marina/archive';
-import type { ShadowOutcome, ShadowStats } from './shadow-traffic.ts';
+import type { AgreementMethod } from './output-agreement.ts';
 import type { TrafficPolicy } from './traffic-policy.ts';
+import type { HandlerStagesMs } from '../workers/worker-protocol.ts';
 
 export interface RegisterModelOptions {
   /** What the user asked for (file name in the store, folder, or URL); reported as modelUrl. */
@@ -280,17 +281,6 @@ export interface BatchDoneEvent {
   stages?: HandlerStagesMs;
 }
 
-/**
- * Where a batch's time went inside the worker, ms: `preprocessWaitMs` is how long the worker
- * waited for preprocessing after it picked the batch up (0 when a pipelined preprocess had already
- * finished while the previous batch ran).
- */
-export interface HandlerStagesMs {
-  preprocessWaitMs: number;
-  inferenceMs: number;
-  postprocessMs: number;
-}
-
 /** A worker finished loading its model (TorchServe's WorkerLoadTime). */
 export interface WorkerLoadedEvent {
   modelName: string;
@@ -346,4 +336,31 @@ export interface ModelRegistryApi {
   unload(modelName: string, modelVersion?: string): Promise<void>;
   /** Pinned versions are never evicted nor idle-unloaded; pinning a registered one loads it. */
   setPinned(modelName: string, modelVersion: string | undefined, pinned: boolean): Promise<void>;
+}
+
+/** One shadow version's numbers since it became a shadow (or since it was registered). */
+export interface ShadowStats {
+  modelName: string;
+  modelVersion: string;
+  /** Copies the shadow version answered or failed. */
+  requests: number;
+  /** Copies the shadow version failed (its error is not anyone's answer). */
+  failed: number;
+  /** Copies shed before they ran: queue full, waited too long, or refused by the version. */
+  dropped: number;
+  /** Copies whose answer was compared with the live one. */
+  compared: number;
+  /** Sum of the comparisons' agreement (0–1 each); the mean is agreementSum / compared. */
+  agreementSum: number;
+  /** Largest absolute difference seen between tensor answers. */
+  maxAbsDiff: number;
+  method: AgreementMethod | undefined;
+}
+
+/** Events: `outcome` once per copy (for the metrics' counters); `settled` when a copy leaves (tests wait on it). */
+export interface ShadowOutcome {
+  modelName: string;
+  modelVersion: string;
+  outcome: 'answered' | 'failed' | 'dropped';
+  agreement?: number;
 }

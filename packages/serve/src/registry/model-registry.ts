@@ -45,7 +45,8 @@ import { scheduleOf, type RequestScheduling } from '../scheduling/queue-policy.t
 import type { RequestTrace } from '../tracing/tracing.ts';
 import { readModelSignature } from './read-model-signature.ts';
 import { createCpuPressureReader } from './cpu-pressure.ts';
-import { DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT, ShadowTraffic, type ShadowStats } from './shadow-traffic.ts';
+import { DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT, ShadowTraffic } from './shadow-traffic.ts';
+import type { ShadowStats } from './model-registry-api.ts';
 import { checkTrafficPolicy, TrafficRoute, trafficErrors, type TrafficPolicy } from './traffic-policy.ts';
 import { MARINA_VERSION } from '../version.ts';
 
@@ -80,6 +81,7 @@ export interface PredictOptions {
    * Registers what to do when the client goes away (connection closed, call cancelled): a queued
    * job is dropped. May return a function that unregisters it, called once the job is answered.
    */
+  // biome-ignore lint/suspicious/noConfusingVoidType: a watcher with nothing to unregister returns nothing (the adapters' callbacks do).
   onClientGone?: (cancel: () => void) => (() => void) | void;
   /** The request's trace (tracing/tracing.ts), carried by the job to its batch; undefined when tracing is off. */
   trace?: RequestTrace;
@@ -120,8 +122,6 @@ export interface ModelRegistryOptions {
   /** Environment read for MARINA_ORT_CACHE_OPTIMIZED_MODEL (default process.env). */
   env?: Record<string, string | undefined>;
 }
-
-export { ABSURD_THREADS_FACTOR as PINNED_THREAD_BUDGET_FACTOR } from '../workers/thread-budget.ts';
 
 /**
  * Model name → versions, default version, and each version's queue and workers.
@@ -314,6 +314,7 @@ export class ModelRegistry implements ModelRegistryApi {
         startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
         log: this.#log,
         unloadGraceMs: (this.#config.residency?.unloadGraceSeconds ?? 10) * 1000,
+        isIdleBatchWaiting: this.#config.batchWaitWhenIdle === true,
       });
       version.estimatedBytes = estimatedBytes;
       this.#residency.assertFits(version);
@@ -756,10 +757,10 @@ export class ModelRegistry implements ModelRegistryApi {
     options.trace?.setModel(version.modelName, version.modelVersion, options.requestId);
     let errorCode: string | undefined;
     let statusCode = 500;
-    let stopWatching: (() => void) | void = undefined;
+    let stopWatching: (() => void) | undefined;
     try {
       version.submit(job);
-      stopWatching = options.onClientGone?.(() => version.cancel(job));
+      stopWatching = options.onClientGone?.(() => version.cancel(job)) ?? undefined;
       const result = await job.promise;
       statusCode = result.statusCode;
       const t = job.timings;
@@ -1022,4 +1023,4 @@ export class ModelRegistry implements ModelRegistryApi {
   }
 }
 
-export { MarinaError, isMarinaError };
+export { MarinaError };

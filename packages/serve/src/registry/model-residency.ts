@@ -1,5 +1,5 @@
 import type { EventEmitter } from 'node:events';
-import { isMarinaError, type MarinaError } from '@marina/errors';
+import { isMarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
 import { readProcessMemoryBytes } from '../metrics/process-memory.ts';
 import type { LoadReason, RegistryEvents } from './model-registry-api.ts';
@@ -463,5 +463,3 @@ export class ModelResidency {
 function mib(bytes: number): string {
   return (bytes / 2 ** 20).toFixed(0);
 }
-
-export type { MarinaError };

@@ -16,7 +16,7 @@ import type {
   PriorityLevelStatus,
   SnapshotModelVersion,
 } from './model-registry-api.ts';
-import type { HandlerStagesMs } from './model-registry-api.ts';
+import type { HandlerStagesMs } from '../workers/worker-protocol.ts';
 import type { SignatureRead } from './read-model-signature.ts';
 
 /** A batch that left the aggregator and came back from a worker. */
@@ -53,6 +53,8 @@ export interface ModelVersionOptions {
    * (minWorkers 0, maxWorkers > 0): starts one.
    */
   startOnDemand(version: ModelVersion, requestId: string): void;
+  /** batch_wait_when_idle: an idle worker also waits maxBatchDelay for a partial batch to fill (TorchServe). */
+  isIdleBatchWaiting?: boolean;
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** unload_grace_seconds in ms: how long unregister, unload, scale-down and shutdown wait for a running batch. Default 10 s. */
   unloadGraceMs?: number;
@@ -175,6 +177,7 @@ export class ModelVersion extends EventEmitter<{
       batchSize: options.settings.batchSize,
       maxBatchDelayMs: options.settings.maxBatchDelayMs,
       isPrefetching: options.settings.queue.priorityLevels === 1,
+      isIdleWaiting: options.isIdleBatchWaiting === true,
       workers: () => this.pool.workers,
       dispatch: (worker, jobs, reason) => {
         // Given to an idle worker, the batch runs at once (the aggregator's loop then offers the

@@ -72,7 +72,7 @@ function readJson(value: unknown, method: AgreementMethod): Answer {
   }
   if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
     const record = value as Record<string, unknown>;
-    const outputs = record['outputs'];
+    const outputs = record.outputs;
     const tensors = new Map<string, number[]>();
     // The v2 JSON answer (a list of {name, data}) or the TorchServe tensor answer ({name: {shape, data}}).
     const entries: Array<[string, unknown]> = Array.isArray(outputs)
@@ -96,14 +96,14 @@ function readJson(value: unknown, method: AgreementMethod): Answer {
 }
 
 /** Reads a worker's answer: the v2 binary layout, or JSON; anything else is 'other'. */
-export function readAnswer(result: JobResult, method: AgreementMethod): Answer {
+function readAnswer(result: JobResult, method: AgreementMethod): Answer {
   if (result.statusCode >= 300) return { kind: 'other' };
   const headerLength = result.headers[INFERENCE_HEADER_CONTENT_LENGTH];
   try {
     if (headerLength !== undefined) {
       const { header, binaries } = splitBinaryBody(result.body, Number(headerLength), 'outputs');
-      const list = Array.isArray(header['outputs'])
-        ? (header['outputs'] as Array<{ name: string; datatype: unknown; data?: unknown }>)
+      const list = Array.isArray(header.outputs)
+        ? (header.outputs as Array<{ name: string; datatype: unknown; data?: unknown }>)
         : [];
       const tensors = new Map<string, number[]>();
       list.forEach((o, i) => {

@@ -15,32 +15,14 @@ import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 import { agreementMethodOf, compareAnswers, type AgreementMethod } from './output-agreement.ts';
 import type { ModelVersion } from './model-version.ts';
+import type { ShadowOutcome, ShadowStats } from './model-registry-api.ts';
 
 /** Copies waiting for a shadow version with room, over all models (each holds one request's input). */
 export const SHADOW_QUEUE_CAPACITY = 16;
 /** shadow_max_cpu_pressure's default: copies wait while CPU pressure (PSI some avg10) is 50 % or more. */
 export const DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT = 50;
 /** A copy that could not start within this long is dropped: the machine had no headroom. */
-export const SHADOW_MAX_WAIT_MS = 10_000;
-
-/** One shadow version's numbers since it became a shadow (or since it was registered). */
-export interface ShadowStats {
-  modelName: string;
-  modelVersion: string;
-  /** Copies the shadow version answered or failed. */
-  requests: number;
-  /** Copies the shadow version failed (its error is not anyone's answer). */
-  failed: number;
-  /** Copies shed before they ran: queue full, waited too long, or refused by the version. */
-  dropped: number;
-  /** Copies whose answer was compared with the live one. */
-  compared: number;
-  /** Sum of the comparisons' agreement (0–1 each); the mean is agreementSum / compared. */
-  agreementSum: number;
-  /** Largest absolute difference seen between tensor answers. */
-  maxAbsDiff: number;
-  method: AgreementMethod | undefined;
-}
+const SHADOW_MAX_WAIT_MS = 10_000;
 
 /** What the registry hands over once a live request was answered. */
 export interface ShadowCopy {
@@ -51,14 +33,6 @@ export interface ShadowCopy {
   headers: Record<string, string> | undefined;
   bodyDecoding: BodyDecoding;
   liveResult: JobResult;
-}
-
-/** Events: `outcome` once per copy (for the metrics' counters); `settled` when a copy leaves (tests wait on it). */
-export interface ShadowOutcome {
-  modelName: string;
-  modelVersion: string;
-  outcome: 'answered' | 'failed' | 'dropped';
-  agreement?: number;
 }
 
 interface Waiting extends ShadowCopy {

@@ -25,7 +25,7 @@ export const trafficErrors = defineErrors({
 });
 
 /** The shadow: a version that gets a copy of `percent` % of the live requests after they are answered. */
-export interface ShadowPolicy {
+interface ShadowPolicy {
   version: string;
   /** Share of live requests copied, integer 0–100. Default 100. */
   percent: number;

@@ -17,7 +17,7 @@ const SERVE_VERSION = (
 ).version;
 
 /** One route as fastify registered it, kept for the description. */
-export interface DescribedRoute {
+interface DescribedRoute {
   methods: string[];
   /** fastify's form: `/predictions/:model_name`, `/v1/models/:model_name::predict`. */
   url: string;
@@ -81,7 +81,7 @@ export function buildOpenApiOf(instance: FastifyInstance): OpenApiDocument {
 }
 
 /** `/v1/models/:model_name::predict` → `/v1/models/{model_name}:predict`. */
-export function openApiPath(url: string): string {
+function openApiPath(url: string): string {
   let out = '';
   for (let i = 0; i < url.length; i++) {
     const c = url[i]!;
@@ -160,7 +160,7 @@ function responsesOf(schema: RouteSchema): Record<string, unknown> {
 }
 
 /** The OpenAPI 3.0.1 document of `routes`, in TorchServe's shape. */
-export function buildOpenApi(routes: readonly DescribedRoute[]): OpenApiDocument {
+function buildOpenApi(routes: readonly DescribedRoute[]): OpenApiDocument {
   const paths: OpenApiDocument['paths'] = {};
   const sorted = [...routes]
     .filter((r) => r.schema?.description !== undefined)
@@ -169,7 +169,9 @@ export function buildOpenApi(routes: readonly DescribedRoute[]): OpenApiDocument
     const path = openApiPath(route.url);
     const schema = route.schema!;
     for (const method of route.methods) {
-      (paths[path] ??= {})[method.toLowerCase()] = {
+      const item = paths[path] ?? {};
+      paths[path] = item;
+      item[method.toLowerCase()] = {
         description: schema.description,
         operationId: operationId(method, path),
         parameters: parametersOf(schema, path),
@@ -190,11 +192,7 @@ export function buildOpenApi(routes: readonly DescribedRoute[]): OpenApiDocument
 }
 
 /** The description of one model: the paths with `{model_name}` under `prefix`, the name filled in. */
-export function modelOpenApi(
-  document: OpenApiDocument,
-  modelName: string,
-  prefixes: readonly string[],
-): OpenApiDocument {
+function modelOpenApi(document: OpenApiDocument, modelName: string, prefixes: readonly string[]): OpenApiDocument {
   const paths: OpenApiDocument['paths'] = {};
   for (const [path, operations] of Object.entries(document.paths)) {
     if (!path.includes('{model_name}') || !prefixes.some((p) => path.startsWith(p))) continue;
@@ -275,19 +273,18 @@ const TORCHSERVE_ONLY_OPERATIONS: Readonly<Record<string, Record<string, unknown
  * TorchServe's own description of a port that serves `apis`: its paths and methods only, each
  * operation as Marina documents it. Marina's other routes are in `GET /api-description` and the explorer.
  */
-export function torchServeOpenApi(
-  full: OpenApiDocument,
-  apis: ReadonlyArray<'inference' | 'management'>,
-): OpenApiDocument {
+function torchServeOpenApi(full: OpenApiDocument, apis: ReadonlyArray<'inference' | 'management'>): OpenApiDocument {
   const paths: OpenApiDocument['paths'] = {};
   const listed = [...apis.flatMap((api) => TORCHSERVE_PATHS[api]), TORCHSERVE_METRICS_PATH];
   for (const [path, methods] of listed) {
     for (const method of methods) {
       const operation =
         path === '/' || path === '/api-description'
-          ? (full.paths['/']?.['options'] ?? full.paths['/api-description']?.['get'])
+          ? (full.paths['/']?.options ?? full.paths['/api-description']?.get)
           : (full.paths[path]?.[method] ?? TORCHSERVE_ONLY_OPERATIONS[path]);
-      if (operation !== undefined) (paths[path] ??= {})[method] = operation;
+      if (operation === undefined) continue;
+      paths[path] ??= {};
+      paths[path][method] = operation;
     }
   }
   return { ...full, paths };

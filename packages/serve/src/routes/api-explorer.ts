@@ -8,7 +8,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import type { ApiName } from '../app.ts';
+import type { ApiName } from '../api-name.ts';
 import { isLoopbackHost } from '../config/parse-listen-address.ts';
 import { buildOpenApiOf } from './api-description.ts';
 

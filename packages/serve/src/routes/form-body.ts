@@ -45,7 +45,7 @@ function textOf(bytes: Buffer, charset: 'latin1' | 'utf8'): string | undefined {
 }
 
 /** The charset a Content-Type names: Latin-1 for `iso-8859-1` (and its aliases), UTF-8 otherwise. */
-export function formCharset(contentType: string | undefined): 'latin1' | 'utf8' {
+function formCharset(contentType: string | undefined): 'latin1' | 'utf8' {
   const named = /;\s*charset="?([^";\s]+)"?/i.exec(contentType ?? '')?.[1]?.toLowerCase();
   return named !== undefined && ['iso-8859-1', 'iso8859-1', 'latin1', 'l1', 'us-ascii', 'ascii'].includes(named)
     ? 'latin1'

@@ -242,7 +242,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
     if (name !== undefined && name !== '') return { modelName: name, modelVersion: undefined };
     const names = dataPlane.modelNames();
     if (names.length === 1) return { modelName: names[0]!, modelVersion: undefined };
-    const field = input['model_name'];
+    const field = input.model_name;
     const fromBody = Buffer.isBuffer(field) ? field.toString('utf8') : field;
     if (typeof fromBody === 'string' && fromBody !== '') return { modelName: fromBody, modelVersion: undefined };
     throw createServeError.MARINA_ERR_BAD_REQUEST(

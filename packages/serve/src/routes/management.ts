@@ -112,9 +112,9 @@ function lenientRegisterParams(params: Record<string, unknown>): Record<string, 
     if (value === undefined) delete out[name];
     else out[name] = value;
   }
-  if (typeof out['initial_workers'] === 'number' && out['initial_workers'] < 0) out['initial_workers'] = 0;
-  if (typeof out['batch_size'] === 'number' && out['batch_size'] < 1) delete out['batch_size'];
-  if (typeof out['max_batch_delay'] === 'number' && out['max_batch_delay'] < 0) delete out['max_batch_delay'];
+  if (typeof out.initial_workers === 'number' && out.initial_workers < 0) out.initial_workers = 0;
+  if (typeof out.batch_size === 'number' && out.batch_size < 1) delete out.batch_size;
+  if (typeof out.max_batch_delay === 'number' && out.max_batch_delay < 0) delete out.max_batch_delay;
   for (const name of ['startup_timeout', 'response_timeout'])
     if (typeof out[name] === 'number' && (out[name] as number) < 1) delete out[name];
   return out;
@@ -279,7 +279,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
       downloadSlots: new DownloadSlots(limits.maxConcurrentDownloads),
     });
 
-  app.setErrorHandler((error: FastifyError, request, reply) => {
+  app.setErrorHandler((error: FastifyError, _request, reply) => {
     if (error.validation) {
       return sendTorchServeError(reply, createServeError.MARINA_ERR_BAD_REQUEST(`Invalid parameter: ${error.message}`));
     }
@@ -384,7 +384,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
         if (!reply.raw.writableFinished) clientGone.abort();
       };
       reply.raw.once('close', onClose);
-      let resolved;
+      let resolved: Awaited<ReturnType<ModelUrlResolver>>;
       try {
         resolved = await resolve(params.url, { signal: clientGone.signal });
       } finally {
@@ -411,7 +411,7 @@ export async function managementRoutes(app: FastifyInstance, options: Management
         ...(params.response_timeout !== undefined && { responseTimeoutSec: params.response_timeout }),
         ...(params.startup_timeout !== undefined && { startupTimeoutSec: params.startup_timeout }),
       };
-      let result;
+      let result: Awaited<ReturnType<ModelRegistryApi['register']>>;
       try {
         result = await registry.register(registerOptions);
       } catch (error) {

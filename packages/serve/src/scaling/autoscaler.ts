@@ -158,7 +158,10 @@ export function createAutoscaler(options: CreateAutoscalerOptions): Autoscaler {
       const key = keyOf(s);
       seen.add(key);
       let t = tracked.get(key);
-      if (!t) tracked.set(key, (t = { behindSinceMs: undefined, idleSinceMs: undefined, isScaling: false }));
+      if (!t) {
+        t = { behindSinceMs: undefined, idleSinceMs: undefined, isScaling: false };
+        tracked.set(key, t);
+      }
       const isBehind = s.workers > 0 && s.queueDepth > knobs.scaleUpQueueDepth * s.workers;
       const isIdle = s.queueDepth === 0 && s.busyWorkers < s.workers;
       t.behindSinceMs = isBehind ? (t.behindSinceMs ?? nowMs) : undefined;

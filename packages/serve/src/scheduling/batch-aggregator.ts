@@ -34,6 +34,12 @@ export interface BatchAggregatorOptions<W extends BatchTaker> {
    * by priority when the worker is free.
    */
   isPrefetching?: boolean;
+  /**
+   * Whether an idle worker also waits up to maxBatchDelay for a partial batch to fill, as
+   * TorchServe's aggregator does (batch_wait_when_idle). Default false: an idle worker takes what
+   * is queued at the end of the event loop's turn, so a lone request never pays the delay.
+   */
+  isIdleWaiting?: boolean;
   /** The error for a queued job whose deadline (its level's timeout, its own, its gRPC deadline) passed before it was taken. */
   expired(job: Job): MarinaError;
 }
@@ -88,6 +94,23 @@ export class BatchAggregator<W extends BatchTaker> {
           break;
         }
         if (this.#options.isPrefetching !== false) busy ??= w;
+      }
+      if (idle !== undefined && this.#options.isIdleWaiting === true && maxBatchDelayMs > 0) {
+        // TorchServe's way: even an idle worker waits for a full batch or for maxBatchDelay.
+        if (queue.size >= batchSize || this.#isCollectDue || this.#isFlushing) {
+          const reason: DispatchReason = queue.size >= batchSize ? 'full' : this.#isFlushing ? 'flush' : 'delay';
+          this.#stopCollecting();
+          this.#options.dispatch(idle, queue.take(batchSize), reason);
+          continue;
+        }
+        if (this.#collectTimer === undefined) {
+          this.#collectTimer = setTimeout(() => {
+            this.#collectTimer = undefined;
+            this.#isCollectDue = true;
+            this.pump();
+          }, maxBatchDelayMs);
+        }
+        break;
       }
       if (idle !== undefined) {
         // Less than a full batch waits for the end of this turn of the event loop, so requests

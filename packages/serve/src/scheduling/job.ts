@@ -1,5 +1,6 @@
 import type { MarinaError } from '@marina/errors';
-import type { BodyDecoding, HandlerStagesMs } from '../workers/worker-protocol.ts';
+import type { BodyDecoding } from '../workers/worker-protocol.ts';
+import type { JobTimings } from './job-timings.ts';
 import type { RequestTrace } from '../tracing/tracing.ts';
 
 /** One request's input as the handler sees it: `{ body }` for a raw body, one key per multipart field otherwise. */
@@ -31,28 +32,9 @@ export class TextJobResult implements JobResult {
   ) {}
 
   get body(): Buffer {
-    return (this.#body ??= Buffer.from(this.text, 'utf8'));
+    this.#body ??= Buffer.from(this.text, 'utf8');
+    return this.#body;
   }
-}
-
-export interface JobTimings {
-  /** performance.now() when the request arrived. */
-  arrivedAt: number;
-  /** When admission was over and the job entered its model version's queue; undefined until then. */
-  queuedAt?: number;
-  /** When its batch started running in a worker (not when it was handed over); undefined until then. */
-  dispatchedAt: number | undefined;
-  /** When the worker answered. */
-  finishedAt: number | undefined;
-  /** Where the worker spent the time of this job's batch, for handlers with separate stages. */
-  stages?: HandlerStagesMs;
-  /** The handler's time for this job's batch, measured in the worker thread. */
-  handlerMs?: number;
-  /** The worker that ran this job's batch, and the batch's size (traces). */
-  workerId?: string;
-  batchSize?: number;
-  /** It arrived while its model version was not resident, and waited for the load. */
-  waitedForLoad?: boolean;
 }
 
 /**

@@ -7,7 +7,7 @@ import { createServeError } from '../errors.ts';
 import type { JobSchedule } from './job.ts';
 
 /** A level's queue policy, every field resolved. */
-export interface QueuePolicy {
+interface QueuePolicy {
   /** Jobs queued at the level at most; 0: only jobQueueSize bounds it. */
   maxQueueSize: number;
   /** A job not started within this many ms of arriving is answered (reject) or moved back (delay); 0: never. */
@@ -93,19 +93,18 @@ export function resolveQueueSettings(options: {
           raw[name],
           'one of maxQueueSize, timeoutMs, timeoutAction, allowTimeoutOverride',
         );
-    const action = raw['timeoutAction'];
+    const action = raw.timeoutAction;
     if (action !== undefined && action !== 'reject' && action !== 'delay')
       throw invalid(`${key}.timeoutAction`, source, action, "'reject' or 'delay'");
-    const override = raw['allowTimeoutOverride'];
+    const override = raw.allowTimeoutOverride;
     if (override !== undefined && typeof override !== 'boolean')
       throw invalid(`${key}.allowTimeoutOverride`, source, override, 'true or false');
     return {
       maxQueueSize:
-        raw['maxQueueSize'] === undefined
+        raw.maxQueueSize === undefined
           ? base.maxQueueSize
-          : integer(`${key}.maxQueueSize`, source, raw['maxQueueSize'], 0),
-      timeoutMs:
-        raw['timeoutMs'] === undefined ? base.timeoutMs : integer(`${key}.timeoutMs`, source, raw['timeoutMs'], 0),
+          : integer(`${key}.maxQueueSize`, source, raw.maxQueueSize, 0),
+      timeoutMs: raw.timeoutMs === undefined ? base.timeoutMs : integer(`${key}.timeoutMs`, source, raw.timeoutMs, 0),
       timeoutAction: (action as QueuePolicy['timeoutAction'] | undefined) ?? base.timeoutAction,
       allowTimeoutOverride: (override as boolean | undefined) ?? base.allowTimeoutOverride,
     };
@@ -185,8 +184,8 @@ export function scheduleOf(
 }
 
 /** The request header names (REST) and gRPC metadata keys that carry a request's priority and timeout. */
-export const PRIORITY_HEADER = 'x-marina-priority';
-export const TIMEOUT_HEADER = 'x-marina-timeout-ms';
+const PRIORITY_HEADER = 'x-marina-priority';
+const TIMEOUT_HEADER = 'x-marina-timeout-ms';
 
 function parseCount(text: unknown, what: 'priority' | 'timeout', unit: string): number | undefined {
   if (text === undefined || text === null) return undefined;
@@ -215,8 +214,8 @@ export function requestSchedulingOf(
 ): RequestScheduling | undefined {
   const headerPriority = headers?.[PRIORITY_HEADER];
   const headerTimeout = headers?.[TIMEOUT_HEADER];
-  const paramPriority = parameters?.['priority'];
-  const paramTimeout = parameters?.['timeout'];
+  const paramPriority = parameters?.priority;
+  const paramTimeout = parameters?.timeout;
   if (
     headerPriority === undefined &&
     headerTimeout === undefined &&

@@ -28,7 +28,7 @@ export interface SnapshotRegistration extends RegisterModelOptions {
  * Where a snapshot entry's archive is now: a file:// URL as its path, an http(s) URL as the
  * copy downloaded into the store (`marName`), an absolute path as is, anything else in the store.
  */
-export function snapshotArchivePath(entry: { url: string; marName: string }, modelStore: string | undefined): string {
+function snapshotArchivePath(entry: { url: string; marName: string }, modelStore: string | undefined): string {
   const { url, marName } = entry;
   if (/^file:\/\//i.test(url)) return fileURLToPath(url);
   const inStore = (name: string) => (modelStore === undefined ? resolve(name) : join(modelStore, name));

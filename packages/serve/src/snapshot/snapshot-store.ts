@@ -34,13 +34,13 @@ const TORCHSERVE_ENTRY_FIELDS = [
 ] as const;
 
 /** The top-level key of Marina's extras in `model_snapshot`: per-version fields and the traffic policies. */
-export const MARINA_SNAPSHOT_KEY = 'marina';
+const MARINA_SNAPSHOT_KEY = 'marina';
 
 /** Matches snapshot file names; anything else in the folder (temp files start with '.') is ignored. */
 export const SNAPSHOT_FILE_PATTERN = /^(\d{17})-(snapshot|startup|shutdown)\.cfg$/;
 
 /** TorchServe's three snapshot kinds, the suffix of the file name. */
-export type SnapshotKind = 'snapshot' | 'startup' | 'shutdown';
+type SnapshotKind = 'snapshot' | 'startup' | 'shutdown';
 
 export type SnapshotModels = Record<string, Record<string, SnapshotModelVersion>>;
 
@@ -60,7 +60,7 @@ export interface Snapshot {
 }
 
 /** `yyyyMMddHHmmssSSS` in UTC, TorchServe's snapshot name stamp. */
-export function formatSnapshotTimestamp(epochMs: number): string {
+function formatSnapshotTimestamp(epochMs: number): string {
   return new Date(epochMs).toISOString().replace(/[-:TZ.]/g, '');
 }
 
@@ -201,8 +201,12 @@ export function renderSnapshot(options: {
       for (const field of TORCHSERVE_ENTRY_FIELDS) if (entry[field] !== undefined) torchServe[field] = entry[field];
       for (const [key, value] of Object.entries(entry))
         if (!(TORCHSERVE_ENTRY_FIELDS as readonly string[]).includes(key) && value !== undefined) marina[key] = value;
-      (models[name] ??= {})[version] = torchServe;
-      if (Object.keys(marina).length > 0) (own[name] ??= {})[version] = marina;
+      models[name] ??= {};
+      models[name][version] = torchServe;
+      if (Object.keys(marina).length > 0) {
+        own[name] ??= {};
+        own[name][version] = marina;
+      }
     }
   }
   const traffic = Object.fromEntries(Object.entries(options.traffic ?? {}).filter(([name]) => models[name]));

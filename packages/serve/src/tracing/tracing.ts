@@ -45,7 +45,14 @@ import {
   type SpanExporter,
 } from '@opentelemetry/sdk-trace';
 import { createServeError } from '../errors.ts';
-import type { Job } from '../scheduling/job.ts';
+import type { JobTimings } from '../scheduling/job-timings.ts';
+
+/** What tracing reads of a job (scheduling/job.ts's Job). */
+interface TracedJob {
+  readonly timings: JobTimings;
+  readonly priority: number;
+  readonly trace: RequestTrace | undefined;
+}
 
 /** Which wire a request came by: the `marina.protocol` attribute. */
 export type TracedProtocol = 'torchserve-rest' | 'oip-rest' | 'torchserve-grpc' | 'oip-grpc';
@@ -89,8 +96,8 @@ export function tracingSettingsFrom(options: {
       `${name}=${JSON.stringify(value.slice(0, 60))} is not supported; use ${allowed}, or unset it`,
       { details: { variable: name } },
     );
-  if (env['OTEL_SDK_DISABLED']?.trim().toLowerCase() === 'true') return undefined;
-  const exporters = (env['OTEL_TRACES_EXPORTER'] ?? '')
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined;
+  const exporters = (env.OTEL_TRACES_EXPORTER ?? '')
     .split(',')
     .map((e) => e.trim().toLowerCase())
     .filter(Boolean);
@@ -105,11 +112,7 @@ export function tracingSettingsFrom(options: {
     if (unknown !== undefined) throw invalid('OTEL_TRACES_EXPORTER', unknown, 'otlp, console or none');
     exporter = exporters.includes('otlp') ? 'otlp' : 'console';
   }
-  const protocolText = (
-    env['OTEL_EXPORTER_OTLP_TRACES_PROTOCOL'] ??
-    env['OTEL_EXPORTER_OTLP_PROTOCOL'] ??
-    'http/protobuf'
-  )
+  const protocolText = (env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? env.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf')
     .trim()
     .toLowerCase();
   if (protocolText !== 'http/protobuf' && protocolText !== 'http/json')
@@ -118,8 +121,8 @@ export function tracingSettingsFrom(options: {
       protocolText,
       'http/protobuf or http/json (grpc is not built in)',
     );
-  const specific = env['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT']?.trim();
-  const general = env['OTEL_EXPORTER_OTLP_ENDPOINT']?.trim();
+  const specific = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
+  const general = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
   const endpoint = specific ? specific : `${(general || 'http://localhost:4318').replace(/\/+$/, '')}/v1/traces`;
   try {
     new URL(endpoint);
@@ -130,17 +133,17 @@ export function tracingSettingsFrom(options: {
       'an http(s) URL',
     );
   }
-  const sampler = (env['OTEL_TRACES_SAMPLER'] ?? 'parentbased_always_on').trim().toLowerCase();
+  const sampler = (env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on').trim().toLowerCase();
   if (!SAMPLERS.includes(sampler)) throw invalid('OTEL_TRACES_SAMPLER', sampler, SAMPLERS.join(', '));
-  const argText = env['OTEL_TRACES_SAMPLER_ARG']?.trim();
+  const argText = env.OTEL_TRACES_SAMPLER_ARG?.trim();
   let samplerArg: number | undefined;
   if (sampler.endsWith('traceidratio') && argText !== undefined && argText !== '') {
     samplerArg = Number(argText);
     if (!Number.isFinite(samplerArg) || samplerArg < 0 || samplerArg > 1)
       throw invalid('OTEL_TRACES_SAMPLER_ARG', argText, 'a ratio from 0 to 1');
   }
-  const resourceAttributes = parseKeyPairsIntoRecord(env['OTEL_RESOURCE_ATTRIBUTES']);
-  const serviceName = env['OTEL_SERVICE_NAME']?.trim() || resourceAttributes['service.name'] || 'marina';
+  const resourceAttributes = parseKeyPairsIntoRecord(env.OTEL_RESOURCE_ATTRIBUTES);
+  const serviceName = env.OTEL_SERVICE_NAME?.trim() || resourceAttributes['service.name'] || 'marina';
   return {
     exporter,
     protocol: protocolText,
@@ -249,7 +252,7 @@ export class RequestTrace {
    * The job's spans under the request span, from its timings: admission, queue, then the worker's
    * stages. Called once the job is answered (whatever the outcome).
    */
-  recordJob(job: Job, outcome: { isOk: boolean; errorCode?: string }): void {
+  recordJob(job: TracedJob, outcome: { isOk: boolean; errorCode?: string }): void {
     if (!this.span.isRecording()) return;
     const tracer = this.#tracing.tracer;
     const t = job.timings;
@@ -358,7 +361,7 @@ export class Tracing {
    * linked to every traced request in it (a batch serves many traces).
    */
   recordBatch(
-    jobs: readonly Job[],
+    jobs: readonly TracedJob[],
     batch: { workerId: string; modelName: string; modelVersion: string; isOk: boolean },
   ): void {
     let first: RequestTrace | undefined;
@@ -406,7 +409,7 @@ export class Tracing {
  * off costs nothing more).
  */
 export function recordBatchSpan(
-  jobs: readonly Job[],
+  jobs: readonly TracedJob[],
   batch: { workerId: string; modelName: string; modelVersion: string; isOk: boolean },
 ): void {
   for (const job of jobs) {

@@ -6,9 +6,9 @@ import { resolveIntraOpThreads } from './thread-defaults.ts';
  * cores: `min_worker=1000` is refused, anything TorchServe users write (two workers per model
  * beside other models) is not.
  */
-export const ABSURD_THREADS_FACTOR = 4;
+const ABSURD_THREADS_FACTOR = 4;
 /** The fewest threads a single version may always have, whatever the cores (a 1-core machine still takes minWorkers: 4). */
-export const ABSURD_THREADS_FLOOR = 8;
+const ABSURD_THREADS_FLOOR = 8;
 
 export interface ThreadBudgetOptions {
   cpuCount: number;

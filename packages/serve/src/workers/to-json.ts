@@ -23,7 +23,7 @@ function isPlainJson(value: unknown, depth: number): boolean {
   }
   if (ArrayBuffer.isView(value)) return false;
   for (const key in value as Record<string, unknown>) {
-    if (!Object.prototype.hasOwnProperty.call(value, key)) continue;
+    if (!Object.hasOwn(value as object, key)) continue;
     if (!isPlainJson((value as Record<string, unknown>)[key], depth + 1)) return false;
   }
   return true;

@@ -36,17 +36,17 @@ export function readWarmupSettings(
   modelYamlConfig: Record<string, unknown>,
   batchSize: number,
 ): WarmupSettings | undefined {
-  const raw = modelYamlConfig['warmup'];
+  const raw = modelYamlConfig.warmup;
   if (raw === undefined || raw === null || raw === false) return undefined;
   const section = (typeof raw === 'object' && !Array.isArray(raw) ? raw : {}) as Record<string, unknown>;
   return {
-    runs: typeof section['runs'] === 'number' ? section['runs'] : 1,
+    runs: typeof section.runs === 'number' ? section.runs : 1,
     batchSizes:
-      Array.isArray(section['batchSizes']) && section['batchSizes'].length > 0
-        ? (section['batchSizes'] as number[])
+      Array.isArray(section.batchSizes) && section.batchSizes.length > 0
+        ? (section.batchSizes as number[])
         : [Math.max(1, batchSize)],
-    input: typeof section['input'] === 'string' ? section['input'] : undefined,
-    contentType: typeof section['contentType'] === 'string' ? section['contentType'] : undefined,
+    input: typeof section.input === 'string' ? section.input : undefined,
+    contentType: typeof section.contentType === 'string' ? section.contentType : undefined,
   };
 }
 

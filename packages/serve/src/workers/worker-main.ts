@@ -15,7 +15,7 @@ import {
   type RequestRow,
 } from '@marina/handlers';
 import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
-import { useBatchScheduling } from './batch-scheduling.ts';
+import { useSchedBatch } from './use-sched-batch.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
 import type {
@@ -82,7 +82,7 @@ function decodeBody(body: unknown, decoding: BodyDecoding): unknown {
 function reviveRow(row: Record<string, unknown>, decoding: BodyDecoding): RequestRow {
   const out: RequestRow = {};
   for (const k in row) out[k] = toBuffer(row[k]);
-  if (decoding !== undefined && 'body' in out) out['body'] = decodeBody(out['body'], decoding);
+  if (decoding !== undefined && 'body' in out) out.body = decodeBody(out.body, decoding);
   return out;
 }
 
@@ -177,7 +177,9 @@ function createBatchContext(batch: BatchState): HandlerContext {
       batch.contentTypes[index] = contentType;
     },
     setResponseHeader(index: number, name: string, value: string) {
-      (batch.responseHeaders[index] ??= {})[name] = value;
+      const headers = batch.responseHeaders[index] ?? {};
+      batch.responseHeaders[index] = headers;
+      headers[name] = value;
     },
   };
 }
@@ -394,7 +396,7 @@ async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
 /** Loads the handler, warms it up when model-config.yaml asks for it, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
 export async function runWorker(): Promise<void> {
   // First, so that onnxruntime's pool threads, started with the session, inherit the policy.
-  const scheduling = useBatchScheduling();
+  const scheduling = useSchedBatch();
   try {
     const builtin = getBuiltinHandler(init.handler);
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });

@@ -1,7 +1,15 @@
-import type { HandlerStagesMs } from '../registry/model-registry-api.ts';
 import type { WarmupReport } from './warm-up.ts';
 
-export type { HandlerStagesMs };
+/**
+ * Where a batch's time went inside the worker, ms: `preprocessWaitMs` is how long the worker
+ * waited for preprocessing after it picked the batch up (0 when a pipelined preprocess had already
+ * finished while the previous batch ran).
+ */
+export interface HandlerStagesMs {
+  preprocessWaitMs: number;
+  inferenceMs: number;
+  postprocessMs: number;
+}
 
 /** Messages between a Worker (main thread) and its worker_thread (worker-main.ts). */
 
@@ -86,7 +94,7 @@ export type BatchResult =
  * begun running its next batch, that batch's id: one message per batch under load.
  */
 export type FromWorker =
-  /** `schedulingProblem`: why the thread could not be put under SCHED_BATCH (see batch-scheduling.ts); absent when it was, or when that is off. */
+  /** `schedulingProblem`: why the thread could not be put under SCHED_BATCH (see use-sched-batch.ts); absent when it was, or when that is off. */
   | { type: 'ready'; heapBytes: number; warmup?: WarmupReport; reportsStarts: boolean; schedulingProblem?: string }
   | { type: 'init-failed'; error: ErrorPayload }
   | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number };

@@ -4,7 +4,7 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { getBuiltinHandler } from '@marina/handlers';
-import { WORKER_SCHED_BATCH_ENV } from './batch-scheduling.ts';
+import { WORKER_SCHED_BATCH_ENV } from './use-sched-batch.ts';
 import { createServeError } from '../errors.ts';
 import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
 import { TextJobResult, type Job } from '../scheduling/job.ts';
@@ -285,8 +285,14 @@ export class Worker extends EventEmitter<{
       rows[i] = row;
       requestIds[i] = job.requestId;
       const picked = wanted === undefined ? job.headers : pickHeaders(job.headers, wanted);
-      if (picked !== undefined) (headers ??= new Array(n).fill(undefined))[i] = picked;
-      if (job.bodyDecoding !== undefined) (decodings ??= new Array(n).fill(undefined))[i] = job.bodyDecoding;
+      if (picked !== undefined) {
+        headers ??= new Array(n).fill(undefined);
+        headers[i] = picked;
+      }
+      if (job.bodyDecoding !== undefined) {
+        decodings ??= new Array(n).fill(undefined);
+        decodings[i] = job.bodyDecoding;
+      }
     }
     const payload: BatchPayload = { batchId: batch.id, rows, requestIds };
     if (headers) payload.headers = headers;
@@ -512,7 +518,9 @@ function pickHeaders(headers: Record<string, string>, names: readonly string[]):
   let picked: Record<string, string> | undefined;
   for (const name of names) {
     const value = headers[name];
-    if (value !== undefined) (picked ??= {})[name] = value;
+    if (value === undefined) continue;
+    picked ??= {};
+    picked[name] = value;
   }
   return picked;
 }

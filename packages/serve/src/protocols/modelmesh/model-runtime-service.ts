@@ -24,7 +24,7 @@ import { removeWrapped, resolveModelPath, type ResolvedModelPath } from './resol
  * ModelMesh's conservative default size of a model, for models it has not sized yet: most ONNX
  * models Marina serves need less resident (ResNet-50 with one worker: about 250 MB).
  */
-export const DEFAULT_MODEL_SIZE_BYTES = 256 * 1024 ** 2;
+const DEFAULT_MODEL_SIZE_BYTES = 256 * 1024 ** 2;
 
 /** What the SPI needs of the registry (the core's ModelRegistry implements it). */
 export interface ModelRuntimeRegistry {

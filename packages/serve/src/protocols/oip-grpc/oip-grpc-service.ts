@@ -5,7 +5,7 @@
  * (which has no typed field), in typed `contents` otherwise.
  */
 import { randomUUID } from 'node:crypto';
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import {
   createHandlerError,
   decodeBytesElements,
@@ -84,7 +84,7 @@ function parameterValues(parameters: Record<string, WireParameter> | undefined):
 }
 
 /** ModelInferRequest → tensors. @throws MARINA_ERR_TENSOR_INPUT_INVALID */
-export function decodeModelInferRequest(request: ModelInferRequest): { inputs: RawTensor[]; isRaw: boolean } {
+function decodeModelInferRequest(request: ModelInferRequest): { inputs: RawTensor[]; isRaw: boolean } {
   const raws = request.raw_input_contents ?? [];
   const isRaw = raws.length > 0;
   if (request.inputs.length === 0) throw invalid('the request has no inputs');
@@ -120,7 +120,7 @@ export function decodeModelInferRequest(request: ModelInferRequest): { inputs: R
 }
 
 /** Tensors → the response's outputs and raw_output_contents. */
-export function encodeModelInferOutputs(
+function encodeModelInferOutputs(
   outputs: RawTensor[],
   isRaw: boolean,
 ): { outputs: unknown[]; raw_output_contents: Buffer[] } {

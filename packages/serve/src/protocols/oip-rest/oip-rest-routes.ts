@@ -50,7 +50,7 @@ interface DecodedRequest {
 }
 
 /** Reads a v2 infer body (JSON, or JSON header + binary tensors). @throws MARINA_ERR_TENSOR_INPUT_INVALID */
-export function decodeInferBody(body: Buffer, headerLengthText: string | undefined): DecodedRequest {
+function decodeInferBody(body: Buffer, headerLengthText: string | undefined): DecodedRequest {
   let header: Record<string, unknown>;
   let binaries = new Map<number, Buffer>();
   if (headerLengthText !== undefined) {
@@ -69,7 +69,7 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
     if (!header || typeof header !== 'object' || Array.isArray(header))
       throw invalid('the body must be a JSON object with an "inputs" list');
   }
-  const list = header['inputs'];
+  const list = header.inputs;
   if (!Array.isArray(list) || list.length === 0)
     throw invalid('the request needs a non-empty "inputs" list of {"name", "shape", "datatype", "data"}');
   const inputs: RawTensor[] = list.map((entry, i) => {
@@ -88,18 +88,18 @@ export function decodeInferBody(body: Buffer, headerLengthText: string | undefin
     if (e.data === undefined) throw invalid(`${where} has no "data" and no binary_data_size parameter`);
     return { name: e.name, datatype: e.datatype, shape, raw: jsonToRaw(e.datatype, e.data, shape, where) };
   });
-  const parameters = header['parameters'] as Record<string, unknown> | undefined;
+  const parameters = header.parameters as Record<string, unknown> | undefined;
   if (parameters !== undefined && (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters)))
     throw invalid('"parameters" must be an object');
-  const outputsValue = header['outputs'];
+  const outputsValue = header.outputs;
   if (outputsValue !== undefined && !Array.isArray(outputsValue))
     throw invalid('"outputs" must be a list of {"name", "parameters"}');
   const outputs = (outputsValue as WireOutput[] | undefined)?.map((o, i) => {
     if (typeof o?.name !== 'string') throw invalid(`outputs[${i}] needs a "name"`);
     return o;
   });
-  const isBinaryDefault = parameters?.['binary_data_output'] === true;
-  const id = header['id'];
+  const isBinaryDefault = parameters?.binary_data_output === true;
+  const id = header.id;
   if (id !== undefined && typeof id !== 'string') throw invalid('"id" must be a string');
   return {
     request: {
@@ -441,9 +441,9 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     async (request, reply) => {
       try {
         const body = repositoryBody(request.body, ['ready', 'repository_name']);
-        if (body['ready'] !== undefined && typeof body['ready'] !== 'boolean')
+        if (body.ready !== undefined && typeof body.ready !== 'boolean')
           throw createServeError.MARINA_ERR_BAD_REQUEST('"ready" must be a boolean');
-        return json(reply, 200, dataPlane.repositoryIndex({ ready: body['ready'] === true }));
+        return json(reply, 200, dataPlane.repositoryIndex({ ready: body.ready === true }));
       } catch (error) {
         return sendError(reply, error);
       }
@@ -467,7 +467,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     },
     async (request: FastifyRequest<ModelParams>, reply) => {
       try {
-        repositoryParameters(repositoryBody(request.body, ['parameters'])['parameters'], []);
+        repositoryParameters(repositoryBody(request.body, ['parameters']).parameters, []);
         await dataPlane.loadModel(request.params.model_name);
         return json(reply, 200, { name: request.params.model_name, load: true });
       } catch (error) {
@@ -492,7 +492,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
     },
     async (request: FastifyRequest<ModelParams>, reply) => {
       try {
-        repositoryParameters(repositoryBody(request.body, ['parameters'])['parameters'], ['unload_dependents']);
+        repositoryParameters(repositoryBody(request.body, ['parameters']).parameters, ['unload_dependents']);
         await dataPlane.unloadModel(request.params.model_name);
         return json(reply, 200, { name: request.params.model_name, unload: true });
       } catch (error) {

@@ -4,7 +4,7 @@
  * messages and JSON, with no second implementation to drift. `msg` carries the REST body, as in
  * TorchServe; a REST error becomes the gRPC status of its HTTP code with the REST message.
  */
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import type { FastifyInstance } from 'fastify';
 import { MarinaError } from '@marina/errors';
 import { createServeError } from '../../errors.ts';
