@@ -10,6 +10,8 @@ import { profileModel } from './profile/profile-model.ts';
 import { formatProfile } from './profile/render-profile.ts';
 import { writeProfileReports } from './profile/write-profile-reports.ts';
 import { formatTuneResult, tuneArchive } from './tune/tune-archive.ts';
+import { runQuantizeCommand } from './quantize/quantize-command.ts';
+import { quantizeBenchModelNames, type QuantizeBenchModelName } from './quantize/quantize-models.ts';
 
 function positiveInteger(value: string): number {
   const parsed = Number(value);
@@ -173,6 +175,53 @@ Examples:
         } finally {
           progress.stop();
         }
+      },
+    );
+
+  program
+    .command('quantize')
+    .description(
+      'Quantise real pretrained models (PaddleOCR text detector and direction classifier from npm, ResNet-152) with model-archiver --quantize int8, then serve fp32 and int8 with the same configuration in rounds taken in turns; writes quantize-report.md and quantize-result.json.',
+    )
+    .option(
+      '--models <list>',
+      `comma-separated, from ${quantizeBenchModelNames.join(', ')} (default all)`,
+      (value: string) => {
+        const names = value.split(',').map((n) => n.trim());
+        const unknown = names.filter((n) => !quantizeBenchModelNames.includes(n as QuantizeBenchModelName));
+        if (unknown.length > 0)
+          throw new InvalidArgumentError(
+            `unknown model(s) ${unknown.join(', ')}; choose from ${quantizeBenchModelNames.join(', ')}`,
+          );
+        return names as QuantizeBenchModelName[];
+      },
+    )
+    .option('--rounds <n>', 'rounds per server, taken in turns', positiveInteger, 3)
+    .option('--requests <n>', 'measured requests per round, one client', positiveInteger, 20)
+    .option('--cache-dir <dir>', 'where models, samples and archives are kept between runs')
+    .option('--out <dir>', 'where the report is written (default bench-results/quantize-<time>)')
+    .option('--serve-bin <path>', "the serve CLI (default: this workspace's @marina/serve)")
+    .option(
+      '--reuse-archives',
+      'measure the archives an earlier run left in --cache-dir again, without quantising again',
+    )
+    .action(
+      async (flags: {
+        reuseArchives?: boolean;
+        models?: QuantizeBenchModelName[];
+        rounds: number;
+        requests: number;
+        cacheDir?: string;
+        out?: string;
+        serveBin?: string;
+      }) => {
+        const { reuseArchives, ...rest } = flags;
+        const { report, outDir } = await runQuantizeCommand({
+          ...rest,
+          ...(reuseArchives ? { isReusingArchives: true } : {}),
+          onProgress: (message) => process.stderr.write(`  ${message}\n`),
+        });
+        process.stdout.write(`${report}\nwritten to ${outDir}\n`);
       },
     );
 

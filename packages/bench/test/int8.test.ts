@@ -95,7 +95,7 @@ describe('marina-bench --quick --experiments int8', () => {
     // The int8 model is the quantised file model-archiver wrote (a quarter of the fp32 weights' bytes or so).
     expect(s.int8ModelMb).toBeLessThan(s.fp32ModelMb);
     expect(s.agreement).toMatch(
-      /^top1 \d\.\d{3}, lowest cosine 0\.\d{5} on 2 held-out images \(minmax calibration on 6; \d+ nodes kept in fp32\)$/,
+      /^top1 \d\.\d{3}, lowest cosine 0\.\d{5} on 8 images by 4-fold, each calibrated on 6\+ \(auto calibration; \d+ nodes kept in fp32\)$/,
     );
     expect(s.quantizeCommand).toContain('--quantize int8 --calibration');
   });

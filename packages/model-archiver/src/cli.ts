@@ -5,12 +5,12 @@ import { Command, CommanderError, InvalidArgumentError, Option } from 'commander
 import cliProgress from 'cli-progress';
 import { isMarinaError } from '@marina/errors';
 import {
-  CALIBRATION_METHODS,
+  CALIBRATION_CHOICES,
   DEFAULT_CALIBRATION_METHOD,
   formatQuantizationSummary,
   quantizeErrors,
   quantizeForArchive,
-  type CalibrationMethod,
+  type CalibrationChoice,
   type QuantizeForArchiveResult,
 } from '@marina/quantize';
 import {
@@ -58,7 +58,8 @@ interface ArchiveFlags {
   quantize?: 'int8';
   calibration?: string;
   eval?: string;
-  calibrationMethod: CalibrationMethod;
+  calibrationMethod: CalibrationChoice;
+  folds?: number;
   percentile?: number;
   minAgreement?: number;
   excludeNodes?: string;
@@ -76,6 +77,13 @@ function percentileValue(value: string): number {
   const parsed = Number(value);
   if (!(parsed > 50 && parsed <= 100))
     throw new InvalidArgumentError(`'${value}' is not a percentile above 50 and at most 100.`);
+  return parsed;
+}
+
+function foldCount(value: string): number {
+  const parsed = Number(value);
+  if (!(Number.isInteger(parsed) && parsed >= 2 && parsed <= 100))
+    throw new InvalidArgumentError(`'${value.slice(0, 20)}' is not a whole number from 2 to 100.`);
   return parsed;
 }
 
@@ -214,15 +222,18 @@ export function createProgram(io: CliIo = {}): Command {
     )
     .option(
       '--calibration <dir>',
-      'folder of request bodies, as users POST them to the predictions route (images for the image handlers, JSON for tensor), run through the handler to calibrate; a quarter are held back to measure accuracy unless --eval is given',
+      'folder of request bodies, as users POST them to the predictions route (images for the image handlers, JSON for tensor), run through the handler to calibrate; accuracy is measured by k-fold over them (each evaluated once by a model calibrated on the others; give 8 or more) unless --eval is given',
     )
     .option(
       '--eval <dir>',
-      'folder of request bodies to measure int8 against fp32 on (default: a quarter of --calibration)',
+      'folder of request bodies to measure int8 against fp32 on instead of k-fold over --calibration',
     )
     .addOption(
-      new Option('--calibration-method <method>', 'how activation ranges are chosen')
-        .choices(CALIBRATION_METHODS)
+      new Option(
+        '--calibration-method <method>',
+        'how activation ranges are chosen: auto picks min/max, percentile or entropy per tensor by the error it gives; the others force one method for every tensor',
+      )
+        .choices(CALIBRATION_CHOICES)
         .default(DEFAULT_CALIBRATION_METHOD),
     )
     .option(
@@ -232,12 +243,20 @@ export function createProgram(io: CliIo = {}): Command {
     )
     .option(
       '--min-agreement <x>',
-      'accuracy target, 0..1: top-1 agreement for classifiers (default 0.9), mask IoU for segmenter outputs (0.9), lowest cosine otherwise (0.99); below it nothing is written unless --force',
+      'accuracy target, 0..1: top-1 agreement for classifiers (default 0.99), mask IoU for segmenter and detector maps (0.95), lowest cosine otherwise (0.99); below it nothing is written unless --force',
       agreementTarget,
     )
     .option('--exclude-nodes <list>', 'comma-separated node names to keep in fp32')
     .option('--exclude-op-types <list>', 'comma-separated operator types to keep in fp32 (e.g. Add,Resize)')
-    .option('--no-auto-fallback', 'do not keep sensitive nodes in fp32 automatically when agreement is below target')
+    .option(
+      '--no-auto-fallback',
+      'below the target, do not search for nodes to keep in fp32 (the search measures each quantised node alone in int8, then reverts the worst one by one while agreement rises)',
+    )
+    .option(
+      '--folds <k>',
+      'folds of the k-fold accuracy check over --calibration (default 4, at most one per sample)',
+      foldCount,
+    )
     .optionsGroup('Checks:')
     .option(
       '--skip-checks',
@@ -334,13 +353,14 @@ Exit codes: 0 done; 1 bad flags or inputs (nothing written); 2 the archive would
             excludedNodes: list(flags.excludeNodes),
             excludedOpTypes: list(flags.excludeOpTypes),
             isAutoFallback: flags.autoFallback,
+            ...(flags.folds === undefined ? {} : { folds: flags.folds }),
             onProgress: (message) => stderr.write(`quantize: ${message}\n`),
           });
           stderr.write(formatQuantizationSummary(quantized.record));
           if (!quantized.record.isTargetMet && flags.force !== true) {
             const r = quantized.record;
             throw quantizeErrors.create.MARINA_ERR_QUANTIZE_ACCURACY_BELOW_TARGET(
-              `int8 ${r.agreement.metric} agreement is ${r.agreement.value.toFixed(4)}, below the target ${r.minAgreement} (all int8: ${r.initialAgreement.value.toFixed(4)}; kept in fp32: ${r.autoKeptFp32.length > 0 ? `${r.autoKeptFp32.length} nodes (${r.autoKeptFp32.slice(0, 5).join(', ')}${r.autoKeptFp32.length > 5 ? ', …' : ''})` : 'none'}); nothing was written. Calibrate on samples like your requests, try another --calibration-method, keep nodes in fp32 with --exclude-nodes/--exclude-op-types, lower --min-agreement, or pass --force to write it anyway`,
+              `int8 ${r.agreement.metric} agreement is ${r.agreement.value.toFixed(4)}, below the target ${r.minAgreement} (worst fold ${r.worstFold.toFixed(4)}; all int8: ${r.initialAgreement.value.toFixed(4)}; search: ${r.search ? `${r.search.steps.length} step(s), ${r.search.steps.filter((s) => s.isKept).length} kept` : 'not run'}; kept in fp32: ${r.autoKeptFp32.length > 0 ? `${r.autoKeptFp32.length} nodes (${r.autoKeptFp32.slice(0, 5).join(', ')}${r.autoKeptFp32.length > 5 ? ', …' : ''})` : 'none'}); nothing was written. Calibrate on samples like your requests, try another --calibration-method, keep nodes in fp32 with --exclude-nodes/--exclude-op-types, lower --min-agreement, or pass --force to write it anyway`,
               { details: { agreement: r.agreement.value, minAgreement: r.minAgreement, keptFp32: r.autoKeptFp32 } },
             );
           }

@@ -31,6 +31,7 @@ export {
   type ResnetDepth,
 } from './resnet.ts';
 export { writeSampleJpeg, writeCorruptJpeg } from './sample-image.ts';
+export { renderDocumentJpeg } from './document-image.ts';
 export { loadImagenetClassNames, writeIndexToName, parseImagenetClassesSource } from './imagenet-class-names.ts';
 export {
   generateModels,

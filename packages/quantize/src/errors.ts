@@ -8,7 +8,7 @@ export const quantizeErrors = defineErrors({
   MARINA_ERR_QUANTIZE_MODEL_INVALID: {
     statusCode: 400,
     description:
-      'The ONNX model could not be read for quantisation (not an ONNX file, opset below 10, missing external data file); the message names the file and what was wrong.',
+      'The ONNX model could not be read for quantisation (not an ONNX file, opset below 9, missing external data file); the message names the file and what was wrong.',
   },
   MARINA_ERR_QUANTIZE_OPTION_INVALID: {
     statusCode: 400,

@@ -1,6 +1,11 @@
 export { quantizeErrors } from './errors.ts';
 export {
   CALIBRATION_METHODS,
+  CALIBRATION_CHOICES,
+  CalibrationStats,
+  chooseRangeByError,
+  rangeError,
+  type CalibrationChoice,
   DEFAULT_PERCENTILE,
   HISTOGRAM_BINS,
   chooseRange,
@@ -37,12 +42,33 @@ export { inferTensorTypes } from './tensor-types.ts';
 export {
   quantizeModel,
   hasVnni,
+  DEFAULT_FOLDS,
+  DEFAULT_MAX_SEARCH_STEPS,
+  MIN_SAMPLES_FOR_ESTIMATE,
   type Feeds,
+  type FoldResult,
   type QuantizeModelOptions,
   type QuantizeModelResult,
   type QuantizationReport,
-  type FallbackStep,
+  type SearchReport,
 } from './quantize-model.ts';
+export { createFolds, heldOutFold, type Fold } from './k-fold.ts';
+export {
+  rankBySensitivity,
+  searchFp32Set,
+  type Measurement,
+  type RankedGroup,
+  type SearchResult,
+  type SearchStep,
+} from './sensitivity.ts';
+export {
+  firstConvolutions,
+  isMeasurablyBetter,
+  measuredDefaults,
+  probabilityOutputs,
+  type DefaultTried,
+  type KeptFp32,
+} from './quantize-defaults.ts';
 export {
   readSamples,
   recordHandlerFeeds,

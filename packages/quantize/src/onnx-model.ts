@@ -31,7 +31,7 @@ function rawBytes(tensor: TensorProto): Uint8Array | undefined {
  * beside the model), and names every unnamed node `<opType>_<index>` so nodes can be
  * addressed by name (`--exclude-nodes`, the report).
  *
- * @throws MARINA_ERR_QUANTIZE_MODEL_INVALID when the file is not ONNX, its opset is below 10,
+ * @throws MARINA_ERR_QUANTIZE_MODEL_INVALID when the file is not ONNX, its opset is below 9,
  *   or an external data file is missing.
  */
 export async function loadModel(modelPath: string): Promise<LoadedModel> {
@@ -49,9 +49,9 @@ export async function loadModel(modelPath: string): Promise<LoadedModel> {
   const opset = Number(
     (model.opsetImport ?? []).find((o) => (o.domain ?? '') === '' || o.domain === 'ai.onnx')?.version ?? 0,
   );
-  if (opset < 10) {
+  if (opset < 9) {
     throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(
-      `'${modelPath}' imports opset ${opset}; int8 QDQ needs opset 10 or later (QuantizeLinear/DequantizeLinear); convert the model to a newer opset first`,
+      `'${modelPath}' imports opset ${opset}; int8 QDQ needs opset 9 or later (opset 9 models are moved to opset 10, which has QuantizeLinear/DequantizeLinear); convert the model to a newer opset first`,
     );
   }
   const files = new Map<string, Buffer>();
@@ -201,5 +201,48 @@ export function integerTensor(
     dims: [...dims],
     dataType,
     rawData: new Uint8Array(values.buffer, values.byteOffset, values.byteLength),
+  };
+}
+
+/** Opset-9 operators whose meaning changed in opset 10 in a way `upgradeOpset9To10` does not rewrite. */
+const CHANGED_IN_OPSET_10 = new Set(['Upsample', 'TopK', 'Dropout']);
+
+/**
+ * Moves an opset-9 model (as Paddle2ONNX writes them) to opset 10, the first with
+ * QuantizeLinear/DequantizeLinear and the integer kernels onnxruntime fuses QDQ into: Slice
+ * takes its starts/ends/axes as inputs instead of attributes; nothing else the quantiser meets
+ * changed. Models at opset 10 or later are returned as they are.
+ *
+ * @throws MARINA_ERR_QUANTIZE_MODEL_INVALID when the model uses an operator whose opset-10 form differs otherwise.
+ */
+export function upgradeOpset9To10(loaded: LoadedModel, modelPath: string): LoadedModel {
+  if (loaded.opset >= 10) return loaded;
+  const graph = loaded.model.graph!;
+  const changed = (graph.node ?? []).find((n) => (n.domain ?? '') === '' && CHANGED_IN_OPSET_10.has(n.opType ?? ''));
+  if (changed)
+    throw createError.MARINA_ERR_QUANTIZE_MODEL_INVALID(
+      `'${modelPath}' imports opset 9 and uses ${changed.opType}, whose form changed in opset 10; convert the model to opset 10 or later first`,
+    );
+  const initializers = [...(graph.initializer ?? [])];
+  const nodes = (graph.node ?? []).map((node) => {
+    if (node.opType !== 'Slice' || (node.domain ?? '') !== '') return node;
+    const ints = (name: string): number[] | undefined =>
+      node.attribute?.find((a) => a.name === name)?.ints?.map(Number);
+    const inputs = [node.input?.[0] ?? ''];
+    for (const key of ['starts', 'ends', 'axes']) {
+      const values = ints(key);
+      if (!values) break;
+      const name = `${node.name}_${key}`;
+      initializers.push({ name, dims: [values.length], dataType: DataType.INT64, int64Data: values });
+      inputs.push(name);
+    }
+    return { ...node, input: inputs, attribute: [] };
+  });
+  const opsetImport = (loaded.model.opsetImport ?? []).map((o) =>
+    (o.domain ?? '') === '' || o.domain === 'ai.onnx' ? { ...o, version: 10 } : o,
+  );
+  return {
+    model: { ...loaded.model, opsetImport, graph: { ...graph, node: nodes, initializer: initializers } },
+    opset: 10,
   };
 }

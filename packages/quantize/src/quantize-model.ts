@@ -1,40 +1,60 @@
 import { readFileSync } from 'node:fs';
-import * as ort from 'onnxruntime-node';
-import {
-  chooseRange,
-  HistogramCollector,
-  MinMaxCollector,
-  type CalibrationMethod,
-  type TensorRange,
-} from './calibration.ts';
+import { CalibrationStats, type CalibrationChoice, type CalibrationMethod, type TensorRange } from './calibration.ts';
 import { compareOutputs, DEFAULT_MIN_AGREEMENT, type Agreement, type OutputValues } from './compare-outputs.ts';
 import { createError } from './errors.ts';
-import { DataType, encodeModel, loadModel, type LoadedModel, type ModelProto } from './onnx-model.ts';
+import { createFolds, heldOutFold, type Fold } from './k-fold.ts';
+import { createSession, runAll, withOutputs, type Feeds } from './model-runner.ts';
+import {
+  DataType,
+  encodeModel,
+  loadModel,
+  upgradeOpset9To10,
+  type LoadedModel,
+  type ModelProto,
+} from './onnx-model.ts';
 import { QUANTIZABLE_OP_TYPES, quantizeToQdq, type QdqResult } from './qdq-transform.ts';
+import { measuredDefaults, probabilityKept, type DefaultTried, type KeptFp32 } from './quantize-defaults.ts';
+import {
+  rankBySensitivity,
+  searchFp32Set,
+  type Measurement,
+  type RankedGroup,
+  type SearchStep,
+} from './sensitivity.ts';
 import { inferTensorTypes } from './tensor-types.ts';
 
-/** One model run's inputs, as a handler feeds them to the session. */
-export type Feeds = Record<string, ort.Tensor>;
+export type { Feeds } from './model-runner.ts';
+
+/** Below this many samples the report warns that the agreement estimate is weak. */
+export const MIN_SAMPLES_FOR_ESTIMATE = 8;
+/** Folds of the k-fold evaluation (fewer when there are fewer samples). */
+export const DEFAULT_FOLDS = 4;
+/** Default most groups the fall-back search tries (each try is one measured run over the search samples). */
+export const DEFAULT_MAX_SEARCH_STEPS = 64;
 
 export interface QuantizeModelOptions {
   modelPath: string;
-  /** Inputs to calibrate activation ranges on. */
+  /** The samples: calibration and, without `evalFeeds`, k-fold evaluation (each evaluated once, calibrated on the others). */
   calibrationFeeds: readonly Feeds[];
-  /** Inputs to measure int8 against fp32 on (kept apart from calibration). */
-  evalFeeds: readonly Feeds[];
+  /** Samples to evaluate on instead of k-fold (calibration then uses every `calibrationFeeds`). */
+  evalFeeds?: readonly Feeds[];
+  /** k of the k-fold evaluation. Default DEFAULT_FOLDS (at most one fold per sample). */
+  folds?: number;
   /** Output names to compare (default: the model's outputs). */
   outputNames?: readonly string[];
-  /** Default 'minmax'. */
-  method?: CalibrationMethod;
+  /** Default 'auto': per tensor, the method with the least quantisation error on the calibration data. */
+  method?: CalibrationChoice;
   percentile?: number;
   /** Target for the headline agreement metric; default from DEFAULT_MIN_AGREEMENT. */
   minAgreement?: number;
   excludedNodes?: readonly string[];
   excludedOpTypes?: readonly string[];
-  /** Keep the most sensitive nodes in fp32 until `minAgreement` is met. Default true. */
+  /** Search for nodes to keep in fp32 when the target is not met. Default true. */
   isAutoFallback?: boolean;
-  /** Most of the quantisable nodes the automatic fall-back may keep in fp32 (0..1). Default 0.5. */
+  /** Most of the quantised groups the fall-back may keep in fp32 (0..1). Default 0.5. */
   maxFp32Share?: number;
+  /** Most groups the fall-back search tries. Default DEFAULT_MAX_SEARCH_STEPS. */
+  maxSearchSteps?: number;
   /** 7-bit weights for CPUs without VNNI. Default: from the CPU flags (`hasVnni()`). */
   isReducedRange?: boolean;
   /** Threads for the sessions. Default 1. */
@@ -42,40 +62,73 @@ export interface QuantizeModelOptions {
   onProgress?: (message: string) => void;
 }
 
-export interface FallbackStep {
-  keptFp32: string[];
-  agreement: number;
+/** How one evaluation fold did. */
+export interface FoldResult {
+  calibrationSamples: number;
+  evalSamples: number;
+  value: number;
+}
+
+/** The fall-back search, as measured. */
+export interface SearchReport {
+  /** Groups ranked by the agreement each gives alone in int8 (worst first; the first 20 are listed). */
+  ranked: RankedGroup[];
+  rankedGroups: number;
+  /** Agreement on the search samples before the first step (with the fp32 defaults). */
+  start: number;
+  steps: SearchStep[];
+  /** Milliseconds the ranking and the search took. */
+  rankMs: number;
+  searchMs: number;
 }
 
 /** What `quantizeModel` did, as written to quantization.json. */
 export interface QuantizationReport {
   precision: 'int8';
   format: 'QDQ';
-  method: CalibrationMethod;
+  method: CalibrationChoice;
+  /** How many tensors each method calibrated (with 'auto', the method of least error per tensor). */
+  methodsChosen: Record<CalibrationMethod, number>;
   percentile?: number;
   weights: string;
   activations: string;
   isReducedRange: boolean;
   reducedRangeReason: string;
+  /** Samples given; with k-fold every one is evaluated once, by a model calibrated on the others. */
+  samples: number;
+  evaluation: 'k-fold' | 'held-out';
+  /** Calibration samples per fold (the smallest). */
   calibrationSamples: number;
+  /** Samples evaluated in all. */
   evalSamples: number;
+  folds: FoldResult[];
+  worstFold: number;
+  meanFold: number;
+  warnings: string[];
   minAgreement: number;
   isTargetMet: boolean;
+  /** Agreement over every evaluated sample (each by a model not calibrated on it). */
   agreement: Agreement;
-  /** Agreement with every quantisable node in int8 (before any automatic fp32 fall-back). */
+  /** The same with every quantisable node in int8 (no fp32 defaults, no fall-back). */
   initialAgreement: Agreement;
   quantizedNodes: number;
-  /** Nodes kept in fp32 automatically (most sensitive first), by name. */
+  convolutions: { total: number; int8: number };
+  /** Nodes kept in fp32 and why (defaults that measurably helped, the fall-back search, requests). */
+  keptFp32: KeptFp32[];
+  /** The fp32 defaults measured on the search samples (feeders of probability outputs, first convolutions), kept or not. */
+  defaultsTried: DefaultTried[];
+  /** Nodes kept in fp32 by the fall-back search, by name (most sensitive first). */
   autoKeptFp32: string[];
-  /** Nodes kept in fp32 by --exclude-nodes / --exclude-op-types. */
   excludedNodes: string[];
   excludedOpTypes: string[];
   /** Quantisable-type nodes that stayed fp32 for any reason. */
   fp32Nodes: string[];
-  fallbackSteps: FallbackStep[];
-  /** Median milliseconds per eval sample, one thread, fp32 / final int8 / all-int8 (what the kept nodes cost). */
+  search?: SearchReport;
+  /** Median milliseconds per evaluated sample, one thread, fp32 / final int8 / all-int8. Not a benchmark. */
   msPerSample: { fp32: number; int8: number; allInt8: number };
   modelBytes: { fp32: number; int8: number };
+  /** Milliseconds the whole quantisation took. */
+  quantizeMs: number;
 }
 
 export interface QuantizeModelResult {
@@ -90,50 +143,6 @@ export function hasVnni(): boolean {
   } catch {
     return false;
   }
-}
-
-async function createSession(
-  model: Uint8Array | string,
-  threads: number,
-  level: 'all' | 'basic',
-): Promise<ort.InferenceSession> {
-  return typeof model === 'string'
-    ? ort.InferenceSession.create(model, { intraOpNumThreads: threads, graphOptimizationLevel: level })
-    : ort.InferenceSession.create(model, { intraOpNumThreads: threads, graphOptimizationLevel: level });
-}
-
-function toValues(tensor: ort.Tensor): OutputValues {
-  const data =
-    tensor.data instanceof Float32Array
-      ? new Float32Array(tensor.data)
-      : Float32Array.from(tensor.data as ArrayLike<number>, Number);
-  return { dims: [...tensor.dims], data };
-}
-
-async function runAll(
-  session: ort.InferenceSession,
-  feeds: readonly Feeds[],
-  names: readonly string[],
-): Promise<{ outputs: Array<Record<string, OutputValues>>; msPerSample: number }> {
-  const outputs: Array<Record<string, OutputValues>> = [];
-  const times: number[] = [];
-  for (const feed of feeds) {
-    const start = performance.now();
-    const result = await session.run(feed, [...names]);
-    times.push(performance.now() - start);
-    outputs.push(Object.fromEntries(names.map((n) => [n, toValues(result[n]!)])));
-  }
-  times.sort((a, b) => a - b);
-  return { outputs, msPerSample: times[Math.floor(times.length / 2)] ?? 0 };
-}
-
-/** The model with extra graph outputs for `names` (float tensors), so a run returns them. */
-function withOutputs(model: ModelProto, names: readonly string[]): ModelProto {
-  const existing = new Set((model.graph?.output ?? []).map((o) => o.name));
-  const extra = names
-    .filter((n) => !existing.has(n))
-    .map((name) => ({ name, type: { tensorType: { elemType: DataType.FLOAT } } }));
-  return { ...model, graph: { ...model.graph, output: [...(model.graph?.output ?? []), ...extra] } };
 }
 
 /** Float tensors read or written by quantisable nodes (not initializers), in graph order. */
@@ -151,217 +160,493 @@ function calibrationTensors(loaded: LoadedModel): string[] {
   return [...names];
 }
 
-/**
- * Quantises an ONNX model to int8 QDQ: calibrates activation ranges on `calibrationFeeds`
- * with `method`, measures agreement with fp32 on `evalFeeds`, and, while the agreement is
- * below `minAgreement`, keeps the nodes whose quantisation hurts most in fp32 (ranked by the
- * error each adds to its own output, in a run with intermediate outputs exposed), doubling
- * how many are kept each round, up to `maxFp32Share` of them; the round with the best
- * agreement is kept. Returns the model and its report; it does not refuse:
- * the caller decides what a report below target means.
- *
- * @throws MARINA_ERR_QUANTIZE_MODEL_INVALID, MARINA_ERR_QUANTIZE_OPTION_INVALID,
- *   MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY.
- */
-export async function quantizeModel(options: QuantizeModelOptions): Promise<QuantizeModelResult> {
-  const method = options.method ?? 'minmax';
-  const threads = options.intraOpNumThreads ?? 1;
-  const progress = options.onProgress ?? (() => undefined);
+/** Runs every sample through the model with its quantisable tensors exposed: per-sample ranges, then histograms. */
+async function calibrate(
+  loaded: LoadedModel,
+  samples: readonly Feeds[],
+  method: CalibrationChoice,
+  threads: number,
+): Promise<CalibrationStats> {
+  const tensors = calibrationTensors(loaded);
+  const inputNames = new Set((loaded.model.graph?.input ?? []).map((i) => i.name ?? ''));
+  const fetched = tensors.filter((t) => !inputNames.has(t));
+  const session = await createSession(encodeModel(withOutputs(loaded.model, fetched)), threads, 'basic');
+  const stats = new CalibrationStats();
+  const pass = async (add: (sample: number, name: string, values: ArrayLike<number>) => void): Promise<void> => {
+    for (const [s, feed] of samples.entries()) {
+      const result = await session.run(feed, fetched);
+      for (const name of fetched) add(s, name, result[name]!.data as Float32Array);
+      for (const name of tensors) if (inputNames.has(name) && feed[name]) add(s, name, feed[name].data as Float32Array);
+    }
+  };
+  try {
+    await pass((s, n, v) => stats.addRange(s, n, v));
+    if (method !== 'minmax') await pass((s, n, v) => stats.addHistogram(s, n, v));
+  } finally {
+    await session.release();
+  }
+  return stats;
+}
+
+function checkOptions(options: QuantizeModelOptions): void {
   if (options.calibrationFeeds.length === 0)
     throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY(
       'no calibration samples: give at least one request body in the calibration folder',
     );
-  if (options.evalFeeds.length === 0)
+  if (!options.evalFeeds && options.calibrationFeeds.length < 2)
     throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY(
-      'no evaluation samples: give at least two calibration samples (a quarter are held back) or an --eval folder',
+      'one sample cannot be both calibrated on and evaluated: give at least two samples (eight or more for a fair estimate) or an --eval folder',
     );
-  if (options.minAgreement !== undefined && !(options.minAgreement >= 0 && options.minAgreement <= 1)) {
+  if (options.evalFeeds?.length === 0)
+    throw createError.MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY('the evaluation folder has no samples');
+  if (options.minAgreement !== undefined && !(options.minAgreement >= 0 && options.minAgreement <= 1))
     throw createError.MARINA_ERR_QUANTIZE_OPTION_INVALID(
       `min agreement is ${options.minAgreement}; it must be between 0 and 1`,
     );
-  }
-  const loaded = await loadModel(options.modelPath);
+  if (options.folds !== undefined && !(Number.isInteger(options.folds) && options.folds >= 2))
+    throw createError.MARINA_ERR_QUANTIZE_OPTION_INVALID(
+      `folds is ${options.folds}; give a whole number of at least 2`,
+    );
+}
+
+function checkExcludedNodes(loaded: LoadedModel, excluded: readonly string[]): void {
   const nodeNames = new Set((loaded.model.graph?.node ?? []).map((n) => n.name ?? ''));
-  for (const name of options.excludedNodes ?? []) {
+  for (const name of excluded) {
     if (!nodeNames.has(name))
       throw createError.MARINA_ERR_QUANTIZE_OPTION_INVALID(
-        `--exclude-nodes names '${name}', which is not a node of the model (nodes are named as in the ONNX file, e.g. ${[...nodeNames].slice(0, 3).join(', ')})`,
+        `--exclude-nodes names '${name.slice(0, 200)}', which is not a node of the model (nodes are named as in the ONNX file, e.g. ${[...nodeNames].slice(0, 3).join(', ')})`,
       );
   }
-  const vnni = hasVnni();
-  const isReducedRange = options.isReducedRange ?? !vnni;
-  const reducedRangeReason =
-    options.isReducedRange !== undefined
-      ? 'chosen by the caller'
-      : vnni
-        ? 'this CPU has VNNI: full 8-bit weights'
-        : 'this CPU has no VNNI (avx512_vnni/avx_vnni): 7-bit weights avoid u8s8 saturation, as onnxruntime advises';
+}
 
-  // Calibration: every quantisable tensor is a graph output of a calibration copy of the model.
-  const tensors = calibrationTensors(loaded);
-  const inputNames = new Set((loaded.model.graph?.input ?? []).map((i) => i.name ?? ''));
-  const fetched = tensors.filter((t) => !inputNames.has(t));
-  progress(`calibrating ${tensors.length} tensors on ${options.calibrationFeeds.length} samples (${method})`);
-  const calibrationSession = await createSession(encodeModel(withOutputs(loaded.model, fetched)), threads, 'basic');
-  const minMax = new MinMaxCollector();
-  const pass = async (add: (name: string, values: ArrayLike<number>) => void): Promise<void> => {
-    for (const feed of options.calibrationFeeds) {
-      const result = await calibrationSession.run(feed, fetched);
-      for (const name of fetched) add(name, result[name]!.data as Float32Array);
-      for (const name of tensors) if (inputNames.has(name) && feed[name]) add(name, feed[name].data as Float32Array);
+interface MeasurerOptions {
+  loaded: LoadedModel;
+  build: (ranges: Map<string, TensorRange>, kept: ReadonlySet<string>) => QdqResult;
+  stats: CalibrationStats;
+  samples: readonly Feeds[];
+  /** fp32 outputs of every sample. */
+  fp32: ReadonlyArray<Record<string, OutputValues>>;
+  folds: readonly Fold[];
+  /** Samples the search calibrates and measures on (and the shipped model is calibrated on). */
+  searchSamples: readonly number[];
+  outputNames: readonly string[];
+  method: CalibrationChoice;
+  percentile?: number;
+  threads: number;
+}
+
+interface Evaluation {
+  agreement: Agreement;
+  folds: FoldResult[];
+  msPerSample: number;
+}
+
+/** The measurements a quantisation makes: out-of-sample agreement (k-fold or held out), and agreement on the search samples. */
+class Measurer {
+  private readonly foldRanges = new Map<Fold, Map<string, TensorRange>>();
+  readonly searchRanges: Map<string, TensorRange>;
+  readonly methodsChosen: Record<CalibrationMethod, number>;
+
+  constructor(private readonly o: MeasurerOptions) {
+    const all = o.stats.ranges(o.searchSamples, o.method, this.percentileOption());
+    this.searchRanges = all.ranges;
+    this.methodsChosen = all.methods;
+  }
+
+  private percentileOption(): { percentile?: number } {
+    return this.o.percentile === undefined ? {} : { percentile: this.o.percentile };
+  }
+
+  private rangesOf(fold: Fold): Map<string, TensorRange> {
+    let ranges = this.foldRanges.get(fold);
+    if (!ranges) {
+      ranges = this.o.stats.ranges(fold.calibration, this.o.method, this.percentileOption()).ranges;
+      this.foldRanges.set(fold, ranges);
     }
-  };
-  await pass((n, v) => minMax.add(n, v));
-  const ranges = new Map<string, TensorRange>();
-  if (method === 'minmax') for (const [n, r] of minMax.ranges) ranges.set(n, r);
-  else {
-    const histograms = new HistogramCollector(minMax.ranges);
-    await pass((n, v) => histograms.add(n, v));
-    for (const [n, r] of minMax.ranges)
-      ranges.set(
-        n,
-        chooseRange(
-          method,
-          r,
-          histograms.histograms.get(n),
-          options.percentile === undefined ? {} : { percentile: options.percentile },
-        ),
-      );
+    return ranges;
   }
 
-  // fp32 reference on the evaluation samples.
-  const outputNames = options.outputNames ?? (loaded.model.graph?.output ?? []).map((o) => o.name ?? '');
-  const fp32Session = await createSession(options.modelPath, threads, 'all');
-  const fp32 = await runAll(fp32Session, options.evalFeeds, outputNames);
-  await fp32Session.release();
+  private async run(model: ModelProto, indices: readonly number[], level: 'all' | 'basic') {
+    const session = await createSession(encodeModel(model), this.o.threads, level);
+    try {
+      return await runAll(
+        session,
+        indices.map((i) => this.o.samples[i]!),
+        this.o.outputNames,
+      );
+    } finally {
+      await session.release();
+    }
+  }
 
-  const excludedOpTypes = new Set(options.excludedOpTypes ?? []);
-  const manual = new Set(options.excludedNodes ?? []);
-  const build = (autoKept: readonly string[]): QdqResult =>
-    quantizeToQdq(loaded.model, loaded.opset, {
-      ranges,
-      excludedNodes: new Set([...manual, ...autoKept]),
-      excludedOpTypes,
-      isReducedRange,
+  private agreementOn(indices: readonly number[], outputs: ReadonlyArray<Record<string, OutputValues>>): Agreement {
+    return compareOutputs(
+      indices.map((i) => this.o.fp32[i]!),
+      outputs,
+    );
+  }
+
+  /** Out of sample: each fold's samples through a model calibrated on that fold's calibration samples (real int8 kernels). */
+  async evaluate(kept: ReadonlySet<string>): Promise<Evaluation> {
+    const indices: number[] = [];
+    const outputs: Array<Record<string, OutputValues>> = [];
+    const folds: FoldResult[] = [];
+    const times: number[] = [];
+    for (const fold of this.o.folds) {
+      const run = await this.run(this.o.build(this.rangesOf(fold), kept).model, fold.evaluation, 'all');
+      times.push(run.msPerSample);
+      indices.push(...fold.evaluation);
+      outputs.push(...run.outputs);
+      folds.push({
+        calibrationSamples: fold.calibration.length,
+        evalSamples: fold.evaluation.length,
+        value: this.agreementOn(fold.evaluation, run.outputs).value,
+      });
+    }
+    times.sort((a, b) => a - b);
+    return { agreement: this.agreementOn(indices, outputs), folds, msPerSample: times[Math.floor(times.length / 2)]! };
+  }
+
+  /**
+   * On the search samples, calibrated on them: with `kept` in fp32, or with only `onlyInt8` in
+   * int8. QDQ emulated in float ('basic' optimisation: cheaper to create, and the same ranking).
+   */
+  async measure(kept: ReadonlySet<string>, onlyInt8?: ReadonlySet<string>): Promise<Measurement> {
+    const qdq = this.o.build(this.searchRanges, onlyInt8 ? this.allBut(onlyInt8) : kept);
+    const run = await this.run(qdq.model, this.o.searchSamples, 'basic');
+    const agreement = this.agreementOn(this.o.searchSamples, run.outputs);
+    return { value: agreement.value, tieBreak: agreement.outputs[0]?.meanCosine ?? 0 };
+  }
+
+  private allBut(nodes: ReadonlySet<string>): Set<string> {
+    return new Set((this.o.loaded.model.graph?.node ?? []).map((n) => n.name ?? '').filter((n) => !nodes.has(n)));
+  }
+
+  /** The model quantised with ranges from every search sample: what the archive ships. */
+  final(kept: ReadonlySet<string>): QdqResult {
+    return this.o.build(this.searchRanges, kept);
+  }
+}
+
+/** Operators whose int8 kernels are where int8 gains its speed. */
+const COMPUTE_OPS = new Set(['Conv', 'ConvTranspose', 'Gemm', 'MatMul']);
+
+/**
+ * Groups that quantise together: each quantised node with the Relu/Clip folded into it. Each
+ * also says what reverting it reverts: the node, and the other quantised nodes that share an
+ * activation tensor with it unless they are convolutions or matrix products. A tensor keeps
+ * its Q/DQ pair while any node beside it is int8, so reverting a node alone would leave the
+ * tensors whose quantisation hurt still quantised; the elementwise neighbours cost little
+ * speed in fp32, the convolutions keep their int8 kernels.
+ */
+function quantizedGroups(
+  model: ModelProto,
+  qdq: QdqResult,
+  skip: ReadonlySet<string>,
+): Array<{ nodes: string[]; revert: string[] }> {
+  const folded = new Map<string, string[]>();
+  for (const [act, producer] of Object.entries(qdq.fusedInto))
+    folded.set(producer, [...(folded.get(producer) ?? []), act]);
+  const quantized = new Set(qdq.quantizedNodes);
+  const nodes = model.graph?.node ?? [];
+  const byName = new Map(nodes.map((n) => [n.name ?? '', n]));
+  const touching = new Map<string, string[]>(); // tensor → quantised nodes (by group name) reading or writing it
+  const groupOf = (name: string): string => qdq.fusedInto[name] ?? name;
+  for (const node of nodes) {
+    const name = node.name ?? '';
+    if (!quantized.has(groupOf(name))) continue;
+    for (const t of [...(node.input ?? []), ...(node.output ?? [])])
+      if (t) touching.set(t, [...(touching.get(t) ?? []), groupOf(name)]);
+  }
+  const withFolded = (name: string): string[] => [name, ...(folded.get(name) ?? [])];
+  return qdq.quantizedNodes
+    .filter((n) => !skip.has(n))
+    .map((name) => {
+      const tensors = withFolded(name).flatMap((n) => [
+        ...(byName.get(n)?.input ?? []),
+        ...(byName.get(n)?.output ?? []),
+      ]);
+      const neighbours = new Set(
+        tensors
+          .flatMap((t) => touching.get(t) ?? [])
+          .filter((n) => n !== name && !COMPUTE_OPS.has(byName.get(n)?.opType ?? '')),
+      );
+      return { nodes: withFolded(name), revert: [...withFolded(name), ...[...neighbours].flatMap(withFolded)] };
     });
-  const evaluate = async (result: QdqResult): Promise<{ agreement: Agreement; msPerSample: number }> => {
-    const session = await createSession(encodeModel(result.model), threads, 'all');
-    const run = await runAll(session, options.evalFeeds, outputNames);
-    await session.release();
-    return { agreement: compareOutputs(fp32.outputs, run.outputs), msPerSample: run.msPerSample };
-  };
+}
 
-  let current = build([]);
-  const first = await evaluate(current);
-  const minAgreement = options.minAgreement ?? DEFAULT_MIN_AGREEMENT[first.agreement.metric];
-  progress(`int8 agreement ${first.agreement.metric} ${first.agreement.value.toFixed(4)} (target ${minAgreement})`);
-  let last = first;
-  let autoKept: string[] = [];
-  const steps: FallbackStep[] = [];
-  if (first.agreement.value < minAgreement && (options.isAutoFallback ?? true)) {
-    const ranking = await rankSensitivity(loaded, current, options.evalFeeds, fetched, threads);
-    progress(`ranked ${ranking.length} quantised nodes by the error they add`);
-    // Past half of the nodes in fp32 the archive would no longer be an int8 model worth serving.
-    const maxKept = Math.floor(ranking.length * (options.maxFp32Share ?? 0.5));
-    let best = { kept: [] as string[], result: current, evaluation: first };
-    for (let count = 1; count <= maxKept; count = count * 2 > maxKept && count < maxKept ? maxKept : count * 2) {
-      const kept = ranking.slice(0, count);
-      const result = build(kept);
-      const evaluation = await evaluate(result);
-      steps.push({ keptFp32: kept, agreement: evaluation.agreement.value });
-      progress(`kept ${kept.length} node(s) in fp32: agreement ${evaluation.agreement.value.toFixed(4)}`);
-      if (evaluation.agreement.value > best.evaluation.agreement.value) best = { kept, result, evaluation };
-      if (evaluation.agreement.value >= minAgreement) break;
-    }
-    // The best step wins (more fp32 nodes do not always agree better).
-    autoKept = best.kept;
-    current = best.result;
-    last = best.evaluation;
-  }
-  const int8Bytes = encodeModel(current.model).length;
-  const fp32Bytes = (loaded.model.graph?.initializer ?? []).reduce(
-    (n, t) => n + (t.rawData?.length || (t.floatData?.length ?? 0) * 4),
-    0,
-  );
-  const report: QuantizationReport = {
-    precision: 'int8',
-    format: 'QDQ',
-    method,
-    ...(method === 'percentile' ? { percentile: options.percentile ?? 99.999 } : {}),
-    weights: `int8 symmetric per channel${loaded.opset < 13 ? ' (com.microsoft DequantizeLinear, opset < 13)' : ''}${isReducedRange ? ', 7-bit range' : ''}; biases int32`,
-    activations: 'uint8 asymmetric per tensor',
-    isReducedRange,
-    reducedRangeReason,
-    calibrationSamples: options.calibrationFeeds.length,
-    evalSamples: options.evalFeeds.length,
-    minAgreement,
-    isTargetMet: last.agreement.value >= minAgreement,
-    agreement: last.agreement,
-    initialAgreement: first.agreement,
-    quantizedNodes: current.quantizedNodes.length,
-    autoKeptFp32: autoKept,
-    excludedNodes: [...manual],
-    excludedOpTypes: [...excludedOpTypes],
-    fp32Nodes: current.fp32Nodes,
-    fallbackSteps: steps,
-    msPerSample: { fp32: round(fp32.msPerSample), int8: round(last.msPerSample), allInt8: round(first.msPerSample) },
-    modelBytes: { fp32: fp32Bytes, int8: int8Bytes },
+/** Ranks the groups by measurement, then searches for the fp32 set; returns the set and the evaluation that verified it. */
+async function fallBack(options: {
+  measurer: Measurer;
+  groups: Array<{ nodes: string[]; revert: string[] }>;
+  defaults: ReadonlySet<string>;
+  start: Measurement;
+  minAgreement: number;
+  maxFp32Share: number;
+  maxSearchSteps: number;
+  progress: (message: string) => void;
+}): Promise<{ kept: Set<string>; autoKept: string[]; search: SearchReport; evaluation?: Evaluation }> {
+  const { measurer, progress } = options;
+  const rankStart = performance.now();
+  const ranked = await rankBySensitivity({
+    groups: options.groups,
+    measureAloneInt8: (group) => measurer.measure(new Set(), new Set(group)),
+    onProgress: (done, total) => {
+      if (done % 20 === 0 || done === total) progress(`measured ${done} of ${total} groups alone in int8`);
+    },
+  });
+  const rankMs = performance.now() - rankStart;
+  const searchStart = performance.now();
+  const withDefaults = (kept: readonly string[][]): Set<string> => new Set([...options.defaults, ...kept.flat()]);
+  let evaluation: Evaluation | undefined;
+  const result = await searchFp32Set({
+    ranked,
+    start: options.start,
+    target: options.minAgreement,
+    measure: (kept) => measurer.measure(withDefaults(kept)),
+    verify: async (kept) => {
+      evaluation = await measurer.evaluate(withDefaults(kept));
+      return evaluation.agreement.value;
+    },
+    maxKept: Math.floor(options.groups.length * options.maxFp32Share),
+    maxSteps: options.maxSearchSteps,
+    onStep: (step) =>
+      progress(
+        `${step.isKept ? 'kept' : 'tried'} ${step.nodes.join('+')} in fp32: ${step.value.toFixed(4)}${step.verifiedValue === undefined ? '' : ` (out of sample ${step.verifiedValue.toFixed(4)})`}`,
+      ),
+  });
+  const search: SearchReport = {
+    ranked: ranked.slice(0, 20),
+    rankedGroups: ranked.length,
+    start: options.start.value,
+    steps: result.steps,
+    rankMs: Math.round(rankMs),
+    searchMs: Math.round(performance.now() - searchStart),
   };
-  await calibrationSession.release();
-  return { model: current.model, report };
+  const autoKept = [...new Set(result.kept.flat())];
+  // Without a verified success, the last verification may be of another set: evaluate the one kept.
+  if (!result.isTargetMet) evaluation = undefined;
+  return { kept: withDefaults(result.kept), autoKept, search, evaluation };
+}
+
+function reducedRangeOf(options: QuantizeModelOptions): { isReducedRange: boolean; reducedRangeReason: string } {
+  if (options.isReducedRange !== undefined)
+    return { isReducedRange: options.isReducedRange, reducedRangeReason: 'chosen by the caller' };
+  return hasVnni()
+    ? { isReducedRange: false, reducedRangeReason: 'this CPU has VNNI: full 8-bit weights' }
+    : {
+        isReducedRange: true,
+        reducedRangeReason:
+          'this CPU has no VNNI (avx512_vnni/avx_vnni): 7-bit weights avoid u8s8 saturation, as onnxruntime advises',
+      };
 }
 
 function round(x: number): number {
   return Math.round(x * 100) / 100;
 }
 
-function relativeError(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < a.length; i++) {
-    num += (a[i]! - b[i]!) ** 2;
-    den += b[i]! ** 2;
-  }
-  return den === 0 ? Math.sqrt(num) : Math.sqrt(num / den);
+function mean(values: readonly number[]): number {
+  return values.reduce((a, b) => a + b, 0) / Math.max(1, values.length);
 }
 
 /**
- * Ranks the quantised nodes by the error they add: each node's output is compared between the
- * int8 model and fp32 (both run with the tensors exposed), and the node's score is its output's
- * relative error minus the largest error among its inputs.
+ * Quantises an ONNX model to int8 QDQ and measures it honestly:
+ * - calibration per tensor (`method` 'auto': min/max, percentile or entropy, whichever
+ *   quantises that tensor's calibration values with the least squared error);
+ * - agreement with fp32 by k-fold over `calibrationFeeds` (each sample evaluated once by a
+ *   model calibrated on the others; worst fold and mean reported), or on `evalFeeds`;
+ * - defaults: probability outputs stay fp32; the node feeding them and the first
+ *   convolutions on raw inputs stay fp32 when that measurably helps;
+ * - below `minAgreement`, a fall-back search: every quantised group is measured alone in
+ *   int8, the worst are reverted to fp32 one by one (kept only when agreement rises), and
+ *   the first set that meets the target out of sample is taken.
+ * The shipped model is calibrated on every calibration sample. It does not refuse: the
+ * caller decides what a report below target means.
+ *
+ * @throws MARINA_ERR_QUANTIZE_MODEL_INVALID, MARINA_ERR_QUANTIZE_OPTION_INVALID,
+ *   MARINA_ERR_QUANTIZE_CALIBRATION_EMPTY.
  */
-async function rankSensitivity(
-  loaded: LoadedModel,
-  qdq: QdqResult,
-  feeds: readonly Feeds[],
-  fetched: readonly string[],
-  threads: number,
-): Promise<string[]> {
-  const nodesByName = new Map((loaded.model.graph?.node ?? []).map((n) => [n.name ?? '', n]));
-  const produced = new Set((qdq.model.graph?.node ?? []).flatMap((n) => n.output ?? []));
-  const names = fetched.filter((t) => produced.has(t));
-  const fpSession = await createSession(encodeModel(withOutputs(loaded.model, names)), threads, 'basic');
-  const qSession = await createSession(encodeModel(withOutputs(qdq.model, names)), threads, 'basic');
-  const error = new Map<string, number>();
-  for (const feed of feeds) {
-    const a = await fpSession.run(feed, [...names]);
-    const b = await qSession.run(feed, [...names]);
-    for (const n of names)
-      error.set(n, Math.max(error.get(n) ?? 0, relativeError(b[n]!.data as Float32Array, a[n]!.data as Float32Array)));
-  }
-  await fpSession.release();
-  await qSession.release();
-  // A Relu/Clip folded into its producer: the producer's output is the activation's.
-  const foldedInto = new Map(
-    qdq.fusedNodes.map((n) => [nodesByName.get(n)?.input?.[0] ?? '', nodesByName.get(n)?.output?.[0] ?? '']),
+export async function quantizeModel(options: QuantizeModelOptions): Promise<QuantizeModelResult> {
+  const started = performance.now();
+  checkOptions(options);
+  const method = options.method ?? 'auto';
+  const threads = options.intraOpNumThreads ?? 1;
+  const progress = options.onProgress ?? (() => undefined);
+  const loaded = upgradeOpset9To10(await loadModel(options.modelPath), options.modelPath);
+  checkExcludedNodes(loaded, options.excludedNodes ?? []);
+  const { isReducedRange, reducedRangeReason } = reducedRangeOf(options);
+  const calibrationCount = options.calibrationFeeds.length;
+  const samples = [...options.calibrationFeeds, ...(options.evalFeeds ?? [])];
+  const folds = options.evalFeeds
+    ? heldOutFold({ calibration: calibrationCount, evaluation: options.evalFeeds.length })
+    : createFolds({ samples: calibrationCount, folds: options.folds ?? DEFAULT_FOLDS });
+  const searchSamples = Array.from({ length: calibrationCount }, (_, i) => i);
+  progress(
+    `calibrating on ${samples.length} samples (${method}); ${options.evalFeeds ? `evaluating on ${options.evalFeeds.length} held-out samples` : `${folds.length}-fold evaluation`}`,
   );
-  const scored = qdq.quantizedNodes.map((name) => {
-    const node = nodesByName.get(name)!;
-    const output = node.output?.[0] ?? '';
-    const out = error.get(foldedInto.get(output) ?? output) ?? 0;
-    const inputs = Math.max(0, ...(node.input ?? []).map((i) => error.get(i) ?? 0));
-    return { name, score: out - inputs };
+  const stats = await calibrate(loaded, samples, method, threads);
+  const outputNames = options.outputNames ?? (loaded.model.graph?.output ?? []).map((o) => o.name ?? '');
+  const fp32Session = await createSession(options.modelPath, threads, 'all');
+  const fp32 = await runAll(fp32Session, samples, outputNames).finally(() => fp32Session.release());
+  const manual = new Set(options.excludedNodes ?? []);
+  const excludedOpTypes = new Set(options.excludedOpTypes ?? []);
+  const weightCache = new Map<string, { q: Int8Array; scales: Float32Array }>();
+  const measurer = new Measurer({
+    loaded,
+    build: (ranges, kept) =>
+      quantizeToQdq(loaded.model, loaded.opset, {
+        ranges,
+        excludedNodes: new Set([...manual, ...kept]),
+        excludedOpTypes,
+        isReducedRange,
+        weightCache,
+      }),
+    stats,
+    samples,
+    fp32: fp32.outputs,
+    folds,
+    searchSamples,
+    outputNames,
+    method,
+    ...(options.percentile === undefined ? {} : { percentile: options.percentile }),
+    threads,
   });
-  scored.sort((x, y) => y.score - x.score);
-  return scored.map((s) => s.name);
+  const first = await measurer.evaluate(new Set());
+  const minAgreement = options.minAgreement ?? DEFAULT_MIN_AGREEMENT[first.agreement.metric];
+  progress(
+    `all int8: ${first.agreement.metric} ${first.agreement.value.toFixed(4)} out of sample (target ${minAgreement})`,
+  );
+  const allInt8 = measurer.final(new Set());
+  let kept = new Set<string>();
+  let defaults: Awaited<ReturnType<typeof measuredDefaults>> = {
+    kept: probabilityKept(loaded.model),
+    tried: [],
+    nodes: kept,
+    measurement: { value: first.agreement.value, tieBreak: 0 },
+  };
+  let last = first;
+  let autoKept: string[] = [];
+  let search: SearchReport | undefined;
+  // All int8 already meets the target: nothing more is kept in fp32 (each fp32 node costs speed).
+  if (first.agreement.value < minAgreement && (options.isAutoFallback ?? true)) {
+    defaults = await measuredDefaults({
+      model: loaded.model,
+      quantized: new Set(allInt8.quantizedNodes),
+      start: await measurer.measure(new Set()),
+      measure: (nodes) => measurer.measure(nodes),
+    });
+    kept = defaults.nodes;
+    if (kept.size > 0) last = await measurer.evaluate(kept);
+  }
+  if (last.agreement.value < minAgreement && (options.isAutoFallback ?? true)) {
+    const groups = quantizedGroups(loaded.model, allInt8, kept);
+    progress(`below target: measuring ${groups.length} quantised groups alone in int8 to rank them`);
+    const fallback = await fallBack({
+      measurer,
+      groups,
+      defaults: kept,
+      start: defaults.measurement,
+      minAgreement,
+      maxFp32Share: options.maxFp32Share ?? 0.5,
+      maxSearchSteps: options.maxSearchSteps ?? DEFAULT_MAX_SEARCH_STEPS,
+      progress,
+    });
+    ({ kept, autoKept, search } = fallback);
+    last = fallback.evaluation ?? (autoKept.length > 0 ? await measurer.evaluate(kept) : last);
+  }
+  const current = measurer.final(kept);
+  const report = buildReport({
+    loaded,
+    options,
+    method,
+    measurer,
+    current,
+    first,
+    last,
+    minAgreement,
+    defaults,
+    autoKept,
+    search,
+    fp32MsPerSample: fp32.msPerSample,
+    isReducedRange,
+    reducedRangeReason,
+    started,
+  });
+  return { model: current.model, report };
+}
+
+function buildReport(o: {
+  loaded: LoadedModel;
+  options: QuantizeModelOptions;
+  method: CalibrationChoice;
+  measurer: Measurer;
+  current: QdqResult;
+  first: Evaluation;
+  last: Evaluation;
+  minAgreement: number;
+  defaults: Awaited<ReturnType<typeof measuredDefaults>>;
+  autoKept: string[];
+  search: SearchReport | undefined;
+  fp32MsPerSample: number;
+  isReducedRange: boolean;
+  reducedRangeReason: string;
+  started: number;
+}): QuantizationReport {
+  const { loaded, options, current, last } = o;
+  const nodes = loaded.model.graph?.node ?? [];
+  const convolutions = new Set(
+    nodes.filter((n) => n.opType === 'Conv' || n.opType === 'ConvTranspose').map((n) => n.name ?? ''),
+  );
+  const fp32Bytes = (loaded.model.graph?.initializer ?? []).reduce(
+    (n, t) => n + (t.rawData?.length || (t.floatData?.length ?? 0) * 4),
+    0,
+  );
+  const samples = options.calibrationFeeds.length + (options.evalFeeds?.length ?? 0);
+  const evaluated = last.folds.reduce((n, f) => n + f.evalSamples, 0);
+  const warnings =
+    evaluated < MIN_SAMPLES_FOR_ESTIMATE
+      ? [
+          `only ${evaluated} sample(s) evaluated: the agreement estimate is weak; give at least ${MIN_SAMPLES_FOR_ESTIMATE} samples like your requests`,
+        ]
+      : [];
+  const keptFp32: KeptFp32[] = [...o.defaults.kept];
+  if (o.autoKept.length > 0)
+    keptFp32.push({ nodes: o.autoKept, reason: 'the fall-back search: reverting them measurably raised agreement' });
+  if (options.excludedNodes?.length)
+    keptFp32.push({ nodes: [...options.excludedNodes], reason: 'requested (--exclude-nodes)' });
+  return {
+    precision: 'int8',
+    format: 'QDQ',
+    method: o.method,
+    methodsChosen: o.measurer.methodsChosen,
+    ...(o.method === 'percentile' || o.method === 'auto' ? { percentile: options.percentile ?? 99.999 } : {}),
+    weights: `int8 symmetric per channel${loaded.opset < 13 ? ' (com.microsoft DequantizeLinear, opset < 13)' : ''}${o.isReducedRange ? ', 7-bit range' : ''}; biases int32`,
+    activations: 'uint8 asymmetric per tensor',
+    isReducedRange: o.isReducedRange,
+    reducedRangeReason: o.reducedRangeReason,
+    samples,
+    evaluation: options.evalFeeds ? 'held-out' : 'k-fold',
+    calibrationSamples: Math.min(...last.folds.map((f) => f.calibrationSamples)),
+    evalSamples: evaluated,
+    folds: last.folds,
+    worstFold: Math.min(...last.folds.map((f) => f.value)),
+    meanFold: mean(last.folds.map((f) => f.value)),
+    warnings,
+    minAgreement: o.minAgreement,
+    isTargetMet: last.agreement.value >= o.minAgreement,
+    agreement: last.agreement,
+    initialAgreement: o.first.agreement,
+    quantizedNodes: current.quantizedNodes.length,
+    convolutions: { total: convolutions.size, int8: current.quantizedNodes.filter((n) => convolutions.has(n)).length },
+    keptFp32,
+    defaultsTried: o.defaults.tried,
+    autoKeptFp32: o.autoKept,
+    excludedNodes: [...(options.excludedNodes ?? [])],
+    excludedOpTypes: [...(options.excludedOpTypes ?? [])],
+    fp32Nodes: current.fp32Nodes,
+    ...(o.search ? { search: o.search } : {}),
+    msPerSample: { fp32: round(o.fp32MsPerSample), int8: round(last.msPerSample), allInt8: round(o.first.msPerSample) },
+    modelBytes: { fp32: fp32Bytes, int8: encodeModel(current.model).length },
+    quantizeMs: Math.round(performance.now() - o.started),
+  };
 }

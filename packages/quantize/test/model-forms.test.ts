@@ -105,8 +105,15 @@ describe('model forms', () => {
       calibrationDir: samples,
       outputDir: out,
     });
-    expect(record.calibrationFiles).toHaveLength(6);
-    expect(record.evalFiles).toEqual(['req-3.json', 'req-7.json']);
+    // k-fold: all eight calibrate the shipped model, and each is evaluated once by a model calibrated on the other six.
+    expect(record.calibrationFiles).toHaveLength(8);
+    expect(record.evaluation).toBe('k-fold');
+    expect(record.folds.map((f) => [f.calibrationSamples, f.evalSamples])).toEqual([
+      [6, 2],
+      [6, 2],
+      [6, 2],
+      [6, 2],
+    ]);
     // Mul by 2 and Add 1, both on int8.
     expect(record.quantizedNodes).toBe(2);
     expect(record.agreement.outputs[0]!.minCosine).toBeGreaterThan(0.999);

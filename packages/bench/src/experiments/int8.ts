@@ -105,7 +105,11 @@ function describeAgreement(quantization: Record<string, unknown>): string {
   if (!agreement || typeof agreement.value !== 'number') return 'not recorded';
   const cosine = agreement.outputs?.[0]?.minCosine;
   const kept = Array.isArray(quantization.autoKeptFp32) ? quantization.autoKeptFp32.length : 0;
-  return `${agreement.metric} ${agreement.value.toFixed(3)}${typeof cosine === 'number' ? `, lowest cosine ${cosine.toFixed(5)}` : ''} on ${agreement.samples} held-out images (${quantization.method} calibration on ${quantization.calibrationSamples}; ${kept} nodes kept in fp32)`;
+  const how =
+    quantization.evaluation === 'k-fold'
+      ? `by ${Array.isArray(quantization.folds) ? quantization.folds.length : '?'}-fold, each calibrated on ${quantization.calibrationSamples}+`
+      : `held out, calibrated on ${quantization.calibrationSamples}`;
+  return `${agreement.metric} ${agreement.value.toFixed(3)}${typeof cosine === 'number' ? `, lowest cosine ${cosine.toFixed(5)}` : ''} on ${agreement.samples} images ${how} (${quantization.method} calibration; ${kept} nodes kept in fp32)`;
 }
 
 /**

@@ -15,7 +15,7 @@ import {
   type RequestRow,
 } from '@marina/handlers';
 import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
-import { useBatchScheduling } from './batch-scheduling.ts';
+import { useSchedBatch } from './use-sched-batch.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
 import type {
@@ -396,7 +396,7 @@ async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
 /** Loads the handler, warms it up when model-config.yaml asks for it, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
 export async function runWorker(): Promise<void> {
   // First, so that onnxruntime's pool threads, started with the session, inherit the policy.
-  const scheduling = useBatchScheduling();
+  const scheduling = useSchedBatch();
   try {
     const builtin = getBuiltinHandler(init.handler);
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });

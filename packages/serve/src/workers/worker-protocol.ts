@@ -94,7 +94,7 @@ export type BatchResult =
  * begun running its next batch, that batch's id: one message per batch under load.
  */
 export type FromWorker =
-  /** `schedulingProblem`: why the thread could not be put under SCHED_BATCH (see batch-scheduling.ts); absent when it was, or when that is off. */
+  /** `schedulingProblem`: why the thread could not be put under SCHED_BATCH (see use-sched-batch.ts); absent when it was, or when that is off. */
   | { type: 'ready'; heapBytes: number; warmup?: WarmupReport; reportsStarts: boolean; schedulingProblem?: string }
   | { type: 'init-failed'; error: ErrorPayload }
   | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number };

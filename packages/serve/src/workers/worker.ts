@@ -4,7 +4,7 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { getBuiltinHandler } from '@marina/handlers';
-import { WORKER_SCHED_BATCH_ENV } from './batch-scheduling.ts';
+import { WORKER_SCHED_BATCH_ENV } from './use-sched-batch.ts';
 import { createServeError } from '../errors.ts';
 import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
 import { TextJobResult, type Job } from '../scheduling/job.ts';

@@ -22,18 +22,18 @@ export const WORKER_SCHED_BATCH_ENV = 'MARINA_WORKER_SCHED_BATCH';
 /** Absolute paths only: the server never runs a `chrt` found through PATH. */
 const CHRT_PATHS = ['/usr/bin/chrt', '/bin/chrt'];
 
-/** What `useBatchScheduling` did: applied, off by setting, or why it could not (for a warning). */
-export type BatchSchedulingOutcome = { applied: true } | { applied: false; reason: string; isOff?: true };
+/** What `useSchedBatch` did: applied, off by setting, or why it could not (for a warning). */
+export type SchedBatchOutcome = { applied: true } | { applied: false; reason: string; isOff?: true };
 
 /**
  * Puts the calling thread under SCHED_BATCH (call it first thing in a worker thread, before the
  * session creates its pool). Never throws: a machine without `chrt` or without /proc serves as
  * before, and the outcome says why.
  */
-export function useBatchScheduling(
+export function useSchedBatch(
   env: Record<string, string | undefined> = process.env,
   platform: NodeJS.Platform = process.platform,
-): BatchSchedulingOutcome {
+): SchedBatchOutcome {
   if (env[WORKER_SCHED_BATCH_ENV] === '0')
     return { applied: false, reason: `${WORKER_SCHED_BATCH_ENV}=0`, isOff: true };
   if (platform !== 'linux')

@@ -1,7 +1,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp, type MarinaApp } from '../src/index.ts';
-import { useBatchScheduling, WORKER_SCHED_BATCH_ENV } from '../src/workers/batch-scheduling.ts';
+import { useSchedBatch, WORKER_SCHED_BATCH_ENV } from '../src/workers/use-sched-batch.ts';
 import { tempDir, testConfig } from './helpers.ts';
 import { writeClassifierModel } from './fixtures.ts';
 
@@ -28,12 +28,12 @@ const newThreadPolicies = (before: Map<number, number>) =>
 
 describe('worker threads under SCHED_BATCH', () => {
   it('is off with MARINA_WORKER_SCHED_BATCH=0 and off the Linux kernel, saying so', () => {
-    expect(useBatchScheduling({ [WORKER_SCHED_BATCH_ENV]: '0' }, 'linux')).toEqual({
+    expect(useSchedBatch({ [WORKER_SCHED_BATCH_ENV]: '0' }, 'linux')).toEqual({
       applied: false,
       reason: `${WORKER_SCHED_BATCH_ENV}=0`,
       isOff: true,
     });
-    expect(useBatchScheduling({}, 'darwin')).toMatchObject({ applied: false, isOff: true });
+    expect(useSchedBatch({}, 'darwin')).toMatchObject({ applied: false, isOff: true });
   });
 
   describe.runIf(process.platform === 'linux')('with real workers', { timeout: 60_000 }, () => {

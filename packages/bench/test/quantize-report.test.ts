@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import {
+  formatQuantizeReport,
+  quantizeVerdict,
+  type QuantizeBenchModelResult,
+} from '../src/quantize/run-quantize-bench.ts';
+
+function result(overrides: Partial<QuantizeBenchModelResult>): QuantizeBenchModelResult {
+  const base: Omit<QuantizeBenchModelResult, 'verdict'> = {
+    model: 'ppocr-det',
+    description: 'detector',
+    fp32PerSec: 20,
+    int8PerSec: 21,
+    fp32RoundsPerSec: [20, 20],
+    int8RoundsPerSec: [21, 21],
+    ratio: 1.05,
+    sessionRatios: [{ batch: 1, fp32MsPerImage: 40, int8MsPerImage: 30 }],
+    metric: 'iou',
+    agreement: 0.954,
+    allInt8Agreement: 0.855,
+    worstFold: 0.951,
+    minAgreement: 0.95,
+    isTargetMet: true,
+    convolutions: { total: 64, int8: 63 },
+    depthwiseShare: 0.45,
+    keptFp32: [{ count: 5, reason: 'the fall-back search' }],
+    quantizeSeconds: 280,
+    searchSeconds: 220,
+    ...overrides,
+  };
+  return { ...base, verdict: quantizeVerdict(base), ...overrides };
+}
+
+describe('the quantize report', () => {
+  it('says where int8 does not pay, and why, from the measured ratio and the model', () => {
+    const slow = result({});
+    expect(slow.verdict).toMatch(
+      /^int8 does not pay here: 1\.05x the fp32 server; 45% of its convolutions are depthwise/,
+    );
+    expect(slow.verdict).toContain('meets its target (iou 0.954 ≥ 0.95)');
+    const fast = result({ model: 'resnet-152', ratio: 3.1, depthwiseShare: 0, isTargetMet: false, agreement: 0.875 });
+    expect(quantizeVerdict(fast)).toMatch(/^int8 pays: 3\.10x the fp32 server; misses its target/);
+  });
+
+  it('gives one row per model and each model its own verdict, with the CPU flags', () => {
+    const text = formatQuantizeReport({
+      startedAt: '2026-11-28T02:00:00Z',
+      cpuModel: 'AMD EPYC',
+      cores: 2,
+      cpuFlags: 'avx2, avx512_vnni; VNNI',
+      loadAverage: [20, 25],
+      rounds: 2,
+      requestsPerRound: 20,
+      models: [result({}), result({ model: 'ppocr-cls', ratio: 1.7 })],
+    });
+    expect(text).toContain('CPU flags: avx2, avx512_vnni; VNNI');
+    expect(text.split('\n').filter((l) => l.startsWith('| ppocr-'))).toHaveLength(2);
+    expect(text).toContain('| ppocr-det | 20.0 | 21.0 | 1.05 | 1.33 |');
+    expect(text).toContain('- **ppocr-cls** (detector): int8 pays: 1.70x');
+  });
+});
