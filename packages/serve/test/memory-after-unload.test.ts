@@ -8,7 +8,7 @@
  * - The first unload leaves onnxruntime's one-time cost in the process (its code pages, its
  *   global environment: 25–40 MB measured, see the onnxruntime-node facts), so the first unload
  *   may end up to 64 MB above where the process started.
- * - Later unloads end no more than 16 MB above where the first one ended, and within 16 MB of each
+ * - Later unloads end no more than 24 MB above where the first one ended, and within 24 MB of each
  *   other: no growth per cycle (without the threshold glibc kept about 5 MB more each cycle). On
  *   the machine this was written on they ended 2–13 MB below the first and within 5 MB of each other.
  * - Each unload gives back at least half of what the model's load and first request took.
@@ -21,6 +21,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeModelFolder, tempDir } from './helpers.ts';
 
 const MB = 2 ** 20;
+const mb = (bytes: number) => Math.round(bytes / MB);
 const isLinux = existsSync('/proc/self/smaps_rollup');
 
 describe.runIf(isLinux)('memory after an unload', () => {
@@ -66,16 +67,21 @@ describe.runIf(isLinux)('memory after an unload', () => {
       cycles: Array<{ status: number; loaded: number; residentBytes: number; unloaded: number }>;
     };
     const [first, ...later] = result.cycles;
-    expect(result.cycles.map((c) => c.status)).toEqual([200, 200, 200, 200]);
-    expect(first!.unloaded - result.before).toBeLessThan(64 * MB);
+    // Every reading, in MB, in each failure message: what the process did, not only which check failed.
+    const seen = `before ${mb(result.before)} MB; per cycle [loaded, residentBytes, after unload]: ${JSON.stringify(result.cycles.map((c) => [mb(c.loaded), mb(c.residentBytes), mb(c.unloaded)]))}`;
+    expect(
+      result.cycles.map((c) => c.status),
+      seen,
+    ).toEqual([200, 200, 200, 200]);
+    expect(first!.unloaded - result.before, seen).toBeLessThan(64 * MB);
     const laterUnloaded = later.map((cycle) => cycle.unloaded);
-    expect(Math.max(...laterUnloaded)).toBeLessThan(first!.unloaded + 16 * MB);
-    expect(Math.max(...laterUnloaded) - Math.min(...laterUnloaded)).toBeLessThan(16 * MB);
+    expect(Math.max(...laterUnloaded), seen).toBeLessThan(first!.unloaded + 24 * MB);
+    expect(Math.max(...laterUnloaded) - Math.min(...laterUnloaded), seen).toBeLessThan(24 * MB);
     for (const cycle of result.cycles) {
       const before = cycle === first ? result.before : first!.unloaded;
-      expect(cycle.loaded - cycle.unloaded).toBeGreaterThan((cycle.loaded - before) / 2);
+      expect(cycle.loaded - cycle.unloaded, seen).toBeGreaterThan((cycle.loaded - before) / 2);
       // describe's residentBytes was measured, not guessed: the load's growth (plus its first batch).
-      expect(cycle.residentBytes).toBeGreaterThan(20 * MB);
+      expect(cycle.residentBytes, seen).toBeGreaterThan(20 * MB);
     }
   });
 });

@@ -301,8 +301,17 @@ export class ModelResidency {
         ),
       );
     version.plannedWorkers = 0;
+    // What the unload gives back is the other measure of its size (sessions, arenas, the worker
+    // thread and its handler all go): taken when nothing else loads or unloads meanwhile.
+    const moves = this.#moves;
+    const isAlone = this.#group === undefined && this.#unloads.size <= 1;
+    const beforeBytes = isAlone ? this.#readMemory() : undefined;
     try {
       await this.#options.stopWorkers(version);
+      if (beforeBytes !== undefined && this.#moves === moves && this.#group === undefined && this.#unloads.size <= 1) {
+        const freed = beforeBytes - this.#readMemory();
+        if (freed > (this.#largestMeasured.get(version) ?? 0)) this.#largestMeasured.set(version, freed);
+      }
     } finally {
       this.#loadedAt.delete(version);
       this.#moves++;
