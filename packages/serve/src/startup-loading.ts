@@ -9,7 +9,7 @@ import { createServeError, toMarinaError } from './errors.ts';
 import { normaliseModelUrl } from './model-download/resolve-model-url.ts';
 import type { LoadReason } from './registry/model-registry-api.ts';
 import type { ModelRegistry } from './registry/model-registry.ts';
-import type { ModelVersion } from './registry/model-version.ts';
+import type { ModelVersion } from './scheduling/model-version.ts';
 import type { StartupProgressEvent } from './startup-progress.ts';
 
 export interface StartupLoadResult {

@@ -7,7 +7,7 @@ import {
   type ScalingState,
 } from '../src/scaling/autoscaler.ts';
 import type { MarinaApp } from '../src/index.ts';
-import type { ModelVersion } from '../src/registry/model-version.ts';
+import type { ModelVersion } from '../src/scheduling/model-version.ts';
 import { startGateApp, until, type GateApp } from './gate-harness.ts';
 import { writeGateModel } from './fixtures.ts';
 

@@ -7,7 +7,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { buildApp, type AppPlugin, type MarinaApp } from '../src/index.ts';
 import type { ServerConfig } from '../src/config/server-config.ts';
-import type { ModelVersion } from '../src/registry/model-version.ts';
+import type { ModelVersion } from '../src/scheduling/model-version.ts';
 import { tempDir, testConfig } from './helpers.ts';
 
 interface Reply {

@@ -12,7 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type MarinaApp } from '../src/app.ts';
 import { configFromProperties } from '../src/config/load-config.ts';
 import { startGrpcServers, type GrpcServers } from '../src/protocols/grpc-server.ts';
-import type { ModelVersion } from '../src/registry/model-version.ts';
+import type { ModelVersion } from '../src/scheduling/model-version.ts';
 import { until } from './gate-harness.ts';
 import { clientPackage, grpcClient } from './oip-harness.ts';
 import { tempDir, writeModelFolder } from './helpers.ts';

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createCpuPressureReader } from '../src/registry/cpu-pressure.ts';
-import type { ModelVersion } from '../src/registry/model-version.ts';
+import type { ModelVersion } from '../src/scheduling/model-version.ts';
 import type { ShadowOutcome } from '../src/registry/model-registry-api.ts';
 import { SHADOW_QUEUE_CAPACITY, ShadowTraffic } from '../src/registry/shadow-traffic.ts';
 import { TextJobResult } from '../src/scheduling/job.ts';

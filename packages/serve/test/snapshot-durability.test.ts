@@ -120,7 +120,8 @@ describe('a snapshot that cannot be written', () => {
  * snapshot is read), so it reads the snapshot folder and falls back to ./config.properties when no
  * snapshot there is usable. Resolved with its output once it is ready.
  */
-async function serve(logDir: string): Promise<{ child: ChildProcessWithoutNullStreams; output: () => string }> {
+/** Starts `serve --foreground` with its logs (and snapshots) in `logDir`; its output is collected. */
+async function spawnServe(logDir: string): Promise<{ child: ChildProcessWithoutNullStreams; output: () => string }> {
   // Its own TMPDIR, so its own pid file: other test files start servers at the same time.
   const tmpDir = join(logDir, 'tmp');
   await mkdir(tmpDir, { recursive: true });
@@ -131,11 +132,17 @@ async function serve(logDir: string): Promise<{ child: ChildProcessWithoutNullSt
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  await new Promise<void>((resolve, reject) => {
-    child.stdout.on('data', () => (output.includes('Marina is ready.') ? resolve() : undefined));
-    child.on('exit', (code) => reject(new Error(`serve exited with ${code} before it was ready:\n${output}`)));
-  });
   return { child, output: () => output };
+}
+
+async function serve(logDir: string): Promise<{ child: ChildProcessWithoutNullStreams; output: () => string }> {
+  const started = await spawnServe(logDir);
+  const { child, output } = started;
+  await new Promise<void>((resolve, reject) => {
+    child.stdout.on('data', () => (output().includes('Marina is ready.') ? resolve() : undefined));
+    child.on('exit', (code) => reject(new Error(`serve exited with ${code} before it was ready:\n${output()}`)));
+  });
+  return started;
 }
 
 /** SIGTERM, resolved once the process and both its output pipes have ended (stderr may trail stdout). */
@@ -252,19 +259,11 @@ describe('start-up with snapshots it cannot use', () => {
         properties: PROPERTIES,
       }),
     );
-    const tmpDir = join(logDir, 'tmp');
-    await mkdir(tmpDir, { recursive: true });
-    const env: NodeJS.ProcessEnv = { ...process.env, LOG_LOCATION: logDir, TMPDIR: tmpDir };
-    delete env.TS_CONFIG_FILE;
-    const child = spawn(process.execPath, [BIN, '--foreground'], { cwd: workspace.root, env });
-    children.push(child);
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const { child, output } = await spawnServe(logDir);
     const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
     expect(code).not.toBe(0);
-    expect(output).toContain('Correspoding mar file for model :missing, version :2.0 not found in model store');
-    expect(output).toContain('snapshot_skip_missing_archives=true');
-    expect(output).not.toContain('Marina is ready.');
+    expect(output()).toContain('Correspoding mar file for model :missing, version :2.0 not found in model store');
+    expect(output()).toContain('snapshot_skip_missing_archives=true');
+    expect(output()).not.toContain('Marina is ready.');
   });
 });

@@ -29,7 +29,7 @@ import { createServeError } from '../errors.ts';
 import { MARINA_VERSION } from '../version.ts';
 import type { JobResult } from '../scheduling/job.ts';
 import type { ModelRegistry, PredictOptions, PredictResult } from '../registry/model-registry.ts';
-import type { ModelVersion } from '../registry/model-version.ts';
+import type { ModelVersion } from '../scheduling/model-version.ts';
 import { requestSchedulingOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
 import type { Tracing } from '../tracing/tracing.ts';
 

@@ -40,7 +40,7 @@ import type {
 } from './model-registry-api.ts';
 import { estimateModelBytes } from './memory-estimate.ts';
 import { ModelResidency } from './model-residency.ts';
-import { ModelVersion } from './model-version.ts';
+import { ModelVersion } from '../scheduling/model-version.ts';
 import { scheduleOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
 import type { RequestTrace } from '../tracing/tracing.ts';
 import { readModelSignature } from './read-model-signature.ts';

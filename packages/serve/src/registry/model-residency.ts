@@ -3,7 +3,7 @@ import { isMarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
 import { readProcessMemoryBytes } from '../metrics/process-memory.ts';
 import type { LoadReason, RegistryEvents } from './model-registry-api.ts';
-import type { ModelVersion } from './model-version.ts';
+import type { ModelVersion } from '../scheduling/model-version.ts';
 
 /** Why a version leaves memory: marina_model_evictions_total counts 'evicted'. */
 export type UnloadReason = 'evicted' | 'idle' | 'api';

@@ -14,7 +14,7 @@ import { scheduleOf } from '../scheduling/queue-policy.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 import { agreementMethodOf, compareAnswers, type AgreementMethod } from './output-agreement.ts';
-import type { ModelVersion } from './model-version.ts';
+import type { ModelVersion } from '../scheduling/model-version.ts';
 import type { ShadowOutcome, ShadowStats } from './model-registry-api.ts';
 
 /** Copies waiting for a shadow version with room, over all models (each holds one request's input). */

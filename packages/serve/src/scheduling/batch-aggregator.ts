@@ -97,19 +97,7 @@ export class BatchAggregator<W extends BatchTaker> {
       }
       if (idle !== undefined && this.#options.isIdleWaiting === true && maxBatchDelayMs > 0) {
         // TorchServe's way: even an idle worker waits for a full batch or for maxBatchDelay.
-        if (queue.size >= batchSize || this.#isCollectDue || this.#isFlushing) {
-          const reason: DispatchReason = queue.size >= batchSize ? 'full' : this.#isFlushing ? 'flush' : 'delay';
-          this.#stopCollecting();
-          this.#options.dispatch(idle, queue.take(batchSize), reason);
-          continue;
-        }
-        if (this.#collectTimer === undefined) {
-          this.#collectTimer = setTimeout(() => {
-            this.#collectTimer = undefined;
-            this.#isCollectDue = true;
-            this.pump();
-          }, maxBatchDelayMs);
-        }
+        if (this.#sendOrCollect(idle)) continue;
         break;
       }
       if (idle !== undefined) {
@@ -123,25 +111,33 @@ export class BatchAggregator<W extends BatchTaker> {
         this.#options.dispatch(idle, jobs, jobs.length >= batchSize ? 'full' : 'idle');
         continue;
       }
-      if (busy === undefined) break;
-      if (queue.size >= batchSize || maxBatchDelayMs <= 0 || this.#isCollectDue || this.#isFlushing) {
-        const reason: DispatchReason = queue.size >= batchSize ? 'full' : this.#isFlushing ? 'flush' : 'delay';
-        this.#stopCollecting();
-        this.#options.dispatch(busy, queue.take(batchSize), reason);
-        continue;
-      }
-      // A busy worker asked for its next batch and the queue holds a partial one: collect.
-      if (this.#collectTimer === undefined) {
-        this.#collectTimer = setTimeout(() => {
-          this.#collectTimer = undefined;
-          this.#isCollectDue = true;
-          this.pump();
-        }, maxBatchDelayMs);
-      }
-      break;
+      // A busy worker asked for its next batch: a full or due one goes, a partial one is collected.
+      if (busy === undefined || !this.#sendOrCollect(busy)) break;
     }
     if (queue.size === 0) this.#stopCollecting();
     this.#armDeadline();
+  }
+
+  /**
+   * Sends `worker` a full batch, or a partial one when maxBatchDelay ran out (or is 0, or the
+   * version is draining); otherwise starts the maxBatchDelay clock and returns false.
+   */
+  #sendOrCollect(worker: W): boolean {
+    const { queue, batchSize, maxBatchDelayMs } = this.#options;
+    if (queue.size >= batchSize || maxBatchDelayMs <= 0 || this.#isCollectDue || this.#isFlushing) {
+      const reason: DispatchReason = queue.size >= batchSize ? 'full' : this.#isFlushing ? 'flush' : 'delay';
+      this.#stopCollecting();
+      this.#options.dispatch(worker, queue.take(batchSize), reason);
+      return true;
+    }
+    if (this.#collectTimer === undefined) {
+      this.#collectTimer = setTimeout(() => {
+        this.#collectTimer = undefined;
+        this.#isCollectDue = true;
+        this.pump();
+      }, maxBatchDelayMs);
+    }
+    return false;
   }
 
   /** From now on batches go as soon as a worker asks, without waiting for maxBatchDelay (the version is draining). */

@@ -3,9 +3,9 @@ import type { Manifest, QuantizationSummary } from '@marina/archive';
 import type { MarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
 import type { ModelSettings } from '../model-settings.ts';
-import { BatchAggregator, type DispatchReason } from '../scheduling/batch-aggregator.ts';
-import type { Job } from '../scheduling/job.ts';
-import { JobQueue } from '../scheduling/job-queue.ts';
+import { BatchAggregator, type DispatchReason } from './batch-aggregator.ts';
+import type { Job } from './job.ts';
+import { JobQueue } from './job-queue.ts';
 import type { Worker } from '../workers/worker.ts';
 import { WorkerPool } from '../workers/worker-pool.ts';
 import { recordBatchSpan } from '../tracing/tracing.ts';
@@ -15,9 +15,9 @@ import type {
   ModelVersionStats,
   PriorityLevelStatus,
   SnapshotModelVersion,
-} from './model-registry-api.ts';
+} from '../registry/model-registry-api.ts';
 import type { HandlerStagesMs } from '../workers/worker-protocol.ts';
-import type { SignatureRead } from './read-model-signature.ts';
+import type { SignatureRead } from '../registry/read-model-signature.ts';
 
 /** A batch that left the aggregator and came back from a worker. */
 export interface BatchEvent {
