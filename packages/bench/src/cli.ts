@@ -183,6 +183,7 @@ Examples:
     .description(
       'Quantise real pretrained models (PaddleOCR text detector and direction classifier from npm, ResNet-152) with model-archiver --quantize int8, then serve fp32 and int8 with the same configuration in rounds taken in turns; writes quantize-report.md and quantize-result.json.',
     )
+    .optionsGroup('Models:')
     .option(
       '--models <list>',
       `comma-separated, from ${quantizeBenchModelNames.join(', ')} (default all)`,
@@ -196,14 +197,24 @@ Examples:
         return names as QuantizeBenchModelName[];
       },
     )
-    .option('--rounds <n>', 'rounds per server, taken in turns', positiveInteger, 3)
-    .option('--requests <n>', 'measured requests per round, one client', positiveInteger, 20)
-    .option('--cache-dir <dir>', 'where models, samples and archives are kept between runs')
-    .option('--out <dir>', 'where the report is written (default bench-results/quantize-<time>)')
-    .option('--serve-bin <path>', "the serve CLI (default: this workspace's @marina/serve)")
     .option(
       '--reuse-archives',
       'measure the archives an earlier run left in --cache-dir again, without quantising again',
+    )
+    .optionsGroup('The runs:')
+    .option('--rounds <n>', 'rounds per server, taken in turns', positiveInteger, 3)
+    .option('--requests <n>', 'measured requests per round, one client', positiveInteger, 20)
+    .option('--serve-bin <path>', "the serve CLI (default: this workspace's @marina/serve)")
+    .optionsGroup('Output:')
+    .option('--cache-dir <dir>', 'where models, samples and archives are kept between runs')
+    .option('--out <dir>', 'where the report is written (default bench-results/quantize-<time>)')
+    .addHelpText(
+      'after',
+      `
+Examples:
+  marina-bench quantize
+  marina-bench quantize --models ppocr-det --rounds 5
+  marina-bench quantize --reuse-archives --cache-dir .quantize-cache`,
     )
     .action(
       async (flags: {
