@@ -11,6 +11,7 @@ export {
 export { getBuiltinHandler, builtinHandlerNames } from './builtin-handlers.ts';
 export { handlerErrors, createHandlerError } from './errors.ts';
 export { sessionSignature } from './session-signature.ts';
+export { meanIou } from './mean-iou.ts';
 export { loadCustomHandler } from './custom-handler-loader.ts';
 export { rowPayload, payloadBytes } from './row-input.ts';
 export { readOnnxGraph, finalActivation, readFinalActivation, type OnnxGraph, type OnnxNode } from './onnx-graph.ts';

@@ -1,3 +1,5 @@
+import { meanIou } from '@marina/handlers';
+
 /** A model output as compared: its dims and float values, per sample. */
 export interface OutputValues {
   dims: readonly number[];
@@ -88,22 +90,7 @@ function pixelLabels(out: OutputValues, threshold: number): Uint16Array {
 
 /** Mean IoU over the labels (foreground only for one channel) present in either map. */
 export function labelIou(a: Uint16Array, b: Uint16Array, isBinary: boolean): number {
-  const inter = new Map<number, number>();
-  const union = new Map<number, number>();
-  for (let i = 0; i < a.length; i++) {
-    const x = a[i]!;
-    const y = b[i]!;
-    if (x === y) {
-      inter.set(x, (inter.get(x) ?? 0) + 1);
-      union.set(x, (union.get(x) ?? 0) + 1);
-    } else {
-      union.set(x, (union.get(x) ?? 0) + 1);
-      union.set(y, (union.get(y) ?? 0) + 1);
-    }
-  }
-  const classes = [...union.keys()].filter((c) => !isBinary || c === 1);
-  if (classes.length === 0) return 1;
-  return classes.reduce((sum, c) => sum + (inter.get(c) ?? 0) / union.get(c)!, 0) / classes.length;
+  return meanIou(a, b, { foregroundOnly: isBinary });
 }
 
 /**

@@ -7,6 +7,7 @@
 import {
   INFERENCE_HEADER_CONTENT_LENGTH,
   isV2Datatype,
+  meanIou,
   rawToJson,
   splitBinaryBody,
   type V2Datatype,
@@ -145,23 +146,7 @@ export function cosineAgreement(a: readonly number[], b: readonly number[]): num
 
 /** Mean IoU over the classes either mask uses (a pixel's class compared with the other's). */
 export function maskIou(a: readonly number[], b: readonly number[]): number {
-  const intersections = new Map<number, number>();
-  const unions = new Map<number, number>();
-  for (let i = 0; i < a.length; i++) {
-    const x = a[i]!;
-    const y = b[i]!;
-    if (x === y) {
-      intersections.set(x, (intersections.get(x) ?? 0) + 1);
-      unions.set(x, (unions.get(x) ?? 0) + 1);
-    } else {
-      unions.set(x, (unions.get(x) ?? 0) + 1);
-      unions.set(y, (unions.get(y) ?? 0) + 1);
-    }
-  }
-  if (unions.size === 0) return 1;
-  let sum = 0;
-  for (const [c, union] of unions) sum += (intersections.get(c) ?? 0) / union;
-  return sum / unions.size;
+  return meanIou(a, b);
 }
 
 /**
