@@ -6,6 +6,7 @@
  * not traced, and that a sampled parent is traced even when the sampler says always_off.
  * Waits: the tracer's forceFlush (which resolves once the receiver has answered the export).
  */
+import { setImmediate } from 'node:timers/promises';
 import { randomBytes } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -131,13 +132,14 @@ function newParent(flags = '01') {
 /**
  * The spans of one trace that reached the receiver, once its server span has: a REST request's
  * span ends in the listener's onResponse hook, which may run just after the client has read the
- * answer, so the export is asked for again until that span has ended (a bounded number of times).
+ * answer, so the export is asked for again until that span has arrived (the test's own timeout
+ * bounds the wait; no count of tries stands in for the machine's speed).
  */
 async function spansOf(server: Server, traceId: string): Promise<ReceivedSpan[]> {
-  for (let attempt = 0; attempt < 100; attempt++) {
+  await server.app.tracing!.forceFlush();
+  while (!receiver.spans.some((s) => s.traceId === traceId && s.kind === 2)) {
+    await setImmediate();
     await server.app.tracing!.forceFlush();
-    if (receiver.spans.some((s) => s.traceId === traceId && s.kind === 2)) break;
-    await new Promise((resolve) => setTimeout(resolve, 10));
   }
   return receiver.spans.filter((s) => s.traceId === traceId);
 }
