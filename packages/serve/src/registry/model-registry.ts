@@ -234,7 +234,8 @@ export class ModelRegistry implements ModelRegistryApi {
       isDownloaded: options.isDownloaded ?? false,
       ...(opened.quantization ? { quantization: opened.quantization } : {}),
       plannedWorkers: 0,
-      createInit: (v) => this.#archives.workerInit(v, { intraOpNumThreads: this.#threadsFor(v) }),
+      createInit: (v) =>
+        this.#archives.workerInit(v, { intraOpNumThreads: this.#threadsFor(v), isBackground: this.#isShadow(v) }),
       startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
       log: this.#log,
       unloadGraceMs: (this.#config.residency?.unloadGraceSeconds ?? 10) * 1000,
@@ -431,6 +432,11 @@ export class ModelRegistry implements ModelRegistryApi {
     });
   }
 
+  /** Whether the version is its model's shadow now: its workers then run at background CPU priority. */
+  #isShadow(version: ModelVersion): boolean {
+    return this.#models.get(version.modelName)?.traffic?.policy.shadow?.version === version.modelVersion;
+  }
+
   /**
    * Once `change` settles (workers added or removed), brings every version's running workers to
    * the current default thread split, so the cores stay exactly divided (see WorkerPool.rebalanceThreads).
@@ -566,14 +572,33 @@ export class ModelRegistry implements ModelRegistryApi {
     );
   }
 
-  /** Puts a checked policy in force; the version with the largest weight becomes the default. */
+  /**
+   * Puts a checked policy in force; the version with the largest weight becomes the default. A
+   * version that becomes, or stops being, the shadow gets workers of the matching CPU priority in
+   * the background (each replacement starts before the old worker leaves, see
+   * WorkerPool.rebalanceThreads; describe's `cpuPriority` shows when they serve).
+   */
   #setTraffic(model: Model, policy: TrafficPolicy): void {
+    const wasShadow = model.traffic?.policy.shadow?.version;
     const route = new TrafficRoute(policy);
     model.traffic = route.hasWeights || policy.shadow ? route : undefined;
     const weights = policy.weights ?? {};
     let heaviest = model.defaultVersion;
     for (const [version, weight] of Object.entries(weights)) if (weight > (weights[heaviest] ?? -1)) heaviest = version;
     if (model.versions.has(heaviest)) model.defaultVersion = heaviest;
+    const isShadow = policy.shadow?.version;
+    if (wasShadow === isShadow) return;
+    for (const name of [wasShadow, isShadow]) {
+      const version = name === undefined ? undefined : model.versions.get(name);
+      version?.pool
+        .rebalanceThreads()
+        .catch((error: unknown) =>
+          this.#log(
+            'warn',
+            `${version.modelName} ${version.modelVersion}: replacing workers for the shadow's CPU priority failed: ${(error as Error).message}`,
+          ),
+        );
+    }
   }
 
   setTrafficPolicy(modelName: string, policy: TrafficPolicy): TrafficPolicy {
