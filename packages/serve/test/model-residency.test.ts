@@ -48,6 +48,8 @@ describe('many models in a memory budget', () => {
   let metrics: ServerMetrics;
   let base: string;
   const gates: string[] = [];
+  /** Memory the probe adds beside the workers: what models grow by after their loads. */
+  let grownBytes = 0;
   const states = () =>
     Object.fromEntries(
       app.registry
@@ -82,17 +84,18 @@ describe('many models in a memory budget', () => {
     await truncate(await writeFile(`${store}/waiter/padding.bin`, '').then(() => `${store}/waiter/padding.bin`), 64e6);
     await writeClassifierModel(store, 'idle', { modelConfigYaml: 'idleUnloadSeconds: 1\n' });
     await writeGateModel(store, 'stuck');
+    await writeGateModel(store, 'scaled');
     // Four workers' worth (and some room for estimates): the fifth resident version must evict one.
     const config = testConfig(
       { residency: { memoryBudgetBytes: 4 * WORKER_BYTES + 50 * MiB, unloadGraceSeconds: 0.2 } },
       dir.path,
     );
     app = await buildApp(config, {
-      readMemoryBytes: () => app.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0),
+      readMemoryBytes: () => grownBytes + app.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0),
     });
     metrics = createServerMetrics({ registry: app.registry, hostname: 'test', collectProcessMetrics: false });
     base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
-    for (const name of ['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck'])
+    for (const name of ['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck', 'scaled'])
       await app.registry.register({ url: name, archivePath: `${store}/${name}`, load: false });
   });
 
@@ -107,6 +110,19 @@ describe('many models in a memory budget', () => {
     const [d] = app.registry.describe('a');
     expect(d).toMatchObject({ state: 'registered', residentBytes: 0, lastUsed: null, pinned: false, workers: [] });
     expect(app.registry.describe('pinned')[0]!.pinned).toBe(true);
+  });
+
+  it("shows the same state in the Open Inference Protocol's model metadata", async () => {
+    const response = await fetch(`${base}/v2/models/a`);
+    expect(response.status).toBe(200);
+    expect(await response.json()).toMatchObject({
+      name: 'a',
+      state: 'registered',
+      residentBytes: 0,
+      lastUsed: null,
+      pinned: false,
+    });
+    expect(await (await fetch(`${base}/v2/models/pinned`)).json()).toMatchObject({ state: 'registered', pinned: true });
   });
 
   it('loads on demand, evicts the least recently used idle model, and keeps pinned and busy ones', async () => {
@@ -250,6 +266,59 @@ describe('many models in a memory budget', () => {
     expect(unregistered.status).toBe(503);
     expect(unregistered.json.marinaCode).toBe('MARINA_ERR_MODEL_UNLOADING');
     expect(app.registry.list().map((m) => m.modelName)).not.toContain('stuck');
+  });
+
+  it('scales down without waiting on a stuck run: past the grace the batch is answered 503', async () => {
+    const gate = `${dir.path}/gate-scaled`;
+    gates.push(gate);
+    const stuck = post('scaled', { gate });
+    const version = await residency(app, { modelName: 'scaled', state: 'resident' }).then(() =>
+      app.registry.getVersion('scaled'),
+    );
+    await new Promise<void>((resolve) => {
+      const check = () => {
+        if (version.runningJobs === 0) return;
+        version.off('progress', check);
+        resolve();
+      };
+      version.on('progress', check);
+      check();
+    });
+    await app.registry.scale('scaled', undefined, { minWorkers: 0, maxWorkers: 0, synchronous: true });
+    // The gate never opens: only the grace can answer the request.
+    const reply = await stuck;
+    expect(reply.status).toBe(503);
+    expect(reply.json.marinaCode).toBe('MARINA_ERR_MODEL_UNLOADING');
+    expect(reply.json.message).toContain('unload_grace_seconds');
+    await new Promise<void>((resolve) => {
+      const check = () => {
+        if (version.pool.workers.length > 0) return;
+        version.off('progress', check);
+        resolve();
+      };
+      version.on('progress', check);
+      check();
+    });
+    expect(app.registry.describe('scaled')[0]).toMatchObject({ workers: [] });
+  });
+
+  it('unloads the least recently used idle model when the models grow past the budget after their loads', async () => {
+    // Resident: the pinned model, a and b (b used before a); everything else unloaded.
+    for (const s of app.registry.stats())
+      if (s.state === 'resident' && !['pinned', 'a', 'b'].includes(s.modelName))
+        await app.registry.unload(s.modelName, s.modelVersion);
+    for (const name of ['pinned', 'b', 'a']) expect((await classify(name)).status).toBe(200);
+    expect(states()).toMatchObject({ pinned: 'resident', a: 'resident', b: 'resident' });
+    const budget = app.registry.memoryBudgetBytes!;
+    const evicted = residency(app, { state: 'registered', reason: 'evicted' });
+    // Three workers (300 MiB) plus growth since their loads: 50 MiB over the budget; one eviction is enough.
+    grownBytes = budget + 50 * MiB - 3 * WORKER_BYTES;
+    try {
+      expect((await evicted).modelName).toBe('b');
+      expect(states()).toMatchObject({ pinned: 'resident', a: 'resident', b: 'registered' });
+    } finally {
+      grownBytes = 0;
+    }
   });
 
   it('refuses at registration a model larger than the whole budget, with its own code', async () => {

@@ -57,6 +57,11 @@ export class ModelResidency {
   /** The largest size each version's loads measured (load and first batch together). */
   readonly #largestMeasured = new WeakMap<ModelVersion, number>();
   readonly #firstBatch = new Map<ModelVersion, { onProgress: () => void; onBatch: () => void }>();
+  /** The process's memory with no model in it (read whenever nothing is loaded, loading or unloading). */
+  #baselineBytes: number | undefined;
+  /** Watches the process's memory while a budget is set and models are resident (see #watch). */
+  #watchTimer: ReturnType<typeof setInterval> | undefined;
+  #isTrimming = false;
   #isClosed = false;
 
   constructor(options: ModelResidencyOptions) {
@@ -75,8 +80,45 @@ export class ModelResidency {
     return measured > 0 ? measured : version.estimatedBytes;
   }
 
-  /** Bytes the budget counts now: resident, loading (once room was made) and unloading versions. */
+  /**
+   * Bytes the budget counts now: what the models are counted for (#countedBytes), or what the
+   * process really holds above its memory without models, whichever is more. Per-model measures
+   * miss memory that grows later (onnxruntime's arena at larger batches, the decoded inputs a worker
+   * holds, the allocator's slack), and loads that overlap split one measure between them; the
+   * process's own memory misses nothing, so the budget bounds what the server really takes.
+   */
   usedBytes(): number {
+    return Math.max(this.#countedBytes(), this.observedModelBytes() ?? 0);
+  }
+
+  /**
+   * What the process holds now above its memory without models (Node, the HTTP stack), bytes;
+   * undefined before that memory was first read (no load yet). Reading it resets that baseline when
+   * no model is in memory and none is moving, so the runtime's one-time cost in the process (about
+   * 25–40 MB after the first unload, see docs/explanation/memory.md) is not counted as a model's.
+   */
+  observedModelBytes(): number | undefined {
+    const now = this.#readMemory();
+    if (this.#isEmpty()) {
+      this.#baselineBytes = now;
+      return 0;
+    }
+    return this.#baselineBytes === undefined ? undefined : Math.max(0, now - this.#baselineBytes);
+  }
+
+  /** No model holds memory: none resident or unloading, and no load past making room. */
+  #isEmpty(): boolean {
+    if (this.#unloads.size > 0 || this.#reserved.size > 0) return false;
+    for (const v of this.#options.versions()) {
+      const state = v.state;
+      // A load still making room has started nothing yet.
+      if (state !== 'registered' && !(state === 'loading' && v.transition === 'loading')) return false;
+    }
+    return true;
+  }
+
+  /** Bytes the models are counted for: resident, loading (once room was made) and unloading versions. */
+  #countedBytes(): number {
     let used = 0;
     for (const v of this.#options.versions()) {
       const state = v.state;
@@ -87,9 +129,18 @@ export class ModelResidency {
         // A load still making room holds nothing yet; workers started outside a load (a scale call) do.
         (state === 'loading' && v.transition === undefined)
       )
-        used += this.needOf(v);
+        used += this.#reserved.has(v) ? this.#loadNeedOf(v) : this.needOf(v);
     }
     return used;
+  }
+
+  /**
+   * What a load holds while it runs: onnxruntime reads the model file and builds its own copies of
+   * the weights before the file's copy is freed, so a load passes through about twice the weights
+   * (the estimate) even when the version serves in less (its measure).
+   */
+  #loadNeedOf(version: ModelVersion): number {
+    return Math.max(this.needOf(version), version.estimatedBytes);
   }
 
   /** Measured bytes of resident versions only (marina_resident_bytes). */
@@ -115,7 +166,9 @@ export class ModelResidency {
 
   /** Whether the version fits beside what is resident now without evicting anything (start-up loading). */
   fitsNow(version: ModelVersion): boolean {
-    return this.memoryBudgetBytes === undefined || this.usedBytes() + this.needOf(version) <= this.memoryBudgetBytes;
+    return (
+      this.memoryBudgetBytes === undefined || this.usedBytes() + this.#loadNeedOf(version) <= this.memoryBudgetBytes
+    );
   }
 
   /**
@@ -168,6 +221,7 @@ export class ModelResidency {
       // A first load counts its estimate until measured: when the measure came out larger, the
       // least recently used idle versions make up the difference.
       await this.#trimToBudget(version);
+      this.#watch();
       this.#armIdle(version);
       this.#emit(version, 'resident', reason, {
         residentBytes: this.needOf(version),
@@ -198,7 +252,11 @@ export class ModelResidency {
   async #makeRoom(version: ModelVersion): Promise<void> {
     const budget = this.memoryBudgetBytes;
     if (budget === undefined) return;
-    const need = this.needOf(version);
+    // The baseline is read before the first load adds anything.
+    this.observedModelBytes();
+    // A version whose load passes through more than the budget (its measure fits: assertFits) may
+    // still load once everything else that can go has gone.
+    const need = Math.min(this.#loadNeedOf(version), budget);
     const deadline = performance.now() + version.settings.startupTimeoutMs;
     for (;;) {
       const free = budget - this.usedBytes();
@@ -227,7 +285,7 @@ export class ModelResidency {
   }
 
   /** Unloads least recently used idle versions (never `keep`) while more than the budget is in use. */
-  async #trimToBudget(keep: ModelVersion): Promise<void> {
+  async #trimToBudget(keep: ModelVersion | undefined): Promise<void> {
     const budget = this.memoryBudgetBytes;
     if (budget === undefined) return;
     for (;;) {
@@ -338,9 +396,42 @@ export class ModelResidency {
     if (version.state === 'resident') this.#armIdle(version);
   }
 
+  /**
+   * While a budget is set and a model is in memory, reads the process's memory twice a second and
+   * unloads the least recently used idle versions when the models have grown past the budget since
+   * their loads (onnxruntime's arena grows with the largest batch a version has run). A load checks
+   * the same before it starts; this bounds the growth between loads. Reading the memory costs about
+   * a millisecond; the timer stops when no model is in memory.
+   */
+  #watch(): void {
+    if (this.memoryBudgetBytes === undefined || this.#watchTimer !== undefined || this.#isClosed) return;
+    this.#watchTimer = setInterval(() => {
+      if (this.#isTrimming) return;
+      const observed = this.observedModelBytes();
+      if (observed === 0 && this.#isEmpty()) {
+        clearInterval(this.#watchTimer);
+        this.#watchTimer = undefined;
+        return;
+      }
+      const used = Math.max(this.#countedBytes(), observed ?? 0);
+      if (this.#loads.size > 0 || used <= (this.memoryBudgetBytes ?? Number.POSITIVE_INFINITY)) return;
+      this.#isTrimming = true;
+      this.#trimToBudget(undefined)
+        .catch((error: unknown) =>
+          this.#options.log('warn', `trimming to model_memory_budget failed: ${String(error)}`),
+        )
+        .finally(() => {
+          this.#isTrimming = false;
+        });
+    }, WATCH_INTERVAL_MS);
+    this.#watchTimer.unref?.();
+  }
+
   /** Stops idle timers and refuses new loads (the registry drains the versions itself). */
   close(): void {
     this.#isClosed = true;
+    clearInterval(this.#watchTimer);
+    this.#watchTimer = undefined;
     for (const v of [...this.#idleTimers.keys()]) this.#disarmIdle(v);
   }
 
@@ -459,6 +550,9 @@ export class ModelResidency {
     });
   }
 }
+
+/** How often the memory watch reads the process's memory while models are resident. */
+const WATCH_INTERVAL_MS = 500;
 
 function mib(bytes: number): string {
   return (bytes / 2 ** 20).toFixed(0);

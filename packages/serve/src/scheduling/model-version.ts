@@ -266,6 +266,21 @@ export class ModelVersion extends EventEmitter<{
     if (this.queue.remove(job, error)) this.#pump();
   }
 
+  /**
+   * Where the version is in memory, as describe and the OIP metadata show it: its state, what the
+   * budget counts for it (0 when not in memory; its estimate until a load measured it), when a
+   * request last came, and whether it is pinned.
+   */
+  residency(): { state: ResidencyState; residentBytes: number; lastUsed: string | null; pinned: boolean } {
+    const state = this.state;
+    return {
+      state,
+      residentBytes: state === 'registered' ? 0 : this.residentBytes || this.estimatedBytes,
+      lastUsed: this.lastUsedAt === undefined ? null : new Date(this.lastUsedAt).toISOString(),
+      pinned: this.pinned,
+    };
+  }
+
   /** Where the version is in its life (see ResidencyState); derived from its workers and the transition in progress. */
   get state(): ResidencyState {
     if (this.#transition !== undefined) return this.#transition;
@@ -507,10 +522,7 @@ export class ModelVersion extends EventEmitter<{
         pendingRequests: this.queue.waiting,
         ...this.#describePriorities(),
       },
-      state: this.state,
-      residentBytes: this.state === 'registered' ? 0 : this.residentBytes || this.estimatedBytes,
-      lastUsed: this.lastUsedAt === undefined ? null : new Date(this.lastUsedAt).toISOString(),
-      pinned: this.pinned,
+      ...this.residency(),
       idleUnloadSeconds: this.idleUnloadMs / 1000,
       precision: this.quantization?.precision ?? 'fp32',
       ...(this.quantization ? { quantization: this.quantization } : {}),
