@@ -321,6 +321,77 @@ describe('many models in a memory budget', () => {
     }
   });
 
+  it('makes room from a busy model when none is idle: its runs finish there, the other busy model stays', async () => {
+    // Two workers' worth: two gate models hold it, each with a run blocked on its gate.
+    const busyApp = await buildApp(
+      testConfig({ residency: { memoryBudgetBytes: 2 * WORKER_BYTES + 50 * MiB, unloadGraceSeconds: 60 } }, dir.path),
+      { readMemoryBytes: () => busyApp.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0) },
+    );
+    const gateFiles: Record<string, string[]> = { gate: [], scaled: [] };
+    const openGates = (model: string) => Promise.all((gateFiles[model] ?? []).map((g) => writeFile(g, '')));
+    try {
+      const busyBase = await busyApp.inference.listen({ host: '127.0.0.1', port: 0 });
+      const send = (model: string, body: unknown) =>
+        fetch(`${busyBase}/predictions/${model}`, {
+          method: 'POST',
+          body: Buffer.isBuffer(body) ? new Uint8Array(body) : JSON.stringify(body),
+          headers: { 'content-type': Buffer.isBuffer(body) ? 'image/jpeg' : 'application/json' },
+        });
+      const blocked = (model: string) => {
+        const gate = `${dir.path}/busy-${model}-${gateFiles[model]!.length}`;
+        gateFiles[model]!.push(gate);
+        return send(model, { gate });
+      };
+      const until = (model: string, isThere: (v: ReturnType<MarinaApp['registry']['getVersion']>) => boolean) => {
+        const version = busyApp.registry.getVersion(model);
+        return new Promise<void>((resolve) => {
+          const check = () => {
+            if (!isThere(version)) return;
+            version.off('progress', check);
+            resolve();
+          };
+          version.on('progress', check);
+          check();
+        });
+      };
+      for (const name of ['gate', 'scaled', 'a'])
+        await busyApp.registry.register({ url: name, archivePath: `${dir.path}/${name}`, load: false });
+      // Loaded once, a is known to need a worker's 100 MiB: more than the budget has free beside two.
+      await busyApp.registry.load('a');
+      await busyApp.registry.unload('a');
+      // Both gate models busy: scaled with one run, gate with one run and one more request.
+      const runs = [blocked('scaled')];
+      await until('scaled', (v) => v.runningJobs > 0);
+      runs.push(blocked('gate'));
+      await until('gate', (v) => v.runningJobs > 0);
+      runs.push(blocked('gate'));
+      await until('gate', (v) => v.pendingJobs > 1);
+      // The evicted model's runs are let through as soon as its unload begins: they finish there.
+      const evicted = new Promise<string>((resolve) => {
+        const onResidency = (e: ResidencyEvent) => {
+          if (e.state !== 'unloading' || e.reason !== 'evicted') return;
+          busyApp.registry.events.off('residency', onResidency);
+          void openGates(e.modelName);
+          resolve(e.modelName);
+        };
+        busyApp.registry.events.on('residency', onResidency);
+      });
+      const reply = await send('a', jpeg);
+      expect(reply.status).toBe(200);
+      expect(reply.headers.get('server-timing')).toContain('waiting for the model to load');
+      const gone = await evicted;
+      expect(['gate', 'scaled']).toContain(gone);
+      const stayed = gone === 'gate' ? 'scaled' : 'gate';
+      expect(busyApp.registry.describe(stayed)[0]!.state).toBe('resident');
+      expect(busyApp.registry.describe('a')[0]!.state).toBe('resident');
+      await openGates(stayed);
+      expect((await Promise.all(runs)).map((r) => r.status)).toEqual([200, 200, 200]);
+    } finally {
+      await Promise.all(Object.keys(gateFiles).map(openGates));
+      await busyApp.close();
+    }
+  });
+
   it('refuses at registration a model larger than the whole budget, with its own code', async () => {
     const small = await buildApp(testConfig({ residency: { memoryBudgetBytes: 4 * MiB } }, dir.path));
     try {
