@@ -7,7 +7,7 @@ import { BatchAggregator, type DispatchReason } from './batch-aggregator.ts';
 import type { Job } from './job.ts';
 import { JobQueue } from './job-queue.ts';
 import type { Worker } from '../workers/worker.ts';
-import { WorkerPool } from '../workers/worker-pool.ts';
+import { WorkerPool, type WorkerPoolOptions } from '../workers/worker-pool.ts';
 import { recordBatchSpan } from '../tracing/tracing.ts';
 import type { WorkerInit } from '../workers/worker-protocol.ts';
 import type {
@@ -48,6 +48,8 @@ export interface ModelVersionOptions {
   plannedWorkers: number;
   /** Builds a worker's init message (the registry fills in threads). */
   createInit(version: ModelVersion): WorkerInit;
+  /** A ready spare thread for a new worker, if any (workers/spare-threads.ts). */
+  takeSpareThread?: WorkerPoolOptions['takeSpareThread'];
   /**
    * Called when a request arrives while the version has no worker and may autoscale from zero
    * (minWorkers 0, maxWorkers > 0): starts one.
@@ -170,6 +172,7 @@ export class ModelVersion extends EventEmitter<{
       maxHeapMb: options.settings.maxWorkerHeapMb,
       unloadGraceMs: this.unloadGraceMs,
       createInit: () => options.createInit(this),
+      ...(options.takeSpareThread ? { takeSpareThread: options.takeSpareThread } : {}),
       log: options.log,
     });
     this.aggregator = new BatchAggregator<Worker>({
