@@ -1,7 +1,7 @@
 import { Worker as NodeWorker } from 'node:worker_threads';
 
 /** The bootstrap's word that a spare thread has imported the worker's modules and waits for its model. */
-export const SPARE_READY = 'spare-ready';
+const SPARE_READY = 'spare-ready';
 
 /** Sent to a spare thread to give it its model (`init`: the WorkerInit a new thread gets as workerData). */
 export interface AssignMessage {
