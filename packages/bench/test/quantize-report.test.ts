@@ -55,8 +55,10 @@ describe('the quantize report', () => {
       stagesMs: { fp32: { inference: 60, total: 100 }, int8: { inference: 20, total: 60 } },
     });
     expect(r.verdict).toMatch(
-      /^int8 does not pay here: 1\.50x the fp32 server at batch 1, 1\.10x at the best batch size; 67% of an int8 request is outside the model's run/,
+      /^int8 does not pay here: 1\.50x the fp32 server at batch 1, 1\.10x at the best batch size; 67% of an int8 request's server time is outside the model's run/,
     );
+    const png = { fp32PerSec: 10, int8PerSec: 13, ratio: 1.3, pairedRatios: [1.3], stagesMs: r.stagesMs };
+    expect(quantizeVerdict({ ...r, pngAnswer: png })).toContain('; with the mask asked for as a PNG: 1.30x;');
     expect(quantizeVerdict({ ...r, bestBatch: { ...bestBatch, ratio: 1.4 } })).toMatch(/^int8 pays: 1\.50x/);
   });
 

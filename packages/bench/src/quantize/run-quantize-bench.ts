@@ -67,6 +67,17 @@ export interface QuantizeBenchModelResult {
   errors: number;
   /** Mean ms per request of each Server-Timing entry at one client (preprocess, inference, postprocess …): where a request's time goes. */
   stagesMs: { fp32: Record<string, number>; int8: Record<string, number> };
+  /**
+   * Segmenters only: the same servers at one client asked for the mask as a PNG (`Accept: image/png`)
+   * instead of the default per-pixel JSON answer, whose encoding is most of a request's time.
+   */
+  pngAnswer?: {
+    fp32PerSec: number;
+    int8PerSec: number;
+    ratio: number;
+    pairedRatios: number[];
+    stagesMs: { fp32: Record<string, number>; int8: Record<string, number> };
+  };
   /** onnxruntime alone, ms per image of fp32 and int8 at batch 1, 2, 4 and 8 (same threads, runs taken in turns). */
   sessionRatios: Array<{ batch: number; fp32MsPerImage: number; int8MsPerImage: number }>;
   /**
@@ -203,11 +214,12 @@ async function measureServers(
   model: QuantizeBenchModel,
   storeDir: string,
   batch: { fp32: number; int8: number } = { fp32: 1, int8: 1 },
+  requestHeaders: Record<string, string> = {},
 ): Promise<ServerRounds> {
   const body = await readFile(model.requestPath);
   const servers: RunningServer[] = [];
   const label = (precision: 'fp32' | 'int8') =>
-    batch[precision] > 1 ? `${precision}, batch ${batch[precision]}` : precision;
+    `${precision}${batch[precision] > 1 ? `, batch ${batch[precision]}` : ''}${requestHeaders.accept ? `, Accept: ${requestHeaders.accept}` : ''}`;
   try {
     for (const precision of ['fp32', 'int8'] as const) {
       const size = batch[precision];
@@ -225,7 +237,7 @@ async function measureServers(
       );
     }
     const result: ServerRounds = { fp32: [], int8: [], errors: 0, stagesMs: { fp32: {}, int8: {} } };
-    const headers = { fp32: [] as string[], int8: [] as string[] };
+    const timings = { fp32: [] as string[], int8: [] as string[] };
     for (let i = 0; i < (options.rounds ?? 3); i++) {
       for (const [index, precision] of (['fp32', 'int8'] as const).entries()) {
         options.onProgress?.(`${model.name}: round ${i + 1}, ${label(precision)} server`);
@@ -235,6 +247,7 @@ async function measureServers(
           path: `/predictions/${model.name}-${precision}`,
           body,
           contentType: model.contentType,
+          headers: requestHeaders,
           concurrency: clients,
           // At least four full batches per round.
           requests: Math.max(options.requestsPerRound ?? 20, 4 * clients),
@@ -243,10 +256,10 @@ async function measureServers(
         });
         result[precision].push(load.throughputPerSec);
         result.errors += load.errors;
-        headers[precision].push(...load.headerValues);
+        timings[precision].push(...load.headerValues);
       }
     }
-    result.stagesMs = { fp32: meanStages(headers.fp32), int8: meanStages(headers.int8) };
+    result.stagesMs = { fp32: meanStages(timings.fp32), int8: meanStages(timings.int8) };
     return result;
   } finally {
     await Promise.all(servers.map((s) => s.stop()));
@@ -326,8 +339,9 @@ export function quantizeVerdict(r: Omit<QuantizeBenchModelResult, 'verdict'>): s
       : '',
     r.fp32PerSec > 100 ? 'the model is small, so decoding and the server dominate a request' : '',
     outsideModelShare(r) >= 0.3
-      ? `${Math.round(outsideModelShare(r) * 100)}% of an int8 request is outside the model's run (decoding, pre- and post-processing), which int8 does not speed up`
+      ? `${Math.round(outsideModelShare(r) * 100)}% of an int8 request's server time is outside the model's run (decoding, pre- and post-processing, encoding the answer), which int8 does not speed up`
       : '',
+    r.pngAnswer ? `with the mask asked for as a PNG: ${r.pngAnswer.ratio.toFixed(2)}x` : '',
   ].filter((reason) => reason !== '');
   const speed = pays
     ? `int8 pays: ${r.ratio.toFixed(2)}x the fp32 server${batched}`
@@ -381,6 +395,10 @@ export async function runQuantizeBench(options: QuantizeBenchOptions): Promise<Q
     const sessionRatios = await measureSessions(model.modelPath, int8ModelPath, inputDimsOf(model));
     const best = { fp32: bestSessionBatch(sessionRatios, 'fp32'), int8: bestSessionBatch(sessionRatios, 'int8') };
     const batched = best.fp32 > 1 || best.int8 > 1 ? await measureServers(options, model, storeDir, best) : undefined;
+    const png =
+      model.handler === 'image_segmenter'
+        ? await measureServers(options, model, storeDir, undefined, { accept: 'image/png' })
+        : undefined;
     const partial = {
       model: name,
       description: model.description,
@@ -391,9 +409,20 @@ export async function runQuantizeBench(options: QuantizeBenchOptions): Promise<Q
       ratio: pooledPerSec(rounds.int8) / pooledPerSec(rounds.fp32),
       pairedRatios: pairedRatios(rounds),
       medianPairedRatio: median(pairedRatios(rounds)),
-      errors: rounds.errors + (batched?.errors ?? 0),
+      errors: rounds.errors + (batched?.errors ?? 0) + (png?.errors ?? 0),
       stagesMs: rounds.stagesMs,
       sessionRatios,
+      ...(png
+        ? {
+            pngAnswer: {
+              fp32PerSec: pooledPerSec(png.fp32),
+              int8PerSec: pooledPerSec(png.int8),
+              ratio: pooledPerSec(png.int8) / pooledPerSec(png.fp32),
+              pairedRatios: pairedRatios(png),
+              stagesMs: png.stagesMs,
+            },
+          }
+        : {}),
       ...(batched
         ? {
             bestBatch: {
@@ -460,8 +489,11 @@ export function formatQuantizeReport(result: QuantizeBenchResult): string {
     const batchedRounds = m.bestBatch
       ? `; best batch: ${m.bestBatch.pairedRatios.map((r) => f(r)).join(' / ')} paired`
       : '';
+    const png = m.pngAnswer
+      ? `; mask as PNG: ${f(m.pngAnswer.fp32PerSec, 1)} vs ${f(m.pngAnswer.int8PerSec, 1)} img/s = ${f(m.pngAnswer.ratio)} (paired ${m.pngAnswer.pairedRatios.map((r) => f(r)).join(' / ')}), fp32 ${stages(m.pngAnswer.stagesMs.fp32)}, int8 ${stages(m.pngAnswer.stagesMs.int8)}`
+      : '';
     lines.push(
-      `- ${m.model}: ${m.fp32RoundsPerSec.map((x) => f(x, 1)).join(' / ')} | ${m.int8RoundsPerSec.map((x) => f(x, 1)).join(' / ')}${batchedRounds}; fp32 ${stages(m.stagesMs.fp32)}; int8 ${stages(m.stagesMs.int8)}${m.errors > 0 ? `; ${m.errors} requests failed` : ''}.`,
+      `- ${m.model}: ${m.fp32RoundsPerSec.map((x) => f(x, 1)).join(' / ')} | ${m.int8RoundsPerSec.map((x) => f(x, 1)).join(' / ')}${batchedRounds}; fp32 ${stages(m.stagesMs.fp32)}; int8 ${stages(m.stagesMs.int8)}${png}${m.errors > 0 ? `; ${m.errors} requests failed` : ''}.`,
     );
   }
   return `${lines.join('\n')}\n`;
