@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { packArchive } from '@marina/archive';
 import { writeResnet, writeSampleJpeg, writeTinyClassifier } from '@marina/model-zoo';
-import { tuneArchive, workerThreadPairs, type TuneResult } from '../src/tune/tune-archive.ts';
+import { tuneArchive, type TuneResult } from '../src/tune/tune-archive.ts';
+import { workerThreadPairs } from '../src/tune/tune-plan.ts';
 
 const BENCH_BIN = fileURLToPath(new URL('../bin/marina-bench.js', import.meta.url));
 const SERVE_BIN = fileURLToPath(new URL('../../serve/bin/serve.js', import.meta.url));

@@ -1,6 +1,6 @@
 import { Command, CommanderError, Option } from 'commander';
 import { configError } from './config/config-errors.ts';
-import type { ServeCliOptions } from './config/load-config.ts';
+import type { ServeCliOptions } from './config/serve-cli-options.ts';
 import type { ServeCommand } from './serve-command.ts';
 
 export type { ServeCommand };

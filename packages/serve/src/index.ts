@@ -15,10 +15,10 @@ export {
   loadConfig,
   configFromProperties,
   assertModelStoreConfigured,
-  type ServeCliOptions,
   type LoadConfigOptions,
   type ConfigFileSource,
 } from './config/load-config.ts';
+export type { ServeCliOptions } from './config/serve-cli-options.ts';
 export { configErrors, configError } from './config/config-errors.ts';
 export type * from './config/server-config.ts';
 export { serveErrors, createServeError, toMarinaError, type ServeErrorCode } from './errors.ts';

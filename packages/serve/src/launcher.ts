@@ -5,7 +5,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { MALLOC_MMAP_THRESHOLD_BYTES } from '../bin/malloc-threshold.js';
 import type { ServerConfig } from './config/server-config.ts';
-import type { ServeCliOptions } from './config/load-config.ts';
+import type { ServeCliOptions } from './config/serve-cli-options.ts';
 import { configError } from './config/config-errors.ts';
 import {
   isServerProcessAlive,

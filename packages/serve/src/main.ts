@@ -1,5 +1,6 @@
 import type { ServerConfig } from './config/server-config.ts';
-import { assertModelStoreConfigured, loadConfig, type ServeCliOptions } from './config/load-config.ts';
+import { assertModelStoreConfigured, loadConfig } from './config/load-config.ts';
+import type { ServeCliOptions } from './config/serve-cli-options.ts';
 import { removePidFile, writePidFile } from './config/pid-file.ts';
 import { startServer, type RunningServer } from './start-server.ts';
 import {

@@ -1,4 +1,4 @@
-import type { ServeCliOptions } from './config/load-config.ts';
+import type { ServeCliOptions } from './config/serve-cli-options.ts';
 
 /** What one `serve` invocation asks for, after flag normalisation. */
 export type ServeCommand =

@@ -26,10 +26,11 @@ message InstrumentationScope { string name = 1; string version = 2; repeated Key
 message Resource { repeated KeyValue attributes = 1; uint32 dropped_attributes_count = 2; }
 message Status { string message = 2; int32 code = 3; }
 message Link { bytes trace_id = 1; bytes span_id = 2; string trace_state = 3; repeated KeyValue attributes = 4; uint32 dropped_attributes_count = 5; fixed32 flags = 6; }
+message Event { fixed64 time_unix_nano = 1; string name = 2; repeated KeyValue attributes = 3; uint32 dropped_attributes_count = 4; }
 message Span {
   bytes trace_id = 1; bytes span_id = 2; string trace_state = 3; bytes parent_span_id = 4; fixed32 flags = 16;
   string name = 5; int32 kind = 6; fixed64 start_time_unix_nano = 7; fixed64 end_time_unix_nano = 8;
-  repeated KeyValue attributes = 9; uint32 dropped_attributes_count = 10;
+  repeated KeyValue attributes = 9; uint32 dropped_attributes_count = 10; repeated Event events = 11;
   uint32 dropped_events_count = 12; repeated Link links = 13; uint32 dropped_links_count = 14; Status status = 15;
 }
 message ScopeSpans { InstrumentationScope scope = 1; repeated Span spans = 2; string schema_url = 3; }
@@ -51,6 +52,8 @@ export interface ReceivedSpan {
   endNs: bigint;
   attributes: Record<string, unknown>;
   links: Array<{ traceId: string; spanId: string }>;
+  /** The span's events (e.g. `rpc.message` on a streaming call), in order. */
+  events: Array<{ name: string; attributes: Record<string, unknown> }>;
   /** OTLP status code: 0 unset, 1 ok, 2 error. */
   statusCode: number;
   resource: Record<string, unknown>;
@@ -108,6 +111,10 @@ function spansOf(request: Json, encoding: 'json' | 'protobuf'): ReceivedSpan[] {
           links: ((s.links ?? []) as Json[]).map((l) => ({
             traceId: hex(l.traceId ?? l.trace_id),
             spanId: hex(l.spanId ?? l.span_id),
+          })),
+          events: ((s.events ?? []) as Json[]).map((e) => ({
+            name: e.name as string,
+            attributes: attributesOf(e.attributes),
           })),
           statusCode: Number(s.status?.code ?? 0),
           resource,

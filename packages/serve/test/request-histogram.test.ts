@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Histogram, Registry } from 'prom-client';
 import { RequestHistogram } from '../src/metrics/request-histogram.ts';
-import { LATENCY_BUCKETS_SECONDS } from '../src/metrics/server-metrics.ts';
+import { LATENCY_BUCKETS_SECONDS } from '../src/metrics/model-version-metrics.ts';
 
 /** The same metric twice: prom-client's own Histogram and RequestHistogram, each in a registry of its own. */
 function pair() {

@@ -302,6 +302,79 @@ describe('OpenTelemetry tracing', { timeout: 60_000 }, () => {
     expect(batch!.links.map((l) => l.spanId).sort()).toEqual([aRequest.spanId, bRequest.spanId].sort());
   });
 
+  it('traces each message of a TorchServe StreamPredictions2 stream: the call span with rpc.message events, a span per message with its job spans', async () => {
+    const SERVICE = 'org.pytorch.serve.grpc.inference.InferenceAPIsService';
+    const parent = newParent();
+    const metadata = new grpc.Metadata();
+    metadata.set('traceparent', parent.traceparent);
+    const client = grpcClient(clientPackage('inference.proto'), SERVICE, traced.grpc!.inferenceUrl);
+    const duplex = (
+      client.StreamPredictions2 as (
+        m: grpc.Metadata,
+      ) => grpc.ClientDuplexStream<unknown, { sequence_id?: string; status?: { code: number } }>
+    ).call(client, metadata);
+    let headers: grpc.Metadata | undefined;
+    duplex.on('metadata', (m: grpc.Metadata) => (headers = m));
+    duplex.write({ model_name: 'staged', input: { data: Buffer.from('{"value":1}') }, sequence_id: 's1' });
+    duplex.write({ model_name: 'staged', input: { data: Buffer.from('{"value":2}') }, sequence_id: 's2' });
+    duplex.write({ model_name: 'nope', input: { data: Buffer.from('{}') }, sequence_id: 's3' });
+    duplex.end();
+    const answers = [];
+    for await (const m of duplex) answers.push(m);
+    client.close();
+    expect(answers.map((a) => [a.sequence_id, a.status?.code ?? 0]).sort()).toEqual([
+      ['s1', 0],
+      ['s2', 0],
+      ['s3', grpc.status.NOT_FOUND],
+    ]);
+
+    const spans = await spansOf(traced, parent.traceId);
+    const call = spans.find((s) => s.parentSpanId === parent.spanId && s.kind === 2);
+    expect(call, 'the call span, a child of the given parent').toBeDefined();
+    expect(call!.name).toBe(`${SERVICE}/StreamPredictions2`);
+    expect(call!.attributes).toMatchObject({
+      'rpc.system': 'grpc',
+      'rpc.service': SERVICE,
+      'rpc.method': 'StreamPredictions2',
+      'rpc.grpc.status_code': 0,
+      'marina.protocol': 'torchserve-grpc',
+    });
+    expect(headers?.get('traceparent')[0]).toBe(`00-${parent.traceId}-${call!.spanId}-01`);
+    const events = (type: string) =>
+      call!.events
+        .filter((e) => e.name === 'rpc.message' && e.attributes['rpc.message.type'] === type)
+        .map((e) => e.attributes['rpc.message.id']);
+    expect(events('RECEIVED')).toEqual([1, 2, 3]);
+    expect(events('SENT')).toEqual([1, 2, 3]);
+
+    const messages = new Map(
+      spans.filter((s) => s.parentSpanId === call!.spanId).map((s) => [s.attributes['marina.sequence.id'], s]),
+    );
+    expect([...messages.keys()].sort()).toEqual(['s1', 's2', 's3']);
+    for (const id of ['s1', 's2']) {
+      const message = messages.get(id)!;
+      expect(message.name).toBe(`${SERVICE}/StreamPredictions2 message`);
+      expect(message.attributes).toMatchObject({
+        'rpc.method': 'StreamPredictions2',
+        'rpc.grpc.status_code': 0,
+        'marina.model.name': 'staged',
+        'marina.protocol': 'torchserve-grpc',
+      });
+      expect(typeof message.attributes['marina.request.id']).toBe('string');
+      expect(message.startNs >= call!.startNs && message.endNs <= call!.endNs).toBe(true);
+      const children = new Map(spans.filter((s) => s.parentSpanId === message.spanId).map((s) => [s.name, s]));
+      for (const name of ['admission', 'queue', 'preprocess', 'inference', 'postprocess']) {
+        const child = children.get(name);
+        expect(child, `message ${id} has a ${name} span`).toBeDefined();
+        expect(child!.startNs >= message.startNs && child!.endNs <= message.endNs).toBe(true);
+      }
+    }
+    // The unknown model's message: its own span with the status its answer carried, and no job under it.
+    const failed = messages.get('s3')!;
+    expect(failed.attributes['rpc.grpc.status_code']).toBe(grpc.status.NOT_FOUND);
+    expect(spans.some((s) => s.parentSpanId === failed.spanId && s.name === 'inference')).toBe(false);
+  });
+
   it('does not trace health, readiness or probe routes on REST or gRPC', async () => {
     const before = receiver.spans.length;
     for (const path of ['/ping', '/v2/health/live', '/v2/health/ready', '/v2/models/staged/ready']) {

@@ -1,30 +1,14 @@
 import { EventEmitter, once } from 'node:events';
 import { rm } from 'node:fs/promises';
-import {
-  assertModelIdentity,
-  extractToCache,
-  MODEL_NAME_MAX_LENGTH,
-  normalizeManifest,
-  readModelConfig,
-  readQuantizationSummary,
-  resolveInside,
-  resolveManifestFiles,
-} from '@marina/archive';
-import {
-  allowSpinningDefaultFrom,
-  cacheOptimizedModelDefaultFrom,
-  forceSpinningStopDefaultFrom,
-} from '../backend/ort-session.ts';
+import { MODEL_NAME_MAX_LENGTH } from '@marina/archive';
 import { didYouMean, isMarinaError, MarinaError } from '@marina/errors';
-import { fixedBatchWarning } from '@marina/handlers';
 import type { ServerConfig } from '../config/server-config.ts';
 import { boundText } from '../bounded-text.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
 import type { ModelCaches } from '../cache/model-caches.ts';
-import { resolveModelSettings } from '../model-settings.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import { ThreadBudget } from '../workers/thread-budget.ts';
-import type { BodyDecoding, HandlerStagesMs, WorkerInit } from '../workers/worker-protocol.ts';
+import type { BodyDecoding, HandlerStagesMs } from '../workers/worker-protocol.ts';
 import type {
   ModelDescription,
   ModelListEntry,
@@ -38,17 +22,16 @@ import type {
   ScaleOptions,
   SnapshotModelVersion,
 } from './model-registry-api.ts';
+import { ArchiveOpener, type OpenedArchive } from './archive-opener.ts';
 import { estimateModelBytes } from './memory-estimate.ts';
 import { ModelResidency } from './model-residency.ts';
 import { ModelVersion } from '../scheduling/model-version.ts';
 import { scheduleOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
 import type { RequestTrace } from '../tracing/tracing.ts';
-import { readModelSignature } from './read-model-signature.ts';
 import { createCpuPressureReader } from './cpu-pressure.ts';
 import { DEFAULT_SHADOW_MAX_CPU_PRESSURE_PERCENT, ShadowTraffic } from './shadow-traffic.ts';
 import type { ShadowStats } from './model-registry-api.ts';
 import { checkTrafficPolicy, TrafficRoute, trafficErrors, type TrafficPolicy } from './traffic-policy.ts';
-import { MARINA_VERSION } from '../version.ts';
 
 interface Model {
   versions: Map<string, ModelVersion>;
@@ -138,9 +121,7 @@ export class ModelRegistry implements ModelRegistryApi {
   /** Versions being registered (archive opened, not yet in #models), to catch concurrent duplicates. */
   readonly #registering = new Set<string>();
   #isClosing = false;
-  readonly #cacheOptimizedModelDefault: boolean | undefined;
-  readonly #allowSpinningDefault: boolean | undefined;
-  readonly #forceSpinningStopDefault: boolean | undefined;
+  readonly #archives: ArchiveOpener;
   readonly #threads: ThreadBudget;
   readonly #residency: ModelResidency;
 
@@ -162,9 +143,7 @@ export class ModelRegistry implements ModelRegistryApi {
       log: this.#log,
       ...(options.readMemoryBytes ? { readMemoryBytes: options.readMemoryBytes } : {}),
     });
-    this.#cacheOptimizedModelDefault = cacheOptimizedModelDefaultFrom(options.env ?? process.env);
-    this.#allowSpinningDefault = allowSpinningDefaultFrom(options.env ?? process.env);
-    this.#forceSpinningStopDefault = forceSpinningStopDefaultFrom(options.env ?? process.env);
+    this.#archives = new ArchiveOpener({ config: options.config, log: this.#log, env: options.env ?? process.env });
     this.shadow = new ShadowTraffic({
       onOutcome: (outcome) => this.events.emit('shadow', outcome),
       log: (level, message) => this.#log(level, message),
@@ -173,11 +152,9 @@ export class ModelRegistry implements ModelRegistryApi {
     });
   }
 
-  /** Extractions of opens in progress (not yet versions): the caches must not remove them. */
-  readonly #opening: string[] = [];
-
+  /** The versions' folders and the extractions of opens in progress: the caches must not remove them. */
   #modelDirsInUse(): string[] {
-    return [...[...this.#versions()].map((v) => v.modelDir), ...this.#opening];
+    return [...[...this.#versions()].map((v) => v.modelDir), ...this.#archives.dirsInUse];
   }
 
   #assertOpen(): void {
@@ -210,32 +187,23 @@ export class ModelRegistry implements ModelRegistryApi {
    */
   async open(options: RegisterModelOptions): Promise<ModelVersion> {
     this.#assertOpen();
-    const extracted = await extractToCache({
-      archivePath: options.archivePath,
-      cacheDir: this.#config.extractionCacheDir,
+    return this.#archives.open({
+      request: options,
+      hooks: {
+        // close() may have run during any await: a version added after it would start workers nothing drains.
+        assertOpen: () => this.#assertOpen(),
+        reserve: (modelName, modelVersion) => this.#reserve(modelName, modelVersion),
+      },
+      use: (opened) => this.#addVersion(options, opened),
     });
-    this.#opening.push(extracted.modelDir);
-    try {
-      return await this.#openExtracted(options, extracted);
-    } finally {
-      this.#opening.splice(this.#opening.indexOf(extracted.modelDir), 1);
-    }
   }
 
-  async #openExtracted(
-    options: RegisterModelOptions,
-    extracted: Awaited<ReturnType<typeof extractToCache>>,
-  ): Promise<ModelVersion> {
-    // close() may have run during any await: a version added after it would start workers nothing drains.
-    this.#assertOpen();
-    const manifest = normalizeManifest(extracted.manifest, {
-      archivePath: options.archivePath,
-      modelName: options.modelName,
-      handler: options.handler,
-    });
-    const modelName = manifest.model.modelName;
-    const modelVersion = manifest.model.modelVersion;
-    assertModelIdentity(modelName, modelVersion);
+  /**
+   * Claims a name and version while its archive is read, so two registrations of the same
+   * version cannot both succeed.
+   * @throws MARINA_ERR_MODEL_VERSION_CONFLICT
+   */
+  #reserve(modelName: string, modelVersion: string): () => void {
     const key = `${modelName}\u0000${modelVersion}`;
     if (this.#models.get(modelName)?.versions.has(modelVersion) || this.#registering.has(key)) {
       throw createServeError.MARINA_ERR_MODEL_VERSION_CONFLICT(
@@ -243,114 +211,74 @@ export class ModelRegistry implements ModelRegistryApi {
       );
     }
     this.#registering.add(key);
-    try {
-      // Every file the manifest names must lie inside the archive (the validator's helper).
-      await resolveManifestFiles(extracted.modelDir, manifest.model);
-      const modelYamlConfig = await readModelConfig(extracted.modelDir, manifest);
-      const quantization = await readQuantizationSummary(extracted.modelDir);
-      this.#assertOpen();
-      const settings = resolveModelSettings({
-        modelName,
-        modelVersion,
-        server: this.#config,
-        modelYamlConfig,
-        modelsJson: this.#config.models[modelName]?.[modelVersion],
-        api: {
-          batchSize: options.batchSize,
-          maxBatchDelayMs: options.maxBatchDelayMs,
-          responseTimeoutSec: options.responseTimeoutSec,
-          startupTimeoutSec: options.startupTimeoutSec,
-          initialWorkers: options.initialWorkers,
-          minWorkers: options.minWorkers,
-          maxWorkers: options.maxWorkers,
-          fallbackWorkers: options.fallbackWorkers,
-          pinned: options.pinned,
-          idleUnloadSeconds: options.idleUnloadSeconds,
-        },
-      });
-      // Refused before it is registered: a version the budget can never hold would only fail later.
-      const estimatedBytes = await estimateModelBytes({
-        modelDir: extracted.modelDir,
-        workers: Math.max(1, settings.minWorkers),
-      });
-      // Read once here, off the request path: the data plane's metadata and input checks use it.
-      const signature = await readModelSignature({
-        modelDir: extracted.modelDir,
-        serializedFile: manifest.model.serializedFile,
-      });
-      this.#assertOpen();
-      // The same rule and words as model-archiver validate: served, with a warning.
-      const batchWarning =
-        'signature' in signature ? fixedBatchWarning(signature.signature, settings.batchSize) : undefined;
-      if (batchWarning !== undefined)
-        this.#log(
-          'warn',
-          `model '${modelName}' version '${modelVersion}': ${batchWarning.code}: ${batchWarning.message}`,
-        );
-      const handler = manifest.model.handler;
-      if (!handler) {
-        throw createServeError.MARINA_ERR_MODEL_LOAD_FAILED(
-          `${modelName} (${options.url}) has no handler: set one in the manifest (model-archiver --handler) or pass handler= when registering`,
-        );
-      }
-      const version = new ModelVersion({
-        modelName,
-        modelVersion,
-        url: options.url,
-        archivePath: options.archivePath,
-        modelDir: extracted.modelDir,
-        digest: extracted.digest,
-        manifest,
-        modelYamlConfig,
-        signature,
-        handler,
-        runtime: options.runtime ?? manifest.runtime ?? 'python',
-        settings,
-        loadedAtStartup: options.loadedAtStartup ?? false,
-        isDownloaded: options.isDownloaded ?? false,
-        ...(quantization ? { quantization } : {}),
-        plannedWorkers: 0,
-        createInit: (v) => this.#createInit(v),
-        startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
-        log: this.#log,
-        unloadGraceMs: (this.#config.residency?.unloadGraceSeconds ?? 10) * 1000,
-        isIdleBatchWaiting: this.#config.batchWaitWhenIdle === true,
-      });
-      version.estimatedBytes = estimatedBytes;
-      this.#residency.assertFits(version);
-      this.#assertWithinThreadBudget(version, settings.minWorkers, `${modelName} version ${modelVersion}`);
-      version.on('loaded', (e) =>
-        this.events.emit('workerLoaded', { modelName, modelVersion, workerId: e.workerId, loadMs: e.loadMs }),
-      );
-      version.on('batch', (e) => {
-        this.events.emit('batch', {
-          modelName,
-          modelVersion,
-          batchSize: e.batchSize,
-          inferenceMs: e.inferenceMs,
-          dispatchReason: e.reason,
-          isOk: e.isOk,
-          ...(e.stages ? { stages: e.stages } : {}),
-        });
-      });
-      let model = this.#models.get(modelName);
-      if (!model) {
-        model = { versions: new Map(), defaultVersion: modelVersion };
-        this.#models.set(modelName, model);
-      }
-      model.versions.set(modelVersion, version);
-      // TorchServe ignores the models JSON's defaultVersion for models loaded at start-up
-      // (pytorch/serve#2744); Marina applies it, as documented.
-      const isJsonDefault =
-        options.loadedAtStartup === true && this.#config.models[modelName]?.[modelVersion]?.defaultVersion === true;
-      if (options.isDefault || isJsonDefault) model.defaultVersion = modelVersion;
-      this.#applyConfiguredTraffic(modelName, model);
-      this.events.emit('changed');
-      await this.#caches?.opened(version.modelDir, this.#modelDirsInUse());
-      return version;
-    } finally {
-      this.#registering.delete(key);
+    return () => this.#registering.delete(key);
+  }
+
+  /** Builds the version from its opened archive, checks it fits, and adds it (no workers yet). */
+  async #addVersion(options: RegisterModelOptions, opened: OpenedArchive): Promise<ModelVersion> {
+    const { modelName, modelVersion, settings } = opened;
+    const version = new ModelVersion({
+      modelName,
+      modelVersion,
+      url: options.url,
+      archivePath: options.archivePath,
+      modelDir: opened.modelDir,
+      digest: opened.digest,
+      manifest: opened.manifest,
+      modelYamlConfig: opened.modelYamlConfig,
+      signature: opened.signature,
+      handler: opened.handler,
+      runtime: options.runtime ?? opened.manifest.runtime ?? 'python',
+      settings,
+      loadedAtStartup: options.loadedAtStartup ?? false,
+      isDownloaded: options.isDownloaded ?? false,
+      ...(opened.quantization ? { quantization: opened.quantization } : {}),
+      plannedWorkers: 0,
+      createInit: (v) =>
+        this.#archives.workerInit(v, { intraOpNumThreads: this.#threadsFor(v), isBackground: this.#isShadow(v) }),
+      startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
+      log: this.#log,
+      unloadGraceMs: (this.#config.residency?.unloadGraceSeconds ?? 10) * 1000,
+      isIdleBatchWaiting: this.#config.batchWaitWhenIdle === true,
+    });
+    version.estimatedBytes = opened.estimatedBytes;
+    this.#residency.assertFits(version);
+    this.#assertWithinThreadBudget(version, settings.minWorkers, `${modelName} version ${modelVersion}`);
+    this.#forwardEvents(version);
+    let model = this.#models.get(modelName);
+    if (!model) {
+      model = { versions: new Map(), defaultVersion: modelVersion };
+      this.#models.set(modelName, model);
     }
+    model.versions.set(modelVersion, version);
+    // TorchServe ignores the models JSON's defaultVersion for models loaded at start-up
+    // (pytorch/serve#2744); Marina applies it, as documented.
+    const isJsonDefault =
+      options.loadedAtStartup === true && this.#config.models[modelName]?.[modelVersion]?.defaultVersion === true;
+    if (options.isDefault || isJsonDefault) model.defaultVersion = modelVersion;
+    this.#applyConfiguredTraffic(modelName, model);
+    this.events.emit('changed');
+    await this.#caches?.opened(version.modelDir, this.#modelDirsInUse());
+    return version;
+  }
+
+  /** A version's worker load and batch events, as the registry's events. */
+  #forwardEvents(version: ModelVersion): void {
+    const { modelName, modelVersion } = version;
+    version.on('loaded', (e) =>
+      this.events.emit('workerLoaded', { modelName, modelVersion, workerId: e.workerId, loadMs: e.loadMs }),
+    );
+    version.on('batch', (e) => {
+      this.events.emit('batch', {
+        modelName,
+        modelVersion,
+        batchSize: e.batchSize,
+        inferenceMs: e.inferenceMs,
+        dispatchReason: e.reason,
+        isOk: e.isOk,
+        ...(e.stages ? { stages: e.stages } : {}),
+      });
+    });
   }
 
   /**
@@ -496,30 +424,17 @@ export class ModelRegistry implements ModelRegistryApi {
     clearTimeout(timer);
   }
 
-  #createInit(version: ModelVersion): WorkerInit {
-    const intraOpNumThreads = this.#threads.threadsFor({
+  /** The thread budget's split for one more worker of the version. */
+  #threadsFor(version: ModelVersion): number {
+    return this.#threads.threadsFor({
       configured: version.settings.intraOpNumThreads,
       totalWorkers: this.plannedWorkerCount(),
     });
-    return {
-      modelName: version.modelName,
-      modelVersion: version.modelVersion,
-      modelDir: version.modelDir,
-      manifest: version.manifest as unknown as Record<string, unknown>,
-      handler: version.handler,
-      serializedFilePath: version.manifest.model.serializedFile
-        ? resolveInside(version.modelDir, version.manifest.model.serializedFile, 'model.serializedFile')
-        : undefined,
-      batchSize: version.settings.batchSize,
-      modelYamlConfig: version.modelYamlConfig,
-      intraOpNumThreads,
-      cacheOptimizedModelDefault: this.#cacheOptimizedModelDefault,
-      allowSpinningDefault: this.#allowSpinningDefault,
-      forceSpinningStopDefault: this.#forceSpinningStopDefault,
-      limitMaxImagePixels: this.#config.limitMaxImagePixels,
-      maxResponseBytes: this.#config.maxResponseBytes,
-      serverVersion: MARINA_VERSION,
-    };
+  }
+
+  /** Whether the version is its model's shadow now: its workers then run at background CPU priority. */
+  #isShadow(version: ModelVersion): boolean {
+    return this.#models.get(version.modelName)?.traffic?.policy.shadow?.version === version.modelVersion;
   }
 
   /**
@@ -657,14 +572,33 @@ export class ModelRegistry implements ModelRegistryApi {
     );
   }
 
-  /** Puts a checked policy in force; the version with the largest weight becomes the default. */
+  /**
+   * Puts a checked policy in force; the version with the largest weight becomes the default. A
+   * version that becomes, or stops being, the shadow gets workers of the matching CPU priority in
+   * the background (each replacement starts before the old worker leaves, see
+   * WorkerPool.rebalanceThreads; describe's `cpuPriority` shows when they serve).
+   */
   #setTraffic(model: Model, policy: TrafficPolicy): void {
+    const wasShadow = model.traffic?.policy.shadow?.version;
     const route = new TrafficRoute(policy);
     model.traffic = route.hasWeights || policy.shadow ? route : undefined;
     const weights = policy.weights ?? {};
     let heaviest = model.defaultVersion;
     for (const [version, weight] of Object.entries(weights)) if (weight > (weights[heaviest] ?? -1)) heaviest = version;
     if (model.versions.has(heaviest)) model.defaultVersion = heaviest;
+    const isShadow = policy.shadow?.version;
+    if (wasShadow === isShadow) return;
+    for (const name of [wasShadow, isShadow]) {
+      const version = name === undefined ? undefined : model.versions.get(name);
+      version?.pool
+        .rebalanceThreads()
+        .catch((error: unknown) =>
+          this.#log(
+            'warn',
+            `${version.modelName} ${version.modelVersion}: replacing workers for the shadow's CPU priority failed: ${(error as Error).message}`,
+          ),
+        );
+    }
   }
 
   setTrafficPolicy(modelName: string, policy: TrafficPolicy): TrafficPolicy {

@@ -500,6 +500,7 @@ export class ModelVersion extends EventEmitter<{
         gpu: false,
         gpuUsage: 'N/A',
         intraOpNumThreads: w.intraOpNumThreads,
+        cpuPriority: w.isBackground ? 'background' : 'normal',
         ...(w.warmupMs !== undefined ? { warmupMs: Math.round(w.warmupMs) } : {}),
       })),
       jobQueueStatus: {

@@ -290,6 +290,15 @@ export class RequestTrace {
     }
   }
 
+  /**
+   * A message of a streaming call, as OpenTelemetry's RPC conventions record it: an `rpc.message`
+   * event on the call's span, with its direction and its number in that direction (from 1).
+   */
+  addMessageEvent(type: 'SENT' | 'RECEIVED', id: number): void {
+    if (!this.span.isRecording()) return;
+    this.span.addEvent('rpc.message', { 'rpc.message.type': type, 'rpc.message.id': id }, epochMs(performance.now()));
+  }
+
   /** Ends the request span with its answer: `http.response.status_code` or `rpc.grpc.status_code`, ERROR for server errors. */
   end(result: { attributes: Attributes; isError: boolean; errorType?: string }): void {
     if (this.#isEnded) return;
@@ -354,6 +363,26 @@ export class Tracing {
       parent,
     );
     return new RequestTrace(this, span, parent);
+  }
+
+  /**
+   * One request carried by a message of a streaming call (TorchServe's StreamPredictions2): its
+   * own span, a child of the call's server span, under which the job's spans hang as under any
+   * request span. Each message is a request of its own (its own model, answer and status), so it
+   * gets its own trace of admission, queue and stages; the call's span keeps the stream's life and
+   * its `rpc.message` events.
+   */
+  startMessage(call: RequestTrace, options: Omit<RequestSpanOptions, 'headers'>): RequestTrace {
+    const span = this.tracer.startSpan(
+      options.name,
+      {
+        kind: SpanKind.INTERNAL,
+        startTime: epochMs(options.startedAt),
+        attributes: { ...options.attributes, 'marina.protocol': options.protocol },
+      },
+      call.context,
+    );
+    return new RequestTrace(this, span, call.context);
   }
 
   /**

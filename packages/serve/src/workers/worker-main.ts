@@ -15,7 +15,7 @@ import {
   type RequestRow,
 } from '@marina/handlers';
 import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
-import { useSchedBatch } from './use-sched-batch.ts';
+import { useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
 import type {
@@ -395,8 +395,9 @@ async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
 
 /** Loads the handler, warms it up when model-config.yaml asks for it, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
 export async function runWorker(): Promise<void> {
-  // First, so that onnxruntime's pool threads, started with the session, inherit the policy.
-  const scheduling = useSchedBatch();
+  // First, so that onnxruntime's pool threads, started with the session, inherit the policy. A
+  // shadow version's worker takes only the CPU nothing else wants (its copies yield to live work).
+  const scheduling = init.isBackground ? useSchedIdle() : useSchedBatch();
   try {
     const builtin = getBuiltinHandler(init.handler);
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });
@@ -444,7 +445,9 @@ export async function runWorker(): Promise<void> {
     heapBytes: heapBytes(),
     reportsStarts: isPipelined(),
     ...(warmup ? { warmup } : {}),
-    ...(scheduling.applied || scheduling.isOff ? {} : { schedulingProblem: scheduling.reason }),
+    ...(scheduling.applied || scheduling.isOff
+      ? {}
+      : { schedulingProblem: scheduling.reason, ...(init.isBackground ? { isBackgroundProblem: true } : {}) }),
   });
   port.on('message', (message: ToWorker) => {
     if (message.batch) receive(message.batch);

@@ -133,9 +133,10 @@ export class WorkerPool extends EventEmitter<{
   }
 
   /**
-   * Replaces, one at a time, the workers whose intra-op thread count differs from what a worker
-   * started now would get: the default split (cores ÷ all workers of all models) changes when
-   * workers are added or removed anywhere, and a running session cannot change its threads.
+   * Replaces, one at a time, the workers whose intra-op thread count or CPU priority differs from
+   * what a worker started now would get: the default split (cores ÷ all workers of all models)
+   * changes when workers are added or removed anywhere, a running session cannot change its
+   * threads, and a thread lowered to a shadow's background priority cannot raise it again.
    * The replacement starts first and the old worker finishes its batches before it stops, so
    * capacity never drops and no request is lost.
    */
@@ -148,16 +149,25 @@ export class WorkerPool extends EventEmitter<{
   async #rebalance(): Promise<void> {
     for (const old of [...this.#workers]) {
       if (this.#isClosed) return;
-      if (!this.#workers.has(old) || old.state === 'LOADING') continue;
-      if (old.intraOpNumThreads === this.#options.createInit().intraOpNumThreads) continue;
+      // A loading worker is checked once it is READY (see #spawn).
+      if (!this.#workers.has(old) || old.state === 'LOADING' || this.#isCurrent(old)) continue;
       const replacement = await this.#spawn();
       // No replacement came up (its failure is logged): keep the old worker serving.
       if (replacement === undefined) return;
-      if (this.#workers.has(old)) this.#retire(old);
+      if (this.#workers.has(old)) {
+        this.#retire(old);
+        this.emit('changed');
+      }
     }
     while (!this.#isClosed && this.#workers.size < this.#target) {
       if ((await this.#spawn()) === undefined) return;
     }
+  }
+
+  /** Whether a worker has what a worker started now would get (threads, CPU priority). */
+  #isCurrent(worker: Worker): boolean {
+    const wanted = this.#options.createInit();
+    return worker.intraOpNumThreads === wanted.intraOpNumThreads && worker.isBackground === wanted.isBackground;
   }
 
   /** Stops restarting failed workers (the version is draining: what they would serve is answered by its owner). */
@@ -241,6 +251,8 @@ export class WorkerPool extends EventEmitter<{
     this.#startFailures = 0;
     this.emit('changed');
     this.emit('ready', worker);
+    // What it should be changed while it loaded (a traffic policy made its version the shadow): replace it.
+    if (!this.#isCurrent(worker)) void this.rebalanceThreads();
     return worker;
   }
 

@@ -116,27 +116,77 @@ export function createTorchServeInferenceService(options: {
         call.end();
       }, fail);
     },
-    /** Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does. */
+    /**
+     * Each request is answered in order of completion; a failed one gets a `status` in its response, as TorchServe does.
+     * Traced, the call gets a server span (with an `rpc.message` event per message received and
+     * sent, as OpenTelemetry's RPC conventions ask of streams) and each message a span of its own
+     * under it, with the job's admission, queue and stage spans: a message is a request.
+     */
     StreamPredictions2: (call: grpc.ServerDuplexStream<PredictionsRequest, unknown>) => {
+      const callTrace = startCallTrace(call, {
+        tracing: dataPlane.tracing,
+        service: SERVICE,
+        method: 'StreamPredictions2',
+        protocol: 'torchserve-grpc',
+      });
       const denied = checkKey(call);
-      if (denied) return failStream(call, grpcServiceError(denied, 'torchserve'));
+      if (denied) {
+        const error = withTraceparent(grpcServiceError(denied, 'torchserve'), callTrace);
+        endCallTrace(callTrace, error.code);
+        return failStream(call, error);
+      }
+      // The response headers go at once, so a client finds the call's traceparent before any answer.
+      if (callTrace !== undefined) call.sendMetadata(new grpc.Metadata());
       const running = new Set<Promise<void>>();
+      let received = 0;
+      let sent = 0;
+      const answer = (message: unknown) => {
+        call.write(message);
+        callTrace?.addMessageEvent('SENT', ++sent);
+      };
       call.on('data', (request: PredictionsRequest) => {
+        const startedAt = performance.now();
+        const id = ++received;
+        callTrace?.addMessageEvent('RECEIVED', id);
         const sequence = request.sequence_id ? { sequence_id: request.sequence_id } : {};
+        const messageTrace = callTrace?.tracing.startMessage(callTrace, {
+          name: `${SERVICE}/StreamPredictions2 message`,
+          protocol: 'torchserve-grpc',
+          startedAt,
+          attributes: {
+            'rpc.system': 'grpc',
+            'rpc.service': SERVICE,
+            'rpc.method': 'StreamPredictions2',
+            'rpc.message.id': id,
+            ...(request.sequence_id ? { 'marina.sequence.id': request.sequence_id.slice(0, 128) } : {}),
+          },
+        });
         const done = (
           request.sequence_id
-            ? predict(request, call)
+            ? predict(request, call, messageTrace)
             : Promise.reject(createServeError.MARINA_ERR_BAD_REQUEST('Parameter sequenceId is required.'))
         ).then(
-          (result) => void call.write({ prediction: result.body, ...sequence }),
-          (error: unknown) => void call.write({ ...sequence, status: torchServeGrpcStreamStatus(error) }),
+          (result) => {
+            endCallTrace(messageTrace, grpc.status.OK);
+            answer({ prediction: result.body, ...sequence });
+          },
+          (error: unknown) => {
+            const status = torchServeGrpcStreamStatus(error);
+            endCallTrace(messageTrace, status.code);
+            answer({ ...sequence, status });
+          },
         );
         running.add(done);
         void done.finally(() => running.delete(done));
       });
       call.on('end', () => {
-        void Promise.all(running).then(() => call.end());
+        void Promise.all(running).then(() => {
+          endCallTrace(callTrace, grpc.status.OK);
+          call.end();
+        });
       });
+      // A client that cancels (or a broken stream) ends the call's span too; a later end is a no-op.
+      call.on('cancelled', () => endCallTrace(callTrace, grpc.status.CANCELLED));
     },
   };
 }
