@@ -40,7 +40,7 @@ export interface ModelSettings {
 export type SettingSource = 'api' | 'model-config.yaml' | 'models JSON' | 'server default';
 
 /** A worker thread's default V8 heap limit, MB: a handler that outgrows it ends its own worker (507), not the server. */
-const DEFAULT_MAX_WORKER_HEAP_MB = 1024;
+export const DEFAULT_MAX_WORKER_HEAP_MB = 1024;
 
 /** Values given on the register API (management `POST /models`). */
 export interface ApiModelSettings {
