@@ -151,6 +151,11 @@ export const serveErrors = defineErrors(
       statusCode: 403,
       description: 'The default version cannot be unregistered while other versions exist; set another default first.',
     },
+    MARINA_ERR_API_EXPLORER_UNREACHABLE: {
+      statusCode: 403,
+      description:
+        'The API explorer does not relay a call to a listener that clients of the management address cannot reach (for example an inference listener kept on 127.0.0.1 while management is public); call that listener directly from where it is reachable.',
+    },
     MARINA_ERR_INVALID_WORKER_COUNT: {
       statusCode: 400,
       description:

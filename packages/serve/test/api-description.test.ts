@@ -6,7 +6,9 @@
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { apiExplorerRoutes } from '../src/routes/api-explorer.ts';
 import { startServer, type RunningServer } from '../src/start-server.ts';
 import { call, createWorkspace, freePort, opsConfig, packModel, type Workspace } from './ops-harness.ts';
 
@@ -192,5 +194,31 @@ describe('the API explorer relay', () => {
       body: JSON.stringify({ api: 'management', method: 'GET', path: '/api-explorer' }),
     });
     expect(loop.status).toBe(400);
+    expect(((await loop.json()) as { marinaCode: string }).marinaCode).toBe('MARINA_ERR_BAD_REQUEST');
+  });
+
+  it('answers what it does not relay with a code, through the error map', async () => {
+    const explorer = Fastify();
+    const instances = { inference: Fastify(), management: explorer, metrics: Fastify() };
+    // Management public, inference kept on loopback, metrics not served.
+    await explorer.register(apiExplorerRoutes, {
+      instances,
+      apis: ['inference', 'management'],
+      hosts: { inference: '127.0.0.1', management: '10.0.0.5', metrics: '127.0.0.1' },
+    });
+    const tryCall = (api: string) =>
+      explorer.inject({ method: 'POST', url: '/api-explorer/try', payload: { api, method: 'GET', path: '/ping' } });
+    const unreachable = await tryCall('inference');
+    expect(unreachable.statusCode).toBe(403);
+    expect(unreachable.headers.connection).toBe('close');
+    expect(JSON.parse(unreachable.body)).toMatchObject({
+      code: 403,
+      type: 'BadRequestException',
+      marinaCode: 'MARINA_ERR_API_EXPLORER_UNREACHABLE',
+    });
+    const notServed = await tryCall('metrics');
+    expect(notServed.statusCode).toBe(400);
+    expect(JSON.parse(notServed.body)).toMatchObject({ code: 400, marinaCode: 'MARINA_ERR_BAD_REQUEST' });
+    await Promise.all(Object.values(instances).map((instance) => instance.close()));
   });
 });

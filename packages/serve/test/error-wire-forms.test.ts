@@ -62,6 +62,7 @@ const TORCHSERVE_TYPE: Record<string, string> = {
   MARINA_ERR_REQUEST_TOO_LARGE: 'RequestEntityTooLargeException',
   MARINA_ERR_MODEL_VERSION_CONFLICT: 'ConflictStatusException',
   MARINA_ERR_DEFAULT_VERSION_REMOVAL: 'InvalidModelVersionException',
+  MARINA_ERR_API_EXPLORER_UNREACHABLE: 'BadRequestException',
   MARINA_ERR_WORKFLOWS_NOT_IMPLEMENTED: 'NotImplementedException',
   MARINA_ERR_WORKER_OUT_OF_MEMORY: 'OutOfMemoryError',
   MARINA_ERR_TOKEN_MISSING: 'InvalidKeyException',

@@ -184,6 +184,7 @@ export class StandInRegistry implements ModelRegistryApi {
           gpu: false as const,
           gpuUsage: 'N/A' as const,
           intraOpNumThreads: e.intraOpNumThreads,
+          cpuPriority: 'normal' as const,
         })),
         jobQueueStatus: { remainingCapacity: this.jobQueueSize - e.queueDepth, pendingRequests: e.queueDepth },
       };

@@ -7,8 +7,12 @@ import { startServer, type RunningServer } from '../server-process.ts';
 import { median } from '../stats.ts';
 import { measureServerLoad, readImage, serverTmpDir, type ExperimentContext } from './experiment-context.ts';
 
-/** Rounds per side; the sides take turns (the order alternating), so a drift of the machine's speed falls on both. */
-const TRAFFIC_ROUNDS = 4;
+/**
+ * Counted rounds per side; the sides take turns (the order alternating), so a drift of the
+ * machine's speed falls on both. A first pair of rounds warms both sides up and is not counted
+ * (its first side used to run on a cold server and client: ratios of 2 and more).
+ */
+const TRAFFIC_ROUNDS = 6;
 
 /**
  * A store holding the model's archive as version 1.0 and a copy packed as version 2.0 (the same
@@ -50,6 +54,31 @@ async function putTraffic(server: RunningServer, modelName: string, policy: Reco
   });
   const text = await response.text();
   if (response.status !== 200) throw new Error(`traffic policy of ${modelName}: ${response.status} ${text}`);
+}
+
+/**
+ * Waits until the version serves with every worker READY or BUSY at `cpuPriority` (a shadow's
+ * workers run at background priority, so setting or removing a shadow replaces them): a round
+ * then measures the policy, not the replacement's model load.
+ */
+async function workersSettled(server: RunningServer, modelName: string, version: string, cpuPriority: string) {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const response = await fetch(`${server.managementOrigin}/models/${modelName}/${version}`);
+    const [description] = (await response.json()) as Array<{
+      minWorkers: number;
+      workers: Array<{ status: string; cpuPriority?: string }>;
+    }>;
+    const workers = description?.workers ?? [];
+    if (
+      workers.length === description?.minWorkers &&
+      workers.every((w) => (w.status === 'READY' || w.status === 'BUSY') && (w.cpuPriority ?? 'normal') === cpuPriority)
+    )
+      return;
+    if (Date.now() > deadline)
+      throw new Error(`${modelName} ${version}: workers not settled at ${cpuPriority} priority`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 /** The shadow version's counts from describe. */
@@ -133,11 +162,20 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
     const without: ResultRow[] = [];
     const withPolicy: ResultRow[] = [];
     const ratios: number[] = [];
-    for (let round = 0; round < TRAFFIC_ROUNDS; round++) {
+    const shadowVersion = (options.policy.shadow as { version?: string } | undefined)?.version;
+    // Round 0 warms both sides up and is not counted.
+    for (let round = 0; round <= TRAFFIC_ROUNDS; round++) {
       const order = round % 2 === 0 ? (['without', 'with'] as const) : (['with', 'without'] as const);
       const measured: Partial<Record<'without' | 'with', ResultRow>> = {};
       for (const side of order) {
         await putTraffic(options.server, options.modelName, side === 'with' ? options.policy : undefined);
+        if (shadowVersion !== undefined)
+          await workersSettled(
+            options.server,
+            options.modelName,
+            shadowVersion,
+            side === 'with' ? 'background' : 'normal',
+          );
         measured[side] = await measureServerLoad(context, options.server, {
           path: options.path,
           body: options.body,
@@ -150,6 +188,7 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
         });
         if (side === 'with') await options.afterWith?.();
       }
+      if (round === 0) continue;
       without.push(measured.without!);
       withPolicy.push(measured.with!);
       ratios.push(measured.with!.throughputPerSec / measured.without!.throughputPerSec);
@@ -174,7 +213,8 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
       handler: 'tensor',
     });
     await withTwoVersions('traffic split', store, t.modelName, async (server) => {
-      const requests = Math.max(3000, plan.images * 20);
+      // Rounds of about a second at this model's rate: shorter ones measured mostly the machine's jitter.
+      const requests = Math.max(10_000, plan.images * 20);
       const split = await alternate({
         server,
         modelName: t.modelName,
@@ -188,7 +228,7 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
         unit: 'req/s',
       });
       notes.push(
-        `Traffic split: ${t.modelName} (2x+1), one server with versions 1.0 and 2.0 (1 worker each), ${TRAFFIC_ROUNDS} alternating rounds of ${requests} requests at ${plan.overheadConcurrency} clients without a policy and with {"1.0": 90, "2.0": 10}: with ÷ without = ${split.ratio.toFixed(3)} (median of the rounds' ratios ${split.ratios.map((r) => r.toFixed(3)).join(' / ')}; target ≥ 0.95: ${split.ratio >= 0.95 ? 'met' : 'missed'}). Without a policy 2.0's worker is idle; with it, 2.0 takes a tenth of the requests on its own worker.`,
+        `Traffic split: ${t.modelName} (2x+1), one server with versions 1.0 and 2.0 (1 worker each), ${TRAFFIC_ROUNDS} alternating rounds (after a warm-up pair not counted) of ${requests} requests at ${plan.overheadConcurrency} clients without a policy and with {"1.0": 90, "2.0": 10}: with ÷ without = ${split.ratio.toFixed(3)} (median of the rounds' ratios ${split.ratios.map((r) => r.toFixed(3)).join(' / ')}; target ≥ 0.95: ${split.ratio >= 0.95 ? 'met' : 'missed'}). Without a policy 2.0's worker is idle; with it, 2.0 takes a tenth of the requests on its own worker.`,
       );
     });
   }
@@ -205,7 +245,7 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
   const jpeg = await readImage(a);
   await withTwoVersions('traffic shadow', store, a.modelName, async (server) => {
     const shadowPolicy = { weights: { '1.0': 100 }, shadow: { version: '2.0', percent: 100 } };
-    const headroomRequests = Math.max(20, Math.ceil(plan.images / 4));
+    const headroomRequests = Math.max(60, plan.images);
     // Cumulative counts, read while the shadow is in force; each phase's copies are the difference.
     let latest = { requests: 0, dropped: 0 } as Awaited<ReturnType<typeof shadowCounts>>;
     const afterWith = async () => {
@@ -251,7 +291,7 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
     const share = (c: { ran: number; dropped: number }) =>
       c.ran + c.dropped > 0 ? `${((100 * c.dropped) / (c.ran + c.dropped)).toFixed(0)}%` : 'n/a';
     notes.push(
-      `Shadow: ${a.model}, one server with versions 1.0 (live) and 2.0 (shadow, the same weights), 1 worker each, ${TRAFFIC_ROUNDS} alternating rounds without and with a 100% shadow. At 1 client (headroom: the shadow's worker has a core of its own) live throughput with ÷ without = ${headroom.ratio.toFixed(3)} (rounds ${headroom.ratios.map((r) => r.toFixed(3)).join(' / ')}; target ≥ 0.90: ${headroom.ratio >= 0.9 ? 'met' : 'missed'}); copies run ${h.ran}, dropped ${h.dropped} (${share(h)}). At ${plan.concurrency} clients (no headroom) with ÷ without = ${loaded.ratio.toFixed(3)} (rounds ${loaded.ratios.map((r) => r.toFixed(3)).join(' / ')}); copies run ${l.ran}, dropped ${l.dropped} (${share(l)}): the shadow's copies are the work shed. Agreement of the shadow (same weights): ${afterLoaded.agreement === undefined ? 'n/a' : afterLoaded.agreement.toFixed(4)}.`,
+      `Shadow: ${a.model}, one server with versions 1.0 (live) and 2.0 (shadow, the same weights), 1 worker each, ${TRAFFIC_ROUNDS} alternating rounds (after a warm-up pair not counted; ${headroomRequests} and ${loadedRequests} requests a round) without and with a 100% shadow; with it, 2.0's worker runs at background CPU priority (describe's cpuPriority; each round starts once it serves). At 1 client (headroom: the shadow's worker has a core of its own) live throughput with ÷ without = ${headroom.ratio.toFixed(3)} (rounds ${headroom.ratios.map((r) => r.toFixed(3)).join(' / ')}; target ≥ 0.90: ${headroom.ratio >= 0.9 ? 'met' : 'missed'}); copies run ${h.ran}, dropped ${h.dropped} (${share(h)}). At ${plan.concurrency} clients (no headroom) with ÷ without = ${loaded.ratio.toFixed(3)} (rounds ${loaded.ratios.map((r) => r.toFixed(3)).join(' / ')}); copies run ${l.ran}, dropped ${l.dropped} (${share(l)}): the shadow's copies are the work shed. Agreement of the shadow (same weights): ${afterLoaded.agreement === undefined ? 'n/a' : afterLoaded.agreement.toFixed(4)}.`,
     );
   });
   return { rows, notes };

@@ -55,6 +55,8 @@ export function isRetryable(code: string): boolean {
 const TORCHSERVE_TYPE_BY_CODE: Readonly<Record<string, string>> = {
   MARINA_ERR_MODEL_VERSION_NOT_FOUND: 'ModelVersionNotFoundException',
   MARINA_ERR_ROUTE_NOT_FOUND: 'ResourceNotFoundException',
+  // A refusal of the request, not a version problem (403's own name in TorchServe).
+  MARINA_ERR_API_EXPLORER_UNREACHABLE: 'BadRequestException',
   MARINA_ERR_RESPONSE_TIMEOUT: 'RequestTimeoutException',
   MARINA_ERR_DEADLINE_EXCEEDED: 'RequestTimeoutException',
   // TorchServe answers a handler failure with 503 and InternalServerException ("Prediction failed").
@@ -229,6 +231,19 @@ const MAX_GRPC_MESSAGE_CHARS = 1024;
 function asciiHeaderValue(text: string): string {
   const ascii = text.replace(/[^\x20-\x7e]/g, '?');
   return ascii.length > 1024 ? `${ascii.slice(0, 1024)}… (${ascii.length} characters)` : ascii;
+}
+
+/**
+ * ModelMesh's model-runtime SPI: a loadModel that failed before anything was registered. ModelMesh
+ * reads INVALID_ARGUMENT and FAILED_PRECONDITION as "no attempt to load was made, no space is
+ * used", so a client error (4xx) gets one of those two; the rest is grpcError's form.
+ */
+export function modelMeshRefusedLoadError(error: unknown): grpc.StatusObject {
+  const e = toMarinaError(error);
+  const status = grpcError(e);
+  if (e.statusCode >= 400 && e.statusCode < 500)
+    status.code = e.statusCode === 400 ? grpc.status.INVALID_ARGUMENT : grpc.status.FAILED_PRECONDITION;
+  return status;
 }
 
 /** The same as a `ServiceError` to hand to a gRPC callback or a stream's `destroy`. */

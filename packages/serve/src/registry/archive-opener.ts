@@ -210,8 +210,9 @@ export class ArchiveOpener {
    * and the server's session defaults and bounds.
    *
    * @param intraOpNumThreads the thread budget's split for this worker.
+   * @param isBackground the version is its model's shadow: the worker runs at background CPU priority.
    */
-  workerInit(version: ModelVersion, options: { intraOpNumThreads: number }): WorkerInit {
+  workerInit(version: ModelVersion, options: { intraOpNumThreads: number; isBackground: boolean }): WorkerInit {
     return {
       modelName: version.modelName,
       modelVersion: version.modelVersion,
@@ -224,6 +225,7 @@ export class ArchiveOpener {
       batchSize: version.settings.batchSize,
       modelYamlConfig: version.modelYamlConfig,
       intraOpNumThreads: options.intraOpNumThreads,
+      isBackground: options.isBackground,
       cacheOptimizedModelDefault: this.#cacheOptimizedModelDefault,
       allowSpinningDefault: this.#allowSpinningDefault,
       forceSpinningStopDefault: this.#forceSpinningStopDefault,

@@ -91,6 +91,8 @@ export interface WorkerDescription {
   gpuUsage: 'N/A';
   /** Marina extension: intra-op threads of this worker's session. */
   intraOpNumThreads: number;
+  /** Marina extension: 'background' for a shadow version's worker (it runs at the lowest CPU priority, SCHED_IDLE or nice 19), else 'normal'. */
+  cpuPriority: 'normal' | 'background';
   /** Marina extension: ms the worker spent warming up before it became READY (model-config.yaml `warmup:`); absent without warm-up. */
   warmupMs?: number;
 }

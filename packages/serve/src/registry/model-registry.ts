@@ -6,6 +6,7 @@ import type { ServerConfig } from '../config/server-config.ts';
 import { boundText } from '../bounded-text.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
 import type { ModelCaches } from '../cache/model-caches.ts';
+import { DEFAULT_MAX_WORKER_HEAP_MB } from '../model-settings.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import { ThreadBudget } from '../workers/thread-budget.ts';
 import type { BodyDecoding, HandlerStagesMs } from '../workers/worker-protocol.ts';
@@ -25,6 +26,8 @@ import type {
 import { ArchiveOpener, type OpenedArchive } from './archive-opener.ts';
 import { estimateModelBytes } from './memory-estimate.ts';
 import { ModelResidency } from './model-residency.ts';
+import { SpareThreads } from '../workers/spare-threads.ts';
+import { bootstrapUrl } from '../workers/worker.ts';
 import { ModelVersion } from '../scheduling/model-version.ts';
 import { scheduleOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
 import type { RequestTrace } from '../tracing/tracing.ts';
@@ -124,6 +127,8 @@ export class ModelRegistry implements ModelRegistryApi {
   readonly #archives: ArchiveOpener;
   readonly #threads: ThreadBudget;
   readonly #residency: ModelResidency;
+  /** A worker thread kept ready for the next load, under a memory budget (workers/spare-threads.ts). */
+  readonly #spares: SpareThreads | undefined;
 
   constructor(options: ModelRegistryOptions) {
     this.#config = options.config;
@@ -134,6 +139,9 @@ export class ModelRegistry implements ModelRegistryApi {
       ompNumThreads: options.config.ompNumThreads,
       log: this.#log,
     });
+    // Under a budget models come and go: a spare thread makes each load skip a thread's start.
+    if (options.config.residency?.memoryBudgetBytes !== undefined)
+      this.#spares = new SpareThreads({ bootstrapUrl, maxHeapMb: DEFAULT_MAX_WORKER_HEAP_MB });
     this.#residency = new ModelResidency({
       memoryBudgetBytes: options.config.residency?.memoryBudgetBytes,
       versions: () => this.#versions(),
@@ -234,7 +242,9 @@ export class ModelRegistry implements ModelRegistryApi {
       isDownloaded: options.isDownloaded ?? false,
       ...(opened.quantization ? { quantization: opened.quantization } : {}),
       plannedWorkers: 0,
-      createInit: (v) => this.#archives.workerInit(v, { intraOpNumThreads: this.#threadsFor(v) }),
+      createInit: (v) =>
+        this.#archives.workerInit(v, { intraOpNumThreads: this.#threadsFor(v), isBackground: this.#isShadow(v) }),
+      ...(this.#spares ? { takeSpareThread: this.#spares.take.bind(this.#spares) } : {}),
       startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
       log: this.#log,
       unloadGraceMs: (this.#config.residency?.unloadGraceSeconds ?? 10) * 1000,
@@ -406,6 +416,8 @@ export class ModelRegistry implements ModelRegistryApi {
     await this.#rebalanceThreadsAfter(starting);
     await starting;
     while (version.pool.workers.some((w) => w.state === 'LOADING')) await once(version.pool, 'changed');
+    // The first load started its thread itself; the spare is ready for the next (take() replaces it).
+    if (!this.#isClosing) this.#spares?.prepare();
     return version.pool.readyCount;
   }
 
@@ -429,6 +441,11 @@ export class ModelRegistry implements ModelRegistryApi {
       configured: version.settings.intraOpNumThreads,
       totalWorkers: this.plannedWorkerCount(),
     });
+  }
+
+  /** Whether the version is its model's shadow now: its workers then run at background CPU priority. */
+  #isShadow(version: ModelVersion): boolean {
+    return this.#models.get(version.modelName)?.traffic?.policy.shadow?.version === version.modelVersion;
   }
 
   /**
@@ -566,14 +583,33 @@ export class ModelRegistry implements ModelRegistryApi {
     );
   }
 
-  /** Puts a checked policy in force; the version with the largest weight becomes the default. */
+  /**
+   * Puts a checked policy in force; the version with the largest weight becomes the default. A
+   * version that becomes, or stops being, the shadow gets workers of the matching CPU priority in
+   * the background (each replacement starts before the old worker leaves, see
+   * WorkerPool.rebalanceThreads; describe's `cpuPriority` shows when they serve).
+   */
   #setTraffic(model: Model, policy: TrafficPolicy): void {
+    const wasShadow = model.traffic?.policy.shadow?.version;
     const route = new TrafficRoute(policy);
     model.traffic = route.hasWeights || policy.shadow ? route : undefined;
     const weights = policy.weights ?? {};
     let heaviest = model.defaultVersion;
     for (const [version, weight] of Object.entries(weights)) if (weight > (weights[heaviest] ?? -1)) heaviest = version;
     if (model.versions.has(heaviest)) model.defaultVersion = heaviest;
+    const isShadow = policy.shadow?.version;
+    if (wasShadow === isShadow) return;
+    for (const name of [wasShadow, isShadow]) {
+      const version = name === undefined ? undefined : model.versions.get(name);
+      version?.pool
+        .rebalanceThreads()
+        .catch((error: unknown) =>
+          this.#log(
+            'warn',
+            `${version.modelName} ${version.modelVersion}: replacing workers for the shadow's CPU priority failed: ${(error as Error).message}`,
+          ),
+        );
+    }
   }
 
   setTrafficPolicy(modelName: string, policy: TrafficPolicy): TrafficPolicy {
@@ -925,6 +961,7 @@ export class ModelRegistry implements ModelRegistryApi {
     this.#isClosing = true;
     this.#residency.close();
     this.shadow.close();
+    void this.#spares?.close();
     const versions = [...this.#versions()];
     this.#models.clear();
     await Promise.all(versions.map((v) => v.drain()));

@@ -9,7 +9,9 @@
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import { sendTorchServeJson } from '../auth/torchserve-response.ts';
+import { boundText } from '../bounded-text.ts';
 import { createServeError } from '../errors.ts';
+import { sendTorchServeError } from '../protocols/error-map.ts';
 import type { ModelRegistryApi } from '../registry/model-registry-api.ts';
 
 const SERVE_VERSION = (
@@ -341,13 +343,11 @@ export async function apiDescriptionRoutes(app: FastifyInstance, options: ApiDes
       handler: async (request, reply) => {
         const { model_name: modelName } = request.params as { model_name: string };
         if (options.registry.list().every((m) => m.modelName !== modelName)) {
-          const error = createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${modelName}`);
-          return sendTorchServeJson(request, reply, 404, {
-            code: 404,
-            type: 'ModelNotFoundException',
-            message: error.message,
-            marinaCode: error.code,
-          });
+          // The name is the client's: quoted bounded.
+          return sendTorchServeError(
+            reply,
+            createServeError.MARINA_ERR_MODEL_NOT_FOUND(`Model not found: ${boundText(modelName)}`),
+          );
         }
         return sendTorchServeJson(request, reply, 200, modelOpenApi(document(), modelName, perModel.prefixes));
       },

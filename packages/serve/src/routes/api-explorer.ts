@@ -10,6 +10,8 @@ import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import type { ApiName } from '../api-name.ts';
 import { isLoopbackHost } from '../config/parse-listen-address.ts';
+import { createServeError } from '../errors.ts';
+import { sendTorchServeError } from '../protocols/error-map.ts';
 import { buildOpenApiOf } from './api-description.ts';
 
 export interface ApiExplorerOptions {
@@ -44,10 +46,6 @@ const trySchema = {
     contentType: { type: 'string', maxLength: 200 },
   },
 } as const;
-
-function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
-}
 
 /** The page: the documents are embedded as JSON; the script renders the list and the buttons. */
 function renderPage(documents: Record<string, unknown>, nonce: string): string {
@@ -165,23 +163,24 @@ export async function apiExplorerRoutes(app: FastifyInstance, options: ApiExplor
         body?: string;
         contentType?: string;
       };
+      // call.api is one of the schema's three names: safe to echo.
       if (!options.apis.includes(call.api))
-        return reply.code(400).send({
-          code: 400,
-          type: 'BadRequestException',
-          message: `The ${escapeHtml(call.api)} API is not served here.`,
-        });
-      if (!isReachableFrom(options.hosts.management, options.hosts[call.api])) {
-        return reply.code(403).send({
-          code: 403,
-          type: 'BadRequestException',
-          message: `The ${call.api} API listens on ${options.hosts[call.api]}, which clients of the management address cannot reach; the explorer does not relay to it.`,
-        });
-      }
+        return sendTorchServeError(
+          reply,
+          createServeError.MARINA_ERR_BAD_REQUEST(`The ${call.api} API is not served here.`),
+        );
+      if (!isReachableFrom(options.hosts.management, options.hosts[call.api]))
+        return sendTorchServeError(
+          reply,
+          createServeError.MARINA_ERR_API_EXPLORER_UNREACHABLE(
+            `The ${call.api} API listens on ${options.hosts[call.api]}, which clients of the management address cannot reach; the explorer does not relay to it.`,
+          ),
+        );
       if (call.path.startsWith('/api-explorer'))
-        return reply
-          .code(400)
-          .send({ code: 400, type: 'BadRequestException', message: 'The explorer does not call itself.' });
+        return sendTorchServeError(
+          reply,
+          createServeError.MARINA_ERR_BAD_REQUEST('The explorer does not call itself.'),
+        );
       const headers: Record<string, string> = {};
       if (call.authorization) headers.authorization = call.authorization;
       if (call.contentType) headers['content-type'] = call.contentType;

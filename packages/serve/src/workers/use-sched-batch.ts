@@ -15,12 +15,19 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readlinkSync } from 'node:fs';
+import { setPriority } from 'node:os';
 
 /** Server-wide switch: '0' leaves worker threads under the default policy. On by default on Linux. */
 export const WORKER_SCHED_BATCH_ENV = 'MARINA_WORKER_SCHED_BATCH';
 
 /** Absolute paths only: the server never runs a `chrt` found through PATH. */
 const CHRT_PATHS = ['/usr/bin/chrt', '/bin/chrt'];
+
+/** Server-wide switch: '0' runs shadow versions' workers like every other worker. On by default. */
+export const SHADOW_SCHED_IDLE_ENV = 'MARINA_SHADOW_SCHED_IDLE';
+
+/** The nice value a background worker takes where SCHED_IDLE cannot be set (the lowest priority a thread can have). */
+const BACKGROUND_NICE = 19;
 
 /** What `useSchedBatch` did: applied, off by setting, or why it could not (for a warning). */
 export type SchedBatchOutcome = { applied: true } | { applied: false; reason: string; isOff?: true };
@@ -38,17 +45,26 @@ export function useSchedBatch(
     return { applied: false, reason: `${WORKER_SCHED_BATCH_ENV}=0`, isOff: true };
   if (platform !== 'linux')
     return { applied: false, reason: `SCHED_BATCH is Linux's (this is ${platform})`, isOff: true };
+  return runChrt('--batch');
+}
+
+/** This thread's id (/proc/thread-self links to /proc/<pid>/task/<tid> of the thread that reads it). */
+function currentThreadId(): number | { reason: string } {
+  try {
+    return Number(readlinkSync('/proc/thread-self').split('/').pop());
+  } catch (error) {
+    return { reason: `cannot read /proc/thread-self (${(error as Error).message})` };
+  }
+}
+
+/** Runs util-linux's `chrt <policy> --pid 0 <this thread>`; never throws. */
+function runChrt(policy: '--batch' | '--idle'): SchedBatchOutcome {
   const chrt = CHRT_PATHS.find((path) => existsSync(path));
   if (chrt === undefined) return { applied: false, reason: `util-linux's chrt is not at ${CHRT_PATHS.join(' or ')}` };
-  let tid: number;
+  const tid = currentThreadId();
+  if (typeof tid !== 'number') return { applied: false, ...tid };
   try {
-    // /proc/thread-self links to /proc/<pid>/task/<tid> of the thread that reads it.
-    tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
-  } catch (error) {
-    return { applied: false, reason: `cannot read /proc/thread-self (${(error as Error).message})` };
-  }
-  try {
-    execFileSync(chrt, ['--batch', '--pid', '0', String(tid)], {
+    execFileSync(chrt, [policy, '--pid', '0', String(tid)], {
       stdio: ['ignore', 'ignore', 'pipe'],
       timeout: 10_000,
     });
@@ -57,4 +73,36 @@ export function useSchedBatch(
     return { applied: false, reason: `${chrt} failed: ${stderr || (error as Error).message}` };
   }
   return { applied: true };
+}
+
+/**
+ * Puts the calling thread at the lowest CPU priority: Linux's SCHED_IDLE, under which it runs only
+ * on a core that nothing else wants, and is pushed off it by any other thread that wakes. For the
+ * workers of a shadow version: their copies then take only spare CPU, and never the live workers',
+ * the HTTP thread's or another process's time. Threads it starts afterwards (onnxruntime's pool)
+ * inherit it. Where SCHED_IDLE cannot be set (no `chrt`, or refused), the thread takes nice
+ * 19 instead (a thread may always lower its own priority). A thread can never raise its priority
+ * again without CAP_SYS_NICE, so a worker that stops being a shadow is replaced, not switched back.
+ * Never throws.
+ */
+export function useSchedIdle(
+  env: Record<string, string | undefined> = process.env,
+  platform: NodeJS.Platform = process.platform,
+): SchedBatchOutcome {
+  if (env[SHADOW_SCHED_IDLE_ENV] === '0') return { applied: false, reason: `${SHADOW_SCHED_IDLE_ENV}=0`, isOff: true };
+  // Elsewhere a priority is the whole process's: lowering it would slow the HTTP thread too.
+  if (platform !== 'linux')
+    return { applied: false, reason: `a thread's own priority is Linux's (this is ${platform})`, isOff: true };
+  const idle = runChrt('--idle');
+  if (idle.applied) return idle;
+  try {
+    // Linux's nice is per thread, and 0 names the calling thread.
+    setPriority(0, BACKGROUND_NICE);
+    return { applied: true };
+  } catch (error) {
+    return {
+      applied: false,
+      reason: `${idle.reason}; nice ${BACKGROUND_NICE} failed: ${(error as Error).message}`,
+    };
+  }
 }

@@ -2,7 +2,7 @@
  * The worker thread: owns one handler and its onnxruntime-node session, runs one batch at a
  * time. `InferenceSession.run` blocks this thread, never the HTTP thread.
  */
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort } from 'node:worker_threads';
 import { getHeapStatistics } from 'node:v8';
 import { isMarinaError } from '@marina/errors';
 import {
@@ -15,9 +15,10 @@ import {
   type RequestRow,
 } from '@marina/handlers';
 import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
-import { useSchedBatch } from './use-sched-batch.ts';
+import { useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
+import { workerInit } from './worker-init.ts';
 import type {
   BatchPayload,
   BatchResult,
@@ -27,10 +28,10 @@ import type {
   HandlerStagesMs,
   ItemResult,
   ToWorker,
-  WorkerInit,
 } from './worker-protocol.ts';
 
-const init = workerData as WorkerInit;
+// A spare thread is given its model after it started (spare-threads.ts): read it through worker-init.
+const init = workerInit();
 const port = parentPort!;
 
 let heapBytesCached = 0;
@@ -395,8 +396,9 @@ async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
 
 /** Loads the handler, warms it up when model-config.yaml asks for it, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
 export async function runWorker(): Promise<void> {
-  // First, so that onnxruntime's pool threads, started with the session, inherit the policy.
-  const scheduling = useSchedBatch();
+  // First, so that onnxruntime's pool threads, started with the session, inherit the policy. A
+  // shadow version's worker takes only the CPU nothing else wants (its copies yield to live work).
+  const scheduling = init.isBackground ? useSchedIdle() : useSchedBatch();
   try {
     const builtin = getBuiltinHandler(init.handler);
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });
@@ -444,7 +446,9 @@ export async function runWorker(): Promise<void> {
     heapBytes: heapBytes(),
     reportsStarts: isPipelined(),
     ...(warmup ? { warmup } : {}),
-    ...(scheduling.applied || scheduling.isOff ? {} : { schedulingProblem: scheduling.reason }),
+    ...(scheduling.applied || scheduling.isOff
+      ? {}
+      : { schedulingProblem: scheduling.reason, ...(init.isBackground ? { isBackgroundProblem: true } : {}) }),
   });
   port.on('message', (message: ToWorker) => {
     if (message.batch) receive(message.batch);

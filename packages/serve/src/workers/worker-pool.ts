@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { MarinaError } from '@marina/errors';
 import type { Job } from '../scheduling/job.ts';
-import { Worker, type BatchOutcome } from './worker.ts';
+import { Worker, type BatchOutcome, type WorkerOptions } from './worker.ts';
 import type { WorkerInit } from './worker-protocol.ts';
 
 export interface WorkerPoolOptions {
@@ -12,6 +12,8 @@ export interface WorkerPoolOptions {
   maxHeapMb: number;
   /** Builds a new worker's init message; called at each spawn, so thread counts reflect the current load. */
   createInit(): WorkerInit;
+  /** A ready spare thread for the next worker, if any (spare-threads.ts). */
+  takeSpareThread?: WorkerOptions['takeSpareThread'];
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /**
    * How long a retired worker may finish the batch it runs, ms (unload_grace_seconds); past it the
@@ -133,9 +135,10 @@ export class WorkerPool extends EventEmitter<{
   }
 
   /**
-   * Replaces, one at a time, the workers whose intra-op thread count differs from what a worker
-   * started now would get: the default split (cores ÷ all workers of all models) changes when
-   * workers are added or removed anywhere, and a running session cannot change its threads.
+   * Replaces, one at a time, the workers whose intra-op thread count or CPU priority differs from
+   * what a worker started now would get: the default split (cores ÷ all workers of all models)
+   * changes when workers are added or removed anywhere, a running session cannot change its
+   * threads, and a thread lowered to a shadow's background priority cannot raise it again.
    * The replacement starts first and the old worker finishes its batches before it stops, so
    * capacity never drops and no request is lost.
    */
@@ -148,16 +151,25 @@ export class WorkerPool extends EventEmitter<{
   async #rebalance(): Promise<void> {
     for (const old of [...this.#workers]) {
       if (this.#isClosed) return;
-      if (!this.#workers.has(old) || old.state === 'LOADING') continue;
-      if (old.intraOpNumThreads === this.#options.createInit().intraOpNumThreads) continue;
+      // A loading worker is checked once it is READY (see #spawn).
+      if (!this.#workers.has(old) || old.state === 'LOADING' || this.#isCurrent(old)) continue;
       const replacement = await this.#spawn();
       // No replacement came up (its failure is logged): keep the old worker serving.
       if (replacement === undefined) return;
-      if (this.#workers.has(old)) this.#retire(old);
+      if (this.#workers.has(old)) {
+        this.#retire(old);
+        this.emit('changed');
+      }
     }
     while (!this.#isClosed && this.#workers.size < this.#target) {
       if ((await this.#spawn()) === undefined) return;
     }
+  }
+
+  /** Whether a worker has what a worker started now would get (threads, CPU priority). */
+  #isCurrent(worker: Worker): boolean {
+    const wanted = this.#options.createInit();
+    return worker.intraOpNumThreads === wanted.intraOpNumThreads && worker.isBackground === wanted.isBackground;
   }
 
   /** Stops restarting failed workers (the version is draining: what they would serve is answered by its owner). */
@@ -207,6 +219,7 @@ export class WorkerPool extends EventEmitter<{
       responseTimeoutMs: this.#options.responseTimeoutMs,
       maxHeapMb: this.#options.maxHeapMb,
       label: this.#options.label,
+      ...(this.#options.takeSpareThread ? { takeSpareThread: this.#options.takeSpareThread } : {}),
     });
     this.#workers.add(worker);
     worker.on('started', (jobs) => this.emit('started', worker, jobs));
@@ -241,6 +254,8 @@ export class WorkerPool extends EventEmitter<{
     this.#startFailures = 0;
     this.emit('changed');
     this.emit('ready', worker);
+    // What it should be changed while it loaded (a traffic policy made its version the shadow): replace it.
+    if (!this.#isCurrent(worker)) void this.rebalanceThreads();
     return worker;
   }
 

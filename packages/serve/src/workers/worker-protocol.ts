@@ -24,6 +24,12 @@ export interface WorkerInit {
   batchSize: number;
   modelYamlConfig: Record<string, unknown>;
   intraOpNumThreads: number;
+  /**
+   * The worker serves a shadow version: its thread (and onnxruntime's pool it starts) runs at the
+   * lowest CPU priority (SCHED_IDLE, else nice 19; see useSchedIdle), so shadow copies take only
+   * spare CPU. Fixed for the thread's life: a version that stops being a shadow gets new workers.
+   */
+  isBackground: boolean;
   /** The server-wide default of `onnxruntime.cacheOptimizedModel` for models that do not set it (undefined: by size). */
   cacheOptimizedModelDefault: boolean | undefined;
   /** The server-wide default of `onnxruntime.allowSpinning` for models that do not set it (undefined: Marina's default). */
@@ -94,7 +100,15 @@ export type BatchResult =
  * begun running its next batch, that batch's id: one message per batch under load.
  */
 export type FromWorker =
-  /** `schedulingProblem`: why the thread could not be put under SCHED_BATCH (see use-sched-batch.ts); absent when it was, or when that is off. */
-  | { type: 'ready'; heapBytes: number; warmup?: WarmupReport; reportsStarts: boolean; schedulingProblem?: string }
+  /** `schedulingProblem`: why the thread could not be put under SCHED_BATCH, or a shadow's under SCHED_IDLE or nice 19 (see use-sched-batch.ts); absent when it was, or when that is off. */
+  | {
+      type: 'ready';
+      heapBytes: number;
+      warmup?: WarmupReport;
+      reportsStarts: boolean;
+      schedulingProblem?: string;
+      /** The problem was with the background priority of a shadow's worker (useSchedIdle), not SCHED_BATCH. */
+      isBackgroundProblem?: true;
+    }
   | { type: 'init-failed'; error: ErrorPayload }
   | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number };

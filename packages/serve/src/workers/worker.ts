@@ -4,7 +4,8 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { getBuiltinHandler } from '@marina/handlers';
-import { WORKER_SCHED_BATCH_ENV } from './use-sched-batch.ts';
+import type { AssignMessage } from './spare-threads.ts';
+import { SHADOW_SCHED_IDLE_ENV, WORKER_SCHED_BATCH_ENV } from './use-sched-batch.ts';
 import { createServeError } from '../errors.ts';
 import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
 import { TextJobResult, type Job } from '../scheduling/job.ts';
@@ -24,7 +25,8 @@ import type {
  */
 export type WorkerState = 'LOADING' | 'READY' | 'BUSY' | 'UNLOADING' | 'FAILED';
 
-const bootstrapUrl = new URL('./worker-bootstrap.mjs', import.meta.url);
+/** The worker thread's entry point (also the spare threads', see spare-threads.ts). */
+export const bootstrapUrl = new URL('./worker-bootstrap.mjs', import.meta.url);
 
 let isSchedulingWarned = false;
 /** Says once per process that worker threads run under the default scheduling policy, and why. */
@@ -33,6 +35,16 @@ function warnSchedulingOnce(problem: string): void {
   isSchedulingWarned = true;
   process.stderr.write(
     `${new Date().toISOString()} WARN worker threads run under the default scheduling policy, not SCHED_BATCH: ${problem}. Serving works; under load the HTTP thread may lose its core to a woken worker. Set ${WORKER_SCHED_BATCH_ENV}=0 to silence this.\n`,
+  );
+}
+
+let isBackgroundWarned = false;
+/** Says once per process that a shadow version's workers run at normal priority, and why. */
+function warnBackgroundOnce(problem: string): void {
+  if (isBackgroundWarned) return;
+  isBackgroundWarned = true;
+  process.stderr.write(
+    `${new Date().toISOString()} WARN a shadow version's worker threads run at normal CPU priority, not SCHED_IDLE or nice 19: ${problem}. Shadow copies still wait for an idle worker, but once running they share the cores with live requests. Set ${SHADOW_SCHED_IDLE_ENV}=0 to silence this.\n`,
   );
 }
 
@@ -47,6 +59,8 @@ export interface WorkerOptions {
   maxHeapMb: number;
   /** Label for messages: "model 'x' version '1.0'". */
   label: string;
+  /** A spare thread with its modules imported, when one is ready (spare-threads.ts); else a new thread starts. */
+  takeSpareThread?: (maxHeapMb: number) => Promise<NodeWorker | undefined>;
 }
 
 export interface BatchOutcome {
@@ -90,6 +104,8 @@ export class Worker extends EventEmitter<{
   readonly id = String(nextWorkerId++);
   readonly startTime = new Date();
   readonly intraOpNumThreads: number;
+  /** Serves a shadow version at the lowest CPU priority (WorkerInit.isBackground); fixed for the thread's life. */
+  readonly isBackground: boolean;
   #state: WorkerState = 'LOADING';
   #thread: NodeWorker | undefined;
   #heapBytes = 0;
@@ -114,6 +130,7 @@ export class Worker extends EventEmitter<{
     super();
     this.#options = options;
     this.intraOpNumThreads = options.init.intraOpNumThreads;
+    this.isBackground = options.init.isBackground;
     this.#requestHeaders = getBuiltinHandler(options.init.handler)?.requestHeaders;
     this.exited = new Promise((resolve) => (this.#markExited = resolve));
   }
@@ -158,16 +175,20 @@ export class Worker extends EventEmitter<{
    * Starts the thread and resolves once the handler has initialised (model loaded).
    * @throws MARINA_ERR_WORKER_START_FAILED with the handler's error, or MARINA_ERR_WORKER_STARTUP_TIMEOUT.
    */
-  start(): Promise<void> {
+  async start(): Promise<void> {
     const { init, label, startupTimeoutMs, maxHeapMb } = this.#options;
+    const spare = await this.#options.takeSpareThread?.(maxHeapMb);
     return new Promise<void>((resolve, reject) => {
       defaultOrtTelemetryOff();
-      const thread = new NodeWorker(bootstrapUrl, {
-        workerData: init,
-        stdout: false,
-        stderr: false,
-        resourceLimits: { maxOldGenerationSizeMb: maxHeapMb },
-      });
+      const thread =
+        spare ??
+        new NodeWorker(bootstrapUrl, {
+          workerData: init,
+          stdout: false,
+          stderr: false,
+          resourceLimits: { maxOldGenerationSizeMb: maxHeapMb },
+        });
+      if (spare) spare.postMessage({ type: 'assign', init } satisfies AssignMessage);
       this.#thread = thread;
       let isStarting = true;
       const timer = setTimeout(() => {
@@ -185,7 +206,8 @@ export class Worker extends EventEmitter<{
         } else if (message.type === 'ready') {
           this.#heapBytes = message.heapBytes;
           this.#reportsStarts = message.reportsStarts;
-          if (message.schedulingProblem !== undefined) warnSchedulingOnce(message.schedulingProblem);
+          if (message.schedulingProblem !== undefined)
+            (message.isBackgroundProblem ? warnBackgroundOnce : warnSchedulingOnce)(message.schedulingProblem);
           if (message.warmup) {
             const w = message.warmup;
             this.#warmupMs = w.ms;

@@ -10,14 +10,13 @@
  * (load_models, the management API) are never touched: a loadModel whose modelId names one is refused.
  */
 import { join } from 'node:path';
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import { assertModelIdentity } from '@marina/archive';
-import type { MarinaError } from '@marina/errors';
 import type { ServerConfig } from '../../config/server-config.ts';
-import { createServeError, toMarinaError } from '../../errors.ts';
+import { createServeError } from '../../errors.ts';
 import type { ModelDescription, RegisterModelOptions } from '../../registry/model-registry-api.ts';
 import { MARINA_VERSION } from '../../version.ts';
-import { grpcError } from '../error-map.ts';
+import { grpcError, modelMeshRefusedLoadError } from '../error-map.ts';
 import { removeWrapped, resolveModelPath, type ResolvedModelPath } from './resolve-model-path.ts';
 
 /**
@@ -78,18 +77,6 @@ const ID_INJECTED_METHODS: Record<string, number[]> = Object.fromEntries(
 /** uint32's largest value (modelLoadingTimeoutMs). */
 const UINT32_MAX = 2 ** 32 - 1;
 
-/**
- * A gRPC error for a loadModel that failed before anything was registered: ModelMesh reads
- * INVALID_ARGUMENT / FAILED_PRECONDITION as "no attempt to load was made, no space is used".
- */
-function beforeAttempt(error: unknown): grpc.StatusObject {
-  const e: MarinaError = toMarinaError(error);
-  const status = grpcError(e);
-  if (e.statusCode >= 400 && e.statusCode < 500)
-    status.code = e.statusCode === 400 ? grpc.status.INVALID_ARGUMENT : grpc.status.FAILED_PRECONDITION;
-  return status;
-}
-
 export class ModelRuntimeService {
   readonly #registry: ModelRuntimeRegistry;
   readonly #config: ModelRuntimeServiceOptions['config'];
@@ -98,7 +85,7 @@ export class ModelRuntimeService {
   readonly #owned = new Map<string, ResolvedModelPath>();
   /** modelId → its loadModel in progress: a second call shares it, unloadModel waits for it. */
   readonly #loading = new Map<string, Promise<LoadModelResponse>>();
-  /** Errors of loadModel calls that failed before registering anything (answered as such, see beforeAttempt). */
+  /** Errors of loadModel calls that failed before registering anything (answered as such, see modelMeshRefusedLoadError). */
   readonly #beforeAttempt = new WeakSet<object>();
 
   constructor(options: ModelRuntimeServiceOptions) {
@@ -251,7 +238,7 @@ export class ModelRuntimeService {
             (value) => callback(null, value),
             (error: unknown) => {
               const isEarly = error !== null && typeof error === 'object' && this.#beforeAttempt.has(error);
-              const status = isEarly ? beforeAttempt(error) : grpcError(error);
+              const status = isEarly ? modelMeshRefusedLoadError(error) : grpcError(error);
               callback(Object.assign(new Error(status.details), status));
             },
           );
