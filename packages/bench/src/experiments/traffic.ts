@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { packArchive } from '@marina/archive';
 import type { ResultRow } from '../bench-result.ts';
+import { listProcessTree, readCpuTicks, waitForQuiet } from '../process-sampler.ts';
 import { startServer, type RunningServer } from '../server-process.ts';
 import { median } from '../stats.ts';
 import { measureServerLoad, readImage, serverTmpDir, type ExperimentContext } from './experiment-context.ts';
@@ -169,13 +170,22 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
       const measured: Partial<Record<'without' | 'with', ResultRow>> = {};
       for (const side of order) {
         await putTraffic(options.server, options.modelName, side === 'with' ? options.policy : undefined);
-        if (shadowVersion !== undefined)
+        if (shadowVersion !== undefined) {
           await workersSettled(
             options.server,
             options.modelName,
             shadowVersion,
             side === 'with' ? 'background' : 'normal',
           );
+          // Then until the replaced worker's thread has ended (its session and heap freed): the
+          // server's CPU, ended threads included (utime + stime, 10 ms ticks), stays still for 250 ms.
+          await waitForQuiet(() => listProcessTree(options.server.pid), {
+            windowMs: 250,
+            maxCpuShare: 0.05,
+            timeoutMs: 10_000,
+            readCpu: (pid) => (readCpuTicks(pid) ?? 0) * 1e7,
+          });
+        }
         measured[side] = await measureServerLoad(context, options.server, {
           path: options.path,
           body: options.body,
