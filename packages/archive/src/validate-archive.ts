@@ -148,240 +148,348 @@ async function loadSignature(modelPath: string): Promise<ModelSignature> {
  */
 export async function validateArchive(path: string, options: ValidateArchiveOptions = {}): Promise<ValidationReport> {
   const archivePath = resolve(path);
-  const problems: ValidationProblem[] = [];
-  const report: ValidationReport = { isValid: false, archivePath, format: 'unknown', problems };
-  const add = (
-    code: ArchiveErrorCode,
-    message: string,
-    extra: { file?: string; severity?: 'error' | 'warning' } = {},
-  ): void => {
-    problems.push({
+  const report: ValidationReport = { isValid: false, archivePath, format: 'unknown', problems: [] };
+  const check = createCheck(report);
+  const isModelLoadChecked = options.isModelLoadChecked ?? true;
+  const cleanup: { tempDir?: string } = {};
+  try {
+    const opened = await openForValidation({ check, options, isModelLoadChecked, cleanup });
+    if (!opened) return finish(report);
+    const model = await checkManifest(check, opened.modelDir);
+    if (!model) return finish(report);
+    const present = await checkManifestFiles(check, opened, model);
+    const handlerName = typeof model.handler === 'string' ? model.handler : undefined;
+    const builtin = handlerName === undefined ? undefined : getBuiltinHandler(handlerName);
+    if (handlerName === undefined) {
+      check.add(
+        'MARINA_ERR_HANDLER_NOT_FOUND',
+        `the manifest names no handler (model.handler); re-archive with --handler ${builtinHandlerNames.join(', ')} or a .js module`,
+      );
+    } else if (!builtin) {
+      await checkCustomHandler(handlerName, {
+        modelDir: opened.modelDir,
+        inside: opened.inside,
+        add: check.add,
+        timeoutMs: options.handlerImportTimeoutMs,
+      });
+    }
+    const config = await readConfig(check, model, present.get('configFile'));
+    const configBatch = typeof config.batchSize === 'number' && config.batchSize > 0 ? config.batchSize : undefined;
+    const classCount = await checkIndexToName(check, opened.modelDir, builtin);
+    if (builtin && model.serializedFile === undefined) {
+      check.add(
+        'MARINA_ERR_ARCHIVE_NO_MODEL',
+        `handler '${builtin.name}' runs an ONNX model but the manifest has no serializedFile; archive with --serialized-file model.onnx`,
+      );
+    }
+    const modelPath = present.get('serializedFile');
+    if (isModelLoadChecked && modelPath !== undefined)
+      await checkModel(check, {
+        model,
+        modelPath,
+        builtin,
+        config,
+        batchSize: options.batchSize ?? configBatch ?? 1,
+        classCount,
+      });
+    return finish(report);
+  } finally {
+    if (cleanup.tempDir !== undefined) await rm(cleanup.tempDir, { recursive: true, force: true });
+  }
+}
+
+/** Adds problems to the report. */
+interface Check {
+  report: ValidationReport;
+  add(code: ArchiveErrorCode, message: string, extra?: { file?: string; severity?: 'error' | 'warning' }): void;
+  /** A thrown error as a problem: its own code when it is a MarinaError, else MARINA_ERR_ARCHIVE_UNREADABLE. */
+  addThrown(error: unknown): void;
+}
+
+function createCheck(report: ValidationReport): Check {
+  const add: Check['add'] = (code, message, extra = {}) => {
+    report.problems.push({
       code,
       severity: extra.severity ?? 'error',
       message,
       ...(extra.file === undefined ? {} : { file: extra.file }),
     });
   };
-  const addThrown = (error: unknown): void => {
-    if (isMarinaError(error))
-      add(
-        error.code as ArchiveErrorCode,
-        error.message,
-        typeof error.details?.file === 'string' ? { file: error.details.file } : {},
-      );
-    else add('MARINA_ERR_ARCHIVE_UNREADABLE', `cannot read '${archivePath}': ${(error as Error).message}`);
-  };
-
-  const isModelLoadChecked = options.isModelLoadChecked ?? true;
-  let tempDir: string | undefined;
-  try {
-    let modelDir: string;
-    let unsafe: ArchiveEntry[];
-    // Names of the archive's files relative to modelDir; undefined for a folder (checked on disk).
-    let archiveFiles: Set<string> | undefined;
-    try {
-      report.format = await detectArchiveFormat(archivePath);
-      if (report.format === 'folder') {
-        unsafe = (await listArchive(archivePath)).entries.filter((e) => e.unsafeReason !== undefined);
-        modelDir = archivePath;
-      } else {
-        tempDir = await mkdtemp(join(tmpdir(), 'marina-validate-'));
-        const extracted = await extractArchive({
-          archivePath,
-          destDir: tempDir,
-          onUnsafeEntry: 'skip',
-          ...resolveExtractLimits(options),
-          ...(isModelLoadChecked ? {} : { filter: isNeededWithoutModelLoad }),
-        });
-        unsafe = extracted.skippedEntries;
-        modelDir = extracted.modelDir;
-        const prefix = relative(tempDir, modelDir).split(sep).join('/');
-        archiveFiles = new Set(
-          extracted.entries
-            .filter((e) => e.type === 'file' && e.unsafeReason === undefined)
-            .map((e) => posix.normalize(e.name))
-            .map((name) =>
-              prefix === '' ? name : name.startsWith(`${prefix}/`) ? name.slice(prefix.length + 1) : `../${name}`,
-            ),
+  return {
+    report,
+    add,
+    addThrown(error) {
+      if (isMarinaError(error))
+        add(
+          error.code as ArchiveErrorCode,
+          error.message,
+          typeof error.details?.file === 'string' ? { file: error.details.file } : {},
         );
-      }
-    } catch (error) {
-      addThrown(error);
-      return finish(report);
-    }
-    for (const entry of unsafe) {
-      add(
-        'MARINA_ERR_ARCHIVE_PATH_ESCAPE',
-        `entry '${entry.name}' ${entry.unsafeReason}; it would land outside the archive folder, so it is refused (re-create the archive with model-archiver)`,
-        { file: entry.name },
+      else add('MARINA_ERR_ARCHIVE_UNREADABLE', `cannot read '${report.archivePath}': ${(error as Error).message}`);
+    },
+  };
+}
+
+/** The archive's files, on disk: a folder as it is, a file extracted into a temporary folder. */
+interface OpenedForValidation {
+  modelDir: string;
+  /** Whether the archive holds `path` (a path under modelDir). */
+  hasFile(path: string): Promise<boolean>;
+  /** A manifest-named file's path, or undefined (with a problem added) when it escapes. */
+  inside(name: string, field: string): Promise<string | undefined>;
+}
+
+/**
+ * Detects the format and extracts the archive (only what the checks need when the model is not
+ * loaded); entries that would land outside its folder are problems. Undefined (with a problem)
+ * when it cannot be read. The temporary folder is put in `cleanup` as soon as it exists.
+ */
+async function openForValidation(options: {
+  check: Check;
+  options: ValidateArchiveOptions;
+  isModelLoadChecked: boolean;
+  cleanup: { tempDir?: string };
+}): Promise<OpenedForValidation | undefined> {
+  const { check } = options;
+  const { report } = check;
+  const archivePath = report.archivePath;
+  let modelDir: string;
+  let unsafe: ArchiveEntry[];
+  // Names of the archive's files relative to modelDir; undefined for a folder (checked on disk).
+  let archiveFiles: Set<string> | undefined;
+  try {
+    report.format = await detectArchiveFormat(archivePath);
+    if (report.format === 'folder') {
+      unsafe = (await listArchive(archivePath)).entries.filter((e) => e.unsafeReason !== undefined);
+      modelDir = archivePath;
+    } else {
+      const tempDir = await mkdtemp(join(tmpdir(), 'marina-validate-'));
+      options.cleanup.tempDir = tempDir;
+      const extracted = await extractArchive({
+        archivePath,
+        destDir: tempDir,
+        onUnsafeEntry: 'skip',
+        ...resolveExtractLimits(options.options),
+        ...(options.isModelLoadChecked ? {} : { filter: isNeededWithoutModelLoad }),
+      });
+      unsafe = extracted.skippedEntries;
+      modelDir = extracted.modelDir;
+      const prefix = relative(tempDir, modelDir).split(sep).join('/');
+      archiveFiles = new Set(
+        extracted.entries
+          .filter((e) => e.type === 'file' && e.unsafeReason === undefined)
+          .map((e) => posix.normalize(e.name))
+          .map((name) =>
+            prefix === '' ? name : name.startsWith(`${prefix}/`) ? name.slice(prefix.length + 1) : `../${name}`,
+          ),
       );
     }
-    const hasFile = async (path: string): Promise<boolean> =>
-      archiveFiles ? archiveFiles.has(relative(modelDir, path).split(sep).join('/')) : isFile(path);
-    /** A manifest-named file's path, or undefined (with a problem added) when it escapes. */
-    const inside = async (name: string, field: string): Promise<string | undefined> => {
+  } catch (error) {
+    check.addThrown(error);
+    return undefined;
+  }
+  for (const entry of unsafe) {
+    check.add(
+      'MARINA_ERR_ARCHIVE_PATH_ESCAPE',
+      `entry '${entry.name}' ${entry.unsafeReason}; it would land outside the archive folder, so it is refused (re-create the archive with model-archiver)`,
+      { file: entry.name },
+    );
+  }
+  return {
+    modelDir,
+    hasFile: async (path) =>
+      archiveFiles ? archiveFiles.has(relative(modelDir, path).split(sep).join('/')) : isFile(path),
+    inside: async (name, field) => {
       try {
         return await resolveManifestPath(modelDir, name, field);
       } catch (error) {
-        addThrown(error);
+        check.addThrown(error);
         return undefined;
       }
-    };
+    },
+  };
+}
 
-    let manifestText: string;
-    try {
-      manifestText = await readFile(join(modelDir, MANIFEST_PATH), 'utf8');
-    } catch {
-      add(
-        'MARINA_ERR_ARCHIVE_MANIFEST_MISSING',
-        `the archive has no ${MANIFEST_PATH}; re-create it with model-archiver, which writes one`,
-        { file: MANIFEST_PATH },
-      );
-      return finish(report);
-    }
-    let raw: unknown;
-    try {
-      raw = JSON.parse(manifestText);
-    } catch (error) {
-      add(
+/**
+ * Reads the manifest and checks it against its schema, the model's name and version, and the
+ * archiver's fields. Returns its `model` object, or undefined when there is none to go on with.
+ */
+async function checkManifest(check: Check, modelDir: string): Promise<Record<string, unknown> | undefined> {
+  const raw = await readManifest(check, modelDir);
+  if (raw === undefined) return undefined;
+  if (!validateManifestSchema(raw)) {
+    for (const sentence of describeSchemaErrors(validateManifestSchema.errors, 'manifest')) {
+      check.add(
         'MARINA_ERR_ARCHIVE_MANIFEST_INVALID',
-        `${MANIFEST_PATH} is not valid JSON (${(error as Error).message}); re-create the archive with model-archiver`,
+        `${MANIFEST_PATH} does not match the manifest schema: ${sentence}`,
+        {
+          file: MANIFEST_PATH,
+        },
+      );
+    }
+  }
+  if (!isRecord(raw) || !isRecord(raw.model)) return undefined;
+  check.report.manifest = raw as Manifest;
+  const quantization = await readQuantizationSummary(modelDir);
+  if (quantization) check.report.quantization = quantization;
+  const model = raw.model;
+  for (const [what, field] of [
+    ['name', 'modelName'],
+    ['version', 'modelVersion'],
+  ] as const) {
+    const value = model[field];
+    const problem = typeof value === 'string' && value !== '' ? modelIdentityProblem(value, what) : undefined;
+    if (problem !== undefined)
+      check.add(
+        'MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID',
+        `${MANIFEST_PATH} model.${field} ${JSON.stringify(value)} ${problem}; the server refuses to register it`,
         { file: MANIFEST_PATH },
       );
-      return finish(report);
-    }
-    if (!validateManifestSchema(raw)) {
-      for (const sentence of describeSchemaErrors(validateManifestSchema.errors, 'manifest')) {
-        add('MARINA_ERR_ARCHIVE_MANIFEST_INVALID', `${MANIFEST_PATH} does not match the manifest schema: ${sentence}`, {
-          file: MANIFEST_PATH,
-        });
-      }
-    }
-    if (!isRecord(raw) || !isRecord(raw.model)) return finish(report);
-    report.manifest = raw as Manifest;
-    const quantization = await readQuantizationSummary(modelDir);
-    if (quantization) report.quantization = quantization;
-    const model = raw.model;
-    for (const [what, field] of [
-      ['name', 'modelName'],
-      ['version', 'modelVersion'],
-    ] as const) {
-      const value = model[field];
-      const problem = typeof value === 'string' && value !== '' ? modelIdentityProblem(value, what) : undefined;
-      if (problem !== undefined)
-        add(
-          'MARINA_ERR_ARCHIVE_MODEL_NAME_INVALID',
-          `${MANIFEST_PATH} model.${field} ${JSON.stringify(value)} ${problem}; the server refuses to register it`,
-          { file: MANIFEST_PATH },
-        );
-    }
-    const missingMeta = (['archiverVersion', 'createdOn'] as const).filter((k) => raw[k] === undefined);
-    if (missingMeta.length > 0) {
-      add(
-        'MARINA_ERR_ARCHIVE_MANIFEST_INCOMPLETE',
-        `${MANIFEST_PATH} has no ${missingMeta.join(' and ')}; it will serve, but re-archiving with model-archiver records them`,
-        { file: MANIFEST_PATH, severity: 'warning' },
+  }
+  const missingMeta = (['archiverVersion', 'createdOn'] as const).filter((k) => raw[k] === undefined);
+  if (missingMeta.length > 0) {
+    check.add(
+      'MARINA_ERR_ARCHIVE_MANIFEST_INCOMPLETE',
+      `${MANIFEST_PATH} has no ${missingMeta.join(' and ')}; it will serve, but re-archiving with model-archiver records them`,
+      { file: MANIFEST_PATH, severity: 'warning' },
+    );
+  }
+  return model;
+}
+
+/** The manifest's JSON, or undefined (with a problem) when it is missing or not JSON. */
+async function readManifest(check: Check, modelDir: string): Promise<unknown> {
+  let manifestText: string;
+  try {
+    manifestText = await readFile(join(modelDir, MANIFEST_PATH), 'utf8');
+  } catch {
+    check.add(
+      'MARINA_ERR_ARCHIVE_MANIFEST_MISSING',
+      `the archive has no ${MANIFEST_PATH}; re-create it with model-archiver, which writes one`,
+      { file: MANIFEST_PATH },
+    );
+    return undefined;
+  }
+  try {
+    return JSON.parse(manifestText);
+  } catch (error) {
+    check.add(
+      'MARINA_ERR_ARCHIVE_MANIFEST_INVALID',
+      `${MANIFEST_PATH} is not valid JSON (${(error as Error).message}); re-create the archive with model-archiver`,
+      { file: MANIFEST_PATH },
+    );
+    return undefined;
+  }
+}
+
+/** Every file the manifest names must be in the archive: field → its path, for those present. */
+async function checkManifestFiles(
+  check: Check,
+  opened: OpenedForValidation,
+  model: Record<string, unknown>,
+): Promise<Map<string, string>> {
+  const present = new Map<string, string>();
+  for (const field of MANIFEST_FILE_FIELDS) {
+    const name = model[field];
+    if (typeof name !== 'string' || name === '') continue;
+    const path = await opened.inside(name, `model.${field}`);
+    if (path === undefined) continue;
+    if (await opened.hasFile(path)) present.set(field, path);
+    else
+      check.add(
+        'MARINA_ERR_ARCHIVE_FILE_MISSING',
+        `the manifest names ${field} '${name}' but the archive has no such file; add it or fix the manifest`,
+        { file: name },
       );
-    }
+  }
+  return present;
+}
 
-    const present = new Map<string, string>();
-    for (const field of MANIFEST_FILE_FIELDS) {
-      const name = model[field];
-      if (typeof name !== 'string' || name === '') continue;
-      const path = await inside(name, `model.${field}`);
-      if (path === undefined) continue;
-      if (await hasFile(path)) present.set(field, path);
-      else
-        add(
-          'MARINA_ERR_ARCHIVE_FILE_MISSING',
-          `the manifest names ${field} '${name}' but the archive has no such file; add it or fix the manifest`,
-          { file: name },
-        );
-    }
+/** model-config.yaml, parsed and checked against its schema; {} when absent or invalid. */
+async function readConfig(
+  check: Check,
+  model: Record<string, unknown>,
+  configPath: string | undefined,
+): Promise<Record<string, unknown>> {
+  if (configPath === undefined) return {};
+  try {
+    return parseModelConfig(await readFile(configPath, 'utf8'), String(model.configFile));
+  } catch (error) {
+    const sentences =
+      isMarinaError(error) && Array.isArray(error.details?.errors)
+        ? (error.details.errors as string[])
+        : [(error as Error).message];
+    for (const sentence of sentences)
+      check.add('MARINA_ERR_MODEL_CONFIG_INVALID', `${String(model.configFile)}: ${sentence}`, {
+        file: String(model.configFile),
+      });
+    return {};
+  }
+}
 
-    const handlerName = typeof model.handler === 'string' ? model.handler : undefined;
-    const builtin = handlerName === undefined ? undefined : getBuiltinHandler(handlerName);
-    if (handlerName === undefined) {
-      add(
-        'MARINA_ERR_HANDLER_NOT_FOUND',
-        `the manifest names no handler (model.handler); re-archive with --handler ${builtinHandlerNames.join(', ')} or a .js module`,
-      );
-    } else if (!builtin) {
-      await checkCustomHandler(handlerName, { modelDir, inside, add, timeoutMs: options.handlerImportTimeoutMs });
-    }
+/**
+ * index_to_name.json must be well formed; a labelled built-in handler without one answers with
+ * indices (a warning). Returns its class count when it is well formed.
+ */
+async function checkIndexToName(
+  check: Check,
+  modelDir: string,
+  builtin: ReturnType<typeof getBuiltinHandler>,
+): Promise<number | undefined> {
+  let classCount: number | undefined;
+  const indexPath = join(modelDir, INDEX_TO_NAME);
+  if (await isFile(indexPath)) {
+    const counted = countClassNames(await readFile(indexPath, 'utf8'));
+    if (typeof counted === 'number') classCount = counted;
+    else check.add('MARINA_ERR_INDEX_TO_NAME_INVALID', `${INDEX_TO_NAME} ${counted}`, { file: INDEX_TO_NAME });
+  }
+  if (builtin && LABELLED_HANDLERS.includes(builtin.name) && !(await isFile(indexPath))) {
+    check.add(
+      'MARINA_ERR_INDEX_TO_NAME_MISSING',
+      `handler ${builtin.name} answers with class indices ("0", "1", ...) because the archive has no ${INDEX_TO_NAME}; add one with --extra-files ${INDEX_TO_NAME} (a JSON object {"0": "tench", ...}) to answer with names`,
+      { file: INDEX_TO_NAME, severity: 'warning' },
+    );
+  }
+  return classCount;
+}
 
-    let config: Record<string, unknown> = {};
-    const configPath = present.get('configFile');
-    if (configPath !== undefined) {
-      try {
-        config = parseModelConfig(await readFile(configPath, 'utf8'), String(model.configFile));
-      } catch (error) {
-        const sentences =
-          isMarinaError(error) && Array.isArray(error.details?.errors)
-            ? (error.details.errors as string[])
-            : [(error as Error).message];
-        for (const sentence of sentences)
-          add('MARINA_ERR_MODEL_CONFIG_INVALID', `${String(model.configFile)}: ${sentence}`, {
-            file: String(model.configFile),
-          });
-      }
-    }
-    const configBatch = typeof config.batchSize === 'number' && config.batchSize > 0 ? config.batchSize : undefined;
-    const batchSize = options.batchSize ?? configBatch ?? 1;
-
-    let classCount: number | undefined;
-    const indexPath = join(modelDir, INDEX_TO_NAME);
-    if (await isFile(indexPath)) {
-      const counted = countClassNames(await readFile(indexPath, 'utf8'));
-      if (typeof counted === 'number') classCount = counted;
-      else add('MARINA_ERR_INDEX_TO_NAME_INVALID', `${INDEX_TO_NAME} ${counted}`, { file: INDEX_TO_NAME });
-    }
-
-    if (builtin && LABELLED_HANDLERS.includes(builtin.name) && !(await isFile(indexPath))) {
-      add(
-        'MARINA_ERR_INDEX_TO_NAME_MISSING',
-        `handler ${builtin.name} answers with class indices ("0", "1", ...) because the archive has no ${INDEX_TO_NAME}; add one with --extra-files ${INDEX_TO_NAME} (a JSON object {"0": "tench", ...}) to answer with names`,
-        { file: INDEX_TO_NAME, severity: 'warning' },
-      );
-    }
-    if (builtin && model.serializedFile === undefined) {
-      add(
-        'MARINA_ERR_ARCHIVE_NO_MODEL',
-        `handler '${builtin.name}' runs an ONNX model but the manifest has no serializedFile; archive with --serialized-file model.onnx`,
-      );
-    }
-    const modelPath = present.get('serializedFile');
-    if (isModelLoadChecked && modelPath !== undefined) {
-      const modelName = String(model.serializedFile);
-      try {
-        report.model = await loadSignature(modelPath);
-      } catch (error) {
-        add(
-          'MARINA_ERR_MODEL_LOAD_FAILED',
-          `onnxruntime-node cannot load '${modelName}': ${(error as Error).message.split('\n')[0]!.replaceAll(modelPath, modelName)}; ${extname(modelName) === '.onnx' ? 're-export the model to ONNX' : 'Marina serves ONNX models: export the model to .onnx'}`,
-          { file: modelName },
-        );
-      }
-      if (report.model && builtin) {
-        // One rule with serve: a fixed batch dimension below batchSize is a warning (fixedBatchWarning), never a refusal.
-        for (const problem of builtin.checkSignature(report.model, {
-          batchSize,
-          modelYamlConfig: config,
-          ...(classCount === undefined ? {} : { classCount }),
-        })) {
-          const file =
-            problem.code === 'MARINA_ERR_INDEX_TO_NAME_MISMATCH'
-              ? INDEX_TO_NAME
-              : problem.code === 'MARINA_ERR_MODEL_CONFIG_INVALID'
-                ? String(model.configFile ?? 'model-config.yaml')
-                : modelName;
-          add(problem.code as ArchiveErrorCode, problem.message, { file, severity: problem.severity ?? 'error' });
-        }
-      }
-    }
-    return finish(report);
-  } finally {
-    if (tempDir !== undefined) await rm(tempDir, { recursive: true, force: true });
+/** Loads the ONNX model in onnxruntime-node and checks its signature against the built-in handler. */
+async function checkModel(
+  check: Check,
+  options: {
+    model: Record<string, unknown>;
+    modelPath: string;
+    builtin: ReturnType<typeof getBuiltinHandler>;
+    config: Record<string, unknown>;
+    batchSize: number;
+    classCount: number | undefined;
+  },
+): Promise<void> {
+  const { model, modelPath, builtin, classCount } = options;
+  const modelName = String(model.serializedFile);
+  try {
+    check.report.model = await loadSignature(modelPath);
+  } catch (error) {
+    check.add(
+      'MARINA_ERR_MODEL_LOAD_FAILED',
+      `onnxruntime-node cannot load '${modelName}': ${(error as Error).message.split('\n')[0]!.replaceAll(modelPath, modelName)}; ${extname(modelName) === '.onnx' ? 're-export the model to ONNX' : 'Marina serves ONNX models: export the model to .onnx'}`,
+      { file: modelName },
+    );
+  }
+  if (!check.report.model || !builtin) return;
+  // One rule with serve: a fixed batch dimension below batchSize is a warning (fixedBatchWarning), never a refusal.
+  for (const problem of builtin.checkSignature(check.report.model, {
+    batchSize: options.batchSize,
+    modelYamlConfig: options.config,
+    ...(classCount === undefined ? {} : { classCount }),
+  })) {
+    const file =
+      problem.code === 'MARINA_ERR_INDEX_TO_NAME_MISMATCH'
+        ? INDEX_TO_NAME
+        : problem.code === 'MARINA_ERR_MODEL_CONFIG_INVALID'
+          ? String(model.configFile ?? 'model-config.yaml')
+          : modelName;
+    check.add(problem.code as ArchiveErrorCode, problem.message, { file, severity: problem.severity ?? 'error' });
   }
 }
 

@@ -243,6 +243,8 @@ export interface ZipfPhase {
   waitedForLoad: number;
   waitedP50Ms: number;
   waitedP99Ms: number;
+  /** p50 of the requests that did not wait for a load: a request's own inference under this traffic. */
+  warmP50Ms: number;
   peakPssMb: number;
 }
 
@@ -267,4 +269,9 @@ export interface ManyModelsSummary {
   };
   /** What the all-resident server held beside its models' measured sizes (PSS after its Zipf phase − their sum), MB. */
   baselinePssMb: number;
+  /** The same server with no model loaded (load_models empty), PSS MB: what the budget does not cover. */
+  serverAlonePssMb: number;
+  /** The budget server's own loads (marina_model_load_seconds): count and mean ms, making room included. */
+  serverLoads: number;
+  serverLoadMeanMs: number;
 }

@@ -181,7 +181,7 @@ Examples:
   program
     .command('quantize')
     .description(
-      'Quantise real pretrained models (PaddleOCR text detector and direction classifier from npm, ResNet-152) with model-archiver --quantize int8, then serve fp32 and int8 with the same configuration in rounds taken in turns; writes quantize-report.md and quantize-result.json.',
+      'Quantise real pretrained models (PaddleOCR text detector and direction classifier from npm, ResNet-152) with model-archiver --quantize int8, then serve fp32 and int8 with the same configuration in rounds taken in turns, at one client and at the batch size where onnxruntime alone runs each fastest; writes quantize-report.md and quantize-result.json.',
     )
     .optionsGroup('Models:')
     .option(

@@ -154,6 +154,82 @@ function checkPositiveInteger(name: string, value: number | undefined): void {
  */
 export async function runBench(options: BenchOptions = {}): Promise<{ result: BenchResult; files: ReportFiles }> {
   defaultOrtTelemetryOff(); // its job processes inherit it
+  const run = resolveRun(options);
+  const startedAt = new Date();
+  const outDir = resolve(options.outDir ?? defaultOutDir(startedAt));
+  const prepared = await prepareRun({ options, run, outDir });
+  const measured = newMeasured();
+  await runClientAndServerExperiments(prepared.context, run.selected, measured);
+  await runOtherExperiments({ context: prepared.context, run, options, int8Assets: prepared.int8Assets, measured });
+  setRatios(measured.rows);
+  addRunNotes({ measured, cpuCount: prepared.context.cpuCount, context: prepared.context });
+  const modelSizeMb = prepared.modelBytes / 1_000_000; // decimal MB, like every size Marina prints
+  const machine = getMachineInfo();
+  const { rows, references, memory, int8, manyModels } = measured;
+  const result: BenchResult = {
+    machine,
+    model: run.model,
+    modelSizeMb,
+    images: run.plan.images,
+    concurrency: run.plan.concurrency,
+    mode: run.mode,
+    startedAt: startedAt.toISOString(),
+    durationSec: (Date.now() - startedAt.getTime()) / 1000,
+    rows,
+    references,
+    memory,
+    bestServerConfig: measured.bestServerConfig,
+    notes: measured.notes,
+    ...(int8 ? { int8 } : {}),
+    ...(manyModels ? { manyModels } : {}),
+    targets: checkTargets({
+      model: run.model,
+      rows,
+      references,
+      memory,
+      modelSizeMb,
+      cpuCount: prepared.context.cpuCount,
+      int8,
+      cpuFlags: machine.cpuFlags,
+    }),
+  };
+  const files = await writeReports(result, outDir);
+  return { result, files };
+}
+
+/** What a run measures, decided from the options before anything runs. */
+interface ResolvedRun {
+  mode: BenchMode;
+  model: BenchModelName;
+  selected: Set<ExperimentName>;
+  plan: RunPlan;
+  serveBin: string;
+}
+
+/** The experiments that start a server. */
+const SERVER_EXPERIMENTS: readonly ExperimentName[] = [
+  'centralized',
+  'batched',
+  'workers',
+  'sweep',
+  'overhead',
+  'memory',
+  'protocols',
+  'int8',
+  'traffic',
+  'tracing',
+  'priorities',
+  'many-models',
+];
+
+/** The experiments a smoke run leaves out unless asked for. */
+const NOT_IN_SMOKE: readonly ExperimentName[] = ['memory', 'int8', 'traffic', 'tracing', 'priorities', 'many-models'];
+
+/**
+ * Checks the options and picks the experiments and the plan.
+ * @throws MARINA_ERR_BENCH_OPTION_INVALID, MARINA_ERR_BENCH_DEPENDENCY_MISSING (no serve CLI for a server experiment).
+ */
+function resolveRun(options: BenchOptions): ResolvedRun {
   const mode = options.mode ?? 'full';
   if (!(mode in plans))
     throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(
@@ -172,123 +248,123 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
       `unknown experiment(s) ${unknown.join(', ')}; choose from ${experimentNames.join(', ')}`,
     );
   const selected = new Set(
-    options.experiments ??
-      experimentNames.filter(
-        (e) =>
-          !(
-            mode === 'smoke' &&
-            (e === 'memory' ||
-              e === 'int8' ||
-              e === 'traffic' ||
-              e === 'tracing' ||
-              e === 'priorities' ||
-              e === 'many-models')
-          ),
-      ),
+    options.experiments ?? experimentNames.filter((e) => !(mode === 'smoke' && NOT_IN_SMOKE.includes(e))),
   );
   const plan: RunPlan = {
     ...plans[mode].plan,
     ...(options.images ? { images: options.images } : {}),
     ...(options.concurrency ? { concurrency: options.concurrency } : {}),
   };
-  const needsServer = [
-    'centralized',
-    'batched',
-    'workers',
-    'sweep',
-    'overhead',
-    'memory',
-    'protocols',
-    'int8',
-    'traffic',
-    'tracing',
-    'priorities',
-    'many-models',
-  ].some((e) => selected.has(e as ExperimentName));
   const serveBin = resolve(options.serveBin ?? process.env.MARINA_SERVE_BIN ?? defaultServeBin());
-  if (needsServer && !existsSync(serveBin)) {
+  if (SERVER_EXPERIMENTS.some((e) => selected.has(e)) && !existsSync(serveBin)) {
     throw benchErrors.create.MARINA_ERR_BENCH_DEPENDENCY_MISSING(
       `the serve CLI is not at ${serveBin}; run \`pnpm install\` at the repository root, pass --serve-bin, or leave the server experiments out with --experiments ceiling,decentralized`,
     );
   }
+  return { mode, model, selected, plan, serveBin };
+}
 
-  const onProgress = options.onProgress ?? (() => undefined);
-  const startedAt = new Date();
-  const outDir = resolve(options.outDir ?? defaultOutDir(startedAt));
-  const cpuCount = os.availableParallelism();
-  const assets = await prepareAssets({
-    model,
-    cacheDir: options.cacheDir,
-    onStatus: (message) => onProgress({ type: 'log', message }),
-  });
-  const tensorAssets =
-    selected.has('overhead') || selected.has('protocols') || selected.has('traffic') || selected.has('tracing')
-      ? await prepareTensorAssets({ cacheDir: options.cacheDir })
-      : undefined;
+/**
+ * The model files the selected experiments need, and their shared context.
+ * @throws MARINA_ERR_BENCH_OPTION_INVALID for int8 with the tiny model.
+ */
+async function prepareRun(options: { options: BenchOptions; run: ResolvedRun; outDir: string }) {
+  const { run } = options;
+  const { cacheDir } = options.options;
+  const onProgress = options.options.onProgress ?? (() => undefined);
+  const onStatus = (message: string) => onProgress({ type: 'log', message });
+  const assets = await prepareAssets({ model: run.model, cacheDir, onStatus });
+  const needsTensorModel = (['overhead', 'protocols', 'traffic', 'tracing'] as const).some((e) => run.selected.has(e));
+  const tensorAssets = needsTensorModel ? await prepareTensorAssets({ cacheDir }) : undefined;
   const modelBytes = (await stat(assets.modelPath)).size;
-  if (selected.has('int8') && model === 'tiny') {
+  if (run.selected.has('int8') && run.model === 'tiny') {
     throw benchErrors.create.MARINA_ERR_BENCH_OPTION_INVALID(
       'the int8 experiment needs a ResNet (--model resnet-18|resnet-50|resnet-152, or --quick); the tiny model is too small to quantise meaningfully',
     );
   }
-  const int8Assets = selected.has('int8')
-    ? await prepareInt8Assets(assets, { onStatus: (message) => onProgress({ type: 'log', message }) })
-    : undefined;
+  const int8Assets = run.selected.has('int8') ? await prepareInt8Assets(assets, { onStatus }) : undefined;
   const context: ExperimentContext = {
     assets,
     tensorAssets,
-    plan,
-    serveBin,
-    workDir: join(outDir, 'servers'),
-    serverTmpRoot: resolve(options.serverTmpRoot ?? os.tmpdir()),
-    cpuCount,
+    plan: run.plan,
+    serveBin: run.serveBin,
+    workDir: join(options.outDir, 'servers'),
+    serverTmpRoot: resolve(options.options.serverTmpRoot ?? os.tmpdir()),
+    cpuCount: os.availableParallelism(),
     onProgress,
   };
+  return { context, modelBytes, int8Assets };
+}
 
-  const rows: ResultRow[] = [];
-  const notes: string[] = [];
-  let memory: MemoryVariant[] = [];
-  const references: ReferenceTimings = {
-    ownEndToEndP50Ms: Number.NaN,
-    ownInferP50Ms: Number.NaN,
-    tinyOwnEndToEndP50Ms: Number.NaN,
-    tinyOwnInferP50Ms: Number.NaN,
-    loneClientPairs: [],
-    overheadRounds: [],
+/** What the experiments measured so far, filled in as they run. */
+interface Measured {
+  rows: ResultRow[];
+  notes: string[];
+  references: ReferenceTimings;
+  serverRuns: ServerRunResult[];
+  memory: MemoryVariant[];
+  /** `<experiment> <before> → <after>`: the machine may be shared, so the load average says how quiet it was. */
+  loadAverages: string[];
+  bestServerConfig?: string;
+  manyModels?: ManyModelsSummary;
+  int8?: Int8Summary;
+}
+
+function newMeasured(): Measured {
+  return {
+    rows: [],
+    notes: [],
+    references: {
+      ownEndToEndP50Ms: Number.NaN,
+      ownInferP50Ms: Number.NaN,
+      tinyOwnEndToEndP50Ms: Number.NaN,
+      tinyOwnInferP50Ms: Number.NaN,
+      loneClientPairs: [],
+      overheadRounds: [],
+    },
+    serverRuns: [],
+    memory: [],
+    loadAverages: [],
   };
-  const serverRuns: ServerRunResult[] = [];
+}
 
-  // The machine may be shared: the load average around each experiment says how quiet it was.
-  const loadAverages: string[] = [];
-  const withLoadAverage = async <T>(name: string, body: () => Promise<T>): Promise<T> => {
-    const before = readLoadAverage();
-    try {
-      return await body();
-    } finally {
-      loadAverages.push(`${name} ${before.toFixed(2)} → ${readLoadAverage().toFixed(2)}`);
-    }
-  };
+/** Runs one experiment, recording the 1-minute load average before and after it. */
+async function withLoadAverage<T>(measured: Measured, name: string, body: () => Promise<T>): Promise<T> {
+  const before = readLoadAverage();
+  try {
+    return await body();
+  } finally {
+    measured.loadAverages.push(`${name} ${before.toFixed(2)} → ${readLoadAverage().toFixed(2)}`);
+  }
+}
 
+/** The ceiling, the decentralized jobs, and the server experiments the sweep compares (centralized, batched, workers, sweep). */
+async function runClientAndServerExperiments(
+  context: ExperimentContext,
+  selected: Set<ExperimentName>,
+  measured: Measured,
+): Promise<void> {
+  const { rows, references } = measured;
+  const timed = <T>(name: string, body: () => Promise<T>) => withLoadAverage(measured, name, body);
   if (selected.has('ceiling')) {
-    const { rows: ceilingRows, ownTime, noisyBatchSizes } = await withLoadAverage('ceiling', () => runCeiling(context));
+    const { rows: ceilingRows, ownTime, noisyBatchSizes } = await timed('ceiling', () => runCeiling(context));
     rows.push(...ceilingRows);
     references.ownEndToEndP50Ms = ownTime.endToEndP50Ms;
     references.ownInferP50Ms = ownTime.inferP50Ms;
     if (noisyBatchSizes.length > 0) {
-      notes.push(
+      measured.notes.push(
         `Noisy ceiling: the repeats of batch ${noisyBatchSizes.join('/')} disagreed by more than ${CEILING_NOISE_TOLERANCE * 100}% even after a retry (another process took the cores), so every ratio to the ceiling is suspect: rerun on a quiet machine.`,
       );
     }
   }
-  if (selected.has('decentralized'))
-    rows.push(...(await withLoadAverage('decentralized', () => runDecentralized(context))));
+  if (selected.has('decentralized')) rows.push(...(await timed('decentralized', () => runDecentralized(context))));
   const addServerRuns = (runs: ServerRunResult[], extraRows: ResultRow[] = []) => {
-    serverRuns.push(...runs);
+    measured.serverRuns.push(...runs);
     rows.push(...runs.map((r) => r.row), ...extraRows);
   };
-  if (selected.has('centralized')) addServerRuns([await withLoadAverage('centralized', () => runCentralized(context))]);
+  if (selected.has('centralized')) addServerRuns([await timed('centralized', () => runCentralized(context))]);
   if (selected.has('batched')) {
-    const { loaded, lone, lonePairs } = await withLoadAverage('batched', () => runBatched(context));
+    const { loaded, lone, lonePairs } = await timed('batched', () => runBatched(context));
     addServerRuns([loaded], [lone]);
     references.loneClientPairs = lonePairs;
     if (!selected.has('ceiling') && lonePairs.length > 0) {
@@ -297,67 +373,71 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
       references.ownInferP50Ms = median(lonePairs.map((p) => p.ownInferMs));
     }
   }
-  if (selected.has('workers')) addServerRuns(await withLoadAverage('workers', () => runWorkers(context)));
-  let bestServerConfig: string | undefined;
+  if (selected.has('workers')) addServerRuns(await timed('workers', () => runWorkers(context)));
   if (selected.has('sweep')) {
     const bestRow = bestServerRow(rows);
-    const spec = serverRuns.find((r) => r.row === bestRow)?.spec ?? { label: '1 worker, defaults' };
-    bestServerConfig = spec.label;
-    rows.push(...(await withLoadAverage('sweep', () => runSweep(context, spec))));
+    const spec = measured.serverRuns.find((r) => r.row === bestRow)?.spec ?? { label: '1 worker, defaults' };
+    measured.bestServerConfig = spec.label;
+    rows.push(...(await timed('sweep', () => runSweep(context, spec))));
   }
-  if (selected.has('overhead') && tensorAssets) {
+}
+
+/** Overhead, protocols, traffic, tracing, priorities, memory, many models and int8, each when selected. */
+async function runOtherExperiments(options: {
+  context: ExperimentContext;
+  run: ResolvedRun;
+  options: BenchOptions;
+  int8Assets: Awaited<ReturnType<typeof prepareInt8Assets>> | undefined;
+  measured: Measured;
+}): Promise<void> {
+  const { context, run, measured } = options;
+  const { rows, notes, references } = measured;
+  const timed = <T>(name: string, body: () => Promise<T>) => withLoadAverage(measured, name, body);
+  if (run.selected.has('overhead') && context.tensorAssets) {
+    const tensorAssets = context.tensorAssets;
     const own = await measureTensorOwnTime(tensorAssets);
     references.tinyOwnEndToEndP50Ms = own.endToEndP50Ms;
     references.tinyOwnInferP50Ms = own.inferP50Ms;
-    const overhead = await withLoadAverage('overhead', () => runOverhead(context));
+    const overhead = await timed('overhead', () => runOverhead(context));
     rows.push(...overhead.rows);
     references.overheadRounds = overhead.rounds;
   }
-  if (selected.has('protocols')) {
-    const measured = await withLoadAverage('protocols', () => runProtocols(context));
-    rows.push(...measured.rows);
-    notes.push(...measured.notes);
+  for (const [name, runExperiment] of [
+    ['protocols', runProtocols],
+    ['traffic', runTraffic],
+    ['tracing', runTracing],
+    ['priorities', runPriorities],
+  ] as const) {
+    if (!run.selected.has(name)) continue;
+    const result = await timed(name, () => runExperiment(context));
+    rows.push(...result.rows);
+    notes.push(...result.notes);
   }
-  if (selected.has('traffic')) {
-    const measured = await withLoadAverage('traffic', () => runTraffic(context));
-    rows.push(...measured.rows);
-    notes.push(...measured.notes);
+  if (run.selected.has('memory')) {
+    const result = await timed('memory', () => runMemory(context));
+    rows.push(...result.rows);
+    measured.memory = result.variants;
   }
-  if (selected.has('tracing')) {
-    const measured = await withLoadAverage('tracing', () => runTracing(context));
-    rows.push(...measured.rows);
-    notes.push(...measured.notes);
+  if (run.selected.has('many-models')) {
+    const cacheDir = options.options.cacheDir ?? defaultCacheDir();
+    const result = await timed('many-models', () => runManyModels(context, manyModelsPlan(run.mode), cacheDir));
+    rows.push(...result.rows);
+    measured.manyModels = result.summary;
   }
-  if (selected.has('priorities')) {
-    const measured = await withLoadAverage('priorities', () => runPriorities(context));
-    rows.push(...measured.rows);
-    notes.push(...measured.notes);
-  }
-  if (selected.has('memory')) {
-    const measured = await withLoadAverage('memory', () => runMemory(context));
-    rows.push(...measured.rows);
-    memory = measured.variants;
-  }
-
-  let manyModels: ManyModelsSummary | undefined;
-  if (selected.has('many-models')) {
-    const measured = await withLoadAverage('many-models', () =>
-      runManyModels(context, manyModelsPlan(mode), options.cacheDir ?? defaultCacheDir()),
-    );
-    rows.push(...measured.rows);
-    manyModels = measured.summary;
-  }
-
-  let int8: Int8Summary | undefined;
-  if (selected.has('int8') && int8Assets) {
-    const measured = await withLoadAverage('int8', () => runInt8(context, int8Assets, { rounds: INT8_ROUNDS[mode] }));
-    rows.push(...measured.rows);
-    int8 = measured.summary;
+  const int8Assets = options.int8Assets;
+  if (run.selected.has('int8') && int8Assets) {
+    const result = await timed('int8', () => runInt8(context, int8Assets, { rounds: INT8_ROUNDS[run.mode] }));
+    rows.push(...result.rows);
+    const int8 = result.summary;
+    measured.int8 = int8;
     notes.push(
-      `int8: ${int8.rounds} rounds each of ${int8.imagesPerRound} requests at ${plan.concurrency} clients, fp32, int8 and int8 with ${int8.int8WorkersConfig} alternating, all three servers running throughout (${int8.serverConfig} for the first two); int8 archive made by \`${int8.quantizeCommand}\`; its accuracy check: ${int8.agreement}. ${explainInt8Time(int8)}`,
+      `int8: ${int8.rounds} rounds each of ${int8.imagesPerRound} requests at ${run.plan.concurrency} clients, fp32, int8 and int8 with ${int8.int8WorkersConfig} alternating, all three servers running throughout (${int8.serverConfig} for the first two); int8 archive made by \`${int8.quantizeCommand}\`; its accuracy check: ${int8.agreement}. ${explainInt8Time(int8)}`,
     );
   }
+}
 
+/** Each row's throughput as a share of the ceiling's and of the best decentralized run's. */
+function setRatios(rows: ResultRow[]): void {
   const ceiling = bestOf(rows, 'ceiling');
   const decentralized = bestOf(rows, 'decentralized');
   for (const row of rows) {
@@ -378,38 +458,21 @@ export async function runBench(options: BenchOptions = {}): Promise<{ result: Be
     if (ceiling) row.ratioToCeiling = row.throughputPerSec / ceiling.throughputPerSec;
     if (decentralized) row.ratioToBestDecentralized = row.throughputPerSec / decentralized.throughputPerSec;
   }
-  if (loadAverages.length > 0)
-    notes.push(
-      `Load average (1 min) before → after each experiment, on ${cpuCount} cores: ${loadAverages.join('; ')}.`,
+}
+
+/** The notes on the run as a whole: the load averages, the failed requests, where the servers ran. */
+function addRunNotes(options: { measured: Measured; cpuCount: number; context: ExperimentContext }): void {
+  const { measured } = options;
+  if (measured.loadAverages.length > 0)
+    measured.notes.push(
+      `Load average (1 min) before → after each experiment, on ${options.cpuCount} cores: ${measured.loadAverages.join('; ')}.`,
     );
-  const errorRows = rows.filter((r) => r.errors > 0);
+  const errorRows = measured.rows.filter((r) => r.errors > 0);
   if (errorRows.length > 0)
-    notes.push(
+    measured.notes.push(
       `Requests or jobs failed in: ${errorRows.map((r) => `${r.experiment} ${r.config} (${r.errors})`).join('; ')}.`,
     );
-  notes.push(
-    `Server runs: one process tree started from ${serveBin} with a generated config.properties (logs under ${context.workDir}).`,
+  measured.notes.push(
+    `Server runs: one process tree started from ${options.context.serveBin} with a generated config.properties (logs under ${options.context.workDir}).`,
   );
-  const modelSizeMb = modelBytes / 1_000_000; // decimal MB, like every size Marina prints
-  const machine = getMachineInfo();
-  const result: BenchResult = {
-    machine,
-    model,
-    modelSizeMb,
-    images: plan.images,
-    concurrency: plan.concurrency,
-    mode,
-    startedAt: startedAt.toISOString(),
-    durationSec: (Date.now() - startedAt.getTime()) / 1000,
-    rows,
-    references,
-    memory,
-    bestServerConfig,
-    notes,
-    ...(int8 ? { int8 } : {}),
-    ...(manyModels ? { manyModels } : {}),
-    targets: checkTargets({ model, rows, references, memory, modelSizeMb, cpuCount, int8, cpuFlags: machine.cpuFlags }),
-  };
-  const files = await writeReports(result, outDir);
-  return { result, files };
 }

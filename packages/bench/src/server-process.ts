@@ -62,6 +62,8 @@ export interface RunningServer {
   grpcTarget: string;
   /** Base URL of the management API. */
   managementOrigin: string;
+  /** Base URL of the metrics API (answers only when the properties set enable_metrics_api=true). */
+  metricsOrigin: string;
   /** Path of the server's combined stdout/stderr. */
   logPath: string;
   /** SIGTERM to the server's process group, SIGKILL after 10 s. */
@@ -168,6 +170,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
           pid: child.pid!,
           origin,
           managementOrigin: `http://127.0.0.1:${ports[1]}`,
+          metricsOrigin: `http://127.0.0.1:${ports[2]}`,
           grpcTarget: `127.0.0.1:${grpcInferencePort}`,
           logPath,
           stop,

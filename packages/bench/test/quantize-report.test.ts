@@ -14,6 +14,10 @@ function result(overrides: Partial<QuantizeBenchModelResult>): QuantizeBenchMode
     fp32RoundsPerSec: [20, 20],
     int8RoundsPerSec: [21, 21],
     ratio: 1.05,
+    pairedRatios: [1.05, 1.05],
+    medianPairedRatio: 1.05,
+    errors: 0,
+    stagesMs: { fp32: { inference: 40, total: 50 }, int8: { inference: 38, total: 48 } },
     sessionRatios: [{ batch: 1, fp32MsPerImage: 40, int8MsPerImage: 30 }],
     metric: 'iou',
     agreement: 0.954,
@@ -42,6 +46,22 @@ describe('the quantize report', () => {
     expect(quantizeVerdict(fast)).toMatch(/^int8 pays: 3\.10x the fp32 server; misses its target/);
   });
 
+  it('judges the best batch size too, and names time outside the model as a reason', () => {
+    const bestBatch = { fp32Batch: 4, int8Batch: 2, fp32PerSec: 10, int8PerSec: 11, ratio: 1.1, pairedRatios: [1.1] };
+    const r = result({
+      ratio: 1.5,
+      depthwiseShare: 0,
+      bestBatch,
+      stagesMs: { fp32: { inference: 60, total: 100 }, int8: { inference: 20, total: 60 } },
+    });
+    expect(r.verdict).toMatch(
+      /^int8 does not pay here: 1\.50x the fp32 server at batch 1, 1\.10x at the best batch size; 67% of an int8 request's server time is outside the model's run/,
+    );
+    const png = { fp32PerSec: 10, int8PerSec: 13, ratio: 1.3, pairedRatios: [1.3], stagesMs: r.stagesMs };
+    expect(quantizeVerdict({ ...r, pngAnswer: png })).toContain('; with the mask asked for as a PNG: 1.30x;');
+    expect(quantizeVerdict({ ...r, bestBatch: { ...bestBatch, ratio: 1.4 } })).toMatch(/^int8 pays: 1\.50x/);
+  });
+
   it('gives one row per model and each model its own verdict, with the CPU flags', () => {
     const text = formatQuantizeReport({
       startedAt: '2026-11-28T02:00:00Z',
@@ -55,7 +75,10 @@ describe('the quantize report', () => {
     });
     expect(text).toContain('CPU flags: avx2, avx512_vnni; VNNI');
     expect(text.split('\n').filter((l) => l.startsWith('| ppocr-'))).toHaveLength(2);
-    expect(text).toContain('| ppocr-det | 20.0 | 21.0 | 1.05 | 1.33 |');
+    expect(text).toContain('| ppocr-det | 20.0 | 21.0 | 1.05 (1.05) | batch 1 for both | 1.33 |');
+    expect(text).toContain(
+      '- ppocr-det: 20.0 / 20.0 | 21.0 / 21.0; fp32 inference 40.0, total 50.0; int8 inference 38.0, total 48.0.',
+    );
     expect(text).toContain('- **ppocr-cls** (detector): int8 pays: 1.70x');
   });
 });

@@ -40,7 +40,7 @@ export interface ModelSettings {
 export type SettingSource = 'api' | 'model-config.yaml' | 'models JSON' | 'server default';
 
 /** A worker thread's default V8 heap limit, MB: a handler that outgrows it ends its own worker (507), not the server. */
-const DEFAULT_MAX_WORKER_HEAP_MB = 1024;
+export const DEFAULT_MAX_WORKER_HEAP_MB = 1024;
 
 /** Values given on the register API (management `POST /models`). */
 export interface ApiModelSettings {
@@ -105,183 +105,221 @@ export interface ResolveModelSettingsOptions {
  * @throws MARINA_ERR_MODEL_SETTINGS_INVALID for non-numeric or non-integer values.
  */
 export function resolveModelSettings(options: ResolveModelSettingsOptions): ModelSettings {
-  const { modelName, modelVersion, server } = options;
-  const yaml = options.modelYamlConfig ?? {};
-  const json = options.modelsJson ?? {};
-  const api = options.api ?? {};
-  const where = `model '${modelName}' version '${modelVersion}'`;
-
-  const num = (value: unknown, key: string, source: SettingSource, kind: 'int' | 'number'): number | undefined => {
-    if (value === undefined || value === null) return undefined;
-    const n = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
-    if (typeof n !== 'number' || !Number.isFinite(n) || (kind === 'int' && !Number.isInteger(n))) {
-      throw createServeError.MARINA_ERR_MODEL_SETTINGS_INVALID(
-        `${where}: ${key} from ${source} must be ${kind === 'int' ? 'an integer' : 'a number'}, got ${JSON.stringify(value)}`,
-        { details: { key, source, value } },
-      );
-    }
-    return n;
+  const sources: Sources = {
+    where: `model '${options.modelName}' version '${options.modelVersion}'`,
+    server: options.server,
+    yaml: options.modelYamlConfig ?? {},
+    json: options.modelsJson ?? {},
+    api: options.api ?? {},
   };
-
-  type Candidate = [unknown, string, SettingSource];
-  const pick = (
-    candidates: Candidate[],
-    kind: 'int' | 'number',
-    fallback: number,
-    allowZeroFrom: SettingSource[] = [],
-  ): [number, SettingSource] => {
-    for (const [value, key, source] of candidates) {
-      const n = num(value, key, source, kind);
-      if (n === undefined) continue;
-      if (n > 0 || (n === 0 && allowZeroFrom.includes(source))) return [n, source];
-    }
-    return [fallback, 'server default'];
+  const timing = resolveTiming(sources);
+  const threads = resolveThreadsAndLimits(sources);
+  const workers = resolveWorkers(sources);
+  const { where, yaml, json } = sources;
+  const queue = resolveQueueSettings({ where, yaml, json, clientTimeoutMs: threads.clientTimeoutMs });
+  const pinned = resolvePinned(sources);
+  const idleUnloadSeconds = resolveIdleUnloadSeconds(sources);
+  return {
+    batchSize: timing.batchSize[0],
+    maxBatchDelayMs: timing.maxBatchDelayMs[0],
+    responseTimeoutMs: timing.responseTimeoutSec[0] * 1000,
+    startupTimeoutMs: timing.startupTimeoutSec[0] * 1000,
+    minWorkers: workers.minWorkers,
+    maxWorkers: workers.maxWorkers,
+    jobQueueSize: threads.jobQueueSize[0],
+    intraOpNumThreads: threads.intraOp[0] > 0 ? threads.intraOp[0] : undefined,
+    clientTimeoutMs: threads.clientTimeoutMs,
+    maxWorkerHeapMb: threads.maxWorkerHeapMb,
+    queue,
+    pinned,
+    idleUnloadMs: idleUnloadSeconds * 1000,
+    sources: {
+      batchSize: timing.batchSize[1],
+      maxBatchDelayMs: timing.maxBatchDelayMs[1],
+      responseTimeoutMs: timing.responseTimeoutSec[1],
+      startupTimeoutMs: timing.startupTimeoutSec[1],
+      workers: workers.source,
+      jobQueueSize: threads.jobQueueSize[1],
+      intraOpNumThreads: threads.intraOp[0] > 0 ? threads.intraOp[1] : 'server default',
+    },
   };
+}
 
-  const [batchSize, batchSizeSource] = pick(
-    [
-      [api.batchSize, 'batch_size', 'api'],
-      [yaml.batchSize, 'batchSize', 'model-config.yaml'],
-      [json.batchSize, 'batchSize', 'models JSON'],
-    ],
-    'int',
-    1,
-  );
+/** Where a version's settings come from, and the version's name for messages. */
+interface Sources {
+  where: string;
+  server: ResolveModelSettingsOptions['server'];
+  yaml: Record<string, unknown>;
+  json: ModelVersionSettings;
+  api: ApiModelSettings;
+}
 
-  const [maxBatchDelayMs, maxBatchDelaySource] = pick(
-    [
-      [api.maxBatchDelayMs, 'max_batch_delay', 'api'],
-      [yaml.maxBatchDelay, 'maxBatchDelay', 'model-config.yaml'],
-      [json.maxBatchDelayMs, 'maxBatchDelay', 'models JSON'],
-    ],
-    'number',
-    100,
-    ['api', 'model-config.yaml', 'models JSON'],
-  );
+/** A value as a source gave it, its key there, and the source. */
+type Candidate = [unknown, string, SettingSource];
 
-  const [responseTimeoutSec, responseTimeoutSource] = pick(
-    [
-      [api.responseTimeoutSec, 'response_timeout', 'api'],
-      [yaml.responseTimeout, 'responseTimeout', 'model-config.yaml'],
-      [json.responseTimeoutSec, 'responseTimeout', 'models JSON'],
-    ],
-    'number',
-    server.defaultResponseTimeoutSec,
-  );
+/**
+ * A value as a number, or undefined when unset.
+ * @throws MARINA_ERR_MODEL_SETTINGS_INVALID when it is not a number (an integer for `int`).
+ */
+function readNumber(where: string, [value, key, source]: Candidate, kind: 'int' | 'number'): number | undefined {
+  if (value === undefined || value === null) return undefined;
+  const n = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
+  if (typeof n !== 'number' || !Number.isFinite(n) || (kind === 'int' && !Number.isInteger(n))) {
+    throw createServeError.MARINA_ERR_MODEL_SETTINGS_INVALID(
+      `${where}: ${key} from ${source} must be ${kind === 'int' ? 'an integer' : 'a number'}, got ${JSON.stringify(value)}`,
+      { details: { key, source, value } },
+    );
+  }
+  return n;
+}
 
-  const [startupTimeoutSec, startupTimeoutSource] = pick(
-    [
-      [api.startupTimeoutSec, 'startup_timeout', 'api'],
-      [yaml.startupTimeout, 'startupTimeout', 'model-config.yaml'],
-      [json.startupTimeoutSec, 'startupTimeout', 'models JSON'],
-    ],
-    'number',
-    server.defaultStartupTimeoutSec,
-  );
+/** The first candidate above 0 (or 0 from a source in `allowZeroFrom`), else the fallback as a server default. */
+function pickSetting(
+  where: string,
+  candidates: Candidate[],
+  options: { kind: 'int' | 'number'; fallback: number; allowZeroFrom?: SettingSource[] },
+): [number, SettingSource] {
+  for (const candidate of candidates) {
+    const n = readNumber(where, candidate, options.kind);
+    if (n === undefined) continue;
+    if (n > 0 || (n === 0 && (options.allowZeroFrom ?? []).includes(candidate[2]))) return [n, candidate[2]];
+  }
+  return [options.fallback, 'server default'];
+}
 
-  const [jobQueueSize, jobQueueSizeSource] = pick(
+/** Batch size, batch delay and the two timeouts: API, then model-config.yaml, then the models JSON. */
+function resolveTiming({ where, server, yaml, json, api }: Sources) {
+  return {
+    batchSize: pickSetting(
+      where,
+      [
+        [api.batchSize, 'batch_size', 'api'],
+        [yaml.batchSize, 'batchSize', 'model-config.yaml'],
+        [json.batchSize, 'batchSize', 'models JSON'],
+      ],
+      { kind: 'int', fallback: 1 },
+    ),
+    // 0 means "never wait to fill a batch", from any source.
+    maxBatchDelayMs: pickSetting(
+      where,
+      [
+        [api.maxBatchDelayMs, 'max_batch_delay', 'api'],
+        [yaml.maxBatchDelay, 'maxBatchDelay', 'model-config.yaml'],
+        [json.maxBatchDelayMs, 'maxBatchDelay', 'models JSON'],
+      ],
+      { kind: 'number', fallback: 100, allowZeroFrom: ['api', 'model-config.yaml', 'models JSON'] },
+    ),
+    responseTimeoutSec: pickSetting(
+      where,
+      [
+        [api.responseTimeoutSec, 'response_timeout', 'api'],
+        [yaml.responseTimeout, 'responseTimeout', 'model-config.yaml'],
+        [json.responseTimeoutSec, 'responseTimeout', 'models JSON'],
+      ],
+      { kind: 'number', fallback: server.defaultResponseTimeoutSec },
+    ),
+    startupTimeoutSec: pickSetting(
+      where,
+      [
+        [api.startupTimeoutSec, 'startup_timeout', 'api'],
+        [yaml.startupTimeout, 'startupTimeout', 'model-config.yaml'],
+        [json.startupTimeoutSec, 'startupTimeout', 'models JSON'],
+      ],
+      { kind: 'number', fallback: server.defaultStartupTimeoutSec },
+    ),
+  };
+}
+
+/** Queue size, intra-op threads, the client timeout and the worker heap: no API value for these. */
+function resolveThreadsAndLimits({ where, server, yaml, json }: Sources) {
+  const jobQueueSize = pickSetting(
+    where,
     [
       [yaml.jobQueueSize, 'jobQueueSize', 'model-config.yaml'],
       [json.jobQueueSize, 'jobQueueSize', 'models JSON'],
     ],
-    'int',
-    server.jobQueueSize,
+    { kind: 'int', fallback: server.jobQueueSize },
   );
-
-  const [intraOp, intraOpSource] = pick(
+  const intraOp = pickSetting(
+    where,
     [
       [yaml.intraOpNumThreads, 'intraOpNumThreads', 'model-config.yaml'],
       [json.intraOpNumThreads, 'intraOpNumThreads', 'models JSON'],
     ],
-    'int',
-    0,
+    { kind: 'int', fallback: 0 },
   );
-
-  const [clientTimeoutMs] = pick([[yaml.clientTimeoutInMills, 'clientTimeoutInMills', 'model-config.yaml']], 'int', 0);
-
-  const [maxWorkerHeapMb] = pick(
-    [[yaml.maxWorkerHeapMb, 'maxWorkerHeapMb', 'model-config.yaml']],
-    'int',
-    DEFAULT_MAX_WORKER_HEAP_MB,
+  const [clientTimeoutMs] = pickSetting(
+    where,
+    [[yaml.clientTimeoutInMills, 'clientTimeoutInMills', 'model-config.yaml']],
+    {
+      kind: 'int',
+      fallback: 0,
+    },
   );
+  const [maxWorkerHeapMb] = pickSetting(where, [[yaml.maxWorkerHeapMb, 'maxWorkerHeapMb', 'model-config.yaml']], {
+    kind: 'int',
+    fallback: DEFAULT_MAX_WORKER_HEAP_MB,
+  });
+  return { jobQueueSize, intraOp, clientTimeoutMs, maxWorkerHeapMb };
+}
 
+/**
+ * min/max workers: the API's (0 allowed), else model-config.yaml's as a pair (min > 0, max >= min),
+ * else the models JSON's (min > 0), else the fallback; maxWorkers defaults to minWorkers.
+ */
+function resolveWorkers({ where, server, yaml, json, api }: Sources): {
+  minWorkers: number;
+  maxWorkers: number;
+  source: SettingSource;
+} {
   const defaultWorkers =
     api.fallbackWorkers ??
     (server.defaultWorkersPerModel !== undefined && server.defaultWorkersPerModel > 0
       ? server.defaultWorkersPerModel
       : 1);
-  let minWorkers = defaultWorkers;
-  let maxWorkers: number | undefined;
-  let workersSource: SettingSource = 'server default';
-  const yamlMin = num(yaml.minWorkers, 'minWorkers', 'model-config.yaml', 'int');
-  const yamlMax = num(yaml.maxWorkers, 'maxWorkers', 'model-config.yaml', 'int');
-  const jsonMin = num(json.minWorkers, 'minWorkers', 'models JSON', 'int');
-  const jsonMax = num(json.maxWorkers, 'maxWorkers', 'models JSON', 'int');
-  const apiMin = num(
-    api.initialWorkers ?? api.minWorkers,
-    api.initialWorkers !== undefined ? 'initial_workers' : 'min_worker',
-    'api',
-    'int',
-  );
-  const apiMax = num(api.maxWorkers, 'max_worker', 'api', 'int');
-  if (apiMin !== undefined && apiMin >= 0) {
-    minWorkers = apiMin;
-    maxWorkers = apiMax;
-    workersSource = 'api';
-  } else if (yamlMin !== undefined && yamlMin > 0 && (yamlMax === undefined || yamlMax >= yamlMin)) {
-    minWorkers = yamlMin;
-    maxWorkers = yamlMax;
-    workersSource = 'model-config.yaml';
-  } else if (jsonMin !== undefined && jsonMin > 0) {
-    minWorkers = jsonMin;
-    maxWorkers = jsonMax;
-    workersSource = 'models JSON';
-  }
-  if (maxWorkers === undefined || maxWorkers < minWorkers) maxWorkers = minWorkers;
+  const yamlMin = readNumber(where, [yaml.minWorkers, 'minWorkers', 'model-config.yaml'], 'int');
+  const yamlMax = readNumber(where, [yaml.maxWorkers, 'maxWorkers', 'model-config.yaml'], 'int');
+  const jsonMin = readNumber(where, [json.minWorkers, 'minWorkers', 'models JSON'], 'int');
+  const jsonMax = readNumber(where, [json.maxWorkers, 'maxWorkers', 'models JSON'], 'int');
+  const apiMinKey = api.initialWorkers !== undefined ? 'initial_workers' : 'min_worker';
+  const apiMin = readNumber(where, [api.initialWorkers ?? api.minWorkers, apiMinKey, 'api'], 'int');
+  const apiMax = readNumber(where, [api.maxWorkers, 'max_worker', 'api'], 'int');
+  let chosen: { min: number; max: number | undefined; source: SettingSource } = {
+    min: defaultWorkers,
+    max: undefined,
+    source: 'server default',
+  };
+  if (apiMin !== undefined && apiMin >= 0) chosen = { min: apiMin, max: apiMax, source: 'api' };
+  else if (yamlMin !== undefined && yamlMin > 0 && (yamlMax === undefined || yamlMax >= yamlMin))
+    chosen = { min: yamlMin, max: yamlMax, source: 'model-config.yaml' };
+  else if (jsonMin !== undefined && jsonMin > 0) chosen = { min: jsonMin, max: jsonMax, source: 'models JSON' };
+  const maxWorkers = chosen.max === undefined || chosen.max < chosen.min ? chosen.min : chosen.max;
+  return { minWorkers: chosen.min, maxWorkers, source: chosen.source };
+}
 
-  const queue = resolveQueueSettings({ where, yaml, json, clientTimeoutMs });
+/**
+ * pinned: the API's, else model-config.yaml's, else the models JSON's, else false.
+ * @throws MARINA_ERR_MODEL_SETTINGS_INVALID when model-config.yaml's is not a boolean.
+ */
+function resolvePinned({ where, yaml, json, api }: Sources): boolean {
   const yamlPinned = yaml.pinned;
   if (yamlPinned !== undefined && typeof yamlPinned !== 'boolean')
     throw createServeError.MARINA_ERR_MODEL_SETTINGS_INVALID(
       `${where}: pinned from model-config.yaml must be true or false, got ${JSON.stringify(yamlPinned).slice(0, 40)}`,
       { details: { key: 'pinned', source: 'model-config.yaml' } },
     );
-  const pinned = api.pinned ?? (yamlPinned as boolean | undefined) ?? json.pinned ?? false;
-  let idleUnloadSeconds = server.residency?.idleUnloadSeconds ?? 0;
-  for (const [value, key, source] of [
+  return api.pinned ?? (yamlPinned as boolean | undefined) ?? json.pinned ?? false;
+}
+
+/** Idle unload, seconds: the first source that sets it (0 = never), else the server's. */
+function resolveIdleUnloadSeconds({ where, server, yaml, json, api }: Sources): number {
+  for (const candidate of [
     [api.idleUnloadSeconds, 'idle_unload_seconds', 'api'],
     [yaml.idleUnloadSeconds, 'idleUnloadSeconds', 'model-config.yaml'],
     [json.idleUnloadSeconds, 'idleUnloadSeconds', 'models JSON'],
   ] as Candidate[]) {
-    const n = num(value, key, source, 'number');
-    if (n !== undefined && n >= 0) {
-      idleUnloadSeconds = n;
-      break;
-    }
+    const n = readNumber(where, candidate, 'number');
+    if (n !== undefined && n >= 0) return n;
   }
-
-  return {
-    batchSize,
-    maxBatchDelayMs,
-    responseTimeoutMs: responseTimeoutSec * 1000,
-    startupTimeoutMs: startupTimeoutSec * 1000,
-    minWorkers,
-    maxWorkers,
-    jobQueueSize,
-    intraOpNumThreads: intraOp > 0 ? intraOp : undefined,
-    clientTimeoutMs,
-    maxWorkerHeapMb,
-    queue,
-    pinned,
-    idleUnloadMs: idleUnloadSeconds * 1000,
-    sources: {
-      batchSize: batchSizeSource,
-      maxBatchDelayMs: maxBatchDelaySource,
-      responseTimeoutMs: responseTimeoutSource,
-      startupTimeoutMs: startupTimeoutSource,
-      workers: workersSource,
-      jobQueueSize: jobQueueSizeSource,
-      intraOpNumThreads: intraOp > 0 ? intraOpSource : 'server default',
-    },
-  };
+  return server.residency?.idleUnloadSeconds ?? 0;
 }

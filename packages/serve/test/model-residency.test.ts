@@ -2,6 +2,8 @@
  * Many models in a bounded memory budget, through real worker threads, real onnxruntime sessions
  * and real HTTP: demand loads, LRU eviction (pinned and busy versions kept), one shared load for
  * concurrent first requests, the budget's refusals and waits, idle unload and the unload grace.
+ * Under a budget every load after the first takes the spare worker thread (workers/spare-threads.ts),
+ * so these loads also run that path: the thread started before its model was known, then assigned it.
  *
  * The process's memory is read through a deterministic probe here (100 MiB for each live worker
  * thread), so which version is evicted does not depend on the machine's allocator; what the
@@ -48,6 +50,8 @@ describe('many models in a memory budget', () => {
   let metrics: ServerMetrics;
   let base: string;
   const gates: string[] = [];
+  /** Memory the probe adds beside the workers: what models grow by after their loads. */
+  let grownBytes = 0;
   const states = () =>
     Object.fromEntries(
       app.registry
@@ -82,17 +86,18 @@ describe('many models in a memory budget', () => {
     await truncate(await writeFile(`${store}/waiter/padding.bin`, '').then(() => `${store}/waiter/padding.bin`), 64e6);
     await writeClassifierModel(store, 'idle', { modelConfigYaml: 'idleUnloadSeconds: 1\n' });
     await writeGateModel(store, 'stuck');
+    await writeGateModel(store, 'scaled');
     // Four workers' worth (and some room for estimates): the fifth resident version must evict one.
     const config = testConfig(
       { residency: { memoryBudgetBytes: 4 * WORKER_BYTES + 50 * MiB, unloadGraceSeconds: 0.2 } },
       dir.path,
     );
     app = await buildApp(config, {
-      readMemoryBytes: () => app.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0),
+      readMemoryBytes: () => grownBytes + app.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0),
     });
     metrics = createServerMetrics({ registry: app.registry, hostname: 'test', collectProcessMetrics: false });
     base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
-    for (const name of ['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck'])
+    for (const name of ['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck', 'scaled'])
       await app.registry.register({ url: name, archivePath: `${store}/${name}`, load: false });
   });
 
@@ -107,6 +112,19 @@ describe('many models in a memory budget', () => {
     const [d] = app.registry.describe('a');
     expect(d).toMatchObject({ state: 'registered', residentBytes: 0, lastUsed: null, pinned: false, workers: [] });
     expect(app.registry.describe('pinned')[0]!.pinned).toBe(true);
+  });
+
+  it("shows the same state in the Open Inference Protocol's model metadata", async () => {
+    const response = await fetch(`${base}/v2/models/a`);
+    expect(response.status).toBe(200);
+    expect(await response.json()).toMatchObject({
+      name: 'a',
+      state: 'registered',
+      residentBytes: 0,
+      lastUsed: null,
+      pinned: false,
+    });
+    expect(await (await fetch(`${base}/v2/models/pinned`)).json()).toMatchObject({ state: 'registered', pinned: true });
   });
 
   it('loads on demand, evicts the least recently used idle model, and keeps pinned and busy ones', async () => {
@@ -250,6 +268,130 @@ describe('many models in a memory budget', () => {
     expect(unregistered.status).toBe(503);
     expect(unregistered.json.marinaCode).toBe('MARINA_ERR_MODEL_UNLOADING');
     expect(app.registry.list().map((m) => m.modelName)).not.toContain('stuck');
+  });
+
+  it('scales down without waiting on a stuck run: past the grace the batch is answered 503', async () => {
+    const gate = `${dir.path}/gate-scaled`;
+    gates.push(gate);
+    const stuck = post('scaled', { gate });
+    const version = await residency(app, { modelName: 'scaled', state: 'resident' }).then(() =>
+      app.registry.getVersion('scaled'),
+    );
+    await new Promise<void>((resolve) => {
+      const check = () => {
+        if (version.runningJobs === 0) return;
+        version.off('progress', check);
+        resolve();
+      };
+      version.on('progress', check);
+      check();
+    });
+    await app.registry.scale('scaled', undefined, { minWorkers: 0, maxWorkers: 0, synchronous: true });
+    // The gate never opens: only the grace can answer the request.
+    const reply = await stuck;
+    expect(reply.status).toBe(503);
+    expect(reply.json.marinaCode).toBe('MARINA_ERR_MODEL_UNLOADING');
+    expect(reply.json.message).toContain('unload_grace_seconds');
+    await new Promise<void>((resolve) => {
+      const check = () => {
+        if (version.pool.workers.length > 0) return;
+        version.off('progress', check);
+        resolve();
+      };
+      version.on('progress', check);
+      check();
+    });
+    expect(app.registry.describe('scaled')[0]).toMatchObject({ workers: [] });
+  });
+
+  it('unloads the least recently used idle model when the models grow past the budget after their loads', async () => {
+    // Resident: the pinned model, a and b (b used before a); everything else unloaded.
+    for (const s of app.registry.stats())
+      if (s.state === 'resident' && !['pinned', 'a', 'b'].includes(s.modelName))
+        await app.registry.unload(s.modelName, s.modelVersion);
+    for (const name of ['pinned', 'b', 'a']) expect((await classify(name)).status).toBe(200);
+    expect(states()).toMatchObject({ pinned: 'resident', a: 'resident', b: 'resident' });
+    const budget = app.registry.memoryBudgetBytes!;
+    const evicted = residency(app, { state: 'registered', reason: 'evicted' });
+    // Three workers (300 MiB) plus growth since their loads: 50 MiB over the budget; one eviction is enough.
+    grownBytes = budget + 50 * MiB - 3 * WORKER_BYTES;
+    try {
+      expect((await evicted).modelName).toBe('b');
+      expect(states()).toMatchObject({ pinned: 'resident', a: 'resident', b: 'registered' });
+    } finally {
+      grownBytes = 0;
+    }
+  });
+
+  it('makes room from a busy model when none is idle: its runs finish there, the other busy model stays', async () => {
+    // Two workers' worth: two gate models hold it, each with a run blocked on its gate.
+    const busyApp = await buildApp(
+      testConfig({ residency: { memoryBudgetBytes: 2 * WORKER_BYTES + 50 * MiB, unloadGraceSeconds: 60 } }, dir.path),
+      { readMemoryBytes: () => busyApp.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0) },
+    );
+    const gateFiles: Record<string, string[]> = { gate: [], scaled: [] };
+    const openGates = (model: string) => Promise.all((gateFiles[model] ?? []).map((g) => writeFile(g, '')));
+    try {
+      const busyBase = await busyApp.inference.listen({ host: '127.0.0.1', port: 0 });
+      const send = (model: string, body: unknown) =>
+        fetch(`${busyBase}/predictions/${model}`, {
+          method: 'POST',
+          body: Buffer.isBuffer(body) ? new Uint8Array(body) : JSON.stringify(body),
+          headers: { 'content-type': Buffer.isBuffer(body) ? 'image/jpeg' : 'application/json' },
+        });
+      const blocked = (model: string) => {
+        const gate = `${dir.path}/busy-${model}-${gateFiles[model]!.length}`;
+        gateFiles[model]!.push(gate);
+        return send(model, { gate });
+      };
+      const until = (model: string, isThere: (v: ReturnType<MarinaApp['registry']['getVersion']>) => boolean) => {
+        const version = busyApp.registry.getVersion(model);
+        return new Promise<void>((resolve) => {
+          const check = () => {
+            if (!isThere(version)) return;
+            version.off('progress', check);
+            resolve();
+          };
+          version.on('progress', check);
+          check();
+        });
+      };
+      for (const name of ['gate', 'scaled', 'a'])
+        await busyApp.registry.register({ url: name, archivePath: `${dir.path}/${name}`, load: false });
+      // Loaded once, a is known to need a worker's 100 MiB: more than the budget has free beside two.
+      await busyApp.registry.load('a');
+      await busyApp.registry.unload('a');
+      // Both gate models busy: scaled with one run, gate with one run and one more request.
+      const runs = [blocked('scaled')];
+      await until('scaled', (v) => v.runningJobs > 0);
+      runs.push(blocked('gate'));
+      await until('gate', (v) => v.runningJobs > 0);
+      runs.push(blocked('gate'));
+      await until('gate', (v) => v.pendingJobs > 1);
+      // The evicted model's runs are let through as soon as its unload begins: they finish there.
+      const evicted = new Promise<string>((resolve) => {
+        const onResidency = (e: ResidencyEvent) => {
+          if (e.state !== 'unloading' || e.reason !== 'evicted') return;
+          busyApp.registry.events.off('residency', onResidency);
+          void openGates(e.modelName);
+          resolve(e.modelName);
+        };
+        busyApp.registry.events.on('residency', onResidency);
+      });
+      const reply = await send('a', jpeg);
+      expect(reply.status).toBe(200);
+      expect(reply.headers.get('server-timing')).toContain('waiting for the model to load');
+      const gone = await evicted;
+      expect(['gate', 'scaled']).toContain(gone);
+      const stayed = gone === 'gate' ? 'scaled' : 'gate';
+      expect(busyApp.registry.describe(stayed)[0]!.state).toBe('resident');
+      expect(busyApp.registry.describe('a')[0]!.state).toBe('resident');
+      await openGates(stayed);
+      expect((await Promise.all(runs)).map((r) => r.status)).toEqual([200, 200, 200]);
+    } finally {
+      await Promise.all(Object.keys(gateFiles).map(openGates));
+      await busyApp.close();
+    }
   });
 
   it('refuses at registration a model larger than the whole budget, with its own code', async () => {

@@ -120,10 +120,18 @@ describe('OIP REST: health and metadata', () => {
     expect(Object.keys(wrongKey.json())).toEqual(['error']);
   });
 
+  /** Marina's additions to the metadata: the version's place in memory (all these models were loaded at registration). */
+  const resident = { state: 'resident', residentBytes: expect.any(Number), pinned: false };
+  const expectLastUsed = (meta: { lastUsed: unknown }) =>
+    expect(meta.lastUsed === null || !Number.isNaN(Date.parse(String(meta.lastUsed)))).toBe(true);
+
   it('describes a tensor model from its ONNX signature, with -1 for dynamic dimensions', async () => {
     const meta = await v2('GET', '/v2/models/mixed');
     expect(meta.status).toBe(200);
+    expectLastUsed(meta.json());
     expect(meta.json()).toEqual({
+      ...resident,
+      lastUsed: meta.json().lastUsed,
       name: 'mixed',
       versions: ['1.0'],
       platform: 'onnxruntime_onnx',
@@ -152,14 +160,22 @@ describe('OIP REST: health and metadata', () => {
   });
 
   it('describes image_classifier and custom-handler models too', async () => {
-    expect((await v2('GET', '/v2/models/classifier')).json()).toEqual({
+    const classifier = (await v2('GET', '/v2/models/classifier')).json();
+    expectLastUsed(classifier);
+    expect(classifier).toEqual({
+      ...resident,
+      lastUsed: classifier.lastUsed,
       name: 'classifier',
       versions: ['1.0'],
       platform: 'onnxruntime_onnx',
       inputs: [{ name: 'input', datatype: 'FP32', shape: [-1, 3, 32, 32] }],
       outputs: [{ name: 'output', datatype: 'FP32', shape: [-1, 10] }],
     });
-    expect((await v2('GET', '/v2/models/gate')).json()).toEqual({
+    const gate = (await v2('GET', '/v2/models/gate')).json();
+    expectLastUsed(gate);
+    expect(gate).toEqual({
+      ...resident,
+      lastUsed: gate.lastUsed,
       name: 'gate',
       versions: ['1.0'],
       platform: 'marina_gate_handler.mjs',

@@ -12,6 +12,8 @@ import { percentile } from '../stats.ts';
 import { rowFromLoad, serverTmpDir, type ExperimentContext } from './experiment-context.ts';
 
 const MB = 1_000_000;
+/** The share of the budget the hot set's models fill (see runManyModels). */
+const HOT_SET_BUDGET_SHARE = 0.85;
 const floorScript = fileURLToPath(new URL('../jobs/cold-start-floor.mjs', import.meta.url));
 
 /** The reduced default (ResNet-18) and the issue's full setting (ResNet-50), 12 models, 32 clients, Zipf(1.1). */
@@ -99,6 +101,7 @@ async function zipfLoad(options: {
   const sampler = startProcessSampler({ getPids: () => listProcessTree(options.server.pid), isPssSampled: true });
   const latencies: number[] = [];
   const waited: number[] = [];
+  const warm: number[] = [];
   let errors = 0;
   let issued = 0;
   const started = performance.now();
@@ -122,6 +125,7 @@ async function zipfLoad(options: {
         }
         latencies.push(ms);
         if (String(response.headers['server-timing'] ?? '').includes('waiting for the model to load')) waited.push(ms);
+        else warm.push(ms);
       } catch {
         errors++;
       }
@@ -144,12 +148,51 @@ async function zipfLoad(options: {
       waitedForLoad: waited.length,
       waitedP50Ms: sortedWaited.length > 0 ? percentile(sortedWaited, 50) : Number.NaN,
       waitedP99Ms: sortedWaited.length > 0 ? percentile(sortedWaited, 99) : Number.NaN,
+      warmP50Ms:
+        warm.length > 0
+          ? percentile(
+              [...warm].sort((a, b) => a - b),
+              50,
+            )
+          : Number.NaN,
       peakPssMb: usage.peakPssBytes / MB,
     },
     usage,
     latenciesMs: latencies,
     wallMs,
   };
+}
+
+/** One request to each of the first `models` models, one after another (a hot phase's models made resident, unmeasured). */
+async function touchModels(server: RunningServer, jpeg: Buffer, models: number): Promise<void> {
+  for (let i = 0; i < models; i++) {
+    const response = await fetch(`${server.origin}/predictions/${modelName(i)}`, {
+      method: 'POST',
+      body: new Uint8Array(jpeg),
+      headers: { 'content-type': 'image/jpeg' },
+    });
+    await response.arrayBuffer();
+  }
+}
+
+/** The server's PSS once it has settled: the median of five readings 200 ms apart (the whole process tree). */
+async function settledPss(server: RunningServer): Promise<number> {
+  const sampler = startProcessSampler({ getPids: () => listProcessTree(server.pid), isPssSampled: true });
+  await new Promise((resolve) => setTimeout(resolve, 1_000));
+  return sampler.stop().lastPssBytes;
+}
+
+/** How many loads the server made and their mean time, from marina_model_load_seconds on its metrics API. */
+async function serverLoads(server: RunningServer): Promise<{ count: number; meanMs: number }> {
+  const text = await fetch(`${server.metricsOrigin}/metrics`).then((r) => r.text());
+  let count = 0;
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    const value = Number(line.split(' ').pop());
+    if (line.startsWith('marina_model_load_seconds_count{')) count += value;
+    else if (line.startsWith('marina_model_load_seconds_sum{')) sum += value;
+  }
+  return { count, meanMs: count > 0 ? (sum / count) * 1000 : Number.NaN };
 }
 
 /** describe's residentBytes and the first worker's intra-op threads of every model, from the management API. */
@@ -208,14 +251,14 @@ export async function runManyModels(
   });
   const { storeDir, jpeg, modelBytes } = await prepareStore(cacheDir, plan);
   const tmpDir = serverTmpDir(context, 'marina-bench-many-models');
-  const serve = (label: string, properties: Record<string, string>) =>
+  const serve = (label: string, properties: Record<string, string>, loadModels = 'all') =>
     startServer({
       serveBin: context.serveBin,
       modelStoreDir: storeDir,
       archiveFileName: `${modelName(0)}.mar`,
       modelName: modelName(0),
       modelVersion: '1.0',
-      loadModels: 'all',
+      loadModels,
       properties: { job_queue_size: String(plan.clients * 2), ...properties },
       tmpDir,
       workDir: join(context.workDir, `many-models-${label}`),
@@ -242,6 +285,15 @@ export async function runManyModels(
     return row;
   };
 
+  // 0. The server alone (no model loaded): what a budget for models does not cover.
+  const alone = await serve('alone', {}, '');
+  let serverAlonePssBytes: number;
+  try {
+    serverAlonePssBytes = await settledPss(alone);
+  } finally {
+    await alone.stop();
+  }
+
   // 1. All resident.
   context.onProgress({ type: 'log', message: `many-models: all ${plan.models} resident` });
   const all = await serve('all-resident', {});
@@ -266,17 +318,18 @@ export async function runManyModels(
     sizes = measured.bytes;
     threads = measured.threads;
     allResidentSumMb = sizes.reduce((a, b) => a + b, 0) / MB;
-    // A third of what the all-resident server really took (its PSS after serving): the models'
-    // measured sizes alone leave out part of it (see the report's note on the server's share).
-    budgetBytes = Math.floor(allZipf.usage.lastPssBytes / plan.budgetDivisor);
-    // The hot set: the most popular models whose sizes fit the budget together.
-    let used = 0;
-    hotSetModels = 0;
-    // Each model's share of the all-resident PSS (its measured size scaled up to the PSS).
-    const scale = allZipf.usage.lastPssBytes / Math.max(1, allResidentSumMb * MB);
-    while (hotSetModels < plan.models && used + sizes[hotSetModels]! * scale <= budgetBytes)
-      used += sizes[hotSetModels++]! * scale;
+    // A third of what the models really took in the all-resident server: its PSS after serving
+    // less the server alone's (the models' measured sizes alone leave out part of it).
+    budgetBytes = Math.floor((allZipf.usage.lastPssBytes - serverAlonePssBytes) / plan.budgetDivisor);
+    // The hot set: the most popular models that fit the budget together. The models are one
+    // architecture, so each takes an equal share of what the models took in the all-resident
+    // server (describe's per-model measures split overlapping loads unevenly).
+    const perModelBytes = (allZipf.usage.lastPssBytes - serverAlonePssBytes) / plan.models;
+    // With 15% of the budget to spare: the budget also counts what the models' server holds beyond
+    // their shares (onnxruntime's one-time cost in the process, the spare worker thread).
+    hotSetModels = Math.min(plan.models, Math.floor((HOT_SET_BUDGET_SHARE * budgetBytes) / perModelBytes));
     hotSetModels = Math.max(1, hotSetModels);
+    await touchModels(all, jpeg, hotSetModels);
     allHot = await zipfLoad({
       server: all,
       jpeg,
@@ -311,10 +364,11 @@ export async function runManyModels(
   // 2. Under the budget.
   const budgetMb = budgetBytes / MB;
   context.onProgress({ type: 'log', message: `many-models: budget ${budgetMb.toFixed(0)} MB` });
-  const budgeted = await serve('budget', { model_memory_budget: String(budgetBytes) });
+  const budgeted = await serve('budget', { model_memory_budget: String(budgetBytes), enable_metrics_api: 'true' });
   let budgetZipf: Awaited<ReturnType<typeof zipfLoad>>;
   let budgetHot: Awaited<ReturnType<typeof zipfLoad>>;
   let baselinePssMb = Number.NaN;
+  let loads = { count: 0, meanMs: Number.NaN };
   try {
     const states = (await residentSizes(budgeted, plan.models)).states;
     const resident = states.filter((s) => s === 'resident').length;
@@ -325,8 +379,10 @@ export async function runManyModels(
       clients: plan.clients,
       requests: plan.requests,
       pick: zipfSampler(plan.models, plan.zipfExponent, 11),
-      label: `budget ${budgetMb.toFixed(0)} MB (all-resident PSS ÷ ${plan.budgetDivisor}), Zipf over all`,
+      label: `budget ${budgetMb.toFixed(0)} MB (models' memory ÷ ${plan.budgetDivisor}), Zipf over all`,
     });
+    // The hot set's throughput once it is resident: one request to each of its models first.
+    await touchModels(budgeted, jpeg, hotSetModels);
     budgetHot = await zipfLoad({
       server: budgeted,
       jpeg,
@@ -335,6 +391,7 @@ export async function runManyModels(
       pick: zipfSampler(hotSetModels, plan.zipfExponent, 12),
       label: `budget, Zipf over the hot set (${hotSetModels})`,
     });
+    loads = await serverLoads(budgeted);
   } finally {
     await budgeted.stop();
   }
@@ -357,6 +414,9 @@ export async function runManyModels(
       budgetHot: budgetHot.phase,
     },
     baselinePssMb,
+    serverAlonePssMb: serverAlonePssBytes / MB,
+    serverLoads: loads.count,
+    serverLoadMeanMs: loads.meanMs,
   };
   await writeFile(join(context.workDir, 'many-models.json'), `${JSON.stringify(summary, null, 2)}\n`).catch(
     () => undefined,
@@ -372,7 +432,7 @@ export function formatManyModelsSection(s: ManyModelsSummary): string[] {
   const lines = [
     '## Many models',
     '',
-    `${s.plan.models} ResNet-${s.plan.depth} models (${fmt(s.modelSizeMb)} MB each on disk, different seeds), ${s.plan.clients} clients, Zipf(${s.plan.zipfExponent}) over the models, ${s.plan.requests} requests per phase. All resident, the server's PSS was ${fmt(s.allResidentSumMb + s.baselinePssMb)} MB, of which describe's residentBytes of the models summed to ${fmt(s.allResidentSumMb)} MB; the budget is a ${s.plan.budgetDivisor}rd of the PSS: ${fmt(s.budgetMb)} MB. Hot set: the ${s.hotSetModels} most popular models, whose shares of that PSS fit the budget.`,
+    `${s.plan.models} ResNet-${s.plan.depth} models (${fmt(s.modelSizeMb)} MB each on disk, different seeds), ${s.plan.clients} clients, Zipf(${s.plan.zipfExponent}) over the models, ${s.plan.requests} requests per phase. All resident, the server's PSS was ${fmt(s.allResidentSumMb + s.baselinePssMb)} MB, of which describe's residentBytes of the models summed to ${fmt(s.allResidentSumMb)} MB; the budget is a ${s.plan.budgetDivisor}rd of that PSS less the server alone's (${fmt(s.serverAlonePssMb)} MB): ${fmt(s.budgetMb)} MB. Hot set: the ${s.hotSetModels} most popular models, whose equal shares of the models' memory fit 85% of the budget; each hot phase starts after one request to each of them.`,
     '',
     '![many models](many-models.svg)',
     '',
@@ -386,10 +446,17 @@ export function formatManyModelsSection(s: ManyModelsSummary): string[] {
     );
   }
   const peak = Math.max(p.budgetZipf.peakPssMb, p.budgetHot.peakPssMb);
+  // The issue's goal for a cold request: its p50 within 1.5 × (the model's load time + its inference).
+  // Its load: onnxruntime creating the session from the cached optimised model (the floor, in a
+  // process of its own). Its inference: one idle batch-1 run (literal), and the p50 of the same
+  // phase's requests that did not wait for a load (its inference under the same 32 clients).
+  const underLoadFloorMs = s.floorCreateMs + p.budgetZipf.warmP50Ms;
+  const waitedP50 = p.budgetZipf.waitedP50Ms;
   lines.push(
     '',
-    `- Peak PSS under the budget: ${fmt(peak)} MB against budget + 150 MB = ${fmt(s.budgetMb + 150)} MB: **${peak <= s.budgetMb + 150 ? 'met' : 'missed'}** (all resident: ${fmt(Math.max(p.allResidentZipf.peakPssMb, p.allResidentHot.peakPssMb))} MB; the server beside its models' measured sizes: ${fmt(s.baselinePssMb)} MB).`,
-    `- Cold start floor (onnxruntime creating the session from the cached optimised model, median of 3, plus one batch-1 run): ${fmt(s.floorCreateMs)} + ${fmt(s.floorRunMs)} = ${fmt(coldFloorMs)} ms. Requests that waited for a load: p50 ${fmt(p.budgetZipf.waitedP50Ms)} ms = ${fmt(p.budgetZipf.waitedP50Ms / coldFloorMs, 2)}× the floor (goal ≤ 1.5×): **${p.budgetZipf.waitedP50Ms <= 1.5 * coldFloorMs ? 'met' : 'missed'}**. Under ${s.plan.clients} clients a cold request also queues behind the other clients' requests on the same 2 cores, which the floor leaves out.`,
+    `- Peak PSS under the budget: ${fmt(peak)} MB against budget + 150 MB = ${fmt(s.budgetMb + 150)} MB: **${peak <= s.budgetMb + 150 ? 'met' : 'missed'}** (all resident: ${fmt(Math.max(p.allResidentZipf.peakPssMb, p.allResidentHot.peakPssMb))} MB; the server alone, no model loaded: ${fmt(s.serverAlonePssMb)} MB; the budget is a ${s.plan.budgetDivisor}rd of the all-resident PSS less that).`,
+    `- Cold start floor (onnxruntime creating the session from the cached optimised model, median of 3, plus one idle batch-1 run): ${fmt(s.floorCreateMs)} + ${fmt(s.floorRunMs)} = ${fmt(coldFloorMs)} ms. The budget server's own loads: ${s.serverLoads}, mean ${fmt(s.serverLoadMeanMs)} ms each (making room, a worker thread, the session, its warm-up).`,
+    `- Requests that waited for a load: p50 ${fmt(waitedP50)} ms. Against the idle floor: ${fmt(waitedP50 / coldFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * coldFloorMs ? 'met' : 'missed'}**. Against the load floor plus the p50 of the same phase's requests that did not wait (${fmt(p.budgetZipf.warmP50Ms)} ms, a request's inference under ${s.plan.clients} clients on these cores): ${fmt(s.floorCreateMs)} + ${fmt(p.budgetZipf.warmP50Ms)} = ${fmt(underLoadFloorMs)} ms, ${fmt(waitedP50 / underLoadFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * underLoadFloorMs ? 'met' : 'missed'}**.`,
     `- Hot set throughput, budget ÷ all resident: ${fmt(p.budgetHot.throughputPerSec, 1)} ÷ ${fmt(p.allResidentHot.throughputPerSec, 1)} = ${fmt(p.budgetHot.throughputPerSec / p.allResidentHot.throughputPerSec, 2)} (goal ≥ 0.8): **${p.budgetHot.throughputPerSec >= 0.8 * p.allResidentHot.throughputPerSec ? 'met' : 'missed'}**.`,
     '',
   );

@@ -80,6 +80,18 @@ async function measureGrpc(
 export async function runProtocols(context: ExperimentContext): Promise<{ rows: ResultRow[]; notes: string[] }> {
   const rows: ResultRow[] = [];
   const notes: string[] = [];
+  await compareProtocols(context, { rows, notes });
+  const tensorAssets = context.tensorAssets;
+  if (tensorAssets) await measureRoundTrip(context, tensorAssets, { rows, notes });
+  return { rows, notes };
+}
+
+/** The main model through the three protocols on one server, in alternating rounds; each keeps its best round. */
+async function compareProtocols(
+  context: ExperimentContext,
+  out: { rows: ResultRow[]; notes: string[] },
+): Promise<void> {
+  const { rows, notes } = out;
   const input = (await readOnnxGraph(context.assets.modelPath)).inputs[0]!;
   const size = typeof input.shape[2] === 'number' && input.shape[2] > 0 ? input.shape[2] : 224;
   const shape = [1, 3, size, size];
@@ -147,90 +159,96 @@ export async function runProtocols(context: ExperimentContext): Promise<{ rows: 
       `Protocols at ${plan.concurrency} clients (${context.assets.model}, best of ${PROTOCOL_ROUNDS} alternating rounds of ${perRound} requests): OIP REST binary ÷ TorchServe route = ${ratio(v2Rest)}, OIP gRPC ÷ TorchServe route = ${ratio(v2Grpc)} (images/s ${torchServe.throughputPerSec.toFixed(1)}, ${v2Rest.throughputPerSec.toFixed(1)}, ${v2Grpc.throughputPerSec.toFixed(1)}). The TorchServe route sends a JPEG that the worker decodes; the v2 rows send the preprocessed tensor (${raw.length} bytes).`,
     );
   });
+}
 
-  if (context.tensorAssets) {
-    const rowsPerMb = (1024 * 1024) / 16;
-    const mb = randomFloats(rowsPerMb * 4);
-    const requests = Math.max(20, Math.min(200, plan.images));
-    await withServer(context, { model: context.tensorAssets, label: 'protocols 1 MB' }, async (server) => {
-      const model = context.tensorAssets!.modelName;
-      const v2 = v2BinaryBody('input', [rowsPerMb, 4], mb);
-      const restPath = `/v2/models/${model}/infer`;
-      const restHeaders = { 'inference-header-content-length': String(v2.headerLength) };
-      const request = {
-        model_name: model,
-        inputs: [{ name: 'input', datatype: 'FP32', shape: [rowsPerMb, 4] }],
-        raw_input_contents: [mb],
-      };
-      await runLoad({
-        origin: server.origin,
-        path: restPath,
-        body: v2.body,
-        headers: restHeaders,
-        concurrency: 1,
-        requests: 0,
-        warmupRequests: 5,
-      });
-      await runGrpcLoad({ target: server.grpcTarget, request, concurrency: 1, requests: 0, warmupRequests: 5 });
-      // Blocks of each protocol take turns (the order rotating), so a drift of the machine's
-      // speed falls on both alike; each protocol's latencies are pooled over its blocks.
-      const perBlock = Math.max(5, Math.ceil(requests / ROUND_TRIP_BLOCKS));
-      const measured = {
-        rest: { latenciesMs: [] as number[], wallMs: 0, errors: 0 },
-        grpc: { latenciesMs: [] as number[], wallMs: 0, errors: 0 },
-      };
-      const runBlock = async (kind: 'rest' | 'grpc') => {
-        context.onProgress({
-          type: 'phase',
-          label: `1 MB FP32 round trip, ${kind === 'rest' ? 'REST binary' : 'gRPC'}`,
-          total: perBlock,
-        });
-        const onProgress = (done: number) => context.onProgress({ type: 'tick', done });
-        const load =
-          kind === 'rest'
-            ? await runLoad({
-                origin: server.origin,
-                path: restPath,
-                body: v2.body,
-                headers: restHeaders,
-                concurrency: 1,
-                requests: perBlock,
-                onProgress,
-              })
-            : await runGrpcLoad({ target: server.grpcTarget, request, concurrency: 1, requests: perBlock, onProgress });
-        measured[kind].latenciesMs.push(...load.latenciesMs);
-        measured[kind].wallMs += load.wallMs;
-        measured[kind].errors += load.errors;
-      };
-      for (let block = 0; block < ROUND_TRIP_BLOCKS; block++) {
-        for (const kind of block % 2 === 0 ? (['rest', 'grpc'] as const) : (['grpc', 'rest'] as const))
-          await runBlock(kind);
-      }
-      const throughputOf = (m: { latenciesMs: number[]; wallMs: number }) =>
-        m.wallMs > 0 ? (m.latenciesMs.length * 1000) / m.wallMs : 0;
-      const rest = { ...measured.rest, throughputPerSec: throughputOf(measured.rest) };
-      const grpc = { ...measured.grpc, throughputPerSec: throughputOf(measured.grpc) };
-      const restLatency = summarizeLatencies(rest.latenciesMs);
-      const grpcLatency = summarizeLatencies(grpc.latenciesMs);
-      for (const [label, latency, load] of [
-        ['1 MB FP32 round trip, REST binary', restLatency, rest],
-        ['1 MB FP32 round trip, gRPC', grpcLatency, grpc],
-      ] as const) {
-        rows.push({
-          ...emptyRow('protocols', label),
-          images: latency.count,
-          concurrency: 1,
-          throughputPerSec: load.throughputPerSec,
-          p50Ms: latency.p50Ms,
-          p90Ms: latency.p90Ms,
-          p99Ms: latency.p99Ms,
-          errors: load.errors,
-        });
-      }
-      notes.push(
-        `1 MB FP32 tensor round trip at one client (${rest.latenciesMs.length} and ${grpc.latenciesMs.length} requests in ${ROUND_TRIP_BLOCKS} alternating blocks each; the client reads each answer as bytes): REST binary p50 ${restLatency.p50Ms.toFixed(2)} ms, gRPC p50 ${grpcLatency.p50Ms.toFixed(2)} ms; REST − gRPC = ${(restLatency.p50Ms - grpcLatency.p50Ms).toFixed(2)} ms (target: under 1 ms).`,
-      );
+/** A 1 MB FP32 tensor's round trip at one client, REST binary and gRPC in alternating blocks. */
+async function measureRoundTrip(
+  context: ExperimentContext,
+  tensorAssets: NonNullable<ExperimentContext['tensorAssets']>,
+  out: { rows: ResultRow[]; notes: string[] },
+): Promise<void> {
+  const { rows, notes } = out;
+  const { plan } = context;
+  const rowsPerMb = (1024 * 1024) / 16;
+  const mb = randomFloats(rowsPerMb * 4);
+  const requests = Math.max(20, Math.min(200, plan.images));
+  await withServer(context, { model: tensorAssets, label: 'protocols 1 MB' }, async (server) => {
+    const model = tensorAssets.modelName;
+    const v2 = v2BinaryBody('input', [rowsPerMb, 4], mb);
+    const restPath = `/v2/models/${model}/infer`;
+    const restHeaders = { 'inference-header-content-length': String(v2.headerLength) };
+    const request = {
+      model_name: model,
+      inputs: [{ name: 'input', datatype: 'FP32', shape: [rowsPerMb, 4] }],
+      raw_input_contents: [mb],
+    };
+    await runLoad({
+      origin: server.origin,
+      path: restPath,
+      body: v2.body,
+      headers: restHeaders,
+      concurrency: 1,
+      requests: 0,
+      warmupRequests: 5,
     });
-  }
-  return { rows, notes };
+    await runGrpcLoad({ target: server.grpcTarget, request, concurrency: 1, requests: 0, warmupRequests: 5 });
+    // Blocks of each protocol take turns (the order rotating), so a drift of the machine's
+    // speed falls on both alike; each protocol's latencies are pooled over its blocks.
+    const perBlock = Math.max(5, Math.ceil(requests / ROUND_TRIP_BLOCKS));
+    const measured = {
+      rest: { latenciesMs: [] as number[], wallMs: 0, errors: 0 },
+      grpc: { latenciesMs: [] as number[], wallMs: 0, errors: 0 },
+    };
+    const runBlock = async (kind: 'rest' | 'grpc') => {
+      context.onProgress({
+        type: 'phase',
+        label: `1 MB FP32 round trip, ${kind === 'rest' ? 'REST binary' : 'gRPC'}`,
+        total: perBlock,
+      });
+      const onProgress = (done: number) => context.onProgress({ type: 'tick', done });
+      const load =
+        kind === 'rest'
+          ? await runLoad({
+              origin: server.origin,
+              path: restPath,
+              body: v2.body,
+              headers: restHeaders,
+              concurrency: 1,
+              requests: perBlock,
+              onProgress,
+            })
+          : await runGrpcLoad({ target: server.grpcTarget, request, concurrency: 1, requests: perBlock, onProgress });
+      measured[kind].latenciesMs.push(...load.latenciesMs);
+      measured[kind].wallMs += load.wallMs;
+      measured[kind].errors += load.errors;
+    };
+    for (let block = 0; block < ROUND_TRIP_BLOCKS; block++) {
+      for (const kind of block % 2 === 0 ? (['rest', 'grpc'] as const) : (['grpc', 'rest'] as const))
+        await runBlock(kind);
+    }
+    const throughputOf = (m: { latenciesMs: number[]; wallMs: number }) =>
+      m.wallMs > 0 ? (m.latenciesMs.length * 1000) / m.wallMs : 0;
+    const rest = { ...measured.rest, throughputPerSec: throughputOf(measured.rest) };
+    const grpc = { ...measured.grpc, throughputPerSec: throughputOf(measured.grpc) };
+    const restLatency = summarizeLatencies(rest.latenciesMs);
+    const grpcLatency = summarizeLatencies(grpc.latenciesMs);
+    for (const [label, latency, load] of [
+      ['1 MB FP32 round trip, REST binary', restLatency, rest],
+      ['1 MB FP32 round trip, gRPC', grpcLatency, grpc],
+    ] as const) {
+      rows.push({
+        ...emptyRow('protocols', label),
+        images: latency.count,
+        concurrency: 1,
+        throughputPerSec: load.throughputPerSec,
+        p50Ms: latency.p50Ms,
+        p90Ms: latency.p90Ms,
+        p99Ms: latency.p99Ms,
+        errors: load.errors,
+      });
+    }
+    notes.push(
+      `1 MB FP32 tensor round trip at one client (${rest.latenciesMs.length} and ${grpc.latenciesMs.length} requests in ${ROUND_TRIP_BLOCKS} alternating blocks each; the client reads each answer as bytes): REST binary p50 ${restLatency.p50Ms.toFixed(2)} ms, gRPC p50 ${grpcLatency.p50Ms.toFixed(2)} ms; REST − gRPC = ${(restLatency.p50Ms - grpcLatency.p50Ms).toFixed(2)} ms (target: under 1 ms).`,
+    );
+  });
 }

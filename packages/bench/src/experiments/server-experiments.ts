@@ -1,7 +1,7 @@
 import { Pool } from 'undici';
 import { emptyRow, type LoneClientPair, type ResultRow } from '../bench-result.ts';
 import { runLoad } from '../load-generator.ts';
-import type { ServerModelSettings } from '../server-process.ts';
+import type { RunningServer, ServerModelSettings } from '../server-process.ts';
 import { serverTimingDurations } from '../server-timing.ts';
 import { startOwnTimeSteps, type OwnRun, type OwnTimeSteps } from './ceiling.ts';
 import { listProcessTree, readCpuNs, readRssBytes, waitForQuiet, type ResourceUsage } from '../process-sampler.ts';
@@ -167,142 +167,205 @@ export async function runBatched(
         requests: context.plan.images,
         warmupRequests: warmupFor(spec),
       });
-      const own = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
-      let control: OwnTimeSteps;
-      try {
-        control = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
-      } catch (error) {
-        await own.stop();
-        throw error;
-      }
-      // One connection for every block, as a lone client keeps it; the warm-up opens it.
-      const pool = new Pool(server.origin, { connections: 1, pipelining: 1, keepAliveTimeout: 60_000 });
       const label = `${spec.label}, lone client`;
-      const pairs: LoneClientPair[] = [];
-      const latenciesMs: number[] = [];
-      // The lone blocks' totals: their wall and the server's CPU in them, its memory after each, failures.
-      const totals = {
-        wallMs: 0,
-        cpuNs: 0,
-        peakCpuPercent: 0,
-        peakRssBytes: 0,
-        lastRssBytes: 0,
-        errors: 0,
-        firstError: undefined as string | undefined,
+      const measured = await measureLoneClient({ context, server, path, body, label, turns });
+      return {
+        loaded: { row: loaded, spec },
+        lone: loneClientRow({ label, turns, ...measured }),
+        lonePairs: measured.pairs,
       };
-      let notQuiet = 0;
-      const quiet = async (pids: () => readonly number[]) => {
-        if (!(await waitForQuiet(pids))) notQuiet += 1;
-      };
-      const serverCpuNs = (tree: readonly number[]) => tree.reduce((sum, pid) => sum + readCpuNs(pid), 0);
-      const measureOwn = async (steps: OwnTimeSteps, other: OwnTimeSteps): Promise<OwnRun[]> => {
-        // Listed once per block: the waits below read the tree's CPU every 10 ms.
-        const pids = [...listProcessTree(server.pid), other.pid];
-        await quiet(() => pids);
-        const runs: OwnRun[] = [];
-        for (let i = 0; i < LONE_CLIENT_BLOCK; i++) runs.push(await steps.step());
-        return runs;
-      };
-      const measureLone = async (): Promise<{ latenciesMs: number[]; inferenceMs: number[] }> => {
-        await quiet(() => [own.pid, control.pid]);
-        const tree = listProcessTree(server.pid);
-        const cpuBefore = serverCpuNs(tree);
-        const load = await runLoad({
-          origin: server.origin,
-          path,
-          body,
-          concurrency: 1,
-          requests: LONE_CLIENT_BLOCK,
-          collectHeader: 'server-timing',
-          pool,
-        });
-        const cpuNs = serverCpuNs(tree) - cpuBefore;
-        totals.wallMs += load.wallMs;
-        totals.cpuNs += cpuNs;
-        if (load.wallMs > 0) totals.peakCpuPercent = Math.max(totals.peakCpuPercent, (cpuNs / 1e6 / load.wallMs) * 100);
-        totals.lastRssBytes = tree.reduce((sum, pid) => sum + readRssBytes(pid), 0);
-        totals.peakRssBytes = Math.max(totals.peakRssBytes, totals.lastRssBytes);
-        totals.errors += load.errors;
-        totals.firstError ??= load.firstError;
-        latenciesMs.push(...load.latenciesMs);
-        context.onProgress({ type: 'tick', done: latenciesMs.length });
-        // A failed request has no latency and no header: such a block pairs only when every request succeeded.
-        return load.errors === 0
-          ? {
-              latenciesMs: load.latenciesMs,
-              inferenceMs: load.headerValues.map((value) => serverTimingDurations(value).inference ?? Number.NaN),
-            }
-          : { latenciesMs: [], inferenceMs: [] };
-      };
-      try {
-        await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: 0, warmupRequests: 2, pool });
-        for (let i = 0; i < 2; i++) await own.step();
-        for (let i = 0; i < 2; i++) await control.step();
-        context.onProgress({ type: 'phase', label, total: turns * LONE_CLIENT_BLOCK });
-        for (let t = 0; t < turns; t++) {
-          let lone = { latenciesMs: [] as number[], inferenceMs: [] as number[] };
-          let runs: OwnRun[] = [];
-          let controlRuns: OwnRun[] = [];
-          const sides = [
-            async () => {
-              runs = await measureOwn(own, control);
-            },
-            async () => {
-              lone = await measureLone();
-            },
-            async () => {
-              controlRuns = await measureOwn(control, own);
-            },
-          ];
-          // Every six turns, each of the six orders of the three sides once.
-          for (let k = 0; k < sides.length; k++)
-            await sides[(t + (t % 2 === 0 ? k : sides.length - k)) % sides.length]!();
-          lone.latenciesMs.forEach((loneMs, i) => {
-            pairs.push({
-              loneMs,
-              serverInferenceMs: lone.inferenceMs[i] ?? Number.NaN,
-              ownEndToEndMs: runs[i]!.endToEndMs,
-              ownInferMs: runs[i]!.inferMs,
-              controlEndToEndMs: controlRuns[i]!.endToEndMs,
-              controlInferMs: controlRuns[i]!.inferMs,
-            });
-          });
-        }
-      } finally {
-        await pool.close();
-        await Promise.all([own.stop(), control.stop()]);
-      }
-      const latency = summarizeLatencies(latenciesMs);
-      const usage: ResourceUsage = {
-        peakCpuPercent: totals.peakCpuPercent,
-        meanCpuPercent: totals.wallMs > 0 ? (totals.cpuNs / 1e6 / totals.wallMs) * 100 : 0,
-        peakRssBytes: totals.peakRssBytes,
-        peakPssBytes: 0,
-        lastRssBytes: totals.lastRssBytes,
-        lastPssBytes: 0,
-        samples: turns,
-      };
-      const summary = summarizeLoneClient(pairs);
-      const lone: ResultRow = {
-        ...emptyRow('batched', label),
-        images: latency.count,
-        concurrency: 1,
-        throughputPerSec: totals.wallMs > 0 ? latenciesMs.length / (totals.wallMs / 1000) : 0,
-        ...measuredColumns(latency, usage),
-        errors: totals.errors,
-        note: [
-          `${turns} turns, each ${LONE_CLIENT_BLOCK} lone requests, ${LONE_CLIENT_BLOCK} own-time runs and ${LONE_CLIENT_BLOCK} runs of a second own-time process (the control) back to back, in every order in turn, each block started once the other sides were quiet${notQuiet > 0 ? ` (${notQuiet} times not quiet within 2 s)` : ''}`,
-          summary
-            ? `own p50 ${summary.ownEndToEndP50Ms.toFixed(1)} ms over the same turns; paired median ${summary.pairedMedianMs >= 0 ? '+' : ''}${summary.pairedMedianMs.toFixed(1)} ms`
-            : '',
-          totals.firstError ? `first error: ${totals.firstError.slice(0, 120)}` : '',
-        ]
-          .filter(Boolean)
-          .join('; '),
-      };
-      return { loaded: { row: loaded, spec }, lone, lonePairs: pairs };
     },
   );
+}
+
+/** The lone blocks' totals: their wall and the server's CPU in them, its memory after each, failures. */
+interface LoneTotals {
+  wallMs: number;
+  cpuNs: number;
+  peakCpuPercent: number;
+  peakRssBytes: number;
+  lastRssBytes: number;
+  errors: number;
+  firstError: string | undefined;
+}
+
+/** What the lone-client turns measured. */
+interface LoneClientMeasured {
+  pairs: LoneClientPair[];
+  latenciesMs: number[];
+  totals: LoneTotals;
+  /** Blocks that started without the other sides quiet within 2 s. */
+  notQuiet: number;
+}
+
+/**
+ * The lone client, the own-time process and the control, in `turns` turns of one block each (see
+ * runBatched): each of the six orders of the three sides once every six turns.
+ */
+async function measureLoneClient(options: {
+  context: ExperimentContext;
+  server: RunningServer;
+  path: string;
+  body: Buffer;
+  label: string;
+  turns: number;
+}): Promise<LoneClientMeasured> {
+  const { context, server, path, body, turns } = options;
+  const own = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
+  let control: OwnTimeSteps;
+  try {
+    control = await startOwnTimeSteps(context.assets.modelPath, context.assets.imagePath, context.cpuCount);
+  } catch (error) {
+    await own.stop();
+    throw error;
+  }
+  // One connection for every block, as a lone client keeps it; the warm-up opens it.
+  const pool = new Pool(server.origin, { connections: 1, pipelining: 1, keepAliveTimeout: 60_000 });
+  const blocks = createLoneBlocks({ context, server, path, body, pool, own, control });
+  const pairs: LoneClientPair[] = [];
+  try {
+    await runLoad({ origin: server.origin, path, body, concurrency: 1, requests: 0, warmupRequests: 2, pool });
+    for (let i = 0; i < 2; i++) await own.step();
+    for (let i = 0; i < 2; i++) await control.step();
+    context.onProgress({ type: 'phase', label: options.label, total: turns * LONE_CLIENT_BLOCK });
+    for (let t = 0; t < turns; t++) {
+      let lone = { latenciesMs: [] as number[], inferenceMs: [] as number[] };
+      let runs: OwnRun[] = [];
+      let controlRuns: OwnRun[] = [];
+      const sides = [
+        async () => {
+          runs = await blocks.measureOwn(own, control);
+        },
+        async () => {
+          lone = await blocks.measureLone();
+        },
+        async () => {
+          controlRuns = await blocks.measureOwn(control, own);
+        },
+      ];
+      // Every six turns, each of the six orders of the three sides once.
+      for (let k = 0; k < sides.length; k++) await sides[(t + (t % 2 === 0 ? k : sides.length - k)) % sides.length]!();
+      lone.latenciesMs.forEach((loneMs, i) => {
+        pairs.push({
+          loneMs,
+          serverInferenceMs: lone.inferenceMs[i] ?? Number.NaN,
+          ownEndToEndMs: runs[i]!.endToEndMs,
+          ownInferMs: runs[i]!.inferMs,
+          controlEndToEndMs: controlRuns[i]!.endToEndMs,
+          controlInferMs: controlRuns[i]!.inferMs,
+        });
+      });
+    }
+  } finally {
+    await pool.close();
+    await Promise.all([own.stop(), control.stop()]);
+  }
+  return { pairs, latenciesMs: blocks.latenciesMs, totals: blocks.totals, notQuiet: blocks.notQuiet() };
+}
+
+/** One block of each side: `LONE_CLIENT_BLOCK` own-time runs, or as many lone requests (with the server's CPU and memory around them). */
+function createLoneBlocks(options: {
+  context: ExperimentContext;
+  server: RunningServer;
+  path: string;
+  body: Buffer;
+  pool: Pool;
+  own: OwnTimeSteps;
+  control: OwnTimeSteps;
+}) {
+  const { context, server, path, body, pool, own, control } = options;
+  const latenciesMs: number[] = [];
+  const totals: LoneTotals = {
+    wallMs: 0,
+    cpuNs: 0,
+    peakCpuPercent: 0,
+    peakRssBytes: 0,
+    lastRssBytes: 0,
+    errors: 0,
+    firstError: undefined,
+  };
+  let notQuiet = 0;
+  const quiet = async (pids: () => readonly number[]) => {
+    if (!(await waitForQuiet(pids))) notQuiet += 1;
+  };
+  const serverCpuNs = (tree: readonly number[]) => tree.reduce((sum, pid) => sum + readCpuNs(pid), 0);
+  return {
+    latenciesMs,
+    totals,
+    notQuiet: () => notQuiet,
+    async measureOwn(steps: OwnTimeSteps, other: OwnTimeSteps): Promise<OwnRun[]> {
+      // Listed once per block: the waits below read the tree's CPU every 10 ms.
+      const pids = [...listProcessTree(server.pid), other.pid];
+      await quiet(() => pids);
+      const runs: OwnRun[] = [];
+      for (let i = 0; i < LONE_CLIENT_BLOCK; i++) runs.push(await steps.step());
+      return runs;
+    },
+    async measureLone(): Promise<{ latenciesMs: number[]; inferenceMs: number[] }> {
+      await quiet(() => [own.pid, control.pid]);
+      const tree = listProcessTree(server.pid);
+      const cpuBefore = serverCpuNs(tree);
+      const load = await runLoad({
+        origin: server.origin,
+        path,
+        body,
+        concurrency: 1,
+        requests: LONE_CLIENT_BLOCK,
+        collectHeader: 'server-timing',
+        pool,
+      });
+      const cpuNs = serverCpuNs(tree) - cpuBefore;
+      totals.wallMs += load.wallMs;
+      totals.cpuNs += cpuNs;
+      if (load.wallMs > 0) totals.peakCpuPercent = Math.max(totals.peakCpuPercent, (cpuNs / 1e6 / load.wallMs) * 100);
+      totals.lastRssBytes = tree.reduce((sum, pid) => sum + readRssBytes(pid), 0);
+      totals.peakRssBytes = Math.max(totals.peakRssBytes, totals.lastRssBytes);
+      totals.errors += load.errors;
+      totals.firstError ??= load.firstError;
+      latenciesMs.push(...load.latenciesMs);
+      context.onProgress({ type: 'tick', done: latenciesMs.length });
+      // A failed request has no latency and no header: such a block pairs only when every request succeeded.
+      return load.errors === 0
+        ? {
+            latenciesMs: load.latenciesMs,
+            inferenceMs: load.headerValues.map((value) => serverTimingDurations(value).inference ?? Number.NaN),
+          }
+        : { latenciesMs: [], inferenceMs: [] };
+    },
+  };
+}
+
+/** The lone client's row: its latency and the server's CPU and memory over the lone blocks. */
+function loneClientRow(options: LoneClientMeasured & { label: string; turns: number }): ResultRow {
+  const { totals, latenciesMs, turns, notQuiet } = options;
+  const latency = summarizeLatencies(latenciesMs);
+  const usage: ResourceUsage = {
+    peakCpuPercent: totals.peakCpuPercent,
+    meanCpuPercent: totals.wallMs > 0 ? (totals.cpuNs / 1e6 / totals.wallMs) * 100 : 0,
+    peakRssBytes: totals.peakRssBytes,
+    peakPssBytes: 0,
+    lastRssBytes: totals.lastRssBytes,
+    lastPssBytes: 0,
+    samples: turns,
+  };
+  const summary = summarizeLoneClient(options.pairs);
+  return {
+    ...emptyRow('batched', options.label),
+    images: latency.count,
+    concurrency: 1,
+    throughputPerSec: totals.wallMs > 0 ? latenciesMs.length / (totals.wallMs / 1000) : 0,
+    ...measuredColumns(latency, usage),
+    errors: totals.errors,
+    note: [
+      `${turns} turns, each ${LONE_CLIENT_BLOCK} lone requests, ${LONE_CLIENT_BLOCK} own-time runs and ${LONE_CLIENT_BLOCK} runs of a second own-time process (the control) back to back, in every order in turn, each block started once the other sides were quiet${notQuiet > 0 ? ` (${notQuiet} times not quiet within 2 s)` : ''}`,
+      summary
+        ? `own p50 ${summary.ownEndToEndP50Ms.toFixed(1)} ms over the same turns; paired median ${summary.pairedMedianMs >= 0 ? '+' : ''}${summary.pairedMedianMs.toFixed(1)} ms`
+        : '',
+      totals.firstError ? `first error: ${totals.firstError.slice(0, 120)}` : '',
+    ]
+      .filter(Boolean)
+      .join('; '),
+  };
 }
 
 /**

@@ -54,21 +54,14 @@ const CHART_WIDTH = 800;
  */
 export function renderChartSvg(result: BenchResult): string {
   const bars = barRows(result.rows);
-  const left = 20;
-  const right = 110;
-  const width = CHART_WIDTH;
   const sweep = result.rows.filter((r) => r.experiment === 'sweep').sort((a, b) => a.concurrency - b.concurrency);
-  const labelHeight = 18;
-  const barHeight = 18;
-  const rowHeight = labelHeight + barHeight + 10;
   const values = bars.map((r) => r.throughputPerSec).filter((v) => v > 0);
   const isLog = values.length > 1 && Math.max(...values) / Math.min(...values) > LOG_SCALE_RANGE;
   const top1 = isLog ? 112 : 92;
-  const barsBottom = top1 + bars.length * rowHeight;
-  const panel1Height = barsBottom + 40;
-  const panel2Top = panel1Height + 30;
-  const panel2Height = sweep.length > 0 ? 330 : 0;
-  const height = panel2Top + panel2Height + (sweep.length > 0 ? 70 : 0);
+  const barsBottom = top1 + bars.length * BAR_ROW_HEIGHT;
+  const panel2Top = barsBottom + 40 + 30;
+  const height = panel2Top + (sweep.length > 0 ? SWEEP_HEIGHT + 70 : 0);
+  const width = CHART_WIDTH;
   const out: string[] = [];
   out.push(
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" preserveAspectRatio="xMinYMin meet" font-family="system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif" font-size="14">`,
@@ -84,10 +77,37 @@ export function renderChartSvg(result: BenchResult): string {
     `<text x="20" y="72" fill="#555">Dashed line: the ceiling (onnxruntime-node directly, no HTTP, no decoding).</text>`,
   );
   if (isLog) out.push(`<text x="20" y="92" fill="#555">Logarithmic axis: each grid line is 10× the one before.</text>`);
-  const plotWidth = width - left - right;
+  renderBars({ out, bars, values, isLog, top1, barsBottom });
+  const ceiling = bars.find((r) => r.experiment === 'ceiling');
+  if (sweep.length > 0) renderSweep({ out, sweep, ceiling, panel2Top, title: result.bestServerConfig ?? '' });
+  out.push('</svg>');
+  return `${out.join('\n')}\n`;
+}
+
+/** The bar panel's left and right margins, and each bar's label and bar heights. */
+const BARS_LEFT = 20;
+const BARS_RIGHT = 110;
+const LABEL_HEIGHT = 18;
+const BAR_HEIGHT = 18;
+const BAR_ROW_HEIGHT = LABEL_HEIGHT + BAR_HEIGHT + 10;
+/** The sweep panel's height without its axis labels and legend. */
+const SWEEP_HEIGHT = 330;
+
+/** The bars, their grid and ticks (linear or log10), and the ceiling's dashed line. */
+function renderBars(options: {
+  out: string[];
+  bars: readonly ResultRow[];
+  values: readonly number[];
+  isLog: boolean;
+  top1: number;
+  barsBottom: number;
+}): void {
+  const { out, bars, values, top1, barsBottom } = options;
+  const left = BARS_LEFT;
+  const plotWidth = CHART_WIDTH - left - BARS_RIGHT;
   let x: (v: number) => number;
   let ticks: number[];
-  if (isLog) {
+  if (options.isLog) {
     const lo = 10 ** Math.floor(Math.log10(Math.min(...values)));
     const hi = 10 ** Math.ceil(Math.log10(Math.max(...values)));
     x = (v: number) => left + (Math.log10(Math.max(v, lo) / lo) / Math.log10(hi / lo)) * plotWidth;
@@ -107,18 +127,18 @@ export function renderChartSvg(result: BenchResult): string {
     );
   }
   bars.forEach((row, i) => {
-    const y = top1 + i * rowHeight;
+    const y = top1 + i * BAR_ROW_HEIGHT;
     out.push(`<text x="${left}" y="${y + 13}" font-size="15">${esc(row.experiment)}: ${esc(row.config)}</text>`);
     const barWidth = Math.max(2, x(row.throughputPerSec) - left);
     out.push(
-      `<rect x="${left}" y="${y + labelHeight}" width="${barWidth.toFixed(1)}" height="${barHeight}" fill="${colours[row.experiment] ?? '#888'}" rx="2"/>`,
+      `<rect x="${left}" y="${y + LABEL_HEIGHT}" width="${barWidth.toFixed(1)}" height="${BAR_HEIGHT}" fill="${colours[row.experiment] ?? '#888'}" rx="2"/>`,
     );
     const ratio =
       Number.isFinite(row.ratioToCeiling) && row.experiment !== 'ceiling'
         ? ` (${formatPercent(row.ratioToCeiling)})`
         : '';
     out.push(
-      `<text x="${(left + barWidth + 6).toFixed(1)}" y="${y + labelHeight + 14}" font-size="15" fill="#222">${formatThroughput(row.throughputPerSec)}${ratio}</text>`,
+      `<text x="${(left + barWidth + 6).toFixed(1)}" y="${y + LABEL_HEIGHT + 14}" font-size="15" fill="#222">${formatThroughput(row.throughputPerSec)}${ratio}</text>`,
     );
   });
   const ceiling = bars.find((r) => r.experiment === 'ceiling');
@@ -127,83 +147,112 @@ export function renderChartSvg(result: BenchResult): string {
       `<line x1="${x(ceiling.throughputPerSec).toFixed(1)}" y1="${top1 - 6}" x2="${x(ceiling.throughputPerSec).toFixed(1)}" y2="${barsBottom}" stroke="#2f4b7c" stroke-width="2" stroke-dasharray="6 4"/>`,
     );
   }
+}
 
-  if (sweep.length > 0) {
-    const plotLeft = 90;
-    const plotRight = width - 90;
-    const plotTop = panel2Top + 70;
-    const plotBottom = panel2Top + panel2Height;
+/** The sweep panel's plot area. */
+interface SweepPlot {
+  left: number;
+  right: number;
+  top: number;
+  bottom: number;
+}
+
+/** The concurrency sweep: throughput (left axis) and p50/p99 latency (right axis) against clients. */
+function renderSweep(options: {
+  out: string[];
+  sweep: readonly ResultRow[];
+  ceiling: ResultRow | undefined;
+  panel2Top: number;
+  title: string;
+}): void {
+  const { out, sweep, ceiling, panel2Top } = options;
+  const plot: SweepPlot = {
+    left: 90,
+    right: CHART_WIDTH - 90,
+    top: panel2Top + 70,
+    bottom: panel2Top + SWEEP_HEIGHT,
+  };
+  out.push(
+    `<text x="20" y="${panel2Top + 10}" font-size="17" font-weight="600">Concurrency sweep: ${esc(options.title)}</text>`,
+  );
+  out.push(
+    `<text x="20" y="${panel2Top + 30}" fill="#555">Throughput (solid, left axis); latency p50 and p99 (dashed, right axis, ms)</text>`,
+  );
+  const xs = sweep.map(
+    (_, i) => plot.left + (sweep.length === 1 ? 0.5 : i / (sweep.length - 1)) * (plot.right - plot.left),
+  );
+  const sweepMax = Math.max(...sweep.map((r) => r.throughputPerSec));
+  // A ceiling far above the sweep (a tiny model) would flatten it: then it is named, not drawn.
+  const isCeilingDrawn = ceiling !== undefined && ceiling.throughputPerSec <= 2 * sweepMax;
+  const tMax = niceMax(Math.max(sweepMax, isCeilingDrawn ? ceiling.throughputPerSec : 0));
+  const lMax = niceMax(Math.max(...sweep.map((r) => r.p99Ms)));
+  const yT = (v: number) => plot.bottom - (v / tMax) * (plot.bottom - plot.top);
+  const yL = (v: number) => plot.bottom - (v / lMax) * (plot.bottom - plot.top);
+  renderSweepAxes({ out, plot, tMax, lMax });
+  if (ceiling && !isCeilingDrawn)
     out.push(
-      `<text x="20" y="${panel2Top + 10}" font-size="17" font-weight="600">Concurrency sweep: ${esc(result.bestServerConfig ?? '')}</text>`,
+      `<text x="20" y="${panel2Top + 50}" fill="#2f4b7c">The ceiling, ${formatThroughput(ceiling.throughputPerSec)} images/s, is far above this axis.</text>`,
+    );
+  if (ceiling && isCeilingDrawn)
+    out.push(
+      `<line x1="${plot.left}" y1="${yT(ceiling.throughputPerSec)}" x2="${plot.right}" y2="${yT(ceiling.throughputPerSec)}" stroke="#2f4b7c" stroke-dasharray="6 4"/><text x="${plot.left + 4}" y="${yT(ceiling.throughputPerSec) - 5}" fill="#2f4b7c">ceiling ${ceiling.throughputPerSec.toFixed(1)}</text>`,
+    );
+  const path = (ys: number[]) =>
+    ys.map((y, i) => `${i === 0 ? 'M' : 'L'}${xs[i]!.toFixed(1)},${y.toFixed(1)}`).join(' ');
+  out.push(
+    `<path d="${path(sweep.map((r) => yT(r.throughputPerSec)))}" fill="none" stroke="#2a9d8f" stroke-width="3"/>`,
+  );
+  out.push(
+    `<path d="${path(sweep.map((r) => yL(r.p99Ms)))}" fill="none" stroke="#e76f51" stroke-width="2" stroke-dasharray="7 4"/>`,
+  );
+  out.push(
+    `<path d="${path(sweep.map((r) => yL(r.p50Ms)))}" fill="none" stroke="#f4a261" stroke-width="2" stroke-dasharray="2 3"/>`,
+  );
+  sweep.forEach((r, i) => {
+    out.push(
+      `<circle cx="${xs[i]}" cy="${yT(r.throughputPerSec)}" r="4" fill="#2a9d8f"/><circle cx="${xs[i]}" cy="${yL(r.p99Ms)}" r="3" fill="#e76f51"/>`,
+    );
+    out.push(`<text x="${xs[i]}" y="${plot.bottom + 18}" text-anchor="middle" fill="#333">${r.concurrency}</text>`);
+  });
+  renderSweepLegend(out, plot);
+}
+
+/** The sweep's grid, its two axes' ticks and their titles. */
+function renderSweepAxes(options: { out: string[]; plot: SweepPlot; tMax: number; lMax: number }): void {
+  const { out, plot, tMax, lMax } = options;
+  for (let i = 0; i <= 4; i++) {
+    const fy = plot.bottom - (i / 4) * (plot.bottom - plot.top);
+    out.push(`<line x1="${plot.left}" y1="${fy}" x2="${plot.right}" y2="${fy}" stroke="#eee"/>`);
+    out.push(
+      `<text x="${plot.left - 8}" y="${fy + 4}" text-anchor="end" fill="#2a9d8f">${Number(((tMax / 4) * i).toPrecision(3))}</text>`,
     );
     out.push(
-      `<text x="20" y="${panel2Top + 30}" fill="#555">Throughput (solid, left axis); latency p50 and p99 (dashed, right axis, ms)</text>`,
-    );
-    const xs = sweep.map(
-      (_, i) => plotLeft + (sweep.length === 1 ? 0.5 : i / (sweep.length - 1)) * (plotRight - plotLeft),
-    );
-    const sweepMax = Math.max(...sweep.map((r) => r.throughputPerSec));
-    // A ceiling far above the sweep (a tiny model) would flatten it: then it is named, not drawn.
-    const isCeilingDrawn = ceiling !== undefined && ceiling.throughputPerSec <= 2 * sweepMax;
-    const tMax = niceMax(Math.max(sweepMax, isCeilingDrawn ? ceiling.throughputPerSec : 0));
-    const lMax = niceMax(Math.max(...sweep.map((r) => r.p99Ms)));
-    const yT = (v: number) => plotBottom - (v / tMax) * (plotBottom - plotTop);
-    const yL = (v: number) => plotBottom - (v / lMax) * (plotBottom - plotTop);
-    for (let i = 0; i <= 4; i++) {
-      const fy = plotBottom - (i / 4) * (plotBottom - plotTop);
-      out.push(`<line x1="${plotLeft}" y1="${fy}" x2="${plotRight}" y2="${fy}" stroke="#eee"/>`);
-      out.push(
-        `<text x="${plotLeft - 8}" y="${fy + 4}" text-anchor="end" fill="#2a9d8f">${Number(((tMax / 4) * i).toPrecision(3))}</text>`,
-      );
-      out.push(
-        `<text x="${plotRight + 8}" y="${fy + 4}" fill="#e76f51">${Number(((lMax / 4) * i).toPrecision(3))}</text>`,
-      );
-    }
-    out.push(
-      `<text x="${plotLeft - 60}" y="${(plotTop + plotBottom) / 2}" fill="#2a9d8f" transform="rotate(-90 ${plotLeft - 60} ${(plotTop + plotBottom) / 2})" text-anchor="middle">images/s</text>`,
-    );
-    out.push(
-      `<text x="${plotRight + 60}" y="${(plotTop + plotBottom) / 2}" fill="#e76f51" transform="rotate(90 ${plotRight + 60} ${(plotTop + plotBottom) / 2})" text-anchor="middle">latency ms</text>`,
-    );
-    if (ceiling && !isCeilingDrawn)
-      out.push(
-        `<text x="20" y="${panel2Top + 50}" fill="#2f4b7c">The ceiling, ${formatThroughput(ceiling.throughputPerSec)} images/s, is far above this axis.</text>`,
-      );
-    if (ceiling && isCeilingDrawn)
-      out.push(
-        `<line x1="${plotLeft}" y1="${yT(ceiling.throughputPerSec)}" x2="${plotRight}" y2="${yT(ceiling.throughputPerSec)}" stroke="#2f4b7c" stroke-dasharray="6 4"/><text x="${plotLeft + 4}" y="${yT(ceiling.throughputPerSec) - 5}" fill="#2f4b7c">ceiling ${ceiling.throughputPerSec.toFixed(1)}</text>`,
-      );
-    const path = (ys: number[]) =>
-      ys.map((y, i) => `${i === 0 ? 'M' : 'L'}${xs[i]!.toFixed(1)},${y.toFixed(1)}`).join(' ');
-    out.push(
-      `<path d="${path(sweep.map((r) => yT(r.throughputPerSec)))}" fill="none" stroke="#2a9d8f" stroke-width="3"/>`,
-    );
-    out.push(
-      `<path d="${path(sweep.map((r) => yL(r.p99Ms)))}" fill="none" stroke="#e76f51" stroke-width="2" stroke-dasharray="7 4"/>`,
-    );
-    out.push(
-      `<path d="${path(sweep.map((r) => yL(r.p50Ms)))}" fill="none" stroke="#f4a261" stroke-width="2" stroke-dasharray="2 3"/>`,
-    );
-    sweep.forEach((r, i) => {
-      out.push(
-        `<circle cx="${xs[i]}" cy="${yT(r.throughputPerSec)}" r="4" fill="#2a9d8f"/><circle cx="${xs[i]}" cy="${yL(r.p99Ms)}" r="3" fill="#e76f51"/>`,
-      );
-      out.push(`<text x="${xs[i]}" y="${plotBottom + 18}" text-anchor="middle" fill="#333">${r.concurrency}</text>`);
-    });
-    out.push(
-      `<text x="${(plotLeft + plotRight) / 2}" y="${plotBottom + 38}" text-anchor="middle" fill="#555">concurrent clients</text>`,
-    );
-    const legendY = plotBottom + 58;
-    out.push(
-      `<line x1="${plotLeft}" y1="${legendY}" x2="${plotLeft + 30}" y2="${legendY}" stroke="#2a9d8f" stroke-width="3"/><text x="${plotLeft + 36}" y="${legendY + 4}">throughput</text>`,
-    );
-    out.push(
-      `<line x1="${plotLeft + 140}" y1="${legendY}" x2="${plotLeft + 170}" y2="${legendY}" stroke="#e76f51" stroke-width="2" stroke-dasharray="7 4"/><text x="${plotLeft + 176}" y="${legendY + 4}">p99 latency</text>`,
-    );
-    out.push(
-      `<line x1="${plotLeft + 290}" y1="${legendY}" x2="${plotLeft + 320}" y2="${legendY}" stroke="#f4a261" stroke-width="2" stroke-dasharray="2 3"/><text x="${plotLeft + 326}" y="${legendY + 4}">p50 latency</text>`,
+      `<text x="${plot.right + 8}" y="${fy + 4}" fill="#e76f51">${Number(((lMax / 4) * i).toPrecision(3))}</text>`,
     );
   }
-  out.push('</svg>');
-  return `${out.join('\n')}\n`;
+  const middle = (plot.top + plot.bottom) / 2;
+  out.push(
+    `<text x="${plot.left - 60}" y="${middle}" fill="#2a9d8f" transform="rotate(-90 ${plot.left - 60} ${middle})" text-anchor="middle">images/s</text>`,
+  );
+  out.push(
+    `<text x="${plot.right + 60}" y="${middle}" fill="#e76f51" transform="rotate(90 ${plot.right + 60} ${middle})" text-anchor="middle">latency ms</text>`,
+  );
+}
+
+/** The x axis' title and the legend of the three lines. */
+function renderSweepLegend(out: string[], plot: SweepPlot): void {
+  out.push(
+    `<text x="${(plot.left + plot.right) / 2}" y="${plot.bottom + 38}" text-anchor="middle" fill="#555">concurrent clients</text>`,
+  );
+  const legendY = plot.bottom + 58;
+  const left = plot.left;
+  out.push(
+    `<line x1="${left}" y1="${legendY}" x2="${left + 30}" y2="${legendY}" stroke="#2a9d8f" stroke-width="3"/><text x="${left + 36}" y="${legendY + 4}">throughput</text>`,
+  );
+  out.push(
+    `<line x1="${left + 140}" y1="${legendY}" x2="${left + 170}" y2="${legendY}" stroke="#e76f51" stroke-width="2" stroke-dasharray="7 4"/><text x="${left + 176}" y="${legendY + 4}">p99 latency</text>`,
+  );
+  out.push(
+    `<line x1="${left + 290}" y1="${legendY}" x2="${left + 320}" y2="${legendY}" stroke="#f4a261" stroke-width="2" stroke-dasharray="2 3"/><text x="${left + 326}" y="${legendY + 4}">p50 latency</text>`,
+  );
 }

@@ -29,7 +29,7 @@ import { createServeError } from '../errors.ts';
 import { MARINA_VERSION } from '../version.ts';
 import type { JobResult } from '../scheduling/job.ts';
 import type { ModelRegistry, PredictOptions, PredictResult } from '../registry/model-registry.ts';
-import type { ModelVersion } from '../scheduling/model-version.ts';
+import type { ModelVersion, ResidencyState } from '../scheduling/model-version.ts';
 import { requestSchedulingOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
 import type { Tracing } from '../tracing/tracing.ts';
 
@@ -104,6 +104,14 @@ export interface ModelMetadata {
   platform: string;
   inputs: TensorMetadata[];
   outputs: TensorMetadata[];
+  /**
+   * Marina's additions, on REST only (gRPC's ModelMetadataResponse has fixed fields): the answering
+   * version's place in memory, as describe shows it (see docs/guides/many-models.md).
+   */
+  state: ResidencyState;
+  residentBytes: number;
+  lastUsed: string | null;
+  pinned: boolean;
 }
 
 /**
@@ -261,6 +269,7 @@ export class DataPlane {
       platform: signature.inputs.length > 0 ? 'onnxruntime_onnx' : `marina_${version.handler}`,
       inputs: tensorMetadata(signature.inputs),
       outputs: tensorMetadata(signature.outputs),
+      ...version.residency(),
     };
   }
 

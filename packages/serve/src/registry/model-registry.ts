@@ -6,6 +6,7 @@ import type { ServerConfig } from '../config/server-config.ts';
 import { boundText } from '../bounded-text.ts';
 import { createServeError, toMarinaError } from '../errors.ts';
 import type { ModelCaches } from '../cache/model-caches.ts';
+import { DEFAULT_MAX_WORKER_HEAP_MB } from '../model-settings.ts';
 import { Job, type JobInput, type JobResult } from '../scheduling/job.ts';
 import { ThreadBudget } from '../workers/thread-budget.ts';
 import type { BodyDecoding, HandlerStagesMs } from '../workers/worker-protocol.ts';
@@ -25,6 +26,8 @@ import type {
 import { ArchiveOpener, type OpenedArchive } from './archive-opener.ts';
 import { estimateModelBytes } from './memory-estimate.ts';
 import { ModelResidency } from './model-residency.ts';
+import { SpareThreads } from '../workers/spare-threads.ts';
+import { bootstrapUrl } from '../workers/worker.ts';
 import { ModelVersion } from '../scheduling/model-version.ts';
 import { scheduleOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
 import type { RequestTrace } from '../tracing/tracing.ts';
@@ -124,6 +127,8 @@ export class ModelRegistry implements ModelRegistryApi {
   readonly #archives: ArchiveOpener;
   readonly #threads: ThreadBudget;
   readonly #residency: ModelResidency;
+  /** A worker thread kept ready for the next load, under a memory budget (workers/spare-threads.ts). */
+  readonly #spares: SpareThreads | undefined;
 
   constructor(options: ModelRegistryOptions) {
     this.#config = options.config;
@@ -134,6 +139,9 @@ export class ModelRegistry implements ModelRegistryApi {
       ompNumThreads: options.config.ompNumThreads,
       log: this.#log,
     });
+    // Under a budget models come and go: a spare thread makes each load skip a thread's start.
+    if (options.config.residency?.memoryBudgetBytes !== undefined)
+      this.#spares = new SpareThreads({ bootstrapUrl, maxHeapMb: DEFAULT_MAX_WORKER_HEAP_MB });
     this.#residency = new ModelResidency({
       memoryBudgetBytes: options.config.residency?.memoryBudgetBytes,
       versions: () => this.#versions(),
@@ -236,6 +244,7 @@ export class ModelRegistry implements ModelRegistryApi {
       plannedWorkers: 0,
       createInit: (v) =>
         this.#archives.workerInit(v, { intraOpNumThreads: this.#threadsFor(v), isBackground: this.#isShadow(v) }),
+      ...(this.#spares ? { takeSpareThread: this.#spares.take.bind(this.#spares) } : {}),
       startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
       log: this.#log,
       unloadGraceMs: (this.#config.residency?.unloadGraceSeconds ?? 10) * 1000,
@@ -407,6 +416,8 @@ export class ModelRegistry implements ModelRegistryApi {
     await this.#rebalanceThreadsAfter(starting);
     await starting;
     while (version.pool.workers.some((w) => w.state === 'LOADING')) await once(version.pool, 'changed');
+    // The first load started its thread itself; the spare is ready for the next (take() replaces it).
+    if (!this.#isClosing) this.#spares?.prepare();
     return version.pool.readyCount;
   }
 
@@ -950,6 +961,7 @@ export class ModelRegistry implements ModelRegistryApi {
     this.#isClosing = true;
     this.#residency.close();
     this.shadow.close();
+    void this.#spares?.close();
     const versions = [...this.#versions()];
     this.#models.clear();
     await Promise.all(versions.map((v) => v.drain()));

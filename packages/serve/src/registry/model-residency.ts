@@ -36,7 +36,8 @@ interface MeasureGroup {
  * The one owner of which model versions are in memory. A version is loaded (its workers started,
  * sessions created) on demand, at start-up or by the API; under `model_memory_budget` a load first
  * unloads the least recently used versions that are not pinned and have nothing waiting or running,
- * and waits (up to the version's startupTimeout) when none can go. Versions nobody called for their
+ * then, when those are not enough, busy ones that have been resident twice as long as their load
+ * took (#isEvictableBusy), and waits (up to the version's startupTimeout) when none can go. Versions nobody called for their
  * `idleUnloadMs` are unloaded. What each load adds to the process's memory is measured (before and
  * after; loads that overlap share one measurement, split by their estimates) and is what the budget
  * counts from then on.
@@ -49,14 +50,29 @@ export class ModelResidency {
   readonly #unloads = new Map<ModelVersion, Promise<void>>();
   /** Versions whose load has made room and holds its share of the budget before it is resident. */
   readonly #reserved = new Set<ModelVersion>();
+  /**
+   * Resident versions whose first batch has not finished: they still count their load's
+   * reservation. onnxruntime touches the memory-mapped weights and sizes its arena at the first
+   * run, not at session creation (a ResNet-50 of 102 MB adds 40–80 MB at its load and the rest at
+   * its first run, measured), so until then neither its measure nor the process's memory shows
+   * what it will hold.
+   */
+  readonly #warming = new Set<ModelVersion>();
   readonly #idleTimers = new Map<ModelVersion, ReturnType<typeof setTimeout>>();
   readonly #loadedAt = new Map<ModelVersion, number>();
+  /** How long each resident version's last load took once room was made, ms (#isEvictableBusy). */
+  readonly #loadMs = new Map<ModelVersion, number>();
   #group: MeasureGroup | undefined;
   /** Counts loads and unloads: a first-batch measure is only kept when nothing else moved meanwhile. */
   #moves = 0;
   /** The largest size each version's loads measured (load and first batch together). */
   readonly #largestMeasured = new WeakMap<ModelVersion, number>();
   readonly #firstBatch = new Map<ModelVersion, { onProgress: () => void; onBatch: () => void }>();
+  /** The process's memory with no model in it (read whenever nothing is loaded, loading or unloading). */
+  #baselineBytes: number | undefined;
+  /** Watches the process's memory while a budget is set and models are resident (see #watch). */
+  #watchTimer: ReturnType<typeof setInterval> | undefined;
+  #isTrimming = false;
   #isClosed = false;
 
   constructor(options: ModelResidencyOptions) {
@@ -75,8 +91,45 @@ export class ModelResidency {
     return measured > 0 ? measured : version.estimatedBytes;
   }
 
-  /** Bytes the budget counts now: resident, loading (once room was made) and unloading versions. */
+  /**
+   * Bytes the budget counts now: what the models are counted for (#countedBytes), or what the
+   * process really holds above its memory without models, whichever is more. Per-model measures
+   * miss memory that grows later (onnxruntime's arena at larger batches, the decoded inputs a worker
+   * holds, the allocator's slack), and loads that overlap split one measure between them; the
+   * process's own memory misses nothing, so the budget bounds what the server really takes.
+   */
   usedBytes(): number {
+    return Math.max(this.#countedBytes(), this.observedModelBytes() ?? 0);
+  }
+
+  /**
+   * What the process holds now above its memory without models (Node, the HTTP stack), bytes;
+   * undefined before that memory was first read (no load yet). Reading it resets that baseline when
+   * no model is in memory and none is moving, so the runtime's one-time cost in the process (about
+   * 25–40 MB after the first unload, see docs/explanation/memory.md) is not counted as a model's.
+   */
+  observedModelBytes(): number | undefined {
+    const now = this.#readMemory();
+    if (this.#isEmpty()) {
+      this.#baselineBytes = now;
+      return 0;
+    }
+    return this.#baselineBytes === undefined ? undefined : Math.max(0, now - this.#baselineBytes);
+  }
+
+  /** No model holds memory: none resident or unloading, and no load past making room. */
+  #isEmpty(): boolean {
+    if (this.#unloads.size > 0 || this.#reserved.size > 0) return false;
+    for (const v of this.#options.versions()) {
+      const state = v.state;
+      // A load still making room has started nothing yet.
+      if (state !== 'registered' && !(state === 'loading' && v.transition === 'loading')) return false;
+    }
+    return true;
+  }
+
+  /** Bytes the models are counted for: resident, loading (once room was made) and unloading versions. */
+  #countedBytes(): number {
     let used = 0;
     for (const v of this.#options.versions()) {
       const state = v.state;
@@ -87,9 +140,18 @@ export class ModelResidency {
         // A load still making room holds nothing yet; workers started outside a load (a scale call) do.
         (state === 'loading' && v.transition === undefined)
       )
-        used += this.needOf(v);
+        used += this.#reserved.has(v) || this.#warming.has(v) ? this.#loadNeedOf(v) : this.needOf(v);
     }
     return used;
+  }
+
+  /**
+   * What a load holds while it runs: onnxruntime reads the model file and builds its own copies of
+   * the weights before the file's copy is freed, so a load passes through about twice the weights
+   * (the estimate) even when the version serves in less (its measure).
+   */
+  #loadNeedOf(version: ModelVersion): number {
+    return Math.max(this.needOf(version), version.estimatedBytes);
   }
 
   /** Measured bytes of resident versions only (marina_resident_bytes). */
@@ -115,7 +177,9 @@ export class ModelResidency {
 
   /** Whether the version fits beside what is resident now without evicting anything (start-up loading). */
   fitsNow(version: ModelVersion): boolean {
-    return this.memoryBudgetBytes === undefined || this.usedBytes() + this.needOf(version) <= this.memoryBudgetBytes;
+    return (
+      this.memoryBudgetBytes === undefined || this.usedBytes() + this.#loadNeedOf(version) <= this.memoryBudgetBytes
+    );
   }
 
   /**
@@ -146,12 +210,12 @@ export class ModelResidency {
     try {
       this.assertFits(version);
       await this.#makeRoom(version);
-      this.#reserved.add(version);
       const workers = Math.max(1, version.minWorkers);
       if (version.maxWorkers < workers) version.maxWorkers = workers;
       version.plannedWorkers = workers;
       this.#beginMeasure();
       isMeasuring = true;
+      const workersStartedAt = performance.now();
       const ready = await this.#options.startWorkers(version, workers);
       if (ready === 0) {
         const cause = version.pool.lastError;
@@ -163,11 +227,14 @@ export class ModelResidency {
       isMeasuring = false;
       this.#endMeasure(version);
       this.#loadedAt.set(version, Date.now());
+      this.#loadMs.set(version, performance.now() - workersStartedAt);
       version.setTransition(undefined);
+      this.#warming.add(version);
       this.#measureFirstBatch(version);
       // A first load counts its estimate until measured: when the measure came out larger, the
       // least recently used idle versions make up the difference.
       await this.#trimToBudget(version);
+      this.#watch();
       this.#armIdle(version);
       this.#emit(version, 'resident', reason, {
         residentBytes: this.needOf(version),
@@ -197,18 +264,33 @@ export class ModelResidency {
    */
   async #makeRoom(version: ModelVersion): Promise<void> {
     const budget = this.memoryBudgetBytes;
-    if (budget === undefined) return;
-    const need = this.needOf(version);
+    if (budget === undefined) {
+      this.#reserved.add(version);
+      return;
+    }
+    // The baseline is read before the first load adds anything.
+    this.observedModelBytes();
+    // A version whose load passes through more than the budget (its measure fits: assertFits) may
+    // still load once everything else that can go has gone.
+    const need = Math.min(this.#loadNeedOf(version), budget);
     const deadline = performance.now() + version.settings.startupTimeoutMs;
     for (;;) {
       const free = budget - this.usedBytes();
-      if (need <= free) return;
-      const candidates = [...this.#options.versions()]
-        .filter((v) => v !== version && this.#isEvictable(v))
-        .sort((a, b) => this.#lastUse(a) - this.#lastUse(b));
+      if (need <= free) {
+        // Held at once: another load woken by the same change must not count this room as free.
+        this.#reserved.add(version);
+        return;
+      }
+      const byLastUse = (a: ModelVersion, b: ModelVersion) => this.#lastUse(a) - this.#lastUse(b);
+      const idle = [...this.#options.versions()].filter((v) => v !== version && this.#isEvictable(v)).sort(byLastUse);
+      // Busy ones after the idle ones: those with nothing running first (they go at once), then
+      // least recently used. Their waiting requests stay queued and load them again.
+      const busy = [...this.#options.versions()]
+        .filter((v) => v !== version && this.#isEvictableBusy(v))
+        .sort((a, b) => Number(a.runningJobs > 0) - Number(b.runningJobs > 0) || byLastUse(a, b));
       const chosen: ModelVersion[] = [];
       let freed = 0;
-      for (const c of candidates) {
+      for (const c of [...idle, ...busy]) {
         if (need <= free + freed) break;
         chosen.push(c);
         freed += this.needOf(c);
@@ -218,6 +300,12 @@ export class ModelResidency {
         continue;
       }
       const left = deadline - performance.now();
+      // A busy version may become evictable by time alone (#isEvictableBusy): look again then.
+      const untilBusyEvictable = this.#untilBusyEvictableMs(version);
+      if (left > untilBusyEvictable) {
+        await this.#changed(untilBusyEvictable);
+        continue;
+      }
       if (left <= 0 || !(await this.#changed(left)))
         throw createServeError.MARINA_ERR_MEMORY_BUDGET_FULL(
           `${version.label} needs about ${mib(need)} MiB to load, and model_memory_budget (${mib(budget)} MiB, ${mib(this.usedBytes())} MiB in use) stayed full of models that are pinned, busy or loading for its startupTimeout (${version.settings.startupTimeoutMs / 1000} s). Retry later, unpin a model, or raise model_memory_budget`,
@@ -227,7 +315,7 @@ export class ModelResidency {
   }
 
   /** Unloads least recently used idle versions (never `keep`) while more than the budget is in use. */
-  async #trimToBudget(keep: ModelVersion): Promise<void> {
+  async #trimToBudget(keep: ModelVersion | undefined): Promise<void> {
     const budget = this.memoryBudgetBytes;
     if (budget === undefined) return;
     for (;;) {
@@ -243,6 +331,37 @@ export class ModelResidency {
 
   #isEvictable(v: ModelVersion): boolean {
     return v.state === 'resident' && !v.pinned && v.pendingJobs === 0 && !this.#loads.has(v) && !this.#unloads.has(v);
+  }
+
+  /**
+   * A version with requests waiting or running may make room too, once it has been resident at
+   * least twice as long as its load took (ski rental: a version never spends more time being
+   * loaded than serving, so two loads cannot evict each other back and forth). Without this a load
+   * under steady traffic waits for some version to go idle, which with many clients is seconds.
+   * Its running batch finishes (within unload_grace_seconds); its waiting requests stay queued and
+   * load it again.
+   */
+  /** ms until the first busy version (not `except`) becomes evictable by #isEvictableBusy's time rule; Infinity when none will. */
+  #untilBusyEvictableMs(except: ModelVersion): number {
+    let soonest = Number.POSITIVE_INFINITY;
+    for (const v of this.#options.versions()) {
+      if (v === except || v.state !== 'resident' || v.pinned || this.#loads.has(v) || this.#unloads.has(v)) continue;
+      const loadedAt = this.#loadedAt.get(v);
+      const loadMs = this.#loadMs.get(v);
+      if (loadedAt === undefined || loadMs === undefined) continue;
+      // Past it already: it was a candidate this time round.
+      const remaining = loadedAt + 2 * loadMs - Date.now();
+      if (remaining > 0) soonest = Math.min(soonest, remaining);
+    }
+    return soonest;
+  }
+
+  #isEvictableBusy(v: ModelVersion): boolean {
+    if (v.state !== 'resident' || v.pinned || v.pendingJobs === 0 || this.#loads.has(v) || this.#unloads.has(v))
+      return false;
+    const loadedAt = this.#loadedAt.get(v);
+    const loadMs = this.#loadMs.get(v);
+    return loadedAt !== undefined && loadMs !== undefined && Date.now() - loadedAt >= 2 * loadMs;
   }
 
   #lastUse(v: ModelVersion): number {
@@ -314,6 +433,7 @@ export class ModelResidency {
       }
     } finally {
       this.#loadedAt.delete(version);
+      this.#loadMs.delete(version);
       this.#moves++;
       if (this.#group) this.#group.isTainted = true;
       version.setTransition(undefined);
@@ -330,6 +450,7 @@ export class ModelResidency {
     this.#disarmIdle(version);
     this.#forgetFirstBatch(version);
     this.#loadedAt.delete(version);
+    this.#loadMs.delete(version);
   }
 
   /** The version's idle setting changed (or it was pinned/unpinned): re-arm its timer. */
@@ -338,9 +459,42 @@ export class ModelResidency {
     if (version.state === 'resident') this.#armIdle(version);
   }
 
+  /**
+   * While a budget is set and a model is in memory, reads the process's memory twice a second and
+   * unloads the least recently used idle versions when the models have grown past the budget since
+   * their loads (onnxruntime's arena grows with the largest batch a version has run). A load checks
+   * the same before it starts; this bounds the growth between loads. Reading the memory costs about
+   * a millisecond; the timer stops when no model is in memory.
+   */
+  #watch(): void {
+    if (this.memoryBudgetBytes === undefined || this.#watchTimer !== undefined || this.#isClosed) return;
+    this.#watchTimer = setInterval(() => {
+      if (this.#isTrimming) return;
+      const observed = this.observedModelBytes();
+      if (observed === 0 && this.#isEmpty()) {
+        clearInterval(this.#watchTimer);
+        this.#watchTimer = undefined;
+        return;
+      }
+      const used = Math.max(this.#countedBytes(), observed ?? 0);
+      if (this.#loads.size > 0 || used <= (this.memoryBudgetBytes ?? Number.POSITIVE_INFINITY)) return;
+      this.#isTrimming = true;
+      this.#trimToBudget(undefined)
+        .catch((error: unknown) =>
+          this.#options.log('warn', `trimming to model_memory_budget failed: ${String(error)}`),
+        )
+        .finally(() => {
+          this.#isTrimming = false;
+        });
+    }, WATCH_INTERVAL_MS);
+    this.#watchTimer.unref?.();
+  }
+
   /** Stops idle timers and refuses new loads (the registry drains the versions itself). */
   close(): void {
     this.#isClosed = true;
+    clearInterval(this.#watchTimer);
+    this.#watchTimer = undefined;
     for (const v of [...this.#idleTimers.keys()]) this.#disarmIdle(v);
   }
 
@@ -384,6 +538,7 @@ export class ModelResidency {
     };
     const onBatch = () => {
       this.#forgetFirstBatch(version);
+      this.#warming.delete(version);
       if (startBytes === undefined || this.#moves !== moves || version.state !== 'resident') return;
       const grown = this.#readMemory() - startBytes;
       if (grown > 0) version.residentBytes += grown;
@@ -402,6 +557,7 @@ export class ModelResidency {
   }
 
   #forgetFirstBatch(version: ModelVersion): void {
+    this.#warming.delete(version);
     const listeners = this.#firstBatch.get(version);
     if (listeners) {
       version.off('progress', listeners.onProgress);
@@ -459,6 +615,9 @@ export class ModelResidency {
     });
   }
 }
+
+/** How often the memory watch reads the process's memory while models are resident. */
+const WATCH_INTERVAL_MS = 500;
 
 function mib(bytes: number): string {
   return (bytes / 2 ** 20).toFixed(0);

@@ -7,7 +7,7 @@ import { BatchAggregator, type DispatchReason } from './batch-aggregator.ts';
 import type { Job } from './job.ts';
 import { JobQueue } from './job-queue.ts';
 import type { Worker } from '../workers/worker.ts';
-import { WorkerPool } from '../workers/worker-pool.ts';
+import { WorkerPool, type WorkerPoolOptions } from '../workers/worker-pool.ts';
 import { recordBatchSpan } from '../tracing/tracing.ts';
 import type { WorkerInit } from '../workers/worker-protocol.ts';
 import type {
@@ -48,6 +48,8 @@ export interface ModelVersionOptions {
   plannedWorkers: number;
   /** Builds a worker's init message (the registry fills in threads). */
   createInit(version: ModelVersion): WorkerInit;
+  /** A ready spare thread for a new worker, if any (workers/spare-threads.ts). */
+  takeSpareThread?: WorkerPoolOptions['takeSpareThread'];
   /**
    * Called when a request arrives while the version has no worker and may autoscale from zero
    * (minWorkers 0, maxWorkers > 0): starts one.
@@ -170,13 +172,14 @@ export class ModelVersion extends EventEmitter<{
       maxHeapMb: options.settings.maxWorkerHeapMb,
       unloadGraceMs: this.unloadGraceMs,
       createInit: () => options.createInit(this),
+      ...(options.takeSpareThread ? { takeSpareThread: options.takeSpareThread } : {}),
       log: options.log,
     });
     this.aggregator = new BatchAggregator<Worker>({
       queue: this.queue,
       batchSize: options.settings.batchSize,
       maxBatchDelayMs: options.settings.maxBatchDelayMs,
-      isPrefetching: options.settings.queue.priorityLevels === 1,
+      prefetch: options.settings.queue.priorityLevels === 1 ? 'always' : 'top-level',
       isIdleWaiting: options.isIdleBatchWaiting === true,
       workers: () => this.pool.workers,
       dispatch: (worker, jobs, reason) => {
@@ -264,6 +267,21 @@ export class ModelVersion extends EventEmitter<{
       `the client of request ${job.requestId} went away while it waited in the queue of ${this.label}; it was dropped without running`,
     );
     if (this.queue.remove(job, error)) this.#pump();
+  }
+
+  /**
+   * Where the version is in memory, as describe and the OIP metadata show it: its state, what the
+   * budget counts for it (0 when not in memory; its estimate until a load measured it), when a
+   * request last came, and whether it is pinned.
+   */
+  residency(): { state: ResidencyState; residentBytes: number; lastUsed: string | null; pinned: boolean } {
+    const state = this.state;
+    return {
+      state,
+      residentBytes: state === 'registered' ? 0 : this.residentBytes || this.estimatedBytes,
+      lastUsed: this.lastUsedAt === undefined ? null : new Date(this.lastUsedAt).toISOString(),
+      pinned: this.pinned,
+    };
   }
 
   /** Where the version is in its life (see ResidencyState); derived from its workers and the transition in progress. */
@@ -508,10 +526,7 @@ export class ModelVersion extends EventEmitter<{
         pendingRequests: this.queue.waiting,
         ...this.#describePriorities(),
       },
-      state: this.state,
-      residentBytes: this.state === 'registered' ? 0 : this.residentBytes || this.estimatedBytes,
-      lastUsed: this.lastUsedAt === undefined ? null : new Date(this.lastUsedAt).toISOString(),
-      pinned: this.pinned,
+      ...this.residency(),
       idleUnloadSeconds: this.idleUnloadMs / 1000,
       precision: this.quantization?.precision ?? 'fp32',
       ...(this.quantization ? { quantization: this.quantization } : {}),

@@ -6,16 +6,37 @@
 // syntax in a handler's plain .js file.
 import { existsSync } from 'node:fs';
 import { register as registerHooks } from 'node:module';
+import { parentPort, workerData } from 'node:worker_threads';
 
-let runWorker;
-if (existsSync(new URL('./worker-main.js', import.meta.url))) {
-  ({ runWorker } = await import('./worker-main.js'));
-} else {
+// A spare thread (spare-threads.ts) imports what worker-main imports, says so, and waits for its
+// model; worker-main itself reads the model when it is imported, so it comes after.
+const isSpare = workerData?.spare === true;
+const isCompiled = existsSync(new URL('./worker-main.js', import.meta.url));
+const ext = isCompiled ? '.js' : '.ts';
+let unregister;
+if (!isCompiled) {
   const { runSources } = await import('../../../../scripts/run-sources.mjs');
-  const unregister = runSources();
-  ({ runWorker } = await import('./worker-main.ts'));
-  await unregister();
+  unregister = runSources();
 }
+if (isSpare) {
+  await Promise.all(
+    ['../backend/ort-session', './warm-up', './to-json', './use-sched-batch', '../errors'].map((m) => import(m + ext)),
+  );
+  await Promise.all([import('@marina/handlers'), import('@marina/errors')]);
+  const { assignWorkerInit } = await import(`./worker-init${ext}`);
+  const assigned = new Promise((resolve) => {
+    const onMessage = (message) => {
+      if (message?.type !== 'assign') return;
+      parentPort.off('message', onMessage);
+      resolve(message.init);
+    };
+    parentPort.on('message', onMessage);
+  });
+  parentPort.postMessage({ type: 'spare-ready' });
+  assignWorkerInit(await assigned);
+}
+const { runWorker } = await import(`./worker-main${ext}`);
+await unregister?.();
 // A custom handler lives in an extracted archive with no node_modules above it: let its bare
 // imports (sharp, onnxruntime-node) resolve to the packages Marina runs on, exactly as the
 // validator (@marina/archive's handler probe) resolves them, so what validates also serves.

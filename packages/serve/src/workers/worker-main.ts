@@ -2,7 +2,7 @@
  * The worker thread: owns one handler and its onnxruntime-node session, runs one batch at a
  * time. `InferenceSession.run` blocks this thread, never the HTTP thread.
  */
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort } from 'node:worker_threads';
 import { getHeapStatistics } from 'node:v8';
 import { isMarinaError } from '@marina/errors';
 import {
@@ -18,6 +18,7 @@ import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
 import { useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
+import { workerInit } from './worker-init.ts';
 import type {
   BatchPayload,
   BatchResult,
@@ -27,10 +28,10 @@ import type {
   HandlerStagesMs,
   ItemResult,
   ToWorker,
-  WorkerInit,
 } from './worker-protocol.ts';
 
-const init = workerData as WorkerInit;
+// A spare thread is given its model after it started (spare-threads.ts): read it through worker-init.
+const init = workerInit();
 const port = parentPort!;
 
 let heapBytesCached = 0;

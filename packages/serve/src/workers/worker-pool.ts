@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { MarinaError } from '@marina/errors';
 import type { Job } from '../scheduling/job.ts';
-import { Worker, type BatchOutcome } from './worker.ts';
+import { Worker, type BatchOutcome, type WorkerOptions } from './worker.ts';
 import type { WorkerInit } from './worker-protocol.ts';
 
 export interface WorkerPoolOptions {
@@ -12,6 +12,8 @@ export interface WorkerPoolOptions {
   maxHeapMb: number;
   /** Builds a new worker's init message; called at each spawn, so thread counts reflect the current load. */
   createInit(): WorkerInit;
+  /** A ready spare thread for the next worker, if any (spare-threads.ts). */
+  takeSpareThread?: WorkerOptions['takeSpareThread'];
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /**
    * How long a retired worker may finish the batch it runs, ms (unload_grace_seconds); past it the
@@ -217,6 +219,7 @@ export class WorkerPool extends EventEmitter<{
       responseTimeoutMs: this.#options.responseTimeoutMs,
       maxHeapMb: this.#options.maxHeapMb,
       label: this.#options.label,
+      ...(this.#options.takeSpareThread ? { takeSpareThread: this.#options.takeSpareThread } : {}),
     });
     this.#workers.add(worker);
     worker.on('started', (jobs) => this.emit('started', worker, jobs));

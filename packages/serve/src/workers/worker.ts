@@ -4,6 +4,7 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { getBuiltinHandler } from '@marina/handlers';
+import type { AssignMessage } from './spare-threads.ts';
 import { SHADOW_SCHED_IDLE_ENV, WORKER_SCHED_BATCH_ENV } from './use-sched-batch.ts';
 import { createServeError } from '../errors.ts';
 import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
@@ -24,7 +25,8 @@ import type {
  */
 export type WorkerState = 'LOADING' | 'READY' | 'BUSY' | 'UNLOADING' | 'FAILED';
 
-const bootstrapUrl = new URL('./worker-bootstrap.mjs', import.meta.url);
+/** The worker thread's entry point (also the spare threads', see spare-threads.ts). */
+export const bootstrapUrl = new URL('./worker-bootstrap.mjs', import.meta.url);
 
 let isSchedulingWarned = false;
 /** Says once per process that worker threads run under the default scheduling policy, and why. */
@@ -57,6 +59,8 @@ export interface WorkerOptions {
   maxHeapMb: number;
   /** Label for messages: "model 'x' version '1.0'". */
   label: string;
+  /** A spare thread with its modules imported, when one is ready (spare-threads.ts); else a new thread starts. */
+  takeSpareThread?: (maxHeapMb: number) => Promise<NodeWorker | undefined>;
 }
 
 export interface BatchOutcome {
@@ -171,16 +175,20 @@ export class Worker extends EventEmitter<{
    * Starts the thread and resolves once the handler has initialised (model loaded).
    * @throws MARINA_ERR_WORKER_START_FAILED with the handler's error, or MARINA_ERR_WORKER_STARTUP_TIMEOUT.
    */
-  start(): Promise<void> {
+  async start(): Promise<void> {
     const { init, label, startupTimeoutMs, maxHeapMb } = this.#options;
+    const spare = await this.#options.takeSpareThread?.(maxHeapMb);
     return new Promise<void>((resolve, reject) => {
       defaultOrtTelemetryOff();
-      const thread = new NodeWorker(bootstrapUrl, {
-        workerData: init,
-        stdout: false,
-        stderr: false,
-        resourceLimits: { maxOldGenerationSizeMb: maxHeapMb },
-      });
+      const thread =
+        spare ??
+        new NodeWorker(bootstrapUrl, {
+          workerData: init,
+          stdout: false,
+          stderr: false,
+          resourceLimits: { maxOldGenerationSizeMb: maxHeapMb },
+        });
+      if (spare) spare.postMessage({ type: 'assign', init } satisfies AssignMessage);
       this.#thread = thread;
       let isStarting = true;
       const timer = setTimeout(() => {
@@ -420,9 +428,13 @@ export class Worker extends EventEmitter<{
     if (this.isAlive && this.#prefetched === undefined) this.#state = 'READY';
     const inferenceMs = performance.now() - batch.startedAt;
     this.#settle(batch, result, inferenceMs);
-    // A thread that does not report starts runs its prefetched batch right after this one.
+    // A thread that does not report starts runs its prefetched batch right after this one, unless
+    // settling this one already gave the idle worker a batch that started at once (a model with
+    // priority levels prefetches only its highest level, so the worker may finish with nothing
+    // prefetched, be given a lower-level batch, and then a higher one behind it): the thread runs
+    // batches in the order it got them, so the prefetched one starts when that one is answered.
     const next = this.#prefetched;
-    if (next && !this.#reportsStarts && this.isAlive) {
+    if (next && this.#running === undefined && !this.#reportsStarts && this.isAlive) {
       this.#prefetched = undefined;
       this.#start(next);
       this.emit('started', next.jobs);

@@ -257,6 +257,10 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
       platform: { type: 'string' },
       inputs: tensorsSchema,
       outputs: tensorsSchema,
+      state: { type: 'string', enum: ['registered', 'loading', 'resident', 'unloading'] },
+      residentBytes: { type: 'integer' },
+      lastUsed: { type: ['string', 'null'] },
+      pinned: { type: 'boolean' },
     },
   } as const;
   const serverMetadataSchema = {

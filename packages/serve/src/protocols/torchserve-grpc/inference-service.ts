@@ -1,7 +1,7 @@
 /**
  * TorchServe's InferenceAPIsService (Ping, Predictions, StreamPredictions, StreamPredictions2):
  * the request's `input` map becomes the handler's row (one key per entry, as multipart fields on
- * REST) and goes through the registry's predict path like `/predictions`.
+ * REST) and goes through the data plane's predict, like `/predictions`.
  */
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
