@@ -45,8 +45,8 @@ function readText(path: string): string | undefined {
   }
 }
 
-/** utime + stime of a process (all its threads), in clock ticks. */
-function readCpuTicks(pid: number): number | undefined {
+/** utime + stime of a process (all its threads, ended ones included), in clock ticks. */
+export function readCpuTicks(pid: number): number | undefined {
   const stat = readText(`/proc/${pid}/stat`);
   if (stat === undefined) return undefined;
   // The command name is in parentheses and may hold spaces; the fields after it are fixed.

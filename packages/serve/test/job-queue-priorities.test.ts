@@ -40,13 +40,20 @@ function job(id: string, priority: number, extra: { deadline?: number; delayAt?:
 const ids = (jobs: Job[]) => jobs.map((j) => j.requestId);
 
 describe('JobQueue priority levels', () => {
-  it('forms a batch from the highest non-empty level first and fills it from the levels below', () => {
+  it('forms each batch from the highest non-empty level, without lower-level jobs riding along', () => {
     const q = queueOf(3);
     for (const j of [job('l1', 3), job('m1', 2), job('h1', 1), job('l2', 3), job('h2', 1)]) q.offer(j);
     expect(q.sizeOf(1)).toBe(2);
-    expect(ids(q.take(3))).toEqual(['h1', 'h2', 'm1']);
+    expect(q.isNextBatchTopLevel).toBe(true);
+    expect(q.batchable(3)).toBe(2);
+    expect(ids(q.take(3))).toEqual(['h1', 'h2']);
+    // Only the highest level's batch may go to a busy worker early (nothing can overtake it).
+    expect(q.isNextBatchTopLevel).toBe(false);
+    expect(ids(q.take(3))).toEqual(['m1']);
+    expect(q.batchable(3)).toBe(2);
     expect(ids(q.take(3))).toEqual(['l1', 'l2']);
     expect(q.waiting).toBe(5);
+    expect(q.batchable(3)).toBe(0);
   });
 
   it(`lets a level passed over ${STARVATION_LIMIT} batches in a row go first in the next one`, () => {
@@ -79,7 +86,8 @@ describe('JobQueue priority levels', () => {
     expect(q.dropExpired(60, expired)).toBe(1);
     expect(late.isSettled).toBe(true);
     expect(q.nextDeadline()).toBe(Infinity);
-    expect(ids(q.take(10))).toEqual(['b', 'a', 'c']);
+    expect(ids(q.take(10))).toEqual(['b', 'a']);
+    expect(ids(q.take(10))).toEqual(['c']);
   });
 
   it('removes a job whose client went away, and only a queued one', () => {

@@ -122,7 +122,8 @@ function post(body: Record<string, unknown>, headers: Record<string, string> = {
 
 /**
  * Holds the worker: `blocker` runs, blocked on the gate. A model with priority levels gives a busy
- * worker no prefetched batch, so everything sent after it waits in the queue.
+ * worker only a batch of its highest level early (nothing can overtake it): lower-level requests
+ * sent after it wait in the queue, and the first level-1 request waits in the worker's hands.
  */
 async function holdWorker(s: ReturnType<typeof scenario>) {
   const blocker = post({ name: 'blocker', gate: s.gate, log: s.log });
@@ -138,12 +139,15 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     const held = await holdWorker(s);
     const low = [post({ name: 'low-1', log: s.log }), post({ name: 'low-2', log: s.log })];
     await until(version, () => version.queue.sizeOf(2) === 2);
+    // The lower level's requests were not handed to the busy worker: they wait in the queue.
+    expect(version.queue.waiting).toBe(2);
     const highs = [post({ name: 'high-1', log: s.log }, high), post({ name: 'high-2', log: s.log }, high)];
-    await until(version, () => version.queue.sizeOf(1) === 2);
-    expect(app.registry.stats().find((v) => v.modelName === 'prio')!.queueDepthByPriority).toEqual([2, 2]);
+    // high-1 went to the busy worker as its next batch (the highest level's batch may), high-2 queues.
+    await until(version, () => version.queue.waiting === 4 && version.queue.sizeOf(1) === 1);
+    expect(app.registry.stats().find((v) => v.modelName === 'prio')!.queueDepthByPriority).toEqual([1, 2]);
     const described = app.registry.describe('prio')[0]!.jobQueueStatus.priorityLevels!;
     expect(described.map((l) => [l.level, l.pendingRequests, l.isDefault, l.maxQueueSize])).toEqual([
-      [1, 2, false, 10],
+      [1, 1, false, 10],
       [2, 2, true, 0],
     ]);
     await s.open();
@@ -160,8 +164,11 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     const low = post({ name: 'low', log: s.log });
     await until(version, () => version.queue.sizeOf(2) === 1);
     const highs = Array.from({ length: 10 }, (_, i) => post({ name: `high-${i}`, log: s.log }, high));
-    await until(version, () => version.queue.sizeOf(1) === 10);
+    // high-0 is in the worker's hands (its next batch), the other nine queue.
+    await until(version, () => version.queue.waiting === 11 && version.queue.sizeOf(1) === 9);
     await s.open();
+    // After high-7 the lower level's turn comes with nothing prefetched: it starts on the idle
+    // worker and high-8 is given behind it (a batch must not be lost between the two).
     await Promise.all([...held, low, ...highs]);
     const ran = s.ran();
     // blocker, then high-0 … high-7 passed the lower level over 8 times; it went next.
@@ -173,9 +180,10 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
   it('refuses a level over its maxQueueSize (503) while the other level still queues', async () => {
     const s = scenario();
     const held = await holdWorker(s);
-    const queued = Array.from({ length: 10 }, (_, i) => post({ name: `high-${i}`, log: s.log }, high));
-    await until(version, () => version.queue.sizeOf(1) === 10);
-    const refused = await post({ name: 'high-10', log: s.log }, high);
+    // high-0 goes to the busy worker as its next batch; maxQueueSize bounds the ten queued after it.
+    const queued = Array.from({ length: 11 }, (_, i) => post({ name: `high-${i}`, log: s.log }, high));
+    await until(version, () => version.queue.sizeOf(1) === 10 && version.queue.waiting === 11);
+    const refused = await post({ name: 'high-11', log: s.log }, high);
     expect(refused.status).toBe(503);
     expect(refused.json).toMatchObject({
       code: 503,
@@ -187,7 +195,7 @@ describe('priority levels under a backlog', { timeout: 60_000 }, () => {
     await until(version, () => version.queue.sizeOf(2) === 1);
     await s.open();
     expect((await Promise.all([...held, ...queued, low])).every((a) => a.status === 200)).toBe(true);
-    expect(s.ran()).not.toContain('high-10');
+    expect(s.ran()).not.toContain('high-11');
   });
 
   it("answers a request past its own timeout before it runs (504, TorchServe's body), and never runs it", async () => {

@@ -199,7 +199,8 @@ export async function runTracing(context: ExperimentContext): Promise<{ rows: Re
  * Two priority levels under overload, on the run's image model (one worker): the high level's
  * latency at one client on an idle server, then the same client while `plan.concurrency` clients
  * flood the low level (the default one) for the same time. Target: the high level's p50 within
- * 1.5× of idle while the low level absorbs the backlog.
+ * 1.5× of idle while the low level absorbs the backlog. Then the same flood on the same model
+ * without priority levels, for as long: what priorities cost the throughput of normal traffic.
  */
 export async function runPriorities(context: ExperimentContext): Promise<{ rows: ResultRow[]; notes: string[] }> {
   const rows: ResultRow[] = [];
@@ -208,6 +209,8 @@ export async function runPriorities(context: ExperimentContext): Promise<{ rows:
   const jpeg = await readImage(context.assets);
   const highHeaders = { 'x-marina-priority': '1' };
   const highRequests = Math.max(20, Math.ceil(plan.images / 5));
+  let floodWallMs = plan.maxRunMs;
+  let floodImagesPerSec = 0;
   await withServer(
     context,
     {
@@ -278,8 +281,33 @@ export async function runPriorities(context: ExperimentContext): Promise<{ rows:
         errors: low.errors,
         note: `the flood ran for ${(low.wallMs / 1000).toFixed(1)} s, the high client inside it; backlog at level 2 when the high client began: ${backlog}`,
       });
+      floodWallMs = low.wallMs;
+      floodImagesPerSec = low.throughputPerSec + high.throughputPerSec * Math.min(1, high.wallMs / low.wallMs);
       notes.push(
         `Priorities, ${context.assets.model}, 1 worker: high-priority p50 under a ${plan.concurrency}-client low-priority flood ÷ idle p50 = ${(highRow.p50Ms / idle.p50Ms).toFixed(2)} (${highRow.p50Ms.toFixed(1)} ms against ${idle.p50Ms.toFixed(1)} ms; target ≤ 1.5); the low level's p50 ${lowLatency.p50Ms.toFixed(0)} ms at ${low.throughputPerSec.toFixed(1)} images/s.`,
+      );
+    },
+  );
+  await withServer(
+    context,
+    { assets: context.assets, label: 'no priority levels, image model', settings: { minWorkers: 1, maxWorkers: 1 } },
+    async (server, path) => {
+      const single = await measureServerLoad(context, server, {
+        path,
+        body: jpeg,
+        experiment: 'priorities',
+        label: 'no priority levels, the same flood',
+        concurrency: plan.concurrency,
+        requests: 10_000_000,
+        durationMs: floodWallMs,
+        warmupRequests: plan.concurrency,
+      });
+      rows.push({
+        ...single,
+        config: `${context.assets.model}, no priority levels (one queue), ${plan.concurrency} clients, for as long as the flood`,
+      });
+      notes.push(
+        `Priorities' cost to normal traffic: under the flood the model with two levels served ${floodImagesPerSec.toFixed(2)} images/s (low level plus the high client), the same model without levels ${single.throughputPerSec.toFixed(2)} images/s at the same clients (ratio ${(floodImagesPerSec / single.throughputPerSec).toFixed(2)}; measured after it, not alternated).`,
       );
     },
   );

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { packArchive } from '@marina/archive';
 import type { ResultRow } from '../bench-result.ts';
+import { listProcessTree, readCpuTicks, waitForQuiet } from '../process-sampler.ts';
 import { startServer, type RunningServer } from '../server-process.ts';
 import { median } from '../stats.ts';
 import { measureServerLoad, readImage, serverTmpDir, type ExperimentContext } from './experiment-context.ts';
@@ -12,7 +13,7 @@ import { measureServerLoad, readImage, serverTmpDir, type ExperimentContext } fr
  * machine's speed falls on both. A first pair of rounds warms both sides up and is not counted
  * (its first side used to run on a cold server and client: ratios of 2 and more).
  */
-const TRAFFIC_ROUNDS = 6;
+const TRAFFIC_ROUNDS = 8;
 
 /**
  * A store holding the model's archive as version 1.0 and a copy packed as version 2.0 (the same
@@ -169,13 +170,22 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
       const measured: Partial<Record<'without' | 'with', ResultRow>> = {};
       for (const side of order) {
         await putTraffic(options.server, options.modelName, side === 'with' ? options.policy : undefined);
-        if (shadowVersion !== undefined)
+        if (shadowVersion !== undefined) {
           await workersSettled(
             options.server,
             options.modelName,
             shadowVersion,
             side === 'with' ? 'background' : 'normal',
           );
+          // Then until the replaced worker's thread has ended (its session and heap freed): the
+          // server's CPU, ended threads included (utime + stime, 10 ms ticks), stays still for 250 ms.
+          await waitForQuiet(() => listProcessTree(options.server.pid), {
+            windowMs: 250,
+            maxCpuShare: 0.05,
+            timeoutMs: 10_000,
+            readCpu: (pid) => (readCpuTicks(pid) ?? 0) * 1e7,
+          });
+        }
         measured[side] = await measureServerLoad(context, options.server, {
           path: options.path,
           body: options.body,
@@ -199,7 +209,15 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
       { ...best(without), note: `best of rounds ${rounds(without)} ${options.unit}` },
       { ...best(withPolicy), note: `best of rounds ${rounds(withPolicy)} ${options.unit}` },
     );
-    return { ratio: median(ratios), ratios };
+    // The server's CPU per answered request (its mean CPU over the round ÷ its rate): on a shared
+    // machine this moves far less between rounds than the rate does, and says what the policy costs the server.
+    const cpuUsPerRequest = (list: ResultRow[]) =>
+      median(list.map((r) => (r.meanCpuPercent / 100 / r.throughputPerSec) * 1e6));
+    return {
+      ratio: median(ratios),
+      ratios,
+      cpuUs: { without: cpuUsPerRequest(without), with: cpuUsPerRequest(withPolicy) },
+    };
   };
 
   if (context.tensorAssets) {
@@ -228,7 +246,7 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
         unit: 'req/s',
       });
       notes.push(
-        `Traffic split: ${t.modelName} (2x+1), one server with versions 1.0 and 2.0 (1 worker each), ${TRAFFIC_ROUNDS} alternating rounds (after a warm-up pair not counted) of ${requests} requests at ${plan.overheadConcurrency} clients without a policy and with {"1.0": 90, "2.0": 10}: with ÷ without = ${split.ratio.toFixed(3)} (median of the rounds' ratios ${split.ratios.map((r) => r.toFixed(3)).join(' / ')}; target ≥ 0.95: ${split.ratio >= 0.95 ? 'met' : 'missed'}). Without a policy 2.0's worker is idle; with it, 2.0 takes a tenth of the requests on its own worker.`,
+        `Traffic split: ${t.modelName} (2x+1), one server with versions 1.0 and 2.0 (1 worker each), ${TRAFFIC_ROUNDS} alternating rounds (after a warm-up pair not counted) of ${requests} requests at ${plan.overheadConcurrency} clients without a policy and with {"1.0": 90, "2.0": 10}: with ÷ without = ${split.ratio.toFixed(3)} (median of the rounds' ratios ${split.ratios.map((r) => r.toFixed(3)).join(' / ')}; target ≥ 0.95: ${split.ratio >= 0.95 ? 'met' : 'missed'}); server CPU per request ${split.cpuUs.without.toFixed(0)} µs without, ${split.cpuUs.with.toFixed(0)} µs with (medians of the rounds). Without a policy 2.0's worker is idle; with it, 2.0 takes a tenth of the requests on its own worker.`,
       );
     });
   }
@@ -291,7 +309,7 @@ export async function runTraffic(context: ExperimentContext): Promise<{ rows: Re
     const share = (c: { ran: number; dropped: number }) =>
       c.ran + c.dropped > 0 ? `${((100 * c.dropped) / (c.ran + c.dropped)).toFixed(0)}%` : 'n/a';
     notes.push(
-      `Shadow: ${a.model}, one server with versions 1.0 (live) and 2.0 (shadow, the same weights), 1 worker each, ${TRAFFIC_ROUNDS} alternating rounds (after a warm-up pair not counted; ${headroomRequests} and ${loadedRequests} requests a round) without and with a 100% shadow; with it, 2.0's worker runs at background CPU priority (describe's cpuPriority; each round starts once it serves). At 1 client (headroom: the shadow's worker has a core of its own) live throughput with ÷ without = ${headroom.ratio.toFixed(3)} (rounds ${headroom.ratios.map((r) => r.toFixed(3)).join(' / ')}; target ≥ 0.90: ${headroom.ratio >= 0.9 ? 'met' : 'missed'}); copies run ${h.ran}, dropped ${h.dropped} (${share(h)}). At ${plan.concurrency} clients (no headroom) with ÷ without = ${loaded.ratio.toFixed(3)} (rounds ${loaded.ratios.map((r) => r.toFixed(3)).join(' / ')}); copies run ${l.ran}, dropped ${l.dropped} (${share(l)}): the shadow's copies are the work shed. Agreement of the shadow (same weights): ${afterLoaded.agreement === undefined ? 'n/a' : afterLoaded.agreement.toFixed(4)}.`,
+      `Shadow: ${a.model}, one server with versions 1.0 (live) and 2.0 (shadow, the same weights), 1 worker each, ${TRAFFIC_ROUNDS} alternating rounds (after a warm-up pair not counted; ${headroomRequests} and ${loadedRequests} requests a round) without and with a 100% shadow; with it, 2.0's worker runs at background CPU priority (describe's cpuPriority; each round starts once it serves). At 1 client (headroom: the shadow's worker has a core of its own) live throughput with ÷ without = ${headroom.ratio.toFixed(3)} (rounds ${headroom.ratios.map((r) => r.toFixed(3)).join(' / ')}; target ≥ 0.90: ${headroom.ratio >= 0.9 ? 'met' : 'missed'}); copies run ${h.ran}, dropped ${h.dropped} (${share(h)}); server CPU per live request ${(headroom.cpuUs.without / 1000).toFixed(1)} ms without, ${(headroom.cpuUs.with / 1000).toFixed(1)} ms with (copies included). At ${plan.concurrency} clients (no headroom) with ÷ without = ${loaded.ratio.toFixed(3)} (rounds ${loaded.ratios.map((r) => r.toFixed(3)).join(' / ')}); copies run ${l.ran}, dropped ${l.dropped} (${share(l)}): the shadow's copies are the work shed. Agreement of the shadow (same weights): ${afterLoaded.agreement === undefined ? 'n/a' : afterLoaded.agreement.toFixed(4)}.`,
     );
   });
   return { rows, notes };

@@ -97,9 +97,9 @@ interface Level {
  * and the metrics all read.
  *
  * Jobs queue by priority level (1 the highest; one level unless the model sets priorityLevels).
- * A batch is taken from the highest non-empty level first and filled from the levels below; a
- * level passed over STARVATION_LIMIT batches in a row while it had jobs goes first in the next
- * one, so no level waits for ever. Within a level, jobs go oldest first; a job whose level moved
+ * A batch is taken from the highest non-empty level, and holds that level's jobs only; a level
+ * passed over STARVATION_LIMIT batches in a row while it had jobs goes first in the next one, so
+ * no level waits for ever. Within a level, jobs go oldest first; a job whose level moved
  * it back (timeoutAction 'delay') goes after the level's others.
  *
  * `offer` never blocks: a full queue is an immediate MARINA_ERR_QUEUE_FULL. Jobs of a prefetched
@@ -199,9 +199,44 @@ export class JobQueue {
   }
 
   /**
-   * Takes up to `max` jobs for a worker's next batch: a level passed over STARVATION_LIMIT times
-   * first, then from the highest level down. They stay `waiting` until `markStarted` (the batch
-   * began running) or `returnToFront` (it never did).
+   * The level the next batch comes from: a level passed over STARVATION_LIMIT times while it had
+   * jobs, else the highest non-empty one; undefined when nothing is queued.
+   */
+  #nextLevel(): Level | undefined {
+    let highest: Level | undefined;
+    for (const level of this.#levels) {
+      if (this.#queuedIn(level) === 0) continue;
+      if (level.passedOver >= STARVATION_LIMIT) return level;
+      highest ??= level;
+    }
+    return highest;
+  }
+
+  /** How many jobs `take(max)` would return now: with priority levels, only the next batch's level counts. */
+  batchable(max: number): number {
+    if (this.#levels.length === 1) return Math.min(max, this.#count);
+    const level = this.#nextLevel();
+    return level === undefined ? 0 : Math.min(max, this.#queuedIn(level));
+  }
+
+  /**
+   * True when the next batch would come from the highest level (1) and no starved level goes
+   * first: no job queued later can go before it, so it may be handed to a busy worker early
+   * (prefetched, its decoding overlapping the running batch). Always true with one level.
+   */
+  get isNextBatchTopLevel(): boolean {
+    if (this.#levels.length === 1) return this.#count > 0;
+    const level = this.#nextLevel();
+    return level !== undefined && level === this.#levels[0];
+  }
+
+  /**
+   * Takes up to `max` jobs for a worker's next batch. With priority levels a batch holds one
+   * level's jobs: those of a level passed over STARVATION_LIMIT times, else of the highest
+   * non-empty level. Unlike Triton, which fills a batch from the levels below, lower-level jobs
+   * never ride along: on a CPU a batch's run grows with its size, so they would make the higher
+   * request wait for their work. They stay `waiting` until `markStarted` (the batch began
+   * running) or `returnToFront` (it never did).
    */
   take(max: number): Job[] {
     const jobs: Job[] = [];
@@ -212,28 +247,18 @@ export class JobQueue {
       this.#taken += jobs.length;
       return jobs;
     }
-    let starved: Level | undefined;
-    for (const level of levels)
-      if (level.passedOver >= STARVATION_LIMIT && this.#queuedIn(level) > 0) {
-        starved = level;
-        break;
-      }
-    const hadJobs = levels.map((level) => this.#queuedIn(level) > 0);
-    const served = new Set<Level>();
-    const fillFrom = (level: Level) => {
-      while (jobs.length < max) {
-        const job = this.#shift(level);
-        if (!job) return;
-        jobs.push(job);
-        served.add(level);
-      }
-    };
-    if (starved) fillFrom(starved);
-    for (const level of levels) fillFrom(level);
-    levels.forEach((level, i) => {
-      if (served.has(level) || !hadJobs[i]) level.passedOver = 0;
-      else level.passedOver++;
-    });
+    const next = this.#nextLevel();
+    if (next === undefined) return jobs;
+    for (const level of levels) {
+      if (level === next) level.passedOver = 0;
+      else if (this.#queuedIn(level) > 0) level.passedOver++;
+      else level.passedOver = 0;
+    }
+    while (jobs.length < max) {
+      const job = this.#shift(next);
+      if (!job) break;
+      jobs.push(job);
+    }
     this.#taken += jobs.length;
     return jobs;
   }

@@ -179,7 +179,7 @@ export class ModelVersion extends EventEmitter<{
       queue: this.queue,
       batchSize: options.settings.batchSize,
       maxBatchDelayMs: options.settings.maxBatchDelayMs,
-      isPrefetching: options.settings.queue.priorityLevels === 1,
+      prefetch: options.settings.queue.priorityLevels === 1 ? 'always' : 'top-level',
       isIdleWaiting: options.isIdleBatchWaiting === true,
       workers: () => this.pool.workers,
       dispatch: (worker, jobs, reason) => {

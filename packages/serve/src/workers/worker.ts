@@ -428,9 +428,13 @@ export class Worker extends EventEmitter<{
     if (this.isAlive && this.#prefetched === undefined) this.#state = 'READY';
     const inferenceMs = performance.now() - batch.startedAt;
     this.#settle(batch, result, inferenceMs);
-    // A thread that does not report starts runs its prefetched batch right after this one.
+    // A thread that does not report starts runs its prefetched batch right after this one, unless
+    // settling this one already gave the idle worker a batch that started at once (a model with
+    // priority levels prefetches only its highest level, so the worker may finish with nothing
+    // prefetched, be given a lower-level batch, and then a higher one behind it): the thread runs
+    // batches in the order it got them, so the prefetched one starts when that one is answered.
     const next = this.#prefetched;
-    if (next && !this.#reportsStarts && this.isAlive) {
+    if (next && this.#running === undefined && !this.#reportsStarts && this.isAlive) {
       this.#prefetched = undefined;
       this.#start(next);
       this.emit('started', next.jobs);
