@@ -314,16 +314,20 @@ export class ModelResidency {
     }
   }
 
-  /** Unloads least recently used idle versions (never `keep`) while more than the budget is in use. */
+  /** Unloads least recently used idle versions (never `keep`), then busy ones, while more than the budget is in use. */
   async #trimToBudget(keep: ModelVersion | undefined): Promise<void> {
     const budget = this.memoryBudgetBytes;
     if (budget === undefined) return;
+    const byLastUse = (a: ModelVersion, b: ModelVersion) => this.#lastUse(a) - this.#lastUse(b);
     for (;;) {
       const over = this.usedBytes() - budget;
       if (over <= 0) return;
-      const lru = [...this.#options.versions()]
-        .filter((v) => v !== keep && this.#isEvictable(v))
-        .sort((a, b) => this.#lastUse(a) - this.#lastUse(b))[0];
+      const others = [...this.#options.versions()].filter((v) => v !== keep);
+      // Idle ones first; busy ones by the same rule as a load's (#isEvictableBusy): the budget is
+      // a bound, not a hope, when every model is busy.
+      const lru =
+        others.filter((v) => this.#isEvictable(v)).sort(byLastUse)[0] ??
+        others.filter((v) => this.#isEvictableBusy(v)).sort(byLastUse)[0];
       if (lru === undefined) return;
       await this.unload(lru, 'evicted');
     }
@@ -461,7 +465,7 @@ export class ModelResidency {
 
   /**
    * While a budget is set and a model is in memory, reads the process's memory twice a second and
-   * unloads the least recently used idle versions when the models have grown past the budget since
+   * unloads least recently used versions (idle first) when the models have grown past the budget since
    * their loads (onnxruntime's arena grows with the largest batch a version has run). A load checks
    * the same before it starts; this bounds the growth between loads. Reading the memory costs about
    * a millisecond; the timer stops when no model is in memory.
