@@ -1,5 +1,10 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { BatchAggregator, type BatchTaker, type DispatchReason } from '../src/scheduling/batch-aggregator.ts';
+import {
+  BatchAggregator,
+  TOP_LEVEL_HOLD_MS,
+  type BatchTaker,
+  type DispatchReason,
+} from '../src/scheduling/batch-aggregator.ts';
 import { Job } from '../src/scheduling/job.ts';
 import { JobQueue } from '../src/scheduling/job-queue.ts';
 import { createServeError } from '../src/errors.ts';
@@ -237,5 +242,70 @@ describe('JobQueue', () => {
     q.returnToFront(taken);
     for (let j = q.poll(); j; j = q.poll()) out.push(j.requestId);
     expect(out).toEqual(Array.from({ length: 13 }, (_, i) => String(i)));
+  });
+});
+
+describe('BatchAggregator with priority levels', () => {
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
+  it(`prefetches only a top-level batch, and keeps a worker that answered one free for ${TOP_LEVEL_HOLD_MS} ms before lower-level work`, () => {
+    const w = new FakeWorker('w1');
+    const queue = new JobQueue({
+      capacity: 100,
+      label: "model 'm' version '1'",
+      levels: [{ maxQueueSize: 0 }, { maxQueueSize: 0 }],
+    });
+    const sent: string[][] = [];
+    const aggregator = new BatchAggregator<FakeWorker>({
+      queue,
+      batchSize: 1,
+      maxBatchDelayMs: 0,
+      prefetch: 'top-level',
+      workers: () => [w],
+      dispatch: (worker, jobs) => {
+        worker.prefetched = jobs.map((j) => j.requestId);
+        sent.push(worker.prefetched);
+      },
+      expired: () => createServeError.MARINA_ERR_CLIENT_TIMEOUT('expired'),
+    });
+    const add = (id: string, priority: number) => {
+      queue.offer(new Job({ requestId: id, input: {}, arrivedAt: 0, schedule: { priority } }));
+      aggregator.pump();
+    };
+    /** The running batch (if any) ends and the prefetched one starts. */
+    const next = () => {
+      queue.markStarted(w.prefetched!.length);
+      w.running = w.prefetched;
+      w.prefetched = undefined;
+      aggregator.pump();
+    };
+    /** The running batch, a top-level one, ends with nothing prefetched: the version holds the worker. */
+    const finishTopLevel = () => {
+      w.running = undefined;
+      aggregator.holdForTopLevel(w);
+      aggregator.pump();
+    };
+
+    add('low-1', 2);
+    vi.advanceTimersByTime(0);
+    expect(sent).toEqual([['low-1']]);
+    next();
+    add('low-2', 2);
+    expect(sent, 'a lower-level batch is not given to a busy worker').toHaveLength(1);
+    add('high-1', 1);
+    expect(sent.at(-1), 'a top-level batch is').toEqual(['high-1']);
+    next();
+    finishTopLevel();
+    vi.advanceTimersByTime(TOP_LEVEL_HOLD_MS - 1);
+    expect(sent, 'held: low-2 waits').toHaveLength(2);
+    add('high-2', 1);
+    expect(sent.at(-1), 'a top-level request takes the held worker at once').toEqual(['high-2']);
+    next();
+    finishTopLevel();
+    vi.advanceTimersByTime(TOP_LEVEL_HOLD_MS - 1);
+    expect(sent).toHaveLength(3);
+    vi.advanceTimersByTime(1);
+    expect(sent.at(-1), 'the hold over, lower-level work goes').toEqual(['low-2']);
   });
 });

@@ -223,8 +223,13 @@ export class ModelVersion extends EventEmitter<{
         isOk: outcome.isOk,
         stages: outcome.stages,
       });
-      if (worker.isIdle) this.#pump();
-      else this.emit('progress');
+      if (worker.isIdle) {
+        // After a top-level batch, the worker waits a moment for the next top-level request
+        // before it starts lower-level work (see TOP_LEVEL_HOLD_MS).
+        if (this.queue.levelCount > 1 && outcome.jobs.some((job) => job.priority === 1))
+          this.aggregator.holdForTopLevel(worker);
+        this.#pump();
+      } else this.emit('progress');
     });
     this.pool.on('failed', (_worker, _error, unstarted) => {
       // A batch handed to the worker that never began goes back to the front of the queue.
