@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   BatchAggregator,
   TOP_LEVEL_HOLD_MS,
+  TOP_LEVEL_QUIET_BATCHES,
   type BatchTaker,
   type DispatchReason,
 } from '../src/scheduling/batch-aggregator.ts';
@@ -249,7 +250,7 @@ describe('BatchAggregator with priority levels', () => {
   beforeEach(() => vi.useFakeTimers());
   afterEach(() => vi.useRealTimers());
 
-  it(`prefetches only a top-level batch, and keeps a worker that answered one free for ${TOP_LEVEL_HOLD_MS} ms before lower-level work`, () => {
+  it(`while level 1 is active, prefetches only a top-level batch, and keeps a worker that answered one free for ${TOP_LEVEL_HOLD_MS} ms before lower-level work`, () => {
     const w = new FakeWorker('w1');
     const queue = new JobQueue({
       capacity: 100,
@@ -287,6 +288,7 @@ describe('BatchAggregator with priority levels', () => {
       aggregator.pump();
     };
 
+    aggregator.noteTopLevel(); // level-1 traffic is active
     add('low-1', 2);
     vi.advanceTimersByTime(0);
     expect(sent).toEqual([['low-1']]);
@@ -307,5 +309,17 @@ describe('BatchAggregator with priority levels', () => {
     expect(sent).toHaveLength(3);
     vi.advanceTimersByTime(1);
     expect(sent.at(-1), 'the hold over, lower-level work goes').toEqual(['low-2']);
+    // low-2 is the first batch without level 1; after TOP_LEVEL_QUIET_BATCHES of them, lower-level
+    // batches are prefetched again.
+    for (let i = 3; i <= TOP_LEVEL_QUIET_BATCHES + 1; i++) {
+      next();
+      w.running = undefined;
+      add(`low-${i}`, 2);
+      vi.advanceTimersByTime(0);
+      expect(sent.at(-1)).toEqual([`low-${i}`]);
+    }
+    next();
+    add('low-busy', 2);
+    expect(sent.at(-1), 'level 1 quiet: a lower-level batch goes to the busy worker').toEqual(['low-busy']);
   });
 });

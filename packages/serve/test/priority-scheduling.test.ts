@@ -126,7 +126,9 @@ function post(body: Record<string, unknown>, headers: Record<string, string> = {
  * sent after it wait in the queue, and the first level-1 request waits in the worker's hands.
  */
 async function holdWorker(s: ReturnType<typeof scenario>) {
-  const blocker = post({ name: 'blocker', gate: s.gate, log: s.log });
+  // The blocker is a level-1 request, so level 1 counts as active (lower-level batches are then
+  // not prefetched; see TOP_LEVEL_QUIET_BATCHES).
+  const blocker = post({ name: 'blocker', gate: s.gate, log: s.log }, { 'x-marina-priority': '1' });
   await until(version, () => version.runningJobs === 1);
   return [blocker];
 }

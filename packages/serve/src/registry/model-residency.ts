@@ -65,8 +65,6 @@ export class ModelResidency {
   #group: MeasureGroup | undefined;
   /** Counts loads and unloads: a first-batch measure is only kept when nothing else moved meanwhile. */
   #moves = 0;
-  /** The largest size each version's loads measured (load and first batch together). */
-  readonly #largestMeasured = new WeakMap<ModelVersion, number>();
   readonly #firstBatch = new Map<ModelVersion, { onProgress: () => void; onBatch: () => void }>();
   /** The process's memory with no model in it (read whenever nothing is loaded, loading or unloading). */
   #baselineBytes: number | undefined;
@@ -82,13 +80,14 @@ export class ModelResidency {
   }
 
   /**
-   * What `version` is counted for: the most any of its loads measured (a measure taken while other
-   * loads or unloads moved the process's memory can come out low; the budget must not trust it),
-   * else its estimate.
+   * What `version` is counted for: its latest measure (its load and first batch, or what its last
+   * unload gave back), else its estimate. A measure taken while other models moved can come out
+   * high or low; the budget does not rely on it alone (usedBytes also reads the process), and the
+   * largest one ever taken would keep a model counted at a size it does not have, so models that
+   * fit together would evict each other.
    */
   needOf(version: ModelVersion): number {
-    const measured = Math.max(version.residentBytes, this.#largestMeasured.get(version) ?? 0);
-    return measured > 0 ? measured : version.estimatedBytes;
+    return version.residentBytes > 0 ? version.residentBytes : version.estimatedBytes;
   }
 
   /**
@@ -315,19 +314,20 @@ export class ModelResidency {
   }
 
   /** Unloads least recently used idle versions (never `keep`), then busy ones, while more than the budget is in use. */
-  async #trimToBudget(keep: ModelVersion | undefined): Promise<void> {
+  async #trimToBudget(keep: ModelVersion | undefined, options: { isWatch?: boolean } = {}): Promise<void> {
     const budget = this.memoryBudgetBytes;
     if (budget === undefined) return;
     const byLastUse = (a: ModelVersion, b: ModelVersion) => this.#lastUse(a) - this.#lastUse(b);
     for (;;) {
-      const over = this.usedBytes() - budget;
-      if (over <= 0) return;
+      // The watch acts on what the process really holds; after a load, on what is counted too.
+      const used = options.isWatch ? (this.observedModelBytes() ?? 0) : this.usedBytes();
+      if (used <= budget) return;
       const others = [...this.#options.versions()].filter((v) => v !== keep);
-      // Idle ones first; busy ones by the same rule as a load's (#isEvictableBusy): the budget is
-      // a bound, not a hope, when every model is busy.
+      // Idle ones first. When the process itself is over the budget, busy ones too, by the same rule
+      // as a load's (#isEvictableBusy): the budget is a bound, not a hope, when every model is busy.
       const lru =
         others.filter((v) => this.#isEvictable(v)).sort(byLastUse)[0] ??
-        others.filter((v) => this.#isEvictableBusy(v)).sort(byLastUse)[0];
+        (options.isWatch ? others.filter((v) => this.#isEvictableBusy(v)).sort(byLastUse)[0] : undefined);
       if (lru === undefined) return;
       await this.unload(lru, 'evicted');
     }
@@ -433,7 +433,7 @@ export class ModelResidency {
       await this.#options.stopWorkers(version);
       if (beforeBytes !== undefined && this.#moves === moves && this.#group === undefined && this.#unloads.size <= 1) {
         const freed = beforeBytes - this.#readMemory();
-        if (freed > (this.#largestMeasured.get(version) ?? 0)) this.#largestMeasured.set(version, freed);
+        if (freed > 0) version.residentBytes = freed;
       }
     } finally {
       this.#loadedAt.delete(version);
@@ -480,10 +480,9 @@ export class ModelResidency {
         this.#watchTimer = undefined;
         return;
       }
-      const used = Math.max(this.#countedBytes(), observed ?? 0);
-      if (this.#loads.size > 0 || used <= (this.memoryBudgetBytes ?? Number.POSITIVE_INFINITY)) return;
+      if (this.#loads.size > 0 || (observed ?? 0) <= (this.memoryBudgetBytes ?? Number.POSITIVE_INFINITY)) return;
       this.#isTrimming = true;
-      this.#trimToBudget(undefined)
+      this.#trimToBudget(undefined, { isWatch: true })
         .catch((error: unknown) =>
           this.#options.log('warn', `trimming to model_memory_budget failed: ${String(error)}`),
         )
@@ -546,18 +545,10 @@ export class ModelResidency {
       if (startBytes === undefined || this.#moves !== moves || version.state !== 'resident') return;
       const grown = this.#readMemory() - startBytes;
       if (grown > 0) version.residentBytes += grown;
-      this.#noteMeasured(version);
     };
     this.#firstBatch.set(version, { onProgress, onBatch });
     version.on('progress', onProgress);
     version.once('batch', onBatch);
-  }
-
-  #noteMeasured(version: ModelVersion): void {
-    if (version.residentBytes > (this.#largestMeasured.get(version) ?? 0))
-      this.#largestMeasured.set(version, version.residentBytes);
-    // describe shows what the budget counts.
-    version.residentBytes = this.needOf(version);
   }
 
   #forgetFirstBatch(version: ModelVersion): void {

@@ -30,7 +30,8 @@ export interface BatchAggregatorOptions<W extends BatchTaker> {
   /**
    * Which batches a busy worker is given while it runs the current one (prefetched: decoded while
    * it runs). 'always' (the default) for models with one level. 'top-level' for models with
-   * priority levels: only a batch of the highest level, which nothing queued later could overtake.
+   * priority levels: only a batch of the highest level, which nothing queued later could overtake
+   * (any batch again once level 1 has been quiet for TOP_LEVEL_QUIET_BATCHES batches).
    * A prefetched lower-level batch has left the queue, so a higher-level request arriving after it
    * would wait for it (measured: 2.27× the idle p50); a prefetched top-level batch is decoded
    * while the running batch ends, so the high request pays only for the rest of that run.
@@ -56,6 +57,15 @@ export interface BatchAggregatorOptions<W extends BatchTaker> {
  * so 5 ms covers it with room; when none comes, the worker has lost at most 5 ms.
  */
 export const TOP_LEVEL_HOLD_MS = 5;
+
+/**
+ * A model with priority levels prefetches lower-level batches again once this many batches in a
+ * row went without a level-1 request arriving or running: with no high-priority traffic, holding
+ * lower-level batches back only costs throughput (their decoding no longer overlaps the running
+ * batch). The first level-1 request after a quiet spell may then wait for a prefetched
+ * lower-level batch too. Counted in batches, not time, so it behaves the same on any machine.
+ */
+export const TOP_LEVEL_QUIET_BATCHES = 8;
 
 /**
  * Forms batches for one model version when workers pull, with TorchServe's meaning: collect up to
@@ -87,6 +97,8 @@ export class BatchAggregator<W extends BatchTaker> {
   /** A worker kept free for the next top-level request until `until` (see TOP_LEVEL_HOLD_MS). */
   #held: { worker: W; until: number } | undefined;
   #holdTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Batches dispatched since a level-1 request last arrived or ran (models with priority levels; see TOP_LEVEL_QUIET_BATCHES). */
+  #batchesSinceTopLevel = Infinity;
 
   constructor(options: BatchAggregatorOptions<W>) {
     this.#options = options;
@@ -102,7 +114,10 @@ export class BatchAggregator<W extends BatchTaker> {
     queue.dropExpired(performance.now(), this.#options.expired);
     while (queue.size > 0) {
       const isTopLevelNext = queue.isNextBatchTopLevel;
-      const isPrefetching = this.#options.prefetch !== 'top-level' || isTopLevelNext;
+      const isPrefetching =
+        this.#options.prefetch !== 'top-level' ||
+        isTopLevelNext ||
+        this.#batchesSinceTopLevel >= TOP_LEVEL_QUIET_BATCHES;
       // A held worker takes only a top-level batch until its hold ends.
       const held = this.#held !== undefined && !isTopLevelNext && !this.#isFlushing ? this.#held.worker : undefined;
       let idle: W | undefined;
@@ -129,7 +144,7 @@ export class BatchAggregator<W extends BatchTaker> {
         }
         if (idle === this.#held?.worker) this.#stopHolding();
         const jobs = queue.take(batchSize);
-        this.#options.dispatch(idle, jobs, jobs.length >= batchSize ? 'full' : 'idle');
+        this.#dispatch(idle, jobs, jobs.length >= batchSize ? 'full' : 'idle');
         continue;
       }
       // A busy worker asked for its next batch: a full or due one goes, a partial one is collected.
@@ -149,7 +164,7 @@ export class BatchAggregator<W extends BatchTaker> {
     if (isFull || maxBatchDelayMs <= 0 || this.#isCollectDue || this.#isFlushing) {
       const reason: DispatchReason = isFull ? 'full' : this.#isFlushing ? 'flush' : 'delay';
       this.#stopCollecting();
-      this.#options.dispatch(worker, queue.take(batchSize), reason);
+      this.#dispatch(worker, queue.take(batchSize), reason);
       return true;
     }
     if (this.#collectTimer === undefined) {
@@ -160,6 +175,20 @@ export class BatchAggregator<W extends BatchTaker> {
       }, maxBatchDelayMs);
     }
     return false;
+  }
+
+  /** A level-1 request arrived: lower-level batches stay in the queue until a worker is free (see TOP_LEVEL_QUIET_BATCHES). */
+  noteTopLevel(): void {
+    this.#batchesSinceTopLevel = 0;
+  }
+
+  /** Every batch goes out through here: counts batches since level 1 was last seen. */
+  #dispatch(worker: W, jobs: Job[], reason: DispatchReason): void {
+    if (this.#options.prefetch === 'top-level') {
+      if (jobs.some((job) => job.priority === 1)) this.#batchesSinceTopLevel = 0;
+      else this.#batchesSinceTopLevel++;
+    }
+    this.#options.dispatch(worker, jobs, reason);
   }
 
   /**

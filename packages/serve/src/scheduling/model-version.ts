@@ -257,6 +257,7 @@ export class ModelVersion extends EventEmitter<{
     if (this.maxWorkers === 0 || this.pool.hasGivenUp) throw this.#noWorkersError();
     if (this.state !== 'resident') job.timings.waitedForLoad = true;
     this.queue.offer(job);
+    if (job.priority === 1 && this.queue.levelCount > 1) this.aggregator.noteTopLevel();
     this.lastUsedAt = Date.now();
     if (this.pool.target === 0 || this.#transition === 'unloading') this.#startOnDemand(this, job.requestId);
     this.#pump();
