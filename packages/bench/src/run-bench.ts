@@ -206,21 +206,10 @@ interface ResolvedRun {
   serveBin: string;
 }
 
-/** The experiments that start a server. */
-const SERVER_EXPERIMENTS: readonly ExperimentName[] = [
-  'centralized',
-  'batched',
-  'workers',
-  'sweep',
-  'overhead',
-  'memory',
-  'protocols',
-  'int8',
-  'traffic',
-  'tracing',
-  'priorities',
-  'many-models',
-];
+/** The experiments that start a server: all but onnxruntime alone (ceiling) and the decentralized jobs. */
+const SERVER_EXPERIMENTS: readonly ExperimentName[] = experimentNames.filter(
+  (name) => name !== 'ceiling' && name !== 'decentralized',
+);
 
 /** The experiments a smoke run leaves out unless asked for. */
 const NOT_IN_SMOKE: readonly ExperimentName[] = ['memory', 'int8', 'traffic', 'tracing', 'priorities', 'many-models'];

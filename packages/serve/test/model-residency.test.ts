@@ -39,6 +39,21 @@ function residency(app: MarinaApp, match: Partial<ResidencyEvent>): Promise<Resi
   });
 }
 
+type Version = ReturnType<MarinaApp['registry']['getVersion']>;
+
+/** Resolves once `isThere(version)` holds, checked at each of the version's progress events. */
+function until(version: Version, isThere: (v: Version) => boolean): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const check = () => {
+      if (!isThere(version)) return;
+      version.off('progress', check);
+      resolve();
+    };
+    version.on('progress', check);
+    check();
+  });
+}
+
 function counter(text: string, name: string, labels: string): number {
   const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
   return line === undefined ? 0 : Number(line.split(' ').pop());
@@ -226,15 +241,7 @@ describe('many models in a memory budget', () => {
     gates.push(gate);
     const stuck = post('stuck', { gate });
     const version = app.registry.getVersion('stuck');
-    await new Promise<void>((resolve) => {
-      const check = () => {
-        if (version.runningJobs === 0) return;
-        version.off('progress', check);
-        resolve();
-      };
-      version.on('progress', check);
-      check();
-    });
+    await until(version, (v) => v.runningJobs > 0);
     await app.registry.unload('stuck');
     const reply = await stuck;
     expect(reply.status).toBe(503);
@@ -254,15 +261,7 @@ describe('many models in a memory budget', () => {
       };
       app.registry.events.on('residency', onResidency);
     });
-    await new Promise<void>((resolve) => {
-      const check = () => {
-        if (again.runningJobs === 0) return;
-        again.off('progress', check);
-        resolve();
-      };
-      again.on('progress', check);
-      check();
-    });
+    await until(again, (v) => v.runningJobs > 0);
     await app.registry.unregister('stuck');
     const unregistered = await stuckAgain;
     expect(unregistered.status).toBe(503);
@@ -277,30 +276,14 @@ describe('many models in a memory budget', () => {
     const version = await residency(app, { modelName: 'scaled', state: 'resident' }).then(() =>
       app.registry.getVersion('scaled'),
     );
-    await new Promise<void>((resolve) => {
-      const check = () => {
-        if (version.runningJobs === 0) return;
-        version.off('progress', check);
-        resolve();
-      };
-      version.on('progress', check);
-      check();
-    });
+    await until(version, (v) => v.runningJobs > 0);
     await app.registry.scale('scaled', undefined, { minWorkers: 0, maxWorkers: 0, synchronous: true });
     // The gate never opens: only the grace can answer the request.
     const reply = await stuck;
     expect(reply.status).toBe(503);
     expect(reply.json.marinaCode).toBe('MARINA_ERR_MODEL_UNLOADING');
     expect(reply.json.message).toContain('unload_grace_seconds');
-    await new Promise<void>((resolve) => {
-      const check = () => {
-        if (version.pool.workers.length > 0) return;
-        version.off('progress', check);
-        resolve();
-      };
-      version.on('progress', check);
-      check();
-    });
+    await until(version, (v) => v.pool.workers.length === 0);
     expect(app.registry.describe('scaled')[0]).toMatchObject({ workers: [] });
   });
 
@@ -344,18 +327,8 @@ describe('many models in a memory budget', () => {
         gateFiles[model]!.push(gate);
         return send(model, { gate });
       };
-      const until = (model: string, isThere: (v: ReturnType<MarinaApp['registry']['getVersion']>) => boolean) => {
-        const version = busyApp.registry.getVersion(model);
-        return new Promise<void>((resolve) => {
-          const check = () => {
-            if (!isThere(version)) return;
-            version.off('progress', check);
-            resolve();
-          };
-          version.on('progress', check);
-          check();
-        });
-      };
+      const untilModel = (model: string, isThere: (v: Version) => boolean) =>
+        until(busyApp.registry.getVersion(model), isThere);
       for (const name of ['gate', 'scaled', 'a'])
         await busyApp.registry.register({ url: name, archivePath: `${dir.path}/${name}`, load: false });
       // Loaded once, a is known to need a worker's 100 MiB: more than the budget has free beside two.
@@ -363,11 +336,11 @@ describe('many models in a memory budget', () => {
       await busyApp.registry.unload('a');
       // Both gate models busy: scaled with one run, gate with one run and one more request.
       const runs = [blocked('scaled')];
-      await until('scaled', (v) => v.runningJobs > 0);
+      await untilModel('scaled', (v) => v.runningJobs > 0);
       runs.push(blocked('gate'));
-      await until('gate', (v) => v.runningJobs > 0);
+      await untilModel('gate', (v) => v.runningJobs > 0);
       runs.push(blocked('gate'));
-      await until('gate', (v) => v.pendingJobs > 1);
+      await untilModel('gate', (v) => v.pendingJobs > 1);
       // The evicted model's runs are let through as soon as its unload begins: they finish there.
       const evicted = new Promise<string>((resolve) => {
         const onResidency = (e: ResidencyEvent) => {
