@@ -15,7 +15,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type MarinaApp } from '../src/index.ts';
 import { createServerMetrics, type ServerMetrics } from '../src/metrics/server-metrics.ts';
 import type { ResidencyEvent } from '../src/registry/model-registry-api.ts';
+import type { ModelVersion } from '../src/scheduling/model-version.ts';
 import { writeClassifierModel, writeGateModel } from './fixtures.ts';
+import { until } from './gate-harness.ts';
 import { tempDir, testConfig } from './helpers.ts';
 
 const MiB = 2 ** 20;
@@ -36,21 +38,6 @@ function residency(app: MarinaApp, match: Partial<ResidencyEvent>): Promise<Resi
       resolve(event);
     };
     app.registry.events.on('residency', listener);
-  });
-}
-
-type Version = ReturnType<MarinaApp['registry']['getVersion']>;
-
-/** Resolves once `isThere(version)` holds, checked at each of the version's progress events. */
-function until(version: Version, isThere: (v: Version) => boolean): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const check = () => {
-      if (!isThere(version)) return;
-      version.off('progress', check);
-      resolve();
-    };
-    version.on('progress', check);
-    check();
   });
 }
 
@@ -241,7 +228,7 @@ describe('many models in a memory budget', () => {
     gates.push(gate);
     const stuck = post('stuck', { gate });
     const version = app.registry.getVersion('stuck');
-    await until(version, (v) => v.runningJobs > 0);
+    await until(version, () => version.runningJobs > 0);
     await app.registry.unload('stuck');
     const reply = await stuck;
     expect(reply.status).toBe(503);
@@ -261,7 +248,7 @@ describe('many models in a memory budget', () => {
       };
       app.registry.events.on('residency', onResidency);
     });
-    await until(again, (v) => v.runningJobs > 0);
+    await until(again, () => again.runningJobs > 0);
     await app.registry.unregister('stuck');
     const unregistered = await stuckAgain;
     expect(unregistered.status).toBe(503);
@@ -276,14 +263,14 @@ describe('many models in a memory budget', () => {
     const version = await residency(app, { modelName: 'scaled', state: 'resident' }).then(() =>
       app.registry.getVersion('scaled'),
     );
-    await until(version, (v) => v.runningJobs > 0);
+    await until(version, () => version.runningJobs > 0);
     await app.registry.scale('scaled', undefined, { minWorkers: 0, maxWorkers: 0, synchronous: true });
     // The gate never opens: only the grace can answer the request.
     const reply = await stuck;
     expect(reply.status).toBe(503);
     expect(reply.json.marinaCode).toBe('MARINA_ERR_MODEL_UNLOADING');
     expect(reply.json.message).toContain('unload_grace_seconds');
-    await until(version, (v) => v.pool.workers.length === 0);
+    await until(version, () => version.pool.workers.length === 0);
     expect(app.registry.describe('scaled')[0]).toMatchObject({ workers: [] });
   });
 
@@ -327,8 +314,10 @@ describe('many models in a memory budget', () => {
         gateFiles[model]!.push(gate);
         return send(model, { gate });
       };
-      const untilModel = (model: string, isThere: (v: Version) => boolean) =>
-        until(busyApp.registry.getVersion(model), isThere);
+      const untilModel = (model: string, isThere: (v: ModelVersion) => boolean) => {
+        const version = busyApp.registry.getVersion(model);
+        return until(version, () => isThere(version));
+      };
       for (const name of ['gate', 'scaled', 'a'])
         await busyApp.registry.register({ url: name, archivePath: `${dir.path}/${name}`, load: false });
       // Loaded once, a is known to need a worker's 100 MiB: more than the budget has free beside two.

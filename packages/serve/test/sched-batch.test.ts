@@ -1,30 +1,9 @@
-import { readFileSync, readdirSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp, type MarinaApp } from '../src/index.ts';
 import { useSchedBatch, WORKER_SCHED_BATCH_ENV } from '../src/workers/use-sched-batch.ts';
+import { SCHED_BATCH, SCHED_OTHER, newThreadPolicies, threadPolicies } from './thread-policies.ts';
 import { tempDir, testConfig } from './helpers.ts';
 import { writeClassifierModel } from './fixtures.ts';
-
-const SCHED_OTHER = 0;
-const SCHED_BATCH = 3;
-
-/** Scheduling policy of each thread of this process (field 41 of /proc/self/task/<tid>/stat), by thread id. */
-function threadPolicies(): Map<number, number> {
-  const policies = new Map<number, number>();
-  for (const tid of readdirSync('/proc/self/task')) {
-    try {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-      policies.set(Number(tid), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[38]));
-    } catch {
-      // the thread ended between listing and reading
-    }
-  }
-  return policies;
-}
-
-/** The policies of the threads that were not there in `before` (threads of earlier tests may still be ending). */
-const newThreadPolicies = (before: Map<number, number>) =>
-  [...threadPolicies()].filter(([tid]) => !before.has(tid)).map(([, policy]) => policy);
 
 describe('worker threads under SCHED_BATCH', () => {
   it('is off with MARINA_WORKER_SCHED_BATCH=0 and off the Linux kernel, saying so', () => {

@@ -4,7 +4,6 @@
  * are replaced when it becomes the shadow and again when it stops being one (a thread cannot raise
  * its own priority back).
  */
-import { readFileSync, readdirSync } from 'node:fs';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { writeTinyClassifier } from '@marina/model-zoo';
@@ -13,28 +12,8 @@ import { buildApp, type MarinaApp } from '../src/index.ts';
 import { SHADOW_SCHED_IDLE_ENV, useSchedIdle, WORKER_SCHED_BATCH_ENV } from '../src/workers/use-sched-batch.ts';
 import type { ModelVersion } from '../src/scheduling/model-version.ts';
 import { until } from './gate-harness.ts';
+import { SCHED_BATCH, SCHED_IDLE, newThreadPolicies, threadPolicies } from './thread-policies.ts';
 import { tempDir, testConfig, writeModelFolder } from './helpers.ts';
-
-const SCHED_BATCH = 3;
-const SCHED_IDLE = 5;
-
-/** Scheduling policy of each thread of this process (field 41 of /proc/self/task/<tid>/stat), by thread id. */
-function threadPolicies(): Map<number, number> {
-  const policies = new Map<number, number>();
-  for (const tid of readdirSync('/proc/self/task')) {
-    try {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-      policies.set(Number(tid), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[38]));
-    } catch {
-      // the thread ended between listing and reading
-    }
-  }
-  return policies;
-}
-
-/** The policies of the threads alive now that were not there in `before`. */
-const newThreadPolicies = (before: Map<number, number>) =>
-  [...threadPolicies()].filter(([tid]) => !before.has(tid)).map(([, policy]) => policy);
 
 /** Resolves once the version serves with exactly its one worker, READY, at `priority`. */
 const servesAt = (version: ModelVersion, priority: 'normal' | 'background') =>
