@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runServe } from './serve-cli.ts';
+import { runServe, serveArgs } from './serve-cli.ts';
 import { writeModelFolder } from './helpers.ts';
 import { useTempDirs } from './temp-dirs.ts';
 
@@ -58,26 +58,14 @@ function expectAddressInUse(result: { code: number | null; stderr: string }, con
 describe('a port in use', { timeout: 120_000 }, () => {
   it('stops serve --foreground before any model loads', async () => {
     const { cwd, marker } = await workDir();
-    const result = await runServe(cwd, [
-      '--foreground',
-      '--ncs',
-      '--disable-token-auth',
-      '--ts-config',
-      'config.properties',
-    ]);
+    const result = await runServe(cwd, serveArgs('--foreground'));
     expectAddressInUse(result, path.join(cwd, 'config.properties'));
     expect(existsSync(marker)).toBe(false);
   });
 
   it('stops a background serve --start in the launcher, before the server process starts', async () => {
     const { cwd, marker } = await workDir();
-    const result = await runServe(cwd, [
-      '--start',
-      '--ncs',
-      '--disable-token-auth',
-      '--ts-config',
-      'config.properties',
-    ]);
+    const result = await runServe(cwd, serveArgs('--start'));
     expectAddressInUse(result, path.join(cwd, 'config.properties'));
     expect(existsSync(marker)).toBe(false);
     expect(existsSync(path.join(cwd, 'logs', 'marina.log'))).toBe(false);
@@ -96,13 +84,7 @@ describe('a gRPC port in use', { timeout: 120_000 }, () => {
 
   it("stops serve --foreground as an HTTP port does, not with grpc-js's 'No address added'", async () => {
     const { cwd, marker } = await workDir(grpcBusy());
-    const result = await runServe(cwd, [
-      '--foreground',
-      '--ncs',
-      '--disable-token-auth',
-      '--ts-config',
-      'config.properties',
-    ]);
+    const result = await runServe(cwd, serveArgs('--foreground'));
     expect(result.code).toBe(1);
     expect(result.stderr).toContain(
       `MARINA_ERR_ADDRESS_IN_USE: the gRPC inference API cannot listen on grpc://127.0.0.1:${busyPort}`,
@@ -114,13 +96,7 @@ describe('a gRPC port in use', { timeout: 120_000 }, () => {
 
   it('stops a background serve --start in the launcher', async () => {
     const { cwd, marker } = await workDir(grpcBusy());
-    const result = await runServe(cwd, [
-      '--start',
-      '--ncs',
-      '--disable-token-auth',
-      '--ts-config',
-      'config.properties',
-    ]);
+    const result = await runServe(cwd, serveArgs('--start'));
     expect(result.code).toBe(1);
     expect(result.stderr).toContain('MARINA_ERR_ADDRESS_IN_USE: the gRPC inference API cannot listen on');
     expect(existsSync(marker)).toBe(false);
@@ -136,13 +112,7 @@ describe('a gRPC port in use', { timeout: 120_000 }, () => {
       'metrics_address=http://127.0.0.1:18931',
       'enable_metrics_api=true',
     ]);
-    const result = await runServe(cwd, [
-      '--foreground',
-      '--ncs',
-      '--disable-token-auth',
-      '--ts-config',
-      'config.properties',
-    ]);
+    const result = await runServe(cwd, serveArgs('--foreground'));
     expect(result.code).toBe(1);
     expect(result.stderr).toContain(
       'MARINA_ERR_ADDRESS_IN_USE: the gRPC management API cannot listen on grpc://127.0.0.1:18931: the metrics API (metrics_address) is set to the same port.',

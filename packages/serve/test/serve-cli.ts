@@ -33,3 +33,11 @@ export function runServe(cwd: string, args: string[], env: NodeJS.ProcessEnv = {
     child.on('close', (code) => resolve({ code, stdout, stderr }));
   });
 }
+
+/**
+ * serve's arguments for a server configured by `config.properties` in its working folder, with no
+ * config snapshot and no token authorization: `mode` is `--foreground` or `--start`; `extra` follow.
+ */
+export function serveArgs(mode: '--foreground' | '--start', ...extra: string[]): string[] {
+  return [mode, '--ncs', '--disable-token-auth', '--ts-config', 'config.properties', ...extra];
+}

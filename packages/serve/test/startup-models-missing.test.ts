@@ -5,7 +5,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runServe } from './serve-cli.ts';
+import { runServe, serveArgs } from './serve-cli.ts';
 import { writeSleepyModel } from './fixtures.ts';
 import { useTempDirs } from './temp-dirs.ts';
 
@@ -35,15 +35,7 @@ async function workDir(): Promise<string> {
 describe('load_models naming a missing .mar', { timeout: 120_000 }, () => {
   it('stops serve --foreground with exit 1 when no model loaded, saying which and why', async () => {
     const cwd = await workDir();
-    const result = await runServe(cwd, [
-      '--foreground',
-      '--ncs',
-      '--disable-token-auth',
-      '--ts-config',
-      'config.properties',
-      '--models',
-      'missing.mar',
-    ]);
+    const result = await runServe(cwd, serveArgs('--foreground', '--models', 'missing.mar'));
     expect(result.code).toBe(1);
     expect(result.stderr).toContain(
       'Model failed to load: missing.mar: MARINA_ERR_MODEL_LOAD_FAILED: Model not found at:',
@@ -55,15 +47,7 @@ describe('load_models naming a missing .mar', { timeout: 120_000 }, () => {
 
   it('fails a background serve --start on the terminal with exit 1', async () => {
     const cwd = await workDir();
-    const result = await runServe(cwd, [
-      '--start',
-      '--ncs',
-      '--disable-token-auth',
-      '--ts-config',
-      'config.properties',
-      '--models',
-      'missing.mar',
-    ]);
+    const result = await runServe(cwd, serveArgs('--start', '--models', 'missing.mar'));
     expect(result.code).toBe(1);
     expect(result.stderr).toContain('Model failed to load: missing.mar');
     expect(result.stderr).toContain('MARINA_ERR_NO_MODEL_LOADED');
@@ -72,16 +56,7 @@ describe('load_models naming a missing .mar', { timeout: 120_000 }, () => {
   it('serves the models that loaded and lists the missing one', async () => {
     const cwd = await workDir();
     started.push(cwd);
-    const result = await runServe(cwd, [
-      '--start',
-      '--ncs',
-      '--disable-token-auth',
-      '--ts-config',
-      'config.properties',
-      '--models',
-      'missing.mar',
-      'sleepy',
-    ]);
+    const result = await runServe(cwd, serveArgs('--start', '--models', 'missing.mar', 'sleepy'));
     expect(result.code).toBe(0);
     expect(result.stdout).toContain('Model loaded: sleepy (version 1.0)');
     // Progress, forwarded by the background server to this terminal (not a TTY here: plain lines), and in its log.
