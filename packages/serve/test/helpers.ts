@@ -1,6 +1,7 @@
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { configFromProperties } from '../src/config/load-config.ts';
 import type { ServerConfig } from '../src/config/server-config.ts';
 
 /** A ServerConfig with TorchServe's defaults, for tests; nothing listens. */
@@ -93,4 +94,23 @@ export async function writeModelFolder(options: {
     JSON.stringify({ createdOn: '01/01/2025 00:00:00', runtime: 'python', model, archiverVersion: '0.12.0' }, null, 2),
   );
   return dir;
+}
+
+/**
+ * A configuration as config.properties would give it, with every API (HTTP and gRPC) on
+ * 127.0.0.1:0 and token authorization off; `properties` add keys or override these.
+ */
+export function loopbackConfig(cwd: string, properties: Record<string, string> = {}): ServerConfig {
+  return configFromProperties(
+    {
+      inference_address: 'http://127.0.0.1:0',
+      management_address: 'http://127.0.0.1:0',
+      metrics_address: 'http://127.0.0.1:0',
+      grpc_inference_port: '0',
+      grpc_management_port: '0',
+      disable_token_authorization: 'true',
+      ...properties,
+    },
+    { cwd },
+  );
 }

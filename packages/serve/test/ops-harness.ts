@@ -10,9 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packArchive } from '@marina/archive';
 import { writeSlowModel, writeTinyTensorModel } from '@marina/model-zoo';
-import { configFromProperties } from '../src/config/load-config.ts';
 import type { ServerConfig } from '../src/config/server-config.ts';
 import { startServer, type RunningServer } from '../src/start-server.ts';
+import { loopbackConfig } from './helpers.ts';
 
 /** A port free on 127.0.0.1 now (the kernel picks it). */
 export async function freePort(): Promise<number> {
@@ -120,20 +120,11 @@ export function opsConfig(
   properties: Record<string, string> = {},
   overrides: Partial<ServerConfig> = {},
 ): ServerConfig {
-  const config = configFromProperties(
-    {
-      inference_address: 'http://127.0.0.1:0',
-      management_address: 'http://127.0.0.1:0',
-      metrics_address: 'http://127.0.0.1:0',
-      grpc_inference_port: '0',
-      grpc_management_port: '0',
-      model_store: workspace.store,
-      enable_model_api: 'true',
-      disable_token_authorization: 'true',
-      ...properties,
-    },
-    { cwd: workspace.root },
-  );
+  const config = loopbackConfig(workspace.root, {
+    model_store: workspace.store,
+    enable_model_api: 'true',
+    ...properties,
+  });
   return { ...config, extractionCacheDir: join(workspace.root, 'cache'), ...overrides };
 }
 

@@ -10,12 +10,11 @@ import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type MarinaApp } from '../src/app.ts';
-import { configFromProperties } from '../src/config/load-config.ts';
 import { startGrpcServers, type GrpcServers } from '../src/protocols/grpc-server.ts';
 import type { ModelVersion } from '../src/scheduling/model-version.ts';
 import { until } from './gate-harness.ts';
 import { clientPackage, grpcClient } from './oip-harness.ts';
-import { tempDir, writeModelFolder } from './helpers.ts';
+import { loopbackConfig, tempDir, writeModelFolder } from './helpers.ts';
 
 /** Blocks while its request's gate file is missing; appends the request's name to its run log. */
 const loggingGateHandler = `
@@ -60,18 +59,7 @@ beforeAll(async () => {
       '',
     ].join('\n'),
   });
-  const config = configFromProperties(
-    {
-      inference_address: 'http://127.0.0.1:0',
-      management_address: 'http://127.0.0.1:0',
-      metrics_address: 'http://127.0.0.1:0',
-      grpc_inference_port: '0',
-      grpc_management_port: '0',
-      disable_token_authorization: 'true',
-      enable_metrics_api: 'false',
-    },
-    { cwd: dir.path },
-  );
+  const config = loopbackConfig(dir.path, { enable_metrics_api: 'false' });
   app = await buildApp({ ...config, extractionCacheDir: join(dir.path, 'cache') });
   await app.registry.register({ url: 'prio', archivePath: folder, synchronous: true });
   base = await app.inference.listen({ host: '127.0.0.1', port: 0 });

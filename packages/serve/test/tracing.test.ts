@@ -13,13 +13,12 @@ import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type MarinaApp } from '../src/app.ts';
-import { configFromProperties } from '../src/config/load-config.ts';
 import { startGrpcServers, type GrpcServers } from '../src/protocols/grpc-server.ts';
 import { tracingSettingsFrom } from '../src/tracing/tracing.ts';
 import { until } from './gate-harness.ts';
 import { clientPackage, grpcClient } from './oip-harness.ts';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from './otlp-receiver.ts';
-import { tempDir, writeModelFolder } from './helpers.ts';
+import { loopbackConfig, tempDir, writeModelFolder } from './helpers.ts';
 
 /** A handler with separate stages (so the worker reports preprocess, inference and postprocess); preprocess holds while a row's gate file is missing. */
 const stagedHandler = `
@@ -61,18 +60,7 @@ async function startServer(env: Record<string, string>, withGrpc: boolean): Prom
     files: { 'staged.mjs': stagedHandler },
     modelConfigYaml: 'minWorkers: 1\nbatchSize: 2\nmaxBatchDelay: 50\nintraOpNumThreads: 1\n',
   });
-  const config = configFromProperties(
-    {
-      inference_address: 'http://127.0.0.1:0',
-      management_address: 'http://127.0.0.1:0',
-      metrics_address: 'http://127.0.0.1:0',
-      grpc_inference_port: '0',
-      grpc_management_port: '0',
-      disable_token_authorization: 'true',
-      enable_metrics_api: 'false',
-    },
-    { cwd: dir.path },
-  );
+  const config = loopbackConfig(dir.path, { enable_metrics_api: 'false' });
   const app = await buildApp({ ...config, extractionCacheDir: join(dir.path, `cache-${name}`) }, { env });
   await app.registry.register({ url: name, archivePath: folder, synchronous: true });
   const base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
