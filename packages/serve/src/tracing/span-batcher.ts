@@ -130,9 +130,12 @@ export class SpanBatcher {
     const flushed = this.forceFlush();
     this.#isShutDown = true;
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([flushed, new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
+    const deadline = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
+    });
+    // The transport's own shutdown waits for its exports in flight (retries included): bounded by the same deadline.
+    await Promise.race([flushed.then(() => this.#options.transport.shutdown()).catch(() => undefined), deadline]);
     clearTimeout(timer);
-    await this.#options.transport.shutdown().catch(() => undefined);
   }
 
   #seal(): void {
