@@ -69,7 +69,7 @@ const bounded = (text: string) => (text.length > MAX_STRING_LENGTH ? text.slice(
 const TWO_32 = 4294967296;
 
 /** Offsets in an id block: the trace id (16 bytes), the request span's id, its parent's id (8 bytes each). */
-export const ID_TRACE = 0;
+const ID_TRACE = 0;
 export const ID_SPAN = 16;
 export const ID_PARENT = 24;
 const ID_BLOCK_BYTES = 32;
@@ -157,7 +157,7 @@ const ORIGIN_LO = Number(originNs % BigInt(TWO_32));
 const ORIGIN_HI = Number(originNs / BigInt(TWO_32));
 
 /** Epoch nanoseconds of a performance.now() instant as decimal text (OTLP/JSON writes 64-bit integers as strings). */
-export function nanosText(instant: number): string {
+function nanosText(instant: number): string {
   return (originNs + BigInt(Math.round(instant * 1e6))).toString();
 }
 
