@@ -202,48 +202,58 @@ declare module 'fastify' {
 
 /**
  * A listener's request spans: started when a routed request arrives (joined to its traceparent),
- * ended with its status once answered; every traced answer carries `traceparent`.
+ * ended with its status once answered; every traced answer carries `traceparent`. Called from the
+ * listener's own onRequest and onResponse hooks (hooks of their own would cost each request two
+ * more hook calls).
  */
-function traceRequests(app: FastifyInstance, tracing: Tracing, address: ServerConfig['inferenceAddress']): void {
+interface RequestTracer {
+  start(request: FastifyRequest, reply: FastifyReply): void;
+  end(request: FastifyRequest, reply: FastifyReply): void;
+}
+
+function requestTracer(
+  app: FastifyInstance,
+  tracing: Tracing,
+  address: ServerConfig['inferenceAddress'],
+): RequestTracer {
   app.decorateRequest('marinaTrace', null);
-  app.addHook('onRequest', (request, reply, done) => {
-    const route = request.routeOptions.url;
-    if (route === undefined || UNTRACED_ROUTES.has(route) || request.method === 'OPTIONS') return done();
-    const query = request.url.indexOf('?');
-    const path = query < 0 ? request.url : request.url.slice(0, query);
-    const requestTrace = tracing.startRequest({
-      name: `${request.method} ${route}`,
-      protocol: route.startsWith('/v2/') ? 'oip-rest' : 'torchserve-rest',
-      headers: request.headers,
-      startedAt: performance.now(),
-      attributes: {
-        'http.request.method': request.method,
-        'http.route': route,
-        'url.path': path,
-        'url.scheme': address.protocol,
-        'server.address': address.host,
-        'server.port': (request.socket.localPort ?? address.port) as number,
-        'network.protocol.version': request.raw.httpVersion,
-        ...(request.socket.remoteAddress ? { 'client.address': request.socket.remoteAddress } : {}),
-        ...(request.headers['user-agent'] ? { 'user_agent.original': request.headers['user-agent'] } : {}),
-      },
-    });
-    request.marinaTrace = requestTrace;
-    reply.header('traceparent', requestTrace.traceparent);
-    done();
-  });
-  app.addHook('onResponse', (request, reply, done) => {
-    const requestTrace = request.marinaTrace;
-    if (requestTrace) {
+  return {
+    start(request, reply) {
+      const route = request.routeOptions.url;
+      if (route === undefined || UNTRACED_ROUTES.has(route) || request.method === 'OPTIONS') return;
+      const query = request.url.indexOf('?');
+      const path = query < 0 ? request.url : request.url.slice(0, query);
+      const requestTrace = tracing.startRequest({
+        name: `${request.method} ${route}`,
+        protocol: route.startsWith('/v2/') ? 'oip-rest' : 'torchserve-rest',
+        headers: request.headers,
+        startedAt: performance.now(),
+        attributes: {
+          'http.request.method': request.method,
+          'http.route': route,
+          'url.path': path,
+          'url.scheme': address.protocol,
+          'server.address': address.host,
+          'server.port': (request.socket.localPort ?? address.port) as number,
+          'network.protocol.version': request.raw.httpVersion,
+          ...(request.socket.remoteAddress ? { 'client.address': request.socket.remoteAddress } : {}),
+          ...(request.headers['user-agent'] ? { 'user_agent.original': request.headers['user-agent'] } : {}),
+        },
+      });
+      request.marinaTrace = requestTrace;
+      reply.header('traceparent', requestTrace.traceparent);
+    },
+    end(request, reply) {
+      const requestTrace = request.marinaTrace;
+      if (!requestTrace) return;
       const status = reply.statusCode;
       requestTrace.end({
         attributes: { 'http.response.status_code': status },
         isError: status >= 500,
         errorType: String(status),
       });
-    }
-    done();
-  });
+    },
+  };
 }
 
 function createInstance(
@@ -284,13 +294,14 @@ function createInstance(
   recordRoutes(app);
   // After onRequest (the token check), before validation and the handler.
   app.addHook('preValidation', limitPathParams);
-  if (tracing) traceRequests(app, tracing, address);
+  const tracer = tracing ? requestTracer(app, tracing, address) : undefined;
   // Response schemas document the routes (OPTIONS /); the handlers send TorchServe's JSON text
   // themselves, so no fast-json-stringify serializer is generated for them at start-up.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   const corsOrigin = config.corsAllowedOrigin;
   // A callback hook, not an async one: no promise per request.
   app.addHook('onRequest', (request, reply, done) => {
+    tracer?.start(request, reply);
     reply.header('x-request-id', request.id);
     // TorchServe's NettyUtils.sendHttpResponse sets the configured methods and headers on every answer.
     if (config.corsAllowedMethods) reply.header('access-control-allow-methods', config.corsAllowedMethods);
@@ -308,7 +319,8 @@ function createInstance(
   });
   // While closing, a keep-alive connection is idle once its response is written: close it then
   // (close() itself closes those idle at its start), so the listener never waits on a client's keep-alive timeout.
-  app.addHook('onResponse', (_request, _reply, done) => {
+  app.addHook('onResponse', (request, reply, done) => {
+    tracer?.end(request, reply);
     if (closingState.isClosing) setImmediate(() => app.server.closeIdleConnections?.());
     done();
   });

@@ -171,6 +171,10 @@ export interface ExportHeader {
   scopeVersion: string;
 }
 
+/** A fresh export request's buffer, and the largest one kept for the next request after a big one. */
+const INITIAL_BUFFER_BYTES = 1 << 16;
+const MAX_KEPT_BUFFER_BYTES = 1 << 20;
+
 /** Distinct values a key's encoded attributes are kept for (a request id's are never the same twice: its key stops being cached). */
 const CACHED_VALUES_PER_KEY = 64;
 
@@ -181,13 +185,13 @@ const CACHED_VALUES_PER_KEY = 64;
  */
 export class OtlpProtobufWriter implements SpanWriter {
   readonly contentType = 'application/x-protobuf';
-  #buffer = Buffer.allocUnsafe(1 << 16);
+  #buffer = Buffer.allocUnsafe(INITIAL_BUFFER_BYTES);
   #position = 0;
   #count = 0;
-  /** Each attribute key's KeyValue.key field, encoded once (the keys are Marina's own names). */
-  readonly #keys = new Map<string, Buffer>();
-  /** Whole KeyValue fields (tag included) by key, then value; a key whose values keep changing is dropped and marked false. */
-  readonly #attributeCache = new Map<string, Map<unknown, Uint8Array> | false>();
+  /** Room kept at the start of each buffer for the request's header (see take). */
+  readonly #reserve: number;
+  /** Per attribute key (Marina's own names, a bounded set): its encoded key and recent whole KeyValue fields. */
+  readonly #attributeCache = new Map<string, KeyCache>();
   /** Span.name fields by name (names are routes and fixed words). */
   readonly #names = new Map<string, Uint8Array>();
   /** ResourceSpans.resource and ScopeSpans.scope, encoded once. */
@@ -208,7 +212,10 @@ export class OtlpProtobufWriter implements SpanWriter {
     this.#string(0x12, header.scopeVersion);
     this.#end(scope);
     this.#scopeField = Buffer.from(this.#buffer.subarray(0, this.#position));
-    this.#position = 0;
+    // Two tags, two lengths of at most 5 bytes, the resource and the scope.
+    this.#reserve = 12 + this.#resourceField.length + this.#scopeField.length;
+    this.#ensure(this.#reserve);
+    this.#position = this.#reserve;
   }
 
   get count(): number {
@@ -268,22 +275,33 @@ export class OtlpProtobufWriter implements SpanWriter {
   }
 
   take(): Uint8Array {
-    const spansLength = this.#position;
+    // The request's header goes in the room kept before the spans, so the body is never copied;
+    // the next spans go into a fresh buffer (this one leaves with the export).
+    const reserve = this.#reserve;
+    const spansLength = this.#position - reserve;
     const scopeSpansLength = this.#scopeField.length + spansLength;
     const resourceSpansLength = this.#resourceField.length + 1 + varintSize(scopeSpansLength) + scopeSpansLength;
-    const total = 1 + varintSize(resourceSpansLength) + resourceSpansLength;
-    const out = Buffer.allocUnsafe(total);
-    let at = 0;
-    out[at++] = 0x0a; // ExportTraceServiceRequest.resource_spans
-    at = writeVarint(out, at, resourceSpansLength);
-    at += this.#resourceField.copy(out, at);
-    out[at++] = 0x12; // ResourceSpans.scope_spans
-    at = writeVarint(out, at, scopeSpansLength);
-    at += this.#scopeField.copy(out, at);
-    this.#buffer.copy(out, at, 0, spansLength);
-    this.#position = 0;
+    const headerLength =
+      1 +
+      varintSize(resourceSpansLength) +
+      this.#resourceField.length +
+      1 +
+      varintSize(scopeSpansLength) +
+      this.#scopeField.length;
+    const buffer = this.#buffer;
+    const start = reserve - headerLength;
+    let at = start;
+    buffer[at++] = 0x0a; // ExportTraceServiceRequest.resource_spans
+    at = writeVarint(buffer, at, resourceSpansLength);
+    at += this.#resourceField.copy(buffer, at);
+    buffer[at++] = 0x12; // ResourceSpans.scope_spans
+    at = writeVarint(buffer, at, scopeSpansLength);
+    this.#scopeField.copy(buffer, at);
+    const body = buffer.subarray(start, this.#position);
+    this.#buffer = Buffer.allocUnsafe(Math.max(INITIAL_BUFFER_BYTES, Math.min(buffer.length, MAX_KEPT_BUFFER_BYTES)));
+    this.#position = reserve;
     this.#count = 0;
-    return out;
+    return body;
   }
 
   #ensure(bytes: number): void {
@@ -389,10 +407,21 @@ export class OtlpProtobufWriter implements SpanWriter {
     this.#ensure(value.length * 3 + 6);
     this.#buffer[this.#position++] = tag;
     if (value.length < 43) {
-      // At most 42 UTF-16 units make at most 126 bytes: a one-byte length.
-      const start = this.#position++;
-      this.#position += this.#buffer.write(value, this.#position);
-      this.#buffer[start] = this.#position - start - 1;
+      // At most 42 UTF-16 units make at most 126 bytes: a one-byte length. ASCII (nearly every
+      // value: ids, paths, addresses) is copied here, without Buffer.write's call.
+      const buffer = this.#buffer;
+      const start = this.#position;
+      let at = start + 1;
+      for (let i = 0; i < value.length; i++) {
+        const code = value.charCodeAt(i);
+        if (code > 0x7f) {
+          at = start + 1 + buffer.write(value, start + 1);
+          break;
+        }
+        buffer[at++] = code;
+      }
+      buffer[start] = at - start - 1;
+      this.#position = at;
       return;
     }
     const start = this.#begin();
@@ -411,25 +440,36 @@ export class OtlpProtobufWriter implements SpanWriter {
     this.#bytes(field);
   }
 
-  /** One KeyValue field under `tag` (undefined values are left out), from the cache when this key and value were written before. */
+  /**
+   * One KeyValue field under `tag` (undefined values are left out). A span attribute whose key
+   * and value were written before is copied from that encoding: first the key's last value (most
+   * attributes repeat request after request), then its other recent values.
+   */
   #attribute(tag: number, key: string, value: string | number | boolean | undefined): void {
     if (value === undefined) return;
-    let byValue = this.#attributeCache.get(key);
-    if (byValue === undefined) {
-      byValue = new Map();
-      this.#attributeCache.set(key, byValue);
+    let cache = this.#attributeCache.get(key);
+    if (cache === undefined) {
+      cache = { keyField: keyFieldOf(key), last: undefined, lastField: undefined, byValue: new Map() };
+      this.#attributeCache.set(key, cache);
     }
-    if (byValue !== false && tag === 0x4a) {
-      const cached = byValue.get(value);
-      if (cached !== undefined) {
-        this.#bytes(cached);
+    const isCached = tag === 0x4a;
+    if (isCached) {
+      if (cache.last === value && cache.lastField !== undefined) {
+        this.#bytes(cache.lastField);
+        return;
+      }
+      const known = cache.byValue?.get(value);
+      if (known !== undefined) {
+        cache.last = value;
+        cache.lastField = known;
+        this.#bytes(known);
         return;
       }
     }
     const at = this.#position;
     this.#byte(tag);
     const keyValue = this.#begin();
-    this.#bytes(this.#keyField(key));
+    this.#bytes(cache.keyField);
     this.#byte(0x12); // KeyValue.value: AnyValue
     const anyValue = this.#begin();
     if (typeof value === 'string') this.#string(0x0a, value);
@@ -447,24 +487,38 @@ export class OtlpProtobufWriter implements SpanWriter {
     }
     this.#end(anyValue);
     this.#end(keyValue);
-    if (byValue !== false && tag === 0x4a) {
-      if (byValue.size < CACHED_VALUES_PER_KEY)
-        byValue.set(value, Buffer.from(this.#buffer.subarray(at, this.#position)));
-      else this.#attributeCache.set(key, false);
+    if (isCached && cache.byValue !== undefined) {
+      if (cache.byValue.size < CACHED_VALUES_PER_KEY) {
+        const field = Buffer.from(this.#buffer.subarray(at, this.#position));
+        cache.byValue.set(value, field);
+        cache.last = value;
+        cache.lastField = field;
+      } else {
+        // A key whose values keep changing (a request id): written each time, nothing kept.
+        cache.byValue = undefined;
+        cache.lastField = undefined;
+      }
     }
   }
+}
 
-  #keyField(key: string): Buffer {
-    let field = this.#keys.get(key);
-    if (field === undefined) {
-      const bytes = Buffer.from(bounded(key));
-      field = Buffer.allocUnsafe(1 + varintSize(bytes.length) + bytes.length);
-      field[0] = 0x0a;
-      bytes.copy(field, writeVarint(field, 1, bytes.length));
-      this.#keys.set(key, field);
-    }
-    return field;
-  }
+/** What the protobuf writer keeps of one attribute key. */
+interface KeyCache {
+  /** KeyValue.key, encoded. */
+  keyField: Buffer;
+  /** The value last written (or found) and its whole KeyValue field. */
+  last: unknown;
+  lastField: Uint8Array | undefined;
+  /** Whole KeyValue fields by value; undefined once the key had too many values to keep. */
+  byValue: Map<unknown, Uint8Array> | undefined;
+}
+
+function keyFieldOf(key: string): Buffer {
+  const bytes = Buffer.from(bounded(key));
+  const field = Buffer.allocUnsafe(1 + varintSize(bytes.length) + bytes.length);
+  field[0] = 0x0a;
+  bytes.copy(field, writeVarint(field, 1, bytes.length));
+  return field;
 }
 
 function varintSize(value: number): number {
