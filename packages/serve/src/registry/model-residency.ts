@@ -318,18 +318,17 @@ export class ModelResidency {
         return;
       }
       const now = performance.now();
-      // A load for requests may only evict models asked for less than it lately, until it has
-      // waited AGING_LOADS of its loads: a model called once must not push out one called every
-      // second, which would only come straight back (TinyLFU's admission rule in front of the LRU
-      // order). A load asked for by the API or at start-up is not held back.
+      const byLastUse = (a: ModelVersion, b: ModelVersion) => this.#lastUse(a) - this.#lastUse(b);
+      const idle = [...this.#options.versions()].filter((v) => v !== version && this.#isEvictable(v)).sort(byLastUse);
+      // Busy ones after the idle ones, only those asked for less than this version lately, until it
+      // has waited AGING_LOADS of its loads: a model called once must not push out one called every
+      // second, whose waiting requests would bring it straight back (TinyLFU's admission rule). An
+      // idle model goes whatever its count: holding a load back for it made a lone request to a
+      // rarely used model wait seconds on a quiet server (measured). A load asked for by the API or
+      // at start-up is not held back. Least asked for first, nothing running before running.
       const isAged = reason !== 'demand' || now - roomSince >= this.#agingMs(version);
       const wanted = version.demand.valueAt(now);
       const isAdmitted = (v: ModelVersion) => isAged || v.demand.valueAt(now) < wanted;
-      const byLastUse = (a: ModelVersion, b: ModelVersion) => this.#lastUse(a) - this.#lastUse(b);
-      const idle = [...this.#options.versions()]
-        .filter((v) => v !== version && this.#isEvictable(v) && isAdmitted(v))
-        .sort(byLastUse);
-      // Busy ones after the idle ones: least asked for first, nothing running before running.
       const busy = [...this.#options.versions()]
         .filter((v) => v !== version && this.#isEvictableBusy(v) && isAdmitted(v))
         .sort(
