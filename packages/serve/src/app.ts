@@ -19,7 +19,7 @@ import { loadStartupModels, type StartupLoadResult } from './startup-loading.ts'
 import { inferenceRoutes } from './routes/inference.ts';
 import { sendError, torchServeRestError } from './protocols/error-map.ts';
 import { answeredPriority } from './routes/server-timing.ts';
-import { createTracing, requestTraces, tracingSettingsFrom, type Tracing } from './tracing/tracing.ts';
+import { createTracing, tracingSettingsFrom, type RequestTrace, type Tracing } from './tracing/tracing.ts';
 import { MARINA_VERSION } from './version.ts';
 import { managementErrors } from './routes/management-errors.ts';
 import { TS_METHOD_NOT_ALLOWED, TS_RESOURCE_NOT_FOUND } from './protocols/torchserve-texts.ts';
@@ -190,15 +190,27 @@ const UNTRACED_ROUTES = new Set([
   '/v2/models/:model_name/versions/:model_version/ready',
 ]);
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /**
+     * The request's trace while tracing is on (set by the listener's hooks, read by the routes, which
+     * pass it below the protocols). A request decoration, so every request keeps one shape.
+     */
+    marinaTrace?: RequestTrace | null;
+  }
+}
+
 /**
  * A listener's request spans: started when a routed request arrives (joined to its traceparent),
  * ended with its status once answered; every traced answer carries `traceparent`.
  */
 function traceRequests(app: FastifyInstance, tracing: Tracing, address: ServerConfig['inferenceAddress']): void {
+  app.decorateRequest('marinaTrace', null);
   app.addHook('onRequest', (request, reply, done) => {
     const route = request.routeOptions.url;
     if (route === undefined || UNTRACED_ROUTES.has(route) || request.method === 'OPTIONS') return done();
-    const path = request.url.split('?')[0]!;
+    const query = request.url.indexOf('?');
+    const path = query < 0 ? request.url : request.url.slice(0, query);
     const requestTrace = tracing.startRequest({
       name: `${request.method} ${route}`,
       protocol: route.startsWith('/v2/') ? 'oip-rest' : 'torchserve-rest',
@@ -216,12 +228,12 @@ function traceRequests(app: FastifyInstance, tracing: Tracing, address: ServerCo
         ...(request.headers['user-agent'] ? { 'user_agent.original': request.headers['user-agent'] } : {}),
       },
     });
-    requestTraces.set(request, requestTrace);
+    request.marinaTrace = requestTrace;
     reply.header('traceparent', requestTrace.traceparent);
     done();
   });
   app.addHook('onResponse', (request, reply, done) => {
-    const requestTrace = requestTraces.get(request);
+    const requestTrace = request.marinaTrace;
     if (requestTrace) {
       const status = reply.statusCode;
       requestTrace.end({

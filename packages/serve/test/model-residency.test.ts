@@ -356,6 +356,63 @@ describe('many models in a memory budget', () => {
     }
   });
 
+  it('makes room from the busy model asked for least, not the least recently used one', async () => {
+    // Two workers' worth, held by two gate models with runs blocked on their gates: gate asked for
+    // three times (least recently), scaled once (most recently). A load of a, asked for twice,
+    // must take scaled: the least recently used busy model, gate, has more demand than a.
+    const busyApp = await buildApp(
+      testConfig({ residency: { memoryBudgetBytes: 2 * WORKER_BYTES + 50 * MiB, unloadGraceSeconds: 60 } }, dir.path),
+      { readMemoryBytes: () => busyApp.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0) },
+    );
+    const gateFiles: Record<string, string[]> = { gate: [], scaled: [] };
+    const openGates = (model: string) => Promise.all((gateFiles[model] ?? []).map((g) => writeFile(g, '')));
+    try {
+      const busyBase = await busyApp.inference.listen({ host: '127.0.0.1', port: 0 });
+      const send = (model: string, body: unknown) =>
+        fetch(`${busyBase}/predictions/${model}`, {
+          method: 'POST',
+          body: Buffer.isBuffer(body) ? new Uint8Array(body) : JSON.stringify(body),
+          headers: { 'content-type': Buffer.isBuffer(body) ? 'image/jpeg' : 'application/json' },
+        });
+      const blocked = (model: string) => {
+        const gate = `${dir.path}/demand-${model}-${gateFiles[model]!.length}`;
+        gateFiles[model]!.push(gate);
+        return send(model, { gate });
+      };
+      const untilModel = (model: string, isThere: (v: ModelVersion) => boolean) => {
+        const version = busyApp.registry.getVersion(model);
+        return until(version, () => isThere(version));
+      };
+      for (const name of ['gate', 'scaled', 'a'])
+        await busyApp.registry.register({ url: name, archivePath: `${dir.path}/${name}`, load: false });
+      await busyApp.registry.load('a');
+      await busyApp.registry.unload('a');
+      const runs = [blocked('gate'), blocked('gate'), blocked('gate')];
+      await untilModel('gate', (v) => v.runningJobs > 0 && v.pendingJobs === 3);
+      runs.push(blocked('scaled'));
+      await untilModel('scaled', (v) => v.runningJobs > 0);
+      // The evicted model's run is let through as soon as its unload begins; gate's stay blocked, so it stays busy.
+      const evicted = new Promise<string>((resolve) => {
+        const onResidency = (e: ResidencyEvent) => {
+          if (e.state !== 'unloading' || e.reason !== 'evicted') return;
+          busyApp.registry.events.off('residency', onResidency);
+          void openGates(e.modelName);
+          resolve(e.modelName);
+        };
+        busyApp.registry.events.on('residency', onResidency);
+      });
+      const replies = await Promise.all([send('a', jpeg), send('a', jpeg)]);
+      expect(await evicted).toBe('scaled');
+      expect(replies.map((r) => r.status)).toEqual([200, 200]);
+      expect(busyApp.registry.describe('gate')[0]!.state).toBe('resident');
+      await openGates('gate');
+      expect((await Promise.all(runs)).map((r) => r.status)).toEqual([200, 200, 200, 200]);
+    } finally {
+      await Promise.all(Object.keys(gateFiles).map(openGates));
+      await busyApp.close();
+    }
+  });
+
   it('refuses at registration a model larger than the whole budget, with its own code', async () => {
     const small = await buildApp(testConfig({ residency: { memoryBudgetBytes: 4 * MiB } }, dir.path));
     try {

@@ -53,9 +53,11 @@ export interface ReceivedSpan {
   attributes: Record<string, unknown>;
   links: Array<{ traceId: string; spanId: string }>;
   /** The span's events (e.g. `rpc.message` on a streaming call), in order. */
-  events: Array<{ name: string; attributes: Record<string, unknown> }>;
+  events: Array<{ name: string; timeNs: bigint; attributes: Record<string, unknown> }>;
   /** OTLP status code: 0 unset, 1 ok, 2 error. */
   statusCode: number;
+  statusMessage: string;
+  traceState: string;
   resource: Record<string, unknown>;
   /** 'json' or 'protobuf': how it arrived. */
   encoding: 'json' | 'protobuf';
@@ -67,6 +69,8 @@ export interface OtlpReceiver {
   spans: ReceivedSpan[];
   /** Export requests seen, by content type. */
   contentTypes: string[];
+  /** Decodes an export request's body as the receiver does (for tests of the writers themselves). */
+  decode(body: Uint8Array, contentType: string): ReceivedSpan[];
   close(): Promise<void>;
 }
 
@@ -114,9 +118,12 @@ function spansOf(request: Json, encoding: 'json' | 'protobuf'): ReceivedSpan[] {
           })),
           events: ((s.events ?? []) as Json[]).map((e) => ({
             name: e.name as string,
+            timeNs: BigInt(e.timeUnixNano ?? e.time_unix_nano),
             attributes: attributesOf(e.attributes),
           })),
           statusCode: Number(s.status?.code ?? 0),
+          statusMessage: String(s.status?.message ?? ''),
+          traceState: String(s.traceState ?? s.trace_state ?? ''),
           resource,
           encoding,
         });
@@ -135,6 +142,10 @@ export async function startOtlpReceiver(dir: string): Promise<OtlpReceiver> {
   const decode = service.Export!.requestDeserialize as (bytes: Buffer) => Json;
   const spans: ReceivedSpan[] = [];
   const contentTypes: string[] = [];
+  const decodeBody = (body: Uint8Array, type: string) =>
+    type.startsWith('application/json')
+      ? spansOf(JSON.parse(Buffer.from(body).toString('utf8')) as Json, 'json')
+      : spansOf(decode(Buffer.from(body)), 'protobuf');
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -146,13 +157,9 @@ export async function startOtlpReceiver(dir: string): Promise<OtlpReceiver> {
         res.writeHead(404).end();
         return;
       }
-      if (type.startsWith('application/json')) {
-        spans.push(...spansOf(JSON.parse(body.toString('utf8')) as Json, 'json'));
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-      } else {
-        spans.push(...spansOf(decode(body), 'protobuf'));
-        res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
-      }
+      spans.push(...decodeBody(body, type));
+      if (type.startsWith('application/json')) res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      else res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
     });
   });
   server.listen(0, '127.0.0.1');
@@ -162,6 +169,7 @@ export async function startOtlpReceiver(dir: string): Promise<OtlpReceiver> {
     url: `http://127.0.0.1:${port}`,
     spans,
     contentTypes,
+    decode: decodeBody,
     close: () => new Promise((resolve) => server.close(() => resolve())),
   };
 }

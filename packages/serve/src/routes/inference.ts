@@ -9,7 +9,6 @@ import { flattenHeaders } from '../protocols/request-headers.ts';
 import { modelParamsSchema } from './model-params-schema.ts';
 import type { JobInput } from '../scheduling/job.ts';
 import { answeredPriority, serverTimingHeader } from './server-timing.ts';
-import { requestTraces } from '../tracing/tracing.ts';
 import type { BodyDecoding } from '../workers/worker-protocol.ts';
 
 export interface InferenceRoutesOptions {
@@ -193,7 +192,7 @@ export const inferenceRoutes: FastifyPluginAsync<InferenceRoutesOptions> = async
           headers,
           arrivedAt,
           bodyDecoding,
-          trace: requestTraces.get(request),
+          trace: request.marinaTrace ?? undefined,
           onClientGone: (cancel: () => void) => {
             reply.raw.once('close', () => {
               if (!reply.raw.writableFinished) cancel();

@@ -3,13 +3,17 @@
  * (OTEL_TRACES_EXPORTER=otlp or console) or config.properties `enable_tracing=true`; configured by
  * OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (http/protobuf, the
  * default, or http/json), OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, OTEL_SERVICE_NAME and
- * OTEL_RESOURCE_ATTRIBUTES (the exporters also read OTEL_EXPORTER_OTLP_HEADERS themselves).
+ * OTEL_RESOURCE_ATTRIBUTES (the OTLP transport also reads OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT and
+ * _COMPRESSION itself).
  *
- * Packages: @opentelemetry/api (the types and context), @opentelemetry/sdk-trace (the tracer
- * provider, samplers, batch processor), the two OTLP/HTTP trace exporters (protobuf and JSON),
- * @opentelemetry/resources and @opentelemetry/core (the W3C trace-context propagator). Not
- * sdk-node: it pulls in every signal, instrumentations and gRPC exporters Marina does not use;
- * not sdk-trace-node: parents are passed explicitly here, so no async context manager is needed.
+ * Packages: @opentelemetry/api (the types and context), @opentelemetry/sdk-trace (the samplers),
+ * @opentelemetry/resources (the resource: service, SDK and OTEL_RESOURCE_ATTRIBUTES),
+ * @opentelemetry/core (the W3C trace-context propagator) and @opentelemetry/otlp-exporter-base (the
+ * OTLP/HTTP transport the SDK's exporters use). Spans themselves are not the SDK's: each is written,
+ * once it is over, straight into an OTLP export request (otlp-span-writer.ts, span-batcher.ts), as
+ * the SDK's live spans and serializers cost a fast model 40% of its throughput. Not sdk-node: it
+ * pulls in every signal, instrumentations and gRPC exporters Marina does not use; not
+ * sdk-trace-node: parents are passed explicitly here, so no async context manager is needed.
  *
  * Spans of one request (children of its request span): `admission` (arrival to queued), `queue`
  * (queued to its batch's start, with the priority level), then `preprocess`, `inference` and
@@ -20,42 +24,44 @@
 import {
   ROOT_CONTEXT,
   SpanKind,
-  SpanStatusCode,
-  TraceFlags,
   trace,
   type Attributes,
   type Context,
-  type HrTime,
   type Link,
-  type Span,
   type SpanContext,
-  type SpanStatus,
   type TextMapGetter,
-  type Tracer,
 } from '@opentelemetry/api';
-import {
-  hrTimeDuration,
-  millisToHrTime,
-  parseKeyPairsIntoRecord,
-  W3CTraceContextPropagator,
-} from '@opentelemetry/core';
-import { OTLPTraceExporter as OtlpJsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { OTLPTraceExporter as OtlpProtoExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { parseKeyPairsIntoRecord, W3CTraceContextPropagator } from '@opentelemetry/core';
 import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources';
 import {
   AlwaysOffSampler,
   AlwaysOnSampler,
-  BatchSpanProcessor,
-  ConsoleSpanExporter,
   ParentBasedSampler,
+  SamplingDecision,
   TraceIdRatioBasedSampler,
-  TracerProvider,
-  type ReadableSpan,
   type Sampler,
-  type SpanExporter,
 } from '@opentelemetry/sdk-trace';
 import { createServeError } from '../errors.ts';
 import type { JobTimings } from '../scheduling/job-timings.ts';
+import {
+  childIdBlock,
+  ID_PARENT,
+  ID_SPAN,
+  newIdBlock,
+  OtlpJsonWriter,
+  OtlpProtobufWriter,
+  type IdBlock,
+  type SpanAttributes,
+  type SpanEvent,
+  type SpanRecord,
+} from './otlp-span-writer.ts';
+import {
+  consoleTransport,
+  otlpHttpTransport,
+  SpanBatcher,
+  type SpanBatcherCounts,
+  type SpanTransport,
+} from './span-batcher.ts';
 
 /** What tracing reads of a job (scheduling/job.ts's Job). */
 interface TracedJob {
@@ -196,69 +202,27 @@ const headerGetter: TextMapGetter<Readonly<Record<string, string | string[] | un
 
 const propagator = new W3CTraceContextPropagator();
 
-/**
- * A performance.now() time as epoch milliseconds on one clock for every span: the SDK would turn
- * each span's performance times into wall time with its own offset (they differ by up to a
- * millisecond), and an end without a time would read Date.now(), which drifts from both.
- */
-function epochMs(performanceTime: number): number {
-  return performance.timeOrigin + performanceTime;
-}
+/** OTLP SpanKind values. */
+const INTERNAL = 1;
+const SERVER = 2;
+/** OTLP status codes. */
+const STATUS_UNSET = 0;
+const STATUS_ERROR = 2;
 
-const idBytes = Buffer.alloc(8);
-
-/** A random, non-zero span id (as the SDK's own generator makes them: Math.random, not crypto). */
-function newSpanId(): string {
-  idBytes.writeUInt32BE((Math.random() * 0x100000000) >>> 0, 0);
-  idBytes.writeUInt32BE((((Math.random() * 0x100000000) >>> 0) | 1) >>> 0, 4);
-  return idBytes.toString('hex');
-}
-
-const UNSET: SpanStatus = { code: SpanStatusCode.UNSET };
+const NO_ATTRIBUTES: SpanAttributes = Object.freeze({});
+const NO_LINKS: Link[] = [];
 
 /**
- * A span that is over when it is made: a job's admission, queue and stage spans, and a batch's,
- * whose start and end are known from the job's timings once it is answered. Handed straight to
- * the batch processor as the SDK's ReadableSpan (what exporters read), without the SDK's live
- * span, its sampler call (a child of a sampled local parent is always sampled here) and its
- * attribute cleaning (these attributes are Marina's own numbers and short strings): measured on
- * the tensor model, the SDK's path cost about half of tracing's time per request.
+ * Spans waiting to be sent (the SDK batch processor's maxQueueSize), spans per export request,
+ * how long a span may wait for its request to fill, and export requests in flight: at 20 000
+ * traced requests a second (seven spans each) a request of 2048 spans leaves about every 15 ms.
  */
-class FinishedSpan implements ReadableSpan {
-  readonly #context: SpanContext;
-  readonly events = [];
-  readonly ended = true;
-  readonly droppedAttributesCount = 0;
-  readonly droppedEventsCount = 0;
-  readonly droppedLinksCount = 0;
-  readonly duration: HrTime;
-
-  constructor(
-    readonly name: string,
-    parent: ReadableSpan,
-    readonly startTime: HrTime,
-    readonly endTime: HrTime,
-    readonly attributes: Attributes,
-    readonly status: SpanStatus,
-    readonly links: Link[] = [],
-  ) {
-    const context = parent.spanContext();
-    this.#context = { traceId: context.traceId, spanId: newSpanId(), traceFlags: TraceFlags.SAMPLED };
-    this.parentSpanContext = context;
-    this.resource = parent.resource;
-    this.instrumentationScope = parent.instrumentationScope;
-    this.duration = hrTimeDuration(startTime, endTime);
-  }
-
-  readonly kind = SpanKind.INTERNAL;
-  readonly parentSpanContext: SpanContext;
-  readonly resource: ReadableSpan['resource'];
-  readonly instrumentationScope: ReadableSpan['instrumentationScope'];
-
-  spanContext(): SpanContext {
-    return this.#context;
-  }
-}
+const MAX_QUEUE_SIZE = 16_384;
+const MAX_EXPORT_BATCH_SIZE = 2048;
+const SCHEDULED_DELAY_MS = 1000;
+const MAX_CONCURRENT_EXPORTS = 2;
+/** How long closing waits for the last spans to reach the collector. */
+const SHUTDOWN_TIMEOUT_MS = 10_000;
 
 /** What a request span starts with. */
 export interface RequestSpanOptions {
@@ -267,50 +231,79 @@ export interface RequestSpanOptions {
   protocol: TracedProtocol;
   /** The request's headers (or gRPC metadata), for `traceparent` and `tracestate`. */
   headers: Readonly<Record<string, string | string[] | undefined>>;
-  attributes: Attributes;
+  /** The span's attributes; the trace takes the object over (it adds the model, status and protocol to it). */
+  attributes: Record<string, string | number | boolean | undefined>;
   /** performance.now() when the request arrived. */
   startedAt: number;
 }
 
+/** Where a request span sits in its trace. */
+interface Placement {
+  ids: IdBlock;
+  /** Whether it has a parent span (a caller's, or a stream call's). */
+  hasParent: boolean;
+  isParentRemote: boolean;
+  traceState: string | undefined;
+}
+
 /**
- * One request's trace: its server span and the context its children hang from. The job carries
- * it to its batch; the protocol ends it with its status.
+ * One request's trace: its server span (written when it ends) and the ids its children hang
+ * from. The job carries it to its batch; the protocol ends it with its status. Unsampled, it only
+ * gives the response its `traceparent`.
  */
 export class RequestTrace {
-  readonly span: Span;
-  readonly context: Context;
+  readonly traceId: string;
+  readonly spanId: string;
+  readonly isSampled: boolean;
+  /** `traceparent` for the response: the request span's context, so a client without a tracer can find its trace. */
+  readonly traceparent: string;
+  /** The trace id, this span's and its parent's id as bytes (links and children read them). */
+  readonly ids: Uint8Array;
   readonly #tracing: Tracing;
+  readonly #placement: Placement;
+  readonly #name: string;
+  readonly #kind: number;
+  readonly #startedAt: number;
+  readonly #attributes: Record<string, string | number | boolean | undefined>;
+  #events: SpanEvent[] | undefined;
   #isEnded = false;
+
+  constructor(
+    tracing: Tracing,
+    options: {
+      placement: Placement;
+      isSampled: boolean;
+      name: string;
+      kind: number;
+      startedAt: number;
+      attributes: RequestSpanOptions['attributes'];
+    },
+  ) {
+    this.#tracing = tracing;
+    this.#placement = options.placement;
+    this.ids = options.placement.ids.ids;
+    this.traceId = options.placement.ids.traceId;
+    this.spanId = options.placement.ids.spanId;
+    this.isSampled = options.isSampled;
+    this.#name = options.name;
+    this.#kind = options.kind;
+    this.#startedAt = options.startedAt;
+    this.#attributes = options.attributes;
+    this.traceparent = `00-${this.traceId}-${this.spanId}-${this.isSampled ? '01' : '00'}`;
+  }
 
   /** The tracer that started it (batch spans come from the same one). */
   get tracing(): Tracing {
     return this.#tracing;
   }
 
-  constructor(tracing: Tracing, span: Span, parent: Context) {
-    this.#tracing = tracing;
-    this.span = span;
-    this.context = trace.setSpan(parent, span);
-  }
-
-  get isSampled(): boolean {
-    return this.span.isRecording();
-  }
-
-  /** `traceparent` for the response: the request span's context, so a client without a tracer can find its trace. */
-  get traceparent(): string {
-    const { traceId, spanId, traceFlags } = this.span.spanContext();
-    return `00-${traceId}-${spanId}-0${(traceFlags & 1).toString(16)}`;
-  }
-
   /** Names the model, version and request id on the request span. */
   setModel(modelName: string, modelVersion: string, requestId: string): void {
-    if (!this.span.isRecording()) return;
-    this.span.setAttributes({
-      'marina.model.name': modelName,
-      'marina.model.version': modelVersion,
-      'marina.request.id': requestId,
-    });
+    if (!this.isSampled) return;
+    const attributes = this.#attributes;
+    attributes['marina.model.name'] = modelName;
+    attributes['marina.model.version'] = modelVersion;
+    attributes['marina.request.id'] = requestId;
   }
 
   /**
@@ -318,34 +311,23 @@ export class RequestTrace {
    * stages. Called once the job is answered (whatever the outcome).
    */
   recordJob(job: TracedJob, outcome: { isOk: boolean; errorCode?: string }): void {
-    if (!this.span.isRecording()) return;
-    const tracing = this.#tracing;
-    const parent = this.span as unknown as ReadableSpan;
+    if (!this.isSampled) return;
     const t = job.timings;
     const end = t.finishedAt ?? performance.now();
     const queuedAt = t.queuedAt ?? end;
-    const error: SpanStatus | undefined = outcome.isOk
-      ? undefined
-      : { code: SpanStatusCode.ERROR, ...(outcome.errorCode !== undefined ? { message: outcome.errorCode } : {}) };
-    const child = (name: string, start: number, stop: number, attributes: Attributes = {}, isError = false) =>
-      tracing.emit(
-        new FinishedSpan(
-          name,
-          parent,
-          millisToHrTime(epochMs(start)),
-          millisToHrTime(epochMs(Math.max(start, stop))),
-          attributes,
-          isError ? (error ?? { code: SpanStatusCode.ERROR }) : UNSET,
-        ),
-      );
-    child('admission', t.arrivedAt, queuedAt);
+    const errorMessage = outcome.isOk ? undefined : outcome.errorCode;
+    this.#child('admission', t.arrivedAt, queuedAt, NO_ATTRIBUTES, false, undefined);
     const startedAt = t.dispatchedAt;
-    child('queue', queuedAt, startedAt ?? end, { 'marina.priority': job.priority }, startedAt === undefined);
+    this.#child(
+      'queue',
+      queuedAt,
+      startedAt ?? end,
+      { 'marina.priority': job.priority },
+      startedAt === undefined,
+      errorMessage,
+    );
     if (startedAt === undefined) return;
-    const batch = {
-      'marina.batch.size': t.batchSize ?? 1,
-      ...(t.workerId !== undefined ? { 'marina.worker.id': t.workerId } : {}),
-    };
+    const batch = { 'marina.batch.size': t.batchSize ?? 1, 'marina.worker.id': t.workerId };
     const stages = t.stages;
     if (stages) {
       // Laid out back from the answer: the worker measured the stages on its own clock, and a
@@ -353,12 +335,39 @@ export class RequestTrace {
       const postprocessStart = Math.max(startedAt, end - stages.postprocessMs);
       const inferenceStart = Math.max(startedAt, postprocessStart - stages.inferenceMs);
       const preprocessStart = Math.max(startedAt, inferenceStart - stages.preprocessWaitMs);
-      child('preprocess', preprocessStart, inferenceStart, batch);
-      child('inference', inferenceStart, postprocessStart, batch, !outcome.isOk);
-      child('postprocess', postprocessStart, end, batch);
+      this.#child('preprocess', preprocessStart, inferenceStart, batch, false, undefined);
+      this.#child('inference', inferenceStart, postprocessStart, batch, !outcome.isOk, errorMessage);
+      this.#child('postprocess', postprocessStart, end, batch, false, undefined);
     } else {
-      child('inference', startedAt, end, batch, !outcome.isOk);
+      this.#child('inference', startedAt, end, batch, !outcome.isOk, errorMessage);
     }
+  }
+
+  /** A finished child of the request span (admission, queue, a stage). */
+  #child(
+    name: string,
+    start: number,
+    stop: number,
+    attributes: SpanAttributes,
+    isError: boolean,
+    message: string | undefined,
+  ): void {
+    const span = this.#tracing.scratch;
+    span.ids = this.ids;
+    span.spanIdAt = -1;
+    span.parentIdAt = ID_SPAN;
+    span.isParentRemote = false;
+    span.traceState = this.#placement.traceState;
+    span.name = name;
+    span.kind = INTERNAL;
+    span.start = start;
+    span.end = Math.max(start, stop);
+    span.attributes = attributes;
+    span.statusCode = isError ? STATUS_ERROR : STATUS_UNSET;
+    span.statusMessage = isError ? message : undefined;
+    span.links = undefined;
+    span.events = undefined;
+    this.#tracing.write(span);
   }
 
   /**
@@ -366,79 +375,162 @@ export class RequestTrace {
    * event on the call's span, with its direction and its number in that direction (from 1).
    */
   addMessageEvent(type: 'SENT' | 'RECEIVED', id: number): void {
-    if (!this.span.isRecording()) return;
-    this.span.addEvent('rpc.message', { 'rpc.message.type': type, 'rpc.message.id': id }, epochMs(performance.now()));
+    if (!this.isSampled || this.#isEnded) return;
+    // A stream's events are bounded as the SDK bounds a span's (its default limit, 128): the oldest go first.
+    this.#events ??= [];
+    if (this.#events.length >= MAX_EVENTS) this.#events.shift();
+    this.#events.push({
+      name: 'rpc.message',
+      time: performance.now(),
+      attributes: { 'rpc.message.type': type, 'rpc.message.id': id },
+    });
   }
 
   /** Ends the request span with its answer: `http.response.status_code` or `rpc.grpc.status_code`, ERROR for server errors. */
-  end(result: { attributes: Attributes; isError: boolean; errorType?: string }): void {
+  end(result: { attributes: SpanAttributes; isError: boolean; errorType?: string }): void {
     if (this.#isEnded) return;
     this.#isEnded = true;
-    if (this.span.isRecording()) {
-      this.span.setAttributes(result.attributes);
-      if (result.isError) {
-        this.span.setStatus({ code: SpanStatusCode.ERROR });
-        if (result.errorType !== undefined) this.span.setAttribute('error.type', result.errorType);
-      }
-    }
-    this.span.end(epochMs(performance.now()));
+    if (!this.isSampled) return;
+    const attributes = this.#attributes;
+    for (const key in result.attributes) attributes[key] = result.attributes[key];
+    if (result.isError && result.errorType !== undefined) attributes['error.type'] = result.errorType;
+    const placement = this.#placement;
+    const span = this.#tracing.scratch;
+    span.ids = this.ids;
+    span.spanIdAt = ID_SPAN;
+    span.parentIdAt = placement.hasParent ? ID_PARENT : -1;
+    span.isParentRemote = placement.isParentRemote;
+    span.traceState = placement.traceState;
+    span.name = this.#name;
+    span.kind = this.#kind;
+    span.start = this.#startedAt;
+    span.end = Math.max(this.#startedAt, performance.now());
+    span.attributes = attributes;
+    span.statusCode = result.isError ? STATUS_ERROR : STATUS_UNSET;
+    span.statusMessage = undefined;
+    span.links = undefined;
+    span.events = this.#events;
+    this.#tracing.write(span);
   }
 }
 
+/** Events kept on one span (a long stream's call span keeps its last ones). */
+const MAX_EVENTS = 128;
+
 /**
  * The server's tracer: request spans from each protocol's edge, their children from the jobs,
- * and batch spans from the workers. `shutdown` exports what is left.
+ * and batch spans from the workers, written as they end into OTLP export requests (see
+ * span-batcher.ts). `shutdown` exports what is left.
  */
 export class Tracing {
-  readonly tracer: Tracer;
   readonly settings: TracingSettings;
-  readonly #provider: TracerProvider;
-  readonly #processor: BatchSpanProcessor;
+  readonly #sampler: Sampler;
+  /** The sampler's answer for a request without a parent when it is always the same (always_on, always_off); undefined for a ratio. */
+  readonly #rootDecision: boolean | undefined;
+  readonly #batcher: SpanBatcher;
+  /** The one span record the writers are handed (they copy it out at once). */
+  readonly scratch: SpanRecord = {
+    ids: new Uint8Array(32),
+    spanIdAt: -1,
+    parentIdAt: -1,
+    isParentRemote: false,
+    traceState: undefined,
+    name: '',
+    kind: INTERNAL,
+    start: 0,
+    end: 0,
+    attributes: NO_ATTRIBUTES,
+    statusCode: STATUS_UNSET,
+    statusMessage: undefined,
+    links: undefined,
+    events: undefined,
+  };
 
-  constructor(settings: TracingSettings, options: { exporter?: SpanExporter; scheduledDelayMs?: number } = {}) {
+  constructor(settings: TracingSettings, options: { transport?: SpanTransport; scheduledDelayMs?: number } = {}) {
     this.settings = settings;
-    const exporter =
-      options.exporter ??
-      (settings.exporter === 'console'
-        ? new ConsoleSpanExporter()
-        : settings.protocol === 'http/json'
-          ? new OtlpJsonExporter({ url: settings.endpoint })
-          : new OtlpProtoExporter({ url: settings.endpoint }));
-    this.#processor = new BatchSpanProcessor({
-      exporter,
-      // Spans leave in batches, off the request path; a full buffer drops spans, never blocks a request.
-      maxQueueSize: 8192,
-      maxExportBatchSize: 512,
-      scheduledDelayMillis: options.scheduledDelayMs ?? 1000,
+    this.#sampler = samplerOf(settings);
+    const root = settings.sampler.replace(/^parentbased_/, '');
+    this.#rootDecision = root === 'always_on' ? true : root === 'always_off' ? false : undefined;
+    const resource = defaultResource().merge(
+      resourceFromAttributes({ ...settings.resourceAttributes, 'service.name': settings.serviceName }),
+    );
+    const header = {
+      resourceAttributes: resource.attributes as SpanAttributes,
+      scopeName: 'marina',
+      scopeVersion: settings.resourceAttributes['service.version'] ?? '',
+    };
+    const writer =
+      settings.exporter === 'console' || settings.protocol === 'http/json'
+        ? new OtlpJsonWriter(header)
+        : new OtlpProtobufWriter(header);
+    this.#batcher = new SpanBatcher({
+      writer,
+      transport:
+        options.transport ??
+        (settings.exporter === 'console'
+          ? consoleTransport()
+          : otlpHttpTransport({ url: settings.endpoint, contentType: writer.contentType })),
+      maxQueueSize: MAX_QUEUE_SIZE,
+      maxExportBatchSize: MAX_EXPORT_BATCH_SIZE,
+      scheduledDelayMs: options.scheduledDelayMs ?? SCHEDULED_DELAY_MS,
+      maxConcurrentExports: MAX_CONCURRENT_EXPORTS,
     });
-    this.#provider = new TracerProvider({
-      sampler: samplerOf(settings),
-      resource: defaultResource().merge(
-        resourceFromAttributes({ ...settings.resourceAttributes, 'service.name': settings.serviceName }),
-      ),
-      spanProcessors: [this.#processor],
-    });
-    this.tracer = this.#provider.getTracer('marina', settings.resourceAttributes['service.version']);
   }
 
-  /** Hands a finished span to the batch processor, as the SDK does when a live span ends. */
-  emit(span: ReadableSpan): void {
-    this.#processor.onEnd(span);
+  /** What became of the spans so far: exported, failed, dropped. */
+  get counts(): Readonly<SpanBatcherCounts> {
+    return this.#batcher.counts;
+  }
+
+  /** Writes a finished span (the record is read at once, not kept). */
+  write(span: SpanRecord): void {
+    this.#batcher.add(span);
   }
 
   /** Starts a request's server span, joined to the caller's `traceparent`/`tracestate` when it sent one. */
   startRequest(options: RequestSpanOptions): RequestTrace {
-    const parent = propagator.extract(ROOT_CONTEXT, options.headers, headerGetter);
-    const span = this.tracer.startSpan(
+    const attributes = options.attributes;
+    attributes['marina.protocol'] = options.protocol;
+    if (options.headers.traceparent === undefined && this.#rootDecision !== undefined) {
+      // No parent and a sampler that decides alone without looking (always_on, always_off): its answer is known.
+      return new RequestTrace(this, {
+        placement: { ids: newIdBlock(undefined), hasParent: false, isParentRemote: false, traceState: undefined },
+        isSampled: this.#rootDecision,
+        name: options.name,
+        kind: SERVER,
+        startedAt: options.startedAt,
+        attributes,
+      });
+    }
+    let context: Context = ROOT_CONTEXT;
+    let parent: SpanContext | undefined;
+    if (options.headers.traceparent !== undefined) {
+      context = propagator.extract(ROOT_CONTEXT, options.headers, headerGetter);
+      parent = trace.getSpanContext(context);
+    }
+    const ids = newIdBlock(parent);
+    const decision = this.#sampler.shouldSample(
+      context,
+      ids.traceId,
       options.name,
-      {
-        kind: SpanKind.SERVER,
-        startTime: epochMs(options.startedAt),
-        attributes: { ...options.attributes, 'marina.protocol': options.protocol },
-      },
-      parent,
+      SpanKind.SERVER,
+      attributes as Attributes,
+      NO_LINKS,
     );
-    return new RequestTrace(this, span, parent);
+    const traceState = decision.traceState ?? parent?.traceState;
+    return new RequestTrace(this, {
+      placement: {
+        ids,
+        hasParent: parent !== undefined,
+        isParentRemote: parent !== undefined,
+        traceState: traceState?.serialize() || undefined,
+      },
+      isSampled: decision.decision === SamplingDecision.RECORD_AND_SAMPLED,
+      name: options.name,
+      kind: SERVER,
+      startedAt: options.startedAt,
+      attributes,
+    });
   }
 
   /**
@@ -449,16 +541,16 @@ export class Tracing {
    * its `rpc.message` events.
    */
   startMessage(call: RequestTrace, options: Omit<RequestSpanOptions, 'headers'>): RequestTrace {
-    const span = this.tracer.startSpan(
-      options.name,
-      {
-        kind: SpanKind.INTERNAL,
-        startTime: epochMs(options.startedAt),
-        attributes: { ...options.attributes, 'marina.protocol': options.protocol },
-      },
-      call.context,
-    );
-    return new RequestTrace(this, span, call.context);
+    const attributes = options.attributes;
+    attributes['marina.protocol'] = options.protocol;
+    return new RequestTrace(this, {
+      placement: { ids: childIdBlock(call), hasParent: true, isParentRemote: false, traceState: undefined },
+      isSampled: call.isSampled,
+      name: options.name,
+      kind: INTERNAL,
+      startedAt: options.startedAt,
+      attributes,
+    });
   }
 
   /**
@@ -470,41 +562,46 @@ export class Tracing {
     batch: { workerId: string; modelName: string; modelVersion: string; isOk: boolean },
   ): void {
     let first: RequestTrace | undefined;
-    const links: Link[] = [];
+    const links: Uint8Array[] = [];
     for (const job of jobs) {
       const t = job.trace;
       if (t === undefined || !t.isSampled) continue;
       first ??= t;
-      links.push({ context: t.span.spanContext() });
+      links.push(t.ids);
     }
     if (first === undefined) return;
     const startedAt = jobs[0]!.timings.dispatchedAt ?? performance.now();
-    this.emit(
-      new FinishedSpan(
-        'batch',
-        first.span as unknown as ReadableSpan,
-        millisToHrTime(epochMs(startedAt)),
-        millisToHrTime(epochMs(Math.max(startedAt, performance.now()))),
-        {
-          'marina.batch.size': jobs.length,
-          'marina.worker.id': batch.workerId,
-          'marina.model.name': batch.modelName,
-          'marina.model.version': batch.modelVersion,
-        },
-        batch.isOk ? UNSET : { code: SpanStatusCode.ERROR },
-        links,
-      ),
-    );
+    const span = this.scratch;
+    span.ids = first.ids;
+    span.spanIdAt = -1;
+    span.parentIdAt = ID_SPAN;
+    span.isParentRemote = false;
+    span.traceState = undefined;
+    span.name = 'batch';
+    span.kind = INTERNAL;
+    span.start = startedAt;
+    span.end = Math.max(startedAt, performance.now());
+    span.attributes = {
+      'marina.batch.size': jobs.length,
+      'marina.worker.id': batch.workerId,
+      'marina.model.name': batch.modelName,
+      'marina.model.version': batch.modelVersion,
+    };
+    span.statusCode = batch.isOk ? STATUS_UNSET : STATUS_ERROR;
+    span.statusMessage = undefined;
+    span.links = links;
+    span.events = undefined;
+    this.write(span);
   }
 
-  /** Exports the spans ended so far (tests, and before a planned stop). */
+  /** Exports the spans ended so far; resolves once the collector has answered (tests, and before a planned stop). */
   forceFlush(): Promise<void> {
-    return this.#provider.forceFlush();
+    return this.#batcher.forceFlush();
   }
 
-  /** Exports what is left and stops; called when the server closes. */
+  /** Exports what is left (waiting at most 10 s for the collector) and stops; called when the server closes. */
   shutdown(): Promise<void> {
-    return this.#provider.shutdown();
+    return this.#batcher.shutdown(SHUTDOWN_TIMEOUT_MS);
   }
 }
 
@@ -523,12 +620,6 @@ export function recordBatchSpan(
     }
   }
 }
-
-/**
- * The trace of each REST request being traced, set by the listener's hooks and read by the routes
- * (which pass it below the protocols); keyed by the request, so it goes with it.
- */
-export const requestTraces = new WeakMap<object, RequestTrace>();
 
 /** Builds the server's tracing from its settings; undefined when off. */
 export function createTracing(settings: TracingSettings | undefined): Tracing | undefined {

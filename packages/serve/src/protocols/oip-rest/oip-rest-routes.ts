@@ -26,7 +26,6 @@ import { MODEL_VERSION_HEADER, type DataPlane, type InferRequest, type InferResp
 import { sendError } from '../error-map.ts';
 import { flattenHeaders } from '../request-headers.ts';
 import { answeredPriority } from '../../routes/server-timing.ts';
-import { requestTraces } from '../../tracing/tracing.ts';
 
 export interface OipRestRoutesOptions {
   dataPlane: DataPlane;
@@ -356,7 +355,7 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         requestId: request.id,
         headers: flattenHeaders(request.headers),
         arrivedAt,
-        trace: requestTraces.get(request),
+        trace: request.marinaTrace ?? undefined,
         onClientGone: (cancel) => {
           reply.raw.once('close', () => {
             if (!reply.raw.writableFinished) cancel();

@@ -1,0 +1,364 @@
+/**
+ * How spans leave the server: the OTLP writers (protobuf and JSON, decoded here by the local
+ * receiver with the collector's own message definitions), and the batcher that sends them
+ * (batches, a bounded queue under a collector that never answers or cannot be reached, the flush
+ * on shutdown). Waits on the transport's calls and on promises, never on the clock.
+ */
+import { createServer } from 'node:net';
+import { once } from 'node:events';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  ID_PARENT,
+  ID_SPAN,
+  MAX_STRING_LENGTH,
+  newIdBlock,
+  OtlpJsonWriter,
+  OtlpProtobufWriter,
+  type SpanRecord,
+  type SpanWriter,
+} from '../src/tracing/otlp-span-writer.ts';
+import { otlpHttpTransport, SpanBatcher, type SpanTransport } from '../src/tracing/span-batcher.ts';
+import { Tracing, tracingSettingsFrom } from '../src/tracing/tracing.ts';
+import { startOtlpReceiver, type OtlpReceiver } from './otlp-receiver.ts';
+import { tempDir } from './helpers.ts';
+
+let dir: { path: string; cleanup: () => Promise<void> };
+let receiver: OtlpReceiver;
+
+beforeAll(async () => {
+  dir = await tempDir('marina-tracing-export-');
+  receiver = await startOtlpReceiver(dir.path);
+});
+
+afterAll(async () => {
+  await receiver?.close();
+  await dir?.cleanup();
+});
+
+const header = {
+  resourceAttributes: { 'service.name': 'writer-test', 'telemetry.sdk.language': 'nodejs' },
+  scopeName: 'marina',
+  scopeVersion: '9.9.9',
+};
+
+/** The exact epoch nanoseconds a writer must give a performance.now() instant. */
+const nanosOf = (instant: number) =>
+  BigInt(Math.round(performance.timeOrigin * 1e6)) + BigInt(Math.round(instant * 1e6));
+
+function record(overrides: Partial<SpanRecord>): SpanRecord {
+  return {
+    ids: newIdBlock(undefined).ids,
+    spanIdAt: ID_SPAN,
+    parentIdAt: -1,
+    isParentRemote: false,
+    traceState: undefined,
+    name: 'span',
+    kind: 1,
+    start: 1000.25,
+    end: 1003.5,
+    attributes: {},
+    statusCode: 0,
+    statusMessage: undefined,
+    links: undefined,
+    events: undefined,
+    ...overrides,
+  };
+}
+
+const hex = (bytes: Uint8Array, at: number, length: number) =>
+  Buffer.from(bytes.subarray(at, at + length)).toString('hex');
+
+describe.each([
+  ['protobuf', () => new OtlpProtobufWriter(header)],
+  ['json', () => new OtlpJsonWriter(header)],
+] as const)('the OTLP %s writer', (encoding, make: () => SpanWriter) => {
+  it('writes ids, parent, name, kind, exact times, every attribute type, links, events, status and tracestate', () => {
+    const writer = make();
+    const parent = newIdBlock(undefined);
+    const child = newIdBlock({ traceId: parent.traceId, spanId: parent.spanId });
+    const longText = 'x'.repeat(MAX_STRING_LENGTH + 500);
+    const start = performance.now();
+    writer.add(
+      record({
+        ids: child.ids,
+        parentIdAt: ID_PARENT,
+        isParentRemote: true,
+        traceState: 'vendor=abc,other=1',
+        name: 'POST /predictions/{model_name}',
+        kind: 2,
+        start,
+        end: start + 12.345678,
+        attributes: {
+          'http.request.method': 'POST',
+          'server.port': 8080,
+          'marina.big': 2 ** 40 + 3,
+          'marina.negative': -7,
+          'marina.ratio': 0.25,
+          'marina.flag': true,
+          'marina.unicode': 'Grüße, 模型 ✓',
+          'marina.long': longText,
+          'marina.none': undefined,
+        },
+        statusCode: 2,
+        statusMessage: 'MARINA_ERR_X',
+        events: [
+          { name: 'rpc.message', time: start + 1, attributes: { 'rpc.message.type': 'SENT', 'rpc.message.id': 1 } },
+        ],
+        links: [parent.ids],
+      }),
+    );
+    writer.add(record({ ids: child.ids, spanIdAt: -1, parentIdAt: ID_SPAN, name: 'queue' }));
+    expect(writer.count).toBe(2);
+    const spans = receiver.decode(writer.take(), writer.contentType);
+    expect(writer.count).toBe(0);
+    expect(spans.map((s) => s.encoding)).toEqual([encoding, encoding]);
+    const [request, queue] = spans;
+    expect(request).toMatchObject({
+      traceId: parent.traceId,
+      spanId: child.spanId,
+      parentSpanId: parent.spanId,
+      name: 'POST /predictions/{model_name}',
+      kind: 2,
+      statusCode: 2,
+      statusMessage: 'MARINA_ERR_X',
+      traceState: 'vendor=abc,other=1',
+      links: [{ traceId: parent.traceId, spanId: parent.spanId }],
+      resource: { 'service.name': 'writer-test', 'telemetry.sdk.language': 'nodejs' },
+    });
+    expect(request!.startNs).toBe(nanosOf(start));
+    expect(request!.endNs).toBe(nanosOf(start + 12.345678));
+    expect(request!.attributes).toEqual({
+      'http.request.method': 'POST',
+      'server.port': 8080,
+      'marina.big': 2 ** 40 + 3,
+      'marina.negative': -7,
+      'marina.ratio': 0.25,
+      'marina.flag': true,
+      'marina.unicode': 'Grüße, 模型 ✓',
+      'marina.long': longText.slice(0, MAX_STRING_LENGTH),
+    });
+    expect(request!.events).toEqual([
+      {
+        name: 'rpc.message',
+        timeNs: nanosOf(start + 1),
+        attributes: { 'rpc.message.type': 'SENT', 'rpc.message.id': 1 },
+      },
+    ]);
+    // A fresh id for a span nobody refers to, under the request span.
+    expect(queue).toMatchObject({ traceId: parent.traceId, parentSpanId: child.spanId, name: 'queue', kind: 1 });
+    expect(queue!.spanId).toMatch(/^[0-9a-f]{16}$/);
+    expect(queue!.spanId).not.toBe(child.spanId);
+    expect(hex(child.ids, ID_SPAN, 8)).toBe(child.spanId);
+  });
+
+  it('keeps each span its own values when values repeat, change, and outgrow the cache; and spans of any size', () => {
+    const writer = make();
+    const { ids } = newIdBlock(undefined);
+    // 200 distinct request ids (past the cache's 64 per key) beside repeating routes and statuses.
+    for (let i = 0; i < 200; i++)
+      writer.add(
+        record({
+          ids,
+          name: i % 2 ? 'odd' : 'even',
+          attributes: {
+            'marina.request.id': `request-${i}`,
+            'http.route': i % 3 ? '/a' : '/b',
+            status: i % 2 ? 200 : 503,
+          },
+        }),
+      );
+    // A span far over 128 bytes and one over 16 kB: their lengths take two and three bytes.
+    const wide = Object.fromEntries(
+      Array.from({ length: 20 }, (_, i) => [`k${i}`, String(i).repeat(MAX_STRING_LENGTH)]),
+    );
+    writer.add(record({ ids, name: 'wide', attributes: wide }));
+    writer.add(record({ ids, name: 'medium', attributes: { text: 'y'.repeat(300) } }));
+    const spans = receiver.decode(writer.take(), writer.contentType);
+    expect(spans).toHaveLength(202);
+    spans.slice(0, 200).forEach((span, i) => {
+      expect(span.name).toBe(i % 2 ? 'odd' : 'even');
+      expect(span.attributes).toEqual({
+        'marina.request.id': `request-${i}`,
+        'http.route': i % 3 ? '/a' : '/b',
+        status: i % 2 ? 200 : 503,
+      });
+    });
+    expect(spans[200]!.attributes).toEqual(
+      Object.fromEntries(Object.entries(wide).map(([k, v]) => [k, v.slice(0, MAX_STRING_LENGTH)])),
+    );
+    expect(spans[201]!.attributes).toEqual({ text: 'y'.repeat(300) });
+    // The writer starts over after a take.
+    writer.add(record({ ids, name: 'again' }));
+    expect(receiver.decode(writer.take(), writer.contentType).map((s) => s.name)).toEqual(['again']);
+  });
+});
+
+/** A transport that records each body and answers when told (or never). */
+function heldTransport() {
+  const sent: Array<{ body: Uint8Array; count: number; answer: (isOk: boolean) => void }> = [];
+  let onSend: () => void = () => {};
+  const transport: SpanTransport = {
+    send: (body, count) =>
+      new Promise<boolean>((resolve) => {
+        sent.push({ body, count, answer: resolve });
+        onSend();
+      }),
+    shutdown: async () => {},
+  };
+  const nextSend = () => new Promise<void>((resolve) => (onSend = resolve));
+  return { transport, sent, nextSend };
+}
+
+describe('the span batcher', () => {
+  it('sends a request when a batch is full and, for the rest, when its delay is over', async () => {
+    const { transport, sent, nextSend } = heldTransport();
+    const writer = new OtlpProtobufWriter(header);
+    const batcher = new SpanBatcher({
+      writer,
+      transport,
+      maxQueueSize: 100,
+      maxExportBatchSize: 4,
+      scheduledDelayMs: 5,
+      maxConcurrentExports: 2,
+    });
+    const ids = newIdBlock(undefined).ids;
+    for (let i = 0; i < 4; i++) batcher.add(record({ ids, name: `full-${i}` }));
+    expect(sent.map((s) => s.count)).toEqual([4]);
+    const delayed = nextSend();
+    batcher.add(record({ ids, name: 'late' }));
+    await delayed;
+    expect(sent.map((s) => s.count)).toEqual([4, 1]);
+    expect(receiver.decode(sent[1]!.body, writer.contentType).map((s) => s.name)).toEqual(['late']);
+    for (const s of sent) s.answer(true);
+    await batcher.forceFlush();
+    expect(batcher.counts).toEqual({ exported: 5, failed: 0, dropped: 0 });
+  });
+
+  it('holds a bounded number of spans while the collector does not answer, drops the rest, and shuts down anyway', async () => {
+    const { transport, sent } = heldTransport();
+    const batcher = new SpanBatcher({
+      writer: new OtlpProtobufWriter(header),
+      transport,
+      maxQueueSize: 10,
+      maxExportBatchSize: 4,
+      scheduledDelayMs: 60_000,
+      maxConcurrentExports: 2,
+    });
+    const ids = newIdBlock(undefined).ids;
+    for (let i = 0; i < 1000; i++) batcher.add(record({ ids }));
+    // Two requests of 4 in flight (never answered), then at most 10 spans waiting: the rest dropped.
+    expect(sent.map((s) => s.count)).toEqual([4, 4]);
+    expect(batcher.counts.dropped).toBe(1000 - 8 - 10);
+    // The collector never answers: shutdown still returns, after its bound.
+    await batcher.shutdown(20);
+    batcher.add(record({ ids }));
+    expect(batcher.counts.dropped).toBe(1000 - 8 - 10 + 1);
+  });
+
+  it('flushes what is written when it shuts down', async () => {
+    const { transport, sent } = heldTransport();
+    const batcher = new SpanBatcher({
+      writer: new OtlpJsonWriter(header),
+      transport: {
+        send: (body, count) => {
+          const answered = transport.send(body, count);
+          sent.at(-1)!.answer(true);
+          return answered;
+        },
+        shutdown: transport.shutdown,
+      },
+      maxQueueSize: 100,
+      maxExportBatchSize: 50,
+      scheduledDelayMs: 60_000,
+      maxConcurrentExports: 2,
+    });
+    const ids = newIdBlock(undefined).ids;
+    for (let i = 0; i < 3; i++) batcher.add(record({ ids, name: `last-${i}` }));
+    expect(sent).toHaveLength(0);
+    await batcher.shutdown(60_000);
+    expect(receiver.decode(sent[0]!.body, 'application/json').map((s) => s.name)).toEqual([
+      'last-0',
+      'last-1',
+      'last-2',
+    ]);
+    expect(batcher.counts).toEqual({ exported: 3, failed: 0, dropped: 0 });
+  });
+
+  it('posts to a real OTLP/HTTP receiver with the SDK transport; with a collector that cannot be reached, keeps its bounded queue and shuts down within its bound', async () => {
+    const before = receiver.spans.length;
+    const live = new SpanBatcher({
+      writer: new OtlpProtobufWriter(header),
+      transport: otlpHttpTransport({ url: `${receiver.url}/v1/traces`, contentType: 'application/x-protobuf' }),
+      maxQueueSize: 100,
+      maxExportBatchSize: 10,
+      scheduledDelayMs: 60_000,
+      maxConcurrentExports: 2,
+    });
+    const ids = newIdBlock(undefined).ids;
+    for (let i = 0; i < 12; i++) live.add(record({ ids, name: `posted-${i}` }));
+    await live.shutdown(60_000);
+    expect(receiver.spans.slice(before).map((s) => s.name)).toEqual(
+      Array.from({ length: 12 }, (_, i) => `posted-${i}`),
+    );
+    expect(live.counts).toEqual({ exported: 12, failed: 0, dropped: 0 });
+    expect(receiver.contentTypes.at(-1)).toBe('application/x-protobuf');
+
+    // A port nobody listens on (taken and released): the export fails, nothing waits for ever.
+    const probe = createServer().listen(0, '127.0.0.1');
+    await once(probe, 'listening');
+    const { port } = probe.address() as { port: number };
+    await new Promise((resolve) => probe.close(resolve));
+    const dead = new SpanBatcher({
+      writer: new OtlpProtobufWriter(header),
+      transport: otlpHttpTransport({
+        url: `http://127.0.0.1:${port}/v1/traces`,
+        contentType: 'application/x-protobuf',
+      }),
+      maxQueueSize: 8,
+      maxExportBatchSize: 4,
+      scheduledDelayMs: 60_000,
+      maxConcurrentExports: 1,
+    });
+    for (let i = 0; i < 100; i++) dead.add(record({ ids }));
+    expect(dead.counts.dropped).toBe(100 - 4 - 8);
+    await dead.shutdown(50);
+    expect(dead.counts.exported).toBe(0);
+  });
+});
+
+describe('tracing with the console exporter', () => {
+  it('writes each export request as one OTLP/JSON line', async () => {
+    const lines: string[] = [];
+    const settings = tracingSettingsFrom({
+      env: { OTEL_TRACES_EXPORTER: 'console', OTEL_SERVICE_NAME: 'console-test' },
+      isEnabled: false,
+      serviceVersion: '1.2.3',
+    })!;
+    const { consoleTransport } = await import('../src/tracing/span-batcher.ts');
+    const tracing = new Tracing(settings, { transport: consoleTransport((line) => lines.push(line)) });
+    const trace = tracing.startRequest({
+      name: 'POST /predictions/{model_name}',
+      protocol: 'torchserve-rest',
+      headers: {},
+      startedAt: performance.now(),
+      attributes: { 'http.request.method': 'POST' },
+    });
+    trace.end({ attributes: { 'http.response.status_code': 200 }, isError: false });
+    await tracing.shutdown();
+    expect(lines).toHaveLength(1);
+    const [span] = receiver.decode(Buffer.from(lines[0]!), 'application/json');
+    expect(span).toMatchObject({
+      traceId: trace.traceId,
+      spanId: trace.spanId,
+      parentSpanId: '',
+      kind: 2,
+      attributes: {
+        'http.request.method': 'POST',
+        'marina.protocol': 'torchserve-rest',
+        'http.response.status_code': 200,
+      },
+      resource: { 'service.name': 'console-test', 'service.version': '1.2.3' },
+    });
+    expect(trace.traceparent).toBe(`00-${trace.traceId}-${trace.spanId}-01`);
+  });
+});
