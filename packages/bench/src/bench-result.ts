@@ -274,4 +274,22 @@ export interface ManyModelsSummary {
   /** The budget server's own loads (marina_model_load_seconds): count and mean ms, making room included. */
   serverLoads: number;
   serverLoadMeanMs: number;
+  /**
+   * One client, one request at a time, each to a model that is not in memory (the budget full of
+   * idle models): what a cold request costs the server when it waits for no other load. Absent in
+   * results written before it was measured.
+   */
+  coldAlone?: ColdAlone;
+}
+
+/** Cold requests sent one at a time to the budget server (ManyModelsSummary.coldAlone). */
+export interface ColdAlone {
+  /** Requests that waited for a load (Server-Timing said so), of those sent. */
+  waited: number;
+  sent: number;
+  /** Their latency at the client, ms. */
+  p50Ms: number;
+  p99Ms: number;
+  /** Their Server-Timing queue time (the wait for the load, making room included), median ms. */
+  queueP50Ms: number;
 }

@@ -116,6 +116,22 @@ async function waitForExit(child: ChildProcess, timeoutMs: number): Promise<bool
  * @throws MARINA_ERR_BENCH_SERVER_START_FAILED when the server exits or does not answer in time.
  */
 export async function startServer(options: StartServerOptions): Promise<RunningServer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startServerOnce(options);
+    } catch (error) {
+      // The ports were free when chosen, but another process may bind one before the server does
+      // (tests and servers on the same machine take ephemeral ports too): choose again.
+      if (attempt >= PORT_ATTEMPTS || !String((error as Error).message).includes('MARINA_ERR_ADDRESS_IN_USE'))
+        throw error;
+    }
+  }
+}
+
+/** How many times startServer chooses free ports before it gives up on a server that found one taken. */
+const PORT_ATTEMPTS = 3;
+
+async function startServerOnce(options: StartServerOptions): Promise<RunningServer> {
   await mkdir(options.workDir, { recursive: true });
   const benchTmpDir = options.tmpDir ?? join(tmpdir(), 'marina-bench');
   await mkdir(benchTmpDir, { recursive: true });

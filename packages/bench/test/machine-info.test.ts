@@ -77,8 +77,33 @@ describe('int8 speed target', () => {
   it('says nothing of the kernels where the run did not measure the fp32 ceiling and the flags are unknown', () => {
     const [speed] = checkInt8Targets(summary);
     expect(speed!.explanation).toMatch(/^short by 0\.80×\. Per image the int8 server took/);
-    const [met] = checkInt8Targets({ ...summary, int8PerSec: 12 }, '', { cpuFlags: ['avx2', 'avx512_vnni'] });
+    const [met] = checkInt8Targets({ ...summary, int8PerSec: 12, int8RoundsPerSec: [12, 12, 12] }, '', {
+      cpuFlags: ['avx2', 'avx512_vnni'],
+    });
     expect(met!.isMet).toBe(true);
     expect(met!.explanation).toBe('this CPU has VNNI (avx2, avx512_vnni).');
+  });
+
+  it('judges the median of the paired rounds, so one disturbed fp32 round cannot make the pooled ratio pass', () => {
+    // fp32's first round at half speed: pooled 10 ÷ 3 = 3.33×, rounds 5.0 / 2.5 / 2.5.
+    const disturbed = {
+      ...summary,
+      fp32PerSec: 3,
+      fp32RoundsPerSec: [2, 4, 4],
+      int8PerSec: 10,
+      int8RoundsPerSec: [10, 10, 10],
+    };
+    const [speed] = checkInt8Targets(disturbed);
+    expect(speed!.isMet).toBe(false);
+    expect(speed!.measured).toMatch(
+      /^median of the paired rounds 2\.50× \(each round int8 ÷ fp32: 5\.00 \/ 2\.50 \/ 2\.50\); pooled 10\.00 vs 3\.00 img\/s = 3\.33×/,
+    );
+    expect(speed!.explanation).toContain('short by 0.30×');
+  });
+
+  it('says how much CPU each server spent per image', () => {
+    const [speed] = checkInt8Targets(summary);
+    // fp32 180% of a core at 4 img/s = 450 ms per image; int8 177% at 8 img/s = 221.25 ms.
+    expect(speed!.explanation).toContain('fp32 450.0 ms, int8 221.3 ms = 2.03×, at 1.80 and 1.77 cores busy');
   });
 });

@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { writeSampleJpeg } from '@marina/model-zoo';
 import { buildApp, type MarinaApp } from '../src/index.ts';
+import { writeClassifierModel } from './fixtures.ts';
 import { tempDir, testConfig, writeModelFolder } from './helpers.ts';
 
 // A handler as users write one: it imports the libraries Marina runs on by their bare names,
@@ -50,4 +51,25 @@ it("resolves a custom handler's bare imports of sharp and onnxruntime-node from 
   });
   expect(res.statusCode, res.body).toBe(200);
   expect(res.json()).toEqual({ width: 64, height: 48, tensorDims: [2] });
+});
+
+it('resolves them too in a worker that started as a spare thread (a model loaded under model_memory_budget)', async () => {
+  // Under a budget the first load starts its own thread and leaves a spare; the next load is given
+  // the spare, whose handler import hooks were registered before it knew its model.
+  const budgeted = await buildApp(testConfig({ residency: { memoryBudgetBytes: 4 * 2 ** 30 } }, dir.path));
+  try {
+    const first = await writeClassifierModel(dir.path, 'first');
+    await budgeted.registry.register({ url: 'first', archivePath: first, synchronous: true });
+    await budgeted.registry.register({ url: 'sizer', archivePath: join(dir.path, 'sizer'), synchronous: true });
+    const res = await budgeted.inference.inject({
+      method: 'POST',
+      url: '/predictions/sizer',
+      payload: await readFile(join(dir.path, 'image.jpg')),
+      headers: { 'content-type': 'image/jpeg' },
+    });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toEqual({ width: 64, height: 48, tensorDims: [2] });
+  } finally {
+    await budgeted.close();
+  }
 });

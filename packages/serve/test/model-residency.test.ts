@@ -293,66 +293,108 @@ describe('many models in a memory budget', () => {
     }
   });
 
-  it('makes room from a busy model when none is idle: its runs finish there, the other busy model stays', async () => {
-    // Two workers' worth: two gate models hold it, each with a run blocked on its gate.
+  /**
+   * A server with room for two workers' worth, gate, scaled and a registered, a loaded and unloaded
+   * once (so it is known to need a worker's 100 MiB), and helpers to block runs on gate files.
+   */
+  async function busyBudgetApp(prefix: string) {
     const busyApp = await buildApp(
       testConfig({ residency: { memoryBudgetBytes: 2 * WORKER_BYTES + 50 * MiB, unloadGraceSeconds: 60 } }, dir.path),
       { readMemoryBytes: () => busyApp.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0) },
     );
     const gateFiles: Record<string, string[]> = { gate: [], scaled: [] };
     const openGates = (model: string) => Promise.all((gateFiles[model] ?? []).map((g) => writeFile(g, '')));
-    try {
-      const busyBase = await busyApp.inference.listen({ host: '127.0.0.1', port: 0 });
-      const send = (model: string, body: unknown) =>
-        fetch(`${busyBase}/predictions/${model}`, {
-          method: 'POST',
-          body: Buffer.isBuffer(body) ? new Uint8Array(body) : JSON.stringify(body),
-          headers: { 'content-type': Buffer.isBuffer(body) ? 'image/jpeg' : 'application/json' },
-        });
-      const blocked = (model: string) => {
-        const gate = `${dir.path}/busy-${model}-${gateFiles[model]!.length}`;
+    const busyBase = await busyApp.inference.listen({ host: '127.0.0.1', port: 0 });
+    const send = (model: string, body: unknown) =>
+      fetch(`${busyBase}/predictions/${model}`, {
+        method: 'POST',
+        body: Buffer.isBuffer(body) ? new Uint8Array(body) : JSON.stringify(body),
+        headers: { 'content-type': Buffer.isBuffer(body) ? 'image/jpeg' : 'application/json' },
+      });
+    for (const name of ['gate', 'scaled', 'a'])
+      await busyApp.registry.register({ url: name, archivePath: `${dir.path}/${name}`, load: false });
+    await busyApp.registry.load('a');
+    await busyApp.registry.unload('a');
+    return {
+      busyApp,
+      send,
+      openGates,
+      /** A request to a gate model that runs until its gate is opened. */
+      blocked(model: string) {
+        const gate = `${dir.path}/${prefix}-${model}-${gateFiles[model]!.length}`;
         gateFiles[model]!.push(gate);
         return send(model, { gate });
-      };
-      const untilModel = (model: string, isThere: (v: ModelVersion) => boolean) => {
+      },
+      untilModel(model: string, isThere: (v: ModelVersion) => boolean) {
         const version = busyApp.registry.getVersion(model);
         return until(version, () => isThere(version));
-      };
-      for (const name of ['gate', 'scaled', 'a'])
-        await busyApp.registry.register({ url: name, archivePath: `${dir.path}/${name}`, load: false });
-      // Loaded once, a is known to need a worker's 100 MiB: more than the budget has free beside two.
-      await busyApp.registry.load('a');
-      await busyApp.registry.unload('a');
+      },
+      /** The version's first unload to make room: its blocked runs are let through as soon as it begins. */
+      evicted(): Promise<string> {
+        return new Promise<string>((resolve) => {
+          const onResidency = (e: ResidencyEvent) => {
+            if (e.state !== 'unloading' || e.reason !== 'evicted') return;
+            busyApp.registry.events.off('residency', onResidency);
+            void openGates(e.modelName);
+            resolve(e.modelName);
+          };
+          busyApp.registry.events.on('residency', onResidency);
+        });
+      },
+      async close() {
+        await Promise.all(Object.keys(gateFiles).map(openGates));
+        await busyApp.close();
+      },
+    };
+  }
+
+  it('makes room from a busy model when none is idle: its runs finish there, the other busy model stays', async () => {
+    // Two workers' worth: two gate models hold it, each with a run blocked on its gate. a needs a
+    // worker's 100 MiB: more than the budget has free beside them.
+    const h = await busyBudgetApp('busy');
+    try {
       // Both gate models busy: scaled with one run, gate with one run and one more request.
-      const runs = [blocked('scaled')];
-      await untilModel('scaled', (v) => v.runningJobs > 0);
-      runs.push(blocked('gate'));
-      await untilModel('gate', (v) => v.runningJobs > 0);
-      runs.push(blocked('gate'));
-      await untilModel('gate', (v) => v.pendingJobs > 1);
-      // The evicted model's runs are let through as soon as its unload begins: they finish there.
-      const evicted = new Promise<string>((resolve) => {
-        const onResidency = (e: ResidencyEvent) => {
-          if (e.state !== 'unloading' || e.reason !== 'evicted') return;
-          busyApp.registry.events.off('residency', onResidency);
-          void openGates(e.modelName);
-          resolve(e.modelName);
-        };
-        busyApp.registry.events.on('residency', onResidency);
-      });
-      const reply = await send('a', jpeg);
+      const runs = [h.blocked('scaled')];
+      await h.untilModel('scaled', (v) => v.runningJobs > 0);
+      runs.push(h.blocked('gate'));
+      await h.untilModel('gate', (v) => v.runningJobs > 0);
+      runs.push(h.blocked('gate'));
+      await h.untilModel('gate', (v) => v.pendingJobs > 1);
+      const evicted = h.evicted();
+      const reply = await h.send('a', jpeg);
       expect(reply.status).toBe(200);
       expect(reply.headers.get('server-timing')).toContain('waiting for the model to load');
       const gone = await evicted;
       expect(['gate', 'scaled']).toContain(gone);
       const stayed = gone === 'gate' ? 'scaled' : 'gate';
-      expect(busyApp.registry.describe(stayed)[0]!.state).toBe('resident');
-      expect(busyApp.registry.describe('a')[0]!.state).toBe('resident');
-      await openGates(stayed);
+      expect(h.busyApp.registry.describe(stayed)[0]!.state).toBe('resident');
+      expect(h.busyApp.registry.describe('a')[0]!.state).toBe('resident');
+      await h.openGates(stayed);
       expect((await Promise.all(runs)).map((r) => r.status)).toEqual([200, 200, 200]);
     } finally {
-      await Promise.all(Object.keys(gateFiles).map(openGates));
-      await busyApp.close();
+      await h.close();
+    }
+  });
+
+  it('makes room from the busy model asked for least, not the least recently used one', async () => {
+    // gate asked for three times (least recently), scaled once (most recently). A load of a, asked
+    // for twice, must take scaled: the least recently used busy model, gate, has more demand than a.
+    const h = await busyBudgetApp('demand');
+    try {
+      const runs = [h.blocked('gate'), h.blocked('gate'), h.blocked('gate')];
+      await h.untilModel('gate', (v) => v.runningJobs > 0 && v.pendingJobs === 3);
+      runs.push(h.blocked('scaled'));
+      await h.untilModel('scaled', (v) => v.runningJobs > 0);
+      // gate's runs stay blocked, so it stays busy.
+      const evicted = h.evicted();
+      const replies = await Promise.all([h.send('a', jpeg), h.send('a', jpeg)]);
+      expect(await evicted).toBe('scaled');
+      expect(replies.map((r) => r.status)).toEqual([200, 200]);
+      expect(h.busyApp.registry.describe('gate')[0]!.state).toBe('resident');
+      await h.openGates('gate');
+      expect((await Promise.all(runs)).map((r) => r.status)).toEqual([200, 200, 200, 200]);
+    } finally {
+      await h.close();
     }
   });
 

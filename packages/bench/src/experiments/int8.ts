@@ -271,9 +271,13 @@ export function explainInt8Time(s: Int8Summary): string {
   const f = budget(s.fp32PerSec, s.fp32Stages);
   const share = (ms: number, of: number) => `${fmt((ms / of) * 100, 0)}%`;
   const decodeMs = s.int8Own.endToEndP50Ms - s.int8Own.inferP50Ms;
+  // CPU ms per image of each server's process tree: where both keep the cores busy, images/s is cores ÷ this.
+  const fp32CpuMs = (s.fp32MeanCpuPercent * 10) / s.fp32PerSec;
+  const int8CpuMs = (s.int8MeanCpuPercent * 10) / s.int8PerSec;
   return [
     `Per image the int8 server took ${fmt(b.wallMs)} ms of wall time (1000 ÷ images/s; mean Server-Timing per request): model ${fmt(b.inference)} ms (${share(b.inference, b.wallMs)}), waiting for decode + preprocess ${fmt(b.pre)} ms (${share(b.pre, b.wallMs)}), postprocess ${fmt(b.post, 2)} ms, and ${fmt(b.rest)} ms (${share(b.rest, b.wallMs)}) outside the handler (the hand-off between batches: main thread ↔ worker messages, queueing, HTTP); the fp32 server: ${fmt(f.wallMs)} ms, model ${share(f.inference, f.wallMs)}, outside the handler ${fmt(f.rest)} ms.`,
     `The int8 model ran ${fmt(b.inference)} ms per request in the server against ${fmt(s.int8CeilingBatch1P50Ms)} ms alone (ceiling batch 1, p50): ${fmt(b.inference / s.int8CeilingBatch1P50Ms, 2)}x, with JPEG decoding for the next request on libuv's pool beside it (server CPU ${fmt(s.int8MeanCpuPercent, 0)}% of one core on average).`,
+    `Server CPU per image (mean CPU ÷ images/s, each server's process tree): fp32 ${fmt(fp32CpuMs)} ms, int8 ${fmt(int8CpuMs)} ms = ${fmt(fp32CpuMs / int8CpuMs, 2)}×, at ${fmt(s.fp32MeanCpuPercent / 100, 2)} and ${fmt(s.int8MeanCpuPercent / 100, 2)} cores busy on average: where both servers keep every core busy, int8 can be at most that much faster.`,
     `The default configuration runs batch 1: the int8 ceiling is ${fmt(s.int8CeilingBatch1PerSec)} img/s at batch 1 against ${fmt(s.int8CeilingPerSec)} at its best batch size.`,
     `Decoding + preprocessing one 640×480 JPEG takes ${fmt(decodeMs)} ms of the int8 model's ${fmt(s.int8Own.endToEndP50Ms)} ms end to end in one process (${share(decodeMs, s.int8Own.endToEndP50Ms)}; the model alone ${fmt(s.int8Own.inferP50Ms)} ms).`,
   ].join(' ');

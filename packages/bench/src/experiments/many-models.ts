@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { packArchive } from '@marina/archive';
 import { createPrng, writeResnet, writeSampleJpeg } from '@marina/model-zoo';
 import { Pool } from 'undici';
-import type { ManyModelsPlan, ManyModelsSummary, ResultRow, ZipfPhase } from '../bench-result.ts';
+import type { ColdAlone, ManyModelsPlan, ManyModelsSummary, ResultRow, ZipfPhase } from '../bench-result.ts';
 import { runJsonChild } from '../child-process-json.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
 import { startServer, type RunningServer } from '../server-process.ts';
@@ -14,6 +14,8 @@ import { rowFromLoad, serverTmpDir, type ExperimentContext } from './experiment-
 const MB = 1_000_000;
 /** The share of the budget the hot set's models fill (see runManyModels). */
 const HOT_SET_BUDGET_SHARE = 0.85;
+/** Rounds over all models of the one-at-a-time cold requests (coldAlone). */
+const COLD_ALONE_ROUNDS = 2;
 const floorScript = fileURLToPath(new URL('../jobs/cold-start-floor.mjs', import.meta.url));
 
 /** The reduced default (ResNet-18) and the issue's full setting (ResNet-50), 12 models, 32 clients, Zipf(1.1). */
@@ -175,6 +177,47 @@ async function touchModels(server: RunningServer, jpeg: Buffer, models: number):
   }
 }
 
+/**
+ * Cold requests one at a time: one client sends the JPEG to each model from the least popular to
+ * the most, `rounds` times, waiting for each answer, so every request finds its model out of
+ * memory (the budget holds the last few it asked for, idle) and waits for its load alone.
+ */
+async function coldAlone(server: RunningServer, jpeg: Buffer, models: number, rounds: number): Promise<ColdAlone> {
+  const latencies: number[] = [];
+  const queueMs: number[] = [];
+  let sent = 0;
+  for (let round = 0; round < rounds; round++)
+    for (let i = models - 1; i >= 0; i--) {
+      const at = performance.now();
+      const response = await fetch(`${server.origin}/predictions/${modelName(i)}`, {
+        method: 'POST',
+        body: new Uint8Array(jpeg),
+        headers: { 'content-type': 'image/jpeg' },
+      });
+      await response.arrayBuffer();
+      sent++;
+      const timing = response.headers.get('server-timing') ?? '';
+      if (response.status !== 200 || !timing.includes('waiting for the model to load')) continue;
+      latencies.push(performance.now() - at);
+      const queue = /queue;dur=([\d.]+)/.exec(timing);
+      if (queue) queueMs.push(Number(queue[1]));
+    }
+  const median = (values: number[], q = 50) =>
+    values.length > 0
+      ? percentile(
+          [...values].sort((a, b) => a - b),
+          q,
+        )
+      : Number.NaN;
+  return {
+    waited: latencies.length,
+    sent,
+    p50Ms: median(latencies),
+    p99Ms: median(latencies, 99),
+    queueP50Ms: median(queueMs),
+  };
+}
+
 /** The server's PSS once it has settled: the median of five readings 200 ms apart (the whole process tree). */
 async function settledPss(server: RunningServer): Promise<number> {
   const sampler = startProcessSampler({ getPids: () => listProcessTree(server.pid), isPssSampled: true });
@@ -316,6 +359,7 @@ export async function runManyModels(
     serverAlonePssMb: serverAlonePssBytes / MB,
     serverLoads: budgeted.loads.count,
     serverLoadMeanMs: budgeted.loads.meanMs,
+    coldAlone: budgeted.cold,
   };
   await writeFile(join(context.workDir, 'many-models.json'), `${JSON.stringify(summary, null, 2)}\n`).catch(
     () => undefined,
@@ -425,7 +469,7 @@ async function runBudgeted(options: {
   jpeg: Buffer;
   all: AllResidentRun;
   onLog: (message: string) => void;
-}): Promise<{ zipf: ZipfRun; hot: ZipfRun; loads: { count: number; meanMs: number } }> {
+}): Promise<{ zipf: ZipfRun; hot: ZipfRun; loads: { count: number; meanMs: number }; cold: ColdAlone }> {
   const { plan, jpeg, all } = options;
   const server = await options.serve('budget', {
     model_memory_budget: String(all.budgetBytes),
@@ -452,7 +496,10 @@ async function runBudgeted(options: {
       pick: zipfSampler(all.hotSetModels, plan.zipfExponent, 12),
       label: `budget, Zipf over the hot set (${all.hotSetModels})`,
     });
-    return { zipf, hot, loads: await serverLoads(server) };
+    const loads = await serverLoads(server);
+    // Last, once the traffic has stopped: a cold request that waits for no other load.
+    const cold = await coldAlone(server, jpeg, plan.models, COLD_ALONE_ROUNDS);
+    return { zipf, hot, loads, cold };
   } finally {
     await server.stop();
   }
@@ -492,10 +539,21 @@ export function formatManyModelsSection(s: ManyModelsSummary): string[] {
     `- Peak PSS under the budget: ${fmt(peak)} MB against budget + 150 MB = ${fmt(s.budgetMb + 150)} MB: **${peak <= s.budgetMb + 150 ? 'met' : 'missed'}** (all resident: ${fmt(Math.max(p.allResidentZipf.peakPssMb, p.allResidentHot.peakPssMb))} MB; the server alone, no model loaded: ${fmt(s.serverAlonePssMb)} MB; the budget is a ${s.plan.budgetDivisor}rd of the all-resident PSS less that).`,
     `- Cold start floor (onnxruntime creating the session from the cached optimised model, median of 3, plus one idle batch-1 run): ${fmt(s.floorCreateMs)} + ${fmt(s.floorRunMs)} = ${fmt(coldFloorMs)} ms. The budget server's own loads: ${s.serverLoads}, mean ${fmt(s.serverLoadMeanMs)} ms each (making room, a worker thread, the session, its warm-up).`,
     `- Requests that waited for a load: p50 ${fmt(waitedP50)} ms (the budget phase's requests that did not wait: p50 ${fmt(p.budgetZipf.warmP50Ms)} ms). Against the idle floor: ${fmt(waitedP50 / coldFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * coldFloorMs ? 'met' : 'missed'}**. Against the load floor plus the p50 the same traffic got with every model resident (${fmt(p.allResidentZipf.p50Ms)} ms: a request's inference under ${s.plan.clients} clients on these cores): ${fmt(s.floorCreateMs)} + ${fmt(p.allResidentZipf.p50Ms)} = ${fmt(underLoadFloorMs)} ms, ${fmt(waitedP50 / underLoadFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * underLoadFloorMs ? 'met' : 'missed'}**.`,
+    ...coldAloneLines(s, coldFloorMs),
     `- Hot set throughput, budget ÷ all resident: ${fmt(p.budgetHot.throughputPerSec, 1)} ÷ ${fmt(p.allResidentHot.throughputPerSec, 1)} = ${fmt(p.budgetHot.throughputPerSec / p.allResidentHot.throughputPerSec, 2)} (goal ≥ 0.8): **${p.budgetHot.throughputPerSec >= 0.8 * p.allResidentHot.throughputPerSec ? 'met' : 'missed'}**.`,
     '',
   );
   return lines;
+}
+
+/** The report's lines on the one-at-a-time cold requests (absent from older results). */
+function coldAloneLines(s: ManyModelsSummary, coldFloorMs: number): string[] {
+  const c = s.coldAlone;
+  if (!c) return [];
+  const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
+  return [
+    `- Cold requests one at a time (one client, the budget full of idle models, each request to a model out of memory; ${c.waited} of ${c.sent} waited for a load): p50 ${fmt(c.p50Ms)} ms, p99 ${fmt(c.p99Ms)} ms, of which the wait for the load (making room included, Server-Timing queue) p50 ${fmt(c.queueP50Ms)} ms. Against the idle floor (${fmt(coldFloorMs)} ms): ${fmt(c.p50Ms / coldFloorMs, 2)}× (goal ≤ 1.5×): **${c.p50Ms <= 1.5 * coldFloorMs ? 'met' : 'missed'}**.`,
+  ];
 }
 
 /** The many-models chart: throughput and peak PSS of the four phases, with the budget line. */

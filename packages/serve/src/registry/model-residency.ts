@@ -62,6 +62,10 @@ export class ModelResidency {
   readonly #loadedAt = new Map<ModelVersion, number>();
   /** How long each resident version's last load took once room was made, ms (#isEvictableBusy). */
   readonly #loadMs = new Map<ModelVersion, number>();
+  /** The same, kept after an unload: how long a load of the version takes (#agingMs). */
+  readonly #lastLoadMs = new WeakMap<ModelVersion, number>();
+  /** Versions whose last load was measured alone (no other load or unload in its group): their first batch completes a clean measure. */
+  readonly #cleanLoads = new WeakSet<ModelVersion>();
   #group: MeasureGroup | undefined;
   /** Counts loads and unloads: a first-batch measure is only kept when nothing else moved meanwhile. */
   #moves = 0;
@@ -91,14 +95,28 @@ export class ModelResidency {
   }
 
   /**
-   * Bytes the budget counts now: what the models are counted for (#countedBytes), or what the
-   * process really holds above its memory without models, whichever is more. Per-model measures
-   * miss memory that grows later (onnxruntime's arena at larger batches, the decoded inputs a worker
-   * holds, the allocator's slack), and loads that overlap split one measure between them; the
-   * process's own memory misses nothing, so the budget bounds what the server really takes.
+   * Bytes the budget counts now: what the process really holds above its memory without models,
+   * plus what the loads under way will still add (#inFlightBytes). The process's own memory misses
+   * nothing a resident model holds (its arena at larger batches, the decoded inputs a worker holds,
+   * the allocator's slack), where per-model measures taken while other models load and serve are
+   * noisy both ways. Before that memory was first read (no load yet), the models' counted sizes.
    */
   usedBytes(): number {
-    return Math.max(this.#countedBytes(), this.observedModelBytes() ?? 0);
+    const observed = this.observedModelBytes();
+    return observed === undefined ? this.#countedBytes() : observed + this.#inFlightBytes();
+  }
+
+  /**
+   * What loads that hold room will still add, bytes: a load whose workers are starting counts its
+   * whole need (part of it may show in the process's memory already: counted twice, never missed);
+   * a loaded version before its first batch counts its need less what its load was measured to add.
+   */
+  #inFlightBytes(): number {
+    let bytes = 0;
+    for (const v of this.#reserved) bytes += this.#loadNeedOf(v);
+    for (const v of this.#warming)
+      if (!this.#reserved.has(v)) bytes += Math.max(0, this.#loadNeedOf(v) - v.residentBytes);
+    return bytes;
   }
 
   /**
@@ -150,7 +168,18 @@ export class ModelResidency {
    * ResNet-50 of 102 MB adds 40–80 MB); the mapped weights and the arena arrive at the first run.
    */
   #loadNeedOf(version: ModelVersion): number {
-    return Math.max(this.needOf(version), version.estimatedBytes);
+    return version.servingBytes || Math.max(this.needOf(version), version.estimatedBytes);
+  }
+
+  /**
+   * What unloading the version is expected to give back, bytes: the most any of its measures or
+   * its estimate says. A measure taken at its load alone (before its first batch, or split with
+   * other loads) can be a fifth of what it holds serving; counting a victim too small would keep a
+   * load waiting beside idle models it could evict. Counted too large, the load evicts one model too
+   * few and looks again at the process's memory.
+   */
+  #freedBy(version: ModelVersion): number {
+    return Math.max(version.servingBytes, this.needOf(version), version.estimatedBytes);
   }
 
   /** Measured bytes of resident versions only (marina_resident_bytes). */
@@ -208,13 +237,14 @@ export class ModelResidency {
     let isMeasuring = false;
     try {
       this.assertFits(version);
-      await this.#makeRoom(version);
+      await this.#makeRoom(version, reason);
       const workers = Math.max(1, version.minWorkers);
       if (version.maxWorkers < workers) version.maxWorkers = workers;
       version.plannedWorkers = workers;
       this.#beginMeasure();
       isMeasuring = true;
       const workersStartedAt = performance.now();
+      const roomMs = workersStartedAt - startedAt;
       const ready = await this.#options.startWorkers(version, workers);
       if (ready === 0) {
         const cause = version.pool.lastError;
@@ -227,7 +257,10 @@ export class ModelResidency {
       this.#endMeasure(version);
       this.#loadedAt.set(version, Date.now());
       this.#loadMs.set(version, performance.now() - workersStartedAt);
+      this.#lastLoadMs.set(version, performance.now() - workersStartedAt);
       version.setTransition(undefined);
+      // From here its load's measure is in the process's memory; what is still to come, #warming counts.
+      this.#reserved.delete(version);
       this.#warming.add(version);
       this.#measureFirstBatch(version);
       // A first load counts its estimate until measured: when the measure came out larger, the
@@ -235,6 +268,10 @@ export class ModelResidency {
       await this.#trimToBudget(version);
       this.#watch();
       this.#armIdle(version);
+      this.#options.log(
+        'info',
+        `${version.label} resident (${reason}) in ${Math.round(performance.now() - startedAt)} ms: room ${Math.round(roomMs)} ms, workers ${Math.round(this.#loadMs.get(version) ?? 0)} ms, ${version.queue.waiting} waiting`,
+      );
       this.#emit(version, 'resident', reason, {
         residentBytes: this.needOf(version),
         loadMs: performance.now() - startedAt,
@@ -261,7 +298,7 @@ export class ModelResidency {
    * one that is loading, or one with anything waiting or running. When that is not enough, waits
    * for a change (a version goes idle, an unload ends) until the version's startupTimeout.
    */
-  async #makeRoom(version: ModelVersion): Promise<void> {
+  async #makeRoom(version: ModelVersion, reason: LoadReason): Promise<void> {
     const budget = this.memoryBudgetBytes;
     if (budget === undefined) {
       this.#reserved.add(version);
@@ -271,7 +308,8 @@ export class ModelResidency {
     // A version whose load passes through more than the budget (its measure fits: assertFits) may
     // still load once everything else that can go has gone.
     const need = Math.min(this.#loadNeedOf(version), budget);
-    const deadline = performance.now() + version.settings.startupTimeoutMs;
+    const roomSince = performance.now();
+    const deadline = roomSince + version.settings.startupTimeoutMs;
     for (;;) {
       const free = budget - this.usedBytes();
       if (need <= free) {
@@ -279,27 +317,41 @@ export class ModelResidency {
         this.#reserved.add(version);
         return;
       }
+      const now = performance.now();
       const byLastUse = (a: ModelVersion, b: ModelVersion) => this.#lastUse(a) - this.#lastUse(b);
       const idle = [...this.#options.versions()].filter((v) => v !== version && this.#isEvictable(v)).sort(byLastUse);
-      // Busy ones after the idle ones: those with nothing running first (they go at once), then
-      // least recently used. Their waiting requests stay queued and load them again.
+      // Busy ones after the idle ones, only those asked for less than this version lately, until it
+      // has waited AGING_LOADS of its loads: a model called once must not push out one called every
+      // second, whose waiting requests would bring it straight back (TinyLFU's admission rule). An
+      // idle model goes whatever its count: holding a load back for it made a lone request to a
+      // rarely used model wait seconds on a quiet server (measured). A load asked for by the API or
+      // at start-up is not held back. Least asked for first, nothing running before running.
+      const isAged = reason !== 'demand' || now - roomSince >= this.#agingMs(version);
+      const wanted = version.demand.valueAt(now);
+      const isAdmitted = (v: ModelVersion) => isAged || v.demand.valueAt(now) < wanted;
       const busy = [...this.#options.versions()]
-        .filter((v) => v !== version && this.#isEvictableBusy(v))
-        .sort((a, b) => Number(a.runningJobs > 0) - Number(b.runningJobs > 0) || byLastUse(a, b));
+        .filter((v) => v !== version && this.#isEvictableBusy(v) && isAdmitted(v))
+        .sort(
+          (a, b) =>
+            a.demand.valueAt(now) - b.demand.valueAt(now) || Number(a.runningJobs > 0) - Number(b.runningJobs > 0),
+        );
       const chosen: ModelVersion[] = [];
       let freed = 0;
       for (const c of [...idle, ...busy]) {
         if (need <= free + freed) break;
         chosen.push(c);
-        freed += this.needOf(c);
+        freed += this.#freedBy(c);
       }
       if (chosen.length > 0 && need <= free + freed) {
         await Promise.all(chosen.map((c) => this.unload(c, 'evicted')));
         continue;
       }
       const left = deadline - performance.now();
-      // A busy version may become evictable by time alone (#isEvictableBusy): look again then.
-      const untilBusyEvictable = this.#untilBusyEvictableMs(version);
+      // A busy version may become evictable by time alone (#isEvictableBusy, aging): look again then.
+      const untilBusyEvictable = Math.min(
+        this.#untilBusyEvictableMs(version),
+        isAged ? Number.POSITIVE_INFINITY : roomSince + this.#agingMs(version) - now,
+      );
       if (left > untilBusyEvictable) {
         await this.#changed(untilBusyEvictable);
         continue;
@@ -317,6 +369,8 @@ export class ModelResidency {
     const budget = this.memoryBudgetBytes;
     if (budget === undefined) return;
     const byLastUse = (a: ModelVersion, b: ModelVersion) => this.#lastUse(a) - this.#lastUse(b);
+    const byDemand = (a: ModelVersion, b: ModelVersion) =>
+      a.demand.valueAt(performance.now()) - b.demand.valueAt(performance.now());
     for (;;) {
       // The watch acts on what the process really holds; after a load, on what is counted too.
       const used = options.isWatch ? (this.observedModelBytes() ?? 0) : this.usedBytes();
@@ -326,7 +380,7 @@ export class ModelResidency {
       // as a load's (#isEvictableBusy): the budget is a bound, not a hope, when every model is busy.
       const lru =
         others.filter((v) => this.#isEvictable(v)).sort(byLastUse)[0] ??
-        (options.isWatch ? others.filter((v) => this.#isEvictableBusy(v)).sort(byLastUse)[0] : undefined);
+        (options.isWatch ? others.filter((v) => this.#isEvictableBusy(v)).sort(byDemand)[0] : undefined);
       if (lru === undefined) return;
       await this.unload(lru, 'evicted');
     }
@@ -365,6 +419,11 @@ export class ModelResidency {
     const loadedAt = this.#loadedAt.get(v);
     const loadMs = this.#loadMs.get(v);
     return loadedAt !== undefined && loadMs !== undefined && Date.now() - loadedAt >= 2 * loadMs;
+  }
+
+  /** How long a load waits before busy versions asked for more than it may make room too: AGING_LOADS of its last load, at least AGING_MIN_MS. */
+  #agingMs(version: ModelVersion): number {
+    return Math.max(AGING_MIN_MS, AGING_LOADS * (this.#lastLoadMs.get(version) ?? 0));
   }
 
   #lastUse(v: ModelVersion): number {
@@ -432,7 +491,7 @@ export class ModelResidency {
       await this.#options.stopWorkers(version);
       if (beforeBytes !== undefined && this.#moves === moves && this.#group === undefined && this.#unloads.size <= 1) {
         const freed = beforeBytes - this.#readMemory();
-        if (freed > 0) version.residentBytes = freed;
+        if (freed > 0) version.residentBytes = version.servingBytes = freed;
       }
     } finally {
       this.#loadedAt.delete(version);
@@ -544,6 +603,8 @@ export class ModelResidency {
       if (startBytes === undefined || this.#moves !== moves || version.state !== 'resident') return;
       const grown = this.#readMemory() - startBytes;
       if (grown > 0) version.residentBytes += grown;
+      // Its load's measure was clean too (#endMeasure kept it): load plus first batch is its whole size.
+      if (this.#cleanLoads.has(version)) version.servingBytes = version.residentBytes;
     };
     this.#firstBatch.set(version, { onProgress, onBatch });
     version.on('progress', onProgress);
@@ -580,6 +641,8 @@ export class ModelResidency {
     const grown = this.#readMemory() - group.baseBytes;
     const estimates = group.done.reduce((sum, v) => sum + Math.max(1, v.estimatedBytes), 0);
     for (const v of group.done) {
+      if (group.done.length === 1 && !group.isTainted) this.#cleanLoads.add(v);
+      else this.#cleanLoads.delete(v);
       const share = Math.round((grown * Math.max(1, v.estimatedBytes)) / estimates);
       // Memory an unload freed during the group hides part of its loads' growth: never count less than the estimate then.
       if (share > 0) v.residentBytes = group.isTainted ? Math.max(share, v.estimatedBytes) : share;
@@ -609,6 +672,10 @@ export class ModelResidency {
     });
   }
 }
+
+/** A load waits this many of its own load times (at least AGING_MIN_MS) before it may evict busy versions asked for more than it. */
+const AGING_LOADS = 4;
+const AGING_MIN_MS = 1000;
 
 /** How often the memory watch reads the process's memory while models are resident. */
 const WATCH_INTERVAL_MS = 500;

@@ -4,6 +4,7 @@ import type { MarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
 import type { ModelSettings } from '../model-settings.ts';
 import { BatchAggregator, type DispatchReason } from './batch-aggregator.ts';
+import { DecayingCounter } from './decaying-counter.ts';
 import type { Job } from './job.ts';
 import { JobQueue } from './job-queue.ts';
 import type { Worker } from '../workers/worker.ts';
@@ -65,13 +66,12 @@ export interface ModelVersionOptions {
 }
 
 /**
- * One registered model version: its settings, its bounded job queue, its batch aggregator and
- * its worker pool. Jobs go in through `submit`; `drain` stops intake and waits for them.
- *
- * The one owner of a request that has not started is the queue (`queue.waiting`: queued, or in a
- * worker's prefetched batch); once its batch starts it is running (`runningJobs`). Admission,
- * describe, stats (autoscaler, metrics) read these two numbers and nothing else.
+ * Half-life of a version's demand count, ms: long enough to tell a model asked for ten times a
+ * second from one asked for every few seconds, short enough that a model nobody calls any more
+ * counts for little within a minute.
  */
+const DEMAND_HALF_LIFE_MS = 10_000;
+
 /**
  * Where a version is in its life: `registered` (archive known, nothing in memory), `loading`
  * (workers starting), `resident` (sessions created, workers may run), `unloading` (workers
@@ -80,6 +80,13 @@ export interface ModelVersionOptions {
 export type ResidencyState = 'registered' | 'loading' | 'resident' | 'unloading';
 
 /**
+ * One registered model version: its settings, its bounded job queue, its batch aggregator and
+ * its worker pool. Jobs go in through `submit`; `drain` stops intake and waits for them.
+ *
+ * The one owner of a request that has not started is the queue (`queue.waiting`: queued, or in a
+ * worker's prefetched batch); once its batch starts it is running (`runningJobs`). Admission,
+ * describe, stats (autoscaler, metrics) read these two numbers and nothing else.
+ *
  * Events: 'batch' (a batch was answered), 'changed' (its workers changed), 'progress' (waiting,
  * running or the workers changed: anything a drain, or a test, may be waiting for).
  */
@@ -119,8 +126,16 @@ export class ModelVersion extends EventEmitter<{
   idleUnloadMs: number;
   /** When a request last arrived (or the version was loaded), ms since the epoch; undefined: never used. */
   lastUsedAt: number | undefined;
+  /** Requests submitted lately, halving every DEMAND_HALF_LIFE_MS (performance.now() clock): what a load must outweigh to evict this version while it is busy. */
+  readonly demand = new DecayingCounter(DEMAND_HALF_LIFE_MS);
   /** Process memory the last load added, bytes (measured: before and after the load); 0 until measured. */
   residentBytes = 0;
+  /**
+   * What the version held serving, bytes, from a clean measure of a whole load (its load plus its
+   * first batch, or what its unload gave back, with nothing else moving meanwhile); 0 until one
+   * was taken. A later load reserves this rather than the estimate from its files.
+   */
+  servingBytes = 0;
   /** What the load is expected to add before it is measured, bytes (the budget's reservation while loading). */
   estimatedBytes = 0;
   readonly unloadGraceMs: number;
@@ -259,6 +274,7 @@ export class ModelVersion extends EventEmitter<{
     this.queue.offer(job);
     if (job.priority === 1 && this.queue.levelCount > 1) this.aggregator.noteTopLevel();
     this.lastUsedAt = Date.now();
+    this.demand.add(performance.now());
     if (this.pool.target === 0 || this.#transition === 'unloading') this.#startOnDemand(this, job.requestId);
     this.#pump();
   }

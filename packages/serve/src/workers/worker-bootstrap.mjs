@@ -23,7 +23,12 @@ if (isSpare) {
     ['../backend/ort-session', './warm-up', './to-json', './use-sched-batch', '../errors'].map((m) => import(m + ext)),
   );
   await Promise.all([import('@marina/handlers'), import('@marina/errors')]);
-  const { assignWorkerInit } = await import(`./worker-init${ext}`);
+  const { assignWorkerInit, scheduleSpareThread } = await import(`./worker-init${ext}`);
+  // What a worker does first that does not depend on its model, done while the spare waits: its
+  // CPU policy (a chrt child process) and the handler import hooks (a loader thread, ~60 ms). A
+  // load given this thread then only reads its model and creates the session.
+  scheduleSpareThread();
+  registerHandlerImportHooks();
   const assigned = new Promise((resolve) => {
     const onMessage = (message) => {
       if (message?.type !== 'assign') return;
@@ -37,10 +42,18 @@ if (isSpare) {
 }
 const { runWorker } = await import(`./worker-main${ext}`);
 await unregister?.();
-// A custom handler lives in an extracted archive with no node_modules above it: let its bare
-// imports (sharp, onnxruntime-node) resolve to the packages Marina runs on, exactly as the
-// validator (@marina/archive's handler probe) resolves them, so what validates also serves.
-registerHooks('@marina/archive/handler-import-hooks', import.meta.url, {
-  data: { fallbackParentURLs: [import.meta.resolve('@marina/handlers/package.json')] },
-});
+if (!isSpare) registerHandlerImportHooks();
 await runWorker();
+
+/**
+ * A custom handler lives in an extracted archive with no node_modules above it: let its bare
+ * imports (sharp, onnxruntime-node) resolve to the packages Marina runs on, exactly as the
+ * validator (@marina/archive's handler probe) resolves them, so what validates also serves. The
+ * hooks only act where Node's own resolution fails, so registering them before worker-main is
+ * imported (a spare thread) changes nothing for Marina's own imports.
+ */
+function registerHandlerImportHooks() {
+  registerHooks('@marina/archive/handler-import-hooks', import.meta.url, {
+    data: { fallbackParentURLs: [import.meta.resolve('@marina/handlers/package.json')] },
+  });
+}

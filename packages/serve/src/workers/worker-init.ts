@@ -1,7 +1,25 @@
 import { workerData } from 'node:worker_threads';
+import { useSchedBatch, type SchedBatchOutcome } from './use-sched-batch.ts';
 import type { WorkerInit } from './worker-protocol.ts';
 
 let assigned: WorkerInit | undefined;
+let early: SchedBatchOutcome | undefined;
+
+/**
+ * A spare thread takes SCHED_BATCH while it waits (useSchedBatch runs util-linux's chrt: a child
+ * process, tens of ms), so a load that is given the thread does not wait for it. Called by the
+ * bootstrap before the spare says it is ready.
+ */
+export function scheduleSpareThread(): void {
+  early = useSchedBatch();
+}
+
+/** The outcome of scheduleSpareThread, once: undefined when this thread did not start as a spare. */
+export function takeEarlySchedBatch(): SchedBatchOutcome | undefined {
+  const outcome = early;
+  early = undefined;
+  return outcome;
+}
 
 /**
  * Gives a spare thread (started before any model was chosen for it, see spare-threads.ts) its

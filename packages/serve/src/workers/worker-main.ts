@@ -18,7 +18,7 @@ import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
 import { useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
-import { workerInit } from './worker-init.ts';
+import { takeEarlySchedBatch, workerInit } from './worker-init.ts';
 import type {
   BatchPayload,
   BatchResult,
@@ -398,7 +398,9 @@ async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
 export async function runWorker(): Promise<void> {
   // First, so that onnxruntime's pool threads, started with the session, inherit the policy. A
   // shadow version's worker takes only the CPU nothing else wants (its copies yield to live work).
-  const scheduling = init.isBackground ? useSchedIdle() : useSchedBatch();
+  // A spare thread took SCHED_BATCH while it waited (worker-init.ts); a shadow's worker goes on to SCHED_IDLE.
+  const early = takeEarlySchedBatch();
+  const scheduling = init.isBackground ? useSchedIdle() : (early ?? useSchedBatch());
   try {
     const builtin = getBuiltinHandler(init.handler);
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });
