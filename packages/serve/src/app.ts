@@ -464,6 +464,8 @@ export async function buildApp(config: ServerConfig, options: BuildAppOptions = 
       isEnabled: config.enableTracing === true,
       serviceVersion: MARINA_VERSION,
     }),
+    // Lost spans are reported in the server's log (bound below, before any span can be lost).
+    (level, message) => log(level, message),
   );
   const inference = createInstance(config, options, config.inferenceAddress, closingState, tracing);
   const management = sameAddress(config.inferenceAddress, config.managementAddress)

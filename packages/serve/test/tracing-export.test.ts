@@ -236,6 +236,7 @@ describe('the span batcher', () => {
 
   it('holds a bounded number of spans while the collector does not answer, drops the rest, and shuts down anyway', async () => {
     const { transport, sent } = heldTransport();
+    const losses: Array<{ dropped: number; failed: number }> = [];
     const batcher = new SpanBatcher({
       writer: new OtlpProtobufWriter(header),
       transport,
@@ -243,12 +244,15 @@ describe('the span batcher', () => {
       maxExportBatchSize: 4,
       scheduledDelayMs: 60_000,
       maxConcurrentExports: 2,
+      onLoss: (counts) => losses.push({ dropped: counts.dropped, failed: counts.failed }),
     });
     const ids = newIdBlock(undefined).ids;
     for (let i = 0; i < 1000; i++) batcher.add(record({ ids }));
     // Two requests of 4 in flight (never answered), then at most 10 spans waiting: the rest dropped.
     expect(sent.map((s) => s.count)).toEqual([4, 4]);
     expect(batcher.counts.dropped).toBe(1000 - 8 - 10);
+    // The first drop is reported at once; the 981 after it within the minute are not (no flood of the log).
+    expect(losses).toEqual([{ dropped: 1, failed: 0 }]);
     // The collector never answers: shutdown still returns, after its bound.
     await batcher.shutdown(20);
     batcher.add(record({ ids }));
@@ -360,5 +364,31 @@ describe('tracing with the console exporter', () => {
       resource: { 'service.name': 'console-test', 'service.version': '1.2.3' },
     });
     expect(trace.traceparent).toBe(`00-${trace.traceId}-${trace.spanId}-01`);
+  });
+});
+
+describe('lost spans', () => {
+  it("says in the server's log when the collector refuses an export: those spans are lost", async () => {
+    const warnings: string[] = [];
+    const settings = tracingSettingsFrom({
+      env: { OTEL_TRACES_EXPORTER: 'otlp', OTEL_SERVICE_NAME: 'loss-test' },
+      isEnabled: false,
+      serviceVersion: '1.2.3',
+    })!;
+    const refusing: SpanTransport = { send: async () => false, shutdown: async () => undefined };
+    const tracing = new Tracing(settings, { transport: refusing, log: (_level, message) => warnings.push(message) });
+    const trace = tracing.startRequest({
+      name: 'POST /predictions/{model_name}',
+      protocol: 'torchserve-rest',
+      headers: {},
+      startedAt: performance.now(),
+      attributes: {},
+    });
+    trace.end({ attributes: {}, isError: false });
+    await tracing.shutdown();
+    expect(tracing.counts).toEqual({ exported: 0, failed: 1, dropped: 0 });
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toContain('0 span(s) dropped');
+    expect(warnings[0]).toContain('1 lost in exports the collector refused or never answered');
   });
 });

@@ -69,7 +69,15 @@ export interface SpanBatcherOptions {
   scheduledDelayMs: number;
   /** Export requests in flight at once. */
   maxConcurrentExports: number;
+  /**
+   * Told when spans are lost (dropped, or in an export that failed): at the first loss, then at
+   * most once every LOSS_REPORT_INTERVAL_MS, with the totals so far.
+   */
+  onLoss?: (counts: Readonly<SpanBatcherCounts>) => void;
 }
+
+/** How often a batcher reports lost spans at most, ms: a dead collector must not flood the log. */
+const LOSS_REPORT_INTERVAL_MS = 60_000;
 
 /** What the batcher did with the spans it was given. */
 export interface SpanBatcherCounts {
@@ -89,6 +97,8 @@ export class SpanBatcher {
   #timer: NodeJS.Timeout | undefined;
   #isShutDown = false;
   readonly #counts: SpanBatcherCounts = { exported: 0, failed: 0, dropped: 0 };
+  #lossReportedAt = Number.NEGATIVE_INFINITY;
+  #lossReported = 0;
 
   constructor(options: SpanBatcherOptions) {
     this.#options = options;
@@ -103,6 +113,7 @@ export class SpanBatcher {
     const { writer } = this.#options;
     if (this.#isShutDown || this.#queuedSpans + writer.count >= this.#options.maxQueueSize) {
       this.#counts.dropped++;
+      this.#reportLoss();
       return;
     }
     writer.add(span);
@@ -138,6 +149,16 @@ export class SpanBatcher {
     clearTimeout(timer);
   }
 
+  #reportLoss(): void {
+    const lost = this.#counts.dropped + this.#counts.failed;
+    const now = performance.now();
+    if (!this.#options.onLoss || lost === this.#lossReported || now - this.#lossReportedAt < LOSS_REPORT_INTERVAL_MS)
+      return;
+    this.#lossReportedAt = now;
+    this.#lossReported = lost;
+    this.#options.onLoss({ ...this.#counts });
+  }
+
   #seal(): void {
     if (this.#timer !== undefined) {
       clearTimeout(this.#timer);
@@ -165,7 +186,10 @@ export class SpanBatcher {
 
   #settle(sent: Promise<void>, count: number, isOk: boolean): void {
     if (isOk) this.#counts.exported += count;
-    else this.#counts.failed += count;
+    else {
+      this.#counts.failed += count;
+      this.#reportLoss();
+    }
     this.#inFlight.delete(sent);
     this.#pump();
   }

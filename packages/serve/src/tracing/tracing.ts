@@ -446,7 +446,15 @@ export class Tracing {
     events: undefined,
   };
 
-  constructor(settings: TracingSettings, options: { transport?: SpanTransport; scheduledDelayMs?: number } = {}) {
+  constructor(
+    settings: TracingSettings,
+    options: {
+      transport?: SpanTransport;
+      scheduledDelayMs?: number;
+      /** Where lost spans are reported (a warning at the first loss, then at most once a minute). */
+      log?: (level: 'warn', message: string) => void;
+    } = {},
+  ) {
     this.settings = settings;
     this.#sampler = samplerOf(settings);
     const root = settings.sampler.replace(/^parentbased_/, '');
@@ -474,6 +482,11 @@ export class Tracing {
       maxExportBatchSize: MAX_EXPORT_BATCH_SIZE,
       scheduledDelayMs: options.scheduledDelayMs ?? SCHEDULED_DELAY_MS,
       maxConcurrentExports: MAX_CONCURRENT_EXPORTS,
+      onLoss: (counts) =>
+        options.log?.(
+          'warn',
+          `tracing: ${counts.dropped} span(s) dropped because the export queue was full (the collector is slow or down) and ${counts.failed} lost in exports the collector refused or never answered, so far; those traces are incomplete`,
+        ),
     });
   }
 
@@ -622,6 +635,9 @@ export function recordBatchSpan(
 }
 
 /** Builds the server's tracing from its settings; undefined when off. */
-export function createTracing(settings: TracingSettings | undefined): Tracing | undefined {
-  return settings === undefined ? undefined : new Tracing(settings);
+export function createTracing(
+  settings: TracingSettings | undefined,
+  log?: (level: 'warn', message: string) => void,
+): Tracing | undefined {
+  return settings === undefined ? undefined : new Tracing(settings, log ? { log } : {});
 }
