@@ -330,25 +330,35 @@ describe('the span batcher', () => {
   });
 });
 
+/** Tracing as `serve` builds it from these OTEL_* variables, sending through `options.transport`. */
+function tracingFor(env: Record<string, string>, options: ConstructorParameters<typeof Tracing>[1]): Tracing {
+  const settings = tracingSettingsFrom({ env, isEnabled: false, serviceVersion: '1.2.3' })!;
+  return new Tracing(settings, options);
+}
+
+/** One TorchServe REST request's span, ended with a 200, then the tracing shut down (its last spans sent). */
+async function traceOneRequest(tracing: Tracing) {
+  const trace = tracing.startRequest({
+    name: 'POST /predictions/{model_name}',
+    protocol: 'torchserve-rest',
+    headers: {},
+    startedAt: performance.now(),
+    attributes: { 'http.request.method': 'POST' },
+  });
+  trace.end({ attributes: { 'http.response.status_code': 200 }, isError: false });
+  await tracing.shutdown();
+  return trace;
+}
+
 describe('tracing with the console exporter', () => {
   it('writes each export request as one OTLP/JSON line', async () => {
     const lines: string[] = [];
-    const settings = tracingSettingsFrom({
-      env: { OTEL_TRACES_EXPORTER: 'console', OTEL_SERVICE_NAME: 'console-test' },
-      isEnabled: false,
-      serviceVersion: '1.2.3',
-    })!;
     const { consoleTransport } = await import('../src/tracing/span-batcher.ts');
-    const tracing = new Tracing(settings, { transport: consoleTransport((line) => lines.push(line)) });
-    const trace = tracing.startRequest({
-      name: 'POST /predictions/{model_name}',
-      protocol: 'torchserve-rest',
-      headers: {},
-      startedAt: performance.now(),
-      attributes: { 'http.request.method': 'POST' },
-    });
-    trace.end({ attributes: { 'http.response.status_code': 200 }, isError: false });
-    await tracing.shutdown();
+    const tracing = tracingFor(
+      { OTEL_TRACES_EXPORTER: 'console', OTEL_SERVICE_NAME: 'console-test' },
+      { transport: consoleTransport((line) => lines.push(line)) },
+    );
+    const trace = await traceOneRequest(tracing);
     expect(lines).toHaveLength(1);
     const [span] = receiver.decode(Buffer.from(lines[0]!), 'application/json');
     expect(span).toMatchObject({
@@ -370,22 +380,12 @@ describe('tracing with the console exporter', () => {
 describe('lost spans', () => {
   it("says in the server's log when the collector refuses an export: those spans are lost", async () => {
     const warnings: string[] = [];
-    const settings = tracingSettingsFrom({
-      env: { OTEL_TRACES_EXPORTER: 'otlp', OTEL_SERVICE_NAME: 'loss-test' },
-      isEnabled: false,
-      serviceVersion: '1.2.3',
-    })!;
     const refusing: SpanTransport = { send: async () => false, shutdown: async () => undefined };
-    const tracing = new Tracing(settings, { transport: refusing, log: (_level, message) => warnings.push(message) });
-    const trace = tracing.startRequest({
-      name: 'POST /predictions/{model_name}',
-      protocol: 'torchserve-rest',
-      headers: {},
-      startedAt: performance.now(),
-      attributes: {},
-    });
-    trace.end({ attributes: {}, isError: false });
-    await tracing.shutdown();
+    const tracing = tracingFor(
+      { OTEL_TRACES_EXPORTER: 'otlp', OTEL_SERVICE_NAME: 'loss-test' },
+      { transport: refusing, log: (_level, message) => warnings.push(message) },
+    );
+    await traceOneRequest(tracing);
     expect(tracing.counts).toEqual({ exported: 0, failed: 1, dropped: 0 });
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toContain('0 span(s) dropped');
