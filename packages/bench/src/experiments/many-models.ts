@@ -8,7 +8,7 @@ import type { ColdAlone, ManyModelsPlan, ManyModelsSummary, ResultRow, ZipfPhase
 import { runJsonChild } from '../child-process-json.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
 import { startServer, type RunningServer } from '../server-process.ts';
-import { percentile } from '../stats.ts';
+import { median, summarizeLatencies } from '../stats.ts';
 import { rowFromLoad, serverTmpDir, type ExperimentContext } from './experiment-context.ts';
 
 const MB = 1_000_000;
@@ -137,26 +137,20 @@ async function zipfLoad(options: {
   const wallMs = performance.now() - started;
   const usage = sampler.stop();
   await pool.close();
-  const sorted = [...latencies].sort((a, b) => a - b);
-  const sortedWaited = [...waited].sort((a, b) => a - b);
+  const all = summarizeLatencies(latencies);
+  const waitedFor = summarizeLatencies(waited);
   return {
     phase: {
       label: options.label,
       requests: latencies.length,
       errors,
       throughputPerSec: (latencies.length / wallMs) * 1000,
-      p50Ms: percentile(sorted, 50),
-      p99Ms: percentile(sorted, 99),
+      p50Ms: all.p50Ms,
+      p99Ms: all.p99Ms,
       waitedForLoad: waited.length,
-      waitedP50Ms: sortedWaited.length > 0 ? percentile(sortedWaited, 50) : Number.NaN,
-      waitedP99Ms: sortedWaited.length > 0 ? percentile(sortedWaited, 99) : Number.NaN,
-      warmP50Ms:
-        warm.length > 0
-          ? percentile(
-              [...warm].sort((a, b) => a - b),
-              50,
-            )
-          : Number.NaN,
+      waitedP50Ms: waitedFor.p50Ms,
+      waitedP99Ms: waitedFor.p99Ms,
+      warmP50Ms: median(warm),
       peakPssMb: usage.peakPssBytes / MB,
     },
     usage,
@@ -165,16 +159,20 @@ async function zipfLoad(options: {
   };
 }
 
+/** POSTs the JPEG to one model's TorchServe predictions route and reads the whole answer. */
+async function postJpeg(server: RunningServer, jpeg: Buffer, model: number): Promise<Response> {
+  const response = await fetch(`${server.origin}/predictions/${modelName(model)}`, {
+    method: 'POST',
+    body: new Uint8Array(jpeg),
+    headers: { 'content-type': 'image/jpeg' },
+  });
+  await response.arrayBuffer();
+  return response;
+}
+
 /** One request to each of the first `models` models, one after another (a hot phase's models made resident, unmeasured). */
 async function touchModels(server: RunningServer, jpeg: Buffer, models: number): Promise<void> {
-  for (let i = 0; i < models; i++) {
-    const response = await fetch(`${server.origin}/predictions/${modelName(i)}`, {
-      method: 'POST',
-      body: new Uint8Array(jpeg),
-      headers: { 'content-type': 'image/jpeg' },
-    });
-    await response.arrayBuffer();
-  }
+  for (let i = 0; i < models; i++) await postJpeg(server, jpeg, i);
 }
 
 /**
@@ -189,12 +187,7 @@ async function coldAlone(server: RunningServer, jpeg: Buffer, models: number, ro
   for (let round = 0; round < rounds; round++)
     for (let i = models - 1; i >= 0; i--) {
       const at = performance.now();
-      const response = await fetch(`${server.origin}/predictions/${modelName(i)}`, {
-        method: 'POST',
-        body: new Uint8Array(jpeg),
-        headers: { 'content-type': 'image/jpeg' },
-      });
-      await response.arrayBuffer();
+      const response = await postJpeg(server, jpeg, i);
       sent++;
       const timing = response.headers.get('server-timing') ?? '';
       if (response.status !== 200 || !timing.includes('waiting for the model to load')) continue;
@@ -202,20 +195,8 @@ async function coldAlone(server: RunningServer, jpeg: Buffer, models: number, ro
       const queue = /queue;dur=([\d.]+)/.exec(timing);
       if (queue) queueMs.push(Number(queue[1]));
     }
-  const median = (values: number[], q = 50) =>
-    values.length > 0
-      ? percentile(
-          [...values].sort((a, b) => a - b),
-          q,
-        )
-      : Number.NaN;
-  return {
-    waited: latencies.length,
-    sent,
-    p50Ms: median(latencies),
-    p99Ms: median(latencies, 99),
-    queueP50Ms: median(queueMs),
-  };
+  const summary = summarizeLatencies(latencies);
+  return { waited: latencies.length, sent, p50Ms: summary.p50Ms, p99Ms: summary.p99Ms, queueP50Ms: median(queueMs) };
 }
 
 /** The server's PSS once it has settled: the median of five readings 200 ms apart (the whole process tree). */
@@ -454,11 +435,6 @@ async function measureColdFloor(tmpDir: string, threads: number): Promise<{ crea
   if (!optimized) return { createMs: Number.NaN, runMs: Number.NaN };
   const { messages } = await runJsonChild({ scriptPath: floorScript, args: [optimized, String(threads), '3'] });
   const result = messages[0] as { createMs: number[]; runMs: number[] };
-  const median = (values: number[]) =>
-    percentile(
-      [...values].sort((a, b) => a - b),
-      50,
-    );
   return { createMs: median(result.createMs), runMs: median(result.runMs) };
 }
 
