@@ -60,10 +60,11 @@ export class ModelResidency {
   readonly #warming = new Set<ModelVersion>();
   readonly #idleTimers = new Map<ModelVersion, ReturnType<typeof setTimeout>>();
   readonly #loadedAt = new Map<ModelVersion, number>();
-  /** How long each resident version's last load took once room was made, ms (#isEvictableBusy). */
-  readonly #loadMs = new Map<ModelVersion, number>();
-  /** The same, kept after an unload: how long a load of the version takes (#agingMs). */
-  readonly #lastLoadMs = new WeakMap<ModelVersion, number>();
+  /**
+   * How long each version's last load took once room was made, ms, kept after its unload: the busy
+   * rule reads it while the version is resident (with #loadedAt), #agingMs for its next load.
+   */
+  readonly #loadMs = new WeakMap<ModelVersion, number>();
   /** Versions whose last load was measured alone (no other load or unload in its group): their first batch completes a clean measure. */
   readonly #cleanLoads = new WeakSet<ModelVersion>();
   #group: MeasureGroup | undefined;
@@ -114,8 +115,8 @@ export class ModelResidency {
   #inFlightBytes(): number {
     let bytes = 0;
     for (const v of this.#reserved) bytes += this.#loadNeedOf(v);
-    for (const v of this.#warming)
-      if (!this.#reserved.has(v)) bytes += Math.max(0, this.#loadNeedOf(v) - v.residentBytes);
+    // A load leaves #reserved before it joins #warming (#load), so none is counted twice.
+    for (const v of this.#warming) bytes += Math.max(0, this.#loadNeedOf(v) - v.residentBytes);
     return bytes;
   }
 
@@ -257,7 +258,6 @@ export class ModelResidency {
       this.#endMeasure(version);
       this.#loadedAt.set(version, Date.now());
       this.#loadMs.set(version, performance.now() - workersStartedAt);
-      this.#lastLoadMs.set(version, performance.now() - workersStartedAt);
       version.setTransition(undefined);
       // From here its load's measure is in the process's memory; what is still to come, #warming counts.
       this.#reserved.delete(version);
@@ -390,14 +390,6 @@ export class ModelResidency {
     return v.state === 'resident' && !v.pinned && v.pendingJobs === 0 && !this.#loads.has(v) && !this.#unloads.has(v);
   }
 
-  /**
-   * A version with requests waiting or running may make room too, once it has been resident at
-   * least twice as long as its load took (ski rental: a version never spends more time being
-   * loaded than serving, so two loads cannot evict each other back and forth). Without this a load
-   * under steady traffic waits for some version to go idle, which with many clients is seconds.
-   * Its running batch finishes (within unload_grace_seconds); its waiting requests stay queued and
-   * load it again.
-   */
   /** ms until the first busy version (not `except`) becomes evictable by #isEvictableBusy's time rule; Infinity when none will. */
   #untilBusyEvictableMs(except: ModelVersion): number {
     let soonest = Number.POSITIVE_INFINITY;
@@ -413,6 +405,14 @@ export class ModelResidency {
     return soonest;
   }
 
+  /**
+   * A version with requests waiting or running may make room too, once it has been resident at
+   * least twice as long as its load took (ski rental: a version never spends more time being
+   * loaded than serving, so two loads cannot evict each other back and forth). Without this a load
+   * under steady traffic waits for some version to go idle, which with many clients is seconds.
+   * Its running batch finishes (within unload_grace_seconds); its waiting requests stay queued and
+   * load it again.
+   */
   #isEvictableBusy(v: ModelVersion): boolean {
     if (v.state !== 'resident' || v.pinned || v.pendingJobs === 0 || this.#loads.has(v) || this.#unloads.has(v))
       return false;
@@ -423,7 +423,7 @@ export class ModelResidency {
 
   /** How long a load waits before busy versions asked for more than it may make room too: AGING_LOADS of its last load, at least AGING_MIN_MS. */
   #agingMs(version: ModelVersion): number {
-    return Math.max(AGING_MIN_MS, AGING_LOADS * (this.#lastLoadMs.get(version) ?? 0));
+    return Math.max(AGING_MIN_MS, AGING_LOADS * (this.#loadMs.get(version) ?? 0));
   }
 
   #lastUse(v: ModelVersion): number {
@@ -495,7 +495,6 @@ export class ModelResidency {
       }
     } finally {
       this.#loadedAt.delete(version);
-      this.#loadMs.delete(version);
       this.#moves++;
       if (this.#group) this.#group.isTainted = true;
       version.setTransition(undefined);
@@ -512,7 +511,6 @@ export class ModelResidency {
     this.#disarmIdle(version);
     this.#forgetFirstBatch(version);
     this.#loadedAt.delete(version);
-    this.#loadMs.delete(version);
   }
 
   /** The version's idle setting changed (or it was pinned/unpinned): re-arm its timer. */
