@@ -241,15 +241,18 @@ async function residentSizes(
   return { bytes, threads, states };
 }
 
-/** The newest optimised copy in the many-models servers' TMPDIR (marina/ort-optimized/<key>/model.onnx): all are of one architecture. */
+/** The most recently used optimised copy in the many-models servers' TMPDIR (marina/ort-optimized/<key>/model.onnx): this run's models are all of one architecture. */
 async function newestOptimizedCopy(tmpDir: string): Promise<string | undefined> {
   const root = join(tmpDir, 'marina', 'ort-optimized');
   const keys = await readdir(root).catch(() => [] as string[]);
   let best: { path: string; mtime: number } | undefined;
   for (const key of keys) {
     const path = join(root, key, 'model.onnx');
-    const info = await stat(path).catch(() => undefined);
-    if (info && (!best || info.mtimeMs > best.mtime)) best = { path, mtime: info.mtimeMs };
+    // The folder's time, not the file's: a load marks the folder used (ort-session.ts), while the
+    // file keeps the time it was written, which for a copy cached by an earlier run (another depth)
+    // can be older than a copy this run never used.
+    const info = await stat(join(root, key)).catch(() => undefined);
+    if (info && (await exists(path)) && (!best || info.mtimeMs > best.mtime)) best = { path, mtime: info.mtimeMs };
   }
   return best?.path;
 }
