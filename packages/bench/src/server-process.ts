@@ -155,6 +155,19 @@ async function startServerOnce(options: StartServerOptions): Promise<RunningServ
   child.stdout!.pipe(log, { end: false });
   child.stderr!.pipe(log, { end: false });
   const origin = `http://127.0.0.1:${ports[0]}`;
+  // A 200 from GET /ping proves only that something listens on the port: when another process took
+  // it first, this server fails to bind (and exits), yet the other one answers. The server's own
+  // start-up report ("Inference API bound to <origin>") proves it is this one.
+  const boundLine = `Inference API bound to ${origin}\n`;
+  let stdoutTail = '';
+  let isBound = false;
+  child.stdout!.on('data', (chunk: Buffer) => {
+    if (isBound) return;
+    // The line may span two chunks: look at the end of the last one and the whole new one.
+    const text = stdoutTail + chunk.toString('utf8');
+    isBound = text.includes(boundLine);
+    stdoutTail = text.slice(-boundLine.length);
+  });
 
   const stop = async (): Promise<void> => {
     if (child.exitCode === null && child.signalCode === null) {
@@ -181,7 +194,7 @@ async function startServerOnce(options: StartServerOptions): Promise<RunningServ
     try {
       const response = await fetch(`${origin}/ping`, { signal: AbortSignal.timeout(2_000) });
       await response.arrayBuffer();
-      if (response.status === 200)
+      if (response.status === 200 && isBound)
         return {
           pid: child.pid!,
           origin,
