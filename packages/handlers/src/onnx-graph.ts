@@ -31,6 +31,67 @@ const ELEM_TYPES: Record<number, string> = {
   16: 'bfloat16',
 };
 const BLOCK_BYTES = 64 * 1024;
+/** How much of an initializer is read to find its name (TensorProto writes its name before its data). */
+const NAME_WINDOW_BYTES = 1024;
+
+/**
+ * Protobuf fields of one message held in memory, read synchronously: the graph's nodes and value
+ * infos are small, and parsing them byte by byte through awaits cost a fresh worker thread (code
+ * not yet compiled) about 25 ms for a ResNet-50 graph, on a model load's path.
+ */
+class BufferReader {
+  pos = 0;
+
+  constructor(private readonly buffer: Buffer) {}
+
+  get end(): number {
+    return this.buffer.length;
+  }
+
+  varint(): number {
+    let result = 0;
+    let multiplier = 1;
+    for (let i = 0; i < 10; i++) {
+      if (this.pos >= this.buffer.length) throw new RangeError('the file ends inside a protobuf field');
+      const b = this.buffer[this.pos++]!;
+      result += (b & 0x7f) * multiplier;
+      if (b < 0x80) return result;
+      multiplier *= 128;
+    }
+    throw new RangeError('a protobuf varint is longer than 10 bytes');
+  }
+
+  /** Reads a length prefix and returns where the value it announces ends. */
+  lengthEnd(): number {
+    const length = this.varint();
+    return this.pos + length;
+  }
+
+  text(length: number): string {
+    if (this.pos + length > this.buffer.length) throw new RangeError('a protobuf string overruns its message');
+    const value = this.buffer.toString('utf8', this.pos, this.pos + length);
+    this.pos += length;
+    return value;
+  }
+
+  /** Skips the value of a field of `wireType` (the tag was read). */
+  skip(wireType: number): void {
+    if (wireType === 0) this.varint();
+    else if (wireType === 1) this.pos += 8;
+    else if (wireType === 2) this.pos = this.lengthEnd();
+    else if (wireType === 5) this.pos += 4;
+    else throw new RangeError(`unsupported protobuf wire type ${wireType}`);
+  }
+
+  /** Calls `onField` for each field up to `end`; `onField` reads the value or returns false to have it skipped. */
+  fields(end: number, onField: (field: number, wireType: number) => boolean): void {
+    while (this.pos < end) {
+      const tag = this.varint();
+      if (!onField(Math.floor(tag / 8), tag & 7)) this.skip(tag & 7);
+    }
+    if (this.pos !== end) throw new RangeError('a protobuf message overruns its length');
+  }
+}
 
 /** Positional reads through a small cache: the graph's framing is read, its weights are skipped with a seek. */
 class FileReader {
@@ -43,39 +104,37 @@ class FileReader {
     readonly size: number,
   ) {}
 
-  private async byte(): Promise<number> {
-    if (this.pos < this.blockAt || this.pos >= this.blockAt + this.block.length) {
-      const buffer = Buffer.alloc(BLOCK_BYTES);
-      const { bytesRead } = await this.file.read(buffer, 0, BLOCK_BYTES, this.pos);
-      if (bytesRead === 0) throw new RangeError('the file ends inside a protobuf field');
-      this.block = buffer.subarray(0, bytesRead);
-      this.blockAt = this.pos;
-    }
-    return this.block[this.pos++ - this.blockAt]!;
+  /** Makes the cache hold [pos, pos + length) when the file has it (a read of at least `length`, from pos). */
+  private async fill(length: number): Promise<void> {
+    if (this.pos >= this.blockAt && this.pos + length <= this.blockAt + this.block.length) return;
+    const buffer = Buffer.allocUnsafe(Math.max(BLOCK_BYTES, length));
+    const { bytesRead } = await this.file.read(buffer, 0, buffer.length, this.pos);
+    if (bytesRead === 0) throw new RangeError('the file ends inside a protobuf field');
+    this.block = buffer.subarray(0, bytesRead);
+    this.blockAt = this.pos;
+  }
+
+  /** The next `length` bytes (fewer where the file ends), pos moved past them. */
+  async take(length: number): Promise<Buffer> {
+    await this.fill(length);
+    const from = this.pos - this.blockAt;
+    const bytes = this.block.subarray(from, Math.min(from + length, this.block.length));
+    this.pos += length;
+    return bytes;
   }
 
   async varint(): Promise<number> {
-    let result = 0;
-    let multiplier = 1;
-    for (let i = 0; i < 10; i++) {
-      const b = await this.byte();
-      result += (b & 0x7f) * multiplier;
-      if (b < 0x80) return result;
-      multiplier *= 128;
-    }
-    throw new RangeError('a protobuf varint is longer than 10 bytes');
+    await this.fill(10);
+    const reader = new BufferReader(this.block.subarray(this.pos - this.blockAt));
+    const value = reader.varint();
+    this.pos += reader.pos;
+    return value;
   }
 
   /** Reads a length prefix and returns where the value it announces ends. */
   async lengthEnd(): Promise<number> {
     const length = await this.varint();
     return this.pos + length;
-  }
-
-  async bytes(length: number): Promise<Buffer> {
-    const out = Buffer.alloc(length);
-    for (let i = 0; i < length; i++) out[i] = await this.byte();
-    return out;
   }
 
   /** Skips the value of a field of `wireType` (the tag was read). */
@@ -102,11 +161,11 @@ class FileReader {
   }
 }
 
-async function readNode(reader: FileReader, end: number): Promise<OnnxNode> {
+function readNode(reader: BufferReader): OnnxNode {
   const node: OnnxNode = { opType: '', inputs: [], outputs: [] };
-  await reader.fields(end, async (field, wireType) => {
+  reader.fields(reader.end, (field, wireType) => {
     if (wireType !== 2 || (field !== 1 && field !== 2 && field !== 4)) return false;
-    const text = (await reader.bytes(await reader.varint())).toString('utf8');
+    const text = reader.text(reader.varint());
     if (field === 1) node.inputs.push(text);
     else if (field === 2) node.outputs.push(text);
     else node.opType = text;
@@ -115,13 +174,13 @@ async function readNode(reader: FileReader, end: number): Promise<OnnxNode> {
   return node;
 }
 
-async function readValueInfo(reader: FileReader, end: number): Promise<TensorSignature> {
+function readValueInfo(reader: BufferReader): TensorSignature {
   const info: TensorSignature & { shape: Array<number | string> } = { name: '', type: 'non-tensor', shape: [] };
-  await reader.fields(end, async (field, wireType) => {
+  reader.fields(reader.end, (field, wireType) => {
     if (wireType !== 2) return false;
-    const length = await reader.varint();
+    const length = reader.varint();
     if (field === 1) {
-      info.name = (await reader.bytes(length)).toString('utf8');
+      info.name = reader.text(length);
       return true;
     }
     if (field !== 2) {
@@ -129,25 +188,21 @@ async function readValueInfo(reader: FileReader, end: number): Promise<TensorSig
       return true;
     }
     // TypeProto → tensor_type (1) → elem_type (1), shape (2) → dim (1) → dim_value (1) | dim_param (2)
-    await reader.fields(reader.pos + length, async (typeField, typeWire) => {
+    reader.fields(reader.pos + length, (typeField, typeWire) => {
       if (typeField !== 1 || typeWire !== 2) return false;
-      const tensorEnd = await reader.lengthEnd();
-      await reader.fields(tensorEnd, async (tensorField, tensorWire) => {
+      reader.fields(reader.lengthEnd(), (tensorField, tensorWire) => {
         if (tensorField === 1 && tensorWire === 0) {
-          const elem = await reader.varint();
+          const elem = reader.varint();
           info.type = ELEM_TYPES[elem] ?? `onnx-type-${elem}`;
           return true;
         }
         if (tensorField !== 2 || tensorWire !== 2) return false;
-        const shapeEnd = await reader.lengthEnd();
-        await reader.fields(shapeEnd, async (shapeField, shapeWire) => {
+        reader.fields(reader.lengthEnd(), (shapeField, shapeWire) => {
           if (shapeField !== 1 || shapeWire !== 2) return false;
-          const dimEnd = await reader.lengthEnd();
           let dim: number | string = -1;
-          await reader.fields(dimEnd, async (dimField, dimWire) => {
-            if (dimField === 1 && dimWire === 0) dim = await reader.varint();
-            else if (dimField === 2 && dimWire === 2)
-              dim = (await reader.bytes(await reader.varint())).toString('utf8');
+          reader.fields(reader.lengthEnd(), (dimField, dimWire) => {
+            if (dimField === 1 && dimWire === 0) dim = reader.varint();
+            else if (dimField === 2 && dimWire === 2) dim = reader.text(reader.varint());
             else return false;
             return true;
           });
@@ -163,14 +218,39 @@ async function readValueInfo(reader: FileReader, end: number): Promise<TensorSig
   return info;
 }
 
-async function readInitializerName(reader: FileReader, end: number): Promise<string> {
-  let name = '';
-  await reader.fields(end, async (field, wireType) => {
-    if (field !== 8 || wireType !== 2) return false;
-    name = (await reader.bytes(await reader.varint())).toString('utf8');
-    return true;
-  });
-  return name;
+/**
+ * An initializer's name (field 8 of TensorProto) without reading its data: its fields are read a
+ * window at a time, and one that runs past the window (raw data written before the name) is
+ * skipped with a seek. Empty when it has none.
+ */
+async function readInitializerName(file: FileReader, end: number): Promise<string> {
+  let windowBytes = NAME_WINDOW_BYTES;
+  while (file.pos < end) {
+    const windowAt = file.pos;
+    const window = new BufferReader(await file.take(Math.min(end - windowAt, windowBytes)));
+    const isLast = windowAt + window.end >= end;
+    let fieldAt = 0;
+    try {
+      while (window.pos < window.end) {
+        fieldAt = window.pos;
+        const tag = window.varint();
+        if (tag >>> 3 === 8 && (tag & 7) === 2) {
+          const name = window.text(window.varint());
+          file.pos = end;
+          return name;
+        }
+        window.skip(tag & 7);
+      }
+      fieldAt = window.pos;
+    } catch (error) {
+      // A field cut by the window's end: read again from its start (a larger window when it is the first).
+      if (!(error instanceof RangeError) || isLast) throw error;
+      if (fieldAt === 0) windowBytes *= 4;
+    }
+    file.pos = windowAt + fieldAt;
+  }
+  file.pos = end;
+  return '';
 }
 
 /**
@@ -193,11 +273,12 @@ export async function readOnnxGraph(modelPath: string): Promise<OnnxGraph> {
       await reader.fields(graphEnd, async (graphField, graphWire) => {
         if (graphWire !== 2) return false;
         const end = await reader.lengthEnd();
-        if (graphField === 1) graph.nodes.push(await readNode(reader, end));
-        else if (graphField === 5) initializers.add(await readInitializerName(reader, end));
-        else if (graphField === 11) graph.inputs.push(await readValueInfo(reader, end));
-        else if (graphField === 12) graph.outputs.push(await readValueInfo(reader, end));
-        else reader.pos = end;
+        if (graphField === 5) initializers.add(await readInitializerName(reader, end));
+        else if (graphField === 1 || graphField === 11 || graphField === 12) {
+          const message = new BufferReader(await reader.take(end - reader.pos));
+          if (graphField === 1) graph.nodes.push(readNode(message));
+          else (graphField === 11 ? graph.inputs : graph.outputs).push(readValueInfo(message));
+        } else reader.pos = end;
         return true;
       });
       return true;

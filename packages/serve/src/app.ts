@@ -49,8 +49,8 @@ export interface BuildAppOptions {
   /** Where the registry, the workers and start-up loading report (worker crashes, failed starts, cache evictions); Fastify's logger when not given. */
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /**
-   * The process's memory now, bytes, measured before and after each model load (default: PSS
-   * from /proc/self/smaps_rollup). Tests that check eviction order pass a deterministic one.
+   * The process's memory now, bytes, measured before and after each model load (default: the
+   * resident set, see readProcessMemoryBytes). Tests that check eviction order pass a deterministic one.
    */
   readMemoryBytes?: () => number;
   /** TorchServe's log files (access_log.log, ts_log.log, model_log.log); startServer passes them, tests may leave them out. */

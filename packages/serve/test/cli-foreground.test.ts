@@ -35,6 +35,7 @@ afterEach(() => {
 /** `serve --foreground` with a sleepy model, resolved once it prints that it is ready. `extraEnv` adds to a copy of this environment without MALLOC_MMAP_THRESHOLD_. */
 async function startForeground(
   extraEnv: Record<string, string> = {},
+  extraConfig = '',
 ): Promise<Foreground & { url: string; env: NodeJS.ProcessEnv }> {
   const cwd = newTempDir();
   mkdirSync(path.join(cwd, 'tmp'));
@@ -52,7 +53,7 @@ async function startForeground(
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     TMPDIR: path.join(cwd, 'tmp'),
-    TS_CONFIG_FILE: writeConfig(cwd),
+    TS_CONFIG_FILE: writeConfig(cwd, extraConfig),
     LOG_LOCATION: path.join(cwd, 'logs'),
     ...extraEnv,
   };
@@ -88,11 +89,11 @@ function stopWithCli(server: { cwd: string; env: NodeJS.ProcessEnv }): Promise<n
   return new Promise((resolve) => stopper.on('exit', (code) => resolve(code)));
 }
 
-function writeConfig(cwd: string): string {
+function writeConfig(cwd: string, extra = ''): string {
   const file = path.join(cwd, 'config.properties');
   writeFileSync(
     file,
-    'inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\nenable_metrics_api=false\n',
+    `inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\nenable_metrics_api=false\n${extra}`,
   );
   return file;
 }
@@ -110,6 +111,22 @@ describe('serve --foreground', { timeout: 60_000 }, () => {
     expect(await server.exited).toBe(0);
     expect(server.output().match(/Marina has stopped\./g)).toHaveLength(1);
     expect(existsSync(path.join(server.cwd, 'tmp', '.marina_server.pid'))).toBe(false);
+  });
+
+  it('loads its models at start-up under model_memory_budget, where each load is given a spare worker thread, and serves', async () => {
+    // The load waits for the spare thread before anything else holds the event loop open: a spare
+    // that did not keep the process alive once taken let it exit (Node's status 13) at start-up.
+    const server = await startForeground({}, 'model_memory_budget=2GB\n');
+    expect(server.output()).toContain('Model loaded: sleepy (version 1.0)');
+    const response = await fetch(`${server.url}/predictions/sleepy`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ value: 7 }),
+    });
+    expect(response.status).toBe(200);
+    expect(await response.json()).toMatchObject({ echo: 7, batchSize: 1 });
+    server.child.kill('SIGTERM');
+    expect(await server.exited).toBe(0);
   });
 
   it('exits at once with status 1 on a second signal while a request is in flight', async () => {

@@ -54,8 +54,8 @@ it("resolves a custom handler's bare imports of sharp and onnxruntime-node from 
 });
 
 it('resolves them too in a worker that started as a spare thread (a model loaded under model_memory_budget)', async () => {
-  // Under a budget the first load starts its own thread and leaves a spare; the next load is given
-  // the spare, whose handler import hooks were registered before it knew its model.
+  // Under a budget every load is given a spare thread (started before its model was known, or
+  // started for it), whose handler import hooks were registered before it knew its model.
   const budgeted = await buildApp(testConfig({ residency: { memoryBudgetBytes: 4 * 2 ** 30 } }, dir.path));
   try {
     const first = await writeClassifierModel(dir.path, 'first');

@@ -2,8 +2,8 @@
  * Many models in a bounded memory budget, through real worker threads, real onnxruntime sessions
  * and real HTTP: demand loads, LRU eviction (pinned and busy versions kept), one shared load for
  * concurrent first requests, the budget's refusals and waits, idle unload and the unload grace.
- * Under a budget every load after the first takes the spare worker thread (workers/spare-threads.ts),
- * so these loads also run that path: the thread started before its model was known, then assigned it.
+ * Under a budget every load takes a spare worker thread (workers/spare-threads.ts), so these loads
+ * also run that path: the thread started before its model was known, then assigned it.
  *
  * The process's memory is read through a deterministic probe here (100 MiB for each live worker
  * thread), so which version is evicted does not depend on the machine's allocator; what the

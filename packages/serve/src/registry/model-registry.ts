@@ -101,7 +101,7 @@ export interface ModelRegistryOptions {
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** Told when a version opens or is removed, to bound and clean the extraction caches. */
   caches?: ModelCaches;
-  /** The process's memory now, bytes, measured around each load (default: PSS from /proc/self/smaps_rollup). */
+  /** The process's memory now, bytes, measured around each load (default: the resident set, process.memoryUsage.rss()). */
   readMemoryBytes?: () => number;
   /** The machine's CPU pressure for the shadow's gate (default: Linux PSI, read at most once a second). */
   cpuPressure?: () => number | undefined;
@@ -147,6 +147,9 @@ export class ModelRegistry implements ModelRegistryApi {
       versions: () => this.#versions(),
       startWorkers: (version, workers) => this.#startWorkers(version, workers),
       stopWorkers: (version) => this.#stopWorkers(version),
+      onFirstBatch: () => {
+        if (!this.#isClosing) this.#spares?.prepare();
+      },
       events: this.events,
       log: this.#log,
       ...(options.readMemoryBytes ? { readMemoryBytes: options.readMemoryBytes } : {}),
@@ -416,8 +419,11 @@ export class ModelRegistry implements ModelRegistryApi {
     await this.#rebalanceThreadsAfter(starting);
     await starting;
     while (version.pool.workers.some((w) => w.state === 'LOADING')) await once(version.pool, 'changed');
-    // The first load started its thread itself; the spare is ready for the next (take() replaces it).
-    if (!this.#isClosing) this.#spares?.prepare();
+    // The next spare thread starts once this load's first batch has run (onFirstBatch): its imports
+    // take 150–200 ms of CPU, which, started now, competed with that batch on a small machine
+    // (a cold ResNet-50 request's first run 65–150 ms against 40–60 warm, measured). A load with
+    // nothing waiting starts it at once; a load that finds none starts one itself (take()).
+    if (!this.#isClosing && version.pendingJobs === 0) this.#spares?.prepare();
     return version.pool.readyCount;
   }
 

@@ -19,8 +19,10 @@ export interface ModelResidencyOptions {
   stopWorkers(version: ModelVersion): Promise<void>;
   events: EventEmitter<RegistryEvents>;
   log: (level: 'info' | 'warn' | 'error', message: string) => void;
-  /** The process's memory now, bytes (default: PSS from /proc). */
+  /** The process's memory now, bytes (default: the resident set, process.memoryUsage.rss()). */
   readMemoryBytes?: () => number;
+  /** A loaded version's first batch has run (it is warm): what waited for it to finish may start. */
+  onFirstBatch?: (version: ModelVersion) => void;
 }
 
 /** Loads whose process-memory deltas overlap: measured together, split by their estimates. */
@@ -598,6 +600,7 @@ export class ModelResidency {
     const onBatch = () => {
       this.#forgetFirstBatch(version);
       this.#warming.delete(version);
+      this.#options.onFirstBatch?.(version);
       if (startBytes === undefined || this.#moves !== moves || version.state !== 'resident') return;
       const grown = this.#readMemory() - startBytes;
       if (grown > 0) version.residentBytes += grown;
