@@ -276,10 +276,12 @@ export interface ManyModelsSummary {
   serverLoadMeanMs: number;
   /**
    * One client, one request at a time, each to a model that is not in memory (the budget full of
-   * idle models): what a cold request costs the server when it waits for no other load. Absent in
-   * results written before it was measured.
+   * idle models), each sent once the server has been quiet for `pauseMs`: what a cold request costs
+   * the server when it waits for no other load. Absent in results written before it was measured.
    */
   coldAlone?: ColdAlone;
+  /** The same cold requests back to back (each sent when the last was answered): a stream of loads. */
+  coldBackToBack?: ColdAlone;
 }
 
 /** Cold requests sent one at a time to the budget server (ManyModelsSummary.coldAlone). */
@@ -292,4 +294,6 @@ export interface ColdAlone {
   p99Ms: number;
   /** Their Server-Timing queue time (the wait for the load, making room included), median ms. */
   queueP50Ms: number;
+  /** How long the client waited after each answer before the next request, ms (absent: 0). */
+  pauseMs?: number;
 }

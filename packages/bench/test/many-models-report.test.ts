@@ -62,6 +62,20 @@ describe('many-models report', () => {
     expect(missed).toContain('p50 160 ms');
   });
 
+  it('says how long the server was quiet before each cold request, and reports the back-to-back ones beside, without a verdict', () => {
+    const lines = formatManyModelsSection({
+      ...summary({ waited: 24, sent: 24, p50Ms: 100, p99Ms: 130, queueP50Ms: 40, pauseMs: 500 }),
+      coldBackToBack: { waited: 23, sent: 24, p50Ms: 190, p99Ms: 260, queueP50Ms: 110, pauseMs: 0 },
+    });
+    expect(coldLine(lines)).toContain('sent after 500 ms of quiet');
+    // 100 ÷ (10 + 40)
+    expect(coldLine(lines)).toContain('2.00×');
+    const backToBack = lines.find((l) => l.startsWith('- The same cold requests back to back'));
+    expect(backToBack).toContain('23 of 24 waited for a load');
+    expect(backToBack).toContain('3.80× the floor');
+    expect(backToBack).not.toMatch(/met|missed/);
+  });
+
   it('leaves the line out for results measured before it existed', () => {
     expect(coldLine(formatManyModelsSection(summary()))).toBeUndefined();
   });

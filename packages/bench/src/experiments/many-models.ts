@@ -14,6 +14,9 @@ import { rowFromLoad, serverTmpDir, type ExperimentContext } from './experiment-
 const MB = 1_000_000;
 /** The share of the budget the hot set's models fill (see runManyModels). */
 const HOT_SET_BUDGET_SHARE = 0.85;
+/** How long the server is left quiet before each cold request of the quiet cold phase, ms (coldAlone). */
+const COLD_QUIET_MS = 500;
+
 /** Rounds over all models of the one-at-a-time cold requests (coldAlone). */
 const COLD_ALONE_ROUNDS = 2;
 const floorScript = fileURLToPath(new URL('../jobs/cold-start-floor.mjs', import.meta.url));
@@ -180,12 +183,18 @@ async function touchModels(server: RunningServer, jpeg: Buffer, models: number):
  * the most, `rounds` times, waiting for each answer, so every request finds its model out of
  * memory (the budget holds the last few it asked for, idle) and waits for its load alone.
  */
-async function coldAlone(server: RunningServer, jpeg: Buffer, models: number, rounds: number): Promise<ColdAlone> {
+async function coldAlone(
+  server: RunningServer,
+  jpeg: Buffer,
+  options: { models: number; rounds: number; pauseMs: number },
+): Promise<ColdAlone> {
+  const { models, rounds, pauseMs } = options;
   const latencies: number[] = [];
   const queueMs: number[] = [];
   let sent = 0;
   for (let round = 0; round < rounds; round++)
     for (let i = models - 1; i >= 0; i--) {
+      if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs));
       const at = performance.now();
       const response = await postJpeg(server, jpeg, i);
       sent++;
@@ -196,7 +205,14 @@ async function coldAlone(server: RunningServer, jpeg: Buffer, models: number, ro
       if (queue) queueMs.push(Number(queue[1]));
     }
   const summary = summarizeLatencies(latencies);
-  return { waited: latencies.length, sent, p50Ms: summary.p50Ms, p99Ms: summary.p99Ms, queueP50Ms: median(queueMs) };
+  return {
+    waited: latencies.length,
+    sent,
+    p50Ms: summary.p50Ms,
+    p99Ms: summary.p99Ms,
+    queueP50Ms: median(queueMs),
+    pauseMs,
+  };
 }
 
 /** The server's PSS once it has settled: the median of five readings 200 ms apart (the whole process tree). */
@@ -344,6 +360,7 @@ export async function runManyModels(
     serverLoads: budgeted.loads.count,
     serverLoadMeanMs: budgeted.loads.meanMs,
     coldAlone: budgeted.cold,
+    coldBackToBack: budgeted.coldBackToBack,
   };
   await writeFile(join(context.workDir, 'many-models.json'), `${JSON.stringify(summary, null, 2)}\n`).catch(
     () => undefined,
@@ -448,7 +465,13 @@ async function runBudgeted(options: {
   jpeg: Buffer;
   all: AllResidentRun;
   onLog: (message: string) => void;
-}): Promise<{ zipf: ZipfRun; hot: ZipfRun; loads: { count: number; meanMs: number }; cold: ColdAlone }> {
+}): Promise<{
+  zipf: ZipfRun;
+  hot: ZipfRun;
+  loads: { count: number; meanMs: number };
+  cold: ColdAlone;
+  coldBackToBack: ColdAlone;
+}> {
   const { plan, jpeg, all } = options;
   const server = await options.serve('budget', {
     model_memory_budget: String(all.budgetBytes),
@@ -476,9 +499,20 @@ async function runBudgeted(options: {
       label: `budget, Zipf over the hot set (${all.hotSetModels})`,
     });
     const loads = await serverLoads(server);
-    // Last, once the traffic has stopped: a cold request that waits for no other load.
-    const cold = await coldAlone(server, jpeg, plan.models, COLD_ALONE_ROUNDS);
-    return { zipf, hot, loads, cold };
+    // Last, once the traffic has stopped: cold requests that wait for no other load, back to back,
+    // then each on a quiet server (what the server still does after a load, such as starting its
+    // next spare thread, is over).
+    const coldBackToBack = await coldAlone(server, jpeg, {
+      models: plan.models,
+      rounds: COLD_ALONE_ROUNDS,
+      pauseMs: 0,
+    });
+    const cold = await coldAlone(server, jpeg, {
+      models: plan.models,
+      rounds: COLD_ALONE_ROUNDS,
+      pauseMs: COLD_QUIET_MS,
+    });
+    return { zipf, hot, loads, cold, coldBackToBack };
   } finally {
     await server.stop();
   }
@@ -530,8 +564,14 @@ function coldAloneLines(s: ManyModelsSummary, coldFloorMs: number): string[] {
   const c = s.coldAlone;
   if (!c) return [];
   const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
+  const b = s.coldBackToBack;
   return [
-    `- Cold requests one at a time (one client, the budget full of idle models, each request to a model out of memory; ${c.waited} of ${c.sent} waited for a load): p50 ${fmt(c.p50Ms)} ms, p99 ${fmt(c.p99Ms)} ms, of which the wait for the load (making room included, Server-Timing queue) p50 ${fmt(c.queueP50Ms)} ms. Against the idle floor (${fmt(coldFloorMs)} ms): ${fmt(c.p50Ms / coldFloorMs, 2)}× (goal ≤ 1.5×): **${c.p50Ms <= 1.5 * coldFloorMs ? 'met' : 'missed'}**.`,
+    `- Cold requests one at a time (one client, the budget full of idle models, each request to a model out of memory${c.pauseMs ? `, sent after ${fmt(c.pauseMs)} ms of quiet` : ''}; ${c.waited} of ${c.sent} waited for a load): p50 ${fmt(c.p50Ms)} ms, p99 ${fmt(c.p99Ms)} ms, of which the wait for the load (making room included, Server-Timing queue) p50 ${fmt(c.queueP50Ms)} ms. Against the idle floor (${fmt(coldFloorMs)} ms): ${fmt(c.p50Ms / coldFloorMs, 2)}× (goal ≤ 1.5×): **${c.p50Ms <= 1.5 * coldFloorMs ? 'met' : 'missed'}**.`,
+    ...(b
+      ? [
+          `- The same cold requests back to back (each sent as the last was answered, ${b.waited} of ${b.sent} waited for a load): p50 ${fmt(b.p50Ms)} ms, p99 ${fmt(b.p99Ms)} ms, load wait p50 ${fmt(b.queueP50Ms)} ms: ${fmt(b.p50Ms / coldFloorMs, 2)}× the floor (each load overlaps what the last one left running: the victim's thread ending, the next spare thread starting).`,
+        ]
+      : []),
   ];
 }
 
