@@ -19,7 +19,13 @@ import { loadStartupModels, type StartupLoadResult } from './startup-loading.ts'
 import { inferenceRoutes } from './routes/inference.ts';
 import { sendError, torchServeRestError } from './protocols/error-map.ts';
 import { answeredPriority } from './routes/server-timing.ts';
-import { createTracing, tracingSettingsFrom, type RequestTrace, type Tracing } from './tracing/tracing.ts';
+import {
+  createTracing,
+  tracingSettingsFrom,
+  type RequestSpanOptions,
+  type RequestTrace,
+  type Tracing,
+} from './tracing/tracing.ts';
 import { MARINA_VERSION } from './version.ts';
 import { managementErrors } from './routes/management-errors.ts';
 import { TS_METHOD_NOT_ALLOWED, TS_RESOURCE_NOT_FOUND } from './protocols/torchserve-texts.ts';
@@ -217,28 +223,39 @@ function requestTracer(
   address: ServerConfig['inferenceAddress'],
 ): RequestTracer {
   app.decorateRequest('marinaTrace', null);
+  // Span names by method and route: the same string each time, so the writer's lookup of its
+  // encoding needs no new string hashed per request.
+  const names = new Map<string, string>();
   return {
     start(request, reply) {
       const route = request.routeOptions.url;
       if (route === undefined || UNTRACED_ROUTES.has(route) || request.method === 'OPTIONS') return;
       const query = request.url.indexOf('?');
       const path = query < 0 ? request.url : request.url.slice(0, query);
+      const nameKey = request.method + route;
+      let name = names.get(nameKey);
+      if (name === undefined) {
+        name = `${request.method} ${route}`;
+        // Routes and methods are the server's own (a bounded set), but a bound costs nothing.
+        if (names.size < 1024) names.set(nameKey, name);
+      }
+      const attributes: RequestSpanOptions['attributes'] = {
+        'http.request.method': request.method,
+        'http.route': route,
+        'url.path': path,
+        'url.scheme': address.protocol,
+        'server.address': address.host,
+        'server.port': (request.socket.localPort ?? address.port) as number,
+        'network.protocol.version': request.raw.httpVersion,
+        'client.address': request.socket.remoteAddress || undefined,
+        'user_agent.original': request.headers['user-agent'] || undefined,
+      };
       const requestTrace = tracing.startRequest({
-        name: `${request.method} ${route}`,
+        name,
         protocol: route.startsWith('/v2/') ? 'oip-rest' : 'torchserve-rest',
         headers: request.headers,
         startedAt: performance.now(),
-        attributes: {
-          'http.request.method': request.method,
-          'http.route': route,
-          'url.path': path,
-          'url.scheme': address.protocol,
-          'server.address': address.host,
-          'server.port': (request.socket.localPort ?? address.port) as number,
-          'network.protocol.version': request.raw.httpVersion,
-          ...(request.socket.remoteAddress ? { 'client.address': request.socket.remoteAddress } : {}),
-          ...(request.headers['user-agent'] ? { 'user_agent.original': request.headers['user-agent'] } : {}),
-        },
+        attributes,
       });
       request.marinaTrace = requestTrace;
       reply.header('traceparent', requestTrace.traceparent);

@@ -193,6 +193,9 @@ describe('OpenTelemetry tracing', { timeout: 60_000 }, () => {
     expect(request.attributes['marina.request.id']).toBe(response.headers.get('x-request-id'));
     expect(children.get('queue')!.attributes['marina.priority']).toBe(1);
     expect(children.get('inference')!.attributes).toMatchObject({ 'marina.batch.size': 1 });
+    // The stages around it ran in the same batch on the same worker: only the inference span says so.
+    expect(children.get('preprocess')!.attributes).toEqual({});
+    expect(children.get('postprocess')!.attributes).toEqual({});
     expect(typeof children.get('inference')!.attributes['marina.worker.id']).toBe('string');
     expect(request.resource).toMatchObject({
       'service.name': 'marina-under-test',
