@@ -123,12 +123,17 @@ class FileReader {
     return bytes;
   }
 
-  async varint(): Promise<number> {
+  /** Runs `read` on the cached bytes from pos (a field's tag or length, 10 bytes at most), then moves pos as far as it read. */
+  private async inBlock<T>(read: (reader: BufferReader) => T): Promise<T> {
     await this.fill(10);
     const reader = new BufferReader(this.block.subarray(this.pos - this.blockAt));
-    const value = reader.varint();
+    const value = read(reader);
     this.pos += reader.pos;
     return value;
+  }
+
+  varint(): Promise<number> {
+    return this.inBlock((reader) => reader.varint());
   }
 
   /** Reads a length prefix and returns where the value it announces ends. */
@@ -137,16 +142,9 @@ class FileReader {
     return this.pos + length;
   }
 
-  /** Skips the value of a field of `wireType` (the tag was read). */
-  async skip(wireType: number): Promise<void> {
-    if (wireType === 0) await this.varint();
-    else if (wireType === 1) this.pos += 8;
-    else if (wireType === 2) {
-      // Read the length before touching pos: `pos += await ...` would add to the old pos.
-      const length = await this.varint();
-      this.pos += length;
-    } else if (wireType === 5) this.pos += 4;
-    else throw new RangeError(`unsupported protobuf wire type ${wireType}`);
+  /** Skips the value of a field of `wireType` (the tag was read): BufferReader's skip, which may move past the cached bytes. */
+  skip(wireType: number): Promise<void> {
+    return this.inBlock((reader) => reader.skip(wireType));
   }
 
   /** Calls `onField` for each field up to `end`; `onField` reads the value or returns false to have it skipped. */
