@@ -410,8 +410,8 @@ async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
 
 /**
  * What a spare thread (spare-threads.ts) does while it waits for a model, once it said it is
- * ready: decodes a tiny image, so a cold request's decode in this thread does not compile sharp's
- * code first (6-12 ms of the request's wait on a ResNet-50 load).
+ * ready: decodes a generated image (warmUpImageDecoding), so that a cold request's decode in this
+ * thread does not pay for the thread's first decode of that size.
  */
 export function warmUpSpareThread(): Promise<void> {
   return warmUpImageDecoding();
