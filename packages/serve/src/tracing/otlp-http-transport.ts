@@ -36,12 +36,8 @@ export interface OtlpHttpSettings {
 
 /** The OTLP exporter specification's default timeout, ms. */
 const DEFAULT_TIMEOUT_MS = 10_000;
-/** Retries after the first attempt, and their backoff: the SDK's (retrying-transport.ts in otlp-exporter-base). */
-const MAX_RETRIES = 5;
-const INITIAL_BACKOFF_MS = 1000;
-const MAX_BACKOFF_MS = 5000;
-const BACKOFF_MULTIPLIER = 1.5;
-const JITTER = 0.2;
+/** Retries after the first attempt, and their backoff (± jitter): the SDK's (retrying-transport.ts in otlp-exporter-base). */
+const RETRY_POLICY = { most: 5, firstBackoffMs: 1000, maxBackoffMs: 5000, multiplier: 1.5, jitter: 0.2 } as const;
 /**
  * The most of a response that is read before its connection is closed: Marina judges an export by
  * its status and needs none of the body (an OTLP response is a few bytes, a partial-success note at
@@ -192,15 +188,18 @@ class OtlpHttpTransport implements SpanTransport {
         return false;
       }
     }
-    let backoffMs = INITIAL_BACKOFF_MS;
+    let backoffMs: number = RETRY_POLICY.firstBackoffMs;
     for (let retries = 0; ; retries++) {
       const left = deadline - performance.now();
       if (this.#isShutDown || left <= 0) return false;
       const attempt = await this.#attempt(payload, left);
       if (attempt.kind !== 'retry') return attempt.kind === 'ok';
-      if (retries === MAX_RETRIES) return false;
-      const jittered = Math.min(backoffMs * (1 + (Math.random() * 2 - 1) * JITTER), MAX_BACKOFF_MS);
-      backoffMs *= BACKOFF_MULTIPLIER;
+      if (retries === RETRY_POLICY.most) return false;
+      const jittered = Math.min(
+        backoffMs * (1 + (Math.random() * 2 - 1) * RETRY_POLICY.jitter),
+        RETRY_POLICY.maxBackoffMs,
+      );
+      backoffMs *= RETRY_POLICY.multiplier;
       const waitMs = attempt.afterMs ?? jittered;
       if (waitMs >= deadline - performance.now()) return false;
       await this.#wait(waitMs);

@@ -57,12 +57,7 @@ import {
   type SpanRecord,
 } from './otlp-span-writer.ts';
 import { otlpHttpSettingsFrom, otlpHttpTransport, type OtlpHttpSettings } from './otlp-http-transport.ts';
-import {
-  consoleTransport,
-  SpanBatcher,
-  type SpanBatcherCounts,
-  type SpanTransport,
-} from './span-batcher.ts';
+import { consoleTransport, SpanBatcher, type SpanBatcherCounts, type SpanTransport } from './span-batcher.ts';
 
 /** What tracing reads of a job (scheduling/job.ts's Job). */
 interface TracedJob {
