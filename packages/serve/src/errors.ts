@@ -69,7 +69,7 @@ export const serveErrors = defineErrors(
     MARINA_ERR_TRACING_CONFIG_INVALID: {
       statusCode: 500,
       description:
-        'An OTEL_* variable that configures tracing has a value Marina does not support (OTEL_TRACES_EXPORTER other than otlp, console or none; a protocol other than http/protobuf or http/json; an unknown OTEL_TRACES_SAMPLER or a ratio outside 0..1; an endpoint that is not a URL); the server does not start. Fix or unset the variable named in the message.',
+        'An OTEL_* variable that configures tracing has a value Marina does not support (OTEL_TRACES_EXPORTER other than otlp, console or none; a protocol other than http/protobuf or http/json; an unknown OTEL_TRACES_SAMPLER or a ratio outside 0..1; an endpoint that is not an http(s) URL; an export timeout that is not a positive number of ms, a compression other than gzip or none, a certificate variable naming a file that cannot be read); the server does not start. Fix or unset the variable named in the message.',
     },
     MARINA_ERR_THREAD_BUDGET_EXCEEDED: {
       statusCode: 400,

@@ -4,8 +4,12 @@
  * (batches, a bounded queue under a collector that never answers or cannot be reached, the flush
  * on shutdown). Waits on the transport's calls and on promises, never on the clock.
  */
-import { createServer } from 'node:net';
 import { once } from 'node:events';
+import { writeFile } from 'node:fs/promises';
+import { createServer as createHttpServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
+import { createServer, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ID_PARENT,
@@ -17,7 +21,8 @@ import {
   type SpanRecord,
   type SpanWriter,
 } from '../src/tracing/otlp-span-writer.ts';
-import { otlpHttpTransport, SpanBatcher, type SpanTransport } from '../src/tracing/span-batcher.ts';
+import { otlpHttpSettingsFrom, otlpHttpTransport } from '../src/tracing/otlp-http-transport.ts';
+import { SpanBatcher, type SpanTransport } from '../src/tracing/span-batcher.ts';
 import { Tracing, tracingSettingsFrom } from '../src/tracing/tracing.ts';
 import { startOtlpReceiver, type OtlpReceiver } from './otlp-receiver.ts';
 import { tempDir } from './helpers.ts';
@@ -288,11 +293,16 @@ describe('the span batcher', () => {
     expect(batcher.counts).toEqual({ exported: 3, failed: 0, dropped: 0 });
   });
 
-  it('posts to a real OTLP/HTTP receiver with the SDK transport; with a collector that cannot be reached, keeps its bounded queue and shuts down within its bound', async () => {
+  it('posts to a real OTLP/HTTP receiver with the OTLP/HTTP transport; with a collector that cannot be reached, keeps its bounded queue and shuts down within its bound', async () => {
     const before = receiver.spans.length;
     const live = new SpanBatcher({
       writer: new OtlpProtobufWriter(header),
-      transport: otlpHttpTransport({ url: `${receiver.url}/v1/traces`, contentType: 'application/x-protobuf' }),
+      transport: otlpHttpTransport({
+        url: `${receiver.url}/v1/traces`,
+        contentType: 'application/x-protobuf',
+        settings: otlpHttpSettingsFrom({}),
+        maxSockets: 2,
+      }),
       maxQueueSize: 100,
       maxExportBatchSize: 10,
       scheduledDelayMs: 60_000,
@@ -317,6 +327,8 @@ describe('the span batcher', () => {
       transport: otlpHttpTransport({
         url: `http://127.0.0.1:${port}/v1/traces`,
         contentType: 'application/x-protobuf',
+        settings: otlpHttpSettingsFrom({}),
+        maxSockets: 1,
       }),
       maxQueueSize: 8,
       maxExportBatchSize: 4,
@@ -390,5 +402,181 @@ describe('lost spans', () => {
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toContain('0 span(s) dropped');
     expect(warnings[0]).toContain('1 lost in exports the collector refused or never answered');
+  });
+});
+
+/** What a scripted collector saw of one export request. */
+interface SeenExport {
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
+
+/**
+ * A collector on loopback that answers export requests from a script: each answer function takes
+ * the response (`undefined` in the script: never answer). Counts connections and their closes.
+ */
+async function scriptedCollector(script: Array<((res: ServerResponse) => void) | undefined>) {
+  const seen: SeenExport[] = [];
+  const sockets = new Set<Socket>();
+  let onRequest = () => {};
+  let connections = 0;
+  const server = createHttpServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const raw = Buffer.concat(chunks);
+      seen.push({ headers: req.headers, body: req.headers['content-encoding'] === 'gzip' ? gunzipSync(raw) : raw });
+      const answer = script.shift();
+      answer?.(res);
+      onRequest();
+    });
+  });
+  server.on('connection', (socket: Socket) => {
+    connections++;
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${port}/v1/traces`,
+    seen,
+    get connections() {
+      return connections;
+    },
+    /** Sockets the server still holds open. */
+    sockets,
+    nextRequest: () => new Promise<void>((resolve) => (onRequest = resolve)),
+    close: async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+const ok = (res: ServerResponse) => res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
+const status =
+  (code: number, headers: Record<string, string> = {}) =>
+  (res: ServerResponse) =>
+    res.writeHead(code, headers).end('collector says no');
+
+describe('the OTLP/HTTP transport', () => {
+  it('posts each body whole with its length, the configured headers and gzip, over one kept-alive connection; shutdown closes it', async () => {
+    const collector = await scriptedCollector([ok, ok]);
+    const settings = otlpHttpSettingsFrom({
+      OTEL_EXPORTER_OTLP_HEADERS: 'x-api-key=secret%20key,x-tenant=general',
+      OTEL_EXPORTER_OTLP_TRACES_HEADERS: 'x-tenant=traces',
+      OTEL_EXPORTER_OTLP_TRACES_COMPRESSION: 'gzip',
+    });
+    const transport = otlpHttpTransport({
+      url: collector.url,
+      contentType: 'application/x-protobuf',
+      settings,
+      maxSockets: 2,
+    });
+    const first = new Uint8Array(100_000).map((_, i) => i % 251);
+    expect(await transport.send(first, 1)).toBe(true);
+    expect(await transport.send(new Uint8Array([1, 2, 3]), 1)).toBe(true);
+    expect(collector.seen.map((s) => s.body)).toEqual([Buffer.from(first), Buffer.from([1, 2, 3])]);
+    const headers = collector.seen[0]!.headers;
+    expect(headers).toMatchObject({
+      'content-type': 'application/x-protobuf',
+      'content-encoding': 'gzip',
+      'x-api-key': 'secret key',
+      'x-tenant': 'traces',
+    });
+    // Sent whole with its length, not as a chunked stream.
+    expect(Number(headers['content-length'])).toBeGreaterThan(0);
+    expect(headers['transfer-encoding']).toBeUndefined();
+    expect(collector.connections).toBe(1);
+    expect(collector.sockets.size).toBe(1);
+    const [socket] = collector.sockets;
+    const closed = once(socket!, 'close');
+    await transport.shutdown();
+    await closed;
+    expect(collector.sockets.size).toBe(0);
+    expect(await transport.send(first, 1)).toBe(false);
+    await collector.close();
+  });
+
+  it('retries 429/502/503/504 after the Retry-After the collector gives, at most 5 times; a refusal is not retried', async () => {
+    const collector = await scriptedCollector([
+      status(503, { 'retry-after': '0' }),
+      status(502, { 'retry-after': '0' }),
+      ok,
+      status(400),
+      ...Array.from({ length: 6 }, () => status(429, { 'retry-after': '0' })),
+    ]);
+    const transport = otlpHttpTransport({
+      url: collector.url,
+      contentType: 'application/json',
+      settings: otlpHttpSettingsFrom({}),
+      maxSockets: 2,
+    });
+    expect(await transport.send(Buffer.from('{"a":1}'), 1)).toBe(true);
+    expect(collector.seen.map((s) => s.body.toString())).toEqual(['{"a":1}', '{"a":1}', '{"a":1}']);
+    expect(await transport.send(Buffer.from('{"b":2}'), 1)).toBe(false);
+    expect(collector.seen).toHaveLength(4);
+    expect(await transport.send(Buffer.from('{"c":3}'), 1)).toBe(false);
+    expect(collector.seen).toHaveLength(4 + 1 + 5);
+    await transport.shutdown();
+    await collector.close();
+  });
+
+  it('gives an export up after OTEL_EXPORTER_OTLP_TIMEOUT when the collector never answers, and shutdown ends one in flight', async () => {
+    const collector = await scriptedCollector([undefined, undefined]);
+    const transport = otlpHttpTransport({
+      url: collector.url,
+      contentType: 'application/x-protobuf',
+      settings: otlpHttpSettingsFrom({ OTEL_EXPORTER_OTLP_TIMEOUT: '200' }),
+      maxSockets: 2,
+    });
+    expect(await transport.send(new Uint8Array([9]), 1)).toBe(false);
+    const arrived = collector.nextRequest();
+    const held = transport.send(new Uint8Array([8]), 1);
+    await arrived;
+    await transport.shutdown();
+    expect(await held).toBe(false);
+    await collector.close();
+  });
+
+  it('reads its variables, the traces form first, and refuses values it cannot use without echoing a path', async () => {
+    expect(otlpHttpSettingsFrom({})).toEqual({
+      timeoutMs: 10_000,
+      headers: {},
+      compression: 'none',
+      tls: { ca: undefined, cert: undefined, key: undefined },
+    });
+    const pem = join(dir.path, 'ca.pem');
+    await writeFile(pem, 'not really a certificate');
+    expect(
+      otlpHttpSettingsFrom({
+        OTEL_EXPORTER_OTLP_TIMEOUT: '5000',
+        OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: '250',
+        OTEL_EXPORTER_OTLP_COMPRESSION: 'none',
+        OTEL_EXPORTER_OTLP_CERTIFICATE: pem,
+      }),
+    ).toMatchObject({ timeoutMs: 250, compression: 'none', tls: { ca: Buffer.from('not really a certificate') } });
+    expect(() => otlpHttpSettingsFrom({ OTEL_EXPORTER_OTLP_TIMEOUT: 'soon' })).toThrow(
+      /OTEL_EXPORTER_OTLP_TIMEOUT.*milliseconds above 0/,
+    );
+    expect(() => otlpHttpSettingsFrom({ OTEL_EXPORTER_OTLP_TRACES_COMPRESSION: 'zstd' })).toThrow(/gzip or none/);
+    const missing = join(dir.path, 'no-such-key.pem');
+    let error: Error | undefined;
+    try {
+      otlpHttpSettingsFrom({ OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY: missing });
+    } catch (e) {
+      error = e as Error;
+    }
+    expect(error?.message).toContain('OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY names a file Marina cannot read');
+    expect(error?.message).not.toContain(dir.path);
+    expect(() =>
+      tracingSettingsFrom({
+        env: { OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_ENDPOINT: 'ftp://collector:4318' },
+        isEnabled: false,
+        serviceVersion: '0',
+      }),
+    ).toThrow(/an http\(s\) URL/);
   });
 });

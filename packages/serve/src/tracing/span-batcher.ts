@@ -6,15 +6,13 @@
  * `maxConcurrentExports` bodies are in flight; past that a span is dropped (counted), so a slow or
  * dead collector costs a fixed amount of memory and never blocks a request.
  */
-import { ExportResultCode } from '@opentelemetry/core';
-import { convertLegacyHttpOptions, createOtlpHttpExportDelegate } from '@opentelemetry/otlp-exporter-base/node-http';
 import type { SpanRecord, SpanWriter } from './otlp-span-writer.ts';
 
 /** Where export request bodies go. */
 export interface SpanTransport {
   /** Sends one export request; resolves true when the receiver took it, false when it was lost (never rejects). */
   send(body: Uint8Array, spanCount: number): Promise<boolean>;
-  /** Releases the transport's connections. */
+  /** Releases the transport's connections; exports still in flight are given up (they resolve false). */
   shutdown(): Promise<void>;
 }
 
@@ -22,29 +20,6 @@ export interface SpanTransport {
 interface ExportBatch {
   body: Uint8Array;
   count: number;
-}
-
-/**
- * OTLP over HTTP with the OpenTelemetry SDK's own export delegate (otlp-exporter-base): its HTTP
- * agent, retries with backoff on 429/502/503/504, timeout (OTEL_EXPORTER_OTLP_TIMEOUT), headers
- * (OTEL_EXPORTER_OTLP_HEADERS) and compression (OTEL_EXPORTER_OTLP_COMPRESSION), as the SDK's OTLP
- * exporters use it; the serializer hands on the body Marina already wrote.
- */
-export function otlpHttpTransport(options: { url: string; contentType: string }): SpanTransport {
-  const delegate = createOtlpHttpExportDelegate<ExportBatch, Record<string, never>>(
-    convertLegacyHttpOptions({ url: options.url }, 'TRACES', 'v1/traces', { 'Content-Type': options.contentType }),
-    { serializeRequest: (batch) => batch.body, deserializeResponse: () => ({}) },
-    'marina_otlp_http_span_exporter',
-    { name: 'span', countItems: (batch) => batch.count },
-    undefined,
-  );
-  return {
-    send: (body, count) =>
-      new Promise((resolve) =>
-        delegate.export({ body, count }, (result) => resolve(result.code === ExportResultCode.SUCCESS)),
-      ),
-    shutdown: () => delegate.shutdown(),
-  };
 }
 
 /** OTEL_TRACES_EXPORTER=console: each export request's OTLP/JSON body, one line on stdout. */
@@ -144,9 +119,11 @@ export class SpanBatcher {
     const deadline = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, timeoutMs);
     });
-    // The transport's own shutdown waits for its exports in flight (retries included): bounded by the same deadline.
-    await Promise.race([flushed.then(() => this.#options.transport.shutdown()).catch(() => undefined), deadline]);
+    await Promise.race([flushed.catch(() => undefined), deadline]);
     clearTimeout(timer);
+    // Past the deadline, exports still in flight (a collector that does not answer, retries) are given up
+    // and the transport's sockets closed: nothing of tracing outlives the server.
+    await this.#options.transport.shutdown();
   }
 
   #reportLoss(): void {

@@ -3,15 +3,16 @@
  * (OTEL_TRACES_EXPORTER=otlp or console) or config.properties `enable_tracing=true`; configured by
  * OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (http/protobuf, the
  * default, or http/json), OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, OTEL_SERVICE_NAME and
- * OTEL_RESOURCE_ATTRIBUTES (the OTLP transport also reads OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT and
- * _COMPRESSION itself).
+ * OTEL_RESOURCE_ATTRIBUTES, and for the OTLP transport OTEL_EXPORTER_OTLP_(TRACES_)HEADERS, _TIMEOUT,
+ * _COMPRESSION, _CERTIFICATE, _CLIENT_CERTIFICATE and _CLIENT_KEY (otlp-http-transport.ts).
  *
  * Packages: @opentelemetry/api (the types and context), @opentelemetry/sdk-trace (the samplers),
  * @opentelemetry/resources (the resource: service, SDK and OTEL_RESOURCE_ATTRIBUTES),
- * @opentelemetry/core (the W3C trace-context propagator) and @opentelemetry/otlp-exporter-base (the
- * OTLP/HTTP transport the SDK's exporters use). Spans themselves are not the SDK's: each is written,
- * once it is over, straight into an OTLP export request (otlp-span-writer.ts, span-batcher.ts), as
- * the SDK's live spans and serializers cost a fast model 40% of its throughput. Not sdk-node: it
+ * and @opentelemetry/core (the W3C trace-context propagator). Spans themselves are not the SDK's:
+ * each is written, once it is over, straight into an OTLP export request (otlp-span-writer.ts,
+ * span-batcher.ts), as the SDK's live spans and serializers cost a fast model 40% of its
+ * throughput; the requests are posted by Marina's own OTLP/HTTP transport (otlp-http-transport.ts),
+ * which costs less per export than the SDK's export delegate. Not sdk-node: it
  * pulls in every signal, instrumentations and gRPC exporters Marina does not use; not
  * sdk-trace-node: parents are passed explicitly here, so no async context manager is needed.
  *
@@ -55,13 +56,8 @@ import {
   type SpanEvent,
   type SpanRecord,
 } from './otlp-span-writer.ts';
-import {
-  consoleTransport,
-  otlpHttpTransport,
-  SpanBatcher,
-  type SpanBatcherCounts,
-  type SpanTransport,
-} from './span-batcher.ts';
+import { otlpHttpSettingsFrom, otlpHttpTransport, type OtlpHttpSettings } from './otlp-http-transport.ts';
+import { consoleTransport, SpanBatcher, type SpanBatcherCounts, type SpanTransport } from './span-batcher.ts';
 
 /** What tracing reads of a job (scheduling/job.ts's Job). */
 interface TracedJob {
@@ -79,6 +75,8 @@ export interface TracingSettings {
   protocol: 'http/protobuf' | 'http/json';
   /** The full URL spans are posted to (…/v1/traces). */
   endpoint: string;
+  /** How the OTLP transport sends: timeout, headers, compression, certificates. */
+  otlp: OtlpHttpSettings;
   /** OTEL_TRACES_SAMPLER's value and argument. */
   sampler: string;
   samplerArg: number | undefined;
@@ -140,15 +138,20 @@ export function tracingSettingsFrom(options: {
   const specific = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
   const general = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
   const endpoint = specific ? specific : `${(general || 'http://localhost:4318').replace(/\/+$/, '')}/v1/traces`;
+  let isHttpUrl = false;
   try {
-    new URL(endpoint);
+    const { protocol } = new URL(endpoint);
+    isHttpUrl = protocol === 'http:' || protocol === 'https:';
   } catch {
+    // Not a URL at all: refused just below, as one that is not http(s).
+  }
+  if (!isHttpUrl)
     throw invalid(
       specific ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT',
       endpoint,
       'an http(s) URL',
     );
-  }
+  const otlp = otlpHttpSettingsFrom(env);
   const sampler = (env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on').trim().toLowerCase();
   if (!SAMPLERS.includes(sampler)) throw invalid('OTEL_TRACES_SAMPLER', sampler, SAMPLERS.join(', '));
   const argText = env.OTEL_TRACES_SAMPLER_ARG?.trim();
@@ -164,6 +167,7 @@ export function tracingSettingsFrom(options: {
     exporter,
     protocol: protocolText,
     endpoint,
+    otlp,
     sampler,
     samplerArg,
     serviceName,
@@ -480,7 +484,12 @@ export class Tracing {
         options.transport ??
         (settings.exporter === 'console'
           ? consoleTransport()
-          : otlpHttpTransport({ url: settings.endpoint, contentType: writer.contentType })),
+          : otlpHttpTransport({
+              url: settings.endpoint,
+              contentType: writer.contentType,
+              settings: settings.otlp,
+              maxSockets: MAX_CONCURRENT_EXPORTS,
+            })),
       maxQueueSize: MAX_QUEUE_SIZE,
       maxExportBatchSize: MAX_EXPORT_BATCH_SIZE,
       scheduledDelayMs: options.scheduledDelayMs ?? SCHEDULED_DELAY_MS,
