@@ -493,7 +493,10 @@ export class ModelResidency {
       await this.#options.stopWorkers(version);
       if (beforeBytes !== undefined && this.#moves === moves && this.#group === undefined && this.#unloads.size <= 1) {
         const freed = beforeBytes - this.#readMemory();
-        if (freed > 0) version.residentBytes = version.servingBytes = freed;
+        if (freed > 0) {
+          version.residentBytes = freed;
+          version.recordServingBytes(freed);
+        }
       }
     } finally {
       this.#loadedAt.delete(version);
@@ -605,7 +608,7 @@ export class ModelResidency {
       const grown = this.#readMemory() - startBytes;
       if (grown > 0) version.residentBytes += grown;
       // Its load's measure was clean too (#endMeasure kept it): load plus first batch is its whole size.
-      if (this.#cleanLoads.has(version)) version.servingBytes = version.residentBytes;
+      if (this.#cleanLoads.has(version)) version.recordServingBytes(version.residentBytes);
     };
     this.#firstBatch.set(version, { onProgress, onBatch });
     version.on('progress', onProgress);

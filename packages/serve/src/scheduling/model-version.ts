@@ -5,6 +5,7 @@ import { createServeError } from '../errors.ts';
 import type { ModelSettings } from '../model-settings.ts';
 import { BatchAggregator, type DispatchReason } from './batch-aggregator.ts';
 import { DecayingCounter } from './decaying-counter.ts';
+import { RecentMax } from './recent-max.ts';
 import type { Job } from './job.ts';
 import { JobQueue } from './job-queue.ts';
 import type { Worker } from '../workers/worker.ts';
@@ -72,6 +73,9 @@ export interface ModelVersionOptions {
  */
 const DEMAND_HALF_LIFE_MS = 10_000;
 
+/** Clean measures of a version's serving size a load's reservation looks back over (the largest counts). */
+const SERVING_MEASURES = 3;
+
 /**
  * Where a version is in its life: `registered` (archive known, nothing in memory), `loading`
  * (workers starting), `resident` (sessions created, workers may run), `unloading` (workers
@@ -131,11 +135,21 @@ export class ModelVersion extends EventEmitter<{
   /** Process memory the last load added, bytes (measured: before and after the load); 0 until measured. */
   residentBytes = 0;
   /**
-   * What the version held serving, bytes, from a clean measure of a whole load (its load plus its
-   * first batch, or what its unload gave back, with nothing else moving meanwhile); 0 until one
-   * was taken. A later load reserves this rather than the estimate from its files.
+   * What the version holds serving, bytes: the largest of its last SERVING_MEASURES clean measures
+   * of a whole load (its load plus its first batch, or what its unload gave back, with no other
+   * load or unload meanwhile; other models' batches may still move the process: see RecentMax); 0
+   * until one was taken. A later load reserves this rather than the estimate from its files.
    */
-  servingBytes = 0;
+  get servingBytes(): number {
+    return this.#servingMeasures.value;
+  }
+
+  /** Takes a clean measure of what the version holds serving, bytes (see servingBytes). */
+  recordServingBytes(bytes: number): void {
+    this.#servingMeasures.add(bytes);
+  }
+
+  readonly #servingMeasures = new RecentMax(SERVING_MEASURES);
   /** What the load is expected to add before it is measured, bytes (the budget's reservation while loading). */
   estimatedBytes = 0;
   readonly unloadGraceMs: number;
