@@ -14,7 +14,16 @@ export { sessionSignature } from './session-signature.ts';
 export { meanIou } from './mean-iou.ts';
 export { loadCustomHandler } from './custom-handler-loader.ts';
 export { rowPayload, payloadBytes } from './row-input.ts';
-export { readOnnxGraph, finalActivation, readFinalActivation, type OnnxGraph, type OnnxNode } from './onnx-graph.ts';
+export {
+  readOnnxGraph,
+  readOnnxGraphFile,
+  rememberOnnxGraph,
+  finalActivation,
+  readFinalActivation,
+  type OnnxGraph,
+  type OnnxGraphFile,
+  type OnnxNode,
+} from './onnx-graph.ts';
 export {
   preprocessImage,
   resolveImagePreprocessOptions,
@@ -25,6 +34,7 @@ export {
   type ImageGeometry,
   type ImagePreprocessOptions,
   type ResizeMode,
+  warmUpImageDecoding,
 } from './image-preprocess.ts';
 export {
   createImageClassifier,

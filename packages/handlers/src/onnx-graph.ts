@@ -1,4 +1,4 @@
-import { open, type FileHandle } from 'node:fs/promises';
+import { open, stat, type FileHandle } from 'node:fs/promises';
 import type { ModelSignature, TensorSignature } from './types.ts';
 
 /** One node of an ONNX graph: what the handlers need to know about it (attributes are not read). */
@@ -251,16 +251,49 @@ async function readInitializerName(file: FileReader, end: number): Promise<strin
   return '';
 }
 
+/** A graph with the identity of the file it was read from: the file is read again only when its size or time changed. */
+export interface OnnxGraphFile {
+  path: string;
+  size: number;
+  mtimeMs: number;
+  graph: OnnxGraph;
+}
+
+/**
+ * Graphs this thread was given (rememberOnnxGraph), by path. A server reads each model's graph
+ * once, when it registers the model, and gives it to each worker thread that loads the model:
+ * reading it again cost a ResNet-50 load 6–8 ms of a cold request's wait (a fresh thread skips
+ * each initializer with a read of its own).
+ */
+const remembered = new Map<string, OnnxGraphFile>();
+
+/** Lets readOnnxGraph answer from `file` while the file at its path keeps its size and modification time. */
+export function rememberOnnxGraph(file: OnnxGraphFile): void {
+  remembered.set(file.path, file);
+}
+
 /**
  * Reads an ONNX model's main graph (nodes, inputs, outputs) without loading its weights:
  * initializers are skipped with a seek, so a 230 MB model costs a few small reads. Inputs
  * that are initializers (older exporters list them) are left out, as onnxruntime does.
+ * A graph given to rememberOnnxGraph for the same file (same size and time) is answered as it is.
  * @throws RangeError or a file-system error when the file is not a readable ONNX model.
  */
 export async function readOnnxGraph(modelPath: string): Promise<OnnxGraph> {
+  const known = remembered.get(modelPath);
+  if (known) {
+    const now = await stat(modelPath);
+    if (now.size === known.size && now.mtimeMs === known.mtimeMs) return known.graph;
+  }
+  return (await readOnnxGraphFile(modelPath)).graph;
+}
+
+/** readOnnxGraph, read from the file, with the file's identity (for rememberOnnxGraph in another thread). */
+export async function readOnnxGraphFile(modelPath: string): Promise<OnnxGraphFile> {
   const file = await open(modelPath, 'r');
   try {
-    const reader = new FileReader(file, (await file.stat()).size);
+    const stats = await file.stat();
+    const reader = new FileReader(file, stats.size);
     const graph: OnnxGraph = { inputs: [], outputs: [], nodes: [] };
     const initializers = new Set<string>();
     let hasGraph = false;
@@ -283,7 +316,7 @@ export async function readOnnxGraph(modelPath: string): Promise<OnnxGraph> {
     });
     if (!hasGraph) throw new RangeError('the file has no ONNX graph');
     graph.inputs = graph.inputs.filter((i) => !initializers.has(i.name));
-    return graph;
+    return { path: modelPath, size: stats.size, mtimeMs: stats.mtimeMs, graph };
   } finally {
     await file.close();
   }

@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { writeFile } from 'node:fs/promises';
+import { utimes, writeFile } from 'node:fs/promises';
 import * as ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -9,7 +9,13 @@ import {
   writeTinyDetector,
   writeTinySegmenter,
 } from '@marina/model-zoo';
-import { finalActivation, readOnnxGraph, sessionSignature } from '../src/index.ts';
+import {
+  finalActivation,
+  readOnnxGraph,
+  readOnnxGraphFile,
+  rememberOnnxGraph,
+  sessionSignature,
+} from '../src/index.ts';
 import { createWorkDir } from './handler-harness.ts';
 
 let work: Awaited<ReturnType<typeof createWorkDir>>;
@@ -57,6 +63,23 @@ describe('readOnnxGraph', () => {
     const seg = join(work.dir, 'seg-sigmoid.onnx');
     await writeTinySegmenter({ outputPath: seg, classes: 1, head: 'sigmoid' });
     expect(finalActivation(await readOnnxGraph(seg), 'output')).toBe('sigmoid');
+  });
+
+  it('answers a graph given to rememberOnnxGraph while its file is unchanged, and reads the file once it changed', async () => {
+    const path = join(work.dir, 'remembered.onnx');
+    await writeHeadClassifier({ outputPath: path, head: 'softmax' });
+    const read = await readOnnxGraphFile(path);
+    expect(finalActivation(read.graph, 'output')).toBe('softmax');
+    // What a worker thread is given: the graph the server read, told apart here by one extra node.
+    const marker = { opType: 'Marker', inputs: [], outputs: ['marker'] };
+    rememberOnnxGraph({ ...read, graph: { ...read.graph, nodes: [...read.graph.nodes, marker] } });
+    expect((await readOnnxGraph(path)).nodes.at(-1)).toEqual(marker);
+    // The file is replaced (another model, another time): its own graph is read again.
+    await writeHeadClassifier({ outputPath: path, head: 'logits' });
+    await utimes(path, new Date(), new Date(read.mtimeMs + 5000));
+    const again = await readOnnxGraph(path);
+    expect(again.nodes.some((n) => n.opType === 'Marker')).toBe(false);
+    expect(finalActivation(again, 'output')).toBeUndefined();
   });
 
   it('rejects a file that is not ONNX', async () => {

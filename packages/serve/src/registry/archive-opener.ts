@@ -232,6 +232,7 @@ export class ArchiveOpener {
       limitMaxImagePixels: this.#config.limitMaxImagePixels,
       maxResponseBytes: this.#config.maxResponseBytes,
       serverVersion: MARINA_VERSION,
+      ...('graph' in version.signature && version.signature.graph ? { onnxGraph: version.signature.graph } : {}),
     };
   }
 }

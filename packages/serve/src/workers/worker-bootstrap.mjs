@@ -8,8 +8,8 @@ import { existsSync } from 'node:fs';
 import { register as registerHooks } from 'node:module';
 import { parentPort, workerData } from 'node:worker_threads';
 
-// A spare thread (spare-threads.ts) imports what worker-main imports, says so, and waits for its
-// model; worker-main itself reads the model when it is imported, so it comes after.
+// A spare thread (spare-threads.ts) imports worker-main and what it imports, says so, and waits
+// for its model (worker-main reads it when runWorker starts).
 const isSpare = workerData?.spare === true;
 const isCompiled = existsSync(new URL('./worker-main.js', import.meta.url));
 const ext = isCompiled ? '.js' : '.ts';
@@ -18,15 +18,14 @@ if (!isCompiled) {
   const { runSources } = await import('../../../../scripts/run-sources.mjs');
   unregister = runSources();
 }
+// Imported before the handler import hooks are registered: through them each of its imports
+// would be resolved on the hooks' thread (a cold load waited 6-9 ms for worker-main that way).
+const { runWorker, warmUpSpareThread } = await import(`./worker-main${ext}`);
 if (isSpare) {
-  await Promise.all(
-    ['../backend/ort-session', './warm-up', './to-json', './use-sched-batch', '../errors'].map((m) => import(m + ext)),
-  );
-  await Promise.all([import('@marina/handlers'), import('@marina/errors')]);
   const { assignWorkerInit, scheduleSpareThread } = await import(`./worker-init${ext}`);
   // What a worker does first that does not depend on its model, done while the spare waits: its
   // CPU policy (a chrt child process) and the handler import hooks (a loader thread, ~60 ms). A
-  // load given this thread then only reads its model and creates the session.
+  // load given this thread then only creates its handler and session.
   scheduleSpareThread();
   registerHandlerImportHooks();
   const assigned = new Promise((resolve) => {
@@ -38,9 +37,10 @@ if (isSpare) {
     parentPort.on('message', onMessage);
   });
   parentPort.postMessage({ type: 'spare-ready' });
+  // Ready before this: a load that takes the thread meanwhile does not wait for it (never fails).
+  void warmUpSpareThread();
   assignWorkerInit(await assigned);
 }
-const { runWorker } = await import(`./worker-main${ext}`);
 await unregister?.();
 if (!isSpare) registerHandlerImportHooks();
 await runWorker();

@@ -8,11 +8,13 @@ import { isMarinaError } from '@marina/errors';
 import {
   getBuiltinHandler,
   loadCustomHandler,
+  rememberOnnxGraph,
   sessionSignature,
   type Handler,
   type HandlerContext,
   type ModelSignature,
   type RequestRow,
+  warmUpImageDecoding,
 } from '@marina/handlers';
 import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
 import { useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
@@ -28,10 +30,9 @@ import type {
   HandlerStagesMs,
   ItemResult,
   ToWorker,
+  WorkerInit,
 } from './worker-protocol.ts';
 
-// A spare thread is given its model after it started (spare-threads.ts): read it through worker-init.
-const init = workerInit();
 const port = parentPort!;
 
 let heapBytesCached = 0;
@@ -97,15 +98,26 @@ function ownBytes(bytes: Uint8Array): Uint8Array {
 }
 
 let handler: Handler;
-const sessionSettings = {
-  threading: {
-    intraOpNumThreads: init.intraOpNumThreads,
-    allowSpinning: init.allowSpinningDefault,
-    forceSpinningStop: init.forceSpinningStopDefault,
-  },
-  ort: readOrtModelSettings(init.modelYamlConfig),
-  cacheOptimizedModelDefault: init.cacheOptimizedModelDefault,
-};
+
+/**
+ * The model this thread serves, and what follows from it: set when runWorker starts, not when this
+ * module is imported, so that a spare thread (spare-threads.ts) imports it while it waits for a model.
+ */
+let init: WorkerInit;
+let sessionSettings: ReturnType<typeof createSessionSettings>;
+let baseContext: ReturnType<typeof createBaseContext>;
+
+function createSessionSettings(init: WorkerInit) {
+  return {
+    threading: {
+      intraOpNumThreads: init.intraOpNumThreads,
+      allowSpinning: init.allowSpinningDefault,
+      forceSpinningStop: init.forceSpinningStopDefault,
+    },
+    ort: readOrtModelSettings(init.modelYamlConfig),
+    cacheOptimizedModelDefault: init.cacheOptimizedModelDefault,
+  };
+}
 
 /** What the handler sets for each row of one batch through its context. */
 interface BatchState {
@@ -116,36 +128,38 @@ interface BatchState {
   responseHeaders: Array<Record<string, string> | undefined>;
 }
 
-const baseContext = {
-  modelName: init.modelName,
-  modelVersion: init.modelVersion,
-  manifest: init.manifest,
-  modelDir: init.modelDir,
-  serializedFilePath: init.serializedFilePath,
-  batchSize: init.batchSize,
-  modelYamlConfig: init.modelYamlConfig,
-  systemProperties: {
-    model_dir: init.modelDir,
-    gpu_id: null,
-    batch_size: init.batchSize,
-    server_name: 'MMS',
-    server_version: init.serverVersion,
-    limit_max_image_pixels: init.limitMaxImagePixels,
-  },
-  intraOpNumThreads: init.intraOpNumThreads,
-  maxResponseBytes: init.maxResponseBytes,
-  async createSession(modelPath?: string) {
-    const path = modelPath ?? init.serializedFilePath;
-    if (!path)
-      throw new Error(
-        `model '${init.modelName}' has no serializedFile in its manifest, so createSession() needs a path`,
-      );
-    const session = await createSession(path, sessionSettings);
-    // Warm-up makes synthetic inputs from the model the handler loaded first.
-    firstSignature ??= sessionSignature(session);
-    return session;
-  },
-};
+function createBaseContext(init: WorkerInit) {
+  return {
+    modelName: init.modelName,
+    modelVersion: init.modelVersion,
+    manifest: init.manifest,
+    modelDir: init.modelDir,
+    serializedFilePath: init.serializedFilePath,
+    batchSize: init.batchSize,
+    modelYamlConfig: init.modelYamlConfig,
+    systemProperties: {
+      model_dir: init.modelDir,
+      gpu_id: null,
+      batch_size: init.batchSize,
+      server_name: 'MMS',
+      server_version: init.serverVersion,
+      limit_max_image_pixels: init.limitMaxImagePixels,
+    },
+    intraOpNumThreads: init.intraOpNumThreads,
+    maxResponseBytes: init.maxResponseBytes,
+    async createSession(modelPath?: string) {
+      const path = modelPath ?? init.serializedFilePath;
+      if (!path)
+        throw new Error(
+          `model '${init.modelName}' has no serializedFile in its manifest, so createSession() needs a path`,
+        );
+      const session = await createSession(path, sessionSettings);
+      // Warm-up makes synthetic inputs from the model the handler loaded first.
+      firstSignature ??= sessionSignature(session);
+      return session;
+    },
+  };
+}
 
 let firstSignature: ModelSignature | undefined;
 
@@ -394,8 +408,23 @@ async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
   return (await runHandler({ message, state, context: createBatchContext(state), rows })).output;
 }
 
+/**
+ * What a spare thread (spare-threads.ts) does while it waits for a model, once it said it is
+ * ready: decodes a generated image (warmUpImageDecoding), so that a cold request's decode in this
+ * thread does not pay for the thread's first decode of that size.
+ */
+export function warmUpSpareThread(): Promise<void> {
+  return warmUpImageDecoding();
+}
+
 /** Loads the handler, warms it up when model-config.yaml asks for it, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
 export async function runWorker(): Promise<void> {
+  // A spare thread is given its model after it started (spare-threads.ts): read it through worker-init.
+  init = workerInit();
+  sessionSettings = createSessionSettings(init);
+  baseContext = createBaseContext(init);
+  // The graph the server read at registration: the handler's reads of it need not go to the file.
+  if (init.onnxGraph) rememberOnnxGraph(init.onnxGraph);
   // First, so that onnxruntime's pool threads, started with the session, inherit the policy. A
   // shadow version's worker takes only the CPU nothing else wants (its copies yield to live work).
   // A spare thread took SCHED_BATCH while it waited (worker-init.ts); a shadow's worker goes on to SCHED_IDLE.

@@ -1,3 +1,4 @@
+import type { OnnxGraphFile } from '@marina/handlers';
 import type { WarmupReport } from './warm-up.ts';
 
 /**
@@ -40,6 +41,8 @@ export interface WorkerInit {
   /** max_response_size, bytes: handlers may refuse a larger answer before building it. */
   maxResponseBytes: number;
   serverVersion: string;
+  /** The model's ONNX graph as the server read it at registration, so the handler need not read the file again (undefined: not kept). */
+  onnxGraph?: OnnxGraphFile;
 }
 
 export interface ErrorPayload {
