@@ -69,6 +69,12 @@ export class ModelResidency {
   readonly #loadMs = new WeakMap<ModelVersion, number>();
   /** Versions whose last load was measured alone (no other load or unload in its group): their first batch completes a clean measure. */
   readonly #cleanLoads = new WeakSet<ModelVersion>();
+  /**
+   * What the process showed of each version's last load, bytes (its share of its group's growth,
+   * at least 0): what a loaded version before its first batch has already added. residentBytes is
+   * not that when the load's measure was tainted (it is then at least the estimate).
+   */
+  readonly #loadGrowth = new WeakMap<ModelVersion, number>();
   #group: MeasureGroup | undefined;
   /** Counts loads and unloads: a first-batch measure is only kept when nothing else moved meanwhile. */
   #moves = 0;
@@ -112,13 +118,16 @@ export class ModelResidency {
   /**
    * What loads that hold room will still add, bytes: a load whose workers are starting counts its
    * whole need (part of it may show in the process's memory already: counted twice, never missed);
-   * a loaded version before its first batch counts its need less what its load was measured to add.
+   * a loaded version before its first batch counts its need less what the process showed of its
+   * load. (Less its residentBytes, a load measured beside an unload, counted at its estimate, left
+   * its first batch's arena, about 100 MB for a ResNet-50, counted nowhere while loads overlapped.)
    */
   #inFlightBytes(): number {
     let bytes = 0;
     for (const v of this.#reserved) bytes += this.#loadNeedOf(v);
     // A load leaves #reserved before it joins #warming (#load), so none is counted twice.
-    for (const v of this.#warming) bytes += Math.max(0, this.#loadNeedOf(v) - v.residentBytes);
+    for (const v of this.#warming)
+      bytes += Math.max(0, this.#loadNeedOf(v) - (this.#loadGrowth.get(v) ?? v.residentBytes));
     return bytes;
   }
 
@@ -648,15 +657,18 @@ export class ModelResidency {
       if (group.done.length === 1 && !group.isTainted) this.#cleanLoads.add(v);
       else this.#cleanLoads.delete(v);
       const share = Math.round((grown * Math.max(1, v.estimatedBytes)) / estimates);
+      this.#loadGrowth.set(v, Math.max(0, share));
       // Memory an unload freed during the group hides part of its loads' growth: never count less than the estimate then.
       if (share > 0) v.residentBytes = group.isTainted ? Math.max(share, v.estimatedBytes) : share;
       else {
         // Memory freed elsewhere during the load hid its growth: keep what is known rather than 0.
         v.residentBytes ||= v.estimatedBytes;
-        this.#options.log(
-          'warn',
-          `${v.label}: its load's memory could not be measured (the process shrank meanwhile); counting ${mib(v.residentBytes)} MiB`,
-        );
+        // Expected while another model unloads (under churn, most loads): said only when nothing explains it.
+        if (!group.isTainted)
+          this.#options.log(
+            'warn',
+            `${v.label}: its load's memory could not be measured (the process shrank meanwhile); counting ${mib(v.residentBytes)} MiB`,
+          );
       }
     }
   }
