@@ -1,9 +1,9 @@
 /**
  * The largest of the last `size` values given. A version's serving size (ModelVersion.servingBytes)
- * is a measure of the process's memory taken while other models may serve: their batches can grow
- * the process during it (the measure reads low) or shrink it (reads high). A budget that reserves
- * a low reading lets the process pass it, so a load reserves the largest recent measure; one high
- * reading is forgotten after `size` more measures.
+ * is a difference of the process's memory taken while other models may serve, and their batches
+ * move the process meanwhile: an unload's measure reads low when they grow it, a load's when they
+ * shrink it. A budget that reserves a low reading lets the process pass it, so a load reserves the
+ * largest recent measure; one high reading is forgotten after `size` more measures.
  */
 export class RecentMax {
   readonly #size: number;
