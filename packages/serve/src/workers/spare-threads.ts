@@ -41,11 +41,16 @@ export class SpareThreads {
     this.#options = options;
   }
 
-  /** Starts the spare if there is none (at most one at a time). */
-  prepare(): void {
+  /**
+   * Starts the spare if there is none (at most one at a time). `isWarmedUp`: once ready, it decodes
+   * a generated image (worker-main's warmUpSpareThread, 20–25 ms of CPU), so the first request of
+   * the model it is given decodes faster; off for a spare started while loads come back to back
+   * (take), where that CPU would go to every load.
+   */
+  prepare(options: { isWarmedUp?: boolean } = {}): void {
     if (this.#spare || this.#isClosed) return;
     const thread = new NodeWorker(this.#options.bootstrapUrl, {
-      workerData: { spare: true },
+      workerData: { spare: true, isWarmedUp: options.isWarmedUp ?? true },
       stdout: false,
       stderr: false,
       resourceLimits: { maxOldGenerationSizeMb: this.#options.maxHeapMb },
@@ -91,7 +96,7 @@ export class SpareThreads {
     if (maxHeapMb !== this.#options.maxHeapMb || this.#isClosed) return undefined;
     const isEager = performance.now() - this.#lastTakenAt < EAGER_WITHIN_MS;
     this.#lastTakenAt = performance.now();
-    this.prepare();
+    this.prepare({ isWarmedUp: false });
     const spare = this.#spare;
     if (!spare) return undefined;
     this.#spare = undefined;
@@ -103,7 +108,7 @@ export class SpareThreads {
     // Loads in quick succession (a stream of requests to models out of memory): the next one will
     // come before the machine is quiet, so its thread starts now rather than after this load's first
     // batch (back to back, cold requests took 172 ms at p50 this way against 221 ms, measured).
-    if (isEager) this.prepare();
+    if (isEager) this.prepare({ isWarmedUp: false });
     if (!isReady || this.#isClosed) {
       void spare.thread.terminate().catch(() => undefined);
       return undefined;

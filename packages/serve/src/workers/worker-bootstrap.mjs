@@ -38,7 +38,7 @@ if (isSpare) {
   });
   parentPort.postMessage({ type: 'spare-ready' });
   // Ready before this: a load that takes the thread meanwhile does not wait for it (never fails).
-  void warmUpSpareThread();
+  if (workerData.isWarmedUp !== false) void warmUpSpareThread();
   assignWorkerInit(await assigned);
 }
 await unregister?.();
