@@ -104,7 +104,6 @@ let handler: Handler;
  * module is imported, so that a spare thread (spare-threads.ts) imports it while it waits for a model.
  */
 let init: WorkerInit;
-let sessionSettings: ReturnType<typeof createSessionSettings>;
 let baseContext: ReturnType<typeof createBaseContext>;
 
 function createSessionSettings(init: WorkerInit) {
@@ -129,6 +128,7 @@ interface BatchState {
 }
 
 function createBaseContext(init: WorkerInit) {
+  const sessionSettings = createSessionSettings(init);
   return {
     modelName: init.modelName,
     modelVersion: init.modelVersion,
@@ -421,7 +421,6 @@ export function warmUpSpareThread(): Promise<void> {
 export async function runWorker(): Promise<void> {
   // A spare thread is given its model after it started (spare-threads.ts): read it through worker-init.
   init = workerInit();
-  sessionSettings = createSessionSettings(init);
   baseContext = createBaseContext(init);
   // The graph the server read at registration: the handler's reads of it need not go to the file.
   if (init.onnxGraph) rememberOnnxGraph(init.onnxGraph);
