@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Int8Summary } from '../src/bench-result.ts';
+import type { Int8LayoutServer, Int8Summary } from '../src/bench-result.ts';
 import { describeCpuFlags, getMachineInfo, isVnniIn, readCpuFlags } from '../src/machine-info.ts';
 import { checkInt8Targets } from '../src/targets.ts';
 
@@ -32,6 +32,21 @@ describe('machine info', () => {
 });
 
 describe('int8 speed target', () => {
+  /** A second-layout server whose three rounds all ran at `perSec`. */
+  const layoutServer = (m: {
+    perSec: number;
+    pssMb: number;
+    rssMb: number;
+    meanCpuPercent: number;
+    inferenceMs: number;
+  }): Int8LayoutServer => ({
+    perSec: m.perSec,
+    roundsPerSec: [m.perSec, m.perSec, m.perSec],
+    pssMb: m.pssMb,
+    rssMb: m.rssMb,
+    meanCpuPercent: m.meanCpuPercent,
+    stages: { inference: m.inferenceMs, preprocess: 0.2, postprocess: 0.1 },
+  });
   const summary: Int8Summary = {
     serverConfig: '1 worker, defaults',
     cores: 2,
@@ -45,22 +60,8 @@ describe('int8 speed target', () => {
     int8RoundsPerSec: [8, 8, 8],
     workers: {
       config: '2 workers × 1 thread',
-      fp32: {
-        perSec: 3.5,
-        roundsPerSec: [3.5, 3.5, 3.5],
-        pssMb: 560,
-        rssMb: 700,
-        meanCpuPercent: 190,
-        stages: { inference: 300, preprocess: 0.2, postprocess: 0.1 },
-      },
-      int8: {
-        perSec: 10,
-        roundsPerSec: [10, 10, 10],
-        pssMb: 340,
-        rssMb: 500,
-        meanCpuPercent: 195,
-        stages: { inference: 100, preprocess: 0.2, postprocess: 0.1 },
-      },
+      fp32: layoutServer({ perSec: 3.5, pssMb: 560, rssMb: 700, meanCpuPercent: 190, inferenceMs: 300 }),
+      int8: layoutServer({ perSec: 10, pssMb: 340, rssMb: 500, meanCpuPercent: 195, inferenceMs: 100 }),
     },
     int8CeilingPerSec: 12,
     int8CeilingBatch1P50Ms: 95,
