@@ -1,8 +1,6 @@
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { benchErrors } from '../errors.ts';
+import { startListeningChild } from '../child-process-json.ts';
 import { emptyRow, type ResultRow } from '../bench-result.ts';
 import { runLoad } from '../load-generator.ts';
 import { listProcessTree, startProcessSampler } from '../process-sampler.ts';
@@ -48,23 +46,7 @@ async function startOtlpSink(): Promise<{
   counts: () => Promise<OtlpSinkCounts>;
   close: () => Promise<void>;
 }> {
-  const child = spawn(process.execPath, [otlpSinkScript, '--nice', '19'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  child.stderr!.on('data', (chunk: Buffer) => {
-    stderr = (stderr + chunk.toString()).slice(-2000);
-  });
-  const port = await new Promise<number>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).once('line', (line) =>
-      resolve((JSON.parse(line) as { port: number }).port),
-    );
-    child.once('exit', (code) =>
-      reject(
-        benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(
-          `${otlpSinkScript} exited with code ${code} before listening; stderr: ${stderr || '(empty)'}`,
-        ),
-      ),
-    );
-  });
+  const { child, port } = await startListeningChild(otlpSinkScript, ['--nice', '19']);
   const url = `http://127.0.0.1:${port}`;
   return {
     url,
