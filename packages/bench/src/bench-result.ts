@@ -173,10 +173,26 @@ export interface OwnTime {
 /** Mean ms per request of each Server-Timing entry (queue, preprocess, inference, postprocess, total). */
 export type StageMeansMs = Record<string, number>;
 
+/** One server of the int8 experiment's second layout: what its rounds measured. */
+export interface Int8LayoutServer {
+  /** Images/s over all its rounds (images ÷ measured wall time), and each round's. */
+  perSec: number;
+  roundsPerSec: number[];
+  /** Its process tree after its last round, MB. */
+  pssMb: number;
+  rssMb: number;
+  /** Mean CPU over its rounds, % of one core. */
+  meanCpuPercent: number;
+  /** Mean Server-Timing stages per request. */
+  stages: StageMeansMs;
+}
+
 /** What the int8 experiment measured, for its targets and the report. */
 export interface Int8Summary {
-  /** The server configuration both servers ran (the bench's default centralized one). */
+  /** The configuration of the first pair of servers, fp32 and int8 (the bench's default centralized one). */
   serverConfig: string;
+  /** The cores the bench saw: the default configuration's one worker splits its runs over this many intra-op threads. */
+  cores: number;
   fp32ArchiveFileName: string;
   int8ArchiveFileName: string;
   /** Measured requests per round and the rounds per server. */
@@ -187,10 +203,11 @@ export interface Int8Summary {
   int8PerSec: number;
   fp32RoundsPerSec: number[];
   int8RoundsPerSec: number[];
-  /** The int8 archive on the other server configuration (all cores as single-threaded workers, no intra-op barrier), measured in the same rounds. */
-  int8WorkersConfig: string;
-  int8WorkersPerSec: number;
-  int8WorkersRoundsPerSec: number[];
+  /**
+   * The other layout, one single-threaded worker per core (no intra-op barrier), with both archives, measured in the
+   * same rounds: `config` says it (`2 workers × 1 thread`), then each server's measures.
+   */
+  workers: { config: string; fp32: Int8LayoutServer; int8: Int8LayoutServer };
   /** Best batch size of the int8 ceiling (onnxruntime alone, no decoding, no HTTP), images/s. */
   int8CeilingPerSec: number;
   /** Batch-1 run of the int8 ceiling, p50 ms, and its images/s. */

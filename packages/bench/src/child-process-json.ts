@@ -59,3 +59,33 @@ export function runJsonChild(options: JsonChildOptions): Promise<JsonChildResult
     });
   });
 }
+
+/**
+ * Starts a Node script that serves on a port of its own and prints `{"port": N}` once listening
+ * (a bare baseline server, the tracing experiment's collector); resolves with the child and its port.
+ *
+ * @throws MARINA_ERR_BENCH_CHILD_FAILED when the child exits before it listens.
+ */
+export async function startListeningChild(
+  scriptPath: string,
+  args: readonly string[] = [],
+): Promise<{ child: ChildProcess; port: number }> {
+  const child = spawn(process.execPath, [scriptPath, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-2000);
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    createInterface({ input: child.stdout! }).once('line', (line) =>
+      resolve((JSON.parse(line) as { port: number }).port),
+    );
+    child.once('exit', (code) =>
+      reject(
+        benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(
+          `${scriptPath} exited with code ${code} before listening; stderr: ${stderr || '(empty)'}`,
+        ),
+      ),
+    );
+  });
+  return { child, port };
+}

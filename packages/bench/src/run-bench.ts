@@ -420,7 +420,7 @@ async function runOtherExperiments(options: {
     const int8 = result.summary;
     measured.int8 = int8;
     notes.push(
-      `int8: ${int8.rounds} rounds each of ${int8.imagesPerRound} requests at ${run.plan.concurrency} clients, fp32, int8 and int8 with ${int8.int8WorkersConfig} alternating, all three servers running throughout (${int8.serverConfig} for the first two); int8 archive made by \`${int8.quantizeCommand}\`; its accuracy check: ${int8.agreement}. ${explainInt8Time(int8)}`,
+      `int8: ${int8.rounds} rounds each of ${int8.imagesPerRound} requests at ${run.plan.concurrency} clients, fp32 and int8 with ${int8.serverConfig}, then fp32 and int8 with ${int8.workers.config}, alternating, all four servers running throughout; int8 archive made by \`${int8.quantizeCommand}\`; its accuracy check: ${int8.agreement}. ${explainInt8Time(int8)}`,
     );
   }
 }

@@ -45,13 +45,14 @@ describe('marina-bench --quick --experiments int8', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('serves the fp32 and the int8 archive (the int8 one also with a single-threaded worker per core), every request answered, and runs the int8 ceiling', () => {
+  it('serves the fp32 and the int8 archive in both layouts (1 worker; a single-threaded worker per core), every request answered, and runs the int8 ceiling', () => {
     const rows = result.rows.filter((r) => r.experiment === 'int8');
-    const workers = `${result.int8!.int8WorkersConfig}`;
+    const workers = `${result.int8!.workers.config}`;
     expect(workers).toMatch(/^\d+ workers × 1 thread$/);
     expect(rows.map((r) => r.config)).toEqual([
       'fp32 server (resnet-18-external.mar), 1 worker, defaults',
       'int8 server (resnet-18-int8.mar), 1 worker, defaults',
+      `fp32 server (resnet-18-external.mar), ${workers}`,
       `int8 server (resnet-18-int8.mar), ${workers}`,
       'int8 ceiling, batch 1',
       'int8 ceiling, batch 2',
@@ -67,16 +68,21 @@ describe('marina-bench --quick --experiments int8', () => {
     expect(rows[0]!.images).toBe(24);
     expect(rows[1]!.images).toBe(24);
     expect(rows[2]!.images).toBe(24);
+    expect(rows[3]!.images).toBe(24);
     expect(result.rows.every((r) => r.experiment === 'int8')).toBe(true);
   });
 
-  it("summarises both servers: rounds, PSS, Server-Timing stages and the archive's own agreement", () => {
+  it("summarises every server: rounds, PSS, Server-Timing stages and the archive's own agreement", () => {
     const s = result.int8!;
     expect(s).toBeDefined();
     expect(s.rounds).toBe(2);
     expect(s.fp32RoundsPerSec).toHaveLength(2);
     expect(s.int8RoundsPerSec).toHaveLength(2);
-    expect(s.int8WorkersRoundsPerSec).toHaveLength(2);
+    for (const server of [s.workers.fp32, s.workers.int8]) {
+      expect(server.roundsPerSec).toHaveLength(2);
+      expect(server.pssMb).toBeGreaterThan(0);
+      expect(server.stages.inference).toBeGreaterThan(0);
+    }
     for (const value of [
       s.fp32PssMb,
       s.int8PssMb,
@@ -100,9 +106,10 @@ describe('marina-bench --quick --experiments int8', () => {
     expect(s.quantizeCommand).toContain('--quantize int8 --calibration');
   });
 
-  it('checks the three int8 targets with measured values, and says where the time goes', async () => {
+  it('checks the int8 targets with measured values, the speed one per layout, and says where the time goes', async () => {
     const names = [
       'int8 server ≥ 2.8× the fp32 server',
+      'int8 server ≥ 2.8× the fp32 server, one single-threaded worker per core',
       'int8 server ≥ 80% of the int8 ceiling',
       'int8 server uses less memory than fp32',
     ];
@@ -111,6 +118,18 @@ describe('marina-bench --quick --experiments int8', () => {
       expect(check, name).toBeDefined();
       expect(typeof check!.isMet, name).toBe('boolean');
       expect(check!.target, name).toContain('set for ResNet-152; this run: resnet-18');
+    }
+    // Each layout's verdict is the median of its own paired rounds, int8 ÷ fp32 in the same configuration (nearest
+    // rank: of two rounds, the lower).
+    const s = result.int8!;
+    const pairedMedian = (int8: number[], fp32: number[]) => Math.min(int8[0]! / fp32[0]!, int8[1]! / fp32[1]!);
+    for (const [name, ratio] of [
+      [names[0]!, pairedMedian(s.int8RoundsPerSec, s.fp32RoundsPerSec)],
+      [names[1]!, pairedMedian(s.workers.int8.roundsPerSec, s.workers.fp32.roundsPerSec)],
+    ] as const) {
+      const check = result.targets.find((t) => t.name === name)!;
+      expect(check.measured).toMatch(new RegExp(`^median of the paired rounds ${ratio.toFixed(2)}×`));
+      expect(check.isMet).toBe(ratio >= 2.8);
     }
     const note = result.notes.find((n) => n.startsWith('int8: '));
     expect(note).toMatch(/Per image the int8 server took [\d.]+ ms of wall time/);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Int8Summary } from '../src/bench-result.ts';
+import type { Int8LayoutServer, Int8Summary } from '../src/bench-result.ts';
 import { describeCpuFlags, getMachineInfo, isVnniIn, readCpuFlags } from '../src/machine-info.ts';
 import { checkInt8Targets } from '../src/targets.ts';
 
@@ -32,8 +32,24 @@ describe('machine info', () => {
 });
 
 describe('int8 speed target', () => {
+  /** A second-layout server whose three rounds all ran at `perSec`. */
+  const layoutServer = (m: {
+    perSec: number;
+    pssMb: number;
+    rssMb: number;
+    meanCpuPercent: number;
+    inferenceMs: number;
+  }): Int8LayoutServer => ({
+    perSec: m.perSec,
+    roundsPerSec: [m.perSec, m.perSec, m.perSec],
+    pssMb: m.pssMb,
+    rssMb: m.rssMb,
+    meanCpuPercent: m.meanCpuPercent,
+    stages: { inference: m.inferenceMs, preprocess: 0.2, postprocess: 0.1 },
+  });
   const summary: Int8Summary = {
     serverConfig: '1 worker, defaults',
+    cores: 2,
     fp32ArchiveFileName: 'm.mar',
     int8ArchiveFileName: 'm-int8.mar',
     imagesPerRound: 100,
@@ -42,9 +58,11 @@ describe('int8 speed target', () => {
     int8PerSec: 8,
     fp32RoundsPerSec: [4, 4, 4],
     int8RoundsPerSec: [8, 8, 8],
-    int8WorkersConfig: '2 workers × 1 thread',
-    int8WorkersPerSec: 10,
-    int8WorkersRoundsPerSec: [10, 10, 10],
+    workers: {
+      config: '2 workers × 1 thread',
+      fp32: layoutServer({ perSec: 3.5, pssMb: 560, rssMb: 700, meanCpuPercent: 190, inferenceMs: 300 }),
+      int8: layoutServer({ perSec: 10, pssMb: 340, rssMb: 500, meanCpuPercent: 195, inferenceMs: 100 }),
+    },
     int8CeilingPerSec: 12,
     int8CeilingBatch1P50Ms: 95,
     int8CeilingBatch1PerSec: 10.5,
@@ -81,7 +99,7 @@ describe('int8 speed target', () => {
       cpuFlags: ['avx2', 'avx512_vnni'],
     });
     expect(met!.isMet).toBe(true);
-    expect(met!.explanation).toBe('this CPU has VNNI (avx2, avx512_vnni).');
+    expect(met!.explanation).toMatch(/^this CPU has VNNI \(avx2, avx512_vnni\)\. Same configuration per layout/);
   });
 
   it('judges the median of the paired rounds, so one disturbed fp32 round cannot make the pooled ratio pass', () => {
@@ -99,6 +117,39 @@ describe('int8 speed target', () => {
       /^median of the paired rounds 2\.50× \(each round int8 ÷ fp32: 5\.00 \/ 2\.50 \/ 2\.50\); pooled 10\.00 vs 3\.00 img\/s = 3\.33×/,
     );
     expect(speed!.explanation).toContain('short by 0.30×');
+  });
+
+  it('judges each layout by its own paired rounds, and says which meets 2.8× and why from the measured numbers', () => {
+    // Default layout: 8 ÷ 4 = 2.00× each round. Workers: rounds 10.5 ÷ 3.5 = 3.00, 3.00 and 10.5 ÷ 1.75 = 6.00, median 3.00.
+    const layouts = {
+      ...summary,
+      workers: {
+        ...summary.workers,
+        fp32: { ...summary.workers.fp32, roundsPerSec: [3.5, 3.5, 1.75] },
+        int8: { ...summary.workers.int8, perSec: 10.5, roundsPerSec: [10.5, 10.5, 10.5] },
+      },
+    };
+    const [main, workers, , memory] = checkInt8Targets(layouts);
+    expect(main!.name).toBe('int8 server ≥ 2.8× the fp32 server');
+    expect(main!.isMet).toBe(false);
+    expect(workers!.name).toBe('int8 server ≥ 2.8× the fp32 server, one single-threaded worker per core');
+    expect(workers!.isMet).toBe(true);
+    expect(workers!.target).toContain('both served by 2 workers × 1 thread');
+    expect(workers!.measured).toMatch(
+      /^median of the paired rounds 3\.00× \(each round int8 ÷ fp32: 3\.00 \/ 3\.00 \/ 6\.00\); pooled 10\.50 vs 3\.50 img\/s = 3\.00×.*PSS int8 340 MB, fp32 560 MB/,
+    );
+    for (const check of [main!, workers!])
+      expect(check.explanation).toContain(
+        'Same configuration per layout, int8 ÷ fp32 (median of the paired rounds): 1 worker, defaults 2.00× (misses 2.8×); 2 workers × 1 thread 3.00× (meets 2.8×).',
+      );
+    // Runs 240 ÷ 120 = 2.00× at 2 threads, 300 ÷ 100 = 3.00× at 1; CPU per image 1900 ÷ 3.5 = 542.9 ms vs 1950 ÷ 10.5 = 185.7 ms = 2.92×.
+    expect(workers!.explanation).toContain(
+      "2 workers × 1 thread (1 intra-op thread): the model's run 300.0 vs 100.0 ms = 3.00×, CPU per image 542.9 vs 185.7 ms = 2.92×",
+    );
+    expect(workers!.explanation).toContain("The CPU-per-image ratio is below the run's in 2 workers × 1 thread:");
+    expect(workers!.explanation).toContain("int8's run gains more over fp32's at 1 thread (3.00×) than at 2 (2.00×)");
+    expect(memory!.measured).toContain('2 workers × 1 thread: int8 340 MB vs fp32 560 MB');
+    expect(memory!.isMet).toBe(true);
   });
 
   it('says how much CPU each server spent per image', () => {

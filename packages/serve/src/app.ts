@@ -249,6 +249,14 @@ function requestTracer(
         'network.protocol.version': request.raw.httpVersion,
         'client.address': request.socket.remoteAddress || undefined,
         'user_agent.original': request.headers['user-agent'] || undefined,
+        // Set later (by startRequest, the route, the answer): declared here, so every request's
+        // object has one shape from the start instead of growing a property store as they come.
+        'marina.protocol': undefined,
+        'marina.model.name': undefined,
+        'marina.model.version': undefined,
+        'marina.request.id': undefined,
+        'http.response.status_code': undefined,
+        'error.type': undefined,
       };
       const requestTrace = tracing.startRequest({
         name,
@@ -264,10 +272,11 @@ function requestTracer(
       const requestTrace = request.marinaTrace;
       if (!requestTrace) return;
       const status = reply.statusCode;
+      const isError = status >= 500;
       requestTrace.end({
         attributes: { 'http.response.status_code': status },
-        isError: status >= 500,
-        errorType: String(status),
+        isError,
+        errorType: isError ? String(status) : undefined,
       });
     },
   };

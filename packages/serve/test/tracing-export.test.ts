@@ -196,6 +196,47 @@ describe.each([
     writer.add(record({ ids, name: 'again' }));
     expect(receiver.decode(writer.take(), writer.contentType).map((s) => s.name)).toEqual(['again']);
   });
+
+  it('writes each span its own attributes when spans of one name repeat, change a value, take turns, and change their keys', () => {
+    const writer = make();
+    const { ids } = newIdBlock(undefined);
+    const expected: Array<Record<string, unknown>> = [];
+    const add = (
+      attributes: Record<string, string | number | boolean | undefined>,
+      name = 'POST /predictions/{model_name}',
+    ) => {
+      writer.add(record({ ids, name, attributes }));
+      expected.push(Object.fromEntries(Object.entries(attributes).filter(([, v]) => v !== undefined)));
+    };
+    const request = (i: number, model: string) => ({
+      'http.route': '/predictions/{model_name}',
+      'url.path': `/predictions/${model}`,
+      'marina.model.name': model,
+      'marina.request.id': `id-${i}`,
+      'http.response.status_code': 200,
+      'error.type': undefined,
+    });
+    // The same attributes, then a request id that changes (volatile from then on), then models taking turns.
+    for (let i = 0; i < 6; i++) add(request(0, 'a'));
+    for (let i = 0; i < 6; i++) add(request(i, 'a'));
+    for (let i = 0; i < 12; i++) add(request(i, i % 2 ? 'a' : 'b'));
+    // Keys change: one more, one fewer (a run cut short), another order, a value of another type.
+    add({ ...request(1, 'a'), 'error.type': '500', 'http.response.status_code': 500 });
+    add({ 'http.route': '/predictions/{model_name}', 'url.path': '/predictions/a' });
+    add({ 'url.path': '/predictions/a', 'http.route': '/predictions/{model_name}' });
+    add({ ...request(2, 'a'), 'http.response.status_code': '200' });
+    for (let i = 0; i < 3; i++) add(request(i, 'a'));
+    // A span that ends inside a run of unchanged attributes, and one that goes past it.
+    for (let i = 0; i < 3; i++) add({ a: 1, b: 2, c: 3 }, 'other');
+    add({ a: 1, b: 2 }, 'other');
+    add({ a: 1, b: 2, c: 3, d: 4 }, 'other');
+    add({ a: 1, b: 2, c: 3 }, 'other');
+    // Keys that keep changing (past the rebuilds a memo is allowed), then steady again.
+    for (let i = 0; i < 300; i++) add(i % 2 ? { [`k${i % 7}`]: i, x: 'y' } : { x: 'y', [`k${i % 5}`]: true });
+    for (let i = 0; i < 3; i++) add(request(i, 'c'));
+    const spans = receiver.decode(writer.take(), writer.contentType);
+    expect(spans.map((s) => s.attributes)).toEqual(expected);
+  });
 });
 
 /** A transport that records each body and answers when told (or never). */

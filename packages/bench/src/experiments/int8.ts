@@ -1,8 +1,8 @@
-import type { Int8Summary, ResultRow, StageMeansMs } from '../bench-result.ts';
+import type { Int8LayoutServer, Int8Summary, ResultRow, StageMeansMs } from '../bench-result.ts';
 import type { Int8Assets } from '../int8-assets.ts';
 import { runLoad, type LoadResult } from '../load-generator.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
-import type { RunningServer } from '../server-process.ts';
+import type { RunningServer, ServerModelSettings } from '../server-process.ts';
 import { serverTimingDurations } from '../server-timing.ts';
 import { ceilingRowAtBatch1, runCeiling } from './ceiling.ts';
 import { readImage, rowFromLoad, serverTmpDir, withServer, type ExperimentContext } from './experiment-context.ts';
@@ -98,6 +98,61 @@ function combineRounds(
   return { row, stages: meanServerTimings(load.headerValues) };
 }
 
+type ServerKey = 'fp32' | 'int8' | 'fp32Workers' | 'int8Workers';
+
+interface ServerSpec {
+  key: ServerKey;
+  archiveFileName: string;
+  /** Its own TMPDIR's name (pid file, extraction and optimised-model caches), since all run at once. */
+  tmpName: string;
+  /** What the progress lines call it. */
+  name: string;
+  settings: ServerModelSettings | undefined;
+}
+
+interface StartedServer {
+  key: ServerKey;
+  name: string;
+  server: RunningServer;
+  path: string;
+}
+
+/** Starts every server of `specs` (one after the other), runs `body` with all of them up, always stops them. */
+function withServers<T>(
+  context: ExperimentContext,
+  assets: ExperimentContext['assets'],
+  specs: readonly ServerSpec[],
+  body: (started: StartedServer[]) => Promise<T>,
+  started: StartedServer[] = [],
+): Promise<T> {
+  const [spec, ...rest] = specs;
+  if (!spec) return body(started);
+  return withServer(
+    context,
+    {
+      assets,
+      archiveFileName: spec.archiveFileName,
+      label: `int8 experiment ${spec.name}`,
+      ...(spec.settings ? { settings: spec.settings } : {}),
+      tmpDir: serverTmpDir(context, spec.tmpName),
+    },
+    (server, path) =>
+      withServers(context, assets, rest, body, [...started, { key: spec.key, name: spec.name, server, path }]),
+  );
+}
+
+/** A second-layout server's measures for the summary. */
+function layoutServer(combined: { row: ResultRow; stages: StageMeansMs }, rounds: readonly Round[]): Int8LayoutServer {
+  return {
+    perSec: combined.row.throughputPerSec,
+    roundsPerSec: rounds.map((r) => r.load.throughputPerSec),
+    pssMb: combined.row.pssMb,
+    rssMb: rounds[rounds.length - 1]!.usage.lastRssBytes / MB,
+    meanCpuPercent: combined.row.meanCpuPercent,
+    stages: combined.stages,
+  };
+}
+
 function describeAgreement(quantization: Record<string, unknown>): string {
   const agreement = quantization.agreement as
     | { metric?: string; value?: number; samples?: number; outputs?: Array<{ minCosine?: number }> }
@@ -114,15 +169,15 @@ function describeAgreement(quantization: Record<string, unknown>): string {
 
 /**
  * int8: the seed experiment with a quantised model. The fp32 archive (external-data weights where the model has them)
- * and the int8 archive `model-archiver --quantize int8` made from it are served side by side, one server each, both
- * started before anything is measured and both with the default centralized configuration (1 worker, defaults).
- * Rounds alternate fp32, int8, fp32, int8 … (`rounds` each) at `plan.concurrency` clients with the model's 640×480
- * JPEG, so a change in the machine's load hits both alike; each server's PSS is read after its rounds. A third server,
- * the int8 archive with one single-threaded worker per core (no intra-op barrier, the configuration that came closest
- * to the fp32 ceiling), takes its turn in the same rounds; the better of the two int8 servers is compared with the
- * int8 ceiling, while the 2.8x comparison stays the same configuration on both sides. Then
- * the ceiling experiment runs on the int8 model (onnxruntime alone, every batch size), and the Server-Timing
- * headers of every measured response say where each server's time went.
+ * and the int8 archive `model-archiver --quantize int8` made from it are served in two layouts, each archive by a
+ * server of its own: the default centralized configuration (1 worker, defaults: every core as its intra-op threads),
+ * and one single-threaded worker per core (no intra-op barrier; TorchServe's own default is a worker per core). All
+ * four servers start before anything is measured. Each round takes them in turn: fp32, int8, fp32 and int8 with the
+ * workers (`rounds` each), at `plan.concurrency` clients with the model's 640×480 JPEG, so a change in the machine's
+ * load hits each pair alike; each server's PSS is read after its rounds. The 2.8x comparison is made per layout, int8
+ * against fp32 in the same configuration; the better int8 server is compared with the int8 ceiling. Then the ceiling
+ * experiment runs on the int8 model (onnxruntime alone, every batch size), and the Server-Timing headers of every
+ * measured response say where each server's time went.
  */
 export async function runInt8(
   context: ExperimentContext,
@@ -134,74 +189,40 @@ export async function runInt8(
   const serverConfig = '1 worker, defaults';
   const fp32Label = `fp32 server (${int8.fp32ArchiveFileName}), ${serverConfig}`;
   const int8Label = `int8 server (${int8.archiveFileName}), ${serverConfig}`;
-  // Each server its own TMPDIR (pid file, extraction and optimised-model caches), since both run at once.
   const workerCount = Math.max(1, context.cpuCount);
   const workersConfig = `${workerCount} workers × 1 thread`;
   const workersSettings = { minWorkers: workerCount, maxWorkers: workerCount, intraOpNumThreads: 1 };
-  const workersLabel = `int8 server (${int8.archiveFileName}), ${workersConfig}`;
-  const {
-    fp32,
-    int8: int8Rounds,
-    workers: workersRounds,
-  } = await withServer(
-    context,
-    { assets, archiveFileName: int8.fp32ArchiveFileName, label: 'int8 experiment fp32', tmpDir: serverTmpDir(context) },
-    (fp32Server, fp32Path) =>
-      withServer(
-        context,
-        {
-          assets,
-          archiveFileName: int8.archiveFileName,
-          label: 'int8 experiment int8',
-          tmpDir: serverTmpDir(context, 'marina-bench-int8'),
-        },
-        (int8Server, int8Path) =>
-          withServer(
-            context,
-            {
-              assets,
-              archiveFileName: int8.archiveFileName,
-              label: 'int8 experiment int8 workers',
-              settings: workersSettings,
-              tmpDir: serverTmpDir(context, 'marina-bench-int8-workers'),
-            },
-            async (workersServer, workersPath) => {
-              const rounds = { fp32: [] as Round[], int8: [] as Round[], workers: [] as Round[] };
-              for (let i = 0; i < options.rounds; i++) {
-                const warmupRequests = i === 0 ? 8 : 4;
-                rounds.fp32.push(
-                  await measureRound(context, fp32Server, {
-                    path: fp32Path,
-                    body,
-                    label: `int8 experiment, round ${i + 1}/${options.rounds}: fp32`,
-                    warmupRequests,
-                  }),
-                );
-                rounds.int8.push(
-                  await measureRound(context, int8Server, {
-                    path: int8Path,
-                    body,
-                    label: `int8 experiment, round ${i + 1}/${options.rounds}: int8`,
-                    warmupRequests,
-                  }),
-                );
-                rounds.workers.push(
-                  await measureRound(context, workersServer, {
-                    path: workersPath,
-                    body,
-                    label: `int8 experiment, round ${i + 1}/${options.rounds}: int8, ${workersConfig}`,
-                    warmupRequests,
-                  }),
-                );
-              }
-              return rounds;
-            },
-          ),
-      ),
-  );
+  const fp32WorkersLabel = `fp32 server (${int8.fp32ArchiveFileName}), ${workersConfig}`;
+  const int8WorkersLabel = `int8 server (${int8.archiveFileName}), ${workersConfig}`;
+  const servers = (
+    [
+      ['fp32', int8.fp32ArchiveFileName, 'marina-bench', 'fp32', undefined],
+      ['int8', int8.archiveFileName, 'marina-bench-int8', 'int8', undefined],
+      ['fp32Workers', int8.fp32ArchiveFileName, 'marina-bench-fp32-workers', `fp32, ${workersConfig}`, workersSettings],
+      ['int8Workers', int8.archiveFileName, 'marina-bench-int8-workers', `int8, ${workersConfig}`, workersSettings],
+    ] as const
+  ).map(([key, archiveFileName, tmpName, name, settings]) => ({ key, archiveFileName, tmpName, name, settings }));
+  const rounds = await withServers(context, assets, servers, async (started) => {
+    const measured: Record<ServerKey, Round[]> = { fp32: [], int8: [], fp32Workers: [], int8Workers: [] };
+    for (let i = 0; i < options.rounds; i++) {
+      const warmupRequests = i === 0 ? 8 : 4;
+      for (const { key, name, server, path } of started)
+        measured[key].push(
+          await measureRound(context, server, {
+            path,
+            body,
+            label: `int8 experiment, round ${i + 1}/${options.rounds}: ${name}`,
+            warmupRequests,
+          }),
+        );
+    }
+    return measured;
+  });
+  const { fp32, int8: int8Rounds } = rounds;
   const fp32Combined = combineRounds(fp32Label, plan.concurrency, fp32);
   const int8Combined = combineRounds(int8Label, plan.concurrency, int8Rounds);
-  const workersCombined = combineRounds(workersLabel, plan.concurrency, workersRounds);
+  const fp32WorkersCombined = combineRounds(fp32WorkersLabel, plan.concurrency, rounds.fp32Workers);
+  const int8WorkersCombined = combineRounds(int8WorkersLabel, plan.concurrency, rounds.int8Workers);
 
   const ceiling = await runCeiling({ ...context, assets: { ...assets, modelPath: int8.modelPath } });
   const ceilingRows = ceiling.rows.map((row) => ({
@@ -211,7 +232,7 @@ export async function runInt8(
   }));
   const ceilingBatch1 = ceilingRowAtBatch1(ceilingRows);
   const bestCeiling = ceilingRows.reduce((a, b) => (b.throughputPerSec > a.throughputPerSec ? b : a));
-  for (const row of [...ceilingRows, int8Combined.row, workersCombined.row])
+  for (const row of [...ceilingRows, int8Combined.row, int8WorkersCombined.row])
     row.ratioToCeiling = row.throughputPerSec / bestCeiling.throughputPerSec;
   if (ceiling.noisyBatchSizes.length > 0)
     bestCeiling.note = `${bestCeiling.note}; noisy at batch ${ceiling.noisyBatchSizes.join('/')}`;
@@ -219,6 +240,7 @@ export async function runInt8(
   const quantizedBytes = (int8.quantization.modelBytes as { fp32?: number; int8?: number } | undefined) ?? {};
   const summary: Int8Summary = {
     serverConfig,
+    cores: workerCount,
     fp32ArchiveFileName: int8.fp32ArchiveFileName,
     int8ArchiveFileName: int8.archiveFileName,
     imagesPerRound: plan.images,
@@ -227,9 +249,11 @@ export async function runInt8(
     int8PerSec: int8Combined.row.throughputPerSec,
     fp32RoundsPerSec: fp32.map((r) => r.load.throughputPerSec),
     int8RoundsPerSec: int8Rounds.map((r) => r.load.throughputPerSec),
-    int8WorkersConfig: workersConfig,
-    int8WorkersPerSec: workersCombined.row.throughputPerSec,
-    int8WorkersRoundsPerSec: workersRounds.map((r) => r.load.throughputPerSec),
+    workers: {
+      config: workersConfig,
+      fp32: layoutServer(fp32WorkersCombined, rounds.fp32Workers),
+      int8: layoutServer(int8WorkersCombined, rounds.int8Workers),
+    },
     int8CeilingPerSec: bestCeiling.throughputPerSec,
     int8CeilingBatch1P50Ms: ceilingBatch1?.p50Ms ?? Number.NaN,
     int8CeilingBatch1PerSec: ceilingBatch1?.throughputPerSec ?? Number.NaN,
@@ -247,7 +271,10 @@ export async function runInt8(
     agreement: describeAgreement(int8.quantization),
     quantizeCommand: int8.command,
   };
-  return { rows: [fp32Combined.row, int8Combined.row, workersCombined.row, ...ceilingRows], summary };
+  return {
+    rows: [fp32Combined.row, int8Combined.row, fp32WorkersCombined.row, int8WorkersCombined.row, ...ceilingRows],
+    summary,
+  };
 }
 
 const fmt = (value: number | undefined, digits = 1): string =>

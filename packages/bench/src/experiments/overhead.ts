@@ -1,11 +1,8 @@
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { OverheadRound, ResultRow } from '../bench-result.ts';
-import { benchErrors } from '../errors.ts';
 import { runLoad } from '../load-generator.ts';
 import { startProcessSampler } from '../process-sampler.ts';
-import { runJsonChild } from '../child-process-json.ts';
+import { runJsonChild, startListeningChild } from '../child-process-json.ts';
 import type { TensorAssets } from '../model-assets.ts';
 import { median } from '../stats.ts';
 import type { RunningServer } from '../server-process.ts';
@@ -38,23 +35,7 @@ export async function measureTensorOwnTime(
 }
 
 async function startBareServer(): Promise<{ pid: number; origin: string; stop: () => void }> {
-  const child = spawn(process.execPath, [bareServerScript], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  child.stderr!.on('data', (chunk: Buffer) => {
-    stderr = (stderr + chunk.toString()).slice(-2000);
-  });
-  const port = await new Promise<number>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).once('line', (line) =>
-      resolve((JSON.parse(line) as { port: number }).port),
-    );
-    child.once('exit', (code) =>
-      reject(
-        benchErrors.create.MARINA_ERR_BENCH_CHILD_FAILED(
-          `${bareServerScript} exited with code ${code} before listening; stderr: ${stderr || '(empty)'}`,
-        ),
-      ),
-    );
-  });
+  const { child, port } = await startListeningChild(bareServerScript);
   return { pid: child.pid!, origin: `http://127.0.0.1:${port}`, stop: () => child.kill('SIGTERM') };
 }
 

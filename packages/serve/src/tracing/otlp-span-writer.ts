@@ -16,13 +16,13 @@ export type SpanAttributes = Readonly<Record<string, string | number | boolean |
 
 /**
  * A span that is over, as the writers take it. Its ids are bytes in `ids`, the block of a request's
- * trace (see `newIdBlock`): the trace id, then 8-byte span ids at the offsets given.
+ * trace (see ID_BLOCK_BYTES and `newIdBlock`).
  */
 export interface SpanRecord {
   ids: Uint8Array;
-  /** Where this span's own id is in `ids`; -1 writes a fresh random id (a child nobody refers to). */
+  /** ID_SPAN: this span is the block's request span; -1 writes a fresh random id (a child nobody refers to). */
   spanIdAt: number;
-  /** Where the parent's span id is in `ids`; -1 for a root span. */
+  /** ID_SPAN: a child of the block's request span; ID_PARENT: the request span's own parent; -1 for a root span. */
   parentIdAt: number;
   /** Whether the parent came from another process (a caller's traceparent): OTLP's span flags say so. */
   isParentRemote: boolean;
@@ -68,11 +68,28 @@ const bounded = (text: string) => (text.length > MAX_STRING_LENGTH ? text.slice(
 
 const TWO_32 = 4294967296;
 
-/** Offsets in an id block: the trace id (16 bytes), the request span's id, its parent's id (8 bytes each). */
-const ID_TRACE = 0;
-export const ID_SPAN = 16;
-export const ID_PARENT = 24;
-const ID_BLOCK_BYTES = 32;
+/**
+ * An id block holds a request's ids as the protobuf fields the writer copies: a child's
+ * `parent_span_id` field (the request span's id), `trace_id`, the request span's `span_id`, and
+ * the request span's own `parent_span_id` (when it has a parent). A child's ids are then one copy
+ * of the block's first 28 bytes (protobuf takes fields in any order) and a fresh span id; the
+ * request span's, one copy from the trace id on; a link's, trace and span id (a Link numbers them
+ * as a Span does). The constants are where each id's bytes start.
+ */
+const FIELD_CHILD_PARENT = 0;
+const FIELD_TRACE = 10;
+const FIELD_SPAN = 28;
+const FIELD_PARENT = 38;
+const ID_TRACE = FIELD_TRACE + 2;
+export const ID_SPAN = FIELD_SPAN + 2;
+export const ID_PARENT = FIELD_PARENT + 2;
+const ID_BLOCK_BYTES = 48;
+/** A fresh block's tags and lengths, ids zero. */
+const ID_BLOCK_TEMPLATE = new Uint8Array(ID_BLOCK_BYTES);
+ID_BLOCK_TEMPLATE.set([0x22, 8], FIELD_CHILD_PARENT);
+ID_BLOCK_TEMPLATE.set([0x0a, 16], FIELD_TRACE);
+ID_BLOCK_TEMPLATE.set([0x12, 8], FIELD_SPAN);
+ID_BLOCK_TEMPLATE.set([0x22, 8], FIELD_PARENT);
 
 /** Random bytes for ids, from the system's generator, taken a few at a time. */
 const randomPool = Buffer.allocUnsafe(4096);
@@ -94,54 +111,92 @@ for (let i = 0; i < 16; i++) {
   NIBBLES['0123456789ABCDEF'.charCodeAt(i)] = i;
 }
 
-/** Hex digits (already checked, e.g. by the W3C propagator) into `bytes` at `at`. */
 /** Copies `bytes` bytes (an id) without a view object per copy. */
 function copyId(from: Uint8Array, at: number, to: Uint8Array, toAt: number, bytes: number): void {
   for (let i = 0; i < bytes; i++) to[toAt + i] = from[at + i]!;
 }
 
+/** Hex digits (already checked, e.g. by the W3C propagator) into `bytes` at `at`. */
 function hexInto(hex: string, bytes: Uint8Array, at: number): void {
   for (let i = 0; i < hex.length; i += 2)
     bytes[at++] = (NIBBLES[hex.charCodeAt(i)]! << 4) | NIBBLES[hex.charCodeAt(i + 1)]!;
 }
 
-/** An id block and the hex of its ids. */
+/** A block with a fresh span id (also where children read it as their parent's). */
+function blockWithSpanId(): Uint8Array {
+  const ids = ID_BLOCK_TEMPLATE.slice();
+  const at = takeRandom(8);
+  copyId(randomPool, at, ids, ID_SPAN, 8);
+  copyId(randomPool, at, ids, FIELD_CHILD_PARENT + 2, 8);
+  return ids;
+}
+
+/**
+ * A root request span's block: a fresh trace id and span id. Random ids come from crypto's
+ * generator (non-zero: a zero id is invalid, and the chance of 8 or 16 random zero bytes is nil).
+ */
+export function rootIdBlock(): Uint8Array {
+  const ids = blockWithSpanId();
+  copyId(randomPool, takeRandom(16), ids, ID_TRACE, 16);
+  return ids;
+}
+
+/** A block and the hex of its ids. */
 export interface IdBlock {
   ids: Uint8Array;
   traceId: string;
   spanId: string;
 }
 
-/**
- * A request span's ids: its trace id (the parent's, or a fresh one), a fresh span id, and its
- * parent's span id when it has one. Random ids come from crypto's generator (non-zero: a zero id
- * is invalid, and the chance of 8 or 16 random zero bytes is nil).
- */
+/** A request span's ids: its trace id (the parent's, or a fresh one), a fresh span id, and its parent's span id when it has one. */
 export function newIdBlock(parent: { traceId: string; spanId: string } | undefined): IdBlock {
-  const ids = new Uint8Array(ID_BLOCK_BYTES);
-  let traceId: string;
   if (parent === undefined) {
-    const at = takeRandom(24);
-    copyId(randomPool, at, ids, ID_TRACE, 24);
-    traceId = randomPool.toString('hex', at, at + 16);
-    return { ids, traceId, spanId: randomPool.toString('hex', at + 16, at + 24) };
+    const ids = rootIdBlock();
+    return { ids, traceId: hexOf(ids, ID_TRACE, 16), spanId: hexOf(ids, ID_SPAN, 8) };
   }
-  traceId = parent.traceId;
-  hexInto(traceId, ids, ID_TRACE);
+  const ids = blockWithSpanId();
+  hexInto(parent.traceId, ids, ID_TRACE);
   hexInto(parent.spanId, ids, ID_PARENT);
-  const at = takeRandom(8);
-  copyId(randomPool, at, ids, ID_SPAN, 8);
-  return { ids, traceId, spanId: randomPool.toString('hex', at, at + 8) };
+  return { ids, traceId: parent.traceId, spanId: hexOf(ids, ID_SPAN, 8) };
 }
 
-/** A child's block: the same trace, the given span id as the request span's. */
-export function childIdBlock(parent: IdBlock): IdBlock {
-  const ids = new Uint8Array(ID_BLOCK_BYTES);
-  copyId(parent.ids, ID_TRACE, ids, ID_TRACE, 16);
-  copyId(parent.ids, ID_SPAN, ids, ID_PARENT, 8);
-  const at = takeRandom(8);
-  copyId(randomPool, at, ids, ID_SPAN, 8);
-  return { ids, traceId: parent.traceId, spanId: randomPool.toString('hex', at, at + 8) };
+/** A child's block: the same trace, a fresh span id, the given block's span as its parent. */
+export function childIdBlock(parent: Uint8Array): Uint8Array {
+  const ids = blockWithSpanId();
+  copyId(parent, ID_TRACE, ids, ID_TRACE, 16);
+  copyId(parent, ID_SPAN, ids, ID_PARENT, 8);
+  return ids;
+}
+
+/** Lowercase hex digits of each byte value, as character codes: high digit at 2n, low at 2n + 1. */
+const HEX_CODES = new Uint8Array(512);
+for (let i = 0; i < 256; i++) {
+  HEX_CODES[2 * i] = '0123456789abcdef'.charCodeAt(i >> 4);
+  HEX_CODES[2 * i + 1] = '0123456789abcdef'.charCodeAt(i & 15);
+}
+/** `00-<trace id>-<span id>-<flags>`: the fixed characters set once, the ids written in for each header. */
+const traceparentText = Buffer.from(`00-${'0'.repeat(32)}-${'0'.repeat(16)}-00`, 'latin1');
+
+/**
+ * A block's request span as a W3C `traceparent` (version 00), written from its bytes in one
+ * string: the header every traced response carries, so it is built at each request.
+ */
+export function traceparentOf(ids: Uint8Array, isSampled: boolean): string {
+  const text = traceparentText;
+  let to = 3;
+  for (let i = ID_TRACE; i < ID_TRACE + 16; i++) {
+    const at = ids[i]! << 1;
+    text[to++] = HEX_CODES[at]!;
+    text[to++] = HEX_CODES[at + 1]!;
+  }
+  to++;
+  for (let i = ID_SPAN; i < ID_SPAN + 8; i++) {
+    const at = ids[i]! << 1;
+    text[to++] = HEX_CODES[at]!;
+    text[to++] = HEX_CODES[at + 1]!;
+  }
+  text[54] = isSampled ? 0x31 : 0x30;
+  return text.toString('latin1', 0, 55);
 }
 
 const hexOf = (ids: Uint8Array, at: number, bytes: number) =>
@@ -192,8 +247,11 @@ export class OtlpProtobufWriter implements SpanWriter {
   readonly #reserve: number;
   /** Per attribute key (Marina's own names, a bounded set): its encoded key and recent whole KeyValue fields. */
   readonly #attributeCache = new Map<string, KeyCache>();
-  /** Span.name fields by name (names are routes and fixed words). */
-  readonly #names = new Map<string, Uint8Array>();
+  /** Per span name (names are routes and fixed words): the Span.name field and the attributes its last span had. */
+  readonly #names = new Map<string, NameEntry>();
+  /** The current span's attribute keys and values, in order (reused from span to span). */
+  readonly #keys: string[] = [];
+  readonly #values: Array<string | number | boolean> = [];
   /** ResourceSpans.resource and ScopeSpans.scope, encoded once. */
   readonly #resourceField: Buffer;
   readonly #scopeField: Buffer;
@@ -227,18 +285,24 @@ export class OtlpProtobufWriter implements SpanWriter {
     const buffer = this.#buffer;
     buffer[this.#position++] = 0x12; // ScopeSpans.spans
     const start = this.#position++; // its length, set by #end
-    this.#id(0x0a, span.ids, ID_TRACE, 16);
+    // The ids as fields copied from the block (see ID_BLOCK_BYTES): a child's parent and trace id in one copy.
+    const ids = span.ids;
+    if (span.parentIdAt === ID_SPAN) this.#copy(ids, FIELD_CHILD_PARENT, FIELD_SPAN);
+    else this.#copy(ids, FIELD_TRACE, FIELD_SPAN);
     if (span.spanIdAt < 0) this.#id(0x12, randomPool, takeRandom(8), 8);
-    else this.#id(0x12, span.ids, span.spanIdAt, 8);
+    else this.#copy(ids, FIELD_SPAN, FIELD_PARENT);
+    if (span.parentIdAt === ID_PARENT) this.#copy(ids, FIELD_PARENT, ID_BLOCK_BYTES);
     if (span.traceState) this.#string(0x1a, span.traceState);
-    if (span.parentIdAt >= 0) this.#id(0x22, span.ids, span.parentIdAt, 8);
-    this.#name(span.name);
-    buffer[this.#position++] = 0x30;
-    buffer[this.#position++] = span.kind;
+    const entry = this.#name(span.name);
+    this.#ensure(20);
+    this.#buffer[this.#position++] = 0x30;
+    this.#buffer[this.#position++] = span.kind;
     this.#time(0x39, span.start);
     this.#time(0x41, span.end);
-    const attributes = span.attributes;
-    for (const key in attributes) this.#attribute(0x4a, key, attributes[key]);
+    if (entry === undefined || entry.isMemoOff === true) {
+      const attributes = span.attributes;
+      for (const key in attributes) this.#attribute(0x4a, key, attributes[key]);
+    } else this.#spanAttributes(entry, span.attributes);
     if (span.events !== undefined) {
       for (const event of span.events) {
         this.#byte(0x5a);
@@ -254,8 +318,7 @@ export class OtlpProtobufWriter implements SpanWriter {
         this.#ensure(36);
         this.#buffer[this.#position++] = 0x6a;
         this.#buffer[this.#position++] = 33; // 18 + 10 + 5 bytes
-        this.#id(0x0a, link, ID_TRACE, 16);
-        this.#id(0x12, link, ID_SPAN, 8);
+        this.#copy(link, FIELD_TRACE, FIELD_PARENT);
         this.#fixed32(0x35, 0x101); // sampled, parent-local flags
       }
     }
@@ -392,6 +455,15 @@ export class OtlpProtobufWriter implements SpanWriter {
     this.#position = at;
   }
 
+  /** Bytes `start` to `end` of `from` (an id block's fields), copied without a view object. */
+  #copy(from: Uint8Array, start: number, end: number): void {
+    this.#ensure(end - start);
+    const buffer = this.#buffer;
+    let to = this.#position;
+    for (let i = start; i < end; i++) buffer[to++] = from[i]!;
+    this.#position = to;
+  }
+
   #id(tag: number, from: Uint8Array, at: number, bytes: number): void {
     this.#ensure(bytes + 2);
     const buffer = this.#buffer;
@@ -429,15 +501,118 @@ export class OtlpProtobufWriter implements SpanWriter {
     this.#end(start);
   }
 
-  #name(name: string): void {
-    const field = this.#names.get(name);
-    if (field === undefined) {
-      const at = this.#position;
-      this.#string(0x2a, name);
-      if (this.#names.size < 1024) this.#names.set(name, Buffer.from(this.#buffer.subarray(at, this.#position)));
+  /** Writes the Span.name field; returns the name's entry (undefined past the bound on names kept). */
+  #name(name: string): NameEntry | undefined {
+    const entry = this.#names.get(name);
+    if (entry !== undefined) {
+      this.#bytes(entry.field);
+      return entry;
+    }
+    const at = this.#position;
+    this.#string(0x2a, name);
+    if (this.#names.size >= 1024) return undefined;
+    const created: NameEntry = {
+      field: copyOf(this.#buffer, at, this.#position),
+      memo: undefined,
+      spans: 0,
+      rebuilds: 0,
+    };
+    this.#names.set(name, created);
+    return created;
+  }
+
+  /**
+   * A span's attributes (Span.attributes fields), through the memo of the last span of its name:
+   * runs of attributes equal to that span's (same key at the same place, same value) are copied
+   * as one block of bytes; volatile places (a request id) are written one by one. Whatever the
+   * memo holds, the bytes are those `#attribute` would write for each attribute in turn.
+   */
+  #spanAttributes(entry: NameEntry, attributes: SpanAttributes): void {
+    const memo = entry.memo;
+    const keys = this.#keys;
+    const values = this.#values;
+    entry.spans++;
+    let count = 0;
+    // Whether every attribute so far matched the memo; where the run being matched started (-1: none).
+    let isHit = memo !== undefined;
+    let runAt = -1;
+    for (const key in attributes) {
+      const value = attributes[key];
+      if (value === undefined) continue;
+      const i = count++;
+      keys[i] = key;
+      values[i] = value;
+      if (isHit) {
+        const m = memo!;
+        if (i < m.keys.length && m.keys[i] === key) {
+          if (m.isVolatile[i]) {
+            this.#attribute(0x4a, key, value);
+            continue;
+          }
+          if (m.values[i] === value) {
+            if (m.runBytes[i] !== undefined) runAt = i;
+            if (i + 1 === m.runEnd[runAt]) {
+              this.#bytes(m.runBytes[runAt]!);
+              runAt = -1;
+            }
+            continue;
+          }
+        }
+        // A different key or value: the matched part of the current run is written out, the rest one by one.
+        isHit = false;
+        if (runAt >= 0) for (let j = runAt; j < i; j++) this.#attribute(0x4a, m.keys[j]!, m.values[j]!);
+        runAt = -1;
+      }
+      this.#attribute(0x4a, key, value);
+    }
+    if (isHit && (runAt >= 0 || count !== memo!.keys.length)) {
+      // Fewer attributes than the memo: the matched part of a run cut short is written out.
+      if (runAt >= 0) for (let j = runAt; j < count; j++) this.#attribute(0x4a, memo!.keys[j]!, memo!.values[j]!);
+      isHit = false;
+    }
+    if (!isHit) this.#remember(entry, count);
+  }
+
+  /**
+   * Makes the current span's attributes the memo of its name. A place whose key stayed and whose
+   * value changed is volatile from then on; the stable places between them are encoded as runs.
+   * A name whose memo keeps being rebuilt (its spans' keys keep changing) stops using one.
+   */
+  #remember(entry: NameEntry, count: number): void {
+    const old = entry.memo;
+    entry.rebuilds++;
+    if (entry.rebuilds > MEMO_REBUILDS_ALLOWED && entry.rebuilds * 4 > entry.spans) {
+      entry.memo = undefined;
+      entry.isMemoOff = true;
       return;
     }
-    this.#bytes(field);
+    const keys = this.#keys.slice(0, count);
+    const values = this.#values.slice(0, count);
+    const isVolatile = keys.map(
+      (key, i) =>
+        old !== undefined && old.keys[i] === key && (old.isVolatile[i] === true || old.values[i] !== values[i]),
+    );
+    const runBytes: Array<Uint8Array | undefined> = new Array(count).fill(undefined);
+    const runEnd: number[] = new Array(count).fill(-1);
+    // Each run of stable places is encoded after the span's bytes, copied out, and the position set back.
+    const mark = this.#position;
+    for (let i = 0; i < count; ) {
+      if (isVolatile[i]) {
+        i++;
+        continue;
+      }
+      let end = i;
+      const at = this.#position;
+      while (end < count && !isVolatile[end]) {
+        this.#attribute(0x4a, keys[end]!, values[end]!);
+        end++;
+      }
+      runBytes[i] = copyOf(this.#buffer, at, this.#position);
+      runEnd[i] = end;
+      i = end;
+    }
+    this.#position = mark;
+    entry.memo = { keys, values, isVolatile, runBytes, runEnd };
   }
 
   /**
@@ -500,6 +675,44 @@ export class OtlpProtobufWriter implements SpanWriter {
       }
     }
   }
+}
+
+/** What the protobuf writer keeps of one span name. */
+interface NameEntry {
+  /** Span.name, encoded. */
+  field: Uint8Array;
+  /** The attributes of the last span of this name, by place (see #spanAttributes). */
+  memo: AttributeMemo | undefined;
+  spans: number;
+  rebuilds: number;
+  /** Set once the memo was rebuilt for more than a quarter of the spans: their keys keep changing. */
+  isMemoOff?: boolean;
+}
+
+/**
+ * The attributes a span name's last span was written with. A request span's route, path,
+ * scheme, addresses, protocol, model and status repeat request after request and only its request
+ * id changes: the places before and after it are copied as two blocks instead of thirteen
+ * KeyValue fields looked up and copied one by one. A place whose value changed once stays
+ * volatile (written one by one from then on), so models taking turns on one route settle after a
+ * few requests instead of rebuilding the memo each time.
+ */
+interface AttributeMemo {
+  keys: string[];
+  values: Array<string | number | boolean>;
+  isVolatile: boolean[];
+  /** At the first place of each run of stable places: the run's KeyValue fields, encoded. */
+  runBytes: Array<Uint8Array | undefined>;
+  /** At the first place of each run: the place after its last. */
+  runEnd: number[];
+}
+
+/** Rebuilds of a name's memo allowed before one rebuilt for more than a quarter of its spans is given up. */
+const MEMO_REBUILDS_ALLOWED = 64;
+
+/** A copy of `bytes` from `start` to `end`, its own memory (the writer's buffer leaves with each export). */
+function copyOf(bytes: Uint8Array, start: number, end: number): Uint8Array {
+  return new Uint8Array(bytes.subarray(start, end));
 }
 
 /** What the protobuf writer keeps of one attribute key. */

@@ -51,7 +51,8 @@ import {
   newIdBlock,
   OtlpJsonWriter,
   OtlpProtobufWriter,
-  type IdBlock,
+  rootIdBlock,
+  traceparentOf,
   type SpanAttributes,
   type SpanEvent,
   type SpanRecord,
@@ -241,30 +242,22 @@ export interface RequestSpanOptions {
   startedAt: number;
 }
 
-/** Where a request span sits in its trace. */
-interface Placement {
-  ids: IdBlock;
-  /** Whether it has a parent span (a caller's, or a stream call's). */
-  hasParent: boolean;
-  isParentRemote: boolean;
-  traceState: string | undefined;
-}
-
 /**
  * One request's trace: its server span (written when it ends) and the ids its children hang
  * from. The job carries it to its batch; the protocol ends it with its status. Unsampled, it only
  * gives the response its `traceparent`.
  */
 export class RequestTrace {
-  readonly traceId: string;
-  readonly spanId: string;
   readonly isSampled: boolean;
   /** `traceparent` for the response: the request span's context, so a client without a tracer can find its trace. */
   readonly traceparent: string;
-  /** The trace id, this span's and its parent's id as bytes (links and children read them). */
+  /** The request's id block (see otlp-span-writer.ts): links and children read its ids. */
   readonly ids: Uint8Array;
   readonly #tracing: Tracing;
-  readonly #placement: Placement;
+  /** Whether it has a parent span (a caller's, or a stream call's), and whether that parent is remote. */
+  readonly #hasParent: boolean;
+  readonly #isParentRemote: boolean;
+  readonly #traceState: string | undefined;
   readonly #name: string;
   readonly #kind: number;
   readonly #startedAt: number;
@@ -275,7 +268,10 @@ export class RequestTrace {
   constructor(
     tracing: Tracing,
     options: {
-      placement: Placement;
+      ids: Uint8Array;
+      hasParent: boolean;
+      isParentRemote: boolean;
+      traceState: string | undefined;
       isSampled: boolean;
       name: string;
       kind: number;
@@ -284,16 +280,26 @@ export class RequestTrace {
     },
   ) {
     this.#tracing = tracing;
-    this.#placement = options.placement;
-    this.ids = options.placement.ids.ids;
-    this.traceId = options.placement.ids.traceId;
-    this.spanId = options.placement.ids.spanId;
+    this.ids = options.ids;
+    this.#hasParent = options.hasParent;
+    this.#isParentRemote = options.isParentRemote;
+    this.#traceState = options.traceState;
     this.isSampled = options.isSampled;
     this.#name = options.name;
     this.#kind = options.kind;
     this.#startedAt = options.startedAt;
     this.#attributes = options.attributes;
-    this.traceparent = `00-${this.traceId}-${this.spanId}-${this.isSampled ? '01' : '00'}`;
+    this.traceparent = traceparentOf(options.ids, options.isSampled);
+  }
+
+  /** The trace id, hex (from `traceparent`, which every request builds anyway). */
+  get traceId(): string {
+    return this.traceparent.slice(3, 35);
+  }
+
+  /** The request span's id, hex. */
+  get spanId(): string {
+    return this.traceparent.slice(36, 52);
   }
 
   /** The tracer that started it (batch spans come from the same one). */
@@ -364,7 +370,7 @@ export class RequestTrace {
     span.spanIdAt = -1;
     span.parentIdAt = ID_SPAN;
     span.isParentRemote = false;
-    span.traceState = this.#placement.traceState;
+    span.traceState = this.#traceState;
     span.name = name;
     span.kind = INTERNAL;
     span.start = start;
@@ -401,13 +407,12 @@ export class RequestTrace {
     const attributes = this.#attributes;
     for (const key in result.attributes) attributes[key] = result.attributes[key];
     if (result.isError && result.errorType !== undefined) attributes['error.type'] = result.errorType;
-    const placement = this.#placement;
     const span = this.#tracing.scratch;
     span.ids = this.ids;
     span.spanIdAt = ID_SPAN;
-    span.parentIdAt = placement.hasParent ? ID_PARENT : -1;
-    span.isParentRemote = placement.isParentRemote;
-    span.traceState = placement.traceState;
+    span.parentIdAt = this.#hasParent ? ID_PARENT : -1;
+    span.isParentRemote = this.#isParentRemote;
+    span.traceState = this.#traceState;
     span.name = this.#name;
     span.kind = this.#kind;
     span.start = this.#startedAt;
@@ -519,7 +524,10 @@ export class Tracing {
     if (options.headers.traceparent === undefined && this.#rootDecision !== undefined) {
       // No parent and a sampler that decides alone without looking (always_on, always_off): its answer is known.
       return new RequestTrace(this, {
-        placement: { ids: newIdBlock(undefined), hasParent: false, isParentRemote: false, traceState: undefined },
+        ids: rootIdBlock(),
+        hasParent: false,
+        isParentRemote: false,
+        traceState: undefined,
         isSampled: this.#rootDecision,
         name: options.name,
         kind: SERVER,
@@ -544,12 +552,10 @@ export class Tracing {
     );
     const traceState = decision.traceState ?? parent?.traceState;
     return new RequestTrace(this, {
-      placement: {
-        ids,
-        hasParent: parent !== undefined,
-        isParentRemote: parent !== undefined,
-        traceState: traceState?.serialize() || undefined,
-      },
+      ids: ids.ids,
+      hasParent: parent !== undefined,
+      isParentRemote: parent !== undefined,
+      traceState: traceState?.serialize() || undefined,
       isSampled: decision.decision === SamplingDecision.RECORD_AND_SAMPLED,
       name: options.name,
       kind: SERVER,
@@ -569,7 +575,10 @@ export class Tracing {
     const attributes = options.attributes;
     attributes['marina.protocol'] = options.protocol;
     return new RequestTrace(this, {
-      placement: { ids: childIdBlock(call), hasParent: true, isParentRemote: false, traceState: undefined },
+      ids: childIdBlock(call.ids),
+      hasParent: true,
+      isParentRemote: false,
+      traceState: undefined,
       isSampled: call.isSampled,
       name: options.name,
       kind: INTERNAL,
