@@ -85,8 +85,6 @@ export class ModelResidency {
   readonly #firstBatch = new Map<ModelVersion, { onProgress: () => void; onBatch: () => void }>();
   /** The process's memory with no model in it (read whenever nothing is loaded, loading or unloading). */
   #baselineBytes: number | undefined;
-  /** The first such reading: the baseline never rises more than BASELINE_RISE_BYTES above it. */
-  #firstBaselineBytes: number | undefined;
   /** Watches the process's memory while a budget is set and models are resident (see #watch). */
   #watchTimer: ReturnType<typeof setInterval> | undefined;
   #isTrimming = false;
@@ -139,19 +137,18 @@ export class ModelResidency {
 
   /**
    * What the process holds now above its memory without models (Node, the HTTP stack), bytes;
-   * undefined before that memory was first read (no load yet). Reading it resets that baseline when
-   * no model is in memory and none is moving, so the runtime's one-time cost in the process (about
-   * 25–40 MB after the first unload, see docs/explanation/memory.md) is not counted as a model's.
-   * Never more than BASELINE_RISE_BYTES above the first reading: the last model's memory may not be
-   * back yet at the moment the process is empty (under churn a reading 142 MiB above the first one
-   * was taken as the new baseline, measured, and four models were then counted as fitting where three did).
+   * undefined before that memory was first read (no load yet). That baseline is read whenever no
+   * model is in memory and none is moving, and only ever lowered: what comes with the models stays
+   * counted once none is loaded (onnxruntime's one-time cost in the process, 25–40 MB, see
+   * docs/explanation/memory.md, and what the allocator has not given back yet). Raised to such a
+   * reading, it made four ResNet-50s look like they fit where three did (measured: a reading 142 MiB
+   * above the first, taken just after the last model left).
    */
   observedModelBytes(): number | undefined {
     const now = this.#readMemory();
     if (this.#isEmpty()) {
-      this.#firstBaselineBytes ??= now;
-      this.#baselineBytes = Math.min(now, this.#firstBaselineBytes + BASELINE_RISE_BYTES);
-      return Math.max(0, now - this.#baselineBytes);
+      this.#baselineBytes = Math.min(now, this.#baselineBytes ?? now);
+      return now - this.#baselineBytes;
     }
     return this.#baselineBytes === undefined ? undefined : Math.max(0, now - this.#baselineBytes);
   }
@@ -721,13 +718,6 @@ const AGING_LOADS = 4;
 const AGING_MIN_MS = 1000;
 
 /** How often the memory watch reads the process's memory while models are resident. */
-/**
- * How far the memory without models may rise above its first reading, bytes: onnxruntime's one-time
- * cost in the process (25–40 MB, docs/explanation/memory.md). Memory above it is counted as the
- * models', even with none loaded, until the process gives it back.
- */
-const BASELINE_RISE_BYTES = 40e6;
-
 const WATCH_INTERVAL_MS = 500;
 
 function mib(bytes: number): string {
