@@ -489,6 +489,9 @@ describe('a request that waits for its model to load', () => {
     expect(reply.status).toBe(503);
     expect(reply.json).toMatchObject({ code: 503, marinaCode: 'MARINA_ERR_NO_WORKERS' });
     expect(reply.json.hint).toContain('GlobalAveragePoox');
+    // onnxruntime's message names the file it read: the answer says which, never where it lies on the server.
+    expect(reply.json.hint).toContain('model.onnx');
+    expect(JSON.stringify(reply.json)).not.toContain(dir.path);
     expect(await failed).toMatchObject({ reason: 'failed' });
     expect(app.registry.getVersion('broken').queue.waiting).toBe(0);
   });

@@ -2,6 +2,7 @@
  * The worker thread: owns one handler and its onnxruntime-node session, runs one batch at a
  * time. `InferenceSession.run` blocks this thread, never the HTTP thread.
  */
+import { sep } from 'node:path';
 import { parentPort } from 'node:worker_threads';
 import { getHeapStatistics } from 'node:v8';
 import { isMarinaError } from '@marina/errors';
@@ -16,7 +17,13 @@ import {
   type RequestRow,
   warmUpImageDecoding,
 } from '@marina/handlers';
-import { createSession, readOrtModelSettings, resolveSessionModel, type SessionModel } from '../backend/ort-session.ts';
+import {
+  createSession,
+  optimizedModelCacheDir,
+  readOrtModelSettings,
+  resolveSessionModel,
+  type SessionModel,
+} from '../backend/ort-session.ts';
 import { useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
@@ -58,6 +65,23 @@ function toPayload(error: unknown, fallbackCode: string, fallbackStatus: number,
 
 function post(message: FromWorker): void {
   port.postMessage(message);
+}
+
+/**
+ * A load failure as clients may read it (describe, a request's hint): onnxruntime's messages name
+ * the file they read, a path on the server (the archive's extracted folder, the optimised-copy
+ * cache), which no answer may quote. The path inside those folders stays: it says which file.
+ */
+function withoutServerPaths(payload: ErrorPayload): ErrorPayload {
+  let message = payload.message;
+  for (const [dir, name] of [
+    [init.modelDir, 'the archive'],
+    [optimizedModelCacheDir(), 'the optimised-copy cache'],
+  ] as const) {
+    if (!dir) continue;
+    message = message.split(`${dir}${sep}`).join(`(${name}) `).split(dir).join(`(${name})`);
+  }
+  return { ...payload, message };
 }
 
 /** Structured-clone turns Buffers into Uint8Arrays; handlers expect Buffers as in TorchServe (bytes). */
@@ -471,11 +495,13 @@ export async function runWorker(): Promise<void> {
   } catch (error) {
     post({
       type: 'init-failed',
-      error: toPayload(
-        error,
-        'MARINA_ERR_WORKER_START_FAILED',
-        500,
-        `model '${init.modelName}' version '${init.modelVersion}' failed to load: `,
+      error: withoutServerPaths(
+        toPayload(
+          error,
+          'MARINA_ERR_WORKER_START_FAILED',
+          500,
+          `model '${init.modelName}' version '${init.modelVersion}' failed to load: `,
+        ),
       ),
     });
     return;
@@ -494,11 +520,13 @@ export async function runWorker(): Promise<void> {
     } catch (error) {
       post({
         type: 'init-failed',
-        error: toPayload(
-          error,
-          'MARINA_ERR_WARMUP_FAILED',
-          500,
-          `model '${init.modelName}' version '${init.modelVersion}' failed to warm up: `,
+        error: withoutServerPaths(
+          toPayload(
+            error,
+            'MARINA_ERR_WARMUP_FAILED',
+            500,
+            `model '${init.modelName}' version '${init.modelVersion}' failed to warm up: `,
+          ),
         ),
       });
       return;
