@@ -3,8 +3,10 @@ import { isMarinaError, type MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
 import { preprocessImage, type ImageGeometry, type ImagePreprocessOptions } from './image-preprocess.ts';
 import { payloadBytes, rowPayload } from './row-input.ts';
-import { isDynamicDim } from './signature-checks.ts';
-import type { HandlerContext, RequestRow } from './types.ts';
+import { readOnnxGraph } from './onnx-graph.ts';
+import { sessionSignature } from './session-signature.ts';
+import { describeTensor, isDynamicDim } from './signature-checks.ts';
+import type { HandlerContext, ModelSignature, RequestRow } from './types.ts';
 
 /** A batch of decoded images: what the image handlers' preprocess returns. */
 export interface DecodedImages {
@@ -29,30 +31,70 @@ export interface ImageOutput {
  * The session, input and batching shared by the built-in image handlers. A model with a fixed
  * batch dimension B runs in groups of B images (the last group padded with zeros), so it is
  * served whatever the configured batch size (see `fixedBatchWarning`).
+ *
+ * Made from the model's signature, before its session exists (prepareImageModelRunner reads it
+ * from the graph), so a handler can decode a batch while the session is created; the session is
+ * attached once it is (attachSession), and only run() needs it.
  */
 export class ImageModelRunner {
-  readonly session: ort.InferenceSession;
+  #session: ort.InferenceSession | undefined;
   readonly inputName: string;
   readonly inputShape: ReadonlyArray<number | string>;
+  readonly outputNames: readonly string[];
   /** The model's fixed batch dimension, or undefined when it is dynamic. */
   readonly fixedBatch: number | undefined;
+  readonly #signature: ModelSignature;
+  readonly #handlerName: string;
   options!: ImagePreprocessOptions;
   limitInputPixels = true;
   /** Read each image's original size (an extra header read before the decode); handlers that map outputs back need it. */
   isGeometryNeeded = true;
 
-  constructor(session: ort.InferenceSession, handlerName: string) {
-    const input = session.inputMetadata[0];
-    if (!input?.isTensor || session.inputMetadata.length !== 1) {
+  constructor(signature: ModelSignature, handlerName: string) {
+    const input = signature.inputs[0];
+    if (input === undefined || input.type === 'non-tensor' || signature.inputs.length !== 1) {
       throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(
-        `${handlerName} needs a model with one tensor input [N,C,H,W]; this one has ${session.inputMetadata.length} inputs (${session.inputNames.join(', ')}); use the tensor handler`,
+        `${handlerName} needs a model with one tensor input [N,C,H,W]; this one has ${signature.inputs.length} inputs (${signature.inputs.map((i) => i.name).join(', ')}); use the tensor handler`,
       );
     }
-    this.session = session;
+    this.#signature = signature;
+    this.#handlerName = handlerName;
     this.inputName = input.name;
     this.inputShape = [...input.shape];
+    this.outputNames = signature.outputs.map((o) => o.name);
     const batch = this.inputShape[0];
     this.fixedBatch = this.inputShape.length === 4 && !isDynamicDim(batch) ? Number(batch) : undefined;
+  }
+
+  /** The model's session, once attached. */
+  get session(): ort.InferenceSession {
+    if (this.#session === undefined) throw new Error(`${this.#handlerName}: the model's session is not created yet`);
+    return this.#session;
+  }
+
+  /**
+   * Gives the runner its session. The session must read the model as the signature it was made
+   * from did (same input name and dimensions, same outputs): what was decoded before it existed
+   * was shaped for that input.
+   * @throws MARINA_ERR_MODEL_OUTPUT_UNEXPECTED when onnxruntime reads the model otherwise.
+   */
+  attachSession(session: ort.InferenceSession): void {
+    const read = sessionSignature(session);
+    const input = read.inputs[0];
+    const expected = this.#signature.inputs[0]!;
+    const isSame =
+      read.inputs.length === 1 &&
+      input !== undefined &&
+      input.name === expected.name &&
+      sameDims(input.shape, expected.shape) &&
+      read.outputs.length === this.outputNames.length &&
+      read.outputs.every((o, i) => o.name === this.outputNames[i]);
+    if (!isSame) {
+      throw createHandlerError.MARINA_ERR_MODEL_OUTPUT_UNEXPECTED(
+        `${this.#handlerName}: the model's graph declares input ${describeTensor(expected)} and outputs ${this.outputNames.join(', ')}, but onnxruntime reads input ${input ? describeTensor(input) : '(none)'} and outputs ${read.outputs.map((o) => o.name).join(', ')}; check that the archive's ONNX file is whole`,
+      );
+    }
+    this.#session = session;
   }
 
   get imageFloats(): number {
@@ -146,11 +188,49 @@ export class ImageModelRunner {
   }
 }
 
-/** Creates the session and the runner at initialize time. */
-export async function createImageModelRunner(context: HandlerContext, handlerName: string): Promise<ImageModelRunner> {
-  const runner = new ImageModelRunner(await context.createSession(), handlerName);
+/**
+ * The runner made from the model's graph, before its session exists (a handler's prepare):
+ * undefined when the archive names no model file (createSession then needs a path anyway).
+ */
+export async function prepareImageModelRunner(
+  context: HandlerContext,
+  handlerName: string,
+): Promise<ImageModelRunner | undefined> {
+  const path = context.serializedFilePath;
+  if (!path) return undefined;
+  const runner = new ImageModelRunner(await readOnnxGraph(path), handlerName);
   runner.limitInputPixels = context.systemProperties.limit_max_image_pixels;
   return runner;
+}
+
+/**
+ * The runner at initialize time: the one prepared from the graph when there is one, else one
+ * made from the session; either way with the session attached. `setUp` is what the handler
+ * derives from a new runner (its options), run only for a runner made here.
+ */
+export async function createImageModelRunner(
+  context: HandlerContext,
+  handlerName: string,
+  prepared: ImageModelRunner | undefined,
+  setUp: (runner: ImageModelRunner) => Promise<void> | void,
+): Promise<ImageModelRunner> {
+  const session = await context.createSession();
+  let runner = prepared;
+  if (runner === undefined) {
+    runner = new ImageModelRunner(sessionSignature(session), handlerName);
+    runner.limitInputPixels = context.systemProperties.limit_max_image_pixels;
+    await setUp(runner);
+  }
+  runner.attachSession(session);
+  return runner;
+}
+
+/** Two shapes' dimensions agree: equal sizes, or both dynamic (a name, -1 or unknown). */
+function sameDims(a: ReadonlyArray<number | string>, b: ReadonlyArray<number | string>): boolean {
+  return (
+    a.length === b.length &&
+    a.every((d, i) => (isDynamicDim(d) ? isDynamicDim(b[i]) : !isDynamicDim(b[i]) && Number(d) === Number(b[i])))
+  );
 }
 
 /** Numbers of any numeric tensor as a plain Float64-compatible accessor. */

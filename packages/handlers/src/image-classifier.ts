@@ -5,6 +5,7 @@ import { isMarinaError, type MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
 import {
   createImageModelRunner,
+  prepareImageModelRunner,
   numberAt,
   type DecodedImages,
   type ImageModelRunner,
@@ -198,39 +199,53 @@ interface Inferred extends Preprocessed {
  */
 export function createImageClassifier(): Handler {
   let runner: ImageModelRunner;
+  /** The runner prepare made from the graph, before the session (undefined: initialize makes it). */
+  let prepared: ImageModelRunner | undefined;
   let options: ImageClassifierOptions;
   let outputName: string;
   let labels: Map<number, string> | undefined;
   let transform: ProbabilityTransform | undefined;
 
+  /** What the handler derives from the model's inputs and outputs (prepare's graph, or the session's). */
+  async function setUp(r: ImageModelRunner, context: HandlerContext): Promise<void> {
+    options = resolveImageClassifierOptions(context.modelYamlConfig, r.inputShape);
+    r.options = options;
+    // Class scores do not depend on where pixels came from: skip the extra header read.
+    r.isGeometryNeeded = false;
+    const outputs = r.outputNames;
+    if (options.output !== undefined && !outputs.includes(options.output)) {
+      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+        `model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`,
+      );
+    }
+    if (options.output === undefined && outputs.length !== 1) {
+      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+        `image_classifier reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the class scores with handler.output in model-config.yaml`,
+      );
+    }
+    outputName = options.output ?? outputs[0]!;
+    transform =
+      options.softmax === true
+        ? 'softmax'
+        : options.softmax === false
+          ? 'none'
+          : await graphTransform(context.serializedFilePath, outputName);
+    labels = await readIndexToName(context.modelDir);
+  }
+
   return {
     isPipelineSafe: true,
 
+    async prepare(context: HandlerContext) {
+      const r = await prepareImageModelRunner(context, 'image_classifier');
+      if (r === undefined) return false;
+      await setUp(r, context);
+      runner = prepared = r;
+      return true;
+    },
+
     async initialize(context: HandlerContext) {
-      runner = await createImageModelRunner(context, 'image_classifier');
-      options = resolveImageClassifierOptions(context.modelYamlConfig, runner.inputShape);
-      runner.options = options;
-      // Class scores do not depend on where pixels came from: skip the extra header read.
-      runner.isGeometryNeeded = false;
-      const outputs = runner.session.outputNames;
-      if (options.output !== undefined && !outputs.includes(options.output)) {
-        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
-          `model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`,
-        );
-      }
-      if (options.output === undefined && outputs.length !== 1) {
-        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
-          `image_classifier reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the class scores with handler.output in model-config.yaml`,
-        );
-      }
-      outputName = options.output ?? outputs[0]!;
-      transform =
-        options.softmax === true
-          ? 'softmax'
-          : options.softmax === false
-            ? 'none'
-            : await graphTransform(context.serializedFilePath, outputName);
-      labels = await readIndexToName(context.modelDir);
+      runner = await createImageModelRunner(context, 'image_classifier', prepared, (r) => setUp(r, context));
     },
 
     async preprocess(rows: RequestRow[], context: HandlerContext): Promise<Preprocessed> {

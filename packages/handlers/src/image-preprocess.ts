@@ -323,6 +323,13 @@ function roundHalfEven(value: number): number {
 /** Luma weights sharp and PIL use for RGB → grayscale (ITU-R BT.601). */
 const LUMA = [0.299, 0.587, 0.114] as const;
 
+/**
+ * Writes the resized image's pixels into `out` as normalised NCHW planes (padding where the
+ * image does not cover the input). The per-pixel loops live in writePlaneRows, which takes only
+ * numbers and typed arrays: code optimised for one handler's options object stays valid for
+ * every other (an options object of another shape made the optimised loop fall back to the
+ * interpreter, 4–7 ms for a 224×224 image in place of about 0.2, measured in worker threads).
+ */
 function writePlanes(
   raw: Buffer,
   channels: number,
@@ -333,6 +340,11 @@ function writePlanes(
 ): void {
   const { height: H, width: W } = o;
   const plane = H * W;
+  const isLuma = o.channels === 1 && channels >= 3;
+  const y0 = Math.max(0, place.offsetY);
+  const y1 = Math.min(H, place.offsetY + place.targetH);
+  const x0 = Math.max(0, place.offsetX);
+  const x1 = Math.min(W, place.offsetX + place.targetW);
   for (let c = 0; c < o.channels; c++) {
     // The tensor's plane c holds RGB channel `src` (BGR reverses them).
     const src = o.channels === 1 ? 0 : o.channelOrder === 'BGR' ? 2 - c : c;
@@ -342,20 +354,57 @@ function writePlanes(
       o.channels === 1 ? LUMA[0] * o.padValue[0] + LUMA[1] * o.padValue[1] + LUMA[2] * o.padValue[2] : o.padValue[src]!;
     const base = offset + c * plane;
     out.fill(pad * scale - shift, base, base + plane);
-    const y0 = Math.max(0, place.offsetY);
-    const y1 = Math.min(H, place.offsetY + place.targetH);
-    const x0 = Math.max(0, place.offsetX);
-    const x1 = Math.min(W, place.offsetX + place.targetW);
-    for (let y = y0; y < y1; y++) {
-      let dst = base + y * W + x0;
-      let p = ((y - place.offsetY) * place.targetW + (x0 - place.offsetX)) * channels;
-      if (o.channels === 1 && channels >= 3) {
-        for (let x = x0; x < x1; x++, p += channels)
-          out[dst++] = (LUMA[0] * raw[p]! + LUMA[1] * raw[p + 1]! + LUMA[2] * raw[p + 2]!) * scale - shift;
-      } else {
-        const from = channels === 1 ? 0 : src;
-        for (let x = x0; x < x1; x++, p += channels) out[dst++] = raw[p + from]! * scale - shift;
-      }
+    writePlaneRows(
+      raw,
+      channels,
+      channels === 1 ? 0 : src,
+      isLuma,
+      scale,
+      shift,
+      out,
+      base,
+      W,
+      y0,
+      y1,
+      x0,
+      x1,
+      place.offsetX,
+      place.offsetY,
+      place.targetW,
+    );
+  }
+}
+
+/** One plane's covered rows: raw channel `from` (or luma) of each pixel, scaled and shifted. */
+function writePlaneRows(
+  raw: Uint8Array,
+  channels: number,
+  from: number,
+  isLuma: boolean,
+  scale: number,
+  shift: number,
+  out: Float32Array,
+  base: number,
+  W: number,
+  y0: number,
+  y1: number,
+  x0: number,
+  x1: number,
+  offsetX: number,
+  offsetY: number,
+  targetW: number,
+): void {
+  const l0 = LUMA[0];
+  const l1 = LUMA[1];
+  const l2 = LUMA[2];
+  for (let y = y0; y < y1; y++) {
+    let dst = base + y * W + x0;
+    let p = ((y - offsetY) * targetW + (x0 - offsetX)) * channels;
+    if (isLuma) {
+      for (let x = x0; x < x1; x++, p += channels)
+        out[dst++] = (l0 * raw[p]! + l1 * raw[p + 1]! + l2 * raw[p + 2]!) * scale - shift;
+    } else {
+      for (let x = x0; x < x1; x++, p += channels) out[dst++] = raw[p + from]! * scale - shift;
     }
   }
 }

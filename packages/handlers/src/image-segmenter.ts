@@ -3,6 +3,7 @@ import type { MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
 import {
   createImageModelRunner,
+  prepareImageModelRunner,
   numberAt,
   type DecodedImages,
   type ImageModelRunner,
@@ -178,32 +179,46 @@ export function createImageSegmenter(): Handler {
   let options: ImageSegmenterOptions;
   let outputName: string;
   let transform: 'none' | 'activate' | 'auto' = 'auto';
+  /** The runner prepare made from the graph, before the session (undefined: initialize makes it). */
+  let prepared: ImageModelRunner | undefined;
+
+  /** What the handler derives from the model's inputs and outputs (prepare's graph, or the session's). */
+  async function setUp(r: ImageModelRunner, context: HandlerContext): Promise<void> {
+    options = resolveImageSegmenterOptions(context.modelYamlConfig, r.inputShape);
+    r.options = options;
+    const outputs = r.outputNames;
+    if (options.output !== undefined && !outputs.includes(options.output)) {
+      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+        `model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`,
+      );
+    }
+    if (options.output === undefined && outputs.length !== 1) {
+      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+        `image_segmenter reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the mask with handler.output in model-config.yaml`,
+      );
+    }
+    outputName = options.output ?? outputs[0]!;
+    if (options.activation === true) transform = 'activate';
+    else if (options.activation === false) transform = 'none';
+    else {
+      const last = await readFinalActivation(context.serializedFilePath, outputName);
+      transform = last === 'softmax' || last === 'sigmoid' ? 'none' : 'auto';
+    }
+  }
 
   return {
     isPipelineSafe: true,
 
+    async prepare(context: HandlerContext) {
+      const r = await prepareImageModelRunner(context, 'image_segmenter');
+      if (r === undefined) return false;
+      await setUp(r, context);
+      runner = prepared = r;
+      return true;
+    },
+
     async initialize(context: HandlerContext) {
-      runner = await createImageModelRunner(context, 'image_segmenter');
-      options = resolveImageSegmenterOptions(context.modelYamlConfig, runner.inputShape);
-      runner.options = options;
-      const outputs = runner.session.outputNames;
-      if (options.output !== undefined && !outputs.includes(options.output)) {
-        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
-          `model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`,
-        );
-      }
-      if (options.output === undefined && outputs.length !== 1) {
-        throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
-          `image_segmenter reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the mask with handler.output in model-config.yaml`,
-        );
-      }
-      outputName = options.output ?? outputs[0]!;
-      if (options.activation === true) transform = 'activate';
-      else if (options.activation === false) transform = 'none';
-      else {
-        const last = await readFinalActivation(context.serializedFilePath, outputName);
-        transform = last === 'softmax' || last === 'sigmoid' ? 'none' : 'auto';
-      }
+      runner = await createImageModelRunner(context, 'image_segmenter', prepared, (r) => setUp(r, context));
     },
 
     async preprocess(rows: RequestRow[], context: HandlerContext): Promise<SegmenterBatch> {

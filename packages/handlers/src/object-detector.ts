@@ -2,6 +2,7 @@ import type { MarinaError } from '@marina/errors';
 import { createHandlerError } from './errors.ts';
 import {
   createImageModelRunner,
+  prepareImageModelRunner,
   numberAt,
   type DecodedImages,
   type ImageModelRunner,
@@ -267,19 +268,33 @@ export function createObjectDetector(): Handler {
   let options: ObjectDetectorOptions;
   let outputNames: string[];
   let labels: Map<number, string> | undefined;
+  /** The runner prepare made from the graph, before the session (undefined: initialize makes it). */
+  let prepared: ImageModelRunner | undefined;
+
+  /** What the handler derives from the model's inputs and outputs (prepare's graph, or the session's). */
+  async function setUp(r: ImageModelRunner, context: HandlerContext): Promise<void> {
+    options = resolveObjectDetectorOptions(context.modelYamlConfig, r.inputShape, r.outputNames);
+    r.options = options;
+    outputNames =
+      options.layout === 'combined'
+        ? [options.output!]
+        : [options.boxesOutput, options.scoresOutput, ...(options.labelsOutput ? [options.labelsOutput] : [])];
+    labels = await readIndexToName(context.modelDir);
+  }
 
   return {
     isPipelineSafe: true,
 
+    async prepare(context: HandlerContext) {
+      const r = await prepareImageModelRunner(context, 'object_detector');
+      if (r === undefined) return false;
+      await setUp(r, context);
+      runner = prepared = r;
+      return true;
+    },
+
     async initialize(context: HandlerContext) {
-      runner = await createImageModelRunner(context, 'object_detector');
-      options = resolveObjectDetectorOptions(context.modelYamlConfig, runner.inputShape, runner.session.outputNames);
-      runner.options = options;
-      outputNames =
-        options.layout === 'combined'
-          ? [options.output!]
-          : [options.boxesOutput, options.scoresOutput, ...(options.labelsOutput ? [options.labelsOutput] : [])];
-      labels = await readIndexToName(context.modelDir);
+      runner = await createImageModelRunner(context, 'object_detector', prepared, (r) => setUp(r, context));
     },
 
     preprocess(rows: RequestRow[]): Promise<DecodedImages> {

@@ -74,6 +74,14 @@ export interface Handler {
    * handlers that store state on `self` in preprocess run strictly one stage after another).
    */
   isPipelineSafe?: boolean;
+  /**
+   * Optional: the part of initialize that needs no session (reading the model's graph, resolving
+   * options). The worker calls it before initialize. When it returns true and the handler is
+   * pipeline-safe, preprocess may run before initialize: the first batch of a model loaded on
+   * demand is then decoded while initialize creates the session. initialize still runs before
+   * inference and postprocess.
+   */
+  prepare?(context: HandlerContext): Promise<boolean> | boolean;
   initialize?(context: HandlerContext): Promise<void> | void;
   preprocess?(data: RequestRow[], context: HandlerContext): unknown;
   inference?(input: unknown, context: HandlerContext): unknown;

@@ -413,3 +413,86 @@ describe('many models in a memory budget', () => {
     }
   });
 });
+
+describe('a request that waits for its model to load', () => {
+  let dir: Awaited<ReturnType<typeof tempDir>>;
+  let app: MarinaApp;
+  let base: string;
+  let jpeg: Buffer;
+  const classify = async (model: string): Promise<Reply> => {
+    const response = await fetch(`${base}/predictions/${model}`, {
+      method: 'POST',
+      body: new Uint8Array(jpeg),
+      headers: { 'content-type': 'image/jpeg' },
+    });
+    return { status: response.status, headers: response.headers, json: await response.json() };
+  };
+  /** What the version held when its loading worker asked for its first batch (after it was given one, or none). */
+  const whenPrepared = (model: string) => {
+    const version = app.registry.getVersion(model);
+    return new Promise<{ state: string; queued: number; waiting: number }>((resolve) =>
+      version.pool.once('prepared', (worker) =>
+        resolve({ state: worker.state, queued: version.queue.size, waiting: version.queue.waiting }),
+      ),
+    );
+  };
+
+  beforeAll(async () => {
+    dir = await tempDir('marina-first-batch-');
+    const store = dir.path;
+    await writeSampleJpeg({ outputPath: `${store}/sample.jpg`, width: 64, height: 48 });
+    jpeg = await readFile(`${store}/sample.jpg`);
+    await writeClassifierModel(store, 'early');
+    // A graph the handler reads (its input and output are fine), with an operator onnxruntime does
+    // not know (same length, so the protobuf stays valid): the session, made after, fails.
+    const broken = await writeClassifierModel(store, 'broken');
+    const bytes = await readFile(`${broken}/model.onnx`);
+    let renamed = 0;
+    for (let at = bytes.indexOf('GlobalAveragePool'); at >= 0; at = bytes.indexOf('GlobalAveragePool', at + 1)) {
+      bytes.write('GlobalAveragePoox', at);
+      renamed++;
+    }
+    expect(renamed).toBeGreaterThan(0);
+    await writeFile(`${broken}/model.onnx`, bytes);
+    const config = testConfig({ residency: { memoryBudgetBytes: 4 * WORKER_BYTES } }, dir.path);
+    app = await buildApp(config, {
+      readMemoryBytes: () => app.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0),
+    });
+    base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
+    for (const name of ['early', 'broken'])
+      await app.registry.register({ url: name, archivePath: `${store}/${name}`, load: false });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await dir?.cleanup();
+  });
+
+  it('is given to the loading worker once its handler is prepared (decoded while the session is created), and answered', async () => {
+    const prepared = whenPrepared('early');
+    const reply = await classify('early');
+    // The request left the queue for the worker before the worker was ready: taken, not yet started.
+    expect(await prepared).toEqual({ state: 'LOADING', queued: 0, waiting: 1 });
+    expect(reply.status).toBe(200);
+    const probabilities = Object.values(reply.json as Record<string, number>);
+    expect(probabilities.length).toBeGreaterThan(0);
+    for (const p of probabilities) expect(p).toBeGreaterThanOrEqual(0);
+    expect(app.registry.describe('early')[0]!.state).toBe('resident');
+  });
+
+  it("gets the load's error, not a hang, when the load fails after the worker took it", async () => {
+    const prepared = whenPrepared('broken');
+    const failed = residency(app, { modelName: 'broken', state: 'registered' });
+    const reply = await classify('broken');
+    expect(await prepared).toEqual({ state: 'LOADING', queued: 0, waiting: 1 });
+    // Answered as a request waiting for a failed load is without a first batch: 503, the load's error in the hint.
+    expect(reply.status).toBe(503);
+    expect(reply.json).toMatchObject({ code: 503, marinaCode: 'MARINA_ERR_NO_WORKERS' });
+    expect(reply.json.hint).toContain('GlobalAveragePoox');
+    // onnxruntime's message names the file it read: the answer says which, never where it lies on the server.
+    expect(reply.json.hint).toContain('model.onnx');
+    expect(JSON.stringify(reply.json)).not.toContain(dir.path);
+    expect(await failed).toMatchObject({ reason: 'failed' });
+    expect(app.registry.getVersion('broken').queue.waiting).toBe(0);
+  });
+});

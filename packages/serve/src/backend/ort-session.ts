@@ -173,21 +173,37 @@ function spinningEntries(settings: OrtModelSettings, threading: SessionThreading
   };
 }
 
+/** The file a session is made from and its options: the model's optimised copy or the model itself (see resolveSessionModel). */
+export interface SessionModel {
+  path: string;
+  options: ort.InferenceSession.SessionOptions;
+}
+
 /**
  * Creates an ORT session for a model file with the worker's options (the implementation of
  * `context.createSession`). External-data weights (`model.onnx.data`, e.g. packed with
  * `--extra-files`) are found beside `modelPath` and memory-mapped by onnxruntime.
- *
- * With `cacheOptimizedModel` (default for models of 16 MiB or more) the session is made from the
- * cached optimised copy (see OrtModelSettings); when that copy cannot be written (read-only or full
- * disk) it warns (process warning MARINA_ORT_OPTIMIZED_COPY_FAILED) and loads `modelPath` directly.
+ * `resolved`: resolveSessionModel for the same file and settings, started earlier.
  *
  * @throws onnxruntime's error when the model cannot be loaded.
  */
 export async function createSession(
   modelPath: string,
   sessionSettings: SessionSettings,
+  resolved?: Promise<SessionModel>,
 ): Promise<ort.InferenceSession> {
+  const model = await (resolved ?? resolveSessionModel(modelPath, sessionSettings));
+  return ort.InferenceSession.create(model.path, model.options);
+}
+
+/**
+ * What a session for `modelPath` is made from. With `cacheOptimizedModel` (default for models of
+ * 16 MiB or more) the cached optimised copy (see OrtModelSettings), written first when missing;
+ * when that copy cannot be written (read-only or full disk) it warns (process warning
+ * MARINA_ORT_OPTIMIZED_COPY_FAILED) and answers `modelPath` itself. A few file checks when the
+ * copy exists: a worker starts them before its handler asks for the session (worker-main).
+ */
+export async function resolveSessionModel(modelPath: string, sessionSettings: SessionSettings): Promise<SessionModel> {
   const settings = sessionSettings.ort;
   const options = createSessionOptions(sessionSettings.threading, settings);
   if (
@@ -197,18 +213,24 @@ export async function createSession(
       settings.cacheOptimizedModel ?? sessionSettings.cacheOptimizedModelDefault,
     ))
   )
-    return ort.InferenceSession.create(modelPath, options);
-  let optimizedPath: string;
+    return { path: modelPath, options };
   try {
-    optimizedPath = await ensureOptimizedModel(modelPath, options);
+    const optimizedPath = await ensureOptimizedModel(modelPath, options);
+    return { path: optimizedPath, options: { ...options, graphOptimizationLevel: 'disabled' } };
   } catch (error) {
     process.emitWarning(
       `could not write the optimised copy of ${modelPath} (${(error as Error).message}); loading it directly, so each worker keeps its own copy of the weights`,
       { code: 'MARINA_ORT_OPTIMIZED_COPY_FAILED' },
     );
-    return ort.InferenceSession.create(modelPath, options);
+    return { path: modelPath, options };
   }
-  return ort.InferenceSession.create(optimizedPath, { ...options, graphOptimizationLevel: 'disabled' });
+}
+
+let cpuModelName: string | undefined;
+/** The CPU's model name (os.cpus() reads /proc on each call; a load asks once per model). */
+function cpuModel(): string {
+  cpuModelName ??= os.cpus()[0]?.model ?? os.arch();
+  return cpuModelName;
 }
 
 /** Where optimised copies live: `<tmpdir>/marina/ort-optimized`, beside the archive extraction cache. */
@@ -231,7 +253,7 @@ async function ensureOptimizedModel(modelPath: string, options: ort.InferenceSes
     size,
     mtimeMs,
     ort: ort.env.versions.common,
-    cpu: os.cpus()[0]?.model ?? os.arch(),
+    cpu: cpuModel(),
     level: options.graphOptimizationLevel,
   };
   const key = createHash('sha256').update(JSON.stringify(identity)).digest('hex').slice(0, 24);

@@ -78,6 +78,10 @@ export class ModelResidency {
   #group: MeasureGroup | undefined;
   /** Counts loads and unloads: a first-batch measure is only kept when nothing else moved meanwhile. */
   #moves = 0;
+  /** Versions whose last load could not be measured and kept the count of the load before (see #endMeasure). */
+  readonly #keptCounts = new WeakSet<ModelVersion>();
+  /** What each version's first batch added to the process the last time that could be measured, bytes. */
+  readonly #firstBatchBytes = new WeakMap<ModelVersion, number>();
   readonly #firstBatch = new Map<ModelVersion, { onProgress: () => void; onBatch: () => void }>();
   /** The process's memory with no model in it (read whenever nothing is loaded, loading or unloading). */
   #baselineBytes: number | undefined;
@@ -133,15 +137,18 @@ export class ModelResidency {
 
   /**
    * What the process holds now above its memory without models (Node, the HTTP stack), bytes;
-   * undefined before that memory was first read (no load yet). Reading it resets that baseline when
-   * no model is in memory and none is moving, so the runtime's one-time cost in the process (about
-   * 25–40 MB after the first unload, see docs/explanation/memory.md) is not counted as a model's.
+   * undefined before that memory was first read (no load yet). That baseline is read whenever no
+   * model is in memory and none is moving, and only ever lowered: what comes with the models stays
+   * counted once none is loaded (onnxruntime's one-time cost in the process, 25–40 MB, see
+   * docs/explanation/memory.md, and what the allocator has not given back yet). Raised to such a
+   * reading, it made four ResNet-50s look like they fit where three did (measured: a reading 142 MiB
+   * above the first, taken just after the last model left).
    */
   observedModelBytes(): number | undefined {
     const now = this.#readMemory();
     if (this.#isEmpty()) {
-      this.#baselineBytes = now;
-      return 0;
+      this.#baselineBytes = Math.min(now, this.#baselineBytes ?? now);
+      return now - this.#baselineBytes;
     }
     return this.#baselineBytes === undefined ? undefined : Math.max(0, now - this.#baselineBytes);
   }
@@ -202,15 +209,18 @@ export class ModelResidency {
   }
 
   /**
-   * Refuses a version that could never be loaded under the budget.
+   * Refuses a version that could never be loaded under the budget: by a clean measure of what it
+   * holds serving (its load and first batch with nothing else moving), else by its estimate. Never
+   * by a measure taken beside other loads: one that caught other models' growth (663 MiB for a
+   * ResNet-50 under churn, measured) refused every later request to a model that fits.
    * @throws MARINA_ERR_MODEL_LARGER_THAN_BUDGET (400)
    */
   assertFits(version: ModelVersion): void {
     const budget = this.memoryBudgetBytes;
-    const need = this.needOf(version);
+    const need = version.servingBytes || version.estimatedBytes;
     if (budget === undefined || need <= budget) return;
     throw createServeError.MARINA_ERR_MODEL_LARGER_THAN_BUDGET(
-      `${version.label} needs about ${mib(need)} MiB (${version.residentBytes > 0 ? 'measured at its last load' : `estimated for ${Math.max(1, version.minWorkers)} worker(s) from its model files`}), more than the whole model_memory_budget of ${mib(budget)} MiB; raise model_memory_budget or give it fewer workers`,
+      `${version.label} needs about ${mib(need)} MiB (${version.servingBytes > 0 ? 'measured serving' : `estimated for ${Math.max(1, version.minWorkers)} worker(s) from its model files`}), more than the whole model_memory_budget of ${mib(budget)} MiB; raise model_memory_budget or give it fewer workers`,
       { details: { neededBytes: need, memoryBudgetBytes: budget } },
     );
   }
@@ -613,9 +623,18 @@ export class ModelResidency {
       this.#forgetFirstBatch(version);
       this.#warming.delete(version);
       this.#options.onFirstBatch?.(version);
-      if (startBytes === undefined || this.#moves !== moves || version.state !== 'resident') return;
+      if (version.state !== 'resident') return;
+      const isKept = this.#keptCounts.has(version);
+      if (startBytes === undefined || this.#moves !== moves) {
+        // Not measurable (other loads or unloads moved memory meanwhile, as under churn): count
+        // what its first batch added the last time it was, else its serving size is counted at
+        // its load alone (an arena short: about 100 MB for a ResNet-50, measured).
+        if (!isKept) version.residentBytes += this.#firstBatchBytes.get(version) ?? 0;
+        return;
+      }
       const grown = this.#readMemory() - startBytes;
-      if (grown > 0) version.residentBytes += grown;
+      if (grown > 0) this.#firstBatchBytes.set(version, grown);
+      if (grown > 0 && !isKept) version.residentBytes += grown;
       // Its load's measure was clean too (#endMeasure kept it): load plus first batch is its whole size.
       if (this.#cleanLoads.has(version)) version.recordServingBytes(version.residentBytes);
     };
@@ -656,13 +675,18 @@ export class ModelResidency {
     for (const v of group.done) {
       if (group.done.length === 1 && !group.isTainted) this.#cleanLoads.add(v);
       else this.#cleanLoads.delete(v);
+      this.#keptCounts.delete(v);
       const share = Math.round((grown * Math.max(1, v.estimatedBytes)) / estimates);
       this.#loadGrowth.set(v, Math.max(0, share));
       // Memory an unload freed during the group hides part of its loads' growth: never count less than the estimate then.
       if (share > 0) v.residentBytes = group.isTainted ? Math.max(share, v.estimatedBytes) : share;
       else {
         // Memory freed elsewhere during the load hid its growth: keep what is known rather than 0.
+        // What is known (its last load's count) holds a first batch's growth already: this load's
+        // first batch must not add its own on top (#measureFirstBatch), or the count grows by an
+        // arena at each load under churn (measured: 100 → 650 MiB in a minute, past the budget).
         v.residentBytes ||= v.estimatedBytes;
+        this.#keptCounts.add(v);
         // Expected while another model unloads (under churn, most loads): said only when nothing explains it.
         if (!group.isTainted)
           this.#options.log(

@@ -232,6 +232,8 @@ export class ModelVersion extends EventEmitter<{
       },
     });
     this.pool.on('ready', () => this.#pump());
+    // A loading worker that can decode before its session exists takes its first batch now (synchronously).
+    this.pool.on('prepared', () => this.#pump());
     this.pool.on('started', (_worker, jobs) => {
       this.#countStarted(jobs);
       // The worker that started now wants its next batch: it is given one here, synchronously.
@@ -263,6 +265,10 @@ export class ModelVersion extends EventEmitter<{
     this.pool.on('failed', (_worker, _error, unstarted) => {
       // A batch handed to the worker that never began goes back to the front of the queue.
       this.queue.returnToFront(unstarted);
+      this.#pump();
+    });
+    this.pool.on('returned', (jobs) => {
+      this.queue.returnToFront(jobs);
       this.#pump();
     });
     this.pool.on('loaded', (event) => this.emit('loaded', event));

@@ -2,6 +2,7 @@
  * The worker thread: owns one handler and its onnxruntime-node session, runs one batch at a
  * time. `InferenceSession.run` blocks this thread, never the HTTP thread.
  */
+import { sep } from 'node:path';
 import { parentPort } from 'node:worker_threads';
 import { getHeapStatistics } from 'node:v8';
 import { isMarinaError } from '@marina/errors';
@@ -16,7 +17,13 @@ import {
   type RequestRow,
   warmUpImageDecoding,
 } from '@marina/handlers';
-import { createSession, readOrtModelSettings } from '../backend/ort-session.ts';
+import {
+  createSession,
+  optimizedModelCacheDir,
+  readOrtModelSettings,
+  resolveSessionModel,
+  type SessionModel,
+} from '../backend/ort-session.ts';
 import { useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
@@ -58,6 +65,23 @@ function toPayload(error: unknown, fallbackCode: string, fallbackStatus: number,
 
 function post(message: FromWorker): void {
   port.postMessage(message);
+}
+
+/**
+ * A load failure as clients may read it (describe, a request's hint): onnxruntime's messages name
+ * the file they read, a path on the server (the archive's extracted folder, the optimised-copy
+ * cache), which no answer may quote. The path inside those folders stays: it says which file.
+ */
+function withoutServerPaths(payload: ErrorPayload): ErrorPayload {
+  let message = payload.message;
+  for (const [dir, name] of [
+    [init.modelDir, 'the archive'],
+    [optimizedModelCacheDir(), 'the optimised-copy cache'],
+  ] as const) {
+    if (!dir) continue;
+    message = message.split(`${dir}${sep}`).join(`(${name}) `).split(dir).join(`(${name})`);
+  }
+  return { ...payload, message };
 }
 
 /** Structured-clone turns Buffers into Uint8Arrays; handlers expect Buffers as in TorchServe (bytes). */
@@ -129,6 +153,15 @@ interface BatchState {
 
 function createBaseContext(init: WorkerInit) {
   const sessionSettings = createSessionSettings(init);
+  // A built-in handler always opens the archive's model: the file its session is made from (the
+  // optimised copy, checked on disk: a few file-system calls) is found while the handler is
+  // created and prepared. A custom handler may open another file, or none: nothing is started for it.
+  let early: Promise<SessionModel> | undefined =
+    getBuiltinHandler(init.handler) && init.serializedFilePath
+      ? resolveSessionModel(init.serializedFilePath, sessionSettings)
+      : undefined;
+  // Its failure is the session's, reported when the handler asks for it.
+  early?.catch(() => undefined);
   return {
     modelName: init.modelName,
     modelVersion: init.modelVersion,
@@ -153,7 +186,9 @@ function createBaseContext(init: WorkerInit) {
         throw new Error(
           `model '${init.modelName}' has no serializedFile in its manifest, so createSession() needs a path`,
         );
-      const session = await createSession(path, sessionSettings);
+      const resolved = path === init.serializedFilePath ? early : undefined;
+      early = undefined;
+      const session = await createSession(path, sessionSettings, resolved);
       // Warm-up makes synthetic inputs from the model the handler loaded first.
       firstSignature ??= sessionSignature(session);
       return session;
@@ -409,6 +444,17 @@ async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
 }
 
 /**
+ * Says the handler is prepared and waits for the answer: the first batch (taken from the queue of
+ * requests waiting for this load), or none. Nothing else is sent to a loading thread.
+ */
+function askForFirstBatch(): Promise<BatchPayload | undefined> {
+  return new Promise((resolve) => {
+    port.once('message', (message: ToWorker) => resolve(message.batch));
+    post({ type: 'prepared' });
+  });
+}
+
+/**
  * What a spare thread (spare-threads.ts) does while it waits for a model, once it said it is
  * ready: decodes a generated image (warmUpImageDecoding), so that a cold request's decode in this
  * thread does not pay for the thread's first decode of that size.
@@ -432,17 +478,30 @@ export async function runWorker(): Promise<void> {
   try {
     const builtin = getBuiltinHandler(init.handler);
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });
-    await handler.initialize?.(
-      createBatchContext({ requestIds: [], headers: [], statuses: [], contentTypes: [], responseHeaders: [] }),
-    );
+    const context = createBatchContext({
+      requestIds: [],
+      headers: [],
+      statuses: [],
+      contentTypes: [],
+      responseHeaders: [],
+    });
+    // A handler that can decode before its session exists takes its first batch now: a request
+    // that waits for this load has its image decoded on libuv's pool while the session is created.
+    if ((await handler.prepare?.(context)) === true && isPipelined()) {
+      const first = await askForFirstBatch();
+      if (first) receive(first);
+    }
+    await handler.initialize?.(context);
   } catch (error) {
     post({
       type: 'init-failed',
-      error: toPayload(
-        error,
-        'MARINA_ERR_WORKER_START_FAILED',
-        500,
-        `model '${init.modelName}' version '${init.modelVersion}' failed to load: `,
+      error: withoutServerPaths(
+        toPayload(
+          error,
+          'MARINA_ERR_WORKER_START_FAILED',
+          500,
+          `model '${init.modelName}' version '${init.modelVersion}' failed to load: `,
+        ),
       ),
     });
     return;
@@ -461,11 +520,13 @@ export async function runWorker(): Promise<void> {
     } catch (error) {
       post({
         type: 'init-failed',
-        error: toPayload(
-          error,
-          'MARINA_ERR_WARMUP_FAILED',
-          500,
-          `model '${init.modelName}' version '${init.modelVersion}' failed to warm up: `,
+        error: withoutServerPaths(
+          toPayload(
+            error,
+            'MARINA_ERR_WARMUP_FAILED',
+            500,
+            `model '${init.modelName}' version '${init.modelVersion}' failed to warm up: `,
+          ),
         ),
       });
       return;
@@ -487,4 +548,6 @@ export async function runWorker(): Promise<void> {
     resolve?.();
     if (!isLooping && pending.length > 0) void loop();
   });
+  // The first batch, given while the handler was prepared, runs now.
+  if (pending.length > 0) void loop();
 }

@@ -38,14 +38,19 @@ function backoffMs(attempt: number): number {
  * times, then the pool gives up and reports `lastError`. Removing a worker retires it (it
  * finishes what it holds, then its thread is terminated); nothing here ever awaits a thread's end.
  *
- * Events: 'ready' (a worker can take work), 'started'/'finished' (a worker's batch, see Worker),
- * 'failed' (a worker died; its unstarted batch is handed back), 'changed' (membership changed).
+ * Events: 'ready' (a worker can take work), 'prepared' (a loading worker can take its first batch),
+ * 'started'/'finished' (a worker's batch, see Worker), 'failed' (a worker died; its unstarted batch
+ * is handed back), 'returned' (a failed load's first batch), 'changed' (membership changed).
  */
 export class WorkerPool extends EventEmitter<{
   ready: [Worker];
   started: [Worker, readonly Job[]];
   finished: [Worker, BatchOutcome];
   failed: [Worker, MarinaError, Job[]];
+  /** A loading worker asks for its first batch (see Worker's 'prepared'): give it one synchronously, or none. */
+  prepared: [Worker];
+  /** The first batch of a worker whose load failed, never begun: it goes back to the queue. */
+  returned: [Job[]];
   changed: [];
   /** A worker finished loading its model, after `loadMs` (TorchServe's WorkerLoadTime). */
   loaded: [{ workerId: string; loadMs: number }];
@@ -223,6 +228,12 @@ export class WorkerPool extends EventEmitter<{
     });
     this.#workers.add(worker);
     worker.on('started', (jobs) => this.emit('started', worker, jobs));
+    // A worker restarted after failed starts takes no first batch: should it fail too, the requests
+    // stay queued for whoever gives up on the load (answered with its error), not held by the next try.
+    worker.on('prepared', () => {
+      if (this.#startFailures === 0) this.emit('prepared', worker);
+    });
+    worker.on('returned', (jobs) => this.emit('returned', jobs));
     worker.on('finished', (outcome) => {
       if (outcome.isOk) this.#consecutiveFailures = 0;
       this.emit('finished', worker, outcome);

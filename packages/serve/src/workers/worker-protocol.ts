@@ -113,5 +113,10 @@ export type FromWorker =
       /** The problem was with the background priority of a shadow's worker (useSchedIdle), not SCHED_BATCH. */
       isBackgroundProblem?: true;
     }
+  /**
+   * The handler is prepared (Handler.prepare) and its session not created yet: the main thread
+   * answers with one `batch` message, the first batch (it starts once the worker is ready) or none.
+   */
+  | { type: 'prepared' }
   | { type: 'init-failed'; error: ErrorPayload }
   | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number };

@@ -92,6 +92,10 @@ interface Batch {
  * - 'failed' (error, unstarted): the worker crashed, ran out of heap or timed out; the running batch's
  *   jobs are failed with `error`, `unstarted` is the prefetched batch that never began (its owner
  *   puts it back in the queue). Emitted once;
+ * - 'prepared': the loading worker's handler can decode before its session exists (Handler.prepare)
+ *   and asks for its first batch: answer with `give` synchronously, or the thread is told there is none;
+ * - 'returned' (jobs): the first batch given to a loading worker whose load then failed, never begun
+ *   (its owner puts it back in the queue);
  * - 'exit': the thread has really ended (a timed-out native run() keeps the thread, and its cores,
  *   busy until it returns, even after terminate()).
  */
@@ -99,6 +103,8 @@ export class Worker extends EventEmitter<{
   started: [readonly Job[]];
   finished: [BatchOutcome];
   failed: [MarinaError, Job[]];
+  prepared: [];
+  returned: [Job[]];
   exit: [];
 }> {
   readonly id = String(nextWorkerId++);
@@ -114,6 +120,8 @@ export class Worker extends EventEmitter<{
   #prefetched: Batch | undefined;
   /** The thread reported a start and waits for the answer (a batch or none). */
   #isReplyDue = false;
+  /** The loading thread's handler is prepared and waits for its first batch (see 'prepared'). */
+  #isAskingFirst = false;
   /** Whether the thread reports each batch's start (a pipelined handler); otherwise a prefetched batch starts when the one before it is answered. */
   #reportsStarts = true;
   #isRetiring = false;
@@ -162,9 +170,9 @@ export class Worker extends EventEmitter<{
     return this.isAlive && this.#running === undefined && this.#prefetched === undefined;
   }
 
-  /** May be given a batch now: alive, not retiring, no prefetched batch. */
+  /** May be given a batch now: alive (or loading and asking for its first batch), not retiring, no prefetched batch. */
   get wantsBatch(): boolean {
-    return this.isAlive && !this.#isRetiring && this.#prefetched === undefined;
+    return (this.isAlive || this.#isAskingFirst) && !this.#isRetiring && this.#prefetched === undefined;
   }
 
   get isRunning(): boolean {
@@ -203,6 +211,8 @@ export class Worker extends EventEmitter<{
       thread.on('message', (message: FromWorker) => {
         if (message.type === 'progress') {
           this.#onProgress(message);
+        } else if (message.type === 'prepared') {
+          this.#onPrepared(isStarting);
         } else if (message.type === 'ready') {
           this.#heapBytes = message.heapBytes;
           this.#reportsStarts = message.reportsStarts;
@@ -218,7 +228,8 @@ export class Worker extends EventEmitter<{
           if (!isStarting) return;
           isStarting = false;
           clearTimeout(timer);
-          this.#state = 'READY';
+          // With a first batch given while it loaded, the thread starts it now (it reports the start).
+          this.#state = this.#prefetched ? 'BUSY' : 'READY';
           resolve();
           // Retired while loading (scaled down, closed): it leaves without taking work.
           this.#endIfRetired();
@@ -290,8 +301,11 @@ export class Worker extends EventEmitter<{
    */
   give(jobs: Job[], reason: DispatchReason): boolean {
     const batch: Batch = { id: this.#nextBatchId++, jobs, reason, startedAt: 0 };
-    const startsAtOnce = this.#running === undefined && this.#prefetched === undefined;
-    this.#state = 'BUSY';
+    // A loading worker's first batch waits, prefetched, until the worker is ready.
+    const isFirst = this.#isAskingFirst;
+    this.#isAskingFirst = false;
+    const startsAtOnce = !isFirst && this.#running === undefined && this.#prefetched === undefined;
+    if (!isFirst) this.#state = 'BUSY';
     this.#isReplyDue = false;
     const n = jobs.length;
     const rows: Array<Record<string, unknown>> = new Array(n);
@@ -371,6 +385,22 @@ export class Worker extends EventEmitter<{
     for (const result of message.results) this.#onResult(result);
     if (message.startedBatchId !== undefined) this.#onStarted(message.startedBatchId);
     this.#endIfRetired();
+  }
+
+  /**
+   * The loading thread's handler is prepared: it may take its first batch now, decoded while its
+   * session is created. Whoever listens gives it one synchronously (a request waiting for this
+   * load); otherwise it is told there is none, and gets its batches once ready.
+   */
+  #onPrepared(isStarting: boolean): void {
+    if (isStarting && this.#state === 'LOADING' && !this.#isRetiring) {
+      this.#isAskingFirst = true;
+      this.emit('prepared');
+    }
+    if (this.#prefetched === undefined) {
+      this.#isAskingFirst = false;
+      this.#post({ type: 'batch', batch: undefined });
+    }
   }
 
   /** A pipelined handler's thread began a batch and waits for the answer: its next batch, or none. */
@@ -500,6 +530,7 @@ export class Worker extends EventEmitter<{
     if (this.#state === 'FAILED' || this.#state === 'UNLOADING') return;
     const wasAlive = this.isAlive;
     this.#state = 'FAILED';
+    this.#isAskingFirst = false;
     clearTimeout(this.#timer);
     this.#timer = undefined;
     const running = this.#running;
@@ -517,6 +548,8 @@ export class Worker extends EventEmitter<{
       });
     }
     if (wasAlive) this.emit('failed', error, unstarted);
+    // A first batch given while it loaded: the load failed before it began.
+    else if (unstarted.length > 0) this.emit('returned', unstarted);
   }
 }
 
