@@ -195,12 +195,38 @@ export class ImageModelRunner {
 export async function prepareImageModelRunner(
   context: HandlerContext,
   handlerName: string,
+  setUp: (runner: ImageModelRunner) => Promise<void> | void,
 ): Promise<ImageModelRunner | undefined> {
   const path = context.serializedFilePath;
   if (!path) return undefined;
   const runner = new ImageModelRunner(await readOnnxGraph(path), handlerName);
   runner.limitInputPixels = context.systemProperties.limit_max_image_pixels;
+  await setUp(runner);
   return runner;
+}
+
+/**
+ * The one output an image handler reads: `handler.output` from model-config.yaml, which must be
+ * one of the model's outputs, else the model's only output.
+ * @throws MARINA_ERR_HANDLER_CONFIG_INVALID naming the model's outputs.
+ */
+export function selectOutput(
+  outputs: readonly string[],
+  configured: string | undefined,
+  handlerName: string,
+  what: string,
+): string {
+  if (configured !== undefined && !outputs.includes(configured)) {
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+      `model-config.yaml handler.output is '${configured}' but the model's outputs are ${outputs.join(', ')}`,
+    );
+  }
+  if (configured === undefined && outputs.length !== 1) {
+    throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
+      `${handlerName} reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name ${what} with handler.output in model-config.yaml`,
+    );
+  }
+  return configured ?? outputs[0]!;
 }
 
 /**

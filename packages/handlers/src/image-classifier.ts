@@ -6,6 +6,7 @@ import { createHandlerError } from './errors.ts';
 import {
   createImageModelRunner,
   prepareImageModelRunner,
+  selectOutput,
   numberAt,
   type DecodedImages,
   type ImageModelRunner,
@@ -212,18 +213,7 @@ export function createImageClassifier(): Handler {
     r.options = options;
     // Class scores do not depend on where pixels came from: skip the extra header read.
     r.isGeometryNeeded = false;
-    const outputs = r.outputNames;
-    if (options.output !== undefined && !outputs.includes(options.output)) {
-      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
-        `model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`,
-      );
-    }
-    if (options.output === undefined && outputs.length !== 1) {
-      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
-        `image_classifier reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the class scores with handler.output in model-config.yaml`,
-      );
-    }
-    outputName = options.output ?? outputs[0]!;
+    outputName = selectOutput(r.outputNames, options.output, 'image_classifier', 'the class scores');
     transform =
       options.softmax === true
         ? 'softmax'
@@ -237,11 +227,9 @@ export function createImageClassifier(): Handler {
     isPipelineSafe: true,
 
     async prepare(context: HandlerContext) {
-      const r = await prepareImageModelRunner(context, 'image_classifier');
-      if (r === undefined) return false;
-      await setUp(r, context);
-      runner = prepared = r;
-      return true;
+      prepared = await prepareImageModelRunner(context, 'image_classifier', (r) => setUp(r, context));
+      if (prepared) runner = prepared;
+      return prepared !== undefined;
     },
 
     async initialize(context: HandlerContext) {

@@ -4,6 +4,7 @@ import { createHandlerError } from './errors.ts';
 import {
   createImageModelRunner,
   prepareImageModelRunner,
+  selectOutput,
   numberAt,
   type DecodedImages,
   type ImageModelRunner,
@@ -186,18 +187,7 @@ export function createImageSegmenter(): Handler {
   async function setUp(r: ImageModelRunner, context: HandlerContext): Promise<void> {
     options = resolveImageSegmenterOptions(context.modelYamlConfig, r.inputShape);
     r.options = options;
-    const outputs = r.outputNames;
-    if (options.output !== undefined && !outputs.includes(options.output)) {
-      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
-        `model-config.yaml handler.output is '${options.output}' but the model's outputs are ${outputs.join(', ')}`,
-      );
-    }
-    if (options.output === undefined && outputs.length !== 1) {
-      throw createHandlerError.MARINA_ERR_HANDLER_CONFIG_INVALID(
-        `image_segmenter reads one output but the model has ${outputs.length} (${outputs.join(', ')}); name the mask with handler.output in model-config.yaml`,
-      );
-    }
-    outputName = options.output ?? outputs[0]!;
+    outputName = selectOutput(r.outputNames, options.output, 'image_segmenter', 'the mask');
     if (options.activation === true) transform = 'activate';
     else if (options.activation === false) transform = 'none';
     else {
@@ -210,11 +200,9 @@ export function createImageSegmenter(): Handler {
     isPipelineSafe: true,
 
     async prepare(context: HandlerContext) {
-      const r = await prepareImageModelRunner(context, 'image_segmenter');
-      if (r === undefined) return false;
-      await setUp(r, context);
-      runner = prepared = r;
-      return true;
+      prepared = await prepareImageModelRunner(context, 'image_segmenter', (r) => setUp(r, context));
+      if (prepared) runner = prepared;
+      return prepared !== undefined;
     },
 
     async initialize(context: HandlerContext) {

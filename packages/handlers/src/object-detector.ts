@@ -286,11 +286,9 @@ export function createObjectDetector(): Handler {
     isPipelineSafe: true,
 
     async prepare(context: HandlerContext) {
-      const r = await prepareImageModelRunner(context, 'object_detector');
-      if (r === undefined) return false;
-      await setUp(r, context);
-      runner = prepared = r;
-      return true;
+      prepared = await prepareImageModelRunner(context, 'object_detector', (r) => setUp(r, context));
+      if (prepared) runner = prepared;
+      return prepared !== undefined;
     },
 
     async initialize(context: HandlerContext) {
