@@ -199,7 +199,17 @@ export async function prepareImageModelRunner(
 ): Promise<ImageModelRunner | undefined> {
   const path = context.serializedFilePath;
   if (!path) return undefined;
-  const runner = new ImageModelRunner(await readOnnxGraph(path), handlerName);
+  return newRunner(await readOnnxGraph(path), context, handlerName, setUp);
+}
+
+/** A runner for the model read as `signature`, set up by its handler. */
+async function newRunner(
+  signature: ModelSignature,
+  context: HandlerContext,
+  handlerName: string,
+  setUp: (runner: ImageModelRunner) => Promise<void> | void,
+): Promise<ImageModelRunner> {
+  const runner = new ImageModelRunner(signature, handlerName);
   runner.limitInputPixels = context.systemProperties.limit_max_image_pixels;
   await setUp(runner);
   return runner;
@@ -241,12 +251,7 @@ export async function createImageModelRunner(
   setUp: (runner: ImageModelRunner) => Promise<void> | void,
 ): Promise<ImageModelRunner> {
   const session = await context.createSession();
-  let runner = prepared;
-  if (runner === undefined) {
-    runner = new ImageModelRunner(sessionSignature(session), handlerName);
-    runner.limitInputPixels = context.systemProperties.limit_max_image_pixels;
-    await setUp(runner);
-  }
+  const runner = prepared ?? (await newRunner(sessionSignature(session), context, handlerName, setUp));
   runner.attachSession(session);
   return runner;
 }

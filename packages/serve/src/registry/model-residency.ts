@@ -555,7 +555,9 @@ export class ModelResidency {
     this.#watchTimer = setInterval(() => {
       if (this.#isTrimming) return;
       const observed = this.observedModelBytes();
-      if (observed === 0 && this.#isEmpty()) {
+      // No model in memory: nothing to trim (what the process still holds above its baseline then,
+      // onnxruntime's one-time cost and the allocator's slack, no unload can give back).
+      if (this.#isEmpty()) {
         clearInterval(this.#watchTimer);
         this.#watchTimer = undefined;
         return;

@@ -262,15 +262,14 @@ export class ModelVersion extends EventEmitter<{
         this.#pump();
       } else this.emit('progress');
     });
-    this.pool.on('failed', (_worker, _error, unstarted) => {
-      // A batch handed to the worker that never began goes back to the front of the queue.
-      this.queue.returnToFront(unstarted);
-      this.#pump();
-    });
-    this.pool.on('returned', (jobs) => {
+    // A batch handed to a worker that never began goes back to the front of the queue: a dead
+    // worker's prefetched batch, or the first batch of a load that failed.
+    const handBack = (jobs: Job[]) => {
       this.queue.returnToFront(jobs);
       this.#pump();
-    });
+    };
+    this.pool.on('failed', (_worker, _error, unstarted) => handBack(unstarted));
+    this.pool.on('returned', handBack);
     this.pool.on('loaded', (event) => this.emit('loaded', event));
     this.pool.on('changed', () => {
       this.#answerStranded();
