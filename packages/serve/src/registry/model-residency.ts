@@ -15,8 +15,11 @@ export interface ModelResidencyOptions {
   versions(): Iterable<ModelVersion>;
   /** Starts `workers` workers of the version; resolves with how many became READY. */
   startWorkers(version: ModelVersion, workers: number): Promise<number>;
-  /** Stops every worker of the version (grace for running batches); resolves once their threads ended or were abandoned. */
-  stopWorkers(version: ModelVersion): Promise<void>;
+  /**
+   * Stops every worker of the version (grace for running batches); resolves once their threads
+   * ended or were abandoned, or, `isRecycled`, became spare threads for the load that evicted it.
+   */
+  stopWorkers(version: ModelVersion, options?: { isRecycled?: boolean }): Promise<unknown>;
   events: EventEmitter<RegistryEvents>;
   log: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** The process's memory now, bytes (default: the resident set, process.memoryUsage.rss()). */
@@ -364,7 +367,9 @@ export class ModelResidency {
         freed += this.#freedBy(c);
       }
       if (chosen.length > 0 && need <= free + freed) {
-        await Promise.all(chosen.map((c) => this.unload(c, 'evicted')));
+        // Their threads leave their models and wait for this load (and the next): it skips a new
+        // thread's start, most of a cold load's CPU on a busy machine (spare-threads.ts).
+        await Promise.all(chosen.map((c) => this.unload(c, 'evicted', { isRecycled: true })));
         continue;
       }
       const left = deadline - performance.now();
@@ -475,10 +480,10 @@ export class ModelResidency {
    * measured size is kept for the next load. 'api' also answers what waits in its queue; requests
    * that arrive during an eviction or idle unload wait and load it again.
    */
-  unload(version: ModelVersion, reason: UnloadReason): Promise<void> {
+  unload(version: ModelVersion, reason: UnloadReason, options: { isRecycled?: boolean } = {}): Promise<void> {
     const pending = this.#unloads.get(version);
     if (pending) return pending;
-    const unload = this.#unload(version, reason).finally(() => {
+    const unload = this.#unload(version, reason, options).finally(() => {
       this.#unloads.delete(version);
       // Requests that arrived while it left bring it back.
       if (!this.#isClosed && version.queue.waiting > 0 && version.state === 'registered')
@@ -488,7 +493,7 @@ export class ModelResidency {
     return unload;
   }
 
-  async #unload(version: ModelVersion, reason: UnloadReason): Promise<void> {
+  async #unload(version: ModelVersion, reason: UnloadReason, options: { isRecycled?: boolean }): Promise<void> {
     const loading = this.#loads.get(version);
     if (loading) await loading.catch(() => undefined);
     if (version.state === 'registered') return;
@@ -504,12 +509,13 @@ export class ModelResidency {
       );
     version.plannedWorkers = 0;
     // What the unload gives back is the other measure of its size (sessions, arenas, the worker
-    // thread and its handler all go): taken when nothing else loads or unloads meanwhile.
+    // thread and its handler all go; a thread recycled for the load that evicted it stays, and that
+    // load will not start one): taken when nothing else loads or unloads meanwhile.
     const moves = this.#moves;
     const isAlone = this.#group === undefined && this.#unloads.size <= 1;
     const beforeBytes = isAlone ? this.#readMemory() : undefined;
     try {
-      await this.#options.stopWorkers(version);
+      await this.#options.stopWorkers(version, { isRecycled: options.isRecycled === true });
       if (beforeBytes !== undefined && this.#moves === moves && this.#group === undefined && this.#unloads.size <= 1) {
         const freed = beforeBytes - this.#readMemory();
         if (freed > 0) {

@@ -15,12 +15,22 @@ export interface SpareThreadsOptions {
   maxHeapMb: number;
 }
 
+/** Takes back a worker's thread once it has left its model (see Worker.retire's `isRecycled`). */
+export interface ThreadRecycler {
+  /** Whether a thread with this heap limit would be taken now: ask before telling a thread to leave its model. */
+  wants(maxHeapMb: number): boolean;
+  /** Takes the thread (it said `recycled`: it waits for an AssignMessage) as a spare; false: not taken, end it. */
+  offer(thread: NodeWorker, maxHeapMb: number): boolean;
+}
+
 interface Spare {
   thread: NodeWorker;
   /** Resolves true once the thread has imported its modules, false when it died first. */
   ready: Promise<boolean>;
   /** Removes the spare's own listeners before the thread is handed over. */
   release(): void;
+  /** Ends the thread (a spare no load will take). */
+  end(): Promise<void>;
 }
 
 /**
@@ -31,9 +41,10 @@ interface Spare {
  * and the thread's imports the rest. A spare holds a thread and its modules' memory (tens of MB)
  * while it waits; a new one starts as soon as one is taken.
  */
-export class SpareThreads {
+export class SpareThreads implements ThreadRecycler {
   readonly #options: SpareThreadsOptions;
-  #spare: Spare | undefined;
+  /** Started or recycled, the last one first taken; at most MAX_SPARES, one once the loads are done (prepare). */
+  readonly #spares: Spare[] = [];
   #isClosed = false;
   #lastTakenAt = Number.NEGATIVE_INFINITY;
 
@@ -48,7 +59,10 @@ export class SpareThreads {
    * (take), where that CPU would go to every load.
    */
   prepare(options: { isWarmedUp?: boolean } = {}): void {
-    if (this.#spare || this.#isClosed) return;
+    if (this.#isClosed) return;
+    // Threads recycled for loads that are done (an eviction freed more than one): one stays.
+    while (this.#spares.length > 1) void this.#spares.shift()!.end();
+    if (this.#spares.length > 0) return;
     const thread = new NodeWorker(this.#options.bootstrapUrl, {
       workerData: { spare: true, isWarmedUp: options.isWarmedUp ?? true },
       stdout: false,
@@ -62,25 +76,53 @@ export class SpareThreads {
     const onMessage = (message: { type?: string }) => {
       if (message?.type === SPARE_READY) settle(true);
     };
-    const onGone = () => {
+    thread.on('message', onMessage);
+    this.#add(thread, ready, () => {
       settle(false);
-      if (this.#spare === spare) this.#spare = undefined;
+      thread.off('message', onMessage);
+    });
+  }
+
+  /** Keeps `thread` as a spare until it is taken; `onGone`: it died first (or is being released: undo your own listeners). */
+  #add(thread: NodeWorker, ready: Promise<boolean>, onGone: () => void): void {
+    const gone = () => {
+      onGone();
+      const at = this.#spares.indexOf(spare);
+      if (at >= 0) this.#spares.splice(at, 1);
     };
     const spare: Spare = {
       thread,
       ready,
       release: () => {
-        thread.off('message', onMessage);
-        thread.off('error', onGone);
-        thread.off('exit', onGone);
+        onGone();
+        thread.off('error', gone);
+        thread.off('exit', gone);
+      },
+      end: async () => {
+        spare.release();
+        await thread.terminate().catch(() => undefined);
       },
     };
-    this.#spare = spare;
-    thread.on('message', onMessage);
-    thread.once('error', onGone);
-    thread.once('exit', onGone);
+    this.#spares.push(spare);
+    thread.once('error', gone);
+    thread.once('exit', gone);
     // A spare never keeps the process alive.
     thread.unref();
+  }
+
+  wants(maxHeapMb: number): boolean {
+    return !this.#isClosed && maxHeapMb === this.#options.maxHeapMb && this.#spares.length < MAX_SPARES;
+  }
+
+  /**
+   * A worker's thread that left its model (an eviction that makes room for a load) becomes a spare:
+   * the load takes it (the last one first) instead of a thread that must be started, and nothing
+   * ends. A thread that ran an archive's own handler code never comes here (Worker.#isRecyclable).
+   */
+  offer(thread: NodeWorker, maxHeapMb: number): boolean {
+    if (!this.wants(maxHeapMb)) return false;
+    this.#add(thread, Promise.resolve(true), () => undefined);
+    return true;
   }
 
   /**
@@ -96,10 +138,9 @@ export class SpareThreads {
     if (maxHeapMb !== this.#options.maxHeapMb || this.#isClosed) return undefined;
     const isEager = performance.now() - this.#lastTakenAt < EAGER_WITHIN_MS;
     this.#lastTakenAt = performance.now();
-    this.prepare({ isWarmedUp: false });
-    const spare = this.#spare;
+    if (this.#spares.length === 0) this.prepare({ isWarmedUp: false });
+    const spare = this.#spares.pop();
     if (!spare) return undefined;
-    this.#spare = undefined;
     // Taken, it keeps the process alive like any worker: a load at start-up may wait for it before
     // anything else holds the event loop open.
     spare.thread.ref();
@@ -108,7 +149,7 @@ export class SpareThreads {
     // Loads in quick succession (a stream of requests to models out of memory): the next one will
     // come before the machine is quiet, so its thread starts now rather than after this load's first
     // batch (back to back, cold requests took 172 ms at p50 this way against 221 ms, measured).
-    if (isEager) this.prepare({ isWarmedUp: false });
+    if (isEager && this.#spares.length === 0) this.prepare({ isWarmedUp: false });
     if (!isReady || this.#isClosed) {
       void spare.thread.terminate().catch(() => undefined);
       return undefined;
@@ -116,12 +157,10 @@ export class SpareThreads {
     return spare.thread;
   }
 
-  /** Ends the spare; no new one starts. */
+  /** Ends the spares; no new one starts. */
   async close(): Promise<void> {
     this.#isClosed = true;
-    const spare = this.#spare;
-    this.#spare = undefined;
-    if (spare) await spare.thread.terminate().catch(() => undefined);
+    await Promise.all(this.#spares.splice(0).map((spare) => spare.end()));
   }
 }
 
@@ -131,3 +170,10 @@ export class SpareThreads {
  * batch is ready before the next load, and did not slow that batch.
  */
 const EAGER_WITHIN_MS = 400;
+
+/**
+ * Spares held at once: the one kept for the next load and one recycled beside it (an eviction of
+ * two models for one load recycles both: the second is ended). Beyond one, they go once the loads
+ * are done (prepare).
+ */
+const MAX_SPARES = 2;
