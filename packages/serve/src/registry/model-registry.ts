@@ -141,7 +141,11 @@ export class ModelRegistry implements ModelRegistryApi {
     });
     // Under a budget models come and go: a spare thread makes each load skip a thread's start.
     if (options.config.residency?.memoryBudgetBytes !== undefined)
-      this.#spares = new SpareThreads({ bootstrapUrl, maxHeapMb: DEFAULT_MAX_WORKER_HEAP_MB });
+      this.#spares = new SpareThreads({
+        bootstrapUrl,
+        maxHeapMb: DEFAULT_MAX_WORKER_HEAP_MB,
+        hasRoomForLoad: () => this.#residency.hasRoomForLoad(),
+      });
     this.#residency = new ModelResidency({
       memoryBudgetBytes: options.config.residency?.memoryBudgetBytes,
       versions: () => this.#versions(),

@@ -228,6 +228,16 @@ export class ModelResidency {
     );
   }
 
+  /** Whether some version out of memory would load now without evicting anything (no budget: always). */
+  hasRoomForLoad(): boolean {
+    const budget = this.memoryBudgetBytes;
+    if (budget === undefined) return true;
+    const used = this.usedBytes();
+    for (const v of this.#options.versions())
+      if (v.state === 'registered' && used + this.#loadNeedOf(v) <= budget) return true;
+    return false;
+  }
+
   /** Whether the version fits beside what is resident now without evicting anything (start-up loading). */
   fitsNow(version: ModelVersion): boolean {
     return (
@@ -425,7 +435,7 @@ export class ModelResidency {
       const loadMs = this.#loadMs.get(v);
       if (loadedAt === undefined || loadMs === undefined) continue;
       // Past it already: it was a candidate this time round.
-      const remaining = loadedAt + 2 * loadMs - Date.now();
+      const remaining = loadedAt + this.#busyRentMs(loadMs) - Date.now();
       if (remaining > 0) soonest = Math.min(soonest, remaining);
     }
     return soonest;
@@ -444,7 +454,17 @@ export class ModelResidency {
       return false;
     const loadedAt = this.#loadedAt.get(v);
     const loadMs = this.#loadMs.get(v);
-    return loadedAt !== undefined && loadMs !== undefined && Date.now() - loadedAt >= 2 * loadMs;
+    return loadedAt !== undefined && loadMs !== undefined && Date.now() - loadedAt >= this.#busyRentMs(loadMs);
+  }
+
+  /**
+   * How long a busy version stays before it may make room: twice its load, at least BUSY_MIN_MS. A
+   * load that takes a recycled thread is 15–70 ms (measured), and twice that let the most asked-for
+   * models be evicted with a dozen requests waiting, again and again, under 32 clients (thrashing:
+   * 4–5 requests a second against 12 before).
+   */
+  #busyRentMs(loadMs: number): number {
+    return Math.max(BUSY_MIN_MS, 2 * loadMs);
   }
 
   /** How long a load waits before busy versions asked for more than it may make room too: AGING_LOADS of its last load, at least AGING_MIN_MS. */
@@ -638,17 +658,31 @@ export class ModelResidency {
         // what its first batch added the last time it was, else its serving size is counted at
         // its load alone (an arena short: about 100 MB for a ResNet-50, measured).
         if (!isKept) version.residentBytes += this.#firstBatchBytes.get(version) ?? 0;
+        this.#clampNoisy(version);
         return;
       }
       const grown = this.#readMemory() - startBytes;
       if (grown > 0) this.#firstBatchBytes.set(version, grown);
       if (grown > 0 && !isKept) version.residentBytes += grown;
+      if (!this.#cleanLoads.has(version)) this.#clampNoisy(version);
       // Its load's measure was clean too (#endMeasure kept it): load plus first batch is its whole size.
       if (this.#cleanLoads.has(version)) version.recordServingBytes(version.residentBytes);
     };
     this.#firstBatch.set(version, { onProgress, onBatch });
     version.on('progress', onProgress);
     version.once('batch', onBatch);
+  }
+
+  /**
+   * Caps a count taken from a noisy measure (loads and unloads overlapping, as under churn) at the
+   * version's clean serving measure or its estimate, whichever is larger. Uncapped, such counts
+   * grew past the budget's half under Zipf traffic (a ResNet-50 counted at 392–547 MiB against
+   * 100–150 serving, measured): its next load then waited for room it never got and failed with
+   * MARINA_ERR_MEMORY_BUDGET_FULL after startupTimeout. The budget still reads the process's own
+   * memory (usedBytes), so a count too small is corrected once the model is in memory.
+   */
+  #clampNoisy(version: ModelVersion): void {
+    version.residentBytes = Math.min(version.residentBytes, Math.max(version.servingBytes, version.estimatedBytes));
   }
 
   #forgetFirstBatch(version: ModelVersion): void {
@@ -687,8 +721,12 @@ export class ModelResidency {
       const share = Math.round((grown * Math.max(1, v.estimatedBytes)) / estimates);
       this.#loadGrowth.set(v, Math.max(0, share));
       // Memory an unload freed during the group hides part of its loads' growth: never count less than the estimate then.
-      if (share > 0) v.residentBytes = group.isTainted ? Math.max(share, v.estimatedBytes) : share;
-      else {
+      if (share > 0) {
+        v.residentBytes = group.isTainted ? Math.max(share, v.estimatedBytes) : share;
+        // A share of a group, or a tainted measure, catches other models' memory too: it never
+        // counts more than the version's clean serving measure or its estimate (see #clampNoisy).
+        if (group.done.length > 1 || group.isTainted) this.#clampNoisy(v);
+      } else {
         // Memory freed elsewhere during the load hid its growth: keep what is known rather than 0.
         // What is known (its last load's count) holds a first batch's growth already: this load's
         // first batch must not add its own on top (#measureFirstBatch), or the count grows by an
@@ -724,6 +762,8 @@ export class ModelResidency {
 /** A load waits this many of its own load times (at least AGING_MIN_MS) before it may evict busy versions asked for more than it. */
 const AGING_LOADS = 4;
 const AGING_MIN_MS = 1000;
+/** The least time a busy version stays resident before it may make room for another (#busyRentMs). */
+const BUSY_MIN_MS = 1000;
 
 /** How often the memory watch reads the process's memory while models are resident. */
 const WATCH_INTERVAL_MS = 500;

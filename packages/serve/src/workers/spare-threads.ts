@@ -13,6 +13,12 @@ export interface SpareThreadsOptions {
   bootstrapUrl: URL;
   /** The spare's V8 heap limit, MB (maxWorkerHeapMb): only a worker with the same limit takes it. */
   maxHeapMb: number;
+  /**
+   * Whether a load now would find room without evicting (default: always). When it would not, the
+   * load evicts a model whose thread it takes (offer), so no spare is started or kept for it: an
+   * idle thread holds 30–45 MB (measured) that a full budget does not have.
+   */
+  hasRoomForLoad?: () => boolean;
 }
 
 /** Takes back a worker's thread once it has left its model (see Worker.retire's `isRecycled`). */
@@ -60,9 +66,16 @@ export class SpareThreads implements ThreadRecycler {
    */
   prepare(options: { isWarmedUp?: boolean } = {}): void {
     if (this.#isClosed) return;
-    // Threads recycled for loads that are done (an eviction freed more than one): one stays.
-    while (this.#spares.length > 1) void this.#spares.shift()!.end();
-    if (this.#spares.length > 0) return;
+    // Threads recycled for loads that are done (an eviction freed more than one): one stays, or
+    // none when the next load will evict a model and take its thread.
+    const keep = this.#options.hasRoomForLoad?.() === false ? 0 : 1;
+    while (this.#spares.length > keep) void this.#spares.shift()!.end();
+    if (this.#spares.length >= keep) return;
+    this.#start(options);
+  }
+
+  /** Starts a spare thread. */
+  #start(options: { isWarmedUp?: boolean }): void {
     const thread = new NodeWorker(this.#options.bootstrapUrl, {
       workerData: { spare: true, isWarmedUp: options.isWarmedUp ?? true },
       stdout: false,
@@ -138,7 +151,7 @@ export class SpareThreads implements ThreadRecycler {
     if (maxHeapMb !== this.#options.maxHeapMb || this.#isClosed) return undefined;
     const isEager = performance.now() - this.#lastTakenAt < EAGER_WITHIN_MS;
     this.#lastTakenAt = performance.now();
-    if (this.#spares.length === 0) this.prepare({ isWarmedUp: false });
+    if (this.#spares.length === 0) this.#start({ isWarmedUp: false });
     const spare = this.#spares.pop();
     if (!spare) return undefined;
     // Taken, it keeps the process alive like any worker: a load at start-up may wait for it before
@@ -149,7 +162,8 @@ export class SpareThreads implements ThreadRecycler {
     // Loads in quick succession (a stream of requests to models out of memory): the next one will
     // come before the machine is quiet, so its thread starts now rather than after this load's first
     // batch (back to back, cold requests took 172 ms at p50 this way against 221 ms, measured).
-    if (isEager && this.#spares.length === 0) this.prepare({ isWarmedUp: false });
+    if (isEager && this.#spares.length === 0 && this.#options.hasRoomForLoad?.() !== false)
+      this.prepare({ isWarmedUp: false });
     if (!isReady || this.#isClosed) {
       void spare.thread.terminate().catch(() => undefined);
       return undefined;
