@@ -133,6 +133,8 @@ export class Worker extends EventEmitter<{
   #detach: (() => void) | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #recycleTimer: ReturnType<typeof setTimeout> | undefined;
+  /** terminate() was called: the thread is ending and is never handed on. */
+  #isTerminated = false;
   #nextBatchId = 1;
   #hasExited = false;
   readonly #options: WorkerOptions;
@@ -561,7 +563,8 @@ export class Worker extends EventEmitter<{
   /** The thread left its model (`recycle`): it is handed to the spare threads, and this worker has ended. */
   #onRecycled(): void {
     const thread = this.#thread;
-    if (!thread || this.#hasExited || this.#state !== 'UNLOADING') return;
+    // Too late (the recycle timed out and the thread is being terminated): it ends as any other.
+    if (!thread || this.#hasExited || this.#state !== 'UNLOADING' || this.#isTerminated) return;
     clearTimeout(this.#recycleTimer);
     this.#detach?.();
     this.wasRecycled = this.#options.recycler?.offer(thread, this.#options.maxHeapMb) === true;
@@ -580,6 +583,7 @@ export class Worker extends EventEmitter<{
   }
 
   #terminate(): void {
+    this.#isTerminated = true;
     // terminate() cannot interrupt a native run(); the thread ends when run() returns ('exit' then).
     if (this.#thread && !this.#hasExited) void this.#thread.terminate().catch(() => undefined);
   }
