@@ -18,6 +18,7 @@ export {
   readOnnxGraph,
   readOnnxGraphFile,
   rememberOnnxGraph,
+  forgetOnnxGraphs,
   finalActivation,
   readFinalActivation,
   type OnnxGraph,

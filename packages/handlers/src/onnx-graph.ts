@@ -272,6 +272,11 @@ export function rememberOnnxGraph(file: OnnxGraphFile): void {
   remembered.set(file.path, file);
 }
 
+/** Forgets every graph given to rememberOnnxGraph (a worker thread that leaves its model for another). */
+export function forgetOnnxGraphs(): void {
+  remembered.clear();
+}
+
 /**
  * Reads an ONNX model's main graph (nodes, inputs, outputs) without loading its weights:
  * initializers are skipped with a seek, so a 230 MB model costs a few small reads. Inputs

@@ -32,7 +32,7 @@ export async function writeSleepyModel(
 export async function writeClassifierModel(
   dir: string,
   name: string,
-  options: { inputSize?: number; numClasses?: number; modelConfigYaml?: string; labels?: string[] } = {},
+  options: { inputSize?: number; numClasses?: number; modelConfigYaml?: string; labels?: string[]; seed?: number } = {},
 ): Promise<string> {
   const folder = join(dir, name);
   await writeModelFolder({
@@ -40,7 +40,12 @@ export async function writeClassifierModel(
     modelName: name,
     handler: 'image_classifier',
     writeModel: (path) =>
-      writeTinyClassifier({ outputPath: path, inputSize: options.inputSize, numClasses: options.numClasses }),
+      writeTinyClassifier({
+        outputPath: path,
+        inputSize: options.inputSize,
+        numClasses: options.numClasses,
+        seed: options.seed,
+      }),
     modelConfigYaml: options.modelConfigYaml,
   });
   if (options.labels) await writeIndexToName(join(folder, 'index_to_name.json'), options.labels);

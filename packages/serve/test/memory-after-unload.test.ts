@@ -8,9 +8,12 @@
  * - The first unload leaves onnxruntime's one-time cost in the process (its code pages, its
  *   global environment: 25–40 MB measured, see the onnxruntime-node facts), so the first unload
  *   may end up to 64 MB above where the process started.
- * - Later unloads end no more than 24 MB above where the first one ended, and within 24 MB of each
- *   other: no growth per cycle (without the threshold glibc kept about 5 MB more each cycle). On
- *   the machine this was written on they ended 2–13 MB below the first and within 5 MB of each other.
+ * - Later unloads end no more than 24 MB above where the first one ended, and none more than 24 MB
+ *   above a lower one before it: no growth per cycle (without the threshold glibc kept about 5 MB
+ *   more each cycle). On the machine this was written on they ended 2–13 MB below the first and
+ *   within 5 MB of each other. A reading may drop by more, which is no growth: on a loaded machine
+ *   the later two once ended 28 MB below the first two (205, 207, 178, 179 MB), memory of an
+ *   ended thread given back late.
  * - Each unload gives back at least half of what the model's load and first request took.
  */
 import { spawn } from 'node:child_process';
@@ -76,7 +79,8 @@ describe.runIf(isLinux)('memory after an unload', () => {
     expect(first!.unloaded - result.before, seen).toBeLessThan(64 * MB);
     const laterUnloaded = later.map((cycle) => cycle.unloaded);
     expect(Math.max(...laterUnloaded), seen).toBeLessThan(first!.unloaded + 24 * MB);
-    expect(Math.max(...laterUnloaded) - Math.min(...laterUnloaded), seen).toBeLessThan(24 * MB);
+    for (let i = 1; i < laterUnloaded.length; i++)
+      expect(laterUnloaded[i]! - Math.min(...laterUnloaded.slice(0, i)), seen).toBeLessThan(24 * MB);
     for (const cycle of result.cycles) {
       const before = cycle === first ? result.before : first!.unloaded;
       expect(cycle.loaded - cycle.unloaded, seen).toBeGreaterThan((cycle.loaded - before) / 2);

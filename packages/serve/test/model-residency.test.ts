@@ -82,7 +82,9 @@ describe('many models in a memory budget', () => {
     jpeg = await readFile(`${store}/sample.jpg`);
     await writeClassifierModel(store, 'pinned', { modelConfigYaml: 'pinned: true\n' });
     await writeGateModel(store, 'gate');
-    for (const name of ['a', 'b', 'c', 'shared']) await writeClassifierModel(store, name);
+    // b's weights differ from a's: a thread recycled from a to b must answer as b.
+    for (const name of ['a', 'c', 'shared']) await writeClassifierModel(store, name);
+    await writeClassifierModel(store, 'b', { seed: 7 });
     await writeClassifierModel(store, 'waiter', { modelConfigYaml: 'startupTimeout: 1\n' });
     // 64 MB of (sparse) padding: its estimate alone no longer fits beside four resident workers.
     await truncate(await writeFile(`${store}/waiter/padding.bin`, '').then(() => `${store}/waiter/padding.bin`), 64e6);
@@ -137,7 +139,12 @@ describe('many models in a memory budget', () => {
     gates.push(gate);
     const busy = post('gate', { gate });
     await residency(app, { modelName: 'gate', state: 'resident' });
-    for (const name of ['a', 'b']) expect((await classify(name)).status).toBe(200);
+    const first: Record<string, Reply> = {};
+    for (const name of ['a', 'b']) {
+      first[name] = await classify(name);
+      expect(first[name]!.status).toBe(200);
+    }
+    expect(first.b!.json).not.toEqual(first.a!.json);
     // a is used after b: b is now the least recently used idle, unpinned version.
     expect((await classify('a')).status).toBe(200);
     expect(states()).toMatchObject({ pinned: 'resident', gate: 'resident', a: 'resident', b: 'resident' });
@@ -155,12 +162,17 @@ describe('many models in a memory budget', () => {
     });
 
     // b again: a (used before c) is evicted to make room; pinned and the busy gate model stay.
+    // a's thread leaves its model and b's load takes it (no new thread starts): b answers as b.
+    const aThread = app.registry.getVersion('a').pool.workers[0]!.threadId;
+    expect(aThread).toBeGreaterThan(0);
     const evicted = residency(app, { state: 'registered', reason: 'evicted' });
     const bLoaded = residency(app, { modelName: 'b', state: 'resident' });
     const reply = await classify('b');
     await bLoaded;
     expect(reply.status).toBe(200);
     expect((await evicted).modelName).toBe('a');
+    expect(app.registry.getVersion('b').pool.workers[0]!.threadId).toBe(aThread);
+    expect(reply.json).toEqual(first.b!.json);
     expect(states()).toMatchObject({
       pinned: 'resident',
       gate: 'resident',
@@ -360,12 +372,18 @@ describe('many models in a memory budget', () => {
       await h.untilModel('gate', (v) => v.runningJobs > 0);
       runs.push(h.blocked('gate'));
       await h.untilModel('gate', (v) => v.pendingJobs > 1);
+      const workers = new Map(
+        ['gate', 'scaled'].map((m) => [m, h.busyApp.registry.getVersion(m).pool.workers[0]!] as const),
+      );
       const evicted = h.evicted();
       const reply = await h.send('a', jpeg);
       expect(reply.status).toBe(200);
       expect(reply.headers.get('server-timing')).toContain('waiting for the model to load');
       const gone = await evicted;
       expect(['gate', 'scaled']).toContain(gone);
+      // A custom handler's thread ran the archive's code: it ends, it never serves another model.
+      await workers.get(gone)!.exited;
+      expect(workers.get(gone)!.wasRecycled).toBe(false);
       const stayed = gone === 'gate' ? 'scaled' : 'gate';
       expect(h.busyApp.registry.describe(stayed)[0]!.state).toBe('resident');
       expect(h.busyApp.registry.describe('a')[0]!.state).toBe('resident');

@@ -569,7 +569,7 @@ function coldAloneLines(s: ManyModelsSummary, coldFloorMs: number): string[] {
     `- Cold requests one at a time (one client, the budget full of idle models, each request to a model out of memory${c.pauseMs ? `, sent after ${fmt(c.pauseMs)} ms of quiet` : ''}; ${c.waited} of ${c.sent} waited for a load): p50 ${fmt(c.p50Ms)} ms, p99 ${fmt(c.p99Ms)} ms, of which the wait for the load (making room included, Server-Timing queue) p50 ${fmt(c.queueP50Ms)} ms. Against the idle floor (${fmt(coldFloorMs)} ms): ${fmt(c.p50Ms / coldFloorMs, 2)}× (goal ≤ 1.5×): **${c.p50Ms <= 1.5 * coldFloorMs ? 'met' : 'missed'}**.`,
     ...(b
       ? [
-          `- The same cold requests back to back (each sent as the last was answered, ${b.waited} of ${b.sent} waited for a load): p50 ${fmt(b.p50Ms)} ms, p99 ${fmt(b.p99Ms)} ms, load wait p50 ${fmt(b.queueP50Ms)} ms: ${fmt(b.p50Ms / coldFloorMs, 2)}× the floor (each load overlaps what the last one left running: the victim's thread ending, the next spare thread starting).`,
+          `- The same cold requests back to back (each sent as the last was answered, ${b.waited} of ${b.sent} waited for a load): p50 ${fmt(b.p50Ms)} ms, p99 ${fmt(b.p99Ms)} ms, load wait p50 ${fmt(b.queueP50Ms)} ms: ${fmt(b.p50Ms / coldFloorMs, 2)}× the floor (each load overlaps what the last one left running: its first batch's end, the victim's batch).`,
         ]
       : []),
   ];

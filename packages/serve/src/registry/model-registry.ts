@@ -141,12 +141,16 @@ export class ModelRegistry implements ModelRegistryApi {
     });
     // Under a budget models come and go: a spare thread makes each load skip a thread's start.
     if (options.config.residency?.memoryBudgetBytes !== undefined)
-      this.#spares = new SpareThreads({ bootstrapUrl, maxHeapMb: DEFAULT_MAX_WORKER_HEAP_MB });
+      this.#spares = new SpareThreads({
+        bootstrapUrl,
+        maxHeapMb: DEFAULT_MAX_WORKER_HEAP_MB,
+        hasRoomForLoad: () => this.#residency.hasRoomForLoad(),
+      });
     this.#residency = new ModelResidency({
       memoryBudgetBytes: options.config.residency?.memoryBudgetBytes,
       versions: () => this.#versions(),
       startWorkers: (version, workers) => this.#startWorkers(version, workers),
-      stopWorkers: (version) => this.#stopWorkers(version),
+      stopWorkers: (version, options) => this.#stopWorkers(version, options),
       onFirstBatch: () => {
         if (!this.#isClosing) this.#spares?.prepare();
       },
@@ -247,7 +251,7 @@ export class ModelRegistry implements ModelRegistryApi {
       plannedWorkers: 0,
       createInit: (v) =>
         this.#archives.workerInit(v, { intraOpNumThreads: this.#threadsFor(v), isBackground: this.#isShadow(v) }),
-      ...(this.#spares ? { takeSpareThread: this.#spares.take.bind(this.#spares) } : {}),
+      ...(this.#spares ? { takeSpareThread: this.#spares.take.bind(this.#spares), recycler: this.#spares } : {}),
       startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
       log: this.#log,
       unloadGraceMs: (this.#config.residency?.unloadGraceSeconds ?? 10) * 1000,
@@ -427,9 +431,14 @@ export class ModelRegistry implements ModelRegistryApi {
     return version.pool.readyCount;
   }
 
-  /** Stops a version's workers; resolves once their threads ended, or a little after the grace period for one abandoned in native code. */
-  async #stopWorkers(version: ModelVersion): Promise<void> {
-    void version.pool.setTarget(0);
+  /**
+   * Stops a version's workers; resolves once their threads ended (or became spares: `isRecycled`),
+   * or a little after the grace period for one abandoned in native code. Resolves with how many
+   * threads became spares.
+   */
+  async #stopWorkers(version: ModelVersion, options: { isRecycled?: boolean } = {}): Promise<number> {
+    const leaving = version.pool.workers.filter((w) => w.state !== 'UNLOADING' && w.state !== 'FAILED');
+    void version.pool.setTarget(0, options);
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([
       version.pool.exited(),
@@ -439,6 +448,7 @@ export class ModelRegistry implements ModelRegistryApi {
       }),
     ]);
     clearTimeout(timer);
+    return leaving.filter((w) => w.wasRecycled).length;
   }
 
   /** The thread budget's split for one more worker of the version. */

@@ -52,6 +52,8 @@ export interface ModelVersionOptions {
   createInit(version: ModelVersion): WorkerInit;
   /** A ready spare thread for a new worker, if any (workers/spare-threads.ts). */
   takeSpareThread?: WorkerPoolOptions['takeSpareThread'];
+  /** Takes back the threads of workers stopped to make room for a load (workers/spare-threads.ts). */
+  recycler?: WorkerPoolOptions['recycler'];
   /**
    * Called when a request arrives while the version has no worker and may autoscale from zero
    * (minWorkers 0, maxWorkers > 0): starts one.
@@ -202,6 +204,7 @@ export class ModelVersion extends EventEmitter<{
       unloadGraceMs: this.unloadGraceMs,
       createInit: () => options.createInit(this),
       ...(options.takeSpareThread ? { takeSpareThread: options.takeSpareThread } : {}),
+      ...(options.recycler ? { recycler: options.recycler } : {}),
       log: options.log,
     });
     this.aggregator = new BatchAggregator<Worker>({

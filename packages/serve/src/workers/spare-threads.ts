@@ -13,6 +13,20 @@ export interface SpareThreadsOptions {
   bootstrapUrl: URL;
   /** The spare's V8 heap limit, MB (maxWorkerHeapMb): only a worker with the same limit takes it. */
   maxHeapMb: number;
+  /**
+   * Whether a load now would find room without evicting (default: always). When it would not, the
+   * load evicts a model whose thread it takes (offer), so no spare is started or kept for it: an
+   * idle thread holds 30–45 MB (measured) that a full budget does not have.
+   */
+  hasRoomForLoad?: () => boolean;
+}
+
+/** Takes back a worker's thread once it has left its model (see Worker.retire's `isRecycled`). */
+export interface ThreadRecycler {
+  /** Whether a thread with this heap limit would be taken now: ask before telling a thread to leave its model. */
+  wants(maxHeapMb: number): boolean;
+  /** Takes the thread (it said `recycled`: it waits for an AssignMessage) as a spare; false: not taken, end it. */
+  offer(thread: NodeWorker, maxHeapMb: number): boolean;
 }
 
 interface Spare {
@@ -21,6 +35,8 @@ interface Spare {
   ready: Promise<boolean>;
   /** Removes the spare's own listeners before the thread is handed over. */
   release(): void;
+  /** Ends the thread (a spare no load will take). */
+  end(): Promise<void>;
 }
 
 /**
@@ -31,9 +47,10 @@ interface Spare {
  * and the thread's imports the rest. A spare holds a thread and its modules' memory (tens of MB)
  * while it waits; a new one starts as soon as one is taken.
  */
-export class SpareThreads {
+export class SpareThreads implements ThreadRecycler {
   readonly #options: SpareThreadsOptions;
-  #spare: Spare | undefined;
+  /** Started or recycled, the last one first taken; at most MAX_SPARES, one once the loads are done (prepare). */
+  readonly #spares: Spare[] = [];
   #isClosed = false;
   #lastTakenAt = Number.NEGATIVE_INFINITY;
 
@@ -48,7 +65,17 @@ export class SpareThreads {
    * (take), where that CPU would go to every load.
    */
   prepare(options: { isWarmedUp?: boolean } = {}): void {
-    if (this.#spare || this.#isClosed) return;
+    if (this.#isClosed) return;
+    // Threads recycled for loads that are done (an eviction freed more than one): one stays, or
+    // none when the next load will evict a model and take its thread.
+    const keep = this.#options.hasRoomForLoad?.() === false ? 0 : 1;
+    while (this.#spares.length > keep) void this.#spares.shift()!.end();
+    if (this.#spares.length >= keep) return;
+    this.#start(options);
+  }
+
+  /** Starts a spare thread. */
+  #start(options: { isWarmedUp?: boolean }): void {
     const thread = new NodeWorker(this.#options.bootstrapUrl, {
       workerData: { spare: true, isWarmedUp: options.isWarmedUp ?? true },
       stdout: false,
@@ -62,25 +89,53 @@ export class SpareThreads {
     const onMessage = (message: { type?: string }) => {
       if (message?.type === SPARE_READY) settle(true);
     };
-    const onGone = () => {
+    thread.on('message', onMessage);
+    this.#add(thread, ready, () => {
       settle(false);
-      if (this.#spare === spare) this.#spare = undefined;
+      thread.off('message', onMessage);
+    });
+  }
+
+  /** Keeps `thread` as a spare until it is taken; `onGone`: it died first (or is being released: undo your own listeners). */
+  #add(thread: NodeWorker, ready: Promise<boolean>, onGone: () => void): void {
+    const gone = () => {
+      onGone();
+      const at = this.#spares.indexOf(spare);
+      if (at >= 0) this.#spares.splice(at, 1);
     };
     const spare: Spare = {
       thread,
       ready,
       release: () => {
-        thread.off('message', onMessage);
-        thread.off('error', onGone);
-        thread.off('exit', onGone);
+        onGone();
+        thread.off('error', gone);
+        thread.off('exit', gone);
+      },
+      end: async () => {
+        spare.release();
+        await thread.terminate().catch(() => undefined);
       },
     };
-    this.#spare = spare;
-    thread.on('message', onMessage);
-    thread.once('error', onGone);
-    thread.once('exit', onGone);
+    this.#spares.push(spare);
+    thread.once('error', gone);
+    thread.once('exit', gone);
     // A spare never keeps the process alive.
     thread.unref();
+  }
+
+  wants(maxHeapMb: number): boolean {
+    return !this.#isClosed && maxHeapMb === this.#options.maxHeapMb && this.#spares.length < MAX_SPARES;
+  }
+
+  /**
+   * A worker's thread that left its model (an eviction that makes room for a load) becomes a spare:
+   * the load takes it (the last one first) instead of a thread that must be started, and nothing
+   * ends. A thread that ran an archive's own handler code never comes here (Worker.#isRecyclable).
+   */
+  offer(thread: NodeWorker, maxHeapMb: number): boolean {
+    if (!this.wants(maxHeapMb)) return false;
+    this.#add(thread, Promise.resolve(true), () => undefined);
+    return true;
   }
 
   /**
@@ -96,10 +151,9 @@ export class SpareThreads {
     if (maxHeapMb !== this.#options.maxHeapMb || this.#isClosed) return undefined;
     const isEager = performance.now() - this.#lastTakenAt < EAGER_WITHIN_MS;
     this.#lastTakenAt = performance.now();
-    this.prepare({ isWarmedUp: false });
-    const spare = this.#spare;
+    if (this.#spares.length === 0) this.#start({ isWarmedUp: false });
+    const spare = this.#spares.pop();
     if (!spare) return undefined;
-    this.#spare = undefined;
     // Taken, it keeps the process alive like any worker: a load at start-up may wait for it before
     // anything else holds the event loop open.
     spare.thread.ref();
@@ -108,7 +162,8 @@ export class SpareThreads {
     // Loads in quick succession (a stream of requests to models out of memory): the next one will
     // come before the machine is quiet, so its thread starts now rather than after this load's first
     // batch (back to back, cold requests took 172 ms at p50 this way against 221 ms, measured).
-    if (isEager) this.prepare({ isWarmedUp: false });
+    if (isEager && this.#spares.length === 0 && this.#options.hasRoomForLoad?.() !== false)
+      this.prepare({ isWarmedUp: false });
     if (!isReady || this.#isClosed) {
       void spare.thread.terminate().catch(() => undefined);
       return undefined;
@@ -116,12 +171,10 @@ export class SpareThreads {
     return spare.thread;
   }
 
-  /** Ends the spare; no new one starts. */
+  /** Ends the spares; no new one starts. */
   async close(): Promise<void> {
     this.#isClosed = true;
-    const spare = this.#spare;
-    this.#spare = undefined;
-    if (spare) await spare.thread.terminate().catch(() => undefined);
+    await Promise.all(this.#spares.splice(0).map((spare) => spare.end()));
   }
 }
 
@@ -131,3 +184,10 @@ export class SpareThreads {
  * batch is ready before the next load, and did not slow that batch.
  */
 const EAGER_WITHIN_MS = 400;
+
+/**
+ * Spares held at once: the one kept for the next load and one recycled beside it (an eviction of
+ * two models for one load recycles both: the second is ended). Beyond one, they go once the loads
+ * are done (prepare).
+ */
+const MAX_SPARES = 2;

@@ -14,7 +14,15 @@ export function scheduleSpareThread(): void {
   early = useSchedBatch();
 }
 
-/** The outcome of scheduleSpareThread, once: undefined when this thread did not start as a spare. */
+/**
+ * A thread that left its model to become a spare again (worker-main's recycle) keeps the policy
+ * it already runs under: the next model's runWorker takes it instead of running chrt again.
+ */
+export function keepSchedBatch(outcome: SchedBatchOutcome): void {
+  early = outcome;
+}
+
+/** The outcome of scheduleSpareThread (or keepSchedBatch), once: undefined when this thread did not start as a spare. */
 export function takeEarlySchedBatch(): SchedBatchOutcome | undefined {
   const outcome = early;
   early = undefined;

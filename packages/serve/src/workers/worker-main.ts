@@ -7,6 +7,7 @@ import { parentPort } from 'node:worker_threads';
 import { getHeapStatistics } from 'node:v8';
 import { isMarinaError } from '@marina/errors';
 import {
+  forgetOnnxGraphs,
   getBuiltinHandler,
   loadCustomHandler,
   rememberOnnxGraph,
@@ -24,10 +25,10 @@ import {
   resolveSessionModel,
   type SessionModel,
 } from '../backend/ort-session.ts';
-import { useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
+import { type SchedBatchOutcome, useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
-import { takeEarlySchedBatch, workerInit } from './worker-init.ts';
+import { assignWorkerInit, keepSchedBatch, takeEarlySchedBatch, workerInit } from './worker-init.ts';
 import type {
   BatchPayload,
   BatchResult,
@@ -189,6 +190,7 @@ function createBaseContext(init: WorkerInit) {
       const resolved = path === init.serializedFilePath ? early : undefined;
       early = undefined;
       const session = await createSession(path, sessionSettings, resolved);
+      sessions.push(session);
       // Warm-up makes synthetic inputs from the model the handler loaded first.
       firstSignature ??= sessionSignature(session);
       return session;
@@ -197,6 +199,9 @@ function createBaseContext(init: WorkerInit) {
 }
 
 let firstSignature: ModelSignature | undefined;
+
+/** The sessions this thread's handler created through its context: released when the thread leaves its model (recycle). */
+const sessions: Array<Awaited<ReturnType<typeof createSession>>> = [];
 
 /**
  * A context per batch: the prefetched batch's preprocess runs while this one is inferred, so per-row statuses and headers cannot live in one shared object.
@@ -449,7 +454,7 @@ async function runWarmupBatch(rows: RequestRow[]): Promise<unknown> {
  */
 function askForFirstBatch(): Promise<BatchPayload | undefined> {
   return new Promise((resolve) => {
-    port.once('message', (message: ToWorker) => resolve(message.batch));
+    port.once('message', (message: ToWorker) => resolve(message.type === 'batch' ? message.batch : undefined));
     post({ type: 'prepared' });
   });
 }
@@ -541,13 +546,48 @@ export async function runWorker(): Promise<void> {
       ? {}
       : { schedulingProblem: scheduling.reason, ...(init.isBackground ? { isBackgroundProblem: true } : {}) }),
   });
-  port.on('message', (message: ToWorker) => {
+  const onMessage = (message: ToWorker) => {
+    if (message.type === 'recycle') {
+      port.off('message', onMessage);
+      void recycle(scheduling);
+      return;
+    }
     if (message.batch) receive(message.batch);
     const resolve = onReply;
     onReply = undefined;
     resolve?.();
     if (!isLooping && pending.length > 0) void loop();
-  });
+  };
+  port.on('message', onMessage);
   // The first batch, given while the handler was prepared, runs now.
   if (pending.length > 0) void loop();
+}
+
+/**
+ * Leaves this thread's model and waits for the next, as a spare thread does (spare-threads.ts):
+ * the sessions are released (onnxruntime frees their weights and arenas now, not at a later GC),
+ * the handler and the model's graph are dropped, and the thread keeps what any model needs (its
+ * imported modules, its scheduling policy, its decoder's warm code). A load given it skips a new
+ * thread's start: 150–200 ms of CPU on 2 cores, most of a busy cold load. The main thread sends
+ * `recycle` only to an idle worker of a built-in handler (no archive's code ran here).
+ */
+async function recycle(scheduling: SchedBatchOutcome): Promise<void> {
+  const held = sessions.splice(0);
+  await Promise.allSettled(held.map((session) => session.release()));
+  pending.length = 0;
+  onReply = undefined;
+  firstSignature = undefined;
+  forgetOnnxGraphs();
+  keepSchedBatch(scheduling);
+  const assigned = new Promise<WorkerInit>((resolve) => {
+    const onAssign = (message: { type?: string; init?: WorkerInit }) => {
+      if (message?.type !== 'assign') return;
+      port.off('message', onAssign);
+      resolve(message.init as WorkerInit);
+    };
+    port.on('message', onAssign);
+  });
+  post({ type: 'recycled' });
+  assignWorkerInit(await assigned);
+  await runWorker();
 }

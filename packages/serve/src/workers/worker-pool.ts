@@ -14,6 +14,8 @@ export interface WorkerPoolOptions {
   createInit(): WorkerInit;
   /** A ready spare thread for the next worker, if any (spare-threads.ts). */
   takeSpareThread?: WorkerOptions['takeSpareThread'];
+  /** Takes back the threads of workers retired to make room for a load (spare-threads.ts). */
+  recycler?: WorkerOptions['recycler'];
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /**
    * How long a retired worker may finish the batch it runs, ms (unload_grace_seconds); past it the
@@ -123,8 +125,9 @@ export class WorkerPool extends EventEmitter<{
    * Sets how many workers to keep. Adding resolves once the new workers are READY (or failed);
    * removing retires workers at once, idle and loading ones first (busy ones finish their batch
    * first, without anyone waiting for them). Resolves with the workers READY afterwards.
+   * `isRecycled`: the removed workers' threads go to the spare threads once idle (see Worker.retire).
    */
-  async setTarget(count: number): Promise<number> {
+  async setTarget(count: number, options: { isRecycled?: boolean } = {}): Promise<number> {
     if (this.#isClosed) return 0;
     this.#target = count;
     const starting: Array<Promise<Worker | undefined>> = [];
@@ -132,7 +135,7 @@ export class WorkerPool extends EventEmitter<{
     const excess = this.#workers.size - this.#target;
     if (excess > 0) {
       const byPreference = [...this.#workers].sort((a, b) => rank(a) - rank(b));
-      for (const w of byPreference.slice(0, excess)) this.#retire(w);
+      for (const w of byPreference.slice(0, excess)) this.#retire(w, options.isRecycled);
     }
     this.emit('changed');
     await Promise.allSettled(starting);
@@ -197,10 +200,10 @@ export class WorkerPool extends EventEmitter<{
     await Promise.all([...this.#workers, ...this.#leaving].map((w) => w.exited));
   }
 
-  #retire(worker: Worker): void {
+  #retire(worker: Worker, isRecycled = false): void {
     this.#workers.delete(worker);
     this.#leave(worker);
-    worker.retire({ graceMs: this.#options.unloadGraceMs ?? 10_000 });
+    worker.retire({ graceMs: this.#options.unloadGraceMs ?? 10_000, isRecycled });
   }
 
   /**
@@ -225,6 +228,7 @@ export class WorkerPool extends EventEmitter<{
       maxHeapMb: this.#options.maxHeapMb,
       label: this.#options.label,
       ...(this.#options.takeSpareThread ? { takeSpareThread: this.#options.takeSpareThread } : {}),
+      ...(this.#options.recycler ? { recycler: this.#options.recycler } : {}),
     });
     this.#workers.add(worker);
     worker.on('started', (jobs) => this.emit('started', worker, jobs));

@@ -81,7 +81,12 @@ export interface BatchPayload {
  * counts a batch as started when it is given to an idle worker, or when the batch before it is
  * answered (the thread runs its batches in order).
  */
-export type ToWorker = { type: 'batch'; batch: BatchPayload | undefined };
+/**
+ * `recycle`: the worker is idle and leaves its model (an eviction that makes room for a load): the
+ * thread releases its sessions and handler and becomes a spare thread again (spare-threads.ts),
+ * answering `recycled`. Sent only to a built-in handler's thread, which ran no archive's code.
+ */
+export type ToWorker = { type: 'batch'; batch: BatchPayload | undefined } | { type: 'recycle' };
 
 /** A serialised item: `body` is bytes, or text (JSON the worker serialised, a string the handler returned), sent as a string because a small Buffer would drag its whole 8 KiB pool slab through the structured clone; `headers` only when the handler set some. */
 export type ItemResult =
@@ -119,4 +124,6 @@ export type FromWorker =
    */
   | { type: 'prepared' }
   | { type: 'init-failed'; error: ErrorPayload }
+  /** The thread released its model after `recycle` and waits for an `assign`, like a spare that is ready. */
+  | { type: 'recycled' }
   | { type: 'progress'; results: BatchResult[]; startedBatchId: number | undefined; heapBytes: number };

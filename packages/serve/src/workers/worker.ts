@@ -4,7 +4,7 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { getBuiltinHandler } from '@marina/handlers';
-import type { AssignMessage } from './spare-threads.ts';
+import type { AssignMessage, ThreadRecycler } from './spare-threads.ts';
 import { SHADOW_SCHED_IDLE_ENV, WORKER_SCHED_BATCH_ENV } from './use-sched-batch.ts';
 import { createServeError } from '../errors.ts';
 import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
@@ -61,6 +61,8 @@ export interface WorkerOptions {
   label: string;
   /** A spare thread with its modules imported, when one is ready (spare-threads.ts); else a new thread starts. */
   takeSpareThread?: (maxHeapMb: number) => Promise<NodeWorker | undefined>;
+  /** Takes back the thread of a worker retired with `isRecycled` (spare-threads.ts): it becomes a spare for the next load. */
+  recycler?: ThreadRecycler;
 }
 
 export interface BatchOutcome {
@@ -125,12 +127,23 @@ export class Worker extends EventEmitter<{
   /** Whether the thread reports each batch's start (a pipelined handler); otherwise a prefetched batch starts when the one before it is answered. */
   #reportsStarts = true;
   #isRetiring = false;
+  /** Retired to make room for a load: its thread, once idle, leaves its model and becomes a spare (see retire). */
+  #isRecycling = false;
+  /** The thread's listeners, removed when the thread is handed over as a spare. */
+  #detach: (() => void) | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
+  #recycleTimer: ReturnType<typeof setTimeout> | undefined;
+  /** terminate() was called: the thread is ending and is never handed on. */
+  #isTerminated = false;
   #nextBatchId = 1;
   #hasExited = false;
   readonly #options: WorkerOptions;
   /** The request headers the thread's handler reads (a built-in handler's list); undefined: every header (a custom handler). */
   readonly #requestHeaders: readonly string[] | undefined;
+  /** A built-in handler's thread, not a shadow's: it ran no archive's code, so another model may use it after this one. */
+  readonly #isRecyclable: boolean;
+  /** The thread was handed to the spare threads when this worker ended, rather than terminated. */
+  wasRecycled = false;
   readonly exited: Promise<void>;
   #markExited!: () => void;
 
@@ -140,6 +153,7 @@ export class Worker extends EventEmitter<{
     this.intraOpNumThreads = options.init.intraOpNumThreads;
     this.isBackground = options.init.isBackground;
     this.#requestHeaders = getBuiltinHandler(options.init.handler)?.requestHeaders;
+    this.#isRecyclable = getBuiltinHandler(options.init.handler) !== undefined && !options.init.isBackground;
     this.exited = new Promise((resolve) => (this.#markExited = resolve));
   }
 
@@ -149,6 +163,11 @@ export class Worker extends EventEmitter<{
 
   get hasExited(): boolean {
     return this.#hasExited;
+  }
+
+  /** The thread's id (worker_threads' threadId) once started: the same for a worker given a recycled thread. */
+  get threadId(): number | undefined {
+    return this.#thread?.threadId;
   }
 
   /** Worker heap + external memory, bytes, as last reported by the thread. */
@@ -208,11 +227,13 @@ export class Worker extends EventEmitter<{
         this.#fail(error);
         reject(error);
       }, startupTimeoutMs);
-      thread.on('message', (message: FromWorker) => {
+      const onMessage = (message: FromWorker) => {
         if (message.type === 'progress') {
           this.#onProgress(message);
         } else if (message.type === 'prepared') {
           this.#onPrepared(isStarting);
+        } else if (message.type === 'recycled') {
+          this.#onRecycled();
         } else if (message.type === 'ready') {
           this.#heapBytes = message.heapBytes;
           this.#reportsStarts = message.reportsStarts;
@@ -247,8 +268,8 @@ export class Worker extends EventEmitter<{
           this.#fail(wrapped);
           reject(wrapped);
         }
-      });
-      thread.on('error', (error: Error & { code?: string }) => {
+      };
+      const onError = (error: Error & { code?: string }) => {
         const isOutOfMemory = error.code === 'ERR_WORKER_OUT_OF_MEMORY';
         const died = isOutOfMemory
           ? createServeError.MARINA_ERR_WORKER_OUT_OF_MEMORY(
@@ -269,8 +290,8 @@ export class Worker extends EventEmitter<{
           );
         }
         this.#fail(died);
-      });
-      thread.on('exit', (code) => {
+      };
+      const onExit = (code: number) => {
         this.#hasExited = true;
         if (isStarting) {
           isStarting = false;
@@ -288,7 +309,16 @@ export class Worker extends EventEmitter<{
         );
         this.#markExited();
         this.emit('exit');
-      });
+      };
+      thread.on('message', onMessage);
+      thread.on('error', onError);
+      thread.on('exit', onExit);
+      this.#detach = () => {
+        clearTimeout(timer);
+        thread.off('message', onMessage);
+        thread.off('error', onError);
+        thread.off('exit', onExit);
+      };
     });
   }
 
@@ -341,12 +371,14 @@ export class Worker extends EventEmitter<{
 
   /**
    * Stops taking batches; once the running and prefetched batches are answered the thread is
-   * terminated (never awaited: a native run() that does not return cannot hold anyone up).
-   * A batch that runs past responseTimeout fails as usual, which ends the worker too.
+   * terminated (never awaited: a native run() that does not return cannot hold anyone up), or,
+   * `isRecycled` (an eviction that makes room for a load), handed to the spare threads once it has
+   * left its model, when the worker's thread may be (see #isRecyclable) and they want one. A batch that runs past responseTimeout fails as usual, which ends the worker too.
    */
-  retire(options: { graceMs?: number } = {}): void {
+  retire(options: { graceMs?: number; isRecycled?: boolean } = {}): void {
     if (this.#isRetiring) return;
     this.#isRetiring = true;
+    this.#isRecycling = options.isRecycled === true;
     this.#endIfRetired();
     const { graceMs } = options;
     if (graceMs === undefined || this.#state === 'UNLOADING' || this.#state === 'FAILED') return;
@@ -518,10 +550,40 @@ export class Worker extends EventEmitter<{
   #endIfRetired(): void {
     if (!this.#isRetiring || !this.isAlive || this.#running !== undefined || this.#prefetched !== undefined) return;
     this.#state = 'UNLOADING';
+    if (this.#isRecycling && this.#isRecyclable && this.#options.recycler?.wants(this.#options.maxHeapMb)) {
+      this.#post({ type: 'recycle' });
+      // A thread that does not answer (it never should: it only releases its sessions) is ended.
+      this.#recycleTimer = setTimeout(() => this.#terminate(), RECYCLE_TIMEOUT_MS);
+      this.#recycleTimer.unref?.();
+      return;
+    }
     this.#terminate();
   }
 
+  /** The thread left its model (`recycle`): it is handed to the spare threads, and this worker has ended. */
+  #onRecycled(): void {
+    const thread = this.#thread;
+    // Too late (the recycle timed out and the thread is being terminated): it ends as any other.
+    if (!thread || this.#hasExited || this.#state !== 'UNLOADING' || this.#isTerminated) return;
+    clearTimeout(this.#recycleTimer);
+    this.#detach?.();
+    this.wasRecycled = this.#options.recycler?.offer(thread, this.#options.maxHeapMb) === true;
+    // Not taken (the spares are full): the thread ends, and this worker with it.
+    const ended = this.wasRecycled
+      ? Promise.resolve()
+      : thread.terminate().then(
+          () => undefined,
+          () => undefined,
+        );
+    void ended.then(() => {
+      this.#hasExited = true;
+      this.#markExited();
+      this.emit('exit');
+    });
+  }
+
   #terminate(): void {
+    this.#isTerminated = true;
     // terminate() cannot interrupt a native run(); the thread ends when run() returns ('exit' then).
     if (this.#thread && !this.#hasExited) void this.#thread.terminate().catch(() => undefined);
   }
@@ -552,6 +614,9 @@ export class Worker extends EventEmitter<{
     else if (unstarted.length > 0) this.emit('returned', unstarted);
   }
 }
+
+/** How long a thread told to leave its model may take to say it has (it releases its sessions: milliseconds). */
+const RECYCLE_TIMEOUT_MS = 5000;
 
 /** A body up to this size that the worker decodes as JSON or text goes over as a string (see prepareValue). */
 const TEXT_BODY_BYTES = 64 * 1024;
