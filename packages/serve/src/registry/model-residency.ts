@@ -734,9 +734,11 @@ export class ModelResidency {
         v.residentBytes ||= v.estimatedBytes;
         this.#keptCounts.add(v);
         // Expected while another model unloads (under churn, most loads): said only when nothing explains it.
+        // Without a budget nothing depends on the count (describe shows it): a collection or a thread
+        // of an earlier server ending in the same process can shrink it, so it is said at info level.
         if (!group.isTainted)
           this.#options.log(
-            'warn',
+            this.memoryBudgetBytes === undefined ? 'info' : 'warn',
             `${v.label}: its load's memory could not be measured (the process shrank meanwhile); counting ${mib(v.residentBytes)} MiB`,
           );
       }
