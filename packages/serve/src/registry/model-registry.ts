@@ -251,7 +251,7 @@ export class ModelRegistry implements ModelRegistryApi {
       plannedWorkers: 0,
       createInit: (v) =>
         this.#archives.workerInit(v, { intraOpNumThreads: this.#threadsFor(v), isBackground: this.#isShadow(v) }),
-      ...(this.#spares ? { takeSpareThread: this.#spares.take.bind(this.#spares), recycler: this.#spares } : {}),
+      ...(this.#spares ? { spareThreads: this.#spares } : {}),
       startOnDemand: (v, requestId) => this.#startOnDemand(v, requestId),
       log: this.#log,
       unloadGraceMs: (this.#config.residency?.unloadGraceSeconds ?? 10) * 1000,
@@ -433,11 +433,9 @@ export class ModelRegistry implements ModelRegistryApi {
 
   /**
    * Stops a version's workers; resolves once their threads ended (or became spares: `isRecycled`),
-   * or a little after the grace period for one abandoned in native code. Resolves with how many
-   * threads became spares.
+   * or a little after the grace period for one abandoned in native code.
    */
-  async #stopWorkers(version: ModelVersion, options: { isRecycled?: boolean } = {}): Promise<number> {
-    const leaving = version.pool.workers.filter((w) => w.state !== 'UNLOADING' && w.state !== 'FAILED');
+  async #stopWorkers(version: ModelVersion, options: { isRecycled?: boolean } = {}): Promise<void> {
     void version.pool.setTarget(0, options);
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([
@@ -448,7 +446,6 @@ export class ModelRegistry implements ModelRegistryApi {
       }),
     ]);
     clearTimeout(timer);
-    return leaving.filter((w) => w.wasRecycled).length;
   }
 
   /** The thread budget's split for one more worker of the version. */

@@ -19,7 +19,7 @@ export interface ModelResidencyOptions {
    * Stops every worker of the version (grace for running batches); resolves once their threads
    * ended or were abandoned, or, `isRecycled`, became spare threads for the load that evicted it.
    */
-  stopWorkers(version: ModelVersion, options?: { isRecycled?: boolean }): Promise<unknown>;
+  stopWorkers(version: ModelVersion, options?: { isRecycled?: boolean }): Promise<void>;
   events: EventEmitter<RegistryEvents>;
   log: (level: 'info' | 'warn' | 'error', message: string) => void;
   /** The process's memory now, bytes (default: the resident set, process.memoryUsage.rss()). */

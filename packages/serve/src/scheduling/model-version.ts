@@ -50,10 +50,8 @@ export interface ModelVersionOptions {
   plannedWorkers: number;
   /** Builds a worker's init message (the registry fills in threads). */
   createInit(version: ModelVersion): WorkerInit;
-  /** A ready spare thread for a new worker, if any (workers/spare-threads.ts). */
-  takeSpareThread?: WorkerPoolOptions['takeSpareThread'];
-  /** Takes back the threads of workers stopped to make room for a load (workers/spare-threads.ts). */
-  recycler?: WorkerPoolOptions['recycler'];
+  /** The spare threads the workers start on and give back (workers/spare-threads.ts). */
+  spareThreads?: WorkerPoolOptions['spareThreads'];
   /**
    * Called when a request arrives while the version has no worker and may autoscale from zero
    * (minWorkers 0, maxWorkers > 0): starts one.
@@ -203,8 +201,7 @@ export class ModelVersion extends EventEmitter<{
       maxHeapMb: options.settings.maxWorkerHeapMb,
       unloadGraceMs: this.unloadGraceMs,
       createInit: () => options.createInit(this),
-      ...(options.takeSpareThread ? { takeSpareThread: options.takeSpareThread } : {}),
-      ...(options.recycler ? { recycler: options.recycler } : {}),
+      ...(options.spareThreads ? { spareThreads: options.spareThreads } : {}),
       log: options.log,
     });
     this.aggregator = new BatchAggregator<Worker>({

@@ -21,8 +21,13 @@ export interface SpareThreadsOptions {
   hasRoomForLoad?: () => boolean;
 }
 
-/** Takes back a worker's thread once it has left its model (see Worker.retire's `isRecycled`). */
-export interface ThreadRecycler {
+/**
+ * The spare threads as a worker uses them: a thread to start on, and one to give back once it has
+ * left its model (see Worker.retire's `isRecycled`).
+ */
+export interface SpareThreadPool {
+  /** A ready spare thread with this heap limit, or undefined: start a thread of your own (see SpareThreads.take). */
+  take(maxHeapMb: number): Promise<NodeWorker | undefined>;
   /** Whether a thread with this heap limit would be taken now: ask before telling a thread to leave its model. */
   wants(maxHeapMb: number): boolean;
   /** Takes the thread (it said `recycled`: it waits for an AssignMessage) as a spare; false: not taken, end it. */
@@ -44,10 +49,11 @@ interface Spare {
  * (onnxruntime-node, sharp, the handlers), which is most of a new thread's start, so a load that
  * takes it only creates its session. Used when models come and go (model_memory_budget): a
  * ResNet-50 demand load measured 0.7–1.7 s on 2 busy cores, of which the session was 30–150 ms
- * and the thread's imports the rest. A spare holds a thread and its modules' memory (tens of MB)
- * while it waits; a new one starts as soon as one is taken.
+ * and the thread's imports the rest. A spare holds a thread and its modules' memory (30–45 MB)
+ * while it waits. A model evicted to make room gives its thread back (offer), and the load that
+ * evicted it takes that one: while the budget is full no spare is started or kept (hasRoomForLoad).
  */
-export class SpareThreads implements ThreadRecycler {
+export class SpareThreads implements SpareThreadPool {
   readonly #options: SpareThreadsOptions;
   /** Started or recycled, the last one first taken; at most MAX_SPARES, one once the loads are done (prepare). */
   readonly #spares: Spare[] = [];

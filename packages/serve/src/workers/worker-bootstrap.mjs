@@ -22,24 +22,17 @@ if (!isCompiled) {
 // would be resolved on the hooks' thread (a cold load waited 6-9 ms for worker-main that way).
 const { runWorker, warmUpSpareThread } = await import(`./worker-main${ext}`);
 if (isSpare) {
-  const { assignWorkerInit, scheduleSpareThread } = await import(`./worker-init${ext}`);
+  const { receiveAssignment, scheduleSpareThread } = await import(`./worker-init${ext}`);
   // What a worker does first that does not depend on its model, done while the spare waits: its
   // CPU policy (a chrt child process) and the handler import hooks (a loader thread, ~60 ms). A
   // load given this thread then only creates its handler and session.
   scheduleSpareThread();
   registerHandlerImportHooks();
-  const assigned = new Promise((resolve) => {
-    const onMessage = (message) => {
-      if (message?.type !== 'assign') return;
-      parentPort.off('message', onMessage);
-      resolve(message.init);
-    };
-    parentPort.on('message', onMessage);
-  });
+  const assigned = receiveAssignment();
   parentPort.postMessage({ type: 'spare-ready' });
   // Ready before this: a load that takes the thread meanwhile does not wait for it (never fails).
   if (workerData.isWarmedUp !== false) void warmUpSpareThread();
-  assignWorkerInit(await assigned);
+  await assigned;
 }
 await unregister?.();
 if (!isSpare) registerHandlerImportHooks();

@@ -1,4 +1,4 @@
-import { workerData } from 'node:worker_threads';
+import { parentPort, workerData } from 'node:worker_threads';
 import { useSchedBatch, type SchedBatchOutcome } from './use-sched-batch.ts';
 import type { WorkerInit } from './worker-protocol.ts';
 
@@ -30,11 +30,21 @@ export function takeEarlySchedBatch(): SchedBatchOutcome | undefined {
 }
 
 /**
- * Gives a spare thread (started before any model was chosen for it, see spare-threads.ts) its
- * model: called by the bootstrap before it imports worker-main.
+ * Waits for a spare thread's model: the `assign` message (spare-threads.ts' AssignMessage), which
+ * workerInit answers from then on. It listens from the call, so call it before saying the thread is
+ * ready. Used by a thread started as a spare (the bootstrap) and by one that left its model (recycle).
  */
-export function assignWorkerInit(init: WorkerInit): void {
-  assigned = init;
+export function receiveAssignment(): Promise<void> {
+  const port = parentPort!;
+  return new Promise((resolve) => {
+    const onMessage = (message: { type?: string; init?: WorkerInit }) => {
+      if (message?.type !== 'assign') return;
+      port.off('message', onMessage);
+      assigned = message.init as WorkerInit;
+      resolve();
+    };
+    port.on('message', onMessage);
+  });
 }
 
 /** The model this thread serves: the one a spare thread was given, else the one it was started with. */

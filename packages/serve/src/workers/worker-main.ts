@@ -28,7 +28,7 @@ import {
 import { type SchedBatchOutcome, useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
-import { assignWorkerInit, keepSchedBatch, takeEarlySchedBatch, workerInit } from './worker-init.ts';
+import { keepSchedBatch, receiveAssignment, takeEarlySchedBatch, workerInit } from './worker-init.ts';
 import type {
   BatchPayload,
   BatchResult,
@@ -579,15 +579,8 @@ async function recycle(scheduling: SchedBatchOutcome): Promise<void> {
   firstSignature = undefined;
   forgetOnnxGraphs();
   keepSchedBatch(scheduling);
-  const assigned = new Promise<WorkerInit>((resolve) => {
-    const onAssign = (message: { type?: string; init?: WorkerInit }) => {
-      if (message?.type !== 'assign') return;
-      port.off('message', onAssign);
-      resolve(message.init as WorkerInit);
-    };
-    port.on('message', onAssign);
-  });
+  const assigned = receiveAssignment();
   post({ type: 'recycled' });
-  assignWorkerInit(await assigned);
+  await assigned;
   await runWorker();
 }

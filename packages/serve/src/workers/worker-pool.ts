@@ -12,10 +12,8 @@ export interface WorkerPoolOptions {
   maxHeapMb: number;
   /** Builds a new worker's init message; called at each spawn, so thread counts reflect the current load. */
   createInit(): WorkerInit;
-  /** A ready spare thread for the next worker, if any (spare-threads.ts). */
-  takeSpareThread?: WorkerOptions['takeSpareThread'];
-  /** Takes back the threads of workers retired to make room for a load (spare-threads.ts). */
-  recycler?: WorkerOptions['recycler'];
+  /** The spare threads the workers start on and give back (spare-threads.ts). */
+  spareThreads?: WorkerOptions['spareThreads'];
   log?: (level: 'info' | 'warn' | 'error', message: string) => void;
   /**
    * How long a retired worker may finish the batch it runs, ms (unload_grace_seconds); past it the
@@ -227,8 +225,7 @@ export class WorkerPool extends EventEmitter<{
       responseTimeoutMs: this.#options.responseTimeoutMs,
       maxHeapMb: this.#options.maxHeapMb,
       label: this.#options.label,
-      ...(this.#options.takeSpareThread ? { takeSpareThread: this.#options.takeSpareThread } : {}),
-      ...(this.#options.recycler ? { recycler: this.#options.recycler } : {}),
+      ...(this.#options.spareThreads ? { spareThreads: this.#options.spareThreads } : {}),
     });
     this.#workers.add(worker);
     worker.on('started', (jobs) => this.emit('started', worker, jobs));

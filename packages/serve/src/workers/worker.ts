@@ -4,7 +4,7 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { getBuiltinHandler } from '@marina/handlers';
-import type { AssignMessage, ThreadRecycler } from './spare-threads.ts';
+import type { AssignMessage, SpareThreadPool } from './spare-threads.ts';
 import { SHADOW_SCHED_IDLE_ENV, WORKER_SCHED_BATCH_ENV } from './use-sched-batch.ts';
 import { createServeError } from '../errors.ts';
 import type { DispatchReason } from '../scheduling/batch-aggregator.ts';
@@ -59,10 +59,11 @@ export interface WorkerOptions {
   maxHeapMb: number;
   /** Label for messages: "model 'x' version '1.0'". */
   label: string;
-  /** A spare thread with its modules imported, when one is ready (spare-threads.ts); else a new thread starts. */
-  takeSpareThread?: (maxHeapMb: number) => Promise<NodeWorker | undefined>;
-  /** Takes back the thread of a worker retired with `isRecycled` (spare-threads.ts): it becomes a spare for the next load. */
-  recycler?: ThreadRecycler;
+  /**
+   * The spare threads (spare-threads.ts): the worker starts on one with its modules imported when
+   * one is ready, else on a new thread; retired with `isRecycled`, it gives its thread back.
+   */
+  spareThreads?: SpareThreadPool;
 }
 
 export interface BatchOutcome {
@@ -142,8 +143,7 @@ export class Worker extends EventEmitter<{
   readonly #requestHeaders: readonly string[] | undefined;
   /** A built-in handler's thread, not a shadow's: it ran no archive's code, so another model may use it after this one. */
   readonly #isRecyclable: boolean;
-  /** The thread was handed to the spare threads when this worker ended, rather than terminated. */
-  wasRecycled = false;
+  #wasRecycled = false;
   readonly exited: Promise<void>;
   #markExited!: () => void;
 
@@ -168,6 +168,11 @@ export class Worker extends EventEmitter<{
   /** The thread's id (worker_threads' threadId) once started: the same for a worker given a recycled thread. */
   get threadId(): number | undefined {
     return this.#thread?.threadId;
+  }
+
+  /** The thread was handed to the spare threads when this worker ended, rather than terminated. */
+  get wasRecycled(): boolean {
+    return this.#wasRecycled;
   }
 
   /** Worker heap + external memory, bytes, as last reported by the thread. */
@@ -204,7 +209,7 @@ export class Worker extends EventEmitter<{
    */
   async start(): Promise<void> {
     const { init, label, startupTimeoutMs, maxHeapMb } = this.#options;
-    const spare = await this.#options.takeSpareThread?.(maxHeapMb);
+    const spare = await this.#options.spareThreads?.take(maxHeapMb);
     return new Promise<void>((resolve, reject) => {
       defaultOrtTelemetryOff();
       const thread =
@@ -550,7 +555,7 @@ export class Worker extends EventEmitter<{
   #endIfRetired(): void {
     if (!this.#isRetiring || !this.isAlive || this.#running !== undefined || this.#prefetched !== undefined) return;
     this.#state = 'UNLOADING';
-    if (this.#isRecycling && this.#isRecyclable && this.#options.recycler?.wants(this.#options.maxHeapMb)) {
+    if (this.#isRecycling && this.#isRecyclable && this.#options.spareThreads?.wants(this.#options.maxHeapMb)) {
       this.#post({ type: 'recycle' });
       // A thread that does not answer (it never should: it only releases its sessions) is ended.
       this.#recycleTimer = setTimeout(() => this.#terminate(), RECYCLE_TIMEOUT_MS);
@@ -567,9 +572,9 @@ export class Worker extends EventEmitter<{
     if (!thread || this.#hasExited || this.#state !== 'UNLOADING' || this.#isTerminated) return;
     clearTimeout(this.#recycleTimer);
     this.#detach?.();
-    this.wasRecycled = this.#options.recycler?.offer(thread, this.#options.maxHeapMb) === true;
+    this.#wasRecycled = this.#options.spareThreads?.offer(thread, this.#options.maxHeapMb) === true;
     // Not taken (the spares are full): the thread ends, and this worker with it.
-    const ended = this.wasRecycled
+    const ended = this.#wasRecycled
       ? Promise.resolve()
       : thread.terminate().then(
           () => undefined,
