@@ -460,8 +460,7 @@ export class ModelResidency {
   /**
    * How long a busy version stays before it may make room: twice its load, at least BUSY_MIN_MS. A
    * load that takes a recycled thread is 15–70 ms (measured), and twice that let the most asked-for
-   * models be evicted with a dozen requests waiting, again and again, under 32 clients (thrashing:
-   * 4–5 requests a second against 12 before).
+   * models be evicted with 14–17 requests waiting, again and again, under 32 clients (logged).
    */
   #busyRentMs(loadMs: number): number {
     return Math.max(BUSY_MIN_MS, 2 * loadMs);
@@ -664,9 +663,9 @@ export class ModelResidency {
       const grown = this.#readMemory() - startBytes;
       if (grown > 0) this.#firstBatchBytes.set(version, grown);
       if (grown > 0 && !isKept) version.residentBytes += grown;
-      if (!this.#cleanLoads.has(version)) this.#clampNoisy(version);
       // Its load's measure was clean too (#endMeasure kept it): load plus first batch is its whole size.
       if (this.#cleanLoads.has(version)) version.recordServingBytes(version.residentBytes);
+      else this.#clampNoisy(version);
     };
     this.#firstBatch.set(version, { onProgress, onBatch });
     version.on('progress', onProgress);
@@ -725,7 +724,7 @@ export class ModelResidency {
         v.residentBytes = group.isTainted ? Math.max(share, v.estimatedBytes) : share;
         // A share of a group, or a tainted measure, catches other models' memory too: it never
         // counts more than the version's clean serving measure or its estimate (see #clampNoisy).
-        if (group.done.length > 1 || group.isTainted) this.#clampNoisy(v);
+        if (!this.#cleanLoads.has(v)) this.#clampNoisy(v);
       } else {
         // Memory freed elsewhere during the load hid its growth: keep what is known rather than 0.
         // What is known (its last load's count) holds a first batch's growth already: this load's
