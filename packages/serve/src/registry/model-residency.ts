@@ -770,7 +770,8 @@ const BUSY_MIN_MS = 1000;
  * How often the memory watch reads the process's memory while models are resident (a read of the
  * resident set is about 10 µs). At 500 ms, models whose arenas grew with their batches overshot the
  * budget + 150 MB between reads in 2 of 4 bench runs (773 against 748 MB, 789 against 767); at 100
- * ms, within it in 3 of 4 (745 against 762, 758 against 771, 729 against 761; 769 against 766).
+ * ms, within it in 4 of 6 (745 against 762, 758 against 771, 729 against 761, 770 against 779; 769
+ * against 766 and, in the Zipf phase, 807 against 767).
  */
 const WATCH_INTERVAL_MS = 100;
 
