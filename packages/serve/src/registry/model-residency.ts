@@ -92,6 +92,15 @@ export class ModelResidency {
   #watchTimer: ReturnType<typeof setInterval> | undefined;
   #isTrimming = false;
   #isClosed = false;
+  /**
+   * Loads waiting for room, oldest first. Only the oldest may take free room or evict idle
+   * versions: without the order, a load that came a moment ago took each idle version the moment
+   * it went idle, while one that had waited slept until its next wake-up, and under Zipf traffic
+   * a rarely used model's load waited 14 s for room while dozens of later ones got it (logged).
+   */
+  readonly #roomQueue: ModelVersion[] = [];
+  /** Wakes the loads waiting in #changed when the oldest one leaves the room queue. */
+  readonly #turnWaiters = new Set<() => void>();
 
   constructor(options: ModelResidencyOptions) {
     this.#options = options;
@@ -344,16 +353,43 @@ export class ModelResidency {
     const need = Math.min(this.#loadNeedOf(version), budget);
     const roomSince = performance.now();
     const deadline = roomSince + version.settings.startupTimeoutMs;
+    this.#roomQueue.push(version);
+    try {
+      await this.#takeRoom(version, reason, need, budget, roomSince, deadline);
+    } finally {
+      const at = this.#roomQueue.indexOf(version);
+      if (at >= 0) this.#roomQueue.splice(at, 1);
+      if (at === 0) for (const wake of [...this.#turnWaiters]) wake();
+    }
+  }
+
+  /** #makeRoom's wait, in the room queue's order (see #roomQueue). */
+  async #takeRoom(
+    version: ModelVersion,
+    reason: LoadReason,
+    need: number,
+    budget: number,
+    roomSince: number,
+    deadline: number,
+  ): Promise<void> {
+    // Room this load made by evicting busy versions is its own, whatever its place in the queue.
+    let hasEvicted = false;
     for (;;) {
+      const isFirst = this.#roomQueue[0] === version;
       const free = budget - this.usedBytes();
-      if (need <= free) {
+      const mayTakeFree = isFirst || hasEvicted;
+      hasEvicted = false;
+      if (mayTakeFree && need <= free) {
         // Held at once: another load woken by the same change must not count this room as free.
         this.#reserved.add(version);
         return;
       }
       const now = performance.now();
       const byLastUse = (a: ModelVersion, b: ModelVersion) => this.#lastUse(a) - this.#lastUse(b);
-      const idle = [...this.#options.versions()].filter((v) => v !== version && this.#isEvictable(v)).sort(byLastUse);
+      // Free room and idle versions go to the oldest load first; a later one may only evict busy versions it is admitted to.
+      const idle = isFirst
+        ? [...this.#options.versions()].filter((v) => v !== version && this.#isEvictable(v)).sort(byLastUse)
+        : [];
       // Busy ones after the idle ones, only those asked for less than this version lately, until it
       // has waited AGING_LOADS of its loads: a model called once must not push out one called every
       // second, whose waiting requests would bring it straight back (TinyLFU's admission rule). An
@@ -370,15 +406,17 @@ export class ModelResidency {
             a.demand.valueAt(now) - b.demand.valueAt(now) || Number(a.runningJobs > 0) - Number(b.runningJobs > 0),
         );
       const chosen: ModelVersion[] = [];
+      const usable = isFirst ? free : 0;
       let freed = 0;
       for (const c of [...idle, ...busy]) {
-        if (need <= free + freed) break;
+        if (need <= usable + freed) break;
         chosen.push(c);
         freed += this.#freedBy(c);
       }
-      if (chosen.length > 0 && need <= free + freed) {
+      if (chosen.length > 0 && need <= usable + freed) {
         // Their threads leave their models and wait for this load (and the next): it skips a new
         // thread's start, most of a cold load's CPU on a busy machine (spare-threads.ts).
+        hasEvicted = true;
         await Promise.all(chosen.map((c) => this.unload(c, 'evicted', { isRecycled: true })));
         continue;
       }
@@ -481,6 +519,7 @@ export class ModelResidency {
       const versions = [...this.#options.versions()];
       const done = (value: boolean) => {
         clearTimeout(timer);
+        this.#turnWaiters.delete(onChange);
         for (const v of versions) v.off('progress', onChange);
         this.#options.events.off('residency', onChange);
         this.#options.events.off('changed', onChange);
@@ -488,6 +527,7 @@ export class ModelResidency {
       };
       const onChange = () => done(true);
       const timer = setTimeout(() => done(false), ms);
+      this.#turnWaiters.add(onChange);
       for (const v of versions) v.on('progress', onChange);
       this.#options.events.on('residency', onChange);
       this.#options.events.on('changed', onChange);
