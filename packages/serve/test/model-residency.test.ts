@@ -415,6 +415,27 @@ describe('many models in a memory budget', () => {
     }
   });
 
+  it('lets a waiting load evict a busy model asked for more only as its wait doubles its weight', async () => {
+    // One worker's worth: gate, busy and asked for six times, holds it. a, asked for once, may evict
+    // it once 1 × 2^periods outweighs gate's count, after three aging periods of at least a second
+    // each; never in the first two (before: after one period, whatever gate's count).
+    const h = await busyBudgetApp('aging', WORKER_BYTES + 50 * MiB);
+    try {
+      const runs = Array.from({ length: 6 }, () => h.blocked('gate'));
+      await h.untilModel('gate', (v) => v.runningJobs > 0 && v.pendingJobs === 6);
+      const evicted = h.evicted();
+      const reply = h.send('a', jpeg);
+      await h.untilModel('a', (v) => v.state === 'loading');
+      const waitingSince = performance.now();
+      expect(await evicted).toBe('gate');
+      expect(performance.now() - waitingSince).toBeGreaterThanOrEqual(2000);
+      expect((await reply).status).toBe(200);
+      expect((await Promise.all(runs)).map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    } finally {
+      await h.close();
+    }
+  });
+
   it('gives room to the loads in the order they began waiting: the one that evicts for it is not overtaken', async () => {
     // Both gate models busy, gate asked for more than a or c (neither may evict it). a then c wait
     // for room. When scaled's run ends, a (waiting first) evicts it; the room that unload frees must
