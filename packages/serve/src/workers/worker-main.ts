@@ -5,6 +5,7 @@
 import { sep } from 'node:path';
 import { parentPort } from 'node:worker_threads';
 import { getHeapStatistics } from 'node:v8';
+import * as ort from 'onnxruntime-node';
 import { isMarinaError } from '@marina/errors';
 import {
   forgetOnnxGraphs,
@@ -26,6 +27,7 @@ import {
   type SessionModel,
 } from '../backend/ort-session.ts';
 import { type SchedBatchOutcome, useSchedBatch, useSchedIdle } from './use-sched-batch.ts';
+import { guardOnnxRuntimeCalls, useNativeCallGauge } from './native-calls.ts';
 import { toJson } from './to-json.ts';
 import { readWarmupSettings, warmUp, type WarmupReport } from './warm-up.ts';
 import { keepSchedBatch, receiveAssignment, takeEarlySchedBatch, workerInit } from './worker-init.ts';
@@ -42,6 +44,12 @@ import type {
 } from './worker-protocol.ts';
 
 const port = parentPort!;
+guardOnnxRuntimeCalls(ort);
+// Stopped while an onnxruntime call was outstanding (native-calls.ts): the call has returned when
+// this runs, whatever the thread was doing (loading, serving, waiting as a spare).
+port.on('message', (message: ToWorker) => {
+  if (message?.type === 'exit') process.exit(0);
+});
 
 let heapBytesCached = 0;
 let heapBytesAt = -Infinity;
@@ -472,6 +480,7 @@ export function warmUpSpareThread(): Promise<void> {
 export async function runWorker(): Promise<void> {
   // A spare thread is given its model after it started (spare-threads.ts): read it through worker-init.
   init = workerInit();
+  useNativeCallGauge(init.nativeCalls);
   baseContext = createBaseContext(init);
   // The graph the server read at registration: the handler's reads of it need not go to the file.
   if (init.onnxGraph) rememberOnnxGraph(init.onnxGraph);
@@ -552,6 +561,8 @@ export async function runWorker(): Promise<void> {
       void recycle(scheduling);
       return;
     }
+    // 'exit' is the thread's own listener's (above).
+    if (message.type !== 'batch') return;
     if (message.batch) receive(message.batch);
     const resolve = onReply;
     onReply = undefined;

@@ -43,6 +43,8 @@ export interface WorkerInit {
   serverVersion: string;
   /** The model's ONNX graph as the server read it at registration, so the handler need not read the file again (undefined: not kept). */
   onnxGraph?: OnnxGraphFile;
+  /** Whether the thread is inside onnxruntime, shared with the main thread (native-calls.ts); set by Worker when it starts the thread. */
+  nativeCalls?: Int32Array;
 }
 
 export interface ErrorPayload {
@@ -86,7 +88,11 @@ export interface BatchPayload {
  * thread releases its sessions and handler and becomes a spare thread again (spare-threads.ts),
  * answering `recycled`. Sent only to a built-in handler's thread, which ran no archive's code.
  */
-export type ToWorker = { type: 'batch'; batch: BatchPayload | undefined } | { type: 'recycle' };
+export type ToWorker =
+  | { type: 'batch'; batch: BatchPayload | undefined }
+  | { type: 'recycle' }
+  /** Stopped while an onnxruntime call was outstanding: end the thread once it returns (native-calls.ts). */
+  | { type: 'exit' };
 
 /** A serialised item: `body` is bytes, or text (JSON the worker serialised, a string the handler returned), sent as a string because a small Buffer would drag its whole 8 KiB pool slab through the structured clone; `headers` only when the handler set some. */
 export type ItemResult =

@@ -4,6 +4,7 @@ import { Worker as NodeWorker } from 'node:worker_threads';
 import { defaultOrtTelemetryOff } from '@marina/archive';
 import { MarinaError } from '@marina/errors';
 import { getBuiltinHandler } from '@marina/handlers';
+import { hasNativeCall, mayTerminateNow, newNativeCallGauge } from './native-calls.ts';
 import type { AssignMessage, SpareThreadPool } from './spare-threads.ts';
 import { SHADOW_SCHED_IDLE_ENV, WORKER_SCHED_BATCH_ENV } from './use-sched-batch.ts';
 import { createServeError } from '../errors.ts';
@@ -136,6 +137,8 @@ export class Worker extends EventEmitter<{
   #recycleTimer: ReturnType<typeof setTimeout> | undefined;
   /** terminate() was called: the thread is ending and is never handed on. */
   #isTerminated = false;
+  /** Whether the thread is inside onnxruntime (native-calls.ts): #terminate reads it. */
+  readonly #nativeCalls = newNativeCallGauge();
   #nextBatchId = 1;
   #hasExited = false;
   readonly #options: WorkerOptions;
@@ -168,6 +171,11 @@ export class Worker extends EventEmitter<{
   /** The thread's id (worker_threads' threadId) once started: the same for a worker given a recycled thread. */
   get threadId(): number | undefined {
     return this.#thread?.threadId;
+  }
+
+  /** Whether the thread is inside an onnxruntime call now (session creation or a run). */
+  get isInNativeCall(): boolean {
+    return hasNativeCall(this.#nativeCalls);
   }
 
   /** The thread was handed to the spare threads when this worker ended, rather than terminated. */
@@ -208,7 +216,8 @@ export class Worker extends EventEmitter<{
    * @throws MARINA_ERR_WORKER_START_FAILED with the handler's error, or MARINA_ERR_WORKER_STARTUP_TIMEOUT.
    */
   async start(): Promise<void> {
-    const { init, label, startupTimeoutMs, maxHeapMb } = this.#options;
+    const { label, startupTimeoutMs, maxHeapMb } = this.#options;
+    const init: WorkerInit = { ...this.#options.init, nativeCalls: this.#nativeCalls };
     const spare = await this.#options.spareThreads?.take(maxHeapMb);
     return new Promise<void>((resolve, reject) => {
       defaultOrtTelemetryOff();
@@ -589,8 +598,12 @@ export class Worker extends EventEmitter<{
 
   #terminate(): void {
     this.#isTerminated = true;
-    // terminate() cannot interrupt a native run(); the thread ends when run() returns ('exit' then).
-    if (this.#thread && !this.#hasExited) void this.#thread.terminate().catch(() => undefined);
+    if (!this.#thread || this.#hasExited) return;
+    // terminate() cannot interrupt a native run(), and a run that returns into a terminated thread
+    // aborts the process (native-calls.ts): with a call outstanding the thread is asked to exit,
+    // which it does when the call returns ('exit' then).
+    if (mayTerminateNow(this.#nativeCalls)) void this.#thread.terminate().catch(() => undefined);
+    else this.#thread.postMessage({ type: 'exit' } satisfies ToWorker);
   }
 
   #fail(error: MarinaError): void {
