@@ -455,15 +455,11 @@ export class ModelResidency {
       const used = options.isWatch ? (this.observedModelBytes() ?? 0) : this.usedBytes();
       if (used <= budget) return;
       const others = [...this.#options.versions()].filter((v) => v !== keep);
-      // Idle ones first. When the process itself is WATCH_HEADROOM_BYTES over the budget, busy ones
-      // too, by the same rule as a load's (#isEvictableBusy): the budget is a bound, not a hope,
-      // when every model is busy. Just over it, only idle ones: a busy one evicted there came
-      // straight back with its waiting requests (the model with 37% of the Zipf traffic was evicted
-      // with 20 waiting, again and again, bench run s8-6).
-      const mayEvictBusy = options.isWatch === true && used > budget + WATCH_HEADROOM_BYTES;
+      // Idle ones first. When the process itself is over the budget, busy ones too, by the same rule
+      // as a load's (#isEvictableBusy): the budget is a bound, not a hope, when every model is busy.
       const lru =
         others.filter((v) => this.#isEvictable(v)).sort(byLastUse)[0] ??
-        (mayEvictBusy ? others.filter((v) => this.#isEvictableBusy(v)).sort(byDemand)[0] : undefined);
+        (options.isWatch ? others.filter((v) => this.#isEvictableBusy(v)).sort(byDemand)[0] : undefined);
       if (lru === undefined) return;
       await this.unload(lru, 'evicted');
     }
@@ -829,7 +825,7 @@ const BUSY_MIN_MS = 1000;
  * against 766 and, in the Zipf phase, 807 against 767).
  */
 const WATCH_INTERVAL_MS = 100;
-/** How far past the budget the watch lets the process go while a load grows it, and before it evicts busy versions (see #watch, #trimToBudget). */
+/** How far past the budget the watch lets the process go while a load grows it (see #watch). */
 const WATCH_HEADROOM_BYTES = 64 * 2 ** 20;
 
 function mib(bytes: number): string {
