@@ -475,42 +475,6 @@ describe('many models in a memory budget', () => {
     }
   });
 
-  it('lets a small load take free room that the load waiting before it cannot use', async () => {
-    // Two workers' worth and 50 MiB: pinned holds one, 150 MiB is free. big (100 MB of padding:
-    // estimated at about 200 MiB) waits first, for room only pinned could give; a needs 100 MiB
-    // and must not wait behind it. Unpinned, pinned goes and big loads.
-    await writeClassifierModel(dir.path, 'big');
-    await truncate(await writeFile(`${dir.path}/big/padding.bin`, '').then(() => `${dir.path}/big/padding.bin`), 100e6);
-    const small = await buildApp(
-      testConfig({ residency: { memoryBudgetBytes: 2 * WORKER_BYTES + 50 * MiB } }, dir.path),
-      { readMemoryBytes: () => small.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0) },
-    );
-    try {
-      const smallBase = await small.inference.listen({ host: '127.0.0.1', port: 0 });
-      const send = (model: string) =>
-        fetch(`${smallBase}/predictions/${model}`, {
-          method: 'POST',
-          body: new Uint8Array(jpeg),
-          headers: { 'content-type': 'image/jpeg' },
-        });
-      for (const name of ['pinned', 'big', 'a'])
-        await small.registry.register({ url: name, archivePath: `${dir.path}/${name}`, load: false });
-      await small.registry.load('a');
-      await small.registry.unload('a');
-      expect((await send('pinned')).status).toBe(200);
-      const bigReply = send('big');
-      await until(small.registry.getVersion('big'), () => small.registry.getVersion('big').state === 'loading');
-      const reply = await send('a');
-      expect(reply.status).toBe(200);
-      expect(small.registry.describe('big')[0]!.state).toBe('loading');
-      await small.registry.setPinned('pinned', undefined, false);
-      expect((await bigReply).status).toBe(200);
-      expect(small.registry.describe('pinned')[0]!.state).toBe('registered');
-    } finally {
-      await small.close();
-    }
-  });
-
   it('refuses at registration a model larger than the whole budget, with its own code', async () => {
     const small = await buildApp(testConfig({ residency: { memoryBudgetBytes: 4 * MiB } }, dir.path));
     try {

@@ -99,8 +99,6 @@ export class ModelResidency {
    * a rarely used model's load waited 14 s for room while dozens of later ones got it (logged).
    */
   readonly #roomQueue: ModelVersion[] = [];
-  /** What each load in #roomQueue needs, bytes. */
-  readonly #roomNeeds = new Map<ModelVersion, number>();
   /** Wakes the loads waiting in #changed when the oldest one leaves the room queue. */
   readonly #turnWaiters = new Set<() => void>();
 
@@ -356,13 +354,11 @@ export class ModelResidency {
     const roomSince = performance.now();
     const deadline = roomSince + version.settings.startupTimeoutMs;
     this.#roomQueue.push(version);
-    this.#roomNeeds.set(version, need);
     try {
       await this.#takeRoom(version, reason, need, budget, roomSince, deadline);
     } finally {
       const at = this.#roomQueue.indexOf(version);
       if (at >= 0) this.#roomQueue.splice(at, 1);
-      this.#roomNeeds.delete(version);
       if (at === 0) for (const wake of [...this.#turnWaiters]) wake();
     }
   }
@@ -379,13 +375,9 @@ export class ModelResidency {
     // Room this load made by evicting busy versions is its own, whatever its place in the queue.
     let hasEvicted = false;
     for (;;) {
-      const first = this.#roomQueue[0];
-      const isFirst = first === version;
+      const isFirst = this.#roomQueue[0] === version;
       const free = budget - this.usedBytes();
-      // A later load may also take free room the oldest cannot use yet (it needs more than is
-      // free): a small model need not wait behind a large one that waits for a busy model to go.
-      const isBackfill = first !== undefined && (this.#roomNeeds.get(first) ?? 0) > free;
-      const mayTakeFree = isFirst || hasEvicted || isBackfill;
+      const mayTakeFree = isFirst || hasEvicted;
       hasEvicted = false;
       if (mayTakeFree && need <= free) {
         // Held at once: another load woken by the same change must not count this room as free.
