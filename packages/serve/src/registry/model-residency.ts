@@ -94,9 +94,13 @@ export class ModelResidency {
   #isClosed = false;
   /**
    * Loads waiting for room, oldest first. Only the oldest may take free room or evict idle
-   * versions: without the order, a load that came a moment ago took each idle version the moment
-   * it went idle, while one that had waited slept until its next wake-up, and under Zipf traffic
-   * a rarely used model's load waited 14 s for room while dozens of later ones got it (logged).
+   * versions: without the order, the room one load made by evicting went to another load woken by
+   * the same unload (its wake-up ran before the evicting load's own continuation), and under Zipf
+   * traffic a rarely used model's load waited 14 s for room while dozens of later ones got it
+   * (logged). The strict order has a cost: with models of very different sizes, a small model's
+   * load waits behind a large one that waits for a busy model (letting it take the free room the
+   * first cannot use brought the starvation back, because a model not yet measured counts its
+   * estimate, about twice a measured one's: bench run s8-12).
    */
   readonly #roomQueue: ModelVersion[] = [];
   /** Wakes the loads waiting in #changed when the oldest one leaves the room queue. */
