@@ -603,7 +603,7 @@ export class Worker extends EventEmitter<{
     // aborts the process (native-calls.ts): with a call outstanding the thread is asked to exit,
     // which it does when the call returns ('exit' then).
     if (mayTerminateNow(this.#nativeCalls)) void this.#thread.terminate().catch(() => undefined);
-    else this.#thread.postMessage({ type: 'exit' } satisfies ToWorker);
+    else this.#post({ type: 'exit' });
   }
 
   #fail(error: MarinaError): void {
