@@ -305,6 +305,29 @@ describe('many models in a memory budget', () => {
     }
   });
 
+  it('loads one model at a time when the process alone fills the budget, instead of waiting for room no unload can make', async () => {
+    for (const s of app.registry.stats())
+      if (s.state !== 'registered') await app.registry.unload(s.modelName, s.modelVersion);
+    // What the process holds beside any model (allocator slack, uncollected garbage) is over the
+    // whole budget. Before, waiter's load waited for room for its startupTimeout (1 s) and its
+    // request got 503 MARINA_ERR_MEMORY_BUDGET_FULL; a bench run stalled 53 s so.
+    grownBytes = app.registry.memoryBudgetBytes! + 10 * MiB;
+    try {
+      expect((await classify('waiter')).status).toBe(200);
+      expect(states()).toMatchObject({ waiter: 'resident' });
+      // The next model evicts it (evicting every model still makes no room by the count) and loads alone.
+      const evicted = residency(app, { modelName: 'waiter', state: 'registered', reason: 'evicted' });
+      const reply = await classify('a');
+      expect(reply.status).toBe(200);
+      expect(reply.headers.get('server-timing')).toContain('waiting for the model to load');
+      await evicted;
+      expect(states()).toMatchObject({ waiter: 'registered', a: 'resident' });
+    } finally {
+      grownBytes = 0;
+    }
+    expect((await classify('pinned')).status).toBe(200);
+  });
+
   /**
    * A server with room for two workers' worth, gate, scaled and a registered, a loaded and unloaded
    * once (so it is known to need a worker's 100 MiB), and helpers to block runs on gate files.

@@ -91,6 +91,8 @@ export class ModelResidency {
   /** Watches the process's memory while a budget is set and models are resident (see #watch). */
   #watchTimer: ReturnType<typeof setInterval> | undefined;
   #isTrimming = false;
+  /** #warnOverhead has spoken. */
+  #isOverheadWarned = false;
   #isClosed = false;
   /**
    * Loads waiting for room, oldest first. Only the oldest may take free room or evict idle
@@ -183,18 +185,22 @@ export class ModelResidency {
   /** Bytes the models are counted for: resident, loading (once room was made) and unloading versions. */
   #countedBytes(): number {
     let used = 0;
-    for (const v of this.#options.versions()) {
-      const state = v.state;
-      if (
-        this.#reserved.has(v) ||
-        state === 'resident' ||
-        state === 'unloading' ||
-        // A load still making room holds nothing yet; workers started outside a load (a scale call) do.
-        (state === 'loading' && v.transition === undefined)
-      )
+    for (const v of this.#options.versions())
+      if (this.#holdsMemory(v))
         used += this.#reserved.has(v) || this.#warming.has(v) ? this.#loadNeedOf(v) : this.needOf(v);
-    }
     return used;
+  }
+
+  /** Whether the version holds (or has room made for) memory an unload would give back. */
+  #holdsMemory(v: ModelVersion): boolean {
+    const state = v.state;
+    return (
+      this.#reserved.has(v) ||
+      state === 'resident' ||
+      state === 'unloading' ||
+      // A load still making room holds nothing yet; workers started outside a load (a scale call) do.
+      (state === 'loading' && v.transition === undefined)
+    );
   }
 
   /**
@@ -388,6 +394,16 @@ export class ModelResidency {
         this.#reserved.add(version);
         return;
       }
+      if (isFirst && this.#isEmpty()) {
+        // No model is in memory, so no unload can make room: what fills the budget is the process's
+        // own (allocator slack, garbage its threads have not collected yet), counted because the
+        // next load reuses part of it. Waiting here waited for a garbage collection: in a bench
+        // run (s9) every load stalled 53 s with nothing loaded, and 32 clients' requests with
+        // them. The oldest load goes; the watch then keeps one model at least (#trimToBudget).
+        this.#warnOverhead(version, need, free);
+        this.#reserved.add(version);
+        return;
+      }
       const now = performance.now();
       const byLastUse = (a: ModelVersion, b: ModelVersion) => this.#lastUse(a) - this.#lastUse(b);
       // Free room and idle versions go to the oldest load first; a later one may only evict busy versions it is admitted to.
@@ -422,7 +438,14 @@ export class ModelResidency {
         chosen.push(c);
         freed += this.#freedBy(c);
       }
-      if (chosen.length > 0 && need <= usable + freed) {
+      // When even all of them would not make room by the count, the process's own memory is the
+      // rest: the oldest load evicts them all and goes alone (the branch above), rather than wait
+      // beside idle models for room no unload can make.
+      const isEvictingAll =
+        isFirst &&
+        chosen.length > 0 &&
+        [...this.#options.versions()].every((v) => v === version || !this.#holdsMemory(v) || chosen.includes(v));
+      if (chosen.length > 0 && (need <= usable + freed || isEvictingAll)) {
         // Their threads leave their models and wait for this load (and the next): it skips a new
         // thread's start, most of a cold load's CPU on a busy machine (spare-threads.ts).
         hasEvicted = true;
@@ -465,8 +488,23 @@ export class ModelResidency {
         others.filter((v) => this.#isEvictable(v)).sort(byLastUse)[0] ??
         (options.isWatch ? others.filter((v) => this.#isEvictableBusy(v)).sort(byDemand)[0] : undefined);
       if (lru === undefined) return;
+      // The last model in memory stays: what is over the budget then is the process's own memory
+      // (the model fits the budget by itself: assertFits), which its unload would not give back,
+      // and its next request would load it again at once.
+      if (options.isWatch && [...this.#options.versions()].filter((v) => this.#holdsMemory(v)).length <= 1) return;
       await this.unload(lru, 'evicted');
     }
+  }
+
+  /** Says once that the process alone held the budget while no model was in memory (see #takeRoom). */
+  #warnOverhead(version: ModelVersion, need: number, free: number): void {
+    if (this.#isOverheadWarned) return;
+    this.#isOverheadWarned = true;
+    const budget = this.memoryBudgetBytes ?? 0;
+    this.#options.log(
+      'warn',
+      `${version.label} needs about ${mib(need)} MiB and model_memory_budget (${mib(budget)} MiB) had ${mib(Math.max(0, free))} MiB free with no model in memory: the server itself holds the rest (allocator slack, uncollected garbage). It loads anyway, one model at a time while this lasts; raise model_memory_budget by what the process holds above its start (marina_resident_bytes against process_resident_memory_bytes) to keep several models resident. Said once`,
+    );
   }
 
   #isEvictable(v: ModelVersion): boolean {
