@@ -438,14 +438,20 @@ export class ModelResidency {
         chosen.push(c);
         freed += this.#freedBy(c);
       }
-      // When even all of them would not make room by the count, the process's own memory is the
-      // rest: the oldest load evicts them all and goes alone (the branch above), rather than wait
-      // beside idle models for room no unload can make.
+      // When every model in memory is idle and unloading them all would still not make room by the
+      // count, the process's own memory is the rest: the oldest load unloads them and goes alone
+      // (the branch above) rather than wait beside idle models for room no unload can make. Busy
+      // ones finish their work first: their wait ends by aging or at startupTimeout.
       const isEvictingAll =
         isFirst &&
-        chosen.length > 0 &&
-        [...this.#options.versions()].every((v) => v === version || !this.#holdsMemory(v) || chosen.includes(v));
-      if (chosen.length > 0 && (need <= usable + freed || isEvictingAll)) {
+        idle.length > 0 &&
+        [...this.#options.versions()].every((v) => v === version || !this.#holdsMemory(v) || idle.includes(v));
+      if (isEvictingAll && need > usable + freed) {
+        hasEvicted = true;
+        await Promise.all(idle.map((c) => this.unload(c, 'evicted', { isRecycled: true })));
+        continue;
+      }
+      if (chosen.length > 0 && need <= usable + freed) {
         // Their threads leave their models and wait for this load (and the next): it skips a new
         // thread's start, most of a cold load's CPU on a busy machine (spare-threads.ts).
         hasEvicted = true;
