@@ -174,11 +174,7 @@ export class ModelResidency {
   /** No model holds memory: none resident or unloading, and no load past making room. */
   #isEmpty(): boolean {
     if (this.#unloads.size > 0 || this.#reserved.size > 0) return false;
-    for (const v of this.#options.versions()) {
-      const state = v.state;
-      // A load still making room has started nothing yet.
-      if (state !== 'registered' && !(state === 'loading' && v.transition === 'loading')) return false;
-    }
+    for (const v of this.#options.versions()) if (this.#holdsMemory(v)) return false;
     return true;
   }
 
@@ -189,6 +185,11 @@ export class ModelResidency {
       if (this.#holdsMemory(v))
         used += this.#reserved.has(v) || this.#warming.has(v) ? this.#loadNeedOf(v) : this.needOf(v);
     return used;
+  }
+
+  /** The versions #holdsMemory says hold memory. */
+  #versionsInMemory(): ModelVersion[] {
+    return [...this.#options.versions()].filter((v) => this.#holdsMemory(v));
   }
 
   /** Whether the version holds (or has room made for) memory an unload would give back. */
@@ -443,9 +444,7 @@ export class ModelResidency {
       // (the branch above) rather than wait beside idle models for room no unload can make. Busy
       // ones finish their work first: their wait ends by aging or at startupTimeout.
       const isEvictingAll =
-        isFirst &&
-        idle.length > 0 &&
-        [...this.#options.versions()].every((v) => v === version || !this.#holdsMemory(v) || idle.includes(v));
+        isFirst && idle.length > 0 && this.#versionsInMemory().every((v) => v === version || idle.includes(v));
       if (isEvictingAll && need > usable + freed) {
         hasEvicted = true;
         await Promise.all(idle.map((c) => this.unload(c, 'evicted', { isRecycled: true })));
@@ -497,7 +496,7 @@ export class ModelResidency {
       // The last model in memory stays: what is over the budget then is the process's own memory
       // (the model fits the budget by itself: assertFits), which its unload would not give back,
       // and its next request would load it again at once.
-      if (options.isWatch && [...this.#options.versions()].filter((v) => this.#holdsMemory(v)).length <= 1) return;
+      if (options.isWatch && this.#versionsInMemory().length <= 1) return;
       await this.unload(lru, 'evicted');
     }
   }
