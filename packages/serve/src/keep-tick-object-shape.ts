@@ -1,7 +1,7 @@
 import { executionAsyncResource } from 'node:async_hooks';
 
 /** The one nextTick entry kept; see keepTickObjectShape. */
-let keptTickObject: object | undefined;
+let kept: object | undefined;
 
 /**
  * Keeps one of Node's nextTick entries (a TickObject) alive for the life of the process, so that
@@ -13,14 +13,19 @@ let keptTickObject: object | undefined;
  * maps are collected and the next nextTick builds new ones; in some processes, depending on when
  * that collection fell, the cache then went megamorphic for good, and every nextTick (several per
  * HTTP request: socket writes, reads, stream ends) defined its properties through V8's runtime.
- * Measured (session 10 of issue 34, `perf`): about 1 µs of the HTTP thread per request in roughly
- * half of the server processes, at random; with one entry kept, in none of 6 and then of 12.
- * Keeping it costs one small object (its callback is the empty one below). Idempotent.
+ * Measured (session 10 of issue 34, `perf`, packages/bench/docs/measurements.md): about 1 µs of the
+ * HTTP thread per request in 5 of 8 server processes; with one entry kept, in none of 12.
+ * Keeping it costs one small object (its callback is the one below). Idempotent.
  */
 export function keepTickObjectShape(): void {
-  if (keptTickObject !== undefined) return;
+  if (kept !== undefined) return;
   process.nextTick(() => {
     // Inside a nextTick callback, the execution's async resource is that callback's TickObject.
-    keptTickObject ??= executionAsyncResource();
+    kept ??= executionAsyncResource();
   });
+}
+
+/** The nextTick entry keepTickObjectShape keeps, once its callback has run (for tests). */
+export function keptTickObject(): object | undefined {
+  return kept;
 }
