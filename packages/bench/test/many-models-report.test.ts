@@ -99,7 +99,12 @@ describe('many-models report', () => {
     expect(groups[0]?.p50Ms).toBe(1000);
     expect(groups[2]?.p50Ms).toBe(200);
     // A hot phase over three models has no third group.
-    expect(popularityGroups(answered.filter((r) => r.model < 3), 3)).toHaveLength(2);
+    expect(
+      popularityGroups(
+        answered.filter((r) => r.model < 3),
+        3,
+      ),
+    ).toHaveLength(2);
   });
 
   it("reports where the Zipf phases' latency sits, with the mean from Little's law beside the measured one", () => {
@@ -124,7 +129,7 @@ describe('many-models report', () => {
     expect(line).toContain('all resident: mean 1100 ms (32 clients ÷ 30.0 req/s = 1067 ms)');
     expect(line).toContain('model 1 1 requests (0 waited for a load), p50 2000 / p99 2000 ms');
     expect(line).toContain('models 2–3 0 requests');
-    expect(line).toContain('under the budget: mean 1050 ms');
+    expect(line).toContain('. Under the budget: mean 1050 ms');
     expect(coldLine(lines)).toBeUndefined();
     expect(formatManyModelsSection(summary()).some((l) => l.startsWith('- Where the Zipf'))).toBe(false);
   });

@@ -630,11 +630,9 @@ function popularityLines(s: ManyModelsSummary): string[] {
     return `${name}: mean ${fmt(phase.meanMs)} ms (${s.plan.clients} clients ÷ ${fmt(phase.throughputPerSec, 1)} req/s = ${fmt((1000 * s.plan.clients) / phase.throughputPerSec)} ms); ${groups.join('; ')}`;
   };
   const all = describe(s.phases.allResidentZipf, 'all resident');
-  const budget = describe(s.phases.budgetZipf, 'under the budget');
+  const budget = describe(s.phases.budgetZipf, 'Under the budget');
   if (!all || !budget) return [];
-  return [
-    `- Where the Zipf phases' latency sits, by popularity (model 1 the most asked-for): ${all}. ${budget}.`,
-  ];
+  return [`- Where the Zipf phases' latency sits, by popularity (model 1 the most asked-for): ${all}. ${budget}.`];
 }
 
 /** The report's lines on the one-at-a-time cold requests (absent from older results). */
