@@ -15,6 +15,7 @@ import {
   type StartupSnapshot,
   withoutStartupModels,
 } from './snapshot/startup-snapshot.ts';
+import { keepTickObjectShape } from './keep-tick-object-shape.ts';
 import { type Listening, type StartedListeners, startListeners } from './start-listeners.ts';
 import type { StartupProgressEvent } from './startup-progress.ts';
 
@@ -65,6 +66,8 @@ export interface StartServerOptions {
  *   started by then is closed first.
  */
 export async function startServer(config: ServerConfig, options: StartServerOptions = {}): Promise<RunningServer> {
+  // The command line did this first thing already; a server started from code does it here.
+  keepTickObjectShape();
   // A port in use fails here, in milliseconds, rather than after the models have loaded.
   await assertAddressesFree(config);
   const { logs, log } = openServerLogs(config, options);

@@ -28,7 +28,12 @@ import {
 import { createServeError } from '../errors.ts';
 import { MARINA_VERSION } from '../version.ts';
 import type { JobResult } from '../scheduling/job.ts';
-import type { ModelRegistry, PredictOptions, PredictResult } from '../registry/model-registry.ts';
+import type {
+  CompletePredictOptions,
+  ModelRegistry,
+  PredictOptions,
+  PredictResult,
+} from '../registry/model-registry.ts';
 import type { ModelVersion, ResidencyState } from '../scheduling/model-version.ts';
 import { requestSchedulingOf, type RequestScheduling } from '../scheduling/queue-policy.ts';
 import type { Tracing } from '../tracing/tracing.ts';
@@ -81,6 +86,12 @@ export interface InferRequest {
   /** See PredictOptions.trace. */
   trace?: PredictOptions['trace'];
 }
+
+/**
+ * InferRequest with every field named (undefined where a request has none): the form the adapters
+ * build, as one literal, so every request's object has one V8 map (see CompletePredictOptions).
+ */
+export type CompleteInferRequest = { [K in keyof Required<InferRequest>]: InferRequest[K] };
 
 export interface InferResponse {
   modelName: string;
@@ -362,12 +373,20 @@ export class DataPlane {
   admitTorchServeInput(request: PredictOptions): PredictOptions {
     const { version, signature } = this.#route(request.modelName, request.modelVersion, request.headers);
     const scheduling = schedulingOf(request.headers, undefined, request.scheduling);
-    // From here on the version is fixed: the predict path must not pick again.
-    const options: PredictOptions = {
-      ...request,
+    // From here on the version is fixed: the predict path must not pick again. Every field is
+    // named, not spread: see CompletePredictOptions.
+    const options: CompletePredictOptions = {
+      modelName: request.modelName,
       modelVersion: version.modelVersion,
       requestedVersion: request.requestedVersion ?? request.modelVersion ?? 'default',
-      ...(scheduling ? { scheduling } : {}),
+      requestId: request.requestId,
+      input: request.input,
+      headers: request.headers,
+      arrivedAt: request.arrivedAt,
+      bodyDecoding: request.bodyDecoding,
+      scheduling,
+      onClientGone: request.onClientGone,
+      trace: request.trace,
     };
     // Any handler: a JSON body is parsed in the worker, and a custom handler walks what it gets.
     const body = options.input.body;
@@ -469,12 +488,21 @@ export class DataPlane {
       header,
       tensors.map((t) => t.raw),
     );
-    const { bodyDecoding: _decoded, ...rest } = options;
-    return {
-      ...rest,
+    const encoded: CompletePredictOptions = {
+      modelName: options.modelName,
+      modelVersion: options.modelVersion,
+      requestedVersion: options.requestedVersion,
+      requestId: options.requestId,
       input: { body },
       headers: { ...options.headers, [INFERENCE_HEADER_CONTENT_LENGTH]: String(length) },
+      arrivedAt: options.arrivedAt,
+      // The body is the v2 binary layout now, which the worker reads as it is.
+      bodyDecoding: undefined,
+      scheduling: options.scheduling,
+      onClientGone: options.onClientGone,
+      trace: options.trace,
     };
+    return encoded;
   }
 
   /**
@@ -503,26 +531,26 @@ export class DataPlane {
       this.#recordRefused(version, { modelVersion: request.modelVersion, arrivedAt }, error);
       throw error;
     }
+    // One shape for every request (a leading spread followed by more fields would give each its own
+    // map); JSON leaves out an `outputs` that is undefined.
     const header = {
-      ...(request.parameters
-        ? { parameters: { ...request.parameters, binary_data_output: true } }
-        : { parameters: { binary_data_output: true } }),
+      parameters: request.parameters
+        ? { ...request.parameters, binary_data_output: true }
+        : { binary_data_output: true },
       inputs: request.inputs.map((t) => ({
         name: t.name,
         datatype: t.datatype,
         shape: t.shape,
         parameters: { binary_data_size: t.raw.length },
       })),
-      ...(request.outputs
-        ? { outputs: request.outputs.map((o) => ({ name: o.name, parameters: { binary_data: true } })) }
-        : {}),
+      outputs: request.outputs?.map((o) => ({ name: o.name, parameters: { binary_data: true } })),
     };
     const { body, headerLength } = joinBinaryBody(
       header,
       request.inputs.map((t) => t.raw),
     );
     const scheduling = schedulingOf(request.headers, request.parameters, request.scheduling);
-    const result = await this.#registry.predict({
+    const options: CompletePredictOptions = {
       modelName: request.modelName,
       modelVersion: version.modelVersion,
       requestedVersion: request.modelVersion ?? 'default',
@@ -534,10 +562,12 @@ export class DataPlane {
         [INFERENCE_HEADER_CONTENT_LENGTH]: String(headerLength),
       },
       arrivedAt,
-      ...(scheduling ? { scheduling } : {}),
-      ...(request.onClientGone ? { onClientGone: request.onClientGone } : {}),
-      ...(request.trace ? { trace: request.trace } : {}),
-    });
+      bodyDecoding: undefined,
+      scheduling,
+      onClientGone: request.onClientGone,
+      trace: request.trace,
+    };
+    const result = await this.#registry.predict(options);
     assertResponseSize(result.body.length, this.#maxResponseBytes);
     return {
       modelName: version.modelName,

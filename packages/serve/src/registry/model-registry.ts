@@ -73,6 +73,17 @@ export interface PredictOptions {
   trace?: RequestTrace;
 }
 
+/**
+ * PredictOptions with every field named (undefined where a request has none). The data plane builds
+ * the options it hands to predict in this form, as one literal: every request's options object then
+ * has one V8 map. A copy made by spreading the options and adding a field they lack
+ * (`{ ...options, requestedVersion }`) gets a new map for each request in Node 20, so each added
+ * field went through V8's runtime and every read of the copy after it missed its inline cache.
+ * Naming every field also makes a field added to PredictOptions fail to compile here until the
+ * copy passes it on.
+ */
+export type CompletePredictOptions = { [K in keyof Required<PredictOptions>]: PredictOptions[K] };
+
 /** Where one prediction's time went, ms (the Server-Timing header). */
 export interface PredictTimingsMs {
   /** In the model version's job queue. */

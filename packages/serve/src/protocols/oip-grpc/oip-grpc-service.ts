@@ -16,7 +16,7 @@ import {
   type RawTensor,
   type V2Datatype,
 } from '@marina/handlers';
-import type { DataPlane } from '../data-plane.ts';
+import type { CompleteInferRequest, DataPlane } from '../data-plane.ts';
 import { callScheduling, unary, versionMetadata, type KeyCheck } from '../grpc-common.ts';
 import { metadataHeaders } from '../request-headers.ts';
 
@@ -177,20 +177,22 @@ export function createOipGrpcService(options: {
         }
         const { inputs, isRaw } = decoded;
         const parameters = parameterValues(r.parameters);
-        const response = await dataPlane.infer({
+        // Every field named, not spread: see CompleteInferRequest.
+        const inferRequest: CompleteInferRequest = {
           modelName: r.model_name,
           modelVersion: version(r.model_version),
-          ...(r.id ? { id: r.id } : {}),
+          id: r.id ? r.id : undefined,
           inputs,
-          ...(r.outputs.length > 0 ? { outputs: r.outputs.map((o) => ({ name: o.name })) } : {}),
-          ...(parameters ? { parameters } : {}),
+          outputs: r.outputs.length > 0 ? r.outputs.map((o) => ({ name: o.name })) : undefined,
+          parameters,
           requestId: randomUUID(),
           headers: metadataHeaders(call.metadata),
           arrivedAt,
-          ...(scheduling ? { scheduling } : {}),
+          scheduling,
           onClientGone,
           trace,
-        });
+        };
+        const response = await dataPlane.infer(inferRequest);
         call.sendMetadata(versionMetadata(response.modelVersion));
         return {
           model_name: response.modelName,

@@ -22,7 +22,13 @@ import {
 import { declareRouteAuth } from '../../auth/token-authorization.ts';
 import { createServeError } from '../../errors.ts';
 import { modelParamsSchema } from '../../routes/model-params-schema.ts';
-import { MODEL_VERSION_HEADER, type DataPlane, type InferRequest, type InferResponse } from '../data-plane.ts';
+import {
+  MODEL_VERSION_HEADER,
+  type CompleteInferRequest,
+  type DataPlane,
+  type InferRequest,
+  type InferResponse,
+} from '../data-plane.ts';
 import { sendError } from '../error-map.ts';
 import { flattenHeaders } from '../request-headers.ts';
 import { answeredPriority } from '../../routes/server-timing.ts';
@@ -103,9 +109,9 @@ function decodeInferBody(body: Buffer, headerLengthText: string | undefined): De
   return {
     request: {
       inputs,
-      ...(outputs ? { outputs: outputs.map((o) => ({ name: o.name })) } : {}),
-      ...(id !== undefined ? { id } : {}),
-      ...(parameters ? { parameters } : {}),
+      outputs: outputs?.map((o) => ({ name: o.name })),
+      id,
+      parameters,
     },
     binaryOutputs: (name) => {
       const asked = outputs?.find((o) => o.name === name)?.parameters?.binary_data;
@@ -348,20 +354,26 @@ export const oipRestRoutes: FastifyPluginAsync<OipRestRoutesOptions> = async (ap
         dataPlane.recordUndecodable(request.params.model_name, request.params.model_version, arrivedAt, error);
         throw error;
       }
-      const response = await dataPlane.infer({
-        ...decoded.request,
+      // Every field named, not spread: see CompleteInferRequest.
+      const inferRequest: CompleteInferRequest = {
         modelName: request.params.model_name,
         modelVersion: request.params.model_version,
+        id: decoded.request.id,
+        inputs: decoded.request.inputs,
+        outputs: decoded.request.outputs,
+        parameters: decoded.request.parameters,
         requestId: request.id,
         headers: flattenHeaders(request.headers),
         arrivedAt,
-        trace: request.marinaTrace ?? undefined,
+        scheduling: undefined,
         onClientGone: (cancel) => {
           reply.raw.once('close', () => {
             if (!reply.raw.writableFinished) cancel();
           });
         },
-      });
+        trace: request.marinaTrace ?? undefined,
+      };
+      const response = await dataPlane.infer(inferRequest);
       if (response.priority !== undefined) answeredPriority.set(request, response.priority);
       reply.header(MODEL_VERSION_HEADER, response.modelVersion);
       const encoded = encodeInferResponse(response, decoded.binaryOutputs, dataPlane.maxResponseBytes);

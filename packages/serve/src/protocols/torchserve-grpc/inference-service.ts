@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { createServeError } from '../../errors.ts';
-import type { PredictResult } from '../../registry/model-registry.ts';
+import type { CompletePredictOptions, PredictResult } from '../../registry/model-registry.ts';
 import type { DataPlane } from '../data-plane.ts';
 import { grpcServiceError, torchServeGrpcStreamStatus } from '../error-map.ts';
 import {
@@ -63,17 +63,21 @@ export function createTorchServeInferenceService(options: {
       );
     const headers = metadataHeaders(call.metadata);
     const { scheduling, onClientGone } = callScheduling(call, arrivedAt);
-    return dataPlane.predict({
+    // Every field named, not spread: see CompletePredictOptions.
+    const options: CompletePredictOptions = {
       modelName: request.model_name,
       modelVersion: request.model_version || undefined,
+      requestedVersion: undefined,
       requestId: randomUUID(),
       input: { ...request.input },
       headers,
       arrivedAt,
-      ...(scheduling ? { scheduling } : {}),
+      bodyDecoding: undefined,
+      scheduling,
       onClientGone,
-      ...(trace ? { trace } : {}),
-    });
+      trace,
+    };
+    return dataPlane.predict(options);
   };
 
   const isHealthy = () => dataPlane.isReady();
