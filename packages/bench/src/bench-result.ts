@@ -263,6 +263,22 @@ export interface ZipfPhase {
   /** p50 of the requests that did not wait for a load: a request's own inference under this traffic. */
   warmP50Ms: number;
   peakPssMb: number;
+  /** Mean latency, ms (with a closed loop, the clients ÷ the throughput: Little's law). Absent from older results. */
+  meanMs?: number;
+  /** The same requests split by their model's popularity (most asked-for first). Absent from older results. */
+  byPopularity?: PopularityGroup[];
+}
+
+/** The requests of a Zipf phase to a group of models of neighbouring popularity. */
+export interface PopularityGroup {
+  /** Popularity ranks of the group's models, 1 the most asked-for. */
+  firstRank: number;
+  lastRank: number;
+  requests: number;
+  /** Of them, how many waited for their model to load. */
+  waitedForLoad: number;
+  p50Ms: number;
+  p99Ms: number;
 }
 
 /** The experiment's summary: the report's section and the many-models chart. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ManyModelsSummary, ZipfPhase } from '../src/bench-result.ts';
-import { formatManyModelsSection, manyModelsPlan } from '../src/experiments/many-models.ts';
+import { formatManyModelsSection, manyModelsPlan, popularityGroups } from '../src/experiments/many-models.ts';
 
 const phase = (label: string, extra: Partial<ZipfPhase> = {}): ZipfPhase => ({
   label,
@@ -78,5 +78,59 @@ describe('many-models report', () => {
 
   it('leaves the line out for results measured before it existed', () => {
     expect(coldLine(formatManyModelsSection(summary()))).toBeUndefined();
+  });
+
+  it('splits a phase by popularity: the most asked-for model, the next two, the rest', () => {
+    // Model 0 answered slowly, the rarely used ones at once; two of model 7's requests waited for a load.
+    const answered = [
+      ...[900, 1000, 1100].map((ms) => ({ model: 0, ms, hasWaited: false })),
+      { model: 1, ms: 400, hasWaited: false },
+      { model: 2, ms: 500, hasWaited: false },
+      { model: 7, ms: 150, hasWaited: true },
+      { model: 7, ms: 250, hasWaited: true },
+      { model: 11, ms: 200, hasWaited: false },
+    ];
+    const groups = popularityGroups(answered, 12);
+    expect(groups.map((g) => [g.firstRank, g.lastRank, g.requests, g.waitedForLoad])).toEqual([
+      [1, 1, 3, 0],
+      [2, 3, 2, 0],
+      [4, 12, 3, 2],
+    ]);
+    expect(groups[0]?.p50Ms).toBe(1000);
+    expect(groups[2]?.p50Ms).toBe(200);
+    // A hot phase over three models has no third group.
+    expect(
+      popularityGroups(
+        answered.filter((r) => r.model < 3),
+        3,
+      ),
+    ).toHaveLength(2);
+  });
+
+  it("reports where the Zipf phases' latency sits, with the mean from Little's law beside the measured one", () => {
+    const byPopularity = popularityGroups(
+      [
+        { model: 0, ms: 2000, hasWaited: false },
+        { model: 5, ms: 200, hasWaited: false },
+      ],
+      12,
+    );
+    const base = summary();
+    const lines = formatManyModelsSection({
+      ...base,
+      phases: {
+        ...base.phases,
+        allResidentZipf: { ...base.phases.allResidentZipf, meanMs: 1100, byPopularity },
+        budgetZipf: { ...base.phases.budgetZipf, meanMs: 1050, byPopularity },
+      },
+    });
+    const line = lines.find((l) => l.startsWith("- Where the Zipf phases' latency sits"));
+    // 32 clients ÷ 30 req/s = 1067 ms.
+    expect(line).toContain('all resident: mean 1100 ms (32 clients ÷ 30.0 req/s = 1067 ms)');
+    expect(line).toContain('model 1 1 requests (0 waited for a load), p50 2000 / p99 2000 ms');
+    expect(line).toContain('models 2–3 0 requests');
+    expect(line).toContain('. Under the budget: mean 1050 ms');
+    expect(coldLine(lines)).toBeUndefined();
+    expect(formatManyModelsSection(summary()).some((l) => l.startsWith('- Where the Zipf'))).toBe(false);
   });
 });

@@ -4,7 +4,14 @@ import { fileURLToPath } from 'node:url';
 import { packArchive } from '@marina/archive';
 import { createPrng, writeResnet, writeSampleJpeg } from '@marina/model-zoo';
 import { Pool } from 'undici';
-import type { ColdAlone, ManyModelsPlan, ManyModelsSummary, ResultRow, ZipfPhase } from '../bench-result.ts';
+import type {
+  ColdAlone,
+  ManyModelsPlan,
+  ManyModelsSummary,
+  PopularityGroup,
+  ResultRow,
+  ZipfPhase,
+} from '../bench-result.ts';
 import { runJsonChild } from '../child-process-json.ts';
 import { listProcessTree, startProcessSampler, type ResourceUsage } from '../process-sampler.ts';
 import { startServer, type RunningServer } from '../server-process.ts';
@@ -98,6 +105,8 @@ async function zipfLoad(options: {
   jpeg: Buffer;
   clients: number;
   requests: number;
+  /** How many models `pick` draws from (index 0 the most asked-for). */
+  models: number;
   pick: () => number;
   label: string;
 }): Promise<{ phase: ZipfPhase; usage: ResourceUsage; latenciesMs: number[]; wallMs: number }> {
@@ -107,13 +116,16 @@ async function zipfLoad(options: {
   const latencies: number[] = [];
   const waited: number[] = [];
   const warm: number[] = [];
+  // Per answered request: its model's index (0 the most asked-for), latency and whether it waited for a load.
+  const answered: AnsweredRequest[] = [];
   let errors = 0;
   let issued = 0;
   const started = performance.now();
   const client = async () => {
     while (issued < options.requests) {
       issued++;
-      const path = `/predictions/${modelName(options.pick())}`;
+      const model = options.pick();
+      const path = `/predictions/${modelName(model)}`;
       const at = performance.now();
       try {
         const response = await pool.request({
@@ -129,8 +141,10 @@ async function zipfLoad(options: {
           continue;
         }
         latencies.push(ms);
-        if (String(response.headers['server-timing'] ?? '').includes('waiting for the model to load')) waited.push(ms);
+        const hasWaited = String(response.headers['server-timing'] ?? '').includes('waiting for the model to load');
+        if (hasWaited) waited.push(ms);
         else warm.push(ms);
+        answered.push({ model, ms, hasWaited });
       } catch {
         errors++;
       }
@@ -155,11 +169,47 @@ async function zipfLoad(options: {
       waitedP99Ms: waitedFor.p99Ms,
       warmP50Ms: median(warm),
       peakPssMb: usage.peakPssBytes / MB,
+      meanMs: all.meanMs,
+      byPopularity: popularityGroups(answered, options.models),
     },
     usage,
     latenciesMs: latencies,
     wallMs,
   };
+}
+
+interface AnsweredRequest {
+  model: number;
+  ms: number;
+  hasWaited: boolean;
+}
+
+/**
+ * A phase's answered requests by their model's popularity (`model` 0 the most asked-for): that
+ * model, the next two, and the rest, each group's count, how many waited for a load, p50 and p99.
+ * Says where a phase's latency sits: a p50 far below the mean means some requests carry the rest.
+ */
+export function popularityGroups(answered: readonly AnsweredRequest[], models: number): PopularityGroup[] {
+  const bounds: Array<[number, number]> = [
+    [0, 0],
+    [1, 2],
+    [3, models - 1],
+  ];
+  const groups: PopularityGroup[] = [];
+  for (const [first, last] of bounds) {
+    if (first > last) continue;
+    const inGroup = answered.filter((r) => r.model >= first && r.model <= last);
+    const summary = summarizeLatencies(inGroup.map((r) => r.ms));
+    groups.push({
+      firstRank: first + 1,
+      lastRank: last + 1,
+      requests: inGroup.length,
+      waitedForLoad: inGroup.filter((r) => r.hasWaited).length,
+      p50Ms: summary.p50Ms,
+      p99Ms: summary.p99Ms,
+    });
+  }
+  return groups;
 }
 
 /** POSTs the JPEG to one model's TorchServe predictions route and reads the whole answer. */
@@ -416,6 +466,7 @@ async function runAllResident(options: {
       jpeg,
       clients: plan.clients,
       requests: plan.requests,
+      models: plan.models,
       pick: zipfSampler(plan.models, plan.zipfExponent, 11),
       label: `all ${plan.models} resident, Zipf over all`,
     });
@@ -440,6 +491,7 @@ async function runAllResident(options: {
       jpeg,
       clients: plan.clients,
       requests: plan.requests,
+      models: hotSetModels,
       pick: zipfSampler(hotSetModels, plan.zipfExponent, 12),
       label: `all resident, Zipf over the hot set (${hotSetModels})`,
     });
@@ -485,6 +537,7 @@ async function runBudgeted(options: {
       jpeg,
       clients: plan.clients,
       requests: plan.requests,
+      models: plan.models,
       pick: zipfSampler(plan.models, plan.zipfExponent, 11),
       label: `budget ${(all.budgetBytes / MB).toFixed(0)} MB (models' memory ÷ ${plan.budgetDivisor}), Zipf over all`,
     });
@@ -495,6 +548,7 @@ async function runBudgeted(options: {
       jpeg,
       clients: plan.clients,
       requests: plan.requests,
+      models: all.hotSetModels,
       pick: zipfSampler(all.hotSetModels, plan.zipfExponent, 12),
       label: `budget, Zipf over the hot set (${all.hotSetModels})`,
     });
@@ -552,11 +606,33 @@ export function formatManyModelsSection(s: ManyModelsSummary): string[] {
     `- Peak PSS under the budget: ${fmt(peak)} MB against budget + 150 MB = ${fmt(s.budgetMb + 150)} MB: **${peak <= s.budgetMb + 150 ? 'met' : 'missed'}** (all resident: ${fmt(Math.max(p.allResidentZipf.peakPssMb, p.allResidentHot.peakPssMb))} MB; the server alone, no model loaded: ${fmt(s.serverAlonePssMb)} MB; the budget is a ${s.plan.budgetDivisor}rd of the all-resident PSS less that).`,
     `- Cold start floor (onnxruntime creating the session from the cached optimised model, median of 3, plus one idle batch-1 run): ${fmt(s.floorCreateMs)} + ${fmt(s.floorRunMs)} = ${fmt(coldFloorMs)} ms. The budget server's own loads: ${s.serverLoads}, mean ${fmt(s.serverLoadMeanMs)} ms each (making room, a worker thread, the session, its warm-up).`,
     `- Requests that waited for a load: p50 ${fmt(waitedP50)} ms (the budget phase's requests that did not wait: p50 ${fmt(p.budgetZipf.warmP50Ms)} ms). Against the idle floor: ${fmt(waitedP50 / coldFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * coldFloorMs ? 'met' : 'missed'}**. Against the load floor plus the p50 the same traffic got with every model resident (${fmt(p.allResidentZipf.p50Ms)} ms: a request's inference under ${s.plan.clients} clients on these cores): ${fmt(s.floorCreateMs)} + ${fmt(p.allResidentZipf.p50Ms)} = ${fmt(underLoadFloorMs)} ms, ${fmt(waitedP50 / underLoadFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * underLoadFloorMs ? 'met' : 'missed'}**.`,
+    ...popularityLines(s),
     ...coldAloneLines(s, coldFloorMs),
     `- Hot set throughput, budget ÷ all resident: ${fmt(p.budgetHot.throughputPerSec, 1)} ÷ ${fmt(p.allResidentHot.throughputPerSec, 1)} = ${fmt(p.budgetHot.throughputPerSec / p.allResidentHot.throughputPerSec, 2)} (goal ≥ 0.8): **${p.budgetHot.throughputPerSec >= 0.8 * p.allResidentHot.throughputPerSec ? 'met' : 'missed'}**.`,
     '',
   );
   return lines;
+}
+
+/**
+ * The report's line on where the Zipf phases' latency sits, by the models' popularity (absent from
+ * older results). With a closed loop the mean latency is the clients ÷ the throughput (Little's
+ * law), so at equal throughput no policy lowers it; a p50 below it says which requests carry the rest.
+ */
+function popularityLines(s: ManyModelsSummary): string[] {
+  const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
+  const describe = (phase: ZipfPhase, name: string): string | undefined => {
+    if (!phase.byPopularity || phase.meanMs === undefined) return undefined;
+    const groups = phase.byPopularity.map((g) => {
+      const ranks = g.firstRank === g.lastRank ? `model ${g.firstRank}` : `models ${g.firstRank}–${g.lastRank}`;
+      return `${ranks} ${g.requests} requests (${g.waitedForLoad} waited for a load), p50 ${fmt(g.p50Ms)} / p99 ${fmt(g.p99Ms)} ms`;
+    });
+    return `${name}: mean ${fmt(phase.meanMs)} ms (${s.plan.clients} clients ÷ ${fmt(phase.throughputPerSec, 1)} req/s = ${fmt((1000 * s.plan.clients) / phase.throughputPerSec)} ms); ${groups.join('; ')}`;
+  };
+  const all = describe(s.phases.allResidentZipf, 'all resident');
+  const budget = describe(s.phases.budgetZipf, 'Under the budget');
+  if (!all || !budget) return [];
+  return [`- Where the Zipf phases' latency sits, by popularity (model 1 the most asked-for): ${all}. ${budget}.`];
 }
 
 /** The report's lines on the one-at-a-time cold requests (absent from older results). */
