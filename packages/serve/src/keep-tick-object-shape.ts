@@ -14,7 +14,7 @@ let kept: object | undefined;
  * that collection fell, the cache then went megamorphic for good, and every nextTick (several per
  * HTTP request: socket writes, reads, stream ends) defined its properties through V8's runtime.
  * Measured (session 10 of issue 34, `perf`, packages/bench/docs/measurements.md): about 1 µs of the
- * HTTP thread per request in 5 of 8 server processes; with one entry kept, in none of 12.
+ * HTTP thread per request in 5 of 8 server processes; with one entry kept, in none of 14.
  * Keeping it costs one small object (its callback is the one below). Idempotent.
  */
 export function keepTickObjectShape(): void {
