@@ -116,6 +116,11 @@ export function createProgram(): Command {
     .option('--images <n>', 'requests per server experiment', positiveInteger)
     .option('--concurrency <n>', 'client concurrency of the server experiments (default 100; smoke 8)', positiveInteger)
     .option('--experiments <list>', `comma-separated subset of ${experimentNames.join(',')}`, experimentList)
+    .option(
+      '--budget-divisor <n>',
+      "many-models: the budget is the models' memory with every one resident ÷ n (default 3)",
+      positiveNumber,
+    )
     .optionsGroup('Where:')
     .option('--out <dir>', 'output folder (default bench-results/<timestamp>; also copied to bench-results/latest)')
     .option('--cache-dir <dir>', 'where generated models and archives are kept (default ~/.cache/marina/bench)')
@@ -128,6 +133,8 @@ Examples:
   marina-bench --quick
   # only the ceiling and the int8 experiment, on ResNet-152
   marina-bench --model resnet-152 --experiments ceiling,int8
+  # twelve ResNet-50s in a budget of half their memory
+  marina-bench --experiments many-models --budget-divisor 2
   # where a model's time goes, and the best workers/threads/batch size for this machine
   marina-bench profile model.onnx && marina-bench tune model_store/resnet-18.mar`,
     )
@@ -139,6 +146,7 @@ Examples:
         images?: number;
         concurrency?: number;
         experiments?: ExperimentName[];
+        budgetDivisor?: number;
         out?: string;
         cacheDir?: string;
         serveBin?: string;
@@ -152,6 +160,7 @@ Examples:
             images: flags.images,
             concurrency: flags.concurrency,
             experiments: flags.experiments,
+            ...(flags.budgetDivisor === undefined ? {} : { manyModelsBudgetDivisor: flags.budgetDivisor }),
             outDir: flags.out,
             cacheDir: flags.cacheDir,
             serveBin: flags.serveBin,

@@ -69,6 +69,11 @@ export interface BenchOptions {
    * at once need different roots: a server's pid file would otherwise stop the other run's server.
    */
   serverTmpRoot?: string;
+  /**
+   * The many-models experiment's budget: the all-resident server's memory for the models ÷ this.
+   * Default 3, the issue's goal (a budget that holds about a third of the models).
+   */
+  manyModelsBudgetDivisor?: number;
   onProgress?: (event: BenchProgressEvent) => void;
 }
 
@@ -409,7 +414,9 @@ async function runOtherExperiments(options: {
   }
   if (run.selected.has('many-models')) {
     const cacheDir = options.options.cacheDir ?? defaultCacheDir();
-    const result = await timed('many-models', () => runManyModels(context, manyModelsPlan(run.mode), cacheDir));
+    const result = await timed('many-models', () =>
+      runManyModels(context, manyModelsPlan(run.mode, options.options.manyModelsBudgetDivisor), cacheDir),
+    );
     rows.push(...result.rows);
     measured.manyModels = result.summary;
   }

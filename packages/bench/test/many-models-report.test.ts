@@ -80,6 +80,15 @@ describe('many-models report', () => {
     expect(coldLine(formatManyModelsSection(summary()))).toBeUndefined();
   });
 
+  it('takes the budget divisor asked for (--budget-divisor, default 3) and names it in the report', () => {
+    expect(manyModelsPlan('full').budgetDivisor).toBe(3);
+    const plan = manyModelsPlan('full', 1.5);
+    expect(plan.budgetDivisor).toBe(1.5);
+    const lines = formatManyModelsSection({ ...summary(), plan });
+    expect(lines[2]).toContain("less the server alone's (110 MB), ÷ 1.5: 640 MB");
+    expect(lines.find((l) => l.startsWith('- Peak PSS'))).toContain('÷ 1.5)');
+  });
+
   it('splits a phase by popularity: the most asked-for model, the next two, the rest', () => {
     // Model 0 answered slowly, the rarely used ones at once; two of model 7's requests waited for a load.
     const answered = [
