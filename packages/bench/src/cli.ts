@@ -133,8 +133,6 @@ Examples:
   marina-bench --quick
   # only the ceiling and the int8 experiment, on ResNet-152
   marina-bench --model resnet-152 --experiments ceiling,int8
-  # twelve ResNet-50s in a budget of half their memory
-  marina-bench --experiments many-models --budget-divisor 2
   # where a model's time goes, and the best workers/threads/batch size for this machine
   marina-bench profile model.onnx && marina-bench tune model_store/resnet-18.mar`,
     )
