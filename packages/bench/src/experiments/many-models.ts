@@ -112,9 +112,6 @@ async function zipfLoad(options: {
   const pool = new Pool(options.server.origin, { connections: options.clients, pipelining: 1 });
   // The whole tree: `serve --foreground` re-executes itself once (glibc's threshold), so the server is a child.
   const sampler = startProcessSampler({ getPids: () => listProcessTree(options.server.pid), isPssSampled: true });
-  const latencies: number[] = [];
-  const waited: number[] = [];
-  const warm: number[] = [];
   // Per answered request: its model's index (0 the most asked-for), latency and whether it waited for a load.
   const answered: AnsweredRequest[] = [];
   let errors = 0;
@@ -139,10 +136,7 @@ async function zipfLoad(options: {
           errors++;
           continue;
         }
-        latencies.push(ms);
         const hasWaited = String(response.headers['server-timing'] ?? '').includes('waiting for the model to load');
-        if (hasWaited) waited.push(ms);
-        else warm.push(ms);
         answered.push({ model, ms, hasWaited });
       } catch {
         errors++;
@@ -153,8 +147,10 @@ async function zipfLoad(options: {
   const wallMs = performance.now() - started;
   const usage = sampler.stop();
   await pool.close();
+  const latencies = answered.map((r) => r.ms);
+  const warm = answered.filter((r) => !r.hasWaited).map((r) => r.ms);
   const all = summarizeLatencies(latencies);
-  const waitedFor = summarizeLatencies(waited);
+  const waitedFor = summarizeLatencies(answered.filter((r) => r.hasWaited).map((r) => r.ms));
   return {
     phase: {
       label: options.label,
@@ -163,7 +159,7 @@ async function zipfLoad(options: {
       throughputPerSec: (latencies.length / wallMs) * 1000,
       p50Ms: all.p50Ms,
       p99Ms: all.p99Ms,
-      waitedForLoad: waited.length,
+      waitedForLoad: waitedFor.count,
       waitedP50Ms: waitedFor.p50Ms,
       waitedP99Ms: waitedFor.p99Ms,
       warmP50Ms: median(warm),
@@ -571,9 +567,11 @@ async function runBudgeted(options: {
   }
 }
 
+/** A figure for the report, `d` decimals; 'n/a' when it was not measured (NaN). */
+const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
+
 /** The report's many-models section: the table and the verdicts against the issue's goals. */
 export function formatManyModelsSection(s: ManyModelsSummary): string[] {
-  const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
   const p = s.phases;
   const coldFloorMs = s.floorCreateMs + s.floorRunMs;
   const lines = [
@@ -619,7 +617,6 @@ export function formatManyModelsSection(s: ManyModelsSummary): string[] {
  * law), so at equal throughput no policy lowers it; a p50 below it says which requests carry the rest.
  */
 function popularityLines(s: ManyModelsSummary): string[] {
-  const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
   const describe = (phase: ZipfPhase, name: string): string | undefined => {
     if (!phase.byPopularity || phase.meanMs === undefined) return undefined;
     const groups = phase.byPopularity.map((g) => {
@@ -638,7 +635,6 @@ function popularityLines(s: ManyModelsSummary): string[] {
 function coldAloneLines(s: ManyModelsSummary, coldFloorMs: number): string[] {
   const c = s.coldAlone;
   if (!c) return [];
-  const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
   const b = s.coldBackToBack;
   return [
     `- Cold requests one at a time (one client, the budget full of idle models, each request to a model out of memory${c.pauseMs ? `, sent after ${fmt(c.pauseMs)} ms of quiet` : ''}; ${c.waited} of ${c.sent} waited for a load): p50 ${fmt(c.p50Ms)} ms, p99 ${fmt(c.p99Ms)} ms, of which the wait for the load (making room included, Server-Timing queue) p50 ${fmt(c.queueP50Ms)} ms. Against the idle floor (${fmt(coldFloorMs)} ms): ${fmt(c.p50Ms / coldFloorMs, 2)}× (goal ≤ 1.5×): **${c.p50Ms <= 1.5 * coldFloorMs ? 'met' : 'missed'}**.`,
