@@ -16,7 +16,7 @@ import { buildApp, type MarinaApp } from '../src/index.ts';
 import { createServerMetrics, type ServerMetrics } from '../src/metrics/server-metrics.ts';
 import type { ResidencyEvent } from '../src/registry/model-registry-api.ts';
 import type { ModelVersion } from '../src/scheduling/model-version.ts';
-import { writeClassifierModel, writeGateModel } from './fixtures.ts';
+import { writeClassifierModel, writeGateModel, writeSlowLoadModel } from './fixtures.ts';
 import { until } from './gate-harness.ts';
 import { tempDir, testConfig } from './helpers.ts';
 
@@ -91,6 +91,7 @@ describe('many models in a memory budget', () => {
     await writeClassifierModel(store, 'idle', { modelConfigYaml: 'idleUnloadSeconds: 1\n' });
     await writeGateModel(store, 'stuck');
     await writeGateModel(store, 'scaled');
+    await writeSlowLoadModel(store, 'slowload', `${store}/gate-slowload`);
     // Four workers' worth (and some room for estimates): the fifth resident version must evict one.
     const config = testConfig(
       { residency: { memoryBudgetBytes: 4 * WORKER_BYTES + 50 * MiB, unloadGraceSeconds: 0.2 } },
@@ -101,7 +102,7 @@ describe('many models in a memory budget', () => {
     });
     metrics = createServerMetrics({ registry: app.registry, hostname: 'test', collectProcessMetrics: false });
     base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
-    for (const name of ['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck', 'scaled'])
+    for (const name of ['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck', 'scaled', 'slowload'])
       await app.registry.register({ url: name, archivePath: `${store}/${name}`, load: false });
   });
 
@@ -303,6 +304,28 @@ describe('many models in a memory budget', () => {
     } finally {
       grownBytes = 0;
     }
+  });
+
+  it('orders eviction by when each model was asked for: a load on demand does not make its model look recently used', async () => {
+    for (const s of app.registry.stats())
+      if (s.state === 'resident' && s.modelName !== 'pinned') await app.registry.unload(s.modelName, s.modelVersion);
+    expect((await classify('pinned')).status).toBe(200);
+    // slowload is asked for first; its load (its handler's import) waits on a gate while a is asked for and loads.
+    const slowLoading = residency(app, { modelName: 'slowload', state: 'loading' });
+    const slowReply = post('slowload', { value: 1 });
+    await slowLoading;
+    expect((await classify('a')).status).toBe(200);
+    const slowResident = residency(app, { modelName: 'slowload', state: 'resident' });
+    await writeFile(`${dir.path}/gate-slowload`, '');
+    await slowResident;
+    expect((await slowReply).status).toBe(200);
+    // Loaded after a was asked for, but asked for before it: slowload is the least recently used.
+    expect((await classify('b')).status).toBe(200);
+    expect(states()).toMatchObject({ pinned: 'resident', slowload: 'resident', a: 'resident', b: 'resident' });
+    const evicted = residency(app, { state: 'registered', reason: 'evicted' });
+    expect((await classify('c')).status).toBe(200);
+    expect((await evicted).modelName).toBe('slowload');
+    expect(states()).toMatchObject({ slowload: 'registered', a: 'resident', b: 'resident', c: 'resident' });
   });
 
   it('loads one model at a time when the process alone fills the budget, instead of waiting for room no unload can make', async () => {
