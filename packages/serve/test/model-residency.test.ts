@@ -83,7 +83,7 @@ describe('many models in a memory budget', () => {
     await writeClassifierModel(store, 'pinned', { modelConfigYaml: 'pinned: true\n' });
     await writeGateModel(store, 'gate');
     // b's weights differ from a's: a thread recycled from a to b must answer as b.
-    for (const name of ['a', 'c', 'shared']) await writeClassifierModel(store, name);
+    for (const name of ['a', 'c', 'shared', 'often', 'once1', 'once2']) await writeClassifierModel(store, name);
     await writeClassifierModel(store, 'b', { seed: 7 });
     await writeClassifierModel(store, 'waiter', { modelConfigYaml: 'startupTimeout: 1\n' });
     // 64 MB of (sparse) padding: its estimate alone no longer fits beside four resident workers.
@@ -102,7 +102,10 @@ describe('many models in a memory budget', () => {
     });
     metrics = createServerMetrics({ registry: app.registry, hostname: 'test', collectProcessMetrics: false });
     base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
-    for (const name of ['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck', 'scaled', 'slowload'])
+    for (const name of [
+      ...['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck', 'scaled', 'slowload'],
+      ...['often', 'once1', 'once2'],
+    ])
       await app.registry.register({ url: name, archivePath: `${store}/${name}`, load: false });
   });
 
@@ -310,7 +313,8 @@ describe('many models in a memory budget', () => {
     for (const s of app.registry.stats())
       if (s.state === 'resident' && s.modelName !== 'pinned') await app.registry.unload(s.modelName, s.modelVersion);
     expect((await classify('pinned')).status).toBe(200);
-    // slowload is asked for first; its load (its handler's import) waits on a gate while a is asked for and loads.
+    expect((await classify('a')).status).toBe(200);
+    // slowload is asked for; its load (its handler's import) waits on a gate while a is asked for again.
     const slowLoading = residency(app, { modelName: 'slowload', state: 'loading' });
     const slowReply = post('slowload', { value: 1 });
     await slowLoading;
@@ -322,10 +326,27 @@ describe('many models in a memory budget', () => {
     // Loaded after a was asked for, but asked for before it: slowload is the least recently used.
     expect((await classify('b')).status).toBe(200);
     expect(states()).toMatchObject({ pinned: 'resident', slowload: 'resident', a: 'resident', b: 'resident' });
-    const evicted = residency(app, { state: 'registered', reason: 'evicted' });
+    // The first to start unloading is the first in eviction order (more may follow when the count
+    // of what it frees falls short of c's need: slowload's load was counted at its 16 MiB estimate).
+    const evicted = residency(app, { state: 'unloading', reason: 'evicted' });
     expect((await classify('c')).status).toBe(200);
     expect((await evicted).modelName).toBe('slowload');
-    expect(states()).toMatchObject({ slowload: 'registered', a: 'resident', b: 'resident', c: 'resident' });
+    expect(states()).toMatchObject({ slowload: 'registered', c: 'resident' });
+  });
+
+  it('keeps an idle model asked for several times as often as the others, and evicts the least recently used of those', async () => {
+    for (const s of app.registry.stats())
+      if (s.state === 'resident' && s.modelName !== 'pinned') await app.registry.unload(s.modelName, s.modelVersion);
+    expect((await classify('pinned')).status).toBe(200);
+    // often: 12 requests (its count halves every 10 s: still 4 times once1's for 10 s and more);
+    // once1 and once2 one each, after it. Least recently used alone would take often.
+    for (let i = 0; i < 12; i++) expect((await classify('often')).status).toBe(200);
+    for (const name of ['once1', 'once2']) expect((await classify(name)).status).toBe(200);
+    expect(states()).toMatchObject({ pinned: 'resident', often: 'resident', once1: 'resident', once2: 'resident' });
+    const evicted = residency(app, { state: 'unloading', reason: 'evicted' });
+    expect((await classify('c')).status).toBe(200);
+    expect((await evicted).modelName).toBe('once1');
+    expect(states()).toMatchObject({ often: 'resident', once1: 'registered', c: 'resident' });
   });
 
   it('loads one model at a time when the process alone fills the budget, instead of waiting for room no unload can make', async () => {
