@@ -86,3 +86,24 @@ export async function writeGateModel(
     files: { 'gate_handler.mjs': gateHandlerSource },
   });
 }
+
+/**
+ * A custom handler whose import (in the worker, during its model's load) waits until `gatePath`
+ * exists: the load stays in progress for as long as the test holds the gate. Answers `{ value }`.
+ */
+export async function writeSlowLoadModel(dir: string, name: string, gatePath: string): Promise<string> {
+  const source = `
+import { existsSync } from 'node:fs';
+while (!existsSync(${JSON.stringify(gatePath)})) await new Promise((resolve) => setTimeout(resolve, 5));
+export function handle(data) {
+  return data.map((row) => ({ value: (row.body && row.body.value) ?? null }));
+}
+`;
+  return writeModelFolder({
+    dir: join(dir, name),
+    modelName: name,
+    handler: 'slow_load_handler.mjs',
+    modelConfigYaml: 'minWorkers: 1\nbatchSize: 1\n',
+    files: { 'slow_load_handler.mjs': source },
+  });
+}

@@ -16,7 +16,7 @@ import { buildApp, type MarinaApp } from '../src/index.ts';
 import { createServerMetrics, type ServerMetrics } from '../src/metrics/server-metrics.ts';
 import type { ResidencyEvent } from '../src/registry/model-registry-api.ts';
 import type { ModelVersion } from '../src/scheduling/model-version.ts';
-import { writeClassifierModel, writeGateModel } from './fixtures.ts';
+import { writeClassifierModel, writeGateModel, writeSlowLoadModel } from './fixtures.ts';
 import { until } from './gate-harness.ts';
 import { tempDir, testConfig } from './helpers.ts';
 
@@ -83,7 +83,7 @@ describe('many models in a memory budget', () => {
     await writeClassifierModel(store, 'pinned', { modelConfigYaml: 'pinned: true\n' });
     await writeGateModel(store, 'gate');
     // b's weights differ from a's: a thread recycled from a to b must answer as b.
-    for (const name of ['a', 'c', 'shared']) await writeClassifierModel(store, name);
+    for (const name of ['a', 'c', 'shared', 'often', 'once1', 'once2']) await writeClassifierModel(store, name);
     await writeClassifierModel(store, 'b', { seed: 7 });
     await writeClassifierModel(store, 'waiter', { modelConfigYaml: 'startupTimeout: 1\n' });
     // 64 MB of (sparse) padding: its estimate alone no longer fits beside four resident workers.
@@ -91,6 +91,7 @@ describe('many models in a memory budget', () => {
     await writeClassifierModel(store, 'idle', { modelConfigYaml: 'idleUnloadSeconds: 1\n' });
     await writeGateModel(store, 'stuck');
     await writeGateModel(store, 'scaled');
+    await writeSlowLoadModel(store, 'slowload', `${store}/gate-slowload`);
     // Four workers' worth (and some room for estimates): the fifth resident version must evict one.
     const config = testConfig(
       { residency: { memoryBudgetBytes: 4 * WORKER_BYTES + 50 * MiB, unloadGraceSeconds: 0.2 } },
@@ -101,7 +102,10 @@ describe('many models in a memory budget', () => {
     });
     metrics = createServerMetrics({ registry: app.registry, hostname: 'test', collectProcessMetrics: false });
     base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
-    for (const name of ['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck', 'scaled'])
+    for (const name of [
+      ...['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck', 'scaled', 'slowload'],
+      ...['often', 'once1', 'once2'],
+    ])
       await app.registry.register({ url: name, archivePath: `${store}/${name}`, load: false });
   });
 
@@ -303,6 +307,46 @@ describe('many models in a memory budget', () => {
     } finally {
       grownBytes = 0;
     }
+  });
+
+  it('orders eviction by when each model was asked for: a load on demand does not make its model look recently used', async () => {
+    for (const s of app.registry.stats())
+      if (s.state === 'resident' && s.modelName !== 'pinned') await app.registry.unload(s.modelName, s.modelVersion);
+    expect((await classify('pinned')).status).toBe(200);
+    expect((await classify('a')).status).toBe(200);
+    // slowload is asked for; its load (its handler's import) waits on a gate while a is asked for again.
+    const slowLoading = residency(app, { modelName: 'slowload', state: 'loading' });
+    const slowReply = post('slowload', { value: 1 });
+    await slowLoading;
+    expect((await classify('a')).status).toBe(200);
+    const slowResident = residency(app, { modelName: 'slowload', state: 'resident' });
+    await writeFile(`${dir.path}/gate-slowload`, '');
+    await slowResident;
+    expect((await slowReply).status).toBe(200);
+    // Loaded after a was asked for, but asked for before it: slowload is the least recently used.
+    expect((await classify('b')).status).toBe(200);
+    expect(states()).toMatchObject({ pinned: 'resident', slowload: 'resident', a: 'resident', b: 'resident' });
+    // The first to start unloading is the first in eviction order (more may follow when the count
+    // of what it frees falls short of c's need: slowload's load was counted at its 16 MiB estimate).
+    const evicted = residency(app, { state: 'unloading', reason: 'evicted' });
+    expect((await classify('c')).status).toBe(200);
+    expect((await evicted).modelName).toBe('slowload');
+    expect(states()).toMatchObject({ slowload: 'registered', c: 'resident' });
+  });
+
+  it('keeps an idle model asked for several times as often as the others, and evicts the least recently used of those', async () => {
+    for (const s of app.registry.stats())
+      if (s.state === 'resident' && s.modelName !== 'pinned') await app.registry.unload(s.modelName, s.modelVersion);
+    expect((await classify('pinned')).status).toBe(200);
+    // often: 12 requests (its count halves every 10 s: still 4 times once1's for 10 s and more);
+    // once1 and once2 one each, after it. Least recently used alone would take often.
+    for (let i = 0; i < 12; i++) expect((await classify('often')).status).toBe(200);
+    for (const name of ['once1', 'once2']) expect((await classify(name)).status).toBe(200);
+    expect(states()).toMatchObject({ pinned: 'resident', often: 'resident', once1: 'resident', once2: 'resident' });
+    const evicted = residency(app, { state: 'unloading', reason: 'evicted' });
+    expect((await classify('c')).status).toBe(200);
+    expect((await evicted).modelName).toBe('once1');
+    expect(states()).toMatchObject({ often: 'resident', once1: 'registered', c: 'resident' });
   });
 
   it('loads one model at a time when the process alone fills the budget, instead of waiting for room no unload can make', async () => {

@@ -43,7 +43,7 @@ export function registerResidencyMetrics(options: { promRegistry: Registry; regi
   });
   const evictions = new Counter({
     name: 'marina_model_evictions_total',
-    help: 'Unloads of a model to make room under model_memory_budget (least recently used first).',
+    help: 'Unloads of a model to make room under model_memory_budget (idle models first, the least asked-for and least recently used first).',
     labelNames: ['model_name'] as const,
     registers: [promRegistry],
   });

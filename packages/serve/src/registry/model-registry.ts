@@ -355,8 +355,8 @@ export class ModelRegistry implements ModelRegistryApi {
 
   /**
    * Makes a registered version resident (workers started, sessions created), within
-   * model_memory_budget: the least recently used idle versions that are not pinned are unloaded
-   * first. Concurrent calls share one load. Resolves with its description.
+   * model_memory_budget: idle versions that are not pinned are unloaded first (least asked-for and
+   * least recently used first). Concurrent calls share one load. Resolves with its description.
    * @throws MARINA_ERR_MODEL_NOT_FOUND, MARINA_ERR_MODEL_VERSION_NOT_FOUND (404),
    *   MARINA_ERR_MEMORY_BUDGET_FULL (503: nothing could be evicted within its startupTimeout),
    *   MARINA_ERR_MODEL_LARGER_THAN_BUDGET (400), MARINA_ERR_WORKER_START_FAILED (500).
