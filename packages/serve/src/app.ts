@@ -223,32 +223,43 @@ function requestTracer(
   address: ServerConfig['inferenceAddress'],
 ): RequestTracer {
   app.decorateRequest('marinaTrace', null);
-  // Span names by method and route: the same string each time, so the writer's lookup of its
-  // encoding needs no new string hashed per request.
-  const names = new Map<string, string>();
+  // Span names by method, then route: the same string each time, so the writer's lookup of its
+  // encoding needs no new string hashed per request (nor does this lookup: a map per method, not
+  // one keyed by method + route, a string built and hashed at each request).
+  const namesByMethod = new Map<string, Map<string, string>>();
   return {
     start(request, reply) {
       const route = request.routeOptions.url;
-      if (route === undefined || UNTRACED_ROUTES.has(route) || request.method === 'OPTIONS') return;
-      const query = request.url.indexOf('?');
-      const path = query < 0 ? request.url : request.url.slice(0, query);
-      const nameKey = request.method + route;
-      let name = names.get(nameKey);
+      // Node's request, read directly: fastify's getters for these only forward to it.
+      const raw = request.raw;
+      const method = raw.method!;
+      if (route === undefined || UNTRACED_ROUTES.has(route) || method === 'OPTIONS') return;
+      const url = raw.url!;
+      const query = url.indexOf('?');
+      const path = query < 0 ? url : url.slice(0, query);
+      const socket = raw.socket;
+      let names = namesByMethod.get(method);
+      if (names === undefined) {
+        names = new Map();
+        // Methods reach here only on a route that takes them (a bounded set), but a bound costs nothing.
+        if (namesByMethod.size < 64) namesByMethod.set(method, names);
+      }
+      let name = names.get(route);
       if (name === undefined) {
-        name = `${request.method} ${route}`;
-        // Routes and methods are the server's own (a bounded set), but a bound costs nothing.
-        if (names.size < 1024) names.set(nameKey, name);
+        name = `${method} ${route}`;
+        // Routes are the server's own (a bounded set), but a bound costs nothing.
+        if (names.size < 1024) names.set(route, name);
       }
       const attributes: RequestSpanOptions['attributes'] = {
-        'http.request.method': request.method,
+        'http.request.method': method,
         'http.route': route,
         'url.path': path,
         'url.scheme': address.protocol,
         'server.address': address.host,
-        'server.port': (request.socket.localPort ?? address.port) as number,
-        'network.protocol.version': request.raw.httpVersion,
-        'client.address': request.socket.remoteAddress || undefined,
-        'user_agent.original': request.headers['user-agent'] || undefined,
+        'server.port': (socket.localPort ?? address.port) as number,
+        'network.protocol.version': raw.httpVersion,
+        'client.address': socket.remoteAddress || undefined,
+        'user_agent.original': raw.headers['user-agent'] || undefined,
         // Set later (by startRequest, the route, the answer): declared here, so every request's
         // object has one shape from the start instead of growing a property store as they come.
         'marina.protocol': undefined,
@@ -261,7 +272,7 @@ function requestTracer(
       const requestTrace = tracing.startRequest({
         name,
         protocol: route.startsWith('/v2/') ? 'oip-rest' : 'torchserve-rest',
-        headers: request.headers,
+        headers: raw.headers,
         startedAt: performance.now(),
         attributes,
       });
@@ -274,7 +285,8 @@ function requestTracer(
       const status = reply.statusCode;
       const isError = status >= 500;
       requestTrace.end({
-        attributes: { 'http.response.status_code': status },
+        statusAttribute: 'http.response.status_code',
+        status,
         isError,
         errorType: isError ? String(status) : undefined,
       });

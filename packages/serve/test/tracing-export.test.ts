@@ -398,7 +398,7 @@ async function traceOneRequest(tracing: Tracing) {
     startedAt: performance.now(),
     attributes: { 'http.request.method': 'POST' },
   });
-  trace.end({ attributes: { 'http.response.status_code': 200 }, isError: false });
+  trace.end({ statusAttribute: 'http.response.status_code', status: 200, isError: false });
   await tracing.shutdown();
   return trace;
 }

@@ -146,7 +146,8 @@ const SERVER_FAULTS: ReadonlySet<grpc.status> = new Set([
 export function endCallTrace(requestTrace: RequestTrace | undefined, code: grpc.status): void {
   if (requestTrace === undefined) return;
   requestTrace.end({
-    attributes: { 'rpc.grpc.status_code': code },
+    statusAttribute: 'rpc.grpc.status_code',
+    status: code,
     isError: SERVER_FAULTS.has(code),
     errorType: grpc.status[code],
   });

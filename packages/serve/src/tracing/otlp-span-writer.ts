@@ -14,6 +14,9 @@ import { randomFillSync } from 'node:crypto';
 /** Attribute values as Marina writes them (OpenTelemetry's primitive attribute values). */
 export type SpanAttributes = Readonly<Record<string, string | number | boolean | undefined>>;
 
+/** A span without attributes: pass this one, and the writers skip the attributes at once. */
+export const NO_ATTRIBUTES: SpanAttributes = Object.freeze({});
+
 /**
  * A span that is over, as the writers take it. Its ids are bytes in `ids`, the block of a request's
  * trace (see ID_BLOCK_BYTES and `newIdBlock`).
@@ -84,12 +87,6 @@ const ID_TRACE = FIELD_TRACE + 2;
 export const ID_SPAN = FIELD_SPAN + 2;
 export const ID_PARENT = FIELD_PARENT + 2;
 const ID_BLOCK_BYTES = 48;
-/** A fresh block's tags and lengths, ids zero. */
-const ID_BLOCK_TEMPLATE = new Uint8Array(ID_BLOCK_BYTES);
-ID_BLOCK_TEMPLATE.set([0x22, 8], FIELD_CHILD_PARENT);
-ID_BLOCK_TEMPLATE.set([0x0a, 16], FIELD_TRACE);
-ID_BLOCK_TEMPLATE.set([0x12, 8], FIELD_SPAN);
-ID_BLOCK_TEMPLATE.set([0x22, 8], FIELD_PARENT);
 
 /** Random bytes for ids, from the system's generator, taken a few at a time. */
 const randomPool = Buffer.allocUnsafe(4096);
@@ -122,9 +119,21 @@ function hexInto(hex: string, bytes: Uint8Array, at: number): void {
     bytes[at++] = (NIBBLES[hex.charCodeAt(i)]! << 4) | NIBBLES[hex.charCodeAt(i + 1)]!;
 }
 
-/** A block with a fresh span id (also where children read it as their parent's). */
+/**
+ * A block with a fresh span id (also where children read it as their parent's). Built with
+ * `new` and four tag-and-length pairs written in, not a copy of a template: a slice is a builtin
+ * call and a species lookup each request, `new Uint8Array` of 48 bytes is allocated inline.
+ */
 function blockWithSpanId(): Uint8Array {
-  const ids = ID_BLOCK_TEMPLATE.slice();
+  const ids = new Uint8Array(ID_BLOCK_BYTES);
+  ids[FIELD_CHILD_PARENT] = 0x22;
+  ids[FIELD_CHILD_PARENT + 1] = 8;
+  ids[FIELD_TRACE] = 0x0a;
+  ids[FIELD_TRACE + 1] = 16;
+  ids[FIELD_SPAN] = 0x12;
+  ids[FIELD_SPAN + 1] = 8;
+  ids[FIELD_PARENT] = 0x22;
+  ids[FIELD_PARENT + 1] = 8;
   const at = takeRandom(8);
   copyId(randomPool, at, ids, ID_SPAN, 8);
   copyId(randomPool, at, ids, FIELD_CHILD_PARENT + 2, 8);
@@ -299,7 +308,9 @@ export class OtlpProtobufWriter implements SpanWriter {
     this.#buffer[this.#position++] = span.kind;
     this.#time(0x39, span.start);
     this.#time(0x41, span.end);
-    if (entry === undefined || entry.isMemoOff === true) {
+    if (span.attributes === NO_ATTRIBUTES) {
+      // Most child spans (admission, preprocess, postprocess): nothing to write or remember.
+    } else if (entry === undefined || entry.isMemoOff === true) {
       const attributes = span.attributes;
       for (const key in attributes) this.#attribute(0x4a, key, attributes[key]);
     } else this.#spanAttributes(entry, span.attributes);
@@ -439,8 +450,11 @@ export class OtlpProtobufWriter implements SpanWriter {
   #time(tag: number, instant: number): void {
     this.#ensure(9);
     const sum = ORIGIN_LO + Math.round(instant * 1e6);
-    const lo = sum % TWO_32;
-    const hi = ORIGIN_HI + (sum - lo) / TWO_32;
+    // Split by a floor, not `%`: a double's remainder is a call to C in optimised code. Exact, as
+    // the sum is a non-negative integer under 2^53 and the divisor a power of two.
+    const carry = Math.floor(sum / TWO_32);
+    const lo = sum - carry * TWO_32;
+    const hi = ORIGIN_HI + carry;
     const buffer = this.#buffer;
     let at = this.#position;
     buffer[at++] = tag;

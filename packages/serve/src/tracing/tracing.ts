@@ -49,6 +49,7 @@ import {
   ID_PARENT,
   ID_SPAN,
   newIdBlock,
+  NO_ATTRIBUTES,
   OtlpJsonWriter,
   OtlpProtobufWriter,
   rootIdBlock,
@@ -214,7 +215,6 @@ const SERVER = 2;
 const STATUS_UNSET = 0;
 const STATUS_ERROR = 2;
 
-const NO_ATTRIBUTES: SpanAttributes = Object.freeze({});
 const NO_LINKS: Link[] = [];
 
 /**
@@ -399,13 +399,23 @@ export class RequestTrace {
     });
   }
 
-  /** Ends the request span with its answer: `http.response.status_code` or `rpc.grpc.status_code`, ERROR for server errors. */
-  end(result: { attributes: SpanAttributes; isError: boolean; errorType?: string }): void {
+  /**
+   * Ends the request span with its answer: its status as `statusAttribute`
+   * (`http.response.status_code` or `rpc.grpc.status_code`), ERROR for server errors. One named
+   * attribute, not a record of them: a loop over a record's keys cost each request a generic
+   * keyed load and store.
+   */
+  end(result: {
+    statusAttribute: 'http.response.status_code' | 'rpc.grpc.status_code';
+    status: number;
+    isError: boolean;
+    errorType?: string;
+  }): void {
     if (this.#isEnded) return;
     this.#isEnded = true;
     if (!this.isSampled) return;
     const attributes = this.#attributes;
-    for (const key in result.attributes) attributes[key] = result.attributes[key];
+    attributes[result.statusAttribute] = result.status;
     if (result.isError && result.errorType !== undefined) attributes['error.type'] = result.errorType;
     const span = this.#tracing.scratch;
     span.ids = this.ids;
