@@ -224,9 +224,11 @@ async function touchModels(server: RunningServer, jpeg: Buffer, models: number):
 }
 
 /**
- * Cold requests one at a time: one client sends the JPEG to each model from the least popular to
- * the most, `rounds` times, waiting for each answer, so every request finds its model out of
- * memory (the budget holds the last few it asked for, idle) and waits for its load alone.
+ * Cold requests one at a time: one client sends the JPEG `rounds` × `models` times, waiting for
+ * each answer, each to the next model out of memory going from the least popular to the most
+ * (describe's state, read after the pause), so every request waits for its load alone. The budget
+ * holds the last few models asked for, idle, and the ones the Zipf phase asked for most, which the
+ * eviction order keeps.
  */
 async function coldAlone(
   server: RunningServer,
@@ -237,9 +239,14 @@ async function coldAlone(
   const latencies: number[] = [];
   const queueMs: number[] = [];
   let sent = 0;
+  let next = models - 1;
   for (let round = 0; round < rounds; round++)
-    for (let i = models - 1; i >= 0; i--) {
+    for (let k = 0; k < models; k++) {
       if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs));
+      let i = next;
+      for (let tried = 0; tried < models && (await modelState(server, i)) !== 'registered'; tried++)
+        i = (i - 1 + models) % models;
+      next = (i - 1 + models) % models;
       const at = performance.now();
       const response = await postJpeg(server, jpeg, i);
       sent++;
@@ -258,6 +265,13 @@ async function coldAlone(
     queueP50Ms: median(queueMs),
     pauseMs,
   };
+}
+
+/** A model's state from describe (management API). */
+async function modelState(server: RunningServer, i: number): Promise<string | undefined> {
+  const response = await fetch(`${server.managementOrigin}/models/${modelName(i)}`);
+  const [d] = (await response.json()) as Array<{ state?: string }>;
+  return d?.state;
 }
 
 /** The server's PSS once it has settled: the median of five readings 200 ms apart (the whole process tree). */
