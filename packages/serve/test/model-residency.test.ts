@@ -54,6 +54,11 @@ describe('many models in a memory budget', () => {
   const gates: string[] = [];
   /** Memory the probe adds beside the workers: what models grow by after their loads. */
   let grownBytes = 0;
+  /** Unloads every resident version but those named. */
+  const unloadAllBut = async (...keep: string[]) => {
+    for (const s of app.registry.stats())
+      if (s.state === 'resident' && !keep.includes(s.modelName)) await app.registry.unload(s.modelName, s.modelVersion);
+  };
   const states = () =>
     Object.fromEntries(
       app.registry
@@ -102,11 +107,23 @@ describe('many models in a memory budget', () => {
     });
     metrics = createServerMetrics({ registry: app.registry, hostname: 'test', collectProcessMetrics: false });
     base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
-    for (const name of [
-      ...['pinned', 'gate', 'a', 'b', 'c', 'shared', 'waiter', 'idle', 'stuck', 'scaled', 'slowload'],
-      ...['often', 'once1', 'once2'],
-    ])
-      await app.registry.register({ url: name, archivePath: `${store}/${name}`, load: false });
+    const names = [
+      'pinned',
+      'gate',
+      'a',
+      'b',
+      'c',
+      'shared',
+      'waiter',
+      'idle',
+      'stuck',
+      'scaled',
+      'slowload',
+      'often',
+      'once1',
+      'once2',
+    ];
+    for (const name of names) await app.registry.register({ url: name, archivePath: `${store}/${name}`, load: false });
   });
 
   afterAll(async () => {
@@ -292,9 +309,7 @@ describe('many models in a memory budget', () => {
 
   it('unloads the least recently used idle model when the models grow past the budget after their loads', async () => {
     // Resident: the pinned model, a and b (b used before a); everything else unloaded.
-    for (const s of app.registry.stats())
-      if (s.state === 'resident' && !['pinned', 'a', 'b'].includes(s.modelName))
-        await app.registry.unload(s.modelName, s.modelVersion);
+    await unloadAllBut('pinned', 'a', 'b');
     for (const name of ['pinned', 'b', 'a']) expect((await classify(name)).status).toBe(200);
     expect(states()).toMatchObject({ pinned: 'resident', a: 'resident', b: 'resident' });
     const budget = app.registry.memoryBudgetBytes!;
@@ -310,8 +325,7 @@ describe('many models in a memory budget', () => {
   });
 
   it('orders eviction by when each model was asked for: a load on demand does not make its model look recently used', async () => {
-    for (const s of app.registry.stats())
-      if (s.state === 'resident' && s.modelName !== 'pinned') await app.registry.unload(s.modelName, s.modelVersion);
+    await unloadAllBut('pinned');
     expect((await classify('pinned')).status).toBe(200);
     expect((await classify('a')).status).toBe(200);
     // slowload is asked for; its load (its handler's import) waits on a gate while a is asked for again.
@@ -335,8 +349,7 @@ describe('many models in a memory budget', () => {
   });
 
   it('keeps an idle model asked for several times as often as the others, and evicts the least recently used of those', async () => {
-    for (const s of app.registry.stats())
-      if (s.state === 'resident' && s.modelName !== 'pinned') await app.registry.unload(s.modelName, s.modelVersion);
+    await unloadAllBut('pinned');
     expect((await classify('pinned')).status).toBe(200);
     // often: 12 requests (its count halves every 10 s: still 4 times once1's for 10 s and more);
     // once1 and once2 one each, after it. Least recently used alone would take often.

@@ -244,7 +244,7 @@ async function coldAlone(
     for (let k = 0; k < models; k++) {
       if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs));
       let i = next;
-      for (let tried = 0; tried < models && (await modelState(server, i)) !== 'registered'; tried++)
+      for (let tried = 0; tried < models && (await describeModel(server, i))?.state !== 'registered'; tried++)
         i = (i - 1 + models) % models;
       next = (i - 1 + models) % models;
       const at = performance.now();
@@ -267,11 +267,18 @@ async function coldAlone(
   };
 }
 
-/** A model's state from describe (management API). */
-async function modelState(server: RunningServer, i: number): Promise<string | undefined> {
+/** The fields of describe's answer (management API) the experiment reads. */
+interface ModelDescription {
+  residentBytes?: number;
+  state?: string;
+  workers: Array<{ intraOpNumThreads: number }>;
+}
+
+/** Model i's describe: its first version's entry. */
+async function describeModel(server: RunningServer, i: number): Promise<ModelDescription | undefined> {
   const response = await fetch(`${server.managementOrigin}/models/${modelName(i)}`);
-  const [d] = (await response.json()) as Array<{ state?: string }>;
-  return d?.state;
+  const [d] = (await response.json()) as ModelDescription[];
+  return d;
 }
 
 /** The server's PSS once it has settled: the median of five readings 200 ms apart (the whole process tree). */
@@ -303,12 +310,7 @@ async function residentSizes(
   const states: string[] = [];
   let threads = 1;
   for (let i = 0; i < models; i++) {
-    const response = await fetch(`${server.managementOrigin}/models/${modelName(i)}`);
-    const [d] = (await response.json()) as Array<{
-      residentBytes?: number;
-      state?: string;
-      workers: Array<{ intraOpNumThreads: number }>;
-    }>;
+    const d = await describeModel(server, i);
     bytes.push(d?.residentBytes ?? 0);
     states.push(d?.state ?? 'unknown');
     threads = d?.workers[0]?.intraOpNumThreads ?? threads;

@@ -584,9 +584,10 @@ export class ModelResidency {
    */
   #idleInEvictionOrder(candidates: ModelVersion[]): ModelVersion[] {
     const now = performance.now();
-    const least = Math.min(...candidates.map((v) => v.demand.valueAt(now)));
-    const isFrequent = (v: ModelVersion) => v.demand.valueAt(now) >= FREQUENT_FACTOR * Math.max(1, least);
-    return candidates.sort((a, b) => Number(isFrequent(a)) - Number(isFrequent(b)) || this.#evictionOrder(a, b));
+    const demand = new Map(candidates.map((v) => [v, v.demand.valueAt(now)]));
+    const bar = FREQUENT_FACTOR * Math.max(1, Math.min(...demand.values()));
+    const isFrequent = (v: ModelVersion) => Number(demand.get(v)! >= bar);
+    return candidates.sort((a, b) => isFrequent(a) - isFrequent(b) || this.#evictionOrder(a, b));
   }
 
   #lastAsked(v: ModelVersion): number {
