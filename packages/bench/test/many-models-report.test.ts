@@ -180,7 +180,8 @@ describe('many-models report', () => {
       },
     });
     const line = lines.find((l) => l.startsWith('- Models busy at once'));
-    expect(line).toContain('all resident 8.9 of 12, under the budget 9.5; the budget holds about 4.0');
+    expect(line).toContain('all resident 8.9 of 12; under the budget 9.5,');
+    expect(line).toContain('The budget holds about 4.0 at the models');
     expect(formatManyModelsSection(summary()).some((l) => l.startsWith('- Models busy at once'))).toBe(false);
   });
 });

@@ -699,7 +699,7 @@ function busyModelsLines(s: ManyModelsSummary): string[] {
   if (all === undefined || budget === undefined) return [];
   const holds = s.plan.models / s.plan.budgetDivisor;
   return [
-    `- Models busy at once (a model counts while a request to it is outstanding, averaged over the phase): all resident ${fmt(all, 1)} of ${s.plan.models}, under the budget ${fmt(budget, 1)}; the budget holds about ${fmt(holds, 1)} at the models' mean size (${s.plan.models} ÷ ${s.plan.budgetDivisor}). With more models busy than it holds, a request to a model out of memory waits for a resident one to finish its queue, or to be evicted with requests waiting, before its own load starts: the room wait in the requests that waited for a load, whatever the eviction order.`,
+    `- Models busy at once (a model counts while a request to it is outstanding, averaged over the phase): all resident ${fmt(all, 1)} of ${s.plan.models}; under the budget ${fmt(budget, 1)}, as a request waiting for its model's load keeps that model busy longer. The budget holds about ${fmt(holds, 1)} at the models' mean size (${s.plan.models} ÷ ${s.plan.budgetDivisor}). A load takes its room from a resident model that is idle, or evicts one with requests waiting; the closer the models the traffic keeps busy come to what the budget holds, the less often that room is free: the room wait in the requests that waited for a load.`,
   ];
 }
 
