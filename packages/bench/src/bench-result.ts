@@ -267,6 +267,11 @@ export interface ZipfPhase {
   meanMs?: number;
   /** The same requests split by their model's popularity (most asked-for first). Absent from older results. */
   byPopularity?: PopularityGroup[];
+  /**
+   * How many models had a request outstanding (sent, not yet answered), averaged over the phase's
+   * time: the models its traffic keeps busy at once. Absent from older results.
+   */
+  busyModelsMean?: number;
 }
 
 /** The requests of a Zipf phase to a group of models of neighbouring popularity. */

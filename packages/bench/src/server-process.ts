@@ -87,7 +87,12 @@ export async function writeServerConfig(
     'disable_token_authorization=true',
   ];
   if (options.jobQueueSize !== undefined) lines.push(`job_queue_size=${options.jobQueueSize}`);
-  for (const [key, value] of Object.entries(options.properties ?? {})) lines.push(`${key}=${value}`);
+  // A property given here replaces the default above in place (the server warns on a key set twice).
+  for (const [key, value] of Object.entries(options.properties ?? {})) {
+    const at = lines.findIndex((line) => line.startsWith(`${key}=`));
+    if (at >= 0) lines[at] = `${key}=${value}`;
+    else lines.push(`${key}=${value}`);
+  }
   if (options.modelsJson !== undefined) lines.push(`models=${JSON.stringify(options.modelsJson)}`);
   else if (options.settings !== undefined && Object.keys(options.settings).length > 0) {
     lines.push(`models=${JSON.stringify({ [options.modelName]: { [options.modelVersion]: options.settings } })}`);

@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import type { ManyModelsSummary, ZipfPhase } from '../src/bench-result.ts';
-import { formatManyModelsSection, manyModelsPlan, popularityGroups } from '../src/experiments/many-models.ts';
+import {
+  busyModelsMean,
+  formatManyModelsSection,
+  manyModelsPlan,
+  popularityGroups,
+} from '../src/experiments/many-models.ts';
 
 const phase = (label: string, extra: Partial<ZipfPhase> = {}): ZipfPhase => ({
   label,
@@ -141,5 +146,42 @@ describe('many-models report', () => {
     expect(line).toContain('. Under the budget: mean 1050 ms');
     expect(coldLine(lines)).toBeUndefined();
     expect(formatManyModelsSection(summary()).some((l) => l.startsWith('- Where the Zipf'))).toBe(false);
+  });
+  it('averages the models with a request outstanding over the phase, a model once however many of its requests are out', () => {
+    // 0–100 ms: model 0 alone (1); 100–200: models 0 and 3 (2), model 0 with two requests out;
+    // 200–300: model 3 (1); 300–400: nothing. Counting requests instead of models would give 1.075.
+    const requests = [
+      { model: 0, startMs: 0, endMs: 100 },
+      { model: 0, startMs: 100, endMs: 200 },
+      { model: 0, startMs: 150, endMs: 180 },
+      { model: 3, startMs: 100, endMs: 300 },
+    ];
+    // (100 × 1 + 100 × 2 + 100 × 1) ÷ 400 = 1.
+    expect(busyModelsMean(requests, 400)).toBeCloseTo(1, 10);
+    expect(busyModelsMean(requests, 300)).toBeCloseTo(4 / 3, 10);
+    // Every model busy the whole time: their count.
+    expect(
+      busyModelsMean(
+        Array.from({ length: 12 }, (_, model) => ({ model, startMs: 0, endMs: 50 })),
+        50,
+      ),
+    ).toBeCloseTo(12, 10);
+    expect(busyModelsMean([], 0)).toBeNaN();
+  });
+
+  it('says how many models the Zipf traffic keeps busy against how many the budget holds', () => {
+    const base = summary();
+    const lines = formatManyModelsSection({
+      ...base,
+      phases: {
+        ...base.phases,
+        allResidentZipf: { ...base.phases.allResidentZipf, busyModelsMean: 8.94 },
+        budgetZipf: { ...base.phases.budgetZipf, busyModelsMean: 9.51 },
+      },
+    });
+    const line = lines.find((l) => l.startsWith('- Models busy at once'));
+    expect(line).toContain('all resident 8.9 of 12; under the budget 9.5,');
+    expect(line).toContain('The budget holds about 4.0 at the models');
+    expect(formatManyModelsSection(summary()).some((l) => l.startsWith('- Models busy at once'))).toBe(false);
   });
 });

@@ -53,4 +53,15 @@ describe('writeServerConfig', () => {
     expect(JSON.parse(config.get('models')!)).toEqual(modelsJson);
     expect(config.get('management_address')).toBe('http://127.0.0.1:2');
   });
+
+  it("writes a property given over a default in the default's place, each key once", async () => {
+    const path = await writeServerConfig({
+      ...base,
+      properties: { enable_metrics_api: 'true', model_memory_budget: '600MB' },
+    });
+    const lines = readFileSync(path, 'utf8').trim().split('\n');
+    expect(lines.filter((line) => line.startsWith('enable_metrics_api='))).toEqual(['enable_metrics_api=true']);
+    expect(lines.indexOf('enable_metrics_api=true')).toBeLessThan(lines.indexOf('disable_token_authorization=true'));
+    expect(keys(path).get('model_memory_budget')).toBe('600MB');
+  });
 });

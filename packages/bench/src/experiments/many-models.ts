@@ -114,6 +114,8 @@ async function zipfLoad(options: {
   const sampler = startProcessSampler({ getPids: () => listProcessTree(options.server.pid), isPssSampled: true });
   // Per answered request: its model's index (0 the most asked-for), latency and whether it waited for a load.
   const answered: AnsweredRequest[] = [];
+  // Every request sent, answered or not: when it was out, for busyModelsMean.
+  const outstanding: OutstandingRequest[] = [];
   let errors = 0;
   let issued = 0;
   const started = performance.now();
@@ -123,6 +125,8 @@ async function zipfLoad(options: {
       const model = options.pick();
       const path = `/predictions/${modelName(model)}`;
       const at = performance.now();
+      const out: OutstandingRequest = { model, startMs: at - started, endMs: Number.NaN };
+      outstanding.push(out);
       try {
         const response = await pool.request({
           method: 'POST',
@@ -132,6 +136,7 @@ async function zipfLoad(options: {
         });
         await response.body.arrayBuffer();
         const ms = performance.now() - at;
+        out.endMs = out.startMs + ms;
         if (response.statusCode !== 200) {
           errors++;
           continue;
@@ -140,6 +145,7 @@ async function zipfLoad(options: {
         answered.push({ model, ms, hasWaited });
       } catch {
         errors++;
+        out.endMs = performance.now() - started;
       }
     }
   };
@@ -166,6 +172,7 @@ async function zipfLoad(options: {
       peakPssMb: usage.peakPssBytes / MB,
       meanMs: all.meanMs,
       byPopularity: popularityGroups(answered, options.models),
+      busyModelsMean: busyModelsMean(outstanding, wallMs),
     },
     usage,
     latenciesMs: latencies,
@@ -177,6 +184,40 @@ interface AnsweredRequest {
   model: number;
   ms: number;
   hasWaited: boolean;
+}
+
+/** A request from when it was sent to when its answer was read, ms from the phase's start. */
+export interface OutstandingRequest {
+  model: number;
+  startMs: number;
+  endMs: number;
+}
+
+/**
+ * The number of models with at least one request outstanding, averaged over `wallMs`: the models a
+ * phase's traffic keeps busy at once. A budget that holds fewer than that makes some requests wait
+ * for a load however the models are chosen: a resident model has to finish its queue, or be
+ * evicted with requests waiting, before another one's load can take its room.
+ */
+export function busyModelsMean(requests: readonly OutstandingRequest[], wallMs: number): number {
+  if (!(wallMs > 0)) return Number.NaN;
+  // +1 when a request is sent, -1 when it is answered; a model is busy while its count is above 0.
+  const events: Array<[ms: number, delta: number, model: number]> = [];
+  for (const r of requests) events.push([r.startMs, 1, r.model], [r.endMs, -1, r.model]);
+  events.sort((a, b) => a[0] - b[0]);
+  const perModel = new Map<number, number>();
+  let busy = 0;
+  let area = 0;
+  let last = 0;
+  for (const [ms, delta, model] of events) {
+    area += busy * (ms - last);
+    last = ms;
+    const before = perModel.get(model) ?? 0;
+    perModel.set(model, before + delta);
+    if (before === 0 && delta > 0) busy++;
+    else if (before === 1 && delta < 0) busy--;
+  }
+  return area / wallMs;
 }
 
 /**
@@ -620,6 +661,7 @@ export function formatManyModelsSection(s: ManyModelsSummary): string[] {
     `- Cold start floor (onnxruntime creating the session from the cached optimised model, median of 3, plus one idle batch-1 run): ${fmt(s.floorCreateMs)} + ${fmt(s.floorRunMs)} = ${fmt(coldFloorMs)} ms. The budget server's own loads: ${s.serverLoads}, mean ${fmt(s.serverLoadMeanMs)} ms each (making room, a worker thread, the session, its warm-up).`,
     `- Requests that waited for a load: p50 ${fmt(waitedP50)} ms (the budget phase's requests that did not wait: p50 ${fmt(p.budgetZipf.warmP50Ms)} ms). Against the idle floor: ${fmt(waitedP50 / coldFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * coldFloorMs ? 'met' : 'missed'}**. Against the load floor plus the p50 the same traffic got with every model resident (${fmt(p.allResidentZipf.p50Ms)} ms: a request's inference under ${s.plan.clients} clients on these cores): ${fmt(s.floorCreateMs)} + ${fmt(p.allResidentZipf.p50Ms)} = ${fmt(underLoadFloorMs)} ms, ${fmt(waitedP50 / underLoadFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * underLoadFloorMs ? 'met' : 'missed'}**.`,
     ...popularityLines(s),
+    ...busyModelsLines(s),
     ...coldAloneLines(s, coldFloorMs),
     `- Hot set throughput, budget ÷ all resident: ${fmt(p.budgetHot.throughputPerSec, 1)} ÷ ${fmt(p.allResidentHot.throughputPerSec, 1)} = ${fmt(p.budgetHot.throughputPerSec / p.allResidentHot.throughputPerSec, 2)} (goal ≥ 0.8): **${p.budgetHot.throughputPerSec >= 0.8 * p.allResidentHot.throughputPerSec ? 'met' : 'missed'}**.`,
     '',
@@ -645,6 +687,20 @@ function popularityLines(s: ManyModelsSummary): string[] {
   const budget = describe(s.phases.budgetZipf, 'Under the budget');
   if (!all || !budget) return [];
   return [`- Where the Zipf phases' latency sits, by popularity (model 1 the most asked-for): ${all}. ${budget}.`];
+}
+
+/**
+ * The report's line on how many models the Zipf traffic keeps busy at once against how many the
+ * budget holds (absent from older results): the room a cold request waits for.
+ */
+function busyModelsLines(s: ManyModelsSummary): string[] {
+  const all = s.phases.allResidentZipf.busyModelsMean;
+  const budget = s.phases.budgetZipf.busyModelsMean;
+  if (all === undefined || budget === undefined) return [];
+  const holds = s.plan.models / s.plan.budgetDivisor;
+  return [
+    `- Models busy at once (a model counts while a request to it is outstanding, averaged over the phase): all resident ${fmt(all, 1)} of ${s.plan.models}; under the budget ${fmt(budget, 1)}, as a request waiting for its model's load keeps that model busy longer. The budget holds about ${fmt(holds, 1)} at the models' mean size (${s.plan.models} ÷ ${s.plan.budgetDivisor}). A load takes its room from a resident model that is idle, or evicts one with requests waiting; the closer the models the traffic keeps busy come to what the budget holds, the less often that room is free: the room wait in the requests that waited for a load.`,
+  ];
 }
 
 /** The report's lines on the one-at-a-time cold requests (absent from older results). */
