@@ -11,7 +11,7 @@
  */
 import { readFile, truncate, writeFile } from 'node:fs/promises';
 import { writeSampleJpeg } from '@marina/model-zoo';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildApp, type MarinaApp } from '../src/index.ts';
 import { createServerMetrics, type ServerMetrics } from '../src/metrics/server-metrics.ts';
 import type { ResidencyEvent } from '../src/registry/model-registry-api.ts';
@@ -346,6 +346,22 @@ describe('many models in a memory budget', () => {
     expect((await classify('c')).status).toBe(200);
     expect((await evicted).modelName).toBe('slowload');
     expect(states()).toMatchObject({ slowload: 'registered', c: 'resident' });
+  });
+
+  it('keeps the order of requests that arrive within one millisecond: the one asked for first leaves first', async () => {
+    await unloadAllBut('pinned');
+    // Every use in one millisecond of the wall clock, as back-to-back loopback requests can be (a
+    // CI run evicted the wrong model that way): the order they came in must still decide.
+    const clock = vi.spyOn(Date, 'now').mockReturnValue(Date.now());
+    try {
+      for (const name of ['once2', 'once1', 'c']) expect((await classify(name)).status).toBe(200);
+      expect(states()).toMatchObject({ pinned: 'resident', once2: 'resident', once1: 'resident', c: 'resident' });
+      const evicted = residency(app, { state: 'unloading', reason: 'evicted' });
+      expect((await classify('a')).status).toBe(200);
+      expect((await evicted).modelName).toBe('once2');
+    } finally {
+      clock.mockRestore();
+    }
   });
 
   it('keeps an idle model asked for several times as often as the others, and evicts the least recently used of those', async () => {

@@ -3,7 +3,7 @@ import { isMarinaError } from '@marina/errors';
 import { createServeError } from '../errors.ts';
 import { readProcessMemoryBytes } from '../metrics/process-memory.ts';
 import type { LoadReason, RegistryEvents } from './model-registry-api.ts';
-import type { ModelVersion } from '../scheduling/model-version.ts';
+import { nextUse, type ModelVersion } from '../scheduling/model-version.ts';
 
 /** Why a version leaves memory: marina_model_evictions_total counts 'evicted'. */
 export type UnloadReason = 'evicted' | 'idle' | 'api';
@@ -66,8 +66,10 @@ export class ModelResidency {
   readonly #warming = new Set<ModelVersion>();
   readonly #idleTimers = new Map<ModelVersion, ReturnType<typeof setTimeout>>();
   readonly #loadedAt = new Map<ModelVersion, number>();
-  /** When a load by the API or at start-up finished: that load counts as a use for eviction order (#evictionOrder). */
-  readonly #askedAt = new Map<ModelVersion, number>();
+  /** A load by the API or at start-up, as a use (nextUse) when it finished: it counts in the eviction order (#evictionOrder). */
+  readonly #askedUse = new Map<ModelVersion, number>();
+  /** Each resident version's load, as a use (nextUse) when it finished: its place in the eviction order until a request comes. */
+  readonly #loadedUse = new Map<ModelVersion, number>();
   /**
    * How long each version's last load took once room was made, ms, kept after its unload: the busy
    * rule reads it while the version is resident (with #loadedAt), #agingMs for its next load.
@@ -314,7 +316,8 @@ export class ModelResidency {
       isMeasuring = false;
       this.#endMeasure(version);
       this.#loadedAt.set(version, Date.now());
-      if (reason !== 'demand') this.#askedAt.set(version, Date.now());
+      this.#loadedUse.set(version, nextUse());
+      if (reason !== 'demand') this.#askedUse.set(version, nextUse());
       this.#loadMs.set(version, performance.now() - workersStartedAt);
       version.setTransition(undefined);
       // From here its load's measure is in the process's memory; what is still to come, #warming counts.
@@ -591,7 +594,7 @@ export class ModelResidency {
   }
 
   #lastAsked(v: ModelVersion): number {
-    return Math.max(v.lastUsedAt ?? this.#loadedAt.get(v) ?? 0, this.#askedAt.get(v) ?? 0);
+    return Math.max(v.lastUse ?? this.#loadedUse.get(v) ?? 0, this.#askedUse.get(v) ?? 0);
   }
 
   #lastUse(v: ModelVersion): number {
@@ -669,7 +672,8 @@ export class ModelResidency {
       }
     } finally {
       this.#loadedAt.delete(version);
-      this.#askedAt.delete(version);
+      this.#loadedUse.delete(version);
+      this.#askedUse.delete(version);
       this.#moves++;
       if (this.#group) this.#group.isTainted = true;
       version.setTransition(undefined);
@@ -686,7 +690,8 @@ export class ModelResidency {
     this.#disarmIdle(version);
     this.#forgetFirstBatch(version);
     this.#loadedAt.delete(version);
-    this.#askedAt.delete(version);
+    this.#loadedUse.delete(version);
+    this.#askedUse.delete(version);
   }
 
   /** The version's idle setting changed (or it was pinned/unpinned): re-arm its timer. */

@@ -73,6 +73,15 @@ export interface ModelVersionOptions {
  */
 const DEMAND_HALF_LIFE_MS = 10_000;
 
+/** Uses counted across every version, so that two in the same millisecond keep their order. */
+let usesSoFar = 0;
+
+/** The next use's place among every version's uses (ModelVersion.lastUse; the residency's loads). */
+export function nextUse(): number {
+  usesSoFar += 1;
+  return usesSoFar;
+}
+
 /** Clean measures of a version's serving size a load's reservation looks back over (the largest counts). */
 const SERVING_MEASURES = 3;
 
@@ -130,6 +139,12 @@ export class ModelVersion extends EventEmitter<{
   idleUnloadMs: number;
   /** When a request last arrived (or the version was loaded), ms since the epoch; undefined: never used. */
   lastUsedAt: number | undefined;
+  /**
+   * Where its last request's arrival falls among every version's uses (nextUse); undefined: never
+   * used. The eviction order reads this, not lastUsedAt: requests a loopback client sends back to
+   * back can share a millisecond, and a tie took the wrong model (measured in CI).
+   */
+  lastUse: number | undefined;
   /** Requests submitted lately, halving every DEMAND_HALF_LIFE_MS (performance.now() clock): what a load must outweigh to evict this version while it is busy. */
   readonly demand = new DecayingCounter(DEMAND_HALF_LIFE_MS);
   /** Process memory the last load added, bytes (measured: before and after the load); 0 until measured. */
@@ -186,6 +201,7 @@ export class ModelVersion extends EventEmitter<{
     this.pinned = options.settings.pinned;
     this.idleUnloadMs = options.settings.idleUnloadMs;
     this.lastUsedAt = undefined;
+    this.lastUse = undefined;
     this.unloadGraceMs = options.unloadGraceMs ?? 10_000;
     this.#startOnDemand = options.startOnDemand;
     this.queue = new JobQueue({
@@ -293,6 +309,7 @@ export class ModelVersion extends EventEmitter<{
     this.queue.offer(job);
     if (job.priority === 1 && this.queue.levelCount > 1) this.aggregator.noteTopLevel();
     this.lastUsedAt = Date.now();
+    this.lastUse = nextUse();
     this.demand.add(performance.now());
     if (this.pool.target === 0 || this.#transition === 'unloading') this.#startOnDemand(this, job.requestId);
     this.#pump();
