@@ -66,10 +66,6 @@ export class ModelResidency {
   readonly #warming = new Set<ModelVersion>();
   readonly #idleTimers = new Map<ModelVersion, ReturnType<typeof setTimeout>>();
   readonly #loadedAt = new Map<ModelVersion, number>();
-  /** A load by the API or at start-up, as a use (nextUse) when it finished: it counts in the eviction order (#evictionOrder). */
-  readonly #askedUse = new Map<ModelVersion, number>();
-  /** Each resident version's load, as a use (nextUse) when it finished: its place in the eviction order until a request comes. */
-  readonly #loadedUse = new Map<ModelVersion, number>();
   /**
    * How long each version's last load took once room was made, ms, kept after its unload: the busy
    * rule reads it while the version is resident (with #loadedAt), #agingMs for its next load.
@@ -316,8 +312,8 @@ export class ModelResidency {
       isMeasuring = false;
       this.#endMeasure(version);
       this.#loadedAt.set(version, Date.now());
-      this.#loadedUse.set(version, nextUse());
-      if (reason !== 'demand') this.#askedUse.set(version, nextUse());
+      // A load by the API or at start-up is a use (#evictionOrder); one on demand follows its requests' uses.
+      if (reason !== 'demand') version.lastUse = nextUse();
       this.#loadMs.set(version, performance.now() - workersStartedAt);
       version.setTransition(undefined);
       // From here its load's measure is in the process's memory; what is still to come, #warming counts.
@@ -574,7 +570,7 @@ export class ModelResidency {
    * after that one's (bench run s1 at two thirds of the memory: the second most asked-for model was
    * evicted 13 times in 24 s, each time asked for again within a second).
    */
-  readonly #evictionOrder = (a: ModelVersion, b: ModelVersion): number => this.#lastAsked(a) - this.#lastAsked(b);
+  readonly #evictionOrder = (a: ModelVersion, b: ModelVersion): number => (a.lastUse ?? 0) - (b.lastUse ?? 0);
 
   /**
    * Idle candidates in the order they go: those asked for about as little as the least asked-for
@@ -591,10 +587,6 @@ export class ModelResidency {
     const bar = FREQUENT_FACTOR * Math.max(1, Math.min(...demand.values()));
     const isFrequent = (v: ModelVersion) => Number(demand.get(v)! >= bar);
     return candidates.sort((a, b) => isFrequent(a) - isFrequent(b) || this.#evictionOrder(a, b));
-  }
-
-  #lastAsked(v: ModelVersion): number {
-    return Math.max(v.lastUse ?? this.#loadedUse.get(v) ?? 0, this.#askedUse.get(v) ?? 0);
   }
 
   #lastUse(v: ModelVersion): number {
@@ -672,8 +664,6 @@ export class ModelResidency {
       }
     } finally {
       this.#loadedAt.delete(version);
-      this.#loadedUse.delete(version);
-      this.#askedUse.delete(version);
       this.#moves++;
       if (this.#group) this.#group.isTainted = true;
       version.setTransition(undefined);
@@ -690,8 +680,6 @@ export class ModelResidency {
     this.#disarmIdle(version);
     this.#forgetFirstBatch(version);
     this.#loadedAt.delete(version);
-    this.#loadedUse.delete(version);
-    this.#askedUse.delete(version);
   }
 
   /** The version's idle setting changed (or it was pinned/unpinned): re-arm its timer. */

@@ -76,7 +76,7 @@ const DEMAND_HALF_LIFE_MS = 10_000;
 /** Uses counted across every version, so that two in the same millisecond keep their order. */
 let usesSoFar = 0;
 
-/** The next use's place among every version's uses (ModelVersion.lastUse; the residency's loads). */
+/** The next use's place among every version's uses (ModelVersion.lastUse). */
 export function nextUse(): number {
   usesSoFar += 1;
   return usesSoFar;
@@ -140,9 +140,10 @@ export class ModelVersion extends EventEmitter<{
   /** When a request last arrived (or the version was loaded), ms since the epoch; undefined: never used. */
   lastUsedAt: number | undefined;
   /**
-   * Where its last request's arrival falls among every version's uses (nextUse); undefined: never
-   * used. The eviction order reads this, not lastUsedAt: requests a loopback client sends back to
-   * back can share a millisecond, and a tie took the wrong model (measured in CI).
+   * Where its last use falls among every version's uses (nextUse): a request's arrival, or a load
+   * asked for by the API or at start-up (set by the residency); undefined: never used. The eviction
+   * order reads this, not lastUsedAt: requests a loopback client sends back to back can share a
+   * millisecond, and a tie took the wrong model (measured in CI).
    */
   lastUse: number | undefined;
   /** Requests submitted lately, halving every DEMAND_HALF_LIFE_MS (performance.now() clock): what a load must outweigh to evict this version while it is busy. */
