@@ -73,3 +73,42 @@ it('resolves them too in a worker that started as a spare thread (a model loaded
     await budgeted.close();
   }
 });
+
+it("resolves them in a thread a built-in handler's model left for it (evicted to make room, its thread recycled)", async () => {
+  // A built-in handler's worker never registers the import hooks (they cost each worker a thread
+  // of their own); the custom handler that takes its thread registers them before its import. The
+  // process's memory is read through a deterministic probe (100 MiB per live worker) so that the
+  // budget holds exactly one model and the second load evicts the first.
+  const MiB = 2 ** 20;
+  const budgeted = await buildApp(
+    testConfig({ residency: { memoryBudgetBytes: 150 * MiB, unloadGraceSeconds: 1 } }, dir.path),
+    { readMemoryBytes: () => budgeted.registry.stats().reduce((sum, s) => sum + s.workers * 100 * MiB, 0) },
+  );
+  try {
+    const first = await writeClassifierModel(dir.path, 'first-recycled');
+    await budgeted.registry.register({ url: 'first-recycled', archivePath: first, synchronous: true });
+    await budgeted.registry.register({ url: 'sizer', archivePath: join(dir.path, 'sizer') });
+    const image = await readFile(join(dir.path, 'image.jpg'));
+    const classified = await budgeted.inference.inject({
+      method: 'POST',
+      url: '/predictions/first-recycled',
+      payload: image,
+      headers: { 'content-type': 'image/jpeg' },
+    });
+    expect(classified.statusCode, classified.body).toBe(200);
+    const firstThread = budgeted.registry.getVersion('first-recycled').pool.workers[0]!.threadId;
+    expect(firstThread).toBeGreaterThan(0);
+    const res = await budgeted.inference.inject({
+      method: 'POST',
+      url: '/predictions/sizer',
+      payload: image,
+      headers: { 'content-type': 'image/jpeg' },
+    });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toEqual({ width: 64, height: 48, tensorDims: [2] });
+    expect(budgeted.registry.describe('first-recycled')[0]).toMatchObject({ state: 'registered' });
+    expect(budgeted.registry.getVersion('sizer').pool.workers[0]!.threadId).toBe(firstThread);
+  } finally {
+    await budgeted.close();
+  }
+});

@@ -18,16 +18,12 @@ if (!isCompiled) {
   const { runSources } = await import('../../../../scripts/run-sources.mjs');
   unregister = runSources();
 }
-// Imported before the handler import hooks are registered: through them each of its imports
-// would be resolved on the hooks' thread (a cold load waited 6-9 ms for worker-main that way).
 const { runWorker, warmUpSpareThread } = await import(`./worker-main${ext}`);
 if (isSpare) {
   const { receiveAssignment, scheduleSpareThread } = await import(`./worker-init${ext}`);
   // What a worker does first that does not depend on its model, done while the spare waits: its
-  // CPU policy (a chrt child process) and the handler import hooks (a loader thread, ~60 ms). A
-  // load given this thread then only creates its handler and session.
+  // CPU policy (a chrt child process). A load given this thread then only creates its handler and session.
   scheduleSpareThread();
-  registerHandlerImportHooks();
   const assigned = receiveAssignment();
   parentPort.postMessage({ type: 'spare-ready' });
   // Ready before this: a load that takes the thread meanwhile does not wait for it (never fails).
@@ -35,15 +31,18 @@ if (isSpare) {
   await assigned;
 }
 await unregister?.();
-if (!isSpare) registerHandlerImportHooks();
-await runWorker();
+await runWorker({ registerHandlerImportHooks });
 
 /**
  * A custom handler lives in an extracted archive with no node_modules above it: let its bare
  * imports (sharp, onnxruntime-node) resolve to the packages Marina runs on, exactly as the
  * validator (@marina/archive's handler probe) resolves them, so what validates also serves. The
- * hooks only act where Node's own resolution fails, so registering them before worker-main is
- * imported (a spare thread) changes nothing for Marina's own imports.
+ * hooks only act where Node's own resolution fails. worker-main registers them just before it
+ * imports an archive's handler, never for a built-in one: Node runs registered hooks on a thread
+ * of their own, one per worker, and that thread cost each worker 8-10 MB of PSS, an OS thread and
+ * 70-130 ms of CPU at its start (measured on 2 cores: four threads importing onnxruntime-node and
+ * sharp, with and without the hooks). Registered after worker-main was imported, they also never
+ * see Marina's own imports (through them, a cold load waited 6-9 ms for worker-main).
  */
 function registerHandlerImportHooks() {
   registerHooks('@marina/archive/handler-import-hooks', import.meta.url, {

@@ -476,8 +476,20 @@ export function warmUpSpareThread(): Promise<void> {
   return warmUpImageDecoding();
 }
 
+export interface RunWorkerOptions {
+  /**
+   * Registers the import hooks an archive's own handler needs (worker-bootstrap.mjs). Called once,
+   * just before a custom handler is imported: a built-in handler's worker never starts their thread.
+   */
+  registerHandlerImportHooks?: () => void;
+}
+
+/** The bootstrap's registration of the handler import hooks, until it has run (a recycled thread keeps it). */
+let registerHandlerImportHooks: (() => void) | undefined;
+
 /** Loads the handler, warms it up when model-config.yaml asks for it, reports ready, then serves batches until stopped. Called by worker-bootstrap.mjs. */
-export async function runWorker(): Promise<void> {
+export async function runWorker(options: RunWorkerOptions = {}): Promise<void> {
+  registerHandlerImportHooks ??= options.registerHandlerImportHooks;
   // A spare thread is given its model after it started (spare-threads.ts): read it through worker-init.
   init = workerInit();
   useNativeCallGauge(init.nativeCalls);
@@ -491,6 +503,10 @@ export async function runWorker(): Promise<void> {
   const scheduling = init.isBackground ? useSchedIdle() : (early ?? useSchedBatch());
   try {
     const builtin = getBuiltinHandler(init.handler);
+    if (!builtin && registerHandlerImportHooks) {
+      registerHandlerImportHooks();
+      registerHandlerImportHooks = () => {};
+    }
     handler = builtin ? builtin.create() : await loadCustomHandler({ handler: init.handler, modelDir: init.modelDir });
     const context = createBatchContext({
       requestIds: [],
