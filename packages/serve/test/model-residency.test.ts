@@ -406,8 +406,10 @@ describe('many models in a memory budget', () => {
    * once (so it is known to need a worker's 100 MiB), and helpers to block runs on gate files.
    */
   async function busyBudgetApp(prefix: string, memoryBudgetBytes = 2 * WORKER_BYTES + 50 * MiB) {
+    /** What the models grew by since their loads, beside their workers' 100 MiB each (see grow). */
+    let grown = 0;
     const busyApp = await buildApp(testConfig({ residency: { memoryBudgetBytes, unloadGraceSeconds: 60 } }, dir.path), {
-      readMemoryBytes: () => busyApp.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0),
+      readMemoryBytes: () => grown + busyApp.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0),
     });
     const gateFiles: Record<string, string[]> = { gate: [], scaled: [] };
     const openGates = (model: string) => Promise.all((gateFiles[model] ?? []).map((g) => writeFile(g, '')));
@@ -426,6 +428,10 @@ describe('many models in a memory budget', () => {
       busyApp,
       send,
       openGates,
+      /** Makes the process's memory read `bytes` more than its workers' (the memory watch reads it). */
+      grow(bytes: number) {
+        grown = bytes;
+      },
       /** A request to a gate model that runs until its gate is opened. */
       blocked(model: string) {
         const gate = `${dir.path}/${prefix}-${model}-${gateFiles[model]!.length}`;
@@ -512,9 +518,11 @@ describe('many models in a memory budget', () => {
   });
 
   it('lets a waiting load evict a busy model asked for more only as its wait doubles its weight', async () => {
-    // One worker's worth: gate, busy and asked for six times, holds it. a, asked for once, may evict
-    // it once 1 × 2^periods outweighs gate's count, after three aging periods of at least a second
-    // each; never in the first two (before: after one period, whatever gate's count).
+    // One worker's worth: gate, busy, asked for six times with five of them waiting, holds it. Its
+    // weight is its count times its waiting requests, 30. a, asked for once with one request
+    // waiting, may evict it once 1 × 2^periods outweighs that, after five aging periods of at least
+    // a second each; never in the first four (by the count alone, 6: after three periods; before
+    // that rule, after one, whatever gate's count).
     const h = await busyBudgetApp('aging', WORKER_BYTES + 50 * MiB);
     try {
       const runs = Array.from({ length: 6 }, () => h.blocked('gate'));
@@ -524,9 +532,38 @@ describe('many models in a memory budget', () => {
       await h.untilModel('a', (v) => v.state === 'loading');
       const waitingSince = performance.now();
       expect(await evicted).toBe('gate');
-      expect(performance.now() - waitingSince).toBeGreaterThanOrEqual(2000);
+      expect(performance.now() - waitingSince).toBeGreaterThanOrEqual(4000);
       expect((await reply).status).toBe(200);
       expect((await Promise.all(runs)).map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('trims a process grown past the budget by the busy model whose queue weighs least, however recently it loaded', async () => {
+    // gate: loaded first, asked for three times, all three blocked (one running, two waiting):
+    // weight 3 × 2. scaled: loaded after it, asked for five times, four answered and one running,
+    // nothing waiting: weight 5 × 1. When the models grow past the budget with both busy, the watch
+    // must unload scaled and keep gate's waiting requests in memory. By the count alone (before),
+    // gate went; and only a model resident a second or more was a candidate.
+    const h = await busyBudgetApp('trim');
+    try {
+      const runs = [h.blocked('gate'), h.blocked('gate'), h.blocked('gate')];
+      await h.untilModel('gate', (v) => v.runningJobs > 0 && v.pendingJobs === 3);
+      const open = `${dir.path}/trim-open`;
+      await writeFile(open, '');
+      for (let i = 0; i < 4; i++) expect((await h.send('scaled', { gate: open })).status).toBe(200);
+      runs.push(h.blocked('scaled'));
+      await h.untilModel('scaled', (v) => v.runningJobs > 0);
+      const evicted = h.evicted();
+      // 150 MiB over what two workers hold: past the budget and the watch's headroom while gate's
+      // first batch has not finished; one unload brings it back under.
+      h.grow(150 * MiB);
+      expect(await evicted).toBe('scaled');
+      h.grow(0);
+      expect(h.busyApp.registry.describe('gate')[0]!.state).toBe('resident');
+      await h.openGates('gate');
+      expect((await Promise.all(runs)).map((r) => r.status)).toEqual([200, 200, 200, 200]);
     } finally {
       await h.close();
     }
