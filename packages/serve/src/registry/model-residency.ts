@@ -413,16 +413,16 @@ export class ModelResidency {
       const idle = isFirst
         ? this.#idleInEvictionOrder([...this.#options.versions()].filter((v) => v !== version && this.#isEvictable(v)))
         : [];
-      // Busy ones after the idle ones, only those asked for less than this version lately: a model
-      // called once must not push out one called every second, whose waiting requests would bring
-      // it straight back (TinyLFU's admission rule). Each aging period (#agingMs) the load has
-      // waited doubles its count, so a model asked for 16 times less than a busy one may evict it
-      // after four periods (before: after one, whatever the busy one's count; under Zipf traffic
-      // the most asked-for model, 37% of the requests, was then evicted with 20 waiting again and
-      // again, bench run s8-3). An idle model goes whatever its count: holding a load back for it
-      // made a lone request to a rarely used model wait seconds on a quiet server (measured). A
-      // load asked for by the API or at start-up is not held back. Least asked for first, nothing
-      // running before running.
+      // Busy ones after the idle ones, only those that weigh less than this version (busyWeight: its
+      // demand times its waiting requests): a model called once must not push out one called every
+      // second, whose waiting requests would bring it straight back (TinyLFU's admission rule). Each
+      // aging period (#agingMs) the load has waited doubles its weight, so a load that weighs 16
+      // times less than a busy one may evict it after four periods (before aging: after one,
+      // whatever the busy one's count; under Zipf traffic the most asked-for model, 37% of the
+      // requests, was then evicted with 20 waiting again and again, bench run s8-3). An idle model
+      // goes whatever its count: holding a load back for it made a lone request to a rarely used
+      // model wait seconds on a quiet server (measured). A load asked for by the API or at start-up
+      // is not held back. Lightest first, nothing running before running.
       const isAlwaysAdmitted = reason !== 'demand';
       const periods = Math.floor((now - roomSince) / this.#agingMs(version));
       const wanted = busyWeight(version, now) * 2 ** Math.min(30, periods);
@@ -911,7 +911,6 @@ export class ModelResidency {
   }
 }
 
-/** A load's aging period is this many of its own load times, at least AGING_MIN_MS: each period it waits doubles the count of busy versions it may evict. */
 /**
  * What a busy version weighs against a waiting load (#takeRoom), and what the load weighs before
  * aging: its demand count times the requests waiting in its queue (at least one). Evicting a busy
@@ -921,16 +920,17 @@ export class ModelResidency {
  * Zipf phase's requests with 14-29 of them waiting, was evicted every 2-3 s and 91 of its 221
  * requests waited for its load again (bench run s13 new1).
  */
+function busyWeight(version: ModelVersion, now: number): number {
+  return version.demand.valueAt(now) * Math.max(1, version.queue.waiting);
+}
+
 /** How an evicted version stood, for the log: idle, or busy and with how much waiting and running. */
 function evictionState(version: ModelVersion): string {
   if (version.pendingJobs === 0) return 'idle';
   return `busy: ${version.queue.waiting} waiting, ${version.runningJobs} running, weight ${Math.round(busyWeight(version, performance.now()))}`;
 }
 
-function busyWeight(version: ModelVersion, now: number): number {
-  return version.demand.valueAt(now) * Math.max(1, version.queue.waiting);
-}
-
+/** A load's aging period is this many of its own load times, at least AGING_MIN_MS: each period it waits doubles its weight against busy versions (busyWeight). */
 const AGING_LOADS = 4;
 /** An idle version asked for this many times as often as the least asked-for idle one goes after the others (#idleInEvictionOrder). */
 const FREQUENT_FACTOR = 4;
