@@ -23,6 +23,16 @@ export async function handle(data) {
 let dir: { path: string; cleanup: () => Promise<void> };
 let app: MarinaApp;
 
+/** POSTs the test's JPEG to a model's TorchServe prediction route. */
+async function postImage(server: MarinaApp, model: string) {
+  return server.inference.inject({
+    method: 'POST',
+    url: `/predictions/${model}`,
+    payload: await readFile(join(dir.path, 'image.jpg')),
+    headers: { 'content-type': 'image/jpeg' },
+  });
+}
+
 beforeAll(async () => {
   dir = await tempDir();
   app = await buildApp(testConfig({}, dir.path));
@@ -43,12 +53,7 @@ afterAll(async () => {
 it("resolves a custom handler's bare imports of sharp and onnxruntime-node from Marina's own packages", async () => {
   const imagePath = join(dir.path, 'image.jpg');
   await writeSampleJpeg({ outputPath: imagePath, width: 64, height: 48 });
-  const res = await app.inference.inject({
-    method: 'POST',
-    url: '/predictions/sizer',
-    payload: await readFile(imagePath),
-    headers: { 'content-type': 'image/jpeg' },
-  });
+  const res = await postImage(app, 'sizer');
   expect(res.statusCode, res.body).toBe(200);
   expect(res.json()).toEqual({ width: 64, height: 48, tensorDims: [2] });
 });
@@ -61,12 +66,7 @@ it('resolves them too in a worker that started as a spare thread (a model loaded
     const first = await writeClassifierModel(dir.path, 'first');
     await budgeted.registry.register({ url: 'first', archivePath: first, synchronous: true });
     await budgeted.registry.register({ url: 'sizer', archivePath: join(dir.path, 'sizer'), synchronous: true });
-    const res = await budgeted.inference.inject({
-      method: 'POST',
-      url: '/predictions/sizer',
-      payload: await readFile(join(dir.path, 'image.jpg')),
-      headers: { 'content-type': 'image/jpeg' },
-    });
+    const res = await postImage(budgeted, 'sizer');
     expect(res.statusCode, res.body).toBe(200);
     expect(res.json()).toEqual({ width: 64, height: 48, tensorDims: [2] });
   } finally {
@@ -88,22 +88,11 @@ it("resolves them in a thread a built-in handler's model left for it (evicted to
     const first = await writeClassifierModel(dir.path, 'first-recycled');
     await budgeted.registry.register({ url: 'first-recycled', archivePath: first, synchronous: true });
     await budgeted.registry.register({ url: 'sizer', archivePath: join(dir.path, 'sizer') });
-    const image = await readFile(join(dir.path, 'image.jpg'));
-    const classified = await budgeted.inference.inject({
-      method: 'POST',
-      url: '/predictions/first-recycled',
-      payload: image,
-      headers: { 'content-type': 'image/jpeg' },
-    });
+    const classified = await postImage(budgeted, 'first-recycled');
     expect(classified.statusCode, classified.body).toBe(200);
     const firstThread = budgeted.registry.getVersion('first-recycled').pool.workers[0]!.threadId;
     expect(firstThread).toBeGreaterThan(0);
-    const res = await budgeted.inference.inject({
-      method: 'POST',
-      url: '/predictions/sizer',
-      payload: image,
-      headers: { 'content-type': 'image/jpeg' },
-    });
+    const res = await postImage(budgeted, 'sizer');
     expect(res.statusCode, res.body).toBe(200);
     expect(res.json()).toEqual({ width: 64, height: 48, tensorDims: [2] });
     expect(budgeted.registry.describe('first-recycled')[0]).toMatchObject({ state: 'registered' });

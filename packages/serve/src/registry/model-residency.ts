@@ -484,13 +484,14 @@ export class ModelResidency {
   async #trimToBudget(keep: ModelVersion | undefined, options: { isWatch?: boolean } = {}): Promise<void> {
     const budget = this.memoryBudgetBytes;
     if (budget === undefined) return;
-    const byWeight = (a: ModelVersion, b: ModelVersion) =>
-      busyWeight(a, performance.now()) - busyWeight(b, performance.now());
     for (;;) {
       // The watch acts on what the process really holds; after a load, on what is counted too.
       const used = options.isWatch ? (this.observedModelBytes() ?? 0) : this.usedBytes();
       if (used <= budget) return;
       const others = [...this.#options.versions()].filter((v) => v !== keep);
+      // Weighed at one instant: a comparator whose weights decay between calls is not consistent.
+      const now = performance.now();
+      const byWeight = (a: ModelVersion, b: ModelVersion) => busyWeight(a, now) - busyWeight(b, now);
       // Idle ones first. When the process itself is over the budget, busy ones too (the budget is a
       // bound, not a hope, when every model is busy): the one that weighs least (busyWeight), however
       // recently it was loaded. By a load's rule (#isEvictableBusy: resident at least a second) the
@@ -523,20 +524,25 @@ export class ModelResidency {
     );
   }
 
+  /** Resident, not pinned, neither loading nor unloading: a version an unload may take, idle or busy. */
+  #isUnloadable(v: ModelVersion): boolean {
+    return v.state === 'resident' && !v.pinned && !this.#loads.has(v) && !this.#unloads.has(v);
+  }
+
   /** A busy version the memory watch may unload when the process is over the budget (#trimToBudget). */
   #isTrimmableBusy(v: ModelVersion): boolean {
-    return v.state === 'resident' && !v.pinned && v.pendingJobs > 0 && !this.#loads.has(v) && !this.#unloads.has(v);
+    return this.#isUnloadable(v) && v.pendingJobs > 0;
   }
 
   #isEvictable(v: ModelVersion): boolean {
-    return v.state === 'resident' && !v.pinned && v.pendingJobs === 0 && !this.#loads.has(v) && !this.#unloads.has(v);
+    return this.#isUnloadable(v) && v.pendingJobs === 0;
   }
 
   /** ms until the first busy version (not `except`) becomes evictable by #isEvictableBusy's time rule; Infinity when none will. */
   #untilBusyEvictableMs(except: ModelVersion): number {
     let soonest = Number.POSITIVE_INFINITY;
     for (const v of this.#options.versions()) {
-      if (v === except || v.state !== 'resident' || v.pinned || this.#loads.has(v) || this.#unloads.has(v)) continue;
+      if (v === except || !this.#isUnloadable(v)) continue;
       const loadedAt = this.#loadedAt.get(v);
       const loadMs = this.#loadMs.get(v);
       if (loadedAt === undefined || loadMs === undefined) continue;
@@ -556,8 +562,7 @@ export class ModelResidency {
    * load it again.
    */
   #isEvictableBusy(v: ModelVersion): boolean {
-    if (v.state !== 'resident' || v.pinned || v.pendingJobs === 0 || this.#loads.has(v) || this.#unloads.has(v))
-      return false;
+    if (!this.#isTrimmableBusy(v)) return false;
     const loadedAt = this.#loadedAt.get(v);
     const loadMs = this.#loadMs.get(v);
     return loadedAt !== undefined && loadMs !== undefined && Date.now() - loadedAt >= this.#busyRentMs(loadMs);
