@@ -5,9 +5,12 @@
  * called after throwing an instance of 'Napi::Error'"). Now the thread is asked to exit and ends
  * once its run returns (workers/native-calls.ts). A crash here ends the test process itself.
  */
+import { Worker as NodeWorker } from 'node:worker_threads';
 import { writeSlowModel, writeTinyTensorModel } from '@marina/model-zoo';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type MarinaApp } from '../src/index.ts';
+import { endThreadSafely, hasNativeCall, newNativeCallGauge } from '../src/workers/native-calls.ts';
+import { bootstrapUrl } from '../src/workers/worker.ts';
 import { tempDir, testConfig, writeModelFolder } from './helpers.ts';
 
 const WIDTH = 512;
@@ -63,5 +66,43 @@ describe('a worker stopped while onnxruntime runs', () => {
       payload: { inputs: { input: { shape: [1, 4], data: [1, 2, 3, 4] } } },
     });
     expect(tiny.statusCode).toBe(200);
+  });
+});
+
+/**
+ * Terminated while onnxruntime-node registers itself (its library loaded, its addon being set up),
+ * a thread aborted the process the same way: a probe that terminated threads 0–30 ms into that
+ * import aborted once in 400, and a spare thread ended while it imported brought down a bench
+ * run's server. The import counts in the thread's gauge; stopped meanwhile, the thread exits by
+ * itself once the import is done (exit code 0), never terminated (exit code 1) in the middle of it.
+ */
+describe('a thread stopped while it imports onnxruntime-node', () => {
+  it('is asked to exit rather than terminated, and ends by itself once the import is done', async () => {
+    const gauge = newNativeCallGauge();
+    const thread = new NodeWorker(bootstrapUrl, {
+      workerData: { spare: true, isWarmedUp: false, nativeCalls: gauge },
+      stdout: true,
+      stderr: true,
+    });
+    let hasExited = false;
+    const exitCode = new Promise<number>((resolve) =>
+      thread.once('exit', (code) => {
+        hasExited = true;
+        resolve(code);
+      }),
+    );
+    let saidReady = false;
+    thread.on('message', (message: { type?: string }) => {
+      if (message?.type === 'spare-ready') saidReady = true;
+    });
+    // The import under way is a state of the thread, read from the memory it shares (a spare runs
+    // nothing else in onnxruntime before it is given a model).
+    while (!hasNativeCall(gauge) && !saidReady && !hasExited) await new Promise((resolve) => setImmediate(resolve));
+    expect(saidReady, 'the spare finished its imports without counting them').toBe(false);
+    expect(hasNativeCall(gauge)).toBe(true);
+    await endThreadSafely(thread, gauge, () => hasExited);
+    expect(await exitCode).toBe(0);
+    expect(hasNativeCall(gauge)).toBe(false);
+    expect(saidReady).toBe(false);
   });
 });

@@ -10,6 +10,15 @@
  * outstanding is asked to exit (`exit`), which it does as soon as the call returns, and no new
  * call starts once stopping was asked.
  *
+ * The thread's import of onnxruntime-node counts too: terminated while the addon registers itself
+ * (after its library was loaded), the process aborted the same way (gdb on the core:
+ * `napi_register_module_v1` → `Napi::Error::ThrowAsJavaScriptException` → `std::terminate`). A
+ * spare thread ended while it imported its modules did that (a probe of SpareThreads, after 700–800
+ * spares ended at random moments; likely what brought down a bench run's server in session 13,
+ * which left no core dump). worker-bootstrap.mjs
+ * counts the import (beginNativeImport, endNativeImport) in the gauge it was started with, a new
+ * worker's or a spare's, and exits by itself after an import during which it was stopped.
+ *
  * The protocol is Dekker's with sequentially consistent atomics: the worker counts a call in
  * before it reads STOPPING; the main thread sets STOPPING before it reads the count. Either the
  * main thread sees the call (and asks the thread to exit) or the call sees STOPPING (and fails
@@ -37,6 +46,59 @@ export function mayTerminateNow(gauge: Int32Array): boolean {
 /** Main thread: whether the worker's thread has an onnxruntime call outstanding now. */
 export function hasNativeCall(gauge: Int32Array): boolean {
   return Atomics.load(gauge, CALLS) > 0;
+}
+
+/**
+ * Worker thread (worker-bootstrap.mjs), before it imports the modules that load onnxruntime-node
+ * and sharp: counts the import as a native call. False: the thread is already stopping; it must
+ * exit without importing them.
+ */
+export function beginNativeImport(gauge: Int32Array | undefined): boolean {
+  if (gauge === undefined) return true;
+  Atomics.add(gauge, CALLS, 1);
+  if (Atomics.load(gauge, STOPPING) === 0) return true;
+  Atomics.sub(gauge, CALLS, 1);
+  return false;
+}
+
+/**
+ * Worker thread, once the import is done. False: the thread was stopped meanwhile (the main thread
+ * saw the import and asked it to exit rather than terminating it); it must exit now.
+ */
+export function endNativeImport(gauge: Int32Array | undefined): boolean {
+  if (gauge === undefined) return true;
+  Atomics.sub(gauge, CALLS, 1);
+  return Atomics.load(gauge, STOPPING) === 0;
+}
+
+/**
+ * Main thread: ends a worker thread that has no worker of its own (a spare) as Worker does its
+ * thread: terminated when no native call or import is under way, else asked to exit, which it
+ * does once that is over. Resolves once the thread has ended.
+ */
+export function endThreadSafely(
+  thread: {
+    terminate(): Promise<number>;
+    postMessage(message: unknown): void;
+    once(event: 'exit', listener: () => void): unknown;
+    ref(): void;
+  },
+  gauge: Int32Array,
+  hasExited: () => boolean,
+): Promise<void> {
+  if (hasExited()) return Promise.resolve();
+  if (mayTerminateNow(gauge))
+    return thread.terminate().then(
+      () => undefined,
+      () => undefined,
+    );
+  return new Promise((resolve) => {
+    thread.once('exit', () => resolve());
+    // Until it has exited it keeps the process alive: a process that ended meanwhile would
+    // terminate it in the middle of that call.
+    thread.ref();
+    thread.postMessage({ type: 'exit' });
+  });
 }
 
 /** The worker thread's gauge for its current model (a recycled thread gets a new one with its next model). */

@@ -1,4 +1,5 @@
 import { Worker as NodeWorker } from 'node:worker_threads';
+import { endThreadSafely, newNativeCallGauge } from './native-calls.ts';
 
 /** The bootstrap's word that a spare thread has imported the worker's modules and waits for its model. */
 const SPARE_READY = 'spare-ready';
@@ -40,7 +41,9 @@ interface Spare {
   ready: Promise<boolean>;
   /** Removes the spare's own listeners before the thread is handed over. */
   release(): void;
-  /** Ends the thread (a spare no load will take). */
+  /** Ends the thread, never in the middle of its import of onnxruntime-node (native-calls.ts); resolves once it has ended. */
+  stop(): Promise<void>;
+  /** Releases the spare and ends its thread (a spare no load will take). */
   end(): Promise<void>;
 }
 
@@ -82,8 +85,10 @@ export class SpareThreads implements SpareThreadPool {
 
   /** Starts a spare thread. */
   #start(options: { isWarmedUp?: boolean }): void {
+    // The spare counts its import of onnxruntime-node here: ended during it, it exits once it is done (end).
+    const gauge = newNativeCallGauge();
     const thread = new NodeWorker(this.#options.bootstrapUrl, {
-      workerData: { spare: true, isWarmedUp: options.isWarmedUp ?? true },
+      workerData: { spare: true, isWarmedUp: options.isWarmedUp ?? true, nativeCalls: gauge },
       stdout: false,
       stderr: false,
       resourceLimits: { maxOldGenerationSizeMb: this.#options.maxHeapMb },
@@ -96,14 +101,27 @@ export class SpareThreads implements SpareThreadPool {
       if (message?.type === SPARE_READY) settle(true);
     };
     thread.on('message', onMessage);
-    this.#add(thread, ready, () => {
-      settle(false);
-      thread.off('message', onMessage);
-    });
+    this.#add(
+      thread,
+      ready,
+      () => {
+        settle(false);
+        thread.off('message', onMessage);
+      },
+      gauge,
+    );
   }
 
-  /** Keeps `thread` as a spare until it is taken; `onGone`: it died first (or is being released: undo your own listeners). */
-  #add(thread: NodeWorker, ready: Promise<boolean>, onGone: () => void): void {
+  /**
+   * Keeps `thread` as a spare until it is taken; `onGone`: it died first (or is being released: undo
+   * your own listeners). `gauge`: the one a started spare counts its import in (a thread recycled
+   * from a model has none: it imported its modules long ago and runs nothing while it waits).
+   */
+  #add(thread: NodeWorker, ready: Promise<boolean>, onGone: () => void, gauge?: Int32Array): void {
+    let hasExited = false;
+    thread.once('exit', () => {
+      hasExited = true;
+    });
     const gone = () => {
       onGone();
       const at = this.#spares.indexOf(spare);
@@ -117,9 +135,16 @@ export class SpareThreads implements SpareThreadPool {
         thread.off('error', gone);
         thread.off('exit', gone);
       },
-      end: async () => {
+      stop: () =>
+        gauge
+          ? endThreadSafely(thread, gauge, () => hasExited)
+          : thread.terminate().then(
+              () => undefined,
+              () => undefined,
+            ),
+      end: () => {
         spare.release();
-        await thread.terminate().catch(() => undefined);
+        return spare.stop();
       },
     };
     this.#spares.push(spare);
@@ -171,7 +196,7 @@ export class SpareThreads implements SpareThreadPool {
     if (isEager && this.#spares.length === 0 && this.#options.hasRoomForLoad?.() !== false)
       this.prepare({ isWarmedUp: false });
     if (!isReady || this.#isClosed) {
-      void spare.thread.terminate().catch(() => undefined);
+      void spare.stop();
       return undefined;
     }
     return spare.thread;

@@ -18,7 +18,13 @@ if (!isCompiled) {
   const { runSources } = await import('../../../../scripts/run-sources.mjs');
   unregister = runSources();
 }
+// Stopped while onnxruntime-node registers itself, a thread aborts the whole process: the import
+// counts as a native call in the gauge the thread was started with (native-calls.ts), so the main
+// thread asks it to exit instead of terminating it, and it exits here once the import is done.
+const { beginNativeImport, endNativeImport } = await import(`./native-calls${ext}`);
+if (!beginNativeImport(workerData?.nativeCalls)) process.exit(0);
 const { runWorker, warmUpSpareThread } = await import(`./worker-main${ext}`);
+if (!endNativeImport(workerData?.nativeCalls)) process.exit(0);
 if (isSpare) {
   const { receiveAssignment, scheduleSpareThread } = await import(`./worker-init${ext}`);
   // What a worker does first that does not depend on its model, done while the spare waits: its
