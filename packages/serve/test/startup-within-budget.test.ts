@@ -51,6 +51,13 @@ describe('start-up within a memory budget', () => {
       expect(app.registry.list().map((m) => m.modelName)).toEqual(NAMES);
       expect(app.registry.describe('c')[0]).toMatchObject({ state: 'registered', workers: [] });
       expect(messages.filter((m) => m.includes('registered, not loaded'))).toHaveLength(2);
+      // Each load says what it counted against the budget, and from which measure: never measured
+      // yet, its estimate from its files (60 MB of padding and its model: about 136 MiB).
+      const counted = messages
+        .filter((m) => m.includes('resident (startup)'))
+        .map((m) => /; counted (\d+) MiB of model_memory_budget \(its estimate from its files\)$/.exec(m)?.[1]);
+      expect(counted).toHaveLength(2);
+      for (const mibs of counted) expect(Number(mibs)).toBeGreaterThan(100);
     } finally {
       await app.close();
     }

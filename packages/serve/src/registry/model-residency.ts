@@ -206,6 +206,21 @@ export class ModelResidency {
   }
 
   /**
+   * The resident log line's account of what a load counts against model_memory_budget, and from
+   * which measure (#loadNeedOf); empty without a budget.
+   */
+  #countedNeed(version: ModelVersion): string {
+    if (this.memoryBudgetBytes === undefined) return '';
+    const source =
+      version.servingBytes > 0
+        ? 'its serving measure'
+        : version.residentBytes > version.estimatedBytes
+          ? "its last load's measure"
+          : 'its estimate from its files';
+    return `; counted ${mib(this.#loadNeedOf(version))} MiB of model_memory_budget (${source})`;
+  }
+
+  /**
    * What a load holds from making room until its first batch has run (#reserved, #warming): its
    * estimate, or its measure when that is larger. Session creation alone shows little of it (a
    * ResNet-50 of 102 MB adds 40–80 MB); the mapped weights and the arena arrive at the first run.
@@ -293,6 +308,9 @@ export class ModelResidency {
     let isMeasuring = false;
     try {
       this.assertFits(version);
+      // What the load counts against the budget, said when it is resident (the log then shows
+      // whether a load grew past what it was admitted with).
+      const counted = this.#countedNeed(version);
       await this.#makeRoom(version, reason);
       const workers = Math.max(1, version.minWorkers);
       if (version.maxWorkers < workers) version.maxWorkers = workers;
@@ -327,7 +345,7 @@ export class ModelResidency {
       this.#armIdle(version);
       this.#options.log(
         'info',
-        `${version.label} resident (${reason}) in ${Math.round(performance.now() - startedAt)} ms: room ${Math.round(roomMs)} ms, workers ${Math.round(this.#loadMs.get(version) ?? 0)} ms, ${version.queue.waiting} waiting`,
+        `${version.label} resident (${reason}) in ${Math.round(performance.now() - startedAt)} ms: room ${Math.round(roomMs)} ms, workers ${Math.round(this.#loadMs.get(version) ?? 0)} ms, ${version.queue.waiting} waiting${counted}`,
       );
       this.#emit(version, 'resident', reason, {
         residentBytes: this.needOf(version),
