@@ -54,6 +54,8 @@ describe('many models in a memory budget', () => {
   const gates: string[] = [];
   /** Memory the probe adds beside the workers: what models grow by after their loads. */
   let grownBytes = 0;
+  /** Added to grownBytes once the probe has been read once more (growth between two readings). */
+  let growAfterRead = 0;
   /** Unloads every resident version but those named. */
   const unloadAllBut = async (...keep: string[]) => {
     for (const s of app.registry.stats())
@@ -103,7 +105,12 @@ describe('many models in a memory budget', () => {
       dir.path,
     );
     app = await buildApp(config, {
-      readMemoryBytes: () => grownBytes + app.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0),
+      readMemoryBytes: () => {
+        const bytes = grownBytes + app.registry.stats().reduce((sum, s) => sum + s.workers * WORKER_BYTES, 0);
+        grownBytes += growAfterRead;
+        growAfterRead = 0;
+        return bytes;
+      },
     });
     metrics = createServerMetrics({ registry: app.registry, hostname: 'test', collectProcessMetrics: false });
     base = await app.inference.listen({ host: '127.0.0.1', port: 0 });
@@ -322,6 +329,41 @@ describe('many models in a memory budget', () => {
     } finally {
       grownBytes = 0;
     }
+  });
+
+  it("keeps a model's measured size when it leaves while another model's first batch is under way", async () => {
+    // Under Zipf traffic an unload measured beside a first batch gave the most asked-for model a
+    // size of 5 MiB (the first batch grew the process while the unload shrank it), and its next
+    // loads each counted that against the budget.
+    await unloadAllBut('a');
+    expect((await classify('a')).status).toBe(200);
+    expect(app.registry.describe('a')[0]).toMatchObject({ state: 'resident', residentBytes: WORKER_BYTES });
+    // gate loads on demand; its first batch blocks until its gate file exists.
+    const gate = `${dir.path}/gate-first-batch`;
+    gates.push(gate);
+    const first = post('gate', { gate });
+    const version = app.registry.getVersion('gate');
+    await until(version, () => version.state === 'resident' && version.runningJobs > 0);
+    // While a leaves, that first batch grows the process by 95 MiB (after the unload's first reading).
+    const onUnloading = (event: ResidencyEvent) => {
+      if (event.modelName !== 'a' || event.state !== 'unloading') return;
+      app.registry.events.off('residency', onUnloading);
+      growAfterRead = 95 * MiB;
+    };
+    app.registry.events.on('residency', onUnloading);
+    try {
+      await app.registry.unload('a');
+      // Not 100 - 95 = 5 MiB: the measure taken beside the first batch is not kept.
+      expect(app.registry.describe('a')[0]).toMatchObject({ state: 'registered' });
+      expect(app.registry.getVersion('a').residentBytes).toBe(WORKER_BYTES);
+      expect(app.registry.getVersion('a').servingBytes).not.toBe(5 * MiB);
+    } finally {
+      app.registry.events.off('residency', onUnloading);
+      grownBytes = 0;
+      growAfterRead = 0;
+      await writeFile(gate, '');
+    }
+    expect((await first).status).toBe(200);
   });
 
   it('orders eviction by when each model was asked for: a load on demand does not make its model look recently used', async () => {
