@@ -15,9 +15,9 @@
  * `napi_register_module_v1` → `Napi::Error::ThrowAsJavaScriptException` → `std::terminate`). A
  * spare thread ended while it imported its modules did that (a probe of SpareThreads, after 700–800
  * spares ended at random moments; likely what brought down a bench run's server in session 13,
- * which left no core dump). worker-bootstrap.mjs
- * counts the import (beginNativeImport, endNativeImport) in the gauge it was started with, a new
- * worker's or a spare's, and exits by itself after an import during which it was stopped.
+ * which left no core dump). worker-bootstrap.mjs counts the import (beginNativeImport,
+ * endNativeImport) in the gauge it was started with, a new worker's or a spare's, and exits by
+ * itself after an import during which it was stopped.
  *
  * The protocol is Dekker's with sequentially consistent atomics: the worker counts a call in
  * before it reads STOPPING; the main thread sets STOPPING before it reads the count. Either the
@@ -54,11 +54,7 @@ export function hasNativeCall(gauge: Int32Array): boolean {
  * exit without importing them.
  */
 export function beginNativeImport(gauge: Int32Array | undefined): boolean {
-  if (gauge === undefined) return true;
-  Atomics.add(gauge, CALLS, 1);
-  if (Atomics.load(gauge, STOPPING) === 0) return true;
-  Atomics.sub(gauge, CALLS, 1);
-  return false;
+  return gauge === undefined || enterCall(gauge);
 }
 
 /**
@@ -69,6 +65,17 @@ export function endNativeImport(gauge: Int32Array | undefined): boolean {
   if (gauge === undefined) return true;
   Atomics.sub(gauge, CALLS, 1);
   return Atomics.load(gauge, STOPPING) === 0;
+}
+
+/**
+ * Worker thread: counts a call in, unless the worker is stopping (false: nothing was counted).
+ * The worker's half of the protocol above; leave with Atomics.sub once the call is over.
+ */
+function enterCall(gauge: Int32Array): boolean {
+  Atomics.add(gauge, CALLS, 1);
+  if (Atomics.load(gauge, STOPPING) === 0) return true;
+  Atomics.sub(gauge, CALLS, 1);
+  return false;
 }
 
 /**
@@ -120,11 +127,7 @@ class WorkerStoppingError extends Error {
 function counted<T>(call: () => Promise<T>): Promise<T> {
   const gauge = current;
   if (gauge === undefined) return call();
-  Atomics.add(gauge, CALLS, 1);
-  if (Atomics.load(gauge, STOPPING) !== 0) {
-    Atomics.sub(gauge, CALLS, 1);
-    return Promise.reject(new WorkerStoppingError());
-  }
+  if (!enterCall(gauge)) return Promise.reject(new WorkerStoppingError());
   let pending: Promise<T>;
   try {
     pending = call();
