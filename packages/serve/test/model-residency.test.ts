@@ -665,10 +665,23 @@ describe('many models in a memory budget', () => {
         if (e.state === 'resident' && (e.modelName === 'a' || e.modelName === 'c')) order.push(e.modelName);
       };
       h.busyApp.registry.events.on('residency', onResidency);
+      // What listens for changes while loads wait: one listener however many wait (one per waiting
+      // load on every version made Node warn of a leak hundreds of times a bench run).
+      const gate = h.busyApp.registry.getVersion('gate');
+      const listeners = () => [gate.listenerCount('progress'), h.busyApp.registry.events.listenerCount('residency')];
+      const [progressBefore, residencyBefore] = listeners();
       const replies = [h.send('a', jpeg)];
       await h.untilModel('a', (v) => v.state === 'loading');
       replies.push(h.send('c', jpeg));
       await h.untilModel('c', (v) => v.state === 'loading');
+      const seen: number[][] = [];
+      for (let i = 0; i < 5; i++) {
+        seen.push(listeners());
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      // Two loads wait; the code before had two listeners on each (a wake-up between two waits may show none).
+      expect(Math.max(...seen.map(([progress]) => progress!))).toBeLessThanOrEqual(progressBefore! + 1);
+      expect(Math.max(...seen.map(([, residency]) => residency!))).toBeLessThanOrEqual(residencyBefore! + 1);
       await h.openGates('scaled');
       expect((await Promise.all(replies)).map((r) => r.status)).toEqual([200, 200]);
       h.busyApp.registry.events.off('residency', onResidency);

@@ -106,8 +106,18 @@ export class ModelResidency {
    * estimate, about twice a measured one's: bench run s8-12).
    */
   readonly #roomQueue: ModelVersion[] = [];
-  /** Wakes the loads waiting in #changed when the oldest one leaves the room queue. */
+  /** The loads waiting in #changed: woken at the next change, or when the oldest one leaves the room queue. */
   readonly #turnWaiters = new Set<() => void>();
+  /**
+   * The versions whose 'progress' #wakeWaiters listens to while a load waits, as it does to the
+   * registry's events (undefined: no load waits): one listener on each however many loads wait. A listener per
+   * waiting load on every version made Node warn of a leak (MaxListenersExceededWarning) hundreds of
+   * times a bench run, with eleven loads waiting at once under Zipf traffic.
+   */
+  #listenedVersions: Set<ModelVersion> | undefined;
+  readonly #wakeWaiters = (): void => {
+    for (const wake of [...this.#turnWaiters]) wake();
+  };
 
   constructor(options: ModelResidencyOptions) {
     this.#options = options;
@@ -391,7 +401,7 @@ export class ModelResidency {
     } finally {
       const at = this.#roomQueue.indexOf(version);
       if (at >= 0) this.#roomQueue.splice(at, 1);
-      if (at === 0) for (const wake of [...this.#turnWaiters]) wake();
+      if (at === 0) this.#wakeWaiters();
     }
   }
 
@@ -634,22 +644,40 @@ export class ModelResidency {
   /** Resolves true at the next change that may free room (a version's work or residency moved), false after `ms`. */
   #changed(ms: number): Promise<boolean> {
     return new Promise((resolve) => {
-      const versions = [...this.#options.versions()];
       const done = (value: boolean) => {
         clearTimeout(timer);
         this.#turnWaiters.delete(onChange);
-        for (const v of versions) v.off('progress', onChange);
-        this.#options.events.off('residency', onChange);
-        this.#options.events.off('changed', onChange);
+        if (this.#turnWaiters.size === 0) this.#unlisten();
         resolve(value);
       };
       const onChange = () => done(true);
       const timer = setTimeout(() => done(false), ms);
       this.#turnWaiters.add(onChange);
-      for (const v of versions) v.on('progress', onChange);
-      this.#options.events.on('residency', onChange);
-      this.#options.events.on('changed', onChange);
+      this.#listen();
     });
+  }
+
+  /** Listens for changes while loads wait (#wakeWaiters): once on the registry, once on each version (those registered since too). */
+  #listen(): void {
+    if (this.#listenedVersions === undefined) {
+      this.#listenedVersions = new Set();
+      this.#options.events.on('residency', this.#wakeWaiters);
+      this.#options.events.on('changed', this.#wakeWaiters);
+    }
+    for (const v of this.#options.versions())
+      if (!this.#listenedVersions.has(v)) {
+        this.#listenedVersions.add(v);
+        v.on('progress', this.#wakeWaiters);
+      }
+  }
+
+  /** No load waits any more: stops listening (#listen). */
+  #unlisten(): void {
+    if (this.#listenedVersions === undefined) return;
+    for (const v of this.#listenedVersions) v.off('progress', this.#wakeWaiters);
+    this.#options.events.off('residency', this.#wakeWaiters);
+    this.#options.events.off('changed', this.#wakeWaiters);
+    this.#listenedVersions = undefined;
   }
 
   /**

@@ -119,9 +119,10 @@ export class SpareThreads implements SpareThreadPool {
    */
   #add(thread: NodeWorker, ready: Promise<boolean>, onGone: () => void, gauge?: Int32Array): void {
     let hasExited = false;
-    thread.once('exit', () => {
+    const onExit = () => {
       hasExited = true;
-    });
+    };
+    thread.once('exit', onExit);
     const gone = () => {
       onGone();
       const at = this.#spares.indexOf(spare);
@@ -130,10 +131,14 @@ export class SpareThreads implements SpareThreadPool {
     const spare: Spare = {
       thread,
       ready,
+      // Every listener the spare added goes with it: a thread recycled from model to model comes
+      // back here each time, and kept one more 'exit' listener (and the spare it closed over) for
+      // each (Node warned of a leak at the eleventh, under Zipf traffic).
       release: () => {
         onGone();
         thread.off('error', gone);
         thread.off('exit', gone);
+        thread.off('exit', onExit);
       },
       stop: () =>
         gauge
