@@ -1022,8 +1022,17 @@ const BUSY_MIN_MS = 1000;
  * against 766 and, in the Zipf phase, 807 against 767).
  */
 const WATCH_INTERVAL_MS = 100;
-/** How far past the budget the watch lets the process go while a load grows it (see #watch). */
-const WATCH_HEADROOM_BYTES = 64 * 2 ** 20;
+/**
+ * How far past the budget the watch lets the process go while a load grows it (see #watch). The
+ * bench holds a server to budget + 150 MB of PSS for its whole process tree, of which the server
+ * alone is about 105 MB: at 64 MiB the watch by itself let the tree pass that while loads grew
+ * (748 MB against 720 in one of seven runs, session 15). At 32 MiB, in four runs beside them: the
+ * peak within it in all four, the watch trimming 0-2 times a run (0-10 at 64 MiB). Their Zipf
+ * throughput (0.69-0.94 of all resident, against 0.75-0.97) and cold median (3.7-5.4 times its
+ * base, against 3.7-4.5) were lower in two of the four, one of them a run whose watch never
+ * trimmed, where the headroom changed nothing: the runs' spread, not the watch.
+ */
+const WATCH_HEADROOM_BYTES = 32 * 2 ** 20;
 
 function mib(bytes: number): string {
   return (bytes / 2 ** 20).toFixed(0);
