@@ -56,6 +56,24 @@ describe('many models in a memory budget', () => {
   let grownBytes = 0;
   /** Added to grownBytes once the probe has been read once more (growth between two readings). */
   let growAfterRead = 0;
+  /**
+   * Grows the probe's memory by `bytes` once `model` starts unloading, after the unload's first
+   * reading (its 'unloading' event comes just before it), so that the unload sees that much less
+   * given back. Returns the undo: the hook goes and the probe's growth is reset.
+   */
+  const growWhileUnloading = (model: string, bytes: number): (() => void) => {
+    const onUnloading = (event: ResidencyEvent) => {
+      if (event.modelName !== model || event.state !== 'unloading') return;
+      app.registry.events.off('residency', onUnloading);
+      growAfterRead = bytes;
+    };
+    app.registry.events.on('residency', onUnloading);
+    return () => {
+      app.registry.events.off('residency', onUnloading);
+      grownBytes = 0;
+      growAfterRead = 0;
+    };
+  };
   /** Unloads every resident version but those named. */
   const unloadAllBut = async (...keep: string[]) => {
     for (const s of app.registry.stats())
@@ -349,12 +367,7 @@ describe('many models in a memory budget', () => {
     const version = app.registry.getVersion('gate');
     await until(version, () => version.state === 'resident' && version.runningJobs > 0);
     // While a leaves, that first batch grows the process by 95 MiB (after the unload's first reading).
-    const onUnloading = (event: ResidencyEvent) => {
-      if (event.modelName !== 'a' || event.state !== 'unloading') return;
-      app.registry.events.off('residency', onUnloading);
-      growAfterRead = 95 * MiB;
-    };
-    app.registry.events.on('residency', onUnloading);
+    const stopGrowing = growWhileUnloading('a', 95 * MiB);
     try {
       await app.registry.unload('a');
       // Not 100 - 95 = 5 MiB: the measure taken beside the first batch is not kept.
@@ -362,9 +375,7 @@ describe('many models in a memory budget', () => {
       expect(app.registry.getVersion('a').residentBytes).toBe(WORKER_BYTES);
       expect(app.registry.getVersion('a').servingBytes).not.toBe(5 * MiB);
     } finally {
-      app.registry.events.off('residency', onUnloading);
-      grownBytes = 0;
-      growAfterRead = 0;
+      stopGrowing();
       await writeFile(gate, '');
     }
     expect((await first).status).toBe(200);
@@ -380,20 +391,13 @@ describe('many models in a memory budget', () => {
     // Loaded by the API with nothing else moving: its load measured 100 MiB, no serving measure yet (no first batch).
     expect(version).toMatchObject({ residentBytes: WORKER_BYTES, servingBytes: 0 });
     // While it leaves, the process grows by 80 MiB (after the unload's first reading): it shows 20 MiB given back.
-    const onUnloading = (event: ResidencyEvent) => {
-      if (event.modelName !== 'thin' || event.state !== 'unloading') return;
-      app.registry.events.off('residency', onUnloading);
-      growAfterRead = 80 * MiB;
-    };
-    app.registry.events.on('residency', onUnloading);
+    const stopGrowing = growWhileUnloading('thin', 80 * MiB);
     try {
       await app.registry.unload('thin');
       // 20 MiB is under a quarter of its estimate: neither its serving size nor its count.
       expect(version).toMatchObject({ state: 'registered', residentBytes: WORKER_BYTES, servingBytes: 0 });
     } finally {
-      app.registry.events.off('residency', onUnloading);
-      grownBytes = 0;
-      growAfterRead = 0;
+      stopGrowing();
     }
   });
 
