@@ -81,6 +81,21 @@ describe('many-models report', () => {
     expect(backToBack).not.toMatch(/met|missed/);
   });
 
+  it("compares the requests that waited for a load with the same phase's requests that did not, beside the goal's verdicts, not instead of them", () => {
+    const base = summary();
+    const lines = formatManyModelsSection({
+      ...base,
+      phases: { ...base.phases, budgetZipf: { ...base.phases.budgetZipf, warmP50Ms: 2490 } },
+    });
+    const line = lines.find((l) => l.startsWith('- Requests that waited for a load'));
+    // Against the idle floor: 3000 ÷ (10 + 40) = 60×; the all-resident p50: 3000 ÷ (10 + 200) = 14.29×.
+    expect(line).toContain('60.00× (goal ≤ 1.5×): **missed**');
+    expect(line).toContain('14.29× (goal ≤ 1.5×): **missed**');
+    // The same phase's warm p50: 3000 ÷ (10 + 2490) = 1.20×, with no verdict of its own.
+    expect(line).toMatch(/10 \+ 2490 = 2500 ms, 1\.20×\.$/);
+    expect(line?.match(/\*\*(met|missed)\*\*/g)).toHaveLength(2);
+  });
+
   it('leaves the line out for results measured before it existed', () => {
     expect(coldLine(formatManyModelsSection(summary()))).toBeUndefined();
   });

@@ -669,11 +669,15 @@ export function formatManyModelsSection(s: ManyModelsSummary): string[] {
   // under the same 32 clients on the same cores).
   const underLoadFloorMs = s.floorCreateMs + p.allResidentZipf.p50Ms;
   const waitedP50 = p.budgetZipf.waitedP50Ms;
+  // Under 32 closed-loop clients every request waits for the CPU (the mean latency is the clients ÷
+  // the throughput), warm or cold; the budget phase's requests that did not wait show what this
+  // server took at the same moment for a model already in memory.
+  const sameMomentFloorMs = s.floorCreateMs + p.budgetZipf.warmP50Ms;
   lines.push(
     '',
     `- Peak PSS under the budget: ${fmt(peak)} MB against budget + 150 MB = ${fmt(s.budgetMb + 150)} MB: **${peak <= s.budgetMb + 150 ? 'met' : 'missed'}** (all resident: ${fmt(Math.max(p.allResidentZipf.peakPssMb, p.allResidentHot.peakPssMb))} MB; the server alone, no model loaded: ${fmt(s.serverAlonePssMb)} MB; the budget is the all-resident PSS less that, ÷ ${s.plan.budgetDivisor}).`,
     `- Cold start floor (onnxruntime creating a session from the cached optimised model and its first batch-1 run, each the median of 9: three sessions after the all-resident server, three before the budget server's cold requests and three after them): ${fmt(s.floorCreateMs)} + ${fmt(s.floorRunMs)} = ${fmt(coldFloorMs)} ms. The budget server's own loads: ${s.serverLoads}, mean ${fmt(s.serverLoadMeanMs)} ms each (making room, a worker thread, the session, its warm-up).`,
-    `- Requests that waited for a load: p50 ${fmt(waitedP50)} ms (the budget phase's requests that did not wait: p50 ${fmt(p.budgetZipf.warmP50Ms)} ms). Against the idle floor: ${fmt(waitedP50 / coldFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * coldFloorMs ? 'met' : 'missed'}**. Against the load floor plus the p50 the same traffic got with every model resident (${fmt(p.allResidentZipf.p50Ms)} ms: a request's inference under ${s.plan.clients} clients on these cores): ${fmt(s.floorCreateMs)} + ${fmt(p.allResidentZipf.p50Ms)} = ${fmt(underLoadFloorMs)} ms, ${fmt(waitedP50 / underLoadFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * underLoadFloorMs ? 'met' : 'missed'}**.`,
+    `- Requests that waited for a load: p50 ${fmt(waitedP50)} ms (the budget phase's requests that did not wait: p50 ${fmt(p.budgetZipf.warmP50Ms)} ms). Against the idle floor: ${fmt(waitedP50 / coldFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * coldFloorMs ? 'met' : 'missed'}**. Against the load floor plus the p50 the same traffic got with every model resident (${fmt(p.allResidentZipf.p50Ms)} ms: a request's inference under ${s.plan.clients} clients on these cores): ${fmt(s.floorCreateMs)} + ${fmt(p.allResidentZipf.p50Ms)} = ${fmt(underLoadFloorMs)} ms, ${fmt(waitedP50 / underLoadFloorMs, 2)}× (goal ≤ 1.5×): **${waitedP50 <= 1.5 * underLoadFloorMs ? 'met' : 'missed'}**. Beside the goal, not instead of it: against the load floor plus the p50 of this phase's own requests that did not wait (what a request took with its model in memory, on this server at this moment): ${fmt(s.floorCreateMs)} + ${fmt(p.budgetZipf.warmP50Ms)} = ${fmt(sameMomentFloorMs)} ms, ${fmt(waitedP50 / sameMomentFloorMs, 2)}×.`,
     ...popularityLines(s),
     ...busyModelsLines(s),
     ...coldAloneLines(s, coldFloorMs),

@@ -19,8 +19,13 @@ import { OVERHEAD_BEST_SETTINGS } from './overhead.ts';
 /** Unmeasured requests before each round of the image model's tracing comparison. */
 const IMAGE_WARMUP = 8;
 
-/** Rounds per side of the tracing comparison; the sides take turns (the order alternating), so a drift of the machine's speed falls on both. */
-const TRACING_ROUNDS = 4;
+/**
+ * Rounds per side of the tracing comparison; the sides take turns (the order alternating), so a
+ * drift of the machine's speed falls on both. Odd, so the median of the rounds' ratios is one
+ * round's ratio: with four, the nearest-rank median was the lower of the middle two (a ResNet-152
+ * round here varies ±10%, and four rounds put the same server's ratio anywhere from 0.83 to 1.05).
+ */
+const TRACING_ROUNDS = 9;
 
 const otlpSinkScript = fileURLToPath(new URL('../jobs/otlp-sink.mjs', import.meta.url));
 
