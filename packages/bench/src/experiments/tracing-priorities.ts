@@ -20,12 +20,21 @@ import { OVERHEAD_BEST_SETTINGS } from './overhead.ts';
 const IMAGE_WARMUP = 8;
 
 /**
- * Rounds per side of the tracing comparison; the sides take turns (the order alternating), so a
- * drift of the machine's speed falls on both. Odd, so the median of the rounds' ratios is one
- * round's ratio: with four, the nearest-rank median was the lower of the middle two (a ResNet-152
- * round here varies ±10%, and four rounds put the same server's ratio anywhere from 0.83 to 1.05).
+ * Pairs of servers per model in the tracing comparison, each pair started afresh: a server
+ * process's own speed is a draw (the same ResNet-152 traced server ran 0.91 of its untraced twin
+ * through nine rounds in one run and 0.95–1.02 in five others; two untraced twins read 1.014), so one
+ * pair measures its two processes as much as tracing. The servers' start order alternates by pair.
  */
-const TRACING_ROUNDS = 9;
+const TRACING_PAIRS = 3;
+
+/**
+ * Rounds per pair; the sides take turns (the order alternating, across pairs too), so a drift of
+ * the machine's speed falls on both. Pairs × rounds is odd, so the median of the rounds' ratios is
+ * one round's ratio (with four rounds, the nearest-rank median was the lower of the middle two).
+ */
+const ROUNDS_PER_PAIR = 3;
+
+const comparisonShape = `median of ${TRACING_PAIRS * ROUNDS_PER_PAIR} rounds' own ratios: ${TRACING_PAIRS} pairs of fresh servers, ${ROUNDS_PER_PAIR} alternating rounds each`;
 
 const otlpSinkScript = fileURLToPath(new URL('../jobs/otlp-sink.mjs', import.meta.url));
 
@@ -81,14 +90,15 @@ function tracingEnv(endpoint: string): Record<string, string> {
   };
 }
 
-/** Alternating rounds of two measures; returns each side's rounds and the median of the rounds' own ratios (b ÷ a). */
+/** Alternating rounds of two measures, the first at `firstRound` of the alternation; returns each side's rounds and the rounds' own ratios (b ÷ a). */
 async function alternate(
   rounds: number,
+  firstRound: number,
   a: () => Promise<ResultRow>,
   b: () => Promise<ResultRow>,
-): Promise<{ a: ResultRow[]; b: ResultRow[]; ratio: number }> {
+): Promise<{ a: ResultRow[]; b: ResultRow[]; ratios: number[] }> {
   const out = { a: [] as ResultRow[], b: [] as ResultRow[] };
-  for (let round = 0; round < rounds; round++) {
+  for (let round = firstRound; round < firstRound + rounds; round++) {
     if (round % 2 === 0) {
       out.a.push(await a());
       out.b.push(await b());
@@ -97,8 +107,50 @@ async function alternate(
       out.a.push(await a());
     }
   }
-  const ratios = out.a.map((row, i) => out.b[i]!.throughputPerSec / row.throughputPerSec);
-  return { ...out, ratio: median(ratios) };
+  return { ...out, ratios: out.a.map((row, i) => out.b[i]!.throughputPerSec / row.throughputPerSec) };
+}
+
+/**
+ * The tracing comparison of one model: TRACING_PAIRS pairs of fresh servers (untraced, traced),
+ * ROUNDS_PER_PAIR alternating rounds each; the ratio is the median of all the rounds' ratios.
+ */
+async function comparePairs(
+  context: ExperimentContext,
+  off: Parameters<typeof withServer>[1],
+  on: Parameters<typeof withServer>[1],
+  measure: (server: RunningServer, path: string, side: 'off' | 'on', isFirst: boolean) => Promise<ResultRow>,
+): Promise<{ a: ResultRow[]; b: ResultRow[]; ratio: number }> {
+  const all = { a: [] as ResultRow[], b: [] as ResultRow[], ratios: [] as number[] };
+  for (let pair = 0; pair < TRACING_PAIRS; pair++) {
+    const run = async (offServer: RunningServer, onServer: RunningServer, path: string) => {
+      // Each server's first round of the pair (a fresh process) is told so: the tensor model warms it up longer.
+      const measuredOnce = new Set<string>();
+      const first = (side: string) => {
+        const isFirst = !measuredOnce.has(side);
+        measuredOnce.add(side);
+        return isFirst;
+      };
+      const measured = await alternate(
+        ROUNDS_PER_PAIR,
+        pair * ROUNDS_PER_PAIR,
+        () => measure(offServer, path, 'off', first('off')),
+        () => measure(onServer, path, 'on', first('on')),
+      );
+      all.a.push(...measured.a);
+      all.b.push(...measured.b);
+      all.ratios.push(...measured.ratios);
+    };
+    // The start order alternates by pair: untraced first, then traced first.
+    if (pair % 2 === 0)
+      await withServer(context, off, async (offServer, path) =>
+        withServer(context, on, async (onServer) => run(offServer, onServer, path)),
+      );
+    else
+      await withServer(context, on, async (onServer, path) =>
+        withServer(context, off, async (offServer) => run(offServer, onServer, path)),
+      );
+  }
+  return { a: all.a, b: all.b, ratio: median(all.ratios) };
 }
 
 function medianRow(rows: ResultRow[], config: string): ResultRow {
@@ -114,10 +166,10 @@ function medianRow(rows: ResultRow[], config: string): ResultRow {
 /**
  * Tracing's cost, side by side in one run: the tensor model 2x+1 (its own run a few µs, so the
  * server is what is measured) at the overhead experiment's concurrency, and the run's image model
- * at the run's concurrency, each on two servers that stay up, one with tracing off and one with
- * every request sampled and exported over OTLP/HTTP (protobuf) to a sink in this process. Rounds
- * take turns; the ratio is the median of the rounds' own ratios (targets: ≥ 0.9 for the tensor
- * model, ≥ 0.98 for ResNet-152).
+ * at the run's concurrency, each on pairs of servers (comparePairs), one with tracing off and one
+ * with every request sampled and exported over OTLP/HTTP (protobuf) to the collector process.
+ * Rounds take turns; the ratio is the median of the rounds' own ratios (targets: ≥ 0.9 for the
+ * tensor model, ≥ 0.98 for ResNet-152).
  */
 export async function runTracing(context: ExperimentContext): Promise<{ rows: ResultRow[]; notes: string[] }> {
   const rows: ResultRow[] = [];
@@ -132,56 +184,43 @@ export async function runTracing(context: ExperimentContext): Promise<{ rows: Re
     if (tensor) {
       const path = `/predictions/${tensor.modelName}`;
       const perRoundMs = Math.max(500, Math.ceil(plan.overheadDurationMs / 2));
-      const measure = (server: RunningServer, label: string, warmup: number) =>
-        measureServerLoad(context, server, {
-          path,
-          body: tensor.body,
-          contentType: tensor.contentType,
-          experiment: 'tracing',
-          label,
-          concurrency: plan.overheadConcurrency,
-          requests: 10_000_000,
-          durationMs: perRoundMs,
-          warmupRequests: warmup,
-        });
-      await withServer(
+      const measured = await comparePairs(
         context,
         { model: tensor, label: 'tracing off, tensor model', settings: { ...OVERHEAD_BEST_SETTINGS } },
-        async (off) =>
-          withServer(
-            context,
-            {
-              model: tensor,
-              label: 'tracing on, tensor model',
-              settings: { ...OVERHEAD_BEST_SETTINGS },
-              env: tracingEnv(sink.url),
-              tmpDir: serverTmpDir(context, 'marina-bench-tracing-2'),
-            },
-            async (on) => {
-              let round = 0;
-              const warmup = () => (round++ < 2 ? 2000 : 200);
-              const measured = await alternate(
-                TRACING_ROUNDS,
-                () => measure(off, 'tensor model, tracing off', warmup()),
-                async () => {
-                  const requests = warmup();
-                  const row = await measure(on, 'tensor model, tracing on (every request sampled)', requests);
-                  tensorTraced += requests + row.images + row.errors;
-                  return row;
-                },
-              );
-              rows.push(
-                medianRow(measured.a, `tensor model 2x+1, tracing off, ${plan.overheadConcurrency} clients`),
-                medianRow(
-                  measured.b,
-                  `tensor model 2x+1, tracing on (always_on, OTLP/protobuf), ${plan.overheadConcurrency} clients`,
-                ),
-              );
-              notes.push(
-                `Tracing, tensor model 2x+1 at ${plan.overheadConcurrency} clients: traced ÷ untraced requests/s = ${measured.ratio.toFixed(3)} (median of ${TRACING_ROUNDS} alternating rounds' own ratios; target ≥ 0.9).`,
-              );
-            },
-          ),
+        {
+          model: tensor,
+          label: 'tracing on, tensor model',
+          settings: { ...OVERHEAD_BEST_SETTINGS },
+          env: tracingEnv(sink.url),
+          tmpDir: serverTmpDir(context, 'marina-bench-tracing-2'),
+        },
+        async (server, _path, side, isFirst) => {
+          // A fresh server's first round gets the longer warm-up (its JIT, the pool's connections).
+          const warmup = isFirst ? 2000 : 200;
+          const row = await measureServerLoad(context, server, {
+            path,
+            body: tensor.body,
+            contentType: tensor.contentType,
+            experiment: 'tracing',
+            label: side === 'off' ? 'tensor model, tracing off' : 'tensor model, tracing on (every request sampled)',
+            concurrency: plan.overheadConcurrency,
+            requests: 10_000_000,
+            durationMs: perRoundMs,
+            warmupRequests: warmup,
+          });
+          if (side === 'on') tensorTraced += warmup + row.images + row.errors;
+          return row;
+        },
+      );
+      rows.push(
+        medianRow(measured.a, `tensor model 2x+1, tracing off, ${plan.overheadConcurrency} clients`),
+        medianRow(
+          measured.b,
+          `tensor model 2x+1, tracing on (always_on, OTLP/protobuf), ${plan.overheadConcurrency} clients`,
+        ),
+      );
+      notes.push(
+        `Tracing, tensor model 2x+1 at ${plan.overheadConcurrency} clients: traced ÷ untraced requests/s = ${measured.ratio.toFixed(3)} (${comparisonShape}; target ≥ 0.9).`,
       );
       // The traced server has stopped: its last spans were flushed to the collector.
       const counts = await sink.counts();
@@ -191,47 +230,38 @@ export async function runTracing(context: ExperimentContext): Promise<{ rows: Re
 
     const jpeg = await readImage(context.assets);
     const perRound = Math.max(plan.concurrency, Math.ceil(plan.images / 2));
-    await withServer(context, { assets: context.assets, label: 'tracing off, image model' }, async (off, path) =>
-      withServer(
-        context,
-        {
-          assets: context.assets,
-          label: 'tracing on, image model',
-          env: tracingEnv(sink.url),
-          tmpDir: serverTmpDir(context, 'marina-bench-tracing-3'),
-        },
-        async (on) => {
-          const measure = (server: RunningServer, label: string) =>
-            measureServerLoad(context, server, {
-              path,
-              body: jpeg,
-              experiment: 'tracing',
-              label,
-              concurrency: plan.concurrency,
-              requests: perRound,
-              warmupRequests: IMAGE_WARMUP,
-            });
-          const measured = await alternate(
-            TRACING_ROUNDS,
-            () => measure(off, `${context.assets.model}, tracing off`),
-            async () => {
-              const row = await measure(on, `${context.assets.model}, tracing on`);
-              imageTraced += IMAGE_WARMUP + row.images + row.errors;
-              return row;
-            },
-          );
-          rows.push(
-            medianRow(measured.a, `${context.assets.model}, tracing off, ${plan.concurrency} clients`),
-            medianRow(
-              measured.b,
-              `${context.assets.model}, tracing on (always_on, OTLP/protobuf), ${plan.concurrency} clients`,
-            ),
-          );
-          notes.push(
-            `Tracing, ${context.assets.model} at ${plan.concurrency} clients: traced ÷ untraced images/s = ${measured.ratio.toFixed(3)} (median of ${TRACING_ROUNDS} alternating rounds' own ratios; the target ≥ 0.98 is set for ResNet-152).`,
-          );
-        },
+    const measured = await comparePairs(
+      context,
+      { assets: context.assets, label: 'tracing off, image model' },
+      {
+        assets: context.assets,
+        label: 'tracing on, image model',
+        env: tracingEnv(sink.url),
+        tmpDir: serverTmpDir(context, 'marina-bench-tracing-3'),
+      },
+      async (server, path, side) => {
+        const row = await measureServerLoad(context, server, {
+          path,
+          body: jpeg,
+          experiment: 'tracing',
+          label: `${context.assets.model}, tracing ${side}`,
+          concurrency: plan.concurrency,
+          requests: perRound,
+          warmupRequests: IMAGE_WARMUP,
+        });
+        if (side === 'on') imageTraced += IMAGE_WARMUP + row.images + row.errors;
+        return row;
+      },
+    );
+    rows.push(
+      medianRow(measured.a, `${context.assets.model}, tracing off, ${plan.concurrency} clients`),
+      medianRow(
+        measured.b,
+        `${context.assets.model}, tracing on (always_on, OTLP/protobuf), ${plan.concurrency} clients`,
       ),
+    );
+    notes.push(
+      `Tracing, ${context.assets.model} at ${plan.concurrency} clients: traced ÷ untraced images/s = ${measured.ratio.toFixed(3)} (${comparisonShape}; the target ≥ 0.98 is set for ResNet-152).`,
     );
     const counts = await sink.counts();
     notes.push(
