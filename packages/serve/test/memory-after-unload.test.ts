@@ -6,8 +6,10 @@
  *
  * Tolerances, and why:
  * - The first unload leaves onnxruntime's one-time cost in the process (its code pages, its
- *   global environment: 25–40 MB measured, see the onnxruntime-node facts), so the first unload
- *   may end up to 64 MB above where the process started.
+ *   global environment: 25–40 MB measured, see the onnxruntime-node facts), so the lowest unload
+ *   may end up to 64 MB above where the process started, and the first up to 96 MB: glibc can
+ *   keep freed memory in a thread's arena until a later cycle's thread reuses and frees it (a CI
+ *   run: started at 160 MB, unloads ended at 230, 205, 206 and 176 MB).
  * - Later unloads end no more than 24 MB above where the first one ended, and none more than 24 MB
  *   above a lower one before it: no growth per cycle (without the threshold glibc kept about 5 MB
  *   more each cycle). On the machine this was written on they ended 2–13 MB below the first and
@@ -76,8 +78,9 @@ describe.runIf(isLinux)('memory after an unload', () => {
       result.cycles.map((c) => c.status),
       seen,
     ).toEqual([200, 200, 200, 200]);
-    expect(first!.unloaded - result.before, seen).toBeLessThan(64 * MB);
     const laterUnloaded = later.map((cycle) => cycle.unloaded);
+    expect(Math.min(first!.unloaded, ...laterUnloaded) - result.before, seen).toBeLessThan(64 * MB);
+    expect(first!.unloaded - result.before, seen).toBeLessThan(96 * MB);
     expect(Math.max(...laterUnloaded), seen).toBeLessThan(first!.unloaded + 24 * MB);
     for (let i = 1; i < laterUnloaded.length; i++)
       expect(laterUnloaded[i]! - Math.min(...laterUnloaded.slice(0, i)), seen).toBeLessThan(24 * MB);
