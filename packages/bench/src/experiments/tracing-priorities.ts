@@ -90,21 +90,25 @@ function tracingEnv(endpoint: string): Record<string, string> {
   };
 }
 
-/** Alternating rounds of two measures, the first at `firstRound` of the alternation; returns each side's rounds and the rounds' own ratios (b ÷ a). */
+/**
+ * Alternating rounds of two measures, the first at `firstRound` of the alternation (each measure is
+ * told whether its round is that first one); returns each side's rounds and the rounds' own ratios (b ÷ a).
+ */
 async function alternate(
   rounds: number,
   firstRound: number,
-  a: () => Promise<ResultRow>,
-  b: () => Promise<ResultRow>,
+  a: (isFirst: boolean) => Promise<ResultRow>,
+  b: (isFirst: boolean) => Promise<ResultRow>,
 ): Promise<{ a: ResultRow[]; b: ResultRow[]; ratios: number[] }> {
   const out = { a: [] as ResultRow[], b: [] as ResultRow[] };
   for (let round = firstRound; round < firstRound + rounds; round++) {
+    const isFirst = round === firstRound;
     if (round % 2 === 0) {
-      out.a.push(await a());
-      out.b.push(await b());
+      out.a.push(await a(isFirst));
+      out.b.push(await b(isFirst));
     } else {
-      out.b.push(await b());
-      out.a.push(await a());
+      out.b.push(await b(isFirst));
+      out.a.push(await a(isFirst));
     }
   }
   return { ...out, ratios: out.a.map((row, i) => out.b[i]!.throughputPerSec / row.throughputPerSec) };
@@ -123,18 +127,12 @@ async function comparePairs(
   const all = { a: [] as ResultRow[], b: [] as ResultRow[], ratios: [] as number[] };
   for (let pair = 0; pair < TRACING_PAIRS; pair++) {
     const run = async (offServer: RunningServer, onServer: RunningServer, path: string) => {
-      // Each server's first round of the pair (a fresh process) is told so: the tensor model warms it up longer.
-      const measuredOnce = new Set<string>();
-      const first = (side: string) => {
-        const isFirst = !measuredOnce.has(side);
-        measuredOnce.add(side);
-        return isFirst;
-      };
+      // The pair's first round is each server's first (a fresh process): the tensor model warms it up longer.
       const measured = await alternate(
         ROUNDS_PER_PAIR,
         pair * ROUNDS_PER_PAIR,
-        () => measure(offServer, path, 'off', first('off')),
-        () => measure(onServer, path, 'on', first('on')),
+        (isFirst) => measure(offServer, path, 'off', isFirst),
+        (isFirst) => measure(onServer, path, 'on', isFirst),
       );
       all.a.push(...measured.a);
       all.b.push(...measured.b);
