@@ -618,18 +618,23 @@ describe('many models in a memory budget', () => {
   });
 
   it('trims a process grown past the budget by the busy model whose queue weighs least, however recently it loaded', async () => {
-    // gate: loaded first, asked for three times, all three blocked (one running, two waiting):
-    // weight 3 × 2. scaled: loaded after it, asked for five times, four answered and one running,
-    // nothing waiting: weight 5 × 1. When the models grow past the budget with both busy, the watch
-    // must unload scaled and keep gate's waiting requests in memory. By the count alone (before),
-    // gate went; and only a model resident a second or more was a candidate.
+    // gate: loaded first, then asked for four times, all four blocked (one running, three
+    // waiting): weight 4 × 3. scaled: loaded after it, asked for five times, four answered before
+    // gate was asked and one running after, nothing waiting: weight 5 × 1. When the models grow
+    // past the budget with both busy, the watch must unload scaled and keep gate's waiting requests
+    // in memory. By the count alone (before), gate went; and only a model resident a second or more
+    // was a candidate. Demand halves every 10 s; gate's requests come after scaled's answered ones,
+    // so however long scaled's load takes, gate's weight keeps to 12/5 of scaled's but for the decay
+    // between gate's requests and scaled's last (a run starting on a resident model). Sent before
+    // scaled's load, a CI run's slow load let gate's 3 × 2 decay below scaled's 5.
     const h = await busyBudgetApp('trim');
     try {
-      const runs = [h.blocked('gate'), h.blocked('gate'), h.blocked('gate')];
-      await h.untilModel('gate', (v) => v.runningJobs > 0 && v.pendingJobs === 3);
+      await h.busyApp.registry.load('gate');
       const open = `${dir.path}/trim-open`;
       await writeFile(open, '');
       for (let i = 0; i < 4; i++) expect((await h.send('scaled', { gate: open })).status).toBe(200);
+      const runs = [h.blocked('gate'), h.blocked('gate'), h.blocked('gate'), h.blocked('gate')];
+      await h.untilModel('gate', (v) => v.runningJobs > 0 && v.pendingJobs === 4);
       runs.push(h.blocked('scaled'));
       await h.untilModel('scaled', (v) => v.runningJobs > 0);
       const evicted = h.evicted();
@@ -640,7 +645,7 @@ describe('many models in a memory budget', () => {
       h.grow(0);
       expect(h.busyApp.registry.describe('gate')[0]!.state).toBe('resident');
       await h.openGates('gate');
-      expect((await Promise.all(runs)).map((r) => r.status)).toEqual([200, 200, 200, 200]);
+      expect((await Promise.all(runs)).map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
     } finally {
       await h.close();
     }
