@@ -180,7 +180,6 @@ export async function runTracing(context: ExperimentContext): Promise<{ rows: Re
   try {
     const tensor = context.tensorAssets;
     if (tensor) {
-      const path = `/predictions/${tensor.modelName}`;
       const perRoundMs = Math.max(500, Math.ceil(plan.overheadDurationMs / 2));
       const measured = await comparePairs(
         context,
@@ -192,7 +191,7 @@ export async function runTracing(context: ExperimentContext): Promise<{ rows: Re
           env: tracingEnv(sink.url),
           tmpDir: serverTmpDir(context, 'marina-bench-tracing-2'),
         },
-        async (server, _path, side, isFirst) => {
+        async (server, path, side, isFirst) => {
           // A fresh server's first round gets the longer warm-up (its JIT, the pool's connections).
           const warmup = isFirst ? 2000 : 200;
           const row = await measureServerLoad(context, server, {
